@@ -1,0 +1,42 @@
+"""The command line: ``python -m engine <command> ...``.
+
+Each command lives in a module of ``engine.commands`` that exposes ``register(subparsers)``;
+the parser it adds sets ``func`` (``args -> int`` exit code). Results go to stdout (JSON for
+analyses), messages and errors to stderr. A :class:`~engine.errors.UserError` becomes one clear
+line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+import engine.commands
+from engine.errors import UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for info in sorted(pkgutil.iter_modules(engine.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"engine.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: completed work is stored; rerun the same command to resume", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""CLI commands: one module per group, each with ``register(subparsers)``."""

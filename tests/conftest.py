@@ -1,0 +1,31 @@
+"""Shared test fixtures. Tests never need ../shared: those that do are marked and skip with a reason."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("COUPLED_EVAL_SHARED", ROOT.parent / "shared"))
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared, or skip the calling test with a reason when it is absent."""
+    p = SHARED.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"needs {p} (the project's ../shared data), which is not present here")
+    return p
+
+
+@pytest.fixture
+def tmp_db(tmp_path) -> Path:
+    return tmp_path / "test.duckdb"
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
