@@ -27,7 +27,8 @@ from engine.errors import UserError
 
 SCHEMA_VERSION = 1
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DB = PROJECT_ROOT / "data" / "coupled_eval.duckdb"
+# COUPLED_EVAL_DB overrides the default database (the dashboard and tests use it).
+DEFAULT_DB = Path(os.environ.get("COUPLED_EVAL_DB", PROJECT_ROOT / "data" / "coupled_eval.duckdb"))
 MODES = ("coupled", "independent")
 WINNERS = ("a", "b", "tie")  # normalised pairwise outcome; NULL = no label
 
