@@ -25,3 +25,226 @@ def extract_paper(text: str | None) -> str:
     if choice not in PAPER_CHOICES:
         return "E"
     return choice
+
+
+# ---------------------------------------------------------------------------------------------
+# More forgiving rules and per-generation / per-run scoring.
+# ---------------------------------------------------------------------------------------------
+
+import json  # noqa: E402  (kept below extract_paper so that block stays exactly as published)
+import re  # noqa: E402
+import string  # noqa: E402
+from collections.abc import Mapping  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from engine import store  # noqa: E402
+from engine.errors import UserError  # noqa: E402
+
+RULES = ("paper", "lenient", "numeric", "exact")
+NO_ANSWER = "E"  # what the multiple-choice rules extract when they find no option (always wrong)
+
+# "answer" in any case, the letter itself upper case ("the answer is a bit..." is not "A").
+_ANSWER_IS = re.compile(r"(?i:answer)\s*(?:(?i:is)|:)?\s*[:\-]?\s*\(?\s*([A-Z])\s*\)?(?![A-Za-z])")
+_PAREN_LETTER = re.compile(r"\(\s*([A-Z])\s*\)")
+_STANDALONE = re.compile(r"(?<![A-Za-z0-9'’])([A-Z])(?![A-Za-z0-9'’])")
+_NUMBER = re.compile(r"[-−]?\$?\s?\d[\d,]*(?:\.\d+)?|[-−]?\$?\.\d+")
+_PUNCT_TABLE = str.maketrans({c: " " for c in string.punctuation + "‘’“”–—…"})
+
+
+def _choices_of(prompt_row: Mapping[str, Any] | None) -> dict[str, str]:
+    """The {letter: option text} of a prompt row (JSON string, dict or missing -> A-D, no text)."""
+    raw = None if prompt_row is None else prompt_row.get("choices")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raw = None
+    if isinstance(raw, Mapping) and raw:
+        return {str(k).strip(): "" if v is None else str(v) for k, v in raw.items()}
+    if isinstance(raw, (list, tuple)) and raw:
+        return {string.ascii_uppercase[i]: str(v) for i, v in enumerate(raw)}
+    return {c: "" for c in PAPER_CHOICES}
+
+
+def normalise_text(text: str | None) -> str:
+    """Lower case, punctuation to spaces, whitespace collapsed (the "exact" rule's normal form)."""
+    if text is None:
+        return ""
+    return " ".join(str(text).lower().translate(_PUNCT_TABLE).split())
+
+
+def extract_lenient(text: str | None, choices: Mapping[str, str] | None = None) -> str:
+    """A forgiving multiple-choice extraction; returns an option letter or "E".
+
+    In order: the paper rule; "Answer: X" / "the answer is (X)"; a parenthesised "(X)"; the text
+    of exactly one option (the whole response equal to it, else contained in it); the first
+    standalone capital option letter. Letters are the keys of ``choices`` (default A-D).
+    """
+    if text is None or not isinstance(text, str):
+        return NO_ANSWER
+    letters = tuple(choices) if choices else PAPER_CHOICES
+    stripped = text.strip()
+    paper = extract_paper(stripped)
+    if paper in letters:
+        return paper
+    for m in _ANSWER_IS.finditer(stripped):
+        if m.group(1) in letters:
+            return m.group(1)
+    for m in _PAREN_LETTER.finditer(stripped):
+        if m.group(1) in letters:
+            return m.group(1)
+    if choices:
+        norm = normalise_text(stripped)
+        opts = {k: normalise_text(v) for k, v in choices.items() if normalise_text(v)}
+        equal = [k for k, v in opts.items() if v == norm]
+        if len(equal) == 1:
+            return equal[0]
+        contained = [k for k, v in opts.items() if re.search(rf"(?<!\w){re.escape(v)}(?!\w)", norm)]
+        if len(contained) == 1:
+            return contained[0]
+    for m in _STANDALONE.finditer(stripped):
+        if m.group(1) in letters:
+            return m.group(1)
+    return NO_ANSWER
+
+
+def normalise_number(token: str | None) -> str | None:
+    """A number's canonical string: no "$", commas or spaces; unicode minus -> "-"; "12.50" -> "12.5", "3.0" -> "3"."""
+    if token is None:
+        return None
+    t = str(token).strip().replace("$", "").replace(",", "").replace(" ", "").replace("−", "-")
+    t = t.rstrip(".")
+    if not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)", t):
+        return None
+    sign = "-" if t.startswith("-") else ""
+    t = t.lstrip("+-")
+    if "." in t:
+        t = t.rstrip("0").rstrip(".")
+    t = t.lstrip("0") or "0"
+    if t.startswith("."):
+        t = "0" + t
+    return "0" if t == "0" else sign + t
+
+
+def extract_numeric(text: str | None) -> str | None:
+    """GSM8K style: the number after the last "####" if any, else the last number in the text.
+
+    Normalised by :func:`normalise_number`; None when the text holds no number.
+    """
+    if text is None or not isinstance(text, str):
+        return None
+    if "####" in text:
+        tail = text.rsplit("####", 1)[1]
+        m = _NUMBER.search(tail)
+        if m:
+            return normalise_number(m.group(0))
+    found = _NUMBER.findall(text)
+    return normalise_number(found[-1]) if found else None
+
+
+def _gold_number(gold: str | None) -> str | None:
+    if gold is None:
+        return None
+    return extract_numeric(str(gold))
+
+
+def score_generation(text: str | None, prompt_row: Mapping[str, Any] | None, rule: str = "paper") -> tuple[str | None, float | None]:
+    """(extracted answer, score) of one generation under ``rule``.
+
+    Args:
+        text: the generated text (None counts as no answer).
+        prompt_row: a mapping with ``gold`` (and ``choices`` for the lenient rule), e.g. a row of
+            the prompts table.
+        rule: one of :data:`RULES`.
+
+    Returns:
+        The extracted answer (None when the numeric rule finds no number) and the score: 1.0 when
+        it matches the gold answer, 0.0 when not, None when the prompt has no gold answer.
+    """
+    if rule not in RULES:
+        raise UserError(f"unknown scoring rule {rule!r}; allowed: {', '.join(RULES)}")
+    gold = None if prompt_row is None else prompt_row.get("gold")
+    if gold is not None and isinstance(gold, float) and pd.isna(gold):
+        gold = None
+    if rule == "paper":
+        extracted: str | None = extract_paper(text)
+        target = None if gold is None else str(gold).strip()
+    elif rule == "lenient":
+        extracted = extract_lenient(text, _choices_of(prompt_row))
+        target = None if gold is None else str(gold).strip().upper()
+    elif rule == "numeric":
+        extracted = extract_numeric(text)
+        target = _gold_number(gold)
+        if gold is not None and target is None:
+            raise UserError(f"gold answer {gold!r} holds no number; the numeric rule needs numeric gold answers")
+    else:  # exact
+        extracted = normalise_text(text)
+        target = None if gold is None else normalise_text(str(gold))
+    if gold is None:
+        return extracted, None
+    return extracted, float(extracted is not None and extracted == target)
+
+
+def _run_dataset(con, run: str) -> str | None:
+    row = con.execute("SELECT dataset_id FROM runs WHERE run_id = ?", [run]).fetchone()
+    if row is None:
+        runs = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM generations ORDER BY 1").fetchall()]
+        if run not in runs:
+            known = ", ".join(runs[:20]) or "none stored"
+            raise UserError(f"unknown run {run!r}; runs with generations: {known}")
+        return None
+    return row[0]
+
+
+def score_run(db, run: str, rule: str = "paper") -> dict:
+    """Score every generation of ``run`` under ``rule`` and store the scores in ONE transaction.
+
+    Idempotent: the run's earlier scores for the same rule are replaced; other rules are kept.
+    Returns a summary: rule, number scored, mean score per (model, mode), counts of "E"/no answer
+    and of prompts without a gold answer.
+    """
+    if rule not in RULES:
+        raise UserError(f"unknown scoring rule {rule!r}; allowed: {', '.join(RULES)}")
+    with store.reader(db) as con:
+        dataset = _run_dataset(con, run)
+        gens = con.execute(
+            """SELECT g.model, g.prompt_id, g.repeat, g.mode, g.text, p.gold, CAST(p.choices AS VARCHAR) AS choices
+               FROM generations g LEFT JOIN prompts p ON p.prompt_id = g.prompt_id AND p.dataset_id = ?
+               WHERE g.run_id = ? ORDER BY g.model, g.mode, g.prompt_id, g.repeat""",
+            [dataset, run]).df()
+    if gens.empty:
+        raise UserError(f"run {run!r} has no generations to score")
+    extracted, scores = [], []
+    for text, gold, choices in zip(gens["text"], gens["gold"], gens["choices"]):
+        text = None if text is None or (isinstance(text, float) and pd.isna(text)) else text
+        gold = None if gold is None or (isinstance(gold, float) and pd.isna(gold)) else gold
+        e, s = score_generation(text, {"gold": gold, "choices": choices}, rule)
+        extracted.append(e)
+        scores.append(s)
+    out = pd.DataFrame({
+        "run_id": run, "model": gens["model"], "prompt_id": gens["prompt_id"],
+        "repeat": gens["repeat"].astype("int64"), "mode": gens["mode"], "rule": rule,
+        "extracted": pd.Series(extracted, dtype="object"), "score": pd.Series(scores, dtype="float64"),
+    })
+    with store.writer(db) as con:
+        con.begin()
+        try:
+            con.execute("DELETE FROM scores WHERE run_id = ? AND rule = ?", [run, rule])
+            con.register("_new_scores", out)
+            con.execute("""INSERT INTO scores (run_id, model, prompt_id, repeat, mode, rule, extracted, score)
+                           SELECT run_id, model, prompt_id, repeat, mode, rule, extracted, score FROM _new_scores""")
+            con.unregister("_new_scores")
+            con.commit()
+        except Exception:
+            con.rollback()
+            raise
+    means = (out.dropna(subset=["score"]).groupby(["model", "mode"])["score"].mean()
+             .round(6).reset_index().to_dict("records"))
+    no_answer = int(sum(e is None or e == NO_ANSWER for e in extracted)) if rule in ("paper", "lenient", "numeric") else 0
+    return {
+        "run": run, "rule": rule, "n_scored": int(len(out)),
+        "n_no_gold": int(out["score"].isna().sum()), "n_no_answer": no_answer,
+        "mean_score": means,
+    }
