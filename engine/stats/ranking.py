@@ -1,0 +1,399 @@
+"""Prediction-powered ranking (PPR): win-rate estimates, confidence ellipsoids and rank-sets.
+
+Implements METHODS.md section 4 (Chatzi et al., *Prediction-Powered Ranking of Large Language
+Models*, NeurIPS 2024, seed 003): Algorithm 3 (one source), Algorithm 1 (PPR), Algorithm 4 (the
+trace-optimal lambda), Algorithm 2 (rank-sets), and the paper's quality metrics.
+
+Data convention (every function): comparison ``i`` shows model ``first[i]`` first and
+``second[i]`` second (integer indices in ``[0, k)``); ``w[i] = 1`` iff the first is preferred,
+``w2[i] = 1`` iff the second is preferred, both 0 on a tie.
+
+Covariance. ``"delta"`` (default) is the count-normalised delta-method covariance
+``Sigma = A A^T / (c c^T)`` (one source) and ``A A^T / (c_N c_N^T) + B B^T / (c_n c_n^T)`` (PPR):
+theta_m is a mean over the ``c_m`` comparisons that involve ``m``, so that is its variance.
+``"paper"`` is the published formula ``A A^T / n^2`` and ``A A^T / N^2 + B B^T / n^2`` (with A the
+residuals of lambda * w_hat, i.e. lambda^2 times the residuals of w_hat), which is k^2/4 times too
+small on a balanced design; it exists only to reproduce the paper.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from engine.errors import UserError
+
+COVARIANCES = ("delta", "paper")
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _check_covariance(covariance: str) -> None:
+    if covariance not in COVARIANCES:
+        raise UserError(f"unknown covariance {covariance!r}; allowed: {', '.join(COVARIANCES)}")
+
+
+def _check_alpha(alpha) -> np.ndarray:
+    a = np.asarray(alpha, dtype=float)
+    if np.any(~np.isfinite(a)) or np.any(a <= 0) or np.any(a >= 1):
+        raise UserError(f"alpha must be in (0, 1); got {alpha!r}")
+    return a
+
+
+def _as_design(first, second, w, w2, k: int):
+    first = np.asarray(first, dtype=np.int64)
+    second = np.asarray(second, dtype=np.int64)
+    w = np.asarray(w, dtype=float)
+    w2 = np.asarray(w2, dtype=float)
+    n = first.shape[0]
+    if not (second.shape == w.shape == w2.shape == (n,)):
+        raise UserError(f"first, second, w, w2 must all have shape (n,); got {first.shape}, "
+                        f"{second.shape}, {w.shape}, {w2.shape}")
+    if n and (first.min() < 0 or second.min() < 0 or first.max() >= k or second.max() >= k):
+        raise UserError(f"model indices must be in [0, {k})")
+    if np.any(first == second):
+        raise UserError("a comparison must involve two different models (first == second found)")
+    if np.any((w + w2) > 1) or np.any((w != 0) & (w != 1)) or np.any((w2 != 0) & (w2 != 1)):
+        raise UserError("w and w2 must be 0/1 indicators and never both 1")
+    return first, second, w, w2
+
+
+# ----------------------------------------------------------------------------- Algorithm 3
+
+def comparison_counts(first: np.ndarray, second: np.ndarray, k: int) -> np.ndarray:
+    """c = (M + M') 1: the number of comparisons each model takes part in.
+
+    Args:
+        first, second: (n,) model indices.
+        k: number of models.
+    Returns:
+        (k,) float counts.
+    """
+    return (np.bincount(first, minlength=k) + np.bincount(second, minlength=k)).astype(float)
+
+
+def winrate_pointestimate(first, second, w, w2, k: int) -> np.ndarray:
+    """theta_hat = diag(c)^-1 (M w + M' w'): each model's strict win-rate over its comparisons.
+
+    Unbiased for theta_m (P(m preferred over a uniformly random other model)) under uniformly
+    drawn pairs. Paper: Algorithm 3, line 2 (and a, b of Algorithm 1).
+
+    Args:
+        first, second: (n,) model indices; w, w2: (n,) 0/1 preference indicators (or any reals,
+            e.g. lambda * w_hat - w in Algorithm 1).
+        k: number of models.
+    Returns:
+        (k,) estimates; raises UserError if some model has no comparison.
+    """
+    first = np.asarray(first, dtype=np.int64)
+    second = np.asarray(second, dtype=np.int64)
+    c = comparison_counts(first, second, k)
+    if np.any(c == 0):
+        raise UserError(f"model index(es) {np.flatnonzero(c == 0).tolist()} appear in no comparison")
+    s = np.bincount(first, weights=np.asarray(w, float), minlength=k) \
+        + np.bincount(second, weights=np.asarray(w2, float), minlength=k)  # (k,)
+    return s / c
+
+
+def winrate_residuals(first, second, w, w2, theta: np.ndarray, k: int) -> np.ndarray:
+    """A = (1_k (w - M^T theta)^T) o M + (1_k (w' - M'^T theta)^T) o M' (the k x n residual matrix).
+
+    Column i holds w_i - theta[first_i] in row first_i and w'_i - theta[second_i] in row
+    second_i, zeros elsewhere. Paper: Algorithm 3 line 3, Algorithm 1 lines 7-8.
+
+    Args:
+        first, second: (n,) model indices; w, w2: (n,) outcomes; theta: (k,) centre.
+    Returns:
+        (k, n) dense residual matrix.
+    """
+    first = np.asarray(first, dtype=np.int64)
+    second = np.asarray(second, dtype=np.int64)
+    n = first.shape[0]
+    cols = np.arange(n)
+    A = np.zeros((k, n))  # (k, n); dense like the paper's code, small for k <= ~50
+    A[first, cols] = np.asarray(w, float) - theta[first]
+    A[second, cols] = np.asarray(w2, float) - theta[second]
+    return A
+
+
+def residual_covariance(A: np.ndarray, c: np.ndarray, n: int, covariance: str = "delta") -> np.ndarray:
+    """Sigma_hat from a residual matrix: A A^T / (c c^T) ("delta") or A A^T / n^2 ("paper").
+
+    The delta form is the delta-method (sandwich) covariance of a vector of per-model means with
+    shared comparisons; it is consistent. The paper form under-states it by c_m c_m' / n^2.
+
+    Args:
+        A: (k, n) residuals; c: (k,) comparison counts; n: number of comparisons.
+    Returns:
+        (k, k) covariance.
+    """
+    _check_covariance(covariance)
+    S = A @ A.T  # (k, k)
+    if covariance == "paper":
+        return S / n ** 2
+    return S / np.outer(c, c)
+
+
+def onesource_theta_sigma(first, second, w, w2, k: int, covariance: str = "delta"):
+    """Algorithm 3: theta_hat = diag(c)^-1 (M w + M' w'), Sigma_hat = A A^T / (c c^T) (or / n^2).
+
+    Guarantee (delta): sqrt(n)(theta_hat - theta) -> N(0, Sigma) and Sigma_hat is consistent, so
+    the chi^2 ellipsoid of Eq. 6 has asymptotic coverage 1 - alpha. Paper: Appendix B.1.
+
+    Args:
+        first, second: (n,) model indices; w, w2: (n,) 0/1 indicators; k: number of models.
+        covariance: "delta" | "paper".
+    Returns:
+        theta (k,), sigma (k, k).
+    """
+    _check_covariance(covariance)
+    first, second, w, w2 = _as_design(first, second, w, w2, k)
+    theta = winrate_pointestimate(first, second, w, w2, k)
+    A = winrate_residuals(first, second, w, w2, theta, k)
+    c = comparison_counts(first, second, k)
+    return theta, residual_covariance(A, c, first.shape[0], covariance)
+
+
+# ----------------------------------------------------------------------------- Algorithms 1, 4
+
+def ppr_lambda(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n,
+               k: int) -> float:
+    """Algorithm 4: lambda = clip( tr(Cov_n(judge, human residuals)) / ((1 + n/N) tr(Var_N(judge residuals))), 0, 1).
+
+    Written as in the paper: lambda = n/(n+N) tr(A_hat_n A_n^T / n^2) / tr(A_N A_N^T / N^2)
+    (identical to the PPI++ trace-optimal form above), then clipped to [0, 1].
+    Paper: Appendix B.2, Algorithm 4 (its line 6 "A_n^-1" is a typo for A_n^T).
+
+    Args:
+        *_N: (N,) judge-only set; *_n: (n,) set with human (w) and judge (wh) labels.
+    Returns:
+        lambda in [0, 1].
+    """
+    n, N = len(first_n), len(first_N)
+    ah = winrate_pointestimate(first_n, second_n, wh_n, wh2_n, k)
+    a = winrate_pointestimate(first_n, second_n, w_n, w2_n, k)
+    Ah = winrate_residuals(first_n, second_n, wh_n, wh2_n, ah, k)  # (k, n)
+    Ahum = winrate_residuals(first_n, second_n, w_n, w2_n, a, k)  # (k, n)
+    aN = winrate_pointestimate(first_N, second_N, wh_N, wh2_N, k)
+    AN = winrate_residuals(first_N, second_N, wh_N, wh2_N, aN, k)  # (k, N)
+    tr_n = np.einsum("ki,ki->", Ah, Ahum) / n ** 2  # tr(A_hat A^T) without forming k x k
+    tr_N = np.einsum("ki,ki->", AN, AN) / N ** 2
+    if tr_N <= 0:
+        return 0.0  # a judge that never varies carries no information: fall back to human-only
+    return float(np.clip(n / (n + N) * tr_n / tr_N, 0.0, 1.0))
+
+
+def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n,
+                    k: int, lam: float | str = "auto", covariance: str = "delta"):
+    """Algorithm 1: theta_hat = a - b, a = judge win-rates (x lambda) on D_N, b = mean of lambda*w_hat - w on D_n.
+
+    Sigma_hat = A A^T / (c_N c_N^T) + B B^T / (c_n c_n^T) ("delta") or A A^T / N^2 + B B^T / n^2
+    ("paper"), with A the residuals of lambda*w_hat on D_N about a and B those of
+    lambda*w_hat - w on D_n about b. Guarantee: theta_hat is unbiased for the human win-rates for
+    any fixed lambda and any judge; with "delta" the ellipsoid is asymptotically valid.
+    Paper: Section 3, Eq. 5 and 7, Algorithm 1.
+
+    Args:
+        first_N, second_N, wh_N, wh2_N: (N,) comparisons labelled by the judge only.
+        first_n, second_n, w_n, w2_n, wh_n, wh2_n: (n,) comparisons labelled by humans (w) and
+            the judge (wh).
+        k: number of models; lam: "auto" (Algorithm 4) or a value in [0, 1].
+        covariance: "delta" | "paper".
+    Returns:
+        theta (k,), sigma (k, k), lambda (float).
+    """
+    _check_covariance(covariance)
+    first_N, second_N, wh_N, wh2_N = _as_design(first_N, second_N, wh_N, wh2_N, k)
+    first_n, second_n, w_n, w2_n = _as_design(first_n, second_n, w_n, w2_n, k)
+    _, _, wh_n, wh2_n = _as_design(first_n, second_n, wh_n, wh2_n, k)
+    n, N = first_n.shape[0], first_N.shape[0]
+    if n == 0 or N == 0:
+        raise UserError(f"PPR needs both human-labelled and judge-only comparisons; got n={n}, N={N}")
+    if isinstance(lam, str):
+        if lam != "auto":
+            raise UserError(f"lambda must be 'auto' or a number in [0, 1]; got {lam!r}")
+        lam = ppr_lambda(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n, k)
+    lam = float(lam)
+    if not 0.0 <= lam <= 1.0:
+        raise UserError(f"lambda must be in [0, 1]; got {lam!r}")
+    # 1. a: judge win-rates on D_N, scaled by lambda (Eq. 5, first term)
+    yN, yN2 = lam * wh_N, lam * wh2_N  # (N,)
+    a = winrate_pointestimate(first_N, second_N, yN, yN2, k)  # (k,)
+    # 2. b: the rectifier, mean of lambda*w_hat - w on D_n (Eq. 5, second term)
+    yn, yn2 = lam * wh_n - w_n, lam * wh2_n - w2_n  # (n,)
+    b = winrate_pointestimate(first_n, second_n, yn, yn2, k)  # (k,)
+    theta = a - b
+    # 3. residual matrices and the covariance (Eq. 7, or its count-normalised correction)
+    A = winrate_residuals(first_N, second_N, yN, yN2, a, k)  # (k, N)
+    B = winrate_residuals(first_n, second_n, yn, yn2, b, k)  # (k, n)
+    sigma = residual_covariance(A, comparison_counts(first_N, second_N, k), N, covariance) \
+        + residual_covariance(B, comparison_counts(first_n, second_n, k), n, covariance)
+    return theta, sigma, lam
+
+
+# ----------------------------------------------------------------------------- Algorithm 2
+
+def ranksets(theta: np.ndarray, sigma: np.ndarray, alpha) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 2: [l(m), u(m)] with l = 1 + #{j : theta_j > theta_m, separated}, u = k - #{j : theta_j < theta_m, separated}.
+
+    A pair (i, j) is separated iff |theta_i - theta_j| > sqrt(q (Sigma_ii + Sigma_jj - 2 Sigma_ij)),
+    q = chi^2_{k, 1-alpha} quantile (k degrees of freedom, as in the paper). Rank 1 = best.
+    Guarantee: if the ellipsoid covers theta with prob. >= 1 - alpha, every true rank-set lies
+    inside its estimate with prob. >= 1 - alpha (Theorem 4.1). Vectorised over pairs, over a
+    batch of estimates and over several alphas.
+
+    Args:
+        theta: (..., k) estimates; sigma: (..., k, k) covariances (same leading shape).
+        alpha: scalar or (A,) array of levels in (0, 1).
+    Returns:
+        lower, upper: int arrays of shape (..., k) for a scalar alpha, (A, ..., k) for an array.
+    """
+    a = _check_alpha(alpha)
+    theta = np.asarray(theta, float)
+    sigma = np.asarray(sigma, float)
+    k = theta.shape[-1]
+    q = stats.chi2.ppf(1.0 - a, df=k)  # () or (A,)
+    var_diff = (np.diagonal(sigma, axis1=-2, axis2=-1)[..., :, None]
+                + np.diagonal(sigma, axis1=-2, axis2=-1)[..., None, :] - 2.0 * sigma)  # (..., k, k)
+    gap = theta[..., :, None] - theta[..., None, :]  # (..., k, k): theta_i - theta_j
+    # why max(., 0): rounding can make a variance of a difference slightly negative
+    half = np.sqrt(np.maximum(var_diff, 0.0))  # (..., k, k)
+    q_b = np.sqrt(q).reshape(q.shape + (1,) * theta.ndim + (1,))  # (A?, 1.., 1, 1)
+    sep = np.abs(gap) > q_b * half  # (A?, ..., k, k)
+    lower = 1 + np.sum(sep & (gap < 0), axis=-1)  # others separated and better
+    upper = k - np.sum(sep & (gap > 0), axis=-1)  # others separated and worse
+    return lower.astype(int), upper.astype(int)
+
+
+def true_ranksets(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rank-sets induced by known theta: l = 1 + #{theta_j > theta_m}, u = k - #{theta_j < theta_m}.
+
+    Args:
+        theta: (..., k) true win-rates.
+    Returns:
+        lower, upper: (..., k) ints (equal for models with unique values).
+    """
+    theta = np.asarray(theta, float)
+    k = theta.shape[-1]
+    gap = theta[..., :, None] - theta[..., None, :]
+    return (1 + np.sum(gap < 0, axis=-1)).astype(int), (k - np.sum(gap > 0, axis=-1)).astype(int)
+
+
+# ----------------------------------------------------------------------------- quality metrics
+
+def rankset_size(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Average rank-set size, mean_m (u(m) - l(m) + 1).
+
+    Args:
+        lower, upper: (..., k).
+    Returns:
+        (...) mean sizes.
+    """
+    return np.mean(np.asarray(upper) - np.asarray(lower) + 1, axis=-1)
+
+
+def rankset_covers(lower, upper, ref_lower, ref_upper) -> np.ndarray:
+    """1{for all m: [ref_l(m), ref_u(m)] is a subset of [l(m), u(m)]} (coverage / baseline coverage).
+
+    Args:
+        lower, upper: (..., k) estimated rank-sets; ref_lower, ref_upper: (..., k) reference
+            (true or BASELINE) rank-sets, broadcastable.
+    Returns:
+        (...) booleans; their mean over draws is the (baseline) coverage probability.
+    """
+    return np.all((np.asarray(lower) <= ref_lower) & (np.asarray(upper) >= ref_upper), axis=-1)
+
+
+def rankset_intersects(lower, upper, ref_lower, ref_upper) -> np.ndarray:
+    """1{for all m: [ref_l(m), ref_u(m)] and [l(m), u(m)] intersect} (baseline intersection).
+
+    Args:
+        lower, upper, ref_lower, ref_upper: (..., k), broadcastable.
+    Returns:
+        (...) booleans; their mean over draws is the baseline intersection probability.
+    """
+    return np.all((np.asarray(lower) <= ref_upper) & (np.asarray(upper) >= ref_lower), axis=-1)
+
+
+def rank_position_probabilities(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """P_hat(rank position r lies in model m's rank-set) over draws (paper Fig. 9 dot plot).
+
+    Args:
+        lower, upper: (R, k) rank-sets of R draws.
+    Returns:
+        (k, k) matrix P[m, r-1].
+    """
+    lower = np.asarray(lower)
+    upper = np.asarray(upper)
+    k = lower.shape[-1]
+    r = np.arange(1, k + 1)
+    inside = (lower[..., None] <= r) & (upper[..., None] >= r)  # (R, k, k)
+    return inside.mean(axis=0)
+
+
+def rbo(true_order: np.ndarray, est_order: np.ndarray, p: float = 0.6) -> float:
+    """RBO = (1 - p) sum_{i=1..k} p^(i-1) |T_{:i} n T_hat_{:i}| / i (rank-biased overlap, truncated at k).
+
+    Paper: Appendix E (Webber et al. 2010). 1 - p^k for identical orders.
+
+    Args:
+        true_order, est_order: (k,) model indices, best first.
+        p: persistence in [0, 1].
+    Returns:
+        RBO value.
+    """
+    t = np.asarray(true_order)
+    e = np.asarray(est_order)
+    k = t.shape[0]
+    # |T_:i n T_hat_:i| for every depth at once: position of each model in both orders
+    pos_t = np.empty(k, int)
+    pos_t[t] = np.arange(k)
+    pos_e = np.empty(k, int)
+    pos_e[e] = np.arange(k)
+    depth_in_both = np.maximum(pos_t, pos_e)  # (k,): first depth (0-based) where the model is in both tops
+    overlap = np.cumsum(np.bincount(depth_in_both, minlength=k))  # (k,) |overlap| at depth i+1
+    i = np.arange(1, k + 1)
+    return float((1 - p) * np.sum(p ** (i - 1) * overlap / i))
+
+
+# ----------------------------------------------------------------------------- synthetic data (Appendix E)
+
+def balanced_design(k: int, per_ordered_pair: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair (a, b), a != b, repeated ``per_ordered_pair`` times, in blocks.
+
+    So every pair has the same count and every model is first and second equally often
+    (Appendix E). Block p holds rows p*R .. (p+1)*R - 1.
+
+    Returns:
+        first, second: (k (k-1) R,) model indices.
+    """
+    a, b = np.nonzero(~np.eye(k, dtype=bool))  # (k(k-1),) ordered pairs
+    return np.repeat(a, per_ordered_pair), np.repeat(b, per_ordered_pair)
+
+
+def synthetic_theta(k: int, u: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """True theta ~ Uniform(0, 1/2)^k (distinct) and a judge theta = clip(theta + Uniform(-u, u), 0, 1/2).
+
+    The paper "re-normalises" the judge's vector; we clip it to [0, 1/2], the range in which the
+    simulation rule P(first wins) = 2 theta is a probability. Appendix E.
+
+    Returns:
+        theta (k,), theta_judge (k,).
+    """
+    theta = rng.uniform(0.0, 0.5, size=k)
+    judge = np.clip(theta + rng.uniform(-u, u, size=k), 0.0, 0.5)
+    return theta, judge
+
+
+def synthetic_outcomes(first: np.ndarray, theta: np.ndarray, theta_judge: np.ndarray,
+                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Appendix E outcomes: one x ~ U(0,1) per comparison; w = 1{x < 2 theta[first]}, w_hat = 1{x < 2 theta_judge[first]}; w' = w_hat' = 0.
+
+    The shared x makes human and judge agree except where their thetas differ, like a real
+    aligned judge. E[theta_hat_m] = theta_m on a design where m is first in half its comparisons.
+
+    Returns:
+        w (n,), w_hat (n,) as floats.
+    """
+    x = rng.random(first.shape[0])  # (n,)
+    return (x < 2 * theta[first]).astype(float), (x < 2 * theta_judge[first]).astype(float)
