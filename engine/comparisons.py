@@ -87,3 +87,416 @@ def read_arena(human: str | Path | None, judge: str | Path | None = None,
         if df.empty:
             raise UserError(f"no comparison involves only the models {sorted(keep)}")
     return df
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation of uploads (CSV and Arena JSON lines) and named comparison sets in the store.
+# Nothing is written unless the whole file validates; a set is written in ONE transaction.
+# ---------------------------------------------------------------------------------------------
+
+import csv  # noqa: E402  (below the shared building blocks above, which keep their form)
+import hashlib  # noqa: E402
+import io  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+from engine import store  # noqa: E402
+
+MAX_UPLOAD_BYTES = 200 * 1024 * 1024
+REQUIRED_COLUMNS = ("prompt_id", "model_a", "model_b", "winner")
+OPTIONAL_COLUMNS = ("judge_winner", "id")
+FORMATS = ("csv", "arena")
+NORMALISED_COLUMNS = ("prompt_id", "model_a", "model_b", "human_winner", "judge_winner")
+MAX_PROBLEMS_IN_MESSAGE = 50
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem. ``row``: 1-based data row (CSV, header excluded) or line (JSON
+    lines); None for a problem with the whole file. ``column``: the column/field, if any."""
+
+    row: int | None
+    column: str | None
+    message: str
+    file: str = ""
+
+    def __str__(self) -> str:
+        where = []
+        if self.file:
+            where.append(self.file)
+        if self.row is not None:
+            where.append(f"row {self.row}")
+        if self.column:
+            where.append(f"column {self.column!r}")
+        return (", ".join(where) + ": " if where else "") + self.message
+
+
+class InvalidUpload(UserError):
+    """An upload with problems; ``problems`` holds every one of them (the message the first few)."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        shown = "\n  ".join(str(p) for p in self.problems[:MAX_PROBLEMS_IN_MESSAGE])
+        more = len(self.problems) - MAX_PROBLEMS_IN_MESSAGE
+        tail = f"\n  ... and {more} more" if more > 0 else ""
+        super().__init__(f"upload rejected, nothing was written ({len(self.problems)} problem"
+                         f"{'s' if len(self.problems) != 1 else ''}):\n  {shown}{tail}")
+
+
+def _label(source) -> str:
+    return "<upload>" if isinstance(source, (bytes, bytearray)) else str(source)
+
+
+def _read_text(source, max_bytes: int, problems: list[Problem]) -> str | None:
+    """The file's text, or None after recording a problem (too big, empty, not UTF-8).
+
+    The size is checked BEFORE reading, so a huge file is never loaded into memory.
+    """
+    label = _label(source)
+    if isinstance(source, (bytes, bytearray)):
+        size = len(source)
+    else:
+        p = Path(source)
+        if not p.is_file():
+            raise UserError(f"file not found: {p}")
+        size = p.stat().st_size
+    if size > max_bytes:
+        problems.append(Problem(None, None, f"file is {size / 2**20:.1f} MiB, over the limit of "
+                                            f"{max_bytes / 2**20:.0f} MiB; split it into smaller files", label))
+        return None
+    raw = bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
+    if not raw.strip():
+        problems.append(Problem(None, None, "file is empty", label))
+        return None
+    try:
+        text = raw.decode("utf-8-sig")  # tolerate a UTF-8 byte-order mark
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        problems.append(Problem(None, None, f"file is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
+                                            "save it with UTF-8 encoding", label))
+        return None
+    if "\x00" in text:
+        problems.append(Problem(None, None, "file contains NUL bytes (binary, or UTF-16?); save it as UTF-8 text", label))
+        return None
+    return text
+
+
+def _check_pair(row: int, model_a: str, model_b: str, known: set[str] | None, label: str,
+                problems: list[Problem]) -> None:
+    if model_a and model_b and model_a == model_b:
+        problems.append(Problem(row, "model_b", f"model_a and model_b are the same model {model_a!r}", label))
+    if known is not None:
+        for col, m in (("model_a", model_a), ("model_b", model_b)):
+            if m and m not in known:
+                shown = ", ".join(sorted(known)[:20]) + (" ..." if len(known) > 20 else "")
+                problems.append(Problem(row, col, f"unknown model {m!r}; known models: {shown}", label))
+
+
+def _winner(value: str, row: int, column: str, label: str, problems: list[Problem]) -> str | None:
+    try:
+        return normalise_winner(value)
+    except UserError:
+        problems.append(Problem(row, column, f"bad winner value {value!r}; allowed: "
+                                             f"{', '.join(ALLOWED_WINNERS)}", label))
+        return None
+
+
+def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] | None = None,
+                             max_bytes: int = MAX_UPLOAD_BYTES) -> tuple[pd.DataFrame, list[Problem]]:
+    """Validate a CSV of pairwise comparisons; return the normalised rows and EVERY problem.
+
+    Columns: prompt_id, model_a, model_b, winner (model_a/model_b/tie/tie (bothbad)/a/b, case
+    and surrounding spaces ignored); optional judge_winner (aligned judge labels; then a row may
+    leave winner blank if it has a judge label) and optional id (a row key: with it, rows that
+    repeat a (prompt_id, model_a, model_b) are allowed; without it they are duplicates).
+    Problems: size over ``max_bytes`` (checked before reading), empty file, not UTF-8, missing or
+    repeated columns, ragged rows, blank cells, bad winner values, model_a == model_b, unknown
+    models (when ``known_models`` is given), duplicate rows.
+
+    Returns:
+        (DataFrame with columns prompt_id, model_a, model_b, human_winner, judge_winner, one row
+        per data row; list of Problem, empty when the file is valid).
+    """
+    problems: list[Problem] = []
+    label = _label(path_or_bytes)
+    empty = pd.DataFrame(columns=list(NORMALISED_COLUMNS))
+    text = _read_text(path_or_bytes, max_bytes, problems)
+    if text is None:
+        return empty, problems
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        return empty, [Problem(None, None, f"not a readable CSV file ({exc})", label)]
+    header = [h.strip() for h in rows[0]] if rows else []
+    if not any(header):
+        return empty, [Problem(None, None, "the first line must be a header with columns "
+                                           f"{', '.join(REQUIRED_COLUMNS)}", label)]
+    seen: set[str] = set()
+    for h in header:
+        if h in seen:
+            problems.append(Problem(None, h, f"column {h!r} appears more than once in the header", label))
+        seen.add(h)
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    for c in missing:
+        problems.append(Problem(None, c, f"missing column {c!r}; required: {', '.join(REQUIRED_COLUMNS)} "
+                                         f"(found: {', '.join(header)})", label))
+    if missing or problems:
+        return empty, problems
+    col = {h: header.index(h) for h in header}
+    has_judge = "judge_winner" in col
+    has_id = "id" in col
+    known = set(known_models) if known_models is not None else None
+    data = [(i, r) for i, r in enumerate(rows[1:], 1) if any(c.strip() for c in r)]  # skip blank lines
+    if not data:
+        return empty, [Problem(None, None, "file has a header but no data rows", label)]
+    out, first_seen = [], {}
+    for i, r in data:
+        if len(r) != len(header):
+            problems.append(Problem(i, None, f"has {len(r)} fields, the header has {len(header)} "
+                                             "(an unquoted comma in a cell?)", label))
+            continue
+        v = {h: r[col[h]].strip() for h in col}
+        for c in ("prompt_id", "model_a", "model_b") + (("id",) if has_id else ()):
+            if v[c] == "":
+                problems.append(Problem(i, c, "blank cell", label))
+        judge = _winner(v["judge_winner"], i, "judge_winner", label, problems) if has_judge else None
+        if v["winner"] == "":
+            if not (has_judge and v["judge_winner"] != ""):
+                problems.append(Problem(i, "winner", "blank cell (a row needs a winner"
+                                        + (" or a judge_winner)" if has_judge else ")"), label))
+            human = None
+        else:
+            human = _winner(v["winner"], i, "winner", label, problems)
+        _check_pair(i, v["model_a"], v["model_b"], known, label, problems)
+        key = v["id"] if has_id else (v["prompt_id"], v["model_a"], v["model_b"])
+        if all(key if isinstance(key, tuple) else (key,)):
+            if key in first_seen:
+                what = f"id {v['id']!r}" if has_id else "(prompt_id, model_a, model_b)"
+                hint = "" if has_id else "; add an 'id' column if repeated judgements are intended"
+                problems.append(Problem(i, "id" if has_id else None,
+                                        f"duplicate of row {first_seen[key]}: same {what}{hint}", label))
+            else:
+                first_seen[key] = i
+        out.append({"prompt_id": v["prompt_id"], "model_a": v["model_a"], "model_b": v["model_b"],
+                    "human_winner": human, "judge_winner": judge})
+    df = pd.DataFrame(out, columns=list(NORMALISED_COLUMNS))
+    return df, problems
+
+
+def _arena_lines(source, max_bytes: int, problems: list[Problem]) -> list[tuple[int, dict]] | None:
+    label = _label(source)
+    text = _read_text(source, max_bytes, problems)
+    if text is None:
+        return None
+    rows, n_before = [], len(problems)
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(Problem(lineno, None, f"not valid JSON ({exc.msg})", label))
+            continue
+        if not isinstance(obj, dict):
+            problems.append(Problem(lineno, None, "each line must be a JSON object", label))
+            continue
+        for key in ("model_a", "model_b", "winner"):
+            if key not in obj:
+                problems.append(Problem(lineno, key, f"missing field {key!r}", label))
+            elif not isinstance(obj[key], str) or not obj[key].strip():
+                problems.append(Problem(lineno, key, "blank or non-text value", label))
+        rows.append((lineno, obj))
+    if not rows and len(problems) == n_before:
+        problems.append(Problem(None, None, "no comparisons in file", label))
+    return rows
+
+
+def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | None = None,
+                   max_bytes: int = MAX_UPLOAD_BYTES) -> tuple[pd.DataFrame, list[Problem]]:
+    """Validate Chatbot Arena JSON-lines files (human and/or a line-aligned judge file).
+
+    Each line: {"num", "question_id", "model_a", "model_b", "winner"}. Problems: size, empty,
+    encoding, invalid JSON, missing fields, bad winners, model_a == model_b, unknown models,
+    duplicate ``num``, and (with both files) different line counts or models on a line.
+
+    Returns:
+        (DataFrame in :func:`read_arena`'s normalised form, identical to its output for a valid
+        file; list of Problem with line numbers).
+    """
+    if human is None and judge is None:
+        raise UserError("give at least one of the human or the judge file")
+    problems: list[Problem] = []
+    empty = pd.DataFrame(columns=list(NORMALISED_COLUMNS))
+    h = _arena_lines(human, max_bytes, problems) if human is not None else None
+    j = _arena_lines(judge, max_bytes, problems) if judge is not None else None
+    if problems:
+        return empty, problems
+    known = set(known_models) if known_models is not None else None
+    if h is not None and j is not None and len(h) != len(j):
+        return empty, [Problem(None, None, f"human and judge files are not line-aligned: {len(h)} vs {len(j)} "
+                                           "comparisons")]
+    base = h if h is not None else j
+    base_label = _label(human if h is not None else judge)
+    out, seen_num = [], {}
+    for i, (lineno, row) in enumerate(base):
+        human_w = _winner(row["winner"], lineno, "winner", _label(human), problems) if h is not None else None
+        judge_w = None
+        if j is not None:
+            jl, jr = j[i]
+            judge_w = _winner(jr["winner"], jl, "winner", _label(judge), problems)
+            if h is not None and (jr["model_a"], jr["model_b"]) != (row["model_a"], row["model_b"]):
+                problems.append(Problem(lineno, "model_a", f"human and judge files disagree on the models "
+                                                           f"({row['model_a']} vs {row['model_b']} / "
+                                                           f"{jr['model_a']} vs {jr['model_b']})", base_label))
+        _check_pair(lineno, row["model_a"], row["model_b"], known, base_label, problems)
+        if "num" in row:
+            if row["num"] in seen_num:
+                problems.append(Problem(lineno, "num", f"duplicate num {row['num']!r} (first on line "
+                                                       f"{seen_num[row['num']]})", base_label))
+            else:
+                seen_num[row["num"]] = lineno
+        out.append({"prompt_id": str(row.get("question_id", row.get("num", i))),
+                    "model_a": row["model_a"], "model_b": row["model_b"],
+                    "human_winner": human_w, "judge_winner": judge_w})
+    return pd.DataFrame(out, columns=list(NORMALISED_COLUMNS)), problems
+
+
+def _sha256(source) -> str:
+    if isinstance(source, (bytes, bytearray)):
+        return hashlib.sha256(source).hexdigest()
+    h = hashlib.sha256()
+    with Path(source).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _guess_format(source) -> str:
+    if isinstance(source, (bytes, bytearray)):
+        return "arena" if bytes(source).lstrip()[:1] == b"{" else "csv"
+    return "arena" if Path(source).suffix.lower() in (".json", ".jsonl", ".ndjson") else "csv"
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise UserError("a comparison set needs a non-blank --name")
+    name = name.strip()
+    if len(name) > 200:
+        raise UserError(f"set name is {len(name)} characters; at most 200 allowed")
+    return name
+
+
+def import_comparisons(db, source, name: str, *, judge_file=None, fmt: str | None = None,
+                       known_models: list[str] | set[str] | None = None, replace: bool = False,
+                       max_bytes: int = MAX_UPLOAD_BYTES) -> dict:
+    """Validate ``source`` (and ``judge_file``), then store it as comparison set ``name``.
+
+    Args:
+        db: database path.
+        source: CSV path/bytes (``fmt="csv"``) or Arena human JSON-lines path/bytes (``fmt="arena"``;
+            may be None when only ``judge_file`` is given). ``fmt`` None: guessed from the suffix.
+        name: the set's name; an existing name is a UserError unless ``replace``.
+        judge_file: Arena format only: the line-aligned judge file.
+        known_models: when given, models outside the list are problems.
+
+    Returns:
+        Summary dict (name, n_rows, models, label counts). Raises :class:`InvalidUpload` listing
+        every problem, having written nothing; the database is then exactly as before.
+    """
+    name = _check_name(name)
+    fmt = fmt or _guess_format(source if source is not None else judge_file)
+    if fmt not in FORMATS:
+        raise UserError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    if fmt == "csv":
+        if judge_file is not None:
+            raise UserError("--judge-file is for the Arena format; a CSV carries judge labels in a judge_winner column")
+        if source is None:
+            raise UserError("give the CSV file to import")
+        df, problems = validate_comparisons_csv(source, known_models, max_bytes)
+    else:
+        df, problems = validate_arena(source, judge_file, known_models, max_bytes)
+    if problems:
+        raise InvalidUpload(problems)
+    files = [s for s in (source, judge_file) if s is not None]
+    meta = {"format": fmt, "files": [_label(s) for s in files], "sha256": [_sha256(s) for s in files],
+            "judge_file": _label(judge_file) if judge_file is not None else None}
+    rows = df.assign(set_name=name, row_idx=range(len(df)))
+    with store.writer(db) as con:
+        con.begin()
+        try:
+            exists = con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0]
+            if exists and not replace:
+                raise UserError(f"a comparison set named {name!r} already exists; choose another --name or pass --replace")
+            con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
+            con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
+            con.execute("INSERT INTO comparison_sets (name, source, n_rows, meta) VALUES (?, ?, ?, ?)",
+                        [name, ", ".join(meta["files"]), len(df), json.dumps(meta)])
+            con.register("_new_comparisons", rows)
+            con.execute("""INSERT INTO comparisons (set_name, row_idx, prompt_id, model_a, model_b, human_winner, judge_winner)
+                           SELECT set_name, row_idx, prompt_id, model_a, model_b, human_winner, judge_winner
+                           FROM _new_comparisons""")
+            con.unregister("_new_comparisons")
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+    return {"name": name, "format": fmt, "n_rows": int(len(df)), "replaced": bool(exists),
+            "models": sorted(set(df.model_a) | set(df.model_b)),
+            "n_human_labels": int(df.human_winner.notna().sum()),
+            "n_judge_labels": int(df.judge_winner.notna().sum())}
+
+
+def list_comparison_sets(db) -> pd.DataFrame:
+    """Every stored comparison set: name, source, created_at, n_rows, n_human, n_judge, n_models, meta."""
+    return store.query_df(db, """
+        SELECT s.name, s.source, s.created_at, s.n_rows,
+               count(c.human_winner) AS n_human, count(c.judge_winner) AS n_judge,
+               (SELECT count(*) FROM (SELECT model_a FROM comparisons WHERE set_name = s.name
+                                      UNION SELECT model_b FROM comparisons WHERE set_name = s.name)) AS n_models,
+               CAST(s.meta AS VARCHAR) AS meta
+        FROM comparison_sets s LEFT JOIN comparisons c ON c.set_name = s.name
+        GROUP BY s.name, s.source, s.created_at, s.n_rows, s.meta ORDER BY s.created_at, s.name""")
+
+
+def _known_sets(con) -> str:
+    names = [r[0] for r in con.execute("SELECT name FROM comparison_sets ORDER BY name").fetchall()]
+    return ", ".join(names) or "none stored"
+
+
+def read_comparison_set(db, name: str) -> pd.DataFrame:
+    """The rows of set ``name`` in file order (prompt_id, model_a, model_b, human_winner, judge_winner)."""
+    with store.reader(db) as con:
+        if not con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0]:
+            raise UserError(f"unknown comparison set {name!r}; stored sets: {_known_sets(con)}")
+        df = con.execute("""SELECT prompt_id, model_a, model_b, human_winner, judge_winner FROM comparisons
+                            WHERE set_name = ? ORDER BY row_idx""", [name]).df()
+    return df.astype(object).where(df.notna(), None)
+
+
+def delete_comparison_set(db, name: str) -> int:
+    """Delete set ``name`` and its rows in one transaction; returns the number of rows deleted."""
+    with store.writer(db) as con:
+        con.begin()
+        try:
+            if not con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0]:
+                raise UserError(f"unknown comparison set {name!r}; stored sets: {_known_sets(con)}")
+            n = con.execute("SELECT count(*) FROM comparisons WHERE set_name = ?", [name]).fetchone()[0]
+            con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
+            con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+    return int(n)
+
+
+def export_comparison_set(db, name: str, out=None) -> str:
+    """Set ``name`` as CSV in the upload format (prompt_id, model_a, model_b, winner, judge_winner,
+    id; winners a/b/tie, blank = no label): re-importable as is. Writes to ``out`` if given."""
+    df = read_comparison_set(db, name)
+    csv_df = pd.DataFrame({"id": range(1, len(df) + 1), "prompt_id": df.prompt_id, "model_a": df.model_a,
+                           "model_b": df.model_b, "winner": df.human_winner.fillna(""),
+                           "judge_winner": df.judge_winner.fillna("")})
+    text = csv_df.to_csv(index=False)
+    if out is not None:
+        Path(out).write_text(text, encoding="utf-8")
+    return text

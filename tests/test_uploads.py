@@ -1,0 +1,192 @@
+"""Uploads of pairwise comparisons: every malformed file is rejected with a row-numbered message
+and leaves the database exactly as it was; Arena files round-trip; sets are listed and deleted."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import comparisons as cmp
+from engine import store
+from engine.errors import UserError
+from tests.conftest import shared_path
+
+HEADER = "prompt_id,model_a,model_b,winner\n"
+GOOD = HEADER + "p1,m1,m2,model_a\np2,m2,m3,tie\np3,m1,m3,b\n"
+MODELS = ["m1", "m2", "m3"]
+
+
+def dump(db) -> dict:
+    """Every row of every table, sorted (a full dump to compare before/after a failed upload)."""
+    out = {}
+    with store.reader(db) as con:
+        for ddl in store.SCHEMA:
+            name = ddl.split("EXISTS", 1)[1].split("(", 1)[0].strip()
+            rows = con.execute(f'SELECT * FROM "{name}"').fetchall()  # table names from SCHEMA
+            out[name] = sorted(map(repr, rows))
+    return out
+
+
+@pytest.fixture
+def db_with_set(tmp_db, tmp_path):
+    f = tmp_path / "good.csv"
+    f.write_text(GOOD)
+    cmp.import_comparisons(tmp_db, f, "existing")
+    return tmp_db
+
+
+MALFORMED = [  # (id, file bytes, expected (row, column, message regex))
+    ("empty", b"", (None, None, "file is empty")),
+    ("whitespace-only", b"  \n\n ", (None, None, "file is empty")),
+    ("latin-1", (HEADER + "p1,m1,m2,tie\np2,caf\xe9,m2,a\n").encode("latin-1"), (None, None, r"not UTF-8 .*0xe9 at line 3")),
+    ("utf-16", GOOD.encode("utf-16"), (None, None, "not UTF-8|NUL bytes")),
+    ("missing-winner-column", b"prompt_id,model_a,model_b\np1,m1,m2\n", (None, "winner", "missing column 'winner'")),
+    ("missing-prompt-id", b"model_a,model_b,winner\nm1,m2,a\n", (None, "prompt_id", "missing column 'prompt_id'")),
+    ("header-only", HEADER.encode(), (None, None, "header but no data rows")),
+    ("no-header", b"p1,m1,m2,model_a\n", (None, "prompt_id", "missing column")),
+    ("duplicate-column", b"prompt_id,model_a,model_b,winner,winner\np1,m1,m2,a,a\n", (None, "winner", "more than once")),
+    ("bad-winner", (HEADER + "p1,m1,m2,model_a\np2,m1,m2,model_c\n").encode(), (2, "winner", "bad winner value 'model_c'; allowed: a, model_a")),
+    ("numeric-winner", (HEADER + "p1,m1,m2,1\n").encode(), (1, "winner", "bad winner value '1'")),
+    ("blank-winner", (HEADER + "p1,m1,m2,\n").encode(), (1, "winner", "blank cell")),
+    ("blank-model", (HEADER + "p1,,m2,a\n").encode(), (1, "model_a", "blank cell")),
+    ("blank-prompt", (HEADER + "p1,m1,m2,a\n ,m1,m2,b\n").encode(), (2, "prompt_id", "blank cell")),
+    ("same-model", (HEADER + "p1,m1,m1,a\n").encode(), (1, "model_b", "same model 'm1'")),
+    ("unknown-model", (HEADER + "p1,m1,gpt-9,a\n").encode(), (1, "model_b", "unknown model 'gpt-9'; known models: m1, m2, m3")),
+    ("duplicate-row", (HEADER + "p1,m1,m2,a\np2,m1,m2,b\np1,m1,m2,tie\n").encode(), (3, None, "duplicate of row 1")),
+    ("duplicate-id", b"id,prompt_id,model_a,model_b,winner\n7,p1,m1,m2,a\n7,p1,m1,m2,b\n", (2, "id", "duplicate of row 1: same id '7'")),
+    ("ragged-row", (HEADER + "p1,m1,m2,a\np2,m1,m2,a,extra\n").encode(), (2, None, "has 5 fields, the header has 4")),
+    ("short-row", (HEADER + "p1,m1\n").encode(), (1, None, "has 2 fields")),
+    ("bad-judge-winner", b"prompt_id,model_a,model_b,winner,judge_winner\np1,m1,m2,a,maybe\n", (1, "judge_winner", "bad winner value 'maybe'")),
+    ("blank-both-labels", b"prompt_id,model_a,model_b,winner,judge_winner\np1,m1,m2,,\n", (1, "winner", "winner or a judge_winner")),
+    ("json-given-as-csv", b'{"model_a": "m1", "model_b": "m2", "winner": "tie"}\n', (None, "prompt_id", "missing column")),
+    ("binary", b"\x89PNG\r\n\x1a\n\x00\x00\x00", (None, None, "not UTF-8|NUL bytes")),
+]
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=[c[0] for c in MALFORMED])
+def test_malformed_csv_rejected_and_database_unchanged(case, db_with_set, tmp_path):
+    _, content, (row, column, pattern) = case
+    f = tmp_path / "upload.csv"
+    f.write_bytes(content)
+    _, problems = cmp.validate_comparisons_csv(f, known_models=MODELS)
+    assert problems, "a malformed file must report at least one problem"
+    hits = [p for p in problems if p.row == row and p.column == column and __import__("re").search(pattern, p.message)]
+    assert hits, [str(p) for p in problems]
+    before = dump(db_with_set)
+    with pytest.raises(cmp.InvalidUpload) as exc:
+        cmp.import_comparisons(db_with_set, f, "new-set", known_models=MODELS)
+    assert "nothing was written" in str(exc.value) and exc.value.problems == problems
+    with pytest.raises(cmp.InvalidUpload):  # bytes (a dashboard upload) behave the same
+        cmp.import_comparisons(db_with_set, content, "new-set", fmt="csv", known_models=MODELS)
+    assert dump(db_with_set) == before
+
+
+def test_every_problem_is_reported_with_row_numbers(tmp_path):
+    f = tmp_path / "many.csv"
+    f.write_text(HEADER + "p1,m1,m2,a\np2,m1,m1,a\np3,m1,m2,nope\np4,,m2,a\np1,m1,m2,b\n")
+    _, problems = cmp.validate_comparisons_csv(f)
+    assert sorted((p.row, p.column) for p in problems) == [(2, "model_b"), (3, "winner"), (4, "model_a"), (5, None)]
+    assert "row 3, column 'winner': bad winner value 'nope'" in str(problems[1])
+
+
+def test_oversize_is_rejected_before_reading(tmp_path, monkeypatch, db_with_set):
+    f = tmp_path / "big.csv"
+    f.write_text(GOOD)
+    read = []
+    monkeypatch.setattr(type(f), "read_bytes", lambda self: read.append(self) or b"")
+    _, problems = cmp.validate_comparisons_csv(f, max_bytes=10)
+    assert not read and len(problems) == 1 and "over the limit" in problems[0].message
+    # the real 200 MiB limit: a sparse file of 201 MiB is never read
+    big = tmp_path / "huge.csv"
+    with big.open("wb") as fh:
+        fh.truncate(201 * 1024 * 1024)
+    before = dump(db_with_set)
+    with pytest.raises(cmp.InvalidUpload, match="201.0 MiB, over the limit of 200 MiB"):
+        cmp.import_comparisons(db_with_set, big, "huge")
+    assert not read and dump(db_with_set) == before
+
+
+def test_valid_csv_normalises_winners_and_tolerates_bom_spaces_crlf(tmp_db, tmp_path):
+    f = tmp_path / "ok.csv"
+    f.write_bytes(("\ufeffprompt_id , model_a,model_b,winner,judge_winner,extra\r\n"
+                   "p1, m1 ,m2,Model_A,b,x\r\np2,m2,m3,tie (bothbad),,y\r\n\r\np3,m1,m3,,tie,z\r\n").encode())
+    df, problems = cmp.validate_comparisons_csv(f, known_models=MODELS)
+    assert problems == []
+    df = df.astype(object).where(df.notna(), None)
+    assert df.to_dict("records") == [
+        {"prompt_id": "p1", "model_a": "m1", "model_b": "m2", "human_winner": "a", "judge_winner": "b"},
+        {"prompt_id": "p2", "model_a": "m2", "model_b": "m3", "human_winner": "tie", "judge_winner": None},
+        {"prompt_id": "p3", "model_a": "m1", "model_b": "m3", "human_winner": None, "judge_winner": "tie"},
+    ]
+    summary = cmp.import_comparisons(tmp_db, f, "s1")
+    assert summary["n_rows"] == 3 and summary["n_human_labels"] == 2 and summary["n_judge_labels"] == 2
+    assert cmp.read_comparison_set(tmp_db, "s1").to_dict("records") == df.to_dict("records")
+
+
+def test_sets_are_named_listed_replaced_exported_and_deleted(db_with_set, tmp_path):
+    before = dump(db_with_set)
+    with pytest.raises(UserError, match="named 'existing' already exists.*--replace"):
+        cmp.import_comparisons(db_with_set, GOOD.encode(), "existing", fmt="csv")
+    assert dump(db_with_set) == before
+    f = tmp_path / "two.csv"
+    f.write_text(HEADER + "q,m1,m3,a\n")
+    assert cmp.import_comparisons(db_with_set, f, "existing", replace=True)["replaced"] is True
+    assert cmp.read_comparison_set(db_with_set, "existing").prompt_id.tolist() == ["q"]
+    cmp.import_comparisons(db_with_set, GOOD.encode(), "second", fmt="csv")
+    sets = cmp.list_comparison_sets(db_with_set)
+    assert sets.name.tolist() == ["existing", "second"] and sets.n_rows.tolist() == [1, 3]
+    assert sets.n_human.tolist() == [1, 3] and sets.n_models.tolist() == [2, 3]
+    # export -> re-import gives the same rows (two implementations of the format agree)
+    out = tmp_path / "export.csv"
+    cmp.export_comparison_set(db_with_set, "second", out)
+    cmp.import_comparisons(db_with_set, out, "copy")
+    assert cmp.read_comparison_set(db_with_set, "copy").equals(cmp.read_comparison_set(db_with_set, "second"))
+    assert cmp.delete_comparison_set(db_with_set, "second") == 3
+    with pytest.raises(UserError, match="unknown comparison set 'second'; stored sets: copy, existing"):
+        cmp.delete_comparison_set(db_with_set, "second")
+    assert store.query_df(db_with_set, "SELECT count(*) AS n FROM comparisons WHERE set_name = ?", ["second"]).n[0] == 0
+
+
+def test_bad_name_and_format(tmp_db):
+    with pytest.raises(UserError, match="non-blank --name"):
+        cmp.import_comparisons(tmp_db, GOOD.encode(), "  ", fmt="csv")
+    with pytest.raises(UserError, match="unknown format 'xlsx'; allowed: csv, arena"):
+        cmp.import_comparisons(tmp_db, GOOD.encode(), "x", fmt="xlsx")
+    with pytest.raises(UserError, match="file not found"):
+        cmp.import_comparisons(tmp_db, "/nonexistent/file.csv", "x")
+
+
+ARENA_LINE = '{{"num": {n}, "question_id": "q{n}", "model_a": "{a}", "model_b": "{b}", "winner": "{w}"}}\n'
+
+
+def _arena(rows):
+    return "".join(ARENA_LINE.format(n=i, a=a, b=b, w=w) for i, (a, b, w) in enumerate(rows)).encode()
+
+
+@pytest.mark.parametrize("human,judge,pattern", [
+    (b'{"num": 0, "model_a": "m1", "model_b": "m2", "winner": "tie"}\nnot json\n', None, r"row 2: not valid JSON"),
+    (b'{"num": 0, "model_a": "m1", "winner": "tie"}\n', None, r"row 1, column 'model_b': missing field"),
+    (b'[1, 2]\n', None, "must be a JSON object"),
+    (_arena([("m1", "m2", "model_c")]), None, "bad winner value 'model_c'"),
+    (_arena([("m1", "m1", "tie")]), None, "same model 'm1'"),
+    (_arena([("m1", "m2", "tie"), ("m1", "m3", "tie")]), _arena([("m1", "m2", "tie")]), "not line-aligned: 2 vs 1"),
+    (_arena([("m1", "m2", "tie")]), _arena([("m2", "m1", "tie")]), "disagree on the models"),
+    (_arena([("m1", "m2", "tie")]).replace(b"}\n", b"}\n") * 2, None, "duplicate num 0"),
+    (b"\n\n", None, "file is empty"),
+])
+def test_malformed_arena_rejected(human, judge, pattern, db_with_set):
+    before = dump(db_with_set)
+    with pytest.raises(cmp.InvalidUpload, match=pattern):
+        cmp.import_comparisons(db_with_set, human, "arena-bad", judge_file=judge, fmt="arena")
+    assert dump(db_with_set) == before
+
+
+@pytest.mark.shared
+def test_arena_round_trip_equals_read_arena(tmp_db):
+    human = shared_path("data", "arena", "human.json")
+    judge = shared_path("data", "arena", "gpt-4-0125-preview.json")
+    summary = cmp.import_comparisons(tmp_db, human, "arena-gpt4", judge_file=judge)
+    assert summary["format"] == "arena" and summary["n_rows"] == 26919
+    back = cmp.read_comparison_set(tmp_db, "arena-gpt4")
+    expected = cmp.read_arena(human, judge)
+    assert back.equals(expected.astype(object))
+    assert (back.human_winner == "tie").sum() == 2880 + 5132
