@@ -1,0 +1,313 @@
+"""Read-side glue between the store and the pure statistics (``engine.stats``), for the CLI and
+the dashboard. Every function opens the database read-only for one short query batch.
+
+Stable public API (the dashboard calls these; keep the signatures):
+
+* :func:`list_runs_with_scores` -> DataFrame of (run_id, model, mode, rule, n)
+* :func:`score_matrices` -> {mode: (A (Q, R), B (Q, R))} aligned score matrices of two models
+* :func:`benchmark_compare` -> dict (the JSON of ``python -m engine benchmark-compare``)
+* :func:`multigen_summary` -> dict (the JSON of ``python -m engine multigen``)
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from engine import store
+from engine.errors import UserError
+from engine.stats import benchmark as bm
+from engine.stats import multigen as mg
+
+DEFAULT_SAVING_N = 120  # without a target error: the error the coupled curve reaches at n = 120
+
+
+def list_runs_with_scores(db: str | os.PathLike) -> pd.DataFrame:
+    """Which (run, model, mode, rule) have scores, with counts and the run's dataset."""
+    return store.query_df(db, """
+        SELECT s.run_id, r.dataset_id, s.model, s.mode, s.rule, count(*) AS n
+        FROM scores s LEFT JOIN runs r USING (run_id)
+        GROUP BY ALL ORDER BY s.run_id, s.model, s.mode, s.rule""")
+
+
+def _resolve_run(con, models: list[str], rule: str, run: str | None) -> str:
+    """The run to analyse: ``run`` if given (checked), else the most recent run scoring all models."""
+    rows = con.execute(
+        """SELECT s.run_id, max(r.created_at) AS t, count(DISTINCT s.model) AS m
+           FROM scores s LEFT JOIN runs r USING (run_id)
+           WHERE s.rule = ? AND list_contains(?, s.model)
+           GROUP BY s.run_id ORDER BY t DESC NULLS LAST, s.run_id""",
+        [rule, models]).fetchall()
+    complete = [r[0] for r in rows if r[2] == len(set(models))]
+    if run is not None:
+        if run not in complete:
+            raise UserError(f"run {run!r} has no '{rule}' scores for all of {models}; runs that do: {complete}")
+        return run
+    if not complete:
+        known = [r[0] for r in con.execute("SELECT DISTINCT model FROM scores ORDER BY 1").fetchall()]
+        raise UserError(f"no run has '{rule}' scores for all of {models}; scored models: {known}")
+    return complete[0]
+
+
+def _matrices(df: pd.DataFrame, models: list[str]) -> dict[str, tuple[list[str], list[np.ndarray]]]:
+    """Per mode: the prompts scored for every model on every common repeat, and one (Q, R)
+    matrix per model, rows in dataset order."""
+    out = {}
+    for mode in store.MODES:
+        d = df[df["mode"] == mode]
+        if d.empty:
+            continue
+        wide = d.pivot_table(index=["idx", "prompt_id"], columns=["model", "repeat"], values="score",
+                             aggfunc="first")
+        repeats = sorted(set.intersection(*[set(d.loc[d["model"] == m, "repeat"]) for m in models]))
+        if not repeats:
+            continue
+        cols = [(m, r) for m in models for r in repeats]
+        wide = wide.reindex(columns=pd.MultiIndex.from_tuples(cols)).dropna(axis=0, how="any")
+        wide = wide.sort_index()
+        if wide.empty:
+            continue
+        mats = [wide[m].to_numpy(dtype=np.float64) for m in models]
+        out[mode] = (wide.index.get_level_values("prompt_id").tolist(), mats)
+    return out
+
+
+def _load_scores(db, models: list[str], subject, run, rule) -> tuple[str, pd.DataFrame]:
+    with store.reader(db) as con:
+        run_id = _resolve_run(con, models, rule, run)
+        sql = """SELECT s.mode, s.model, s.prompt_id, s.repeat, s.score,
+                        coalesce(p.idx, 0) AS idx, p.subject
+                 FROM scores s
+                 LEFT JOIN runs r ON r.run_id = s.run_id
+                 LEFT JOIN prompts p ON p.dataset_id = r.dataset_id AND p.prompt_id = s.prompt_id
+                 WHERE s.run_id = ? AND s.rule = ? AND list_contains(?, s.model)"""
+        params: list = [run_id, rule, models]
+        if subject is not None:
+            sql += " AND p.subject = ?"
+            params.append(subject)
+        df = con.execute(sql, params).df()
+        if df.empty and subject is not None:
+            subjects = [r[0] for r in con.execute(
+                """SELECT DISTINCT p.subject FROM prompts p JOIN runs r ON r.dataset_id = p.dataset_id
+                   WHERE r.run_id = ? AND p.subject IS NOT NULL ORDER BY 1""", [run_id]).fetchall()]
+            raise UserError(f"unknown subject {subject!r} for run {run_id!r}; allowed: {subjects}")
+    return run_id, df
+
+
+def score_matrices(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
+                   run: str | None = None, rule: str = "paper") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Aligned score matrices of two models, per noise mode, from the ``scores`` table.
+
+    Args:
+        db: database path.
+        model_a, model_b: model names (as stored).
+        subject: restrict to prompts of this subject (``prompts.subject``); None = all.
+        run: run id; None = the most recent run with ``rule`` scores for both models.
+        rule: scoring rule ('paper', 'lenient', ...).
+    Returns:
+        {mode: (A, B)} with A, B of shape (Q, R): the questions (in dataset order) and repeats
+        that both models have scored in that mode. Modes without such data are absent.
+    """
+    if model_a == model_b:
+        raise UserError(f"model_a and model_b must differ, both are {model_a!r}")
+    _, df = _load_scores(db, [model_a, model_b], subject, run, rule)
+    return {mode: (mats[0], mats[1]) for mode, (_, mats) in _matrices(df, [model_a, model_b]).items()}
+
+
+def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
+                      target_error: float | None = None, n_resamples: int = 1000, seed: int = 0,
+                      run: str | None = None, rule: str = "paper", step: int = 20,
+                      saving_n: int = DEFAULT_SAVING_N, kde_points: int = 200) -> dict:
+    """Coupled vs independent comparison of two models (METHODS.md section 2): the CLI's JSON.
+
+    Keys: run, subject, rule, models, n_questions, n_repeats, mean_covariance_coupled,
+    median_var_diff_coupled, median_var_diff_independent, mean_var_diff_{coupled,independent},
+    accuracy ({model: pooled accuracy over the modes}), accuracy_by_mode ({mode: {model: score,
+    CI (METHODS 5)}}), difference ({mode: paired bootstrap CI of acc A − acc B}), kde (curves),
+    error_curve (list of {n, coupled, independent, coupled_low, coupled_high, independent_low,
+    independent_high}: mean error and 2.5/97.5 percentiles), truth, saving (float or None),
+    saving_detail, mcnemar ({mode: {majority, pairs}}), planner.
+
+    Both modes are restricted to the questions scored in both, so the two curves compare like
+    with like; both error curves use the same random permutations (common random numbers).
+    """
+    if n_resamples < 1:
+        raise UserError(f"resamples must be >= 1, got {n_resamples}")
+    if target_error is not None and not target_error > 0:
+        raise UserError(f"target error must be > 0, got {target_error}")
+    if model_a == model_b:
+        raise UserError(f"model_a and model_b must differ, both are {model_a!r}")
+    models = [model_a, model_b]
+    run_id, df = _load_scores(db, models, subject, run, rule)
+    per_mode = _matrices(df, models)
+    if "coupled" not in per_mode:
+        raise UserError(f"run {run_id!r} has no coupled scores of both {model_a!r} and {model_b!r}"
+                        + (f" on subject {subject!r}" if subject else ""))
+    if "independent" in per_mode:  # keep the questions both modes have
+        common = set(per_mode["coupled"][0]) & set(per_mode["independent"][0])
+        for mode, (pids, mats) in list(per_mode.items()):
+            mask = np.array([p in common for p in pids])
+            per_mode[mode] = ([p for p, k in zip(pids, mask) if k], [m[mask] for m in mats])
+        if per_mode["coupled"][1][0].shape[1] != per_mode["independent"][1][0].shape[1]:
+            raise UserError("coupled and independent runs have different numbers of repeats")
+    mats = {mode: (m[0], m[1]) for mode, (_, m) in per_mode.items()}
+    Ac, Bc = mats["coupled"]
+    Q, R = Ac.shape
+    if Q < 2 or R < 2:
+        raise UserError(f"need at least 2 questions and 2 repeats to compare, got {Q} x {R}")
+    rng_perm, rng_boot = np.random.default_rng(seed).spawn(2)
+
+    cov = bm.per_question_covariance(Ac, Bc)
+    vdiff = {mode: bm.per_question_var_diff(*ab) for mode, ab in mats.items()}
+    out: dict = {"run": run_id, "subject": subject, "rule": rule, "models": models,
+                 "n_questions": int(Q), "n_repeats": int(R), "n_resamples": int(n_resamples), "seed": int(seed),
+                 "mean_covariance_coupled": float(cov.mean()),
+                 "median_var_diff_coupled": float(np.median(vdiff["coupled"])),
+                 "median_var_diff_independent": (float(np.median(vdiff["independent"]))
+                                                 if "independent" in vdiff else None),
+                 "mean_var_diff_coupled": float(vdiff["coupled"].mean()),
+                 "mean_var_diff_independent": (float(vdiff["independent"].mean())
+                                               if "independent" in vdiff else None)}
+
+    # Accuracy: pooled over modes (both are unbiased samples of the same accuracy), plus per mode
+    # with the within/between-question CI of METHODS 5.
+    out["accuracy"] = {m: float(np.mean([mats[mode][i].mean() for mode in mats])) for i, m in enumerate(models)}
+    out["accuracy_by_mode"] = {mode: {m: mg.score_variance(ab[i]) for i, m in enumerate(models)}
+                               for mode, ab in mats.items()}
+    out["difference"] = {mode: bm.paired_bootstrap_diff(*ab, rng=rng_boot, n_resamples=max(n_resamples, 200))
+                         for mode, ab in mats.items()}
+
+    out["kde"] = {"covariance_coupled": bm.kde_curve(cov, n_grid=kde_points)}
+    lo = min(float(v.min()) for v in vdiff.values())
+    hi = max(float(v.max()) for v in vdiff.values())
+    grid = np.linspace(lo - 0.15, hi + 0.15, kde_points)  # one grid so the curves overlay
+    for mode, v in vdiff.items():
+        out["kde"][f"var_diff_{mode}"] = bm.kde_curve(v, grid=grid)
+
+    # Error curves: one set of permutations shared by both modes.
+    N = Q * R
+    sizes = bm.default_sizes(N, step=step)
+    perms = bm.resample_permutations(N, n_resamples, rng_perm, length=int(sizes.max()))
+    curves = {mode: bm.error_curve((ab[0] - ab[1]).ravel(), sizes, perms) for mode, ab in mats.items()}
+    out["truth"] = {mode: c["truth"] for mode, c in curves.items()}
+    rows = []
+    for j, n in enumerate(sizes.tolist()):
+        row = {"n": n}
+        for mode in store.MODES:
+            c = curves.get(mode)
+            row[mode] = c["mean"][j] if c else None
+            row[f"{mode}_low"] = c["low"][j] if c else None
+            row[f"{mode}_high"] = c["high"][j] if c else None
+        rows.append(row)
+    out["error_curve"] = rows
+    out["error_curve_band"] = "2.5% and 97.5% percentiles of the absolute error over the resamples"
+
+    if target_error is not None:
+        eps, source = float(target_error), "target_error"
+    else:
+        eps, source = bm.error_at(sizes, curves["coupled"]["mean"], saving_n), f"coupled error at n={saving_n}"
+    if "independent" in curves:
+        detail = bm.sample_saving(sizes, curves["coupled"]["mean"], curves["independent"]["mean"], eps)
+    else:
+        detail = {"error": eps, "n_coupled": bm.samples_for_error(sizes, curves["coupled"]["mean"], eps),
+                  "n_independent": None, "saving": None}
+    detail["error_source"] = source
+    out["saving"] = detail["saving"]
+    out["saving_detail"] = detail
+
+    # McNemar: 'majority' = per question, correct iff the model is right on more than half of the
+    # repeats (independent across questions: the test's assumption holds); 'pairs' = every
+    # (question, repeat) pair (repeats of a question are dependent: indicative only).
+    out["mcnemar"] = {mode: {"majority": bm.mcnemar(ab[0].mean(axis=1) > 0.5, ab[1].mean(axis=1) > 0.5),
+                             "pairs": bm.mcnemar(ab[0], ab[1])} for mode, ab in mats.items()}
+
+    components = {mode: bm.variance_components_diff(*ab) for mode, ab in mats.items()}
+    out["planner"] = {
+        "target_error": eps, "target_se": eps / bm.MAE_PER_SE,
+        "formula": "Var(mean diff) = sigma2_between/n + sigma2_within/(n k); n = ceil((sb + sw/k)/se^2), "
+                   "se = error / sqrt(2/pi)",
+        "components": components,
+        "plans": {mode: bm.plan_sample_size(c["sigma2_between"], c["sigma2_within"], target_error=eps,
+                                            repeats=sorted({1, 2, 5, 10, R}))
+                  for mode, c in components.items()},
+    }
+    return out
+
+
+def multigen_summary(db: str | os.PathLike, run: str, model: str, mode: str = "coupled", rule: str = "paper",
+                     method: str = "answer", subject: str | None = None, p_max: float = 0.1,
+                     s_min: float = -0.8, n_bootstrap: int = 2000, seed: int = 0) -> dict:
+    """Multiple-generation analysis of one model's k generations per prompt (METHODS.md section 5).
+
+    Clusters come from the ``clusters`` table (``method``); for method 'answer' without stored
+    clusters, generations are clustered by identical extracted answers (``scores.extracted``).
+
+    Returns:
+        dict with run, model, mode, rule, method, clusters_source, n, k, score (μ̂, variance
+        decomposition, CI), bootstrap (over prompts), single_generation (scores, spread),
+        p_correct_distribution ({values, counts}), consistency_mean, n_flagged, thresholds, prompts (list of {prompt_id,
+        subject, p_correct, consistency, flagged}).
+    """
+    if mode not in store.MODES:
+        raise UserError(f"unknown mode {mode!r}; allowed: {list(store.MODES)}")
+    with store.reader(db) as con:
+        sql = """SELECT s.prompt_id, s.repeat, s.score, s.extracted, coalesce(p.idx, 0) AS idx, p.subject,
+                        c.cluster_id
+                 FROM scores s
+                 LEFT JOIN runs r ON r.run_id = s.run_id
+                 LEFT JOIN prompts p ON p.dataset_id = r.dataset_id AND p.prompt_id = s.prompt_id
+                 LEFT JOIN clusters c ON c.run_id = s.run_id AND c.model = s.model AND c.prompt_id = s.prompt_id
+                      AND c.repeat = s.repeat AND c.mode = s.mode AND c.method = ?
+                 WHERE s.run_id = ? AND s.model = ? AND s.mode = ? AND s.rule = ?"""
+        params: list = [method, run, model, mode, rule]
+        if subject is not None:
+            sql += " AND p.subject = ?"
+            params.append(subject)
+        df = con.execute(sql, params).df()
+        if df.empty:
+            avail = con.execute("SELECT DISTINCT run_id, model, mode, rule FROM scores ORDER BY ALL").fetchall()
+            raise UserError(f"no scores for run={run!r} model={model!r} mode={mode!r} rule={rule!r}"
+                            + (f" subject={subject!r}" if subject else "")
+                            + f"; available (run, model, mode, rule): {avail[:20]}")
+    df = df.sort_values(["idx", "prompt_id", "repeat"])
+    wide = df.pivot_table(index=["idx", "prompt_id"], columns="repeat", values="score", aggfunc="first").dropna()
+    if wide.empty:
+        raise UserError("no prompt has a score for every repeat")
+    keep = wide.index.get_level_values("prompt_id")
+    Y = wide.to_numpy(dtype=np.float64)  # (n, k)
+    if df["cluster_id"].notna().any():
+        cl = df.pivot_table(index=["idx", "prompt_id"], columns="repeat", values="cluster_id", aggfunc="first")
+        cl = cl.reindex(index=wide.index, columns=wide.columns)
+        if cl.isna().any().any():
+            raise UserError(f"clusters of method {method!r} are missing for some generations; re-run clustering")
+        C, source = cl.to_numpy(dtype=np.int64), f"clusters table (method {method})"
+    elif method == "answer":
+        codes, _ = pd.factorize(df["extracted"].fillna("<none>"))
+        df = df.assign(code=codes)
+        cl = df.pivot_table(index=["idx", "prompt_id"], columns="repeat", values="code", aggfunc="first")
+        C, source = cl.reindex(index=wide.index, columns=wide.columns).to_numpy(dtype=np.int64), \
+            f"identical extracted answers (scores.extracted, rule {rule})"
+    else:
+        raise UserError(f"no clusters of method {method!r} stored for this run/model/mode; "
+                        "run the clustering first, or use method 'answer'")
+    p = mg.p_correct(Y)
+    S = mg.semantic_consistency(C)
+    flags = mg.data_map_flags(p, S, p_max=p_max, s_min=s_min)
+    subj = df.drop_duplicates("prompt_id").set_index("prompt_id")["subject"].reindex(keep)
+    values, counts = np.unique(np.round(p, 9), return_counts=True)  # p takes the values j/k
+    return {
+        "run": run, "model": model, "mode": mode, "rule": rule, "method": method, "subject": subject,
+        "clusters_source": source, "n": int(Y.shape[0]), "k": int(Y.shape[1]),
+        "score": mg.score_variance(Y),
+        "bootstrap": mg.bootstrap_score_ci(Y, np.random.default_rng(seed), n_resamples=n_bootstrap),
+        "single_generation": mg.single_generation_scores(Y),
+        "p_correct_distribution": {"values": values.tolist(), "counts": counts.tolist()},
+        "consistency_mean": float(S.mean()),
+        "thresholds": {"p_max": p_max, "s_min": s_min},
+        "n_flagged": int(flags.sum()),
+        "prompts": [{"prompt_id": pid, "subject": (None if pd.isna(sj) else sj), "p_correct": float(pi),
+                     "consistency": float(si), "flagged": bool(fi)}
+                    for pid, sj, pi, si, fi in zip(keep, subj.to_numpy(), p, S, flags)],
+    }
