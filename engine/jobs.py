@@ -1,0 +1,265 @@
+"""Background jobs: every database write the dashboard starts runs as a detached CLI process.
+
+A job is ``python -m engine <args> --progress-file <jobs>/<job_id>.json``, started in its own
+session (so it outlives the Streamlit script run, the browser tab and even the Streamlit
+server), with stdout/stderr in ``<jobs>/<job_id>.log`` and its metadata in
+``<jobs>/<job_id>.meta.json``. Everything about a job is a file, so any number of tabs (or the
+CLI) see the same progress, and a page reload loses nothing.
+
+Status of a job (:func:`job_status`), from the files and the pid:
+
+* ``running``   -- the process is alive;
+* ``done``      -- it exited with code 0;
+* ``failed``    -- it exited with a non-zero code (the log says why);
+* ``cancelled`` -- :func:`cancel_job` sent SIGTERM to its process group;
+* ``killed``    -- it disappeared without an exit code and without finishing (e.g. the machine
+  or the process was killed from outside); generation jobs are resumable with :func:`resume_job`.
+
+``<jobs>`` is ``data/jobs`` next to the database (:func:`jobs_dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine import store
+from engine.errors import UserError
+from engine.progress import read_progress, write_json_atomic
+
+STATUSES = ("running", "done", "failed", "cancelled", "killed")
+_KIND_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What is known about one job, read from its files."""
+
+    job_id: str
+    kind: str
+    status: str                  # one of STATUSES
+    args: tuple[str, ...]        # the engine CLI arguments (without --progress-file)
+    pid: int
+    started_at: float
+    done: int = 0
+    total: int = 0
+    tokens: int = 0
+    tokens_per_s: float = 0.0
+    eta_s: float | None = None
+    message: str = ""
+    returncode: int | None = None
+    resumed_from: str | None = None
+    log_tail: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def fraction(self) -> float:
+        """Fraction of units done in [0, 1] (0 when the total is unknown)."""
+        return min(max(self.done / self.total, 0.0), 1.0) if self.total > 0 else 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.status != "running"
+
+
+def jobs_dir(db: str | os.PathLike | None = None) -> Path:
+    """The folder holding job files: ``jobs/`` next to the database (``data/jobs`` by default)."""
+    return Path(db if db is not None else store.DEFAULT_DB).resolve().parent / "jobs"
+
+
+def _paths(job_id: str, jdir: Path) -> dict[str, Path]:
+    return {"meta": jdir / f"{job_id}.meta.json", "progress": jdir / f"{job_id}.json",
+            "log": jdir / f"{job_id}.log", "rc": jdir / f"{job_id}.rc"}
+
+
+def _check_job_id(job_id: str) -> str:
+    # Job ids become file names: refuse anything that is not one of ours.
+    if not job_id or not set(job_id) <= _KIND_CHARS or len(job_id) > 80:
+        raise UserError(f"unknown job id {job_id!r}")
+    return job_id
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    """True when ``pid`` runs and is not a zombie (an exited child nobody has reaped yet)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # Linux: a zombie still answers kill(0); its state letter in /proc is 'Z'.
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _reap(proc: subprocess.Popen, rc_path: Path) -> None:
+    # Runs in a daemon thread of the process that started the job: waits for the child (so it
+    # never lingers as a zombie) and records its exit code for job_status().
+    rc = proc.wait()
+    try:
+        rc_path.write_text(str(rc))
+    except OSError:
+        pass
+
+
+def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None,
+              progress: bool = True, python: str | None = None, env: dict | None = None,
+              resumed_from: str | None = None) -> str:
+    """Start ``python -m engine ARGS`` as a detached background job and return its job id.
+
+    Args:
+        args: the CLI arguments after ``python -m engine`` (e.g. ``["generate", "--models", ...]``).
+        kind: a short label (``generate``, ``score``, ``import``, ``delete``...), letters/digits/-.
+        db: the database the job works on; job files go to :func:`jobs_dir` of it.
+        progress: append ``--progress-file`` (only for commands that accept it).
+        python: the interpreter (default: the current one).
+        env: extra environment variables for the child.
+    Returns:
+        The job id (``<kind>-<YYYYmmdd-HHMMSS>-<hex>``).
+    """
+    kind = str(kind)
+    if not kind or not set(kind) <= _KIND_CHARS or len(kind) > 40:
+        raise UserError(f"job kind {kind!r} must be 1-40 lowercase letters, digits or '-'")
+    if not args or not all(isinstance(a, str) for a in args):
+        raise UserError(f"job arguments must be a non-empty list of strings, got {args!r}")
+    jdir = jobs_dir(db)
+    jdir.mkdir(parents=True, exist_ok=True)
+    job_id = f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    paths = _paths(job_id, jdir)
+    command = [python or sys.executable, "-m", "engine", *args]
+    if progress:
+        command += ["--progress-file", str(paths["progress"])]
+    child_env = dict(os.environ)
+    child_env.setdefault("HF_HUB_OFFLINE", "1")
+    child_env.update(env or {})
+    with open(paths["log"], "ab") as log:
+        proc = subprocess.Popen(command, cwd=str(store.PROJECT_ROOT), stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, env=child_env,
+                                start_new_session=True)  # own process group: survives the page
+    meta = {"job_id": job_id, "kind": kind, "args": list(args), "command": command,
+            "pid": proc.pid, "started_at": time.time(), "progress": progress,
+            "db": str(db) if db is not None else None, "resumed_from": resumed_from}
+    write_json_atomic(paths["meta"], meta)
+    threading.Thread(target=_reap, args=(proc, paths["rc"]), daemon=True).start()
+    return job_id
+
+
+def _log_tail(path: Path, n_chars: int = 2000) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(size - n_chars, 0))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    # tqdm redraws with carriage returns: keep only the last state of each line.
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.splitlines())
+
+
+def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
+    """The current status of one job (see the module docstring for the states)."""
+    _check_job_id(job_id)
+    paths = _paths(job_id, jobs_dir(db))
+    meta = _read_json(paths["meta"])
+    if meta is None:
+        raise UserError(f"unknown job id {job_id!r} (no {paths['meta'].name} in {paths['meta'].parent})")
+    prog = read_progress(paths["progress"]) or {}
+    pid = int(meta.get("pid", -1))
+    rc_text = paths["rc"].read_text().strip() if paths["rc"].exists() else ""
+    returncode = int(rc_text) if rc_text.lstrip("-").isdigit() else None
+    if returncode is None and _pid_alive(pid):
+        status = "running"
+    elif meta.get("cancel_requested_at"):
+        status = "cancelled" if returncode != 0 else "done"
+    elif returncode is not None:
+        status = "done" if returncode == 0 else "failed"
+    elif prog.get("status") in ("done", "failed", "cancelled"):
+        status = prog["status"]
+    else:
+        status = "killed"
+    return JobStatus(
+        job_id=job_id, kind=meta.get("kind", ""), status=status, args=tuple(meta.get("args", ())),
+        pid=pid, started_at=float(meta.get("started_at", 0.0)), done=int(prog.get("done", 0) or 0),
+        total=int(prog.get("total", 0) or 0), tokens=int(prog.get("tokens", 0) or 0),
+        tokens_per_s=float(prog.get("tokens_per_s", 0.0) or 0.0), eta_s=prog.get("eta_s"),
+        message=str(prog.get("message", "") or ""), returncode=returncode,
+        resumed_from=meta.get("resumed_from"), log_tail=_log_tail(paths["log"]) if status != "running" else "",
+    )
+
+
+def list_jobs(db: str | os.PathLike | None = None, kind: str | None = None) -> list[JobStatus]:
+    """Every job of this database's jobs folder, newest first (optionally of one kind)."""
+    jdir = jobs_dir(db)
+    if not jdir.exists():
+        return []
+    out = []
+    for meta_path in jdir.glob("*.meta.json"):
+        job_id = meta_path.name[: -len(".meta.json")]
+        try:
+            st = job_status(job_id, db)
+        except UserError:
+            continue
+        if kind is None or st.kind == kind:
+            out.append(st)
+    return sorted(out, key=lambda s: s.started_at, reverse=True)
+
+
+def cancel_job(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
+    """Stop a running job: SIGTERM to its whole process group. Completed work stays stored."""
+    st = job_status(job_id, db)
+    paths = _paths(job_id, jobs_dir(db))
+    if st.status != "running":
+        return st
+    meta = _read_json(paths["meta"]) or {}
+    meta["cancel_requested_at"] = time.time()
+    write_json_atomic(paths["meta"], meta)
+    try:
+        os.killpg(st.pid, signal.SIGTERM)  # the job leads its own session/group (start_new_session)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 5.0
+    while _pid_alive(st.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return job_status(job_id, db)
+
+
+def resume_job(job_id: str, db: str | os.PathLike | None = None) -> str:
+    """Run the same command again as a new job (generation continues where it stopped)."""
+    st = job_status(job_id, db)
+    if st.status == "running":
+        raise UserError(f"job {job_id} is still running; cancel it before resuming")
+    meta = _read_json(_paths(job_id, jobs_dir(db))["meta"]) or {}
+    python = (meta.get("command") or [None])[0]
+    return start_job(list(st.args), kind=st.kind, db=db, progress=bool(meta.get("progress", True)),
+                     python=python, resumed_from=job_id)
+
+
+def wait_job(job_id: str, db: str | os.PathLike | None = None, timeout_s: float = 600.0,
+             poll_s: float = 0.2) -> JobStatus:
+    """Block until the job is no longer running (or the timeout passes); return its status."""
+    deadline = time.monotonic() + timeout_s
+    st = job_status(job_id, db)
+    while st.status == "running" and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        st = job_status(job_id, db)
+    return st

@@ -1,0 +1,140 @@
+"""The background job runner: real detached processes, progress files, cancel, resume, killed jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine import jobs, store
+from engine.errors import UserError
+
+# A stand-in for `python -m engine ...`: it counts to --units, writes progress in
+# engine.progress's format, and sleeps --sleep seconds per unit. Invoked as
+# `<fake python> -m engine fake --units N --sleep S --progress-file P`.
+FAKE_ENGINE = r'''
+import sys, time, json, os
+sys.path.insert(0, {root!r})
+from engine.progress import Progress
+argv = sys.argv[1:]
+assert argv[:2] == ["-m", "engine"], argv
+args = dict(zip(argv[3::2], argv[4::2]))
+units, sleep = int(args.get("--units", 3)), float(args.get("--sleep", 0.0))
+start = 0
+state = args.get("--state")
+if state and os.path.exists(state):
+    start = int(open(state).read())      # resumable: continue where it stopped
+p = Progress(units, kind="fake", path=args.get("--progress-file"), done=start, show_bar=False,
+             min_interval_s=0.0)
+for i in range(start, units):
+    time.sleep(sleep)
+    p.update(1, tokens=10)
+    if state:  # atomic, like the engine's chunked commits
+        open(state + ".tmp", "w").write(str(i + 1))
+        os.replace(state + ".tmp", state)
+if args.get("--fail") == "1":
+    print("boom: failing on purpose", file=sys.stderr)
+    sys.exit(3)
+p.finish("done")
+print("finished", units)
+'''
+
+
+@pytest.fixture
+def fake_python(tmp_path) -> str:
+    script = tmp_path / "fake_engine.py"
+    script.write_text(FAKE_ENGINE.format(root=str(store.PROJECT_ROOT)))
+    exe = tmp_path / "fakepython"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_job_runs_to_done_with_progress_and_log(tmp_db, fake_python):
+    job = jobs.start_job(["fake", "--units", "4", "--sleep", "0"], kind="fake", db=tmp_db,
+                         python=fake_python)
+    st = jobs.wait_job(job, tmp_db, timeout_s=60)
+    assert st.status == "done" and st.returncode == 0
+    assert (st.done, st.total, st.tokens) == (4, 4, 40)
+    assert st.fraction == 1.0
+    assert "finished 4" in st.log_tail
+    jdir = jobs.jobs_dir(tmp_db)
+    assert jdir == tmp_db.parent / "jobs"
+    meta = json.loads((jdir / f"{job}.meta.json").read_text())
+    assert meta["command"][-2] == "--progress-file" and meta["args"][0] == "fake"
+    assert [j.job_id for j in jobs.list_jobs(tmp_db)] == [job]
+
+
+def test_failed_job_reports_failed_and_log(tmp_db, fake_python):
+    job = jobs.start_job(["fake", "--units", "1", "--fail", "1"], kind="fake", db=tmp_db,
+                         python=fake_python)
+    st = jobs.wait_job(job, tmp_db, timeout_s=60)
+    assert st.status == "failed" and st.returncode == 3
+    assert "boom" in st.log_tail
+
+
+def test_cancel_then_resume_continues(tmp_db, fake_python, tmp_path):
+    state = tmp_path / "state.txt"
+    args = ["fake", "--units", "40", "--sleep", "0.1", "--state", str(state)]
+    job = jobs.start_job(args, kind="fake", db=tmp_db, python=fake_python)
+    deadline = time.monotonic() + 60
+    while jobs.job_status(job, tmp_db).done < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert jobs.job_status(job, tmp_db).status == "running"
+    with pytest.raises(UserError, match="still running"):
+        jobs.resume_job(job, tmp_db)
+    st = jobs.cancel_job(job, tmp_db)
+    assert st.status == "cancelled"
+    stopped_at = int(state.read_text())
+    assert 2 <= stopped_at < 40
+    job2 = jobs.resume_job(job, tmp_db)
+    st2 = jobs.wait_job(job2, tmp_db, timeout_s=120)
+    assert st2.status == "done" and st2.resumed_from == job
+    assert st2.done == 40 and int(state.read_text()) == 40
+    # newest first; both jobs listed with their own state
+    listed = jobs.list_jobs(tmp_db)
+    assert [j.job_id for j in listed] == [job2, job]
+    assert [j.status for j in listed] == ["done", "cancelled"]
+
+
+def test_killed_from_outside_without_exit_code_is_killed(tmp_db, fake_python):
+    job = jobs.start_job(["fake", "--units", "100", "--sleep", "0.1"], kind="fake", db=tmp_db,
+                         python=fake_python)
+    st = jobs.job_status(job, tmp_db)
+    os.killpg(st.pid, signal.SIGKILL)
+    jobs.wait_job(job, tmp_db, timeout_s=30)
+    # Simulate a dashboard restart: the reaper thread's exit-code file is gone.
+    rc = jobs.jobs_dir(tmp_db) / f"{job}.rc"
+    deadline = time.monotonic() + 10
+    while not rc.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rc.unlink()
+    assert jobs.job_status(job, tmp_db).status == "killed"
+
+
+def test_real_engine_command_runs_as_job(tmp_db):
+    with store.writer(tmp_db) as con:
+        con.execute("INSERT INTO models (name, variant) VALUES ('m1', 'base')")
+    job = jobs.start_job(["info", "--db", str(tmp_db)], kind="info", db=tmp_db, progress=False)
+    st = jobs.wait_job(job, tmp_db, timeout_s=120)
+    assert st.status == "done", st.log_tail
+    assert '"models": 1' in st.log_tail
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", "X" * 100])
+def test_bad_job_ids_and_kinds_are_user_errors(tmp_db, bad):
+    with pytest.raises(UserError):
+        jobs.job_status(bad, tmp_db)
+    with pytest.raises(UserError):
+        jobs.start_job(["info"], kind=bad or "A B", db=tmp_db)
+
+
+def test_unknown_job_and_empty_dir(tmp_db):
+    assert jobs.list_jobs(tmp_db) == []
+    with pytest.raises(UserError, match="unknown job"):
+        jobs.job_status("generate-20200101-000000-abcdef", tmp_db)
