@@ -1,0 +1,210 @@
+"""engine.stats.benchmark: exact tiny cases, vectorised vs naive, seeded simulations of guarantees."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine.errors import UserError
+from engine.stats import benchmark as bm
+
+# 2 questions x 3 repeats, hand-computed below.
+A = np.array([[1, 0, 1], [1, 1, 1]], dtype=float)
+B = np.array([[1, 0, 0], [0, 1, 0]], dtype=float)
+
+
+def test_covariance_and_var_diff_exact_tiny():
+    # q1: A = (1,0,1), mean 2/3; B = (1,0,0), mean 1/3; products of deviations 2/9, 2/9, -1/9 -> 1/3, /2 = 1/6
+    # q2: A constant -> covariance 0
+    np.testing.assert_allclose(bm.per_question_covariance(A, B), [1 / 6, 0.0])
+    # q1: D = (0,0,1): mean 1/3, squares 1/9 + 1/9 + 4/9 = 2/3, /2 = 1/3;  q2: D = (1,0,1) -> 1/3
+    np.testing.assert_allclose(bm.per_question_var_diff(A, B), [1 / 3, 1 / 3])
+
+
+def test_var_diff_identity_on_same_data():
+    # Var(A - B) = Var(A) + Var(B) - 2 Cov(A, B), per question, exactly (ddof 1 throughout)
+    rng = np.random.default_rng(1)
+    X = rng.integers(0, 2, (50, 10)).astype(float)
+    Y = rng.integers(0, 2, (50, 10)).astype(float)
+    lhs = bm.per_question_var_diff(X, Y)
+    rhs = X.var(axis=1, ddof=1) + Y.var(axis=1, ddof=1) - 2 * bm.per_question_covariance(X, Y)
+    np.testing.assert_allclose(lhs, rhs, atol=1e-12)
+    # and the covariance matches numpy's per row
+    np.testing.assert_allclose(bm.per_question_covariance(X, Y)[:5], [np.cov(X[i], Y[i])[0, 1] for i in range(5)])
+
+
+def _simulate(rng, Q, R, coupled):
+    """Two models with per-question accuracies; coupled = one shared uniform per (q, r)."""
+    pa = rng.beta(2, 2, Q)[:, None]
+    pb = np.clip(pa - 0.15 + 0.1 * rng.standard_normal((Q, 1)), 0, 1)
+    u = rng.random((Q, R))
+    v = u if coupled else rng.random((Q, R))
+    return (u < pa).astype(float), (v < pb).astype(float), pa, pb
+
+
+def test_proposition_1_on_simulated_data():
+    # Var_indep(R_a - R_b) - 2 Cov_coupled(R_a, R_b) = Var_coupled(R_a - R_b) in expectation:
+    # same per-question accuracies, coupled vs independent noise, averaged over many questions.
+    rng = np.random.default_rng(7)
+    Q, R = 4000, 10
+    pa = rng.beta(2, 2, Q)[:, None]
+    pb = np.clip(pa - 0.15 + 0.1 * rng.standard_normal((Q, 1)), 0, 1)
+    u, v, w = rng.random((3, Q, R))
+    Ac, Bc = (u < pa).astype(float), (u < pb).astype(float)
+    Ai, Bi = (v < pa).astype(float), (w < pb).astype(float)
+    var_c = bm.per_question_var_diff(Ac, Bc).mean()
+    var_i = bm.per_question_var_diff(Ai, Bi).mean()
+    cov_c = bm.per_question_covariance(Ac, Bc).mean()
+    # exact expectations: E Var_i = E[pa(1-pa) + pb(1-pb)], E Cov = E[min(pa,pb) - pa pb]
+    exp_cov = float((np.minimum(pa, pb) - pa * pb).mean())
+    assert cov_c == pytest.approx(exp_cov, abs=0.004)
+    assert var_i - 2 * cov_c == pytest.approx(var_c, abs=0.01)
+    assert var_c < var_i
+
+
+def test_error_curve_vectorised_equals_naive_loop():
+    rng = np.random.default_rng(3)
+    diff = rng.integers(-1, 2, 300).astype(float)
+    sizes = bm.default_sizes(diff.size, step=20)
+    perms = bm.resample_permutations(diff.size, 200, rng)
+    fast = bm.error_curve(diff, sizes, perms)
+    slow = bm.error_curve_naive(diff, sizes, perms)
+    assert fast["n"] == slow["n"]
+    for key in ("mean", "low", "high"):
+        np.testing.assert_allclose(fast[key], slow[key], rtol=0, atol=1e-12)
+    # without replacement, n = N gives zero error
+    assert fast["mean"][-1] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_permutations_are_permutations_and_prefix_uniform():
+    rng = np.random.default_rng(0)
+    perms = bm.resample_permutations(7, 5000, rng)
+    assert (np.sort(perms, axis=1) == np.arange(7)).all()
+    # every item is first with probability 1/7
+    freq = np.bincount(perms[:, 0], minlength=7) / 5000
+    assert np.abs(freq - 1 / 7).max() < 0.03
+
+
+def test_error_curve_matches_sampling_theory():
+    # Mean error of a without-replacement mean vs E|N(0, s^2 (N-n)/(N-1) / n)| = sd sqrt(2/pi)
+    rng = np.random.default_rng(11)
+    diff = rng.integers(-1, 2, 2000).astype(float)
+    N = diff.size
+    sizes = np.array([100, 400])
+    perms = bm.resample_permutations(N, 4000, rng, length=400)
+    curve = bm.error_curve(diff, sizes, perms)
+    s2 = diff.var()
+    for n, e in zip(sizes, curve["mean"]):
+        sd = math.sqrt(s2 / n * (N - n) / (N - 1))
+        assert e == pytest.approx(sd * bm.MAE_PER_SE, rel=0.05)
+
+
+def test_samples_for_error_and_saving_exact():
+    sizes = [20, 40, 60, 80]
+    err_c = [0.10, 0.06, 0.04, 0.03]
+    err_i = [0.14, 0.10, 0.08, 0.05]
+    # coupled reaches 0.05 between 40 (0.06) and 60 (0.04): 40 + 0.01/0.02*20 = 50
+    assert bm.samples_for_error(sizes, err_c, 0.05) == pytest.approx(50.0)
+    assert bm.samples_for_error(sizes, err_i, 0.05) == pytest.approx(80.0)
+    s = bm.sample_saving(sizes, err_c, err_i, 0.05)
+    assert s["saving"] == pytest.approx(1 - 50 / 80)
+    assert bm.samples_for_error(sizes, err_c, 0.001) is None
+    assert bm.sample_saving(sizes, err_c, err_i, 0.001)["saving"] is None
+    assert bm.error_at(sizes, err_c, 50) == pytest.approx(0.05)
+
+
+def test_mcnemar_exact_and_chi2():
+    a = np.array([1, 1, 1, 0, 1, 0])
+    b = np.array([0, 0, 0, 0, 1, 0])
+    r = bm.mcnemar(a, b)
+    assert (r["n10"], r["n01"], r["method"]) == (3, 0, "exact")
+    assert r["p_value"] == pytest.approx(2 * 0.5 ** 3)
+    # large discordant counts: chi2 with continuity correction agrees with the exact binomial
+    rng = np.random.default_rng(2)
+    x = rng.random(3000) < 0.6
+    y = rng.random(3000) < 0.55
+    chi = bm.mcnemar(x, y)
+    exact = bm.mcnemar(x, y, exact_below=10 ** 9)
+    assert chi["method"] == "chi2" and exact["method"] == "exact"
+    assert chi["p_value"] == pytest.approx(exact["p_value"], rel=0.1, abs=1e-4)
+    assert bm.mcnemar(a, a)["p_value"] == 1.0
+
+
+def test_mcnemar_level_under_null():
+    # seeded simulation: under H0 (exchangeable pairs) the exact test rejects at most ~5%
+    rng = np.random.default_rng(5)
+    rejections = 0
+    for _ in range(400):
+        p = rng.random(60)
+        x = rng.random(60) < p
+        y = rng.random(60) < p
+        rejections += bm.mcnemar(x, y)["p_value"] < 0.05
+    assert rejections / 400 <= 0.07
+
+
+def test_paired_bootstrap_diff():
+    rng = np.random.default_rng(0)
+    Ac, Bc, pa, pb = _simulate(rng, 300, 10, coupled=True)
+    r = bm.paired_bootstrap_diff(Ac, Bc, np.random.default_rng(1), n_resamples=2000)
+    assert r["diff"] == pytest.approx((Ac - Bc).mean())
+    assert r["ci_low"] < r["diff"] < r["ci_high"]
+    # the bootstrap se agrees with the cluster (per-question) standard error
+    d = (Ac - Bc).mean(axis=1)
+    assert r["se"] == pytest.approx(d.std(ddof=1) / math.sqrt(d.size), rel=0.1)
+
+
+def test_variance_components_and_planner_match_simulation():
+    # Var(mean diff over n questions x k repeats) = sb/n + sw/(n k): the components estimated on one
+    # simulated benchmark predict the variance of the mean over fresh benchmarks of another shape.
+    rng = np.random.default_rng(9)
+    Ac, Bc, _, _ = _simulate(rng, 2000, 10, coupled=True)
+    comp = bm.variance_components_diff(Ac, Bc)
+    n, k, M = 100, 4, 3000
+    pa = rng.beta(2, 2, (M, n, 1))
+    pb = np.clip(pa - 0.15 + 0.1 * rng.standard_normal((M, n, 1)), 0, 1)
+    u = rng.random((M, n, k))
+    means = ((u < pa).astype(float) - (u < pb)).mean(axis=(1, 2))  # (M,)
+    predicted = comp["sigma2_between"] / n + comp["sigma2_within"] / (n * k)
+    assert np.var(means, ddof=1) == pytest.approx(predicted, rel=0.1)
+    plan = bm.plan_sample_size(comp["sigma2_between"], comp["sigma2_within"], target_se=0.02, repeats=(1, 4))
+    for row in plan:
+        se = math.sqrt((comp["sigma2_between"] + comp["sigma2_within"] / row["repeats"]) / row["questions"])
+        assert se <= 0.02
+        se_one_less = math.sqrt((comp["sigma2_between"] + comp["sigma2_within"] / row["repeats"])
+                                / max(row["questions"] - 1, 1))
+        assert row["questions"] == 1 or se_one_less > 0.02
+    # target error -> target se = error / sqrt(2/pi)
+    by_err = bm.plan_sample_size(0.1, 0.2, target_error=0.02 * bm.MAE_PER_SE, repeats=(1,))
+    assert by_err == bm.plan_sample_size(0.1, 0.2, target_se=0.02, repeats=(1,))
+
+
+def test_kde_curve_regular_and_degenerate():
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, 500)
+    c = bm.kde_curve(x, n_grid=400)
+    assert not c["degenerate"]
+    assert np.trapezoid(c["density"], c["x"]) == pytest.approx(1.0, abs=0.01)
+    d = bm.kde_curve(np.full(20, 0.2))  # all equal: no crash, a narrow bump at 0.2
+    assert d["degenerate"]
+    assert d["x"][int(np.argmax(d["density"]))] == pytest.approx(0.2, abs=0.01)
+    assert np.trapezoid(d["density"], d["x"]) == pytest.approx(1.0, abs=0.01)
+    assert bm.kde_curve([0.3])["degenerate"]
+
+
+def test_bad_input_errors():
+    with pytest.raises(UserError, match="shape"):
+        bm.per_question_covariance(np.zeros((2, 3)), np.zeros((3, 3)))
+    with pytest.raises(UserError, match="2 repeats"):
+        bm.per_question_var_diff(np.zeros((4, 1)), np.zeros((4, 1)))
+    with pytest.raises(UserError, match="NaN"):
+        bm.per_question_covariance(np.array([[np.nan, 1.0]]), np.array([[0.0, 1.0]]))
+    with pytest.raises(UserError, match="sample sizes"):
+        bm.error_curve(np.zeros(10), [5, 20], bm.resample_permutations(10, 3, np.random.default_rng(0)))
+    with pytest.raises(UserError, match="exactly one"):
+        bm.plan_sample_size(0.1, 0.1)
+    with pytest.raises(UserError, match="> 0"):
+        bm.plan_sample_size(0.1, 0.1, target_error=-1)
+    with pytest.raises(UserError, match="no values"):
+        bm.kde_curve([])
