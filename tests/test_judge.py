@@ -1,0 +1,184 @@
+"""LLM-as-judge: verdict parsing, presentation-order handling, unparseable counting, resume."""
+
+from __future__ import annotations
+
+import glob
+import re
+
+import pytest
+
+from engine import judge as J
+from engine import store
+from engine.errors import UserError
+from tests.conftest import shared_path
+from tests.test_scoring import make_run
+
+RANK = {"m1": 0, "m2": 1, "m3": 2}  # the stub judge prefers lower rank; m1 best
+
+
+def make_judge_run(db, n_prompts=3, repeats=2, models=("m1", "m2", "m3"), modes=("coupled", "independent"), drop=()):
+    prompts = [(f"q{i}", None, None, f"Question {i}?") for i in range(n_prompts)]
+    gens = [(m, f"q{i}", r, mode, f"answer of {m} to q{i} r{r} {mode}")
+            for m in models for i in range(n_prompts) for r in range(repeats) for mode in modes
+            if (m, f"q{i}", r, mode) not in drop]
+    make_run(db, gens, prompts, models=models)
+    return gens
+
+
+def answers_shown(messages):
+    user = messages[1]["content"]
+    first = re.search(r"Assistant A's Answer\|>\nanswer of (m\d)", user).group(1)
+    second = re.search(r"Assistant B's Answer\|>\nanswer of (m\d)", user).group(1)
+    return first, second
+
+
+class StubJudge:
+    """Prefers the better-ranked model; 'tie' on q1 repeat 0; garbage for q2 repeat 1."""
+
+    def __init__(self, fail_after_calls=None):
+        self.calls, self.n_prompts, self.fail_after_calls = 0, 0, fail_after_calls
+
+    def __call__(self, messages_list):
+        if self.fail_after_calls is not None and self.calls >= self.fail_after_calls:
+            raise KeyboardInterrupt("simulated kill")
+        self.calls += 1
+        self.n_prompts += len(messages_list)
+        out = []
+        for msgs in messages_list:
+            assert msgs[0] == {"role": "system", "content": J.PAPER_JUDGE_PROMPT}
+            first, second = answers_shown(msgs)
+            if "q1 r0" in msgs[1]["content"]:
+                out.append("Tie")
+            elif "q2 r1" in msgs[1]["content"]:
+                out.append("I like both of them, hard to say")
+            else:
+                out.append("[[A]]" if RANK[first] < RANK[second] else "B is better")
+        return out
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("A", "A"), ("B", "B"), ("Tie", "tie"), ("tie", "tie"), ("‘A’", "A"), ("'B'", "B"), ("[[A]]", "A"),
+    ("[[A>B]]", "A"), ("[[B>>A]]", "B"), ("[[A=B]]", "tie"), ("A is better", "A"), ("Verdict: B", "B"),
+    ("My final verdict is tie", "tie"), ("**B**", "B"), ("Assistant B is better", "B"), ("b", "B"), ("B.", "B"),
+    ("a tie", "tie"), ("  A\n\nBecause", "A"), ("Both A and B", None), ("", None), ("I cannot decide", None),
+    (None, None), ("Either A or B, or a tie", None),
+])
+def test_parse_verdict(raw, expected):
+    assert J.parse_verdict(raw) == expected
+
+
+@pytest.mark.parametrize("parsed,presented,winner", [
+    ("A", "ab", "a"), ("B", "ab", "b"), ("A", "ba", "b"), ("B", "ba", "a"), ("tie", "ba", "tie"), (None, "ab", None),
+])
+def test_order_handling(parsed, presented, winner):
+    assert J.winner_from_verdict(parsed, presented) == winner
+
+
+def test_paper_prompt_is_verbatim_from_appendix_c():
+    path = shared_path("seeds")
+    text = open(glob.glob(str(path / "002_*.txt"))[0], encoding="utf-8").read()
+    line = next(l for l in text.splitlines() if l.startswith("System: Please act as an impartial judge"))
+    assert J.PAPER_JUDGE_PROMPT == line[len("System: "):]
+
+
+def test_build_messages_swaps_for_ba():
+    cfg = J.JudgeConfig("j")
+    ab = J.build_messages(cfg, "Q?", "first {x}", "second", "ab")[1]["content"]
+    ba = J.build_messages(cfg, "Q?", "first {x}", "second", "ba")[1]["content"]
+    assert ab.index("first {x}") < ab.index("second") and ba.index("second") < ba.index("first {x}")
+    assert ab.startswith("<|User Prompt|>\nQ?\n")
+
+
+def test_config_validation():
+    with pytest.raises(UserError, match="unknown orders 'some'; allowed: both, random"):
+        J.JudgeConfig("j", orders="some")
+    with pytest.raises(UserError, match="exactly the fields"):
+        J.JudgeConfig("j", user_template="{question} {answer_a}")
+    with pytest.raises(UserError, match="batch_size"):
+        J.JudgeConfig("j", batch_size=0)
+
+
+def test_judge_run_both_orders_known_verdicts(tmp_db):
+    make_judge_run(tmp_db)
+    stub = StubJudge()
+    cfg = J.JudgeConfig("stub", batch_size=5)
+    s = J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=stub, show_bar=False)
+    n_units = 3 * 2 * 2  # prompts x repeats x modes
+    assert s["n_tasks"] == n_units * 3 * 2 == stub.n_prompts  # 3 pairs, 2 orders
+    assert s["n_unparseable"] == 3 * 2 * 2 and s["stored_verdicts"]["tie"] == 3 * 2 * 2
+    df = store.query_df(tmp_db, "SELECT * FROM judgments")
+    assert len(df) == s["n_tasks"] and set(df.presented) == {"ab", "ba"}
+    assert (df.judge_prompt_hash == cfg.prompt_hash).all()
+    decided = df[df.parsed.isin(["A", "B"])]
+    # the stub always prefers the better-ranked model: in model terms model_a (earlier in the run) wins
+    assert (decided.winner == "a").all() and len(decided) == n_units * 6 - 24
+    # a 'ba' presentation with parsed 'B' means model_a won (model_a was shown second)
+    assert set(decided[decided.presented == "ba"].parsed) == {"B"}
+    assert df[df.parsed.isna()].raw.str.contains("hard to say").all() and df[df.parsed.isna()].winner.isna().all()
+    # vectorised comparisons equal a naive loop over stored rows
+    comp = J.judgments_to_comparisons(tmp_db, "r1", "stub", "coupled")
+    naive = [J.winner_from_verdict(p if isinstance(p, str) else None, o) for p, o, m in zip(df.parsed, df.presented, df["mode"]) if m == "coupled"]
+    assert sorted(comp.winner, key=str) == sorted(naive, key=str) and len(comp) == n_units * 3
+    agree = J.judgments_to_comparisons(tmp_db, "r1", "stub", "coupled", combine="agree")
+    assert len(agree) == 3 * 2 * 3 and agree.winner.isna().sum() == 3 and (agree.winner == "tie").sum() == 3
+
+
+def test_random_orders_are_seeded_and_fair(tmp_db):
+    make_judge_run(tmp_db, n_prompts=40, repeats=1, models=("m1", "m2"), modes=("coupled",))
+    cfg = J.JudgeConfig("stub", orders="random", seed=7, batch_size=16)
+    s = J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=StubJudge(), show_bar=False)
+    df = store.query_df(tmp_db, "SELECT prompt_id, presented, winner FROM judgments ORDER BY prompt_id")
+    assert s["n_tasks"] == 40 == len(df)
+    assert 8 < (df.presented == "ab").sum() < 32  # a fair coin; P(outside) < 1e-4
+    assert df.presented.tolist() == [J.random_order(7, p, 0, "coupled", "m1", "m2") for p in df.prompt_id]
+    assert ((df.winner == "a") | df.prompt_id.isin(["q1", "q2"])).all()
+
+
+def test_resume_after_kill_judges_only_what_is_missing(tmp_db, tmp_path):
+    make_judge_run(tmp_db)
+    cfg = J.JudgeConfig("stub", batch_size=7)
+    with pytest.raises(KeyboardInterrupt):
+        J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=StubJudge(fail_after_calls=3), show_bar=False)
+    assert store.table_counts(tmp_db)["judgments"] == 21  # 3 batches stored, nothing half-written
+    stub = StubJudge()
+    prog = tmp_path / "p.json"
+    s = J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=stub, progress_file=prog, show_bar=False)
+    assert s["n_skipped_existing"] == 21 and stub.n_prompts == s["n_tasks"] - 21 == s["n_judged_now"]
+    from engine.progress import read_progress
+    p = read_progress(prog)
+    assert p["status"] == "done" and p["done"] == p["total"] == s["n_tasks"]
+    again = J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=StubJudge(fail_after_calls=0), show_bar=False)
+    assert again["n_judged_now"] == 0 and again["stored_verdicts"] == s["stored_verdicts"]
+    # a different prompt over stored rows needs --replace
+    other = J.JudgeConfig("stub", prompt_template="Judge briefly.", batch_size=50)
+    with pytest.raises(UserError, match="different judge prompt"):
+        J.judge_run(tmp_db, "r1", "stub", other, complete_fn=StubJudge(), show_bar=False)
+
+
+def test_missing_generations_are_counted_not_judged(tmp_db):
+    make_judge_run(tmp_db, n_prompts=2, repeats=1, modes=("coupled",), drop={("m3", "q0", 0, "coupled")})
+    s = J.judge_run(tmp_db, "r1", "stub", J.JudgeConfig("stub"), complete_fn=StubJudge(), show_bar=False)
+    assert s["n_pairs_missing_generation"] == 2 and s["n_tasks"] == (2 * 3 - 2) * 2
+
+
+def test_bad_inputs(tmp_db):
+    make_judge_run(tmp_db, n_prompts=1, repeats=1, models=("m1",), modes=("coupled",))
+    with pytest.raises(UserError, match="one model only"):
+        J.judge_run(tmp_db, "r1", "stub", complete_fn=StubJudge(), show_bar=False)
+    with pytest.raises(UserError, match="run 'zz' has no generations"):
+        J.judge_run(tmp_db, "zz", "stub", complete_fn=StubJudge(), show_bar=False)
+    with pytest.raises(UserError, match="unknown combine"):
+        J.judgments_to_comparisons(tmp_db, "r1", "stub", combine="avg")
+
+
+def test_external_command_hook(tmp_db, tmp_path):
+    script = tmp_path / "judge.py"
+    script.write_text("import sys, json\nfor line in sys.stdin:\n    json.loads(line)\n    print(json.dumps('A'))\n")
+    make_judge_run(tmp_db, n_prompts=2, repeats=1, models=("m1", "m2"), modes=("coupled",))
+    import sys
+    fn = J.command_complete_fn(f"{sys.executable} {script}")
+    s = J.judge_run(tmp_db, "r1", "ext", J.JudgeConfig("ext"), complete_fn=fn, show_bar=False)
+    df = store.query_df(tmp_db, "SELECT presented, winner FROM judgments ORDER BY presented")
+    assert s["n_judged_now"] == 4 and df.winner.tolist() == ["a", "a", "b", "b"]
+    with pytest.raises(UserError, match="not found"):
+        J.command_complete_fn("/no/such/judge-binary")([[{"role": "user", "content": "x"}]])
