@@ -1,0 +1,196 @@
+"""CLI ``ranksets`` / ``winrates`` and the read-side helpers of engine.ranking_io."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine import cli, ranking_io
+from engine.stats import ranking as R
+from tests.conftest import ROOT, shared_path
+
+ARENA_12 = ["gpt-4", "claude-v1", "claude-instant-v1", "gpt-3.5-turbo", "vicuna-13b", "palm-2", "koala-13b",
+            "RWKV-4-Raven-14B", "oasst-pythia-12b", "alpaca-13b", "chatglm-6b", "fastchat-t5-3b"]
+
+# the 3-model tiny case of test_stats_ranking as a CSV (x = m0, y = m1, z = m2)
+TINY = """prompt_id,model_a,model_b,human_winner,judge_winner
+p1,x,y,a,a
+p2,y,z,b,b
+p3,z,x,tie,a
+p4,x,z,a,tie
+p5,y,x,b,b
+"""
+
+
+def _run(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _synthetic_csv(path, rng, k=4, per=30, label_every=3, u=0.1):
+    first, second = R.balanced_design(k, per)
+    theta, judge = R.synthetic_theta(k, u, rng)
+    w, wh = R.synthetic_outcomes(first, theta, judge, rng)
+    names = [f"m{i}" for i in range(k)]
+    lab = np.arange(len(first)) % label_every == 0
+    df = pd.DataFrame({"prompt_id": [f"q{i}" for i in range(len(first))],
+                       "model_a": [names[i] for i in first], "model_b": [names[i] for i in second],
+                       "human_winner": np.where(lab, np.where(w == 1, "a", "tie"), ""),
+                       "judge_winner": np.where(wh == 1, "a", "tie")})
+    df.to_csv(path, index=False)
+    return df
+
+
+def test_ranksets_json_exact_tiny_case(tmp_path, capsys):
+    f = tmp_path / "c.csv"
+    f.write_text(TINY)
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--alpha", "0.1")
+    assert rc == 0
+    d = json.loads(out)
+    assert list(d) == ["models", "theta", "sigma", "lambda", "ranksets", "covariance", "n", "N"]
+    assert d["models"] == ["x", "y", "z"]
+    assert d["theta"] == pytest.approx({"x": 0.75, "y": 0.0, "z": 1 / 3})
+    np.testing.assert_allclose(np.array(d["sigma"])[[0, 2, 0], [0, 2, 2]], [3 / 64, 2 / 27, 1 / 72])
+    assert d["lambda"] is None and d["covariance"] == "delta" and (d["n"], d["N"]) == (5, 0)
+    lo, up = R.ranksets(np.array([0.75, 0, 1 / 3]), np.array(d["sigma"]), 0.1)
+    assert d["ranksets"] == {m: [int(a), int(b)] for m, a, b in zip("xyz", lo, up)}
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "judge", "--alpha", "0.1",
+                      "--covariance", "paper")
+    d = json.loads(out)
+    assert (d["n"], d["N"], d["covariance"]) == (0, 5, "paper")
+    # judge: p3 (z, x) 'a' -> z wins, p4 tie: x = (1 + 0 + 0 + 1) / 4, z = (1 + 1 + 0) / 3
+    assert d["theta"] == pytest.approx({"x": 0.5, "y": 0.0, "z": 2 / 3})
+
+
+def test_ranksets_ppr_cli_matches_library_and_lambda_zero_is_human_only(tmp_path, capsys):
+    f = tmp_path / "s.csv"
+    df = _synthetic_csv(f, np.random.default_rng(0))
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "ppr", "--alpha", "0.1")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["n"] == int((df.human_winner != "").sum()) and d["n"] + d["N"] == len(df)
+    assert 0 <= d["lambda"] <= 1
+    rc, out0, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "ppr", "--alpha", "0.1",
+                       "--lambda", "0")
+    rc, outh, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--alpha", "0.1")
+    d0, dh = json.loads(out0), json.loads(outh)
+    assert d0["theta"] == pytest.approx(dh["theta"], abs=1e-12)
+    np.testing.assert_allclose(d0["sigma"], dh["sigma"], atol=1e-15)
+    assert d0["ranksets"] == dh["ranksets"]
+
+
+@pytest.mark.parametrize("content, argv, needle", [
+    ("model_a,model_b,human_winner,judge_winner\nx,y,maybe,a\n", ["--method", "human"], "maybe"),
+    ("", ["--method", "human"], "empty"),
+    ("model_a,model_b,human_winner\n", ["--method", "human"], "no comparisons"),
+    ("first,second,outcome\nx,y,a\n", ["--method", "human"], "columns must include"),
+    (TINY, ["--method", "human", "--alpha", "1.5"], "alpha"),
+    (TINY, ["--method", "human", "--alpha", "abc"], "alpha"),
+    (TINY, ["--method", "ppr", "--lambda", "2"], "lambda"),
+    (TINY, ["--method", "ppr"], "judge only"),
+    (TINY.replace("p5,y,x,b,b", "p5,y,x,,b"), ["--method", "ppr"], "never appear"),
+    (TINY.replace("p2,y,z,b,b", "p2,y,z,b,"), ["--method", "ppr"], "judge label on every"),
+    (TINY, ["--method", "human", "--models", "x,y,w"], "'w'"),
+])
+def test_bad_input_is_a_clear_user_error(tmp_path, capsys, content, argv, needle):
+    f = tmp_path / "bad.csv"
+    f.write_text(content)
+    rc, out, err = _run(capsys, "ranksets", "--comparisons", str(f), *argv)
+    assert rc == 2 and out == ""
+    assert needle in err and "Traceback" not in err
+
+
+def test_ppr_model_missing_from_unlabelled_set(tmp_path, capsys):
+    # every comparison of z is human-labelled: z never appears in the unlabelled set
+    f = tmp_path / "c.csv"
+    f.write_text(TINY + "p6,x,y,,a\np7,y,x,,b\n")
+    rc, _, err = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "ppr")
+    assert rc == 2 and "['z'] never appear in the unlabelled set" in err
+
+
+def test_cli_subprocess_no_traceback(tmp_path):
+    f = tmp_path / "c.csv"
+    f.write_text(TINY)
+    p = subprocess.run([sys.executable, "-m", "engine", "ranksets", "--comparisons", str(f), "--method", "human",
+                        "--alpha", "0"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2 and "alpha must be in (0, 1)" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_winrates_cli_and_compare(tmp_path, capsys):
+    f = tmp_path / "c.csv"
+    f.write_text(TINY)
+    g = tmp_path / "d.csv"
+    g.write_text(TINY.replace("p2,y,z,b,b", "p2,y,z,a,b"))
+    rc, out, _ = _run(capsys, "winrates", "--comparisons", str(f), "--bootstrap", "20", "--compare", str(g))
+    assert rc == 0
+    d = json.loads(out)
+    # x vs y: x won p1 (as a) and p5 (as b) -> 1.0; x vs z: p3 tie, p4 x wins -> 0.5, tie 0.5
+    assert d["matrix"]["x"]["y"] == 1.0 and d["matrix"]["x"]["z"] == 0.5 and d["ties"]["x"]["z"] == 0.5
+    assert d["average"]["x"]["winrate"] == pytest.approx(0.75)
+    assert d["counts"]["x"]["z"] == 2 and d["n"] == 5
+    assert set(d["bradley_terry"]["beta"]) == {"x", "y", "z"} and set(d["elo"]["rating"]) == {"x", "y", "z"}
+    assert d["compare"]["z"]["y"]["winrate"] == 1.0 and d["compare"]["z"]["y"]["winrate_other"] == 0.0
+    assert d["compare"]["x"]["y"]["p"] == 1.0
+
+
+def test_ranksets_from_stored_set(tmp_path, capsys, tmp_db):
+    from engine.comparisons import import_comparisons
+    f = tmp_path / "up.csv"
+    f.write_text(TINY.replace("human_winner", "winner"))
+    import_comparisons(tmp_db, f, "tiny")
+    rc, out, _ = _run(capsys, "ranksets", "--set", "tiny", "--db", str(tmp_db), "--method", "human", "--alpha", "0.1")
+    assert rc == 0 and json.loads(out)["theta"] == pytest.approx({"x": 0.75, "y": 0.0, "z": 1 / 3})
+    rc, _, err = _run(capsys, "ranksets", "--set", "nope", "--db", str(tmp_db), "--method", "human")
+    assert rc == 2 and "nope" in err
+
+
+def test_rankset_draws_consistency():
+    rng = np.random.default_rng(1)
+    k = 4
+    first, second = R.balanced_design(k, 40)
+    theta, judge = R.synthetic_theta(k, 0.05, rng)
+    w, wh = R.synthetic_outcomes(first, theta, judge, rng)
+    names = [f"m{i}" for i in range(k)]
+    df = pd.DataFrame({"model_a": [names[i] for i in first], "model_b": [names[i] for i in second],
+                       "human_winner": np.where(w == 1, "a", "tie"), "judge_winner": np.where(wh == 1, "a", "tie")})
+    res = ranking_io.rankset_draws(df, None, n=60, reps=30, alpha=0.1, seed=3, alphas=(0.3, 0.1, 0.05))
+    assert set(res["position_prob"]) == {"baseline", "human", "judge", "ppr"}
+    assert res["n"] == 60 and res["N"] == 6 * 80 - 60
+    for m in res["position_prob"]:
+        P = np.array(res["position_prob"][m])
+        size = [c["size"] for c in res["curve"][m] if c["alpha"] == 0.1][0]
+        # two routes to the mean rank-set size: from the position probabilities and directly
+        assert P.sum() / k == pytest.approx(size)
+    base = [c for c in res["curve"]["baseline"]]
+    assert all(c["intersection"] == 1.0 and c["coverage"] == 1.0 for c in base)
+    sizes = [c["size"] for c in res["curve"]["human"]]  # alphas descending -> sizes non-decreasing
+    assert sizes == sorted(sizes)
+
+
+@pytest.mark.shared
+def test_arena_real_files_count_and_cli(capsys, tmp_path):
+    human = shared_path("data", "arena", "human.json")
+    judge = shared_path("data", "arena", "gpt-4-0125-preview.json")
+    df = ranking_io.load_comparisons(human=human, judge=judge, models=ARENA_12)
+    assert len(df) == 14_947
+    rc, out, _ = _run(capsys, "ranksets", "--human", str(human), "--judge", str(judge), "--models", ",".join(ARENA_12),
+                      "--method", "human", "--alpha", "0.05")
+    d = json.loads(out)
+    assert rc == 0 and d["n"] == 14_947 and d["ranksets"]["gpt-4"] == [1, 1]
+    rc, out, _ = _run(capsys, "ranksets", "--human", str(human), "--judge", str(judge), "--models", ",".join(ARENA_12),
+                      "--method", "judge", "--alpha", "0.05", "--covariance", "paper")
+    assert rc == 0 and json.loads(out)["N"] == 14_947
+    # PPR on a CSV where 2 of 3 human labels are removed
+    csv = tmp_path / "arena.csv"
+    d2 = df.copy()
+    d2.loc[d2.index % 3 != 0, "human_winner"] = None
+    d2.to_csv(csv, index=False)
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(csv), "--method", "ppr", "--alpha", "0.05")
+    d = json.loads(out)
+    assert rc == 0 and d["n"] == 4983 and d["N"] == 14_947 - 4983 and 0 < d["lambda"] <= 1
