@@ -123,7 +123,7 @@ def _reap(proc: subprocess.Popen, rc_path: Path) -> None:
 
 def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None,
               progress: bool = True, python: str | None = None, env: dict | None = None,
-              resumed_from: str | None = None) -> str:
+              resumed_from: str | None = None, then: list[list[str]] | None = None) -> str:
     """Start ``python -m engine ARGS`` as a detached background job and return its job id.
 
     Args:
@@ -133,6 +133,9 @@ def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None
         progress: append ``--progress-file`` (only for commands that accept it).
         python: the interpreter (default: the current one).
         env: extra environment variables for the child.
+        then: follow-up argument lists, started one after the other when this job ends with
+            exit code 0 (e.g. ``score`` after ``generate``); started by whichever process next
+            looks at the job (:func:`job_status`), exactly once.
     Returns:
         The job id (``<kind>-<YYYYmmdd-HHMMSS>-<hex>``).
     """
@@ -157,7 +160,8 @@ def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None
                                 start_new_session=True)  # own process group: survives the page
     meta = {"job_id": job_id, "kind": kind, "args": list(args), "command": command,
             "pid": proc.pid, "started_at": time.time(), "progress": progress,
-            "db": str(db) if db is not None else None, "resumed_from": resumed_from}
+            "db": str(db) if db is not None else None, "resumed_from": resumed_from,
+            "then": [list(a) for a in (then or [])], "env": dict(env or {})}
     write_json_atomic(paths["meta"], meta)
     threading.Thread(target=_reap, args=(proc, paths["rc"]), daemon=True).start()
     return job_id
@@ -197,6 +201,10 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
         status = prog["status"]
     else:
         status = "killed"
+    followup = None
+    if status == "done" and meta.get("then"):
+        marker = paths["meta"].with_name(f"{job_id}.then")
+        followup = marker.read_text().strip() if marker.exists() else _start_followup(job_id, meta, paths["meta"].parent, db)
     return JobStatus(
         job_id=job_id, kind=meta.get("kind", ""), status=status, args=tuple(meta.get("args", ())),
         pid=pid, started_at=float(meta.get("started_at", 0.0)), done=int(prog.get("done", 0) or 0),
@@ -204,6 +212,7 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
         tokens_per_s=float(prog.get("tokens_per_s", 0.0) or 0.0), eta_s=prog.get("eta_s"),
         message=str(prog.get("message", "") or ""), returncode=returncode,
         resumed_from=meta.get("resumed_from"), log_tail=_log_tail(paths["log"]) if status != "running" else "",
+        extra={"followup": followup} if followup else {},
     )
 
 
@@ -251,7 +260,25 @@ def resume_job(job_id: str, db: str | os.PathLike | None = None) -> str:
     meta = _read_json(_paths(job_id, jobs_dir(db))["meta"]) or {}
     python = (meta.get("command") or [None])[0]
     return start_job(list(st.args), kind=st.kind, db=db, progress=bool(meta.get("progress", True)),
-                     python=python, resumed_from=job_id)
+                     python=python, resumed_from=job_id, then=meta.get("then") or None,
+                     env=meta.get("env") or None)
+
+
+def _start_followup(job_id: str, meta: dict, jdir: Path, db) -> str | None:
+    # Exactly once, even with several observers: the first to create the marker file wins.
+    marker = jdir / f"{job_id}.then"
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return None
+    first, *rest = meta["then"]
+    kind = first[0] if first and set(first[0]) <= _KIND_CHARS else "job"
+    python = (meta.get("command") or [None])[0]
+    nxt = start_job(list(first), kind=kind, db=db, python=python, then=rest or None,
+                    env=meta.get("env") or None, progress=kind in ("generate", "score", "judge", "cluster"))
+    os.write(fd, nxt.encode())
+    os.close(fd)
+    return nxt
 
 
 def wait_job(job_id: str, db: str | os.PathLike | None = None, timeout_s: float = 600.0,

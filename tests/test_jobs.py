@@ -138,3 +138,21 @@ def test_unknown_job_and_empty_dir(tmp_db):
     assert jobs.list_jobs(tmp_db) == []
     with pytest.raises(UserError, match="unknown job"):
         jobs.job_status("generate-20200101-000000-abcdef", tmp_db)
+
+
+def test_followup_starts_exactly_once_after_success(tmp_db, fake_python):
+    job = jobs.start_job(["fake", "--units", "2"], kind="fake", db=tmp_db, python=fake_python,
+                         then=[["fake", "--units", "3"]])
+    st = jobs.wait_job(job, tmp_db, timeout_s=60)
+    assert st.status == "done"
+    nxt = st.extra["followup"]
+    # several observers (tabs) look at the finished job: still one follow-up
+    assert {jobs.job_status(job, tmp_db).extra["followup"] for _ in range(3)} == {nxt}
+    st2 = jobs.wait_job(nxt, tmp_db, timeout_s=60)
+    assert st2.status == "done" and "finished 3" in st2.log_tail
+    assert len(jobs.list_jobs(tmp_db)) == 2
+    # a failing job starts no follow-up
+    bad = jobs.start_job(["fake", "--units", "1", "--fail", "1"], kind="fake", db=tmp_db, python=fake_python,
+                         then=[["fake", "--units", "3"]])
+    assert jobs.wait_job(bad, tmp_db, timeout_s=60).extra == {}
+    assert len(jobs.list_jobs(tmp_db)) == 3

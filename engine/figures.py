@@ -1,0 +1,324 @@
+"""Plotly figure builders for the dashboard: plain data in, ``go.Figure`` out.
+
+No database access, no statistics: every builder draws values an engine function already
+computed (curves, matrices, intervals). Pages call one builder per chart, so the same figures can
+be exported (``engine.export``) or rebuilt outside Streamlit.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+COLORS = {"coupled": "#3b5bdb", "independent": "#e8590c"}
+PALETTE = ["#3b5bdb", "#e8590c", "#2b8a3e", "#ae3ec9", "#c92a2a", "#1098ad", "#f08c00", "#5c940d",
+           "#495057", "#d6336c", "#364fc7", "#087f5b"]
+AGREE, DISAGREE, MISSING = "#b2f2bb", "#ffc9c9", "#e9ecef"
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50), font=dict(size=13))
+
+
+def _layout(fig: go.Figure, title: str, **kw) -> go.Figure:
+    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), **LAYOUT, **kw)
+    return fig
+
+
+def empty_figure(message: str) -> go.Figure:
+    """A blank figure carrying a message (used when there is nothing to draw)."""
+    fig = go.Figure()
+    fig.add_annotation(text=html.escape(message), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, "", height=200)
+
+
+# --------------------------------------------------------------------------- token traces
+
+def _tok(s) -> str:
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return ""
+    return str(s).replace("\n", "↵").replace(" ", "·")
+
+
+def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[bool] | None = None,
+                 first_divergence: int | None = None, title: str = "Token trace",
+                 token_names: Mapping[int, str] | None = None) -> go.Figure:
+    """Generations of several models side by side, one row per model, one column per step.
+
+    Cells are green where all models chose the same token at that step, red where they differ;
+    a dashed line marks the first divergence. Hover: token, its probability in this model,
+    the top alternatives with probabilities and Gumbel values, and the recomputed Gumbel value of
+    the chosen token (``steps['gumbel']``, when present).
+
+    Args:
+        steps: rows of (model, step, token_id, token_text, prob, top_ids, top_probs, top_gumbels
+            [, gumbel]) as from ``engine.queries.trace_steps`` / ``recompute_gumbels``.
+        models: row order (top to bottom).
+        agree: per shown step (sorted steps), whether all models agree.
+        first_divergence: step index or None.
+        token_names: optional id -> text for the alternatives (defaults to ids).
+    """
+    if steps.empty:
+        return empty_figure("no token traces stored for this unit")
+    step_values = sorted(steps["step"].unique().tolist())
+    agree_map = dict(zip(step_values, agree)) if agree is not None and len(agree) == len(step_values) else {}
+    by_step_text = steps.pivot_table(index="step", columns="model", values="token_text", aggfunc="first")
+    by_step_prob = steps.pivot_table(index="step", columns="model", values="prob", aggfunc="first")
+    fig = go.Figure()
+    names = dict(token_names or {})
+    for row, m in enumerate(models):
+        part = steps[steps["model"] == m].sort_values("step")
+        if part.empty:
+            continue
+        colors, hovers = [], []
+        for rec in part.itertuples(index=False):
+            st = int(rec.step)
+            colors.append(AGREE if agree_map.get(st, False) else DISAGREE)
+            others = "<br>".join(
+                f"  {html.escape(str(om))}: {html.escape(_tok(by_step_text.at[st, om]))} "
+                f"(p={by_step_prob.at[st, om]:.3f})"
+                for om in models if om != m and om in by_step_text.columns and st in by_step_text.index
+                and not pd.isna(by_step_text.at[st, om]))
+            alts = ""
+            top_ids = getattr(rec, "top_ids", None)
+            if top_ids is not None and not (isinstance(top_ids, float)) and len(top_ids):
+                tp = list(getattr(rec, "top_probs", []) or [])
+                tg = getattr(rec, "top_gumbels", None)
+                tg = list(tg) if tg is not None and not isinstance(tg, float) else [None] * len(top_ids)
+                alts = "<br>top alternatives:<br>" + "<br>".join(
+                    f"  {html.escape(_tok(names.get(int(i), f'#{int(i)}')))}: p={p:.3f}"
+                    + (f", g={g:.3f}" if g is not None and not pd.isna(g) else "")
+                    for i, p, g in list(zip(top_ids, tp, tg))[:8])
+            g_chosen = getattr(rec, "gumbel", None)
+            g_txt = f"<br>Gumbel (recomputed from key): {g_chosen:.4f}" if g_chosen is not None and not pd.isna(g_chosen) else ""
+            hovers.append(
+                f"<b>{html.escape(str(m))}</b>, step {st}<br>token: {html.escape(_tok(rec.token_text))} "
+                f"(id {int(rec.token_id)})<br>p = {float(rec.prob):.4f}{g_txt}"
+                + (f"<br>other models:<br>{others}" if others else "") + alts)
+        fig.add_trace(go.Scatter(
+            x=part["step"], y=[m] * len(part), mode="markers+text", text=[_tok(t)[:6] for t in part["token_text"]],
+            textfont=dict(size=11, family="monospace"),
+            marker=dict(symbol="square", size=30, color=colors, line=dict(color="#adb5bd", width=1)),
+            hovertext=hovers, hoverinfo="text", name=str(m), showlegend=False))
+    if first_divergence is not None:
+        fig.add_vline(x=first_divergence - 0.5, line=dict(color="#c92a2a", dash="dash", width=2),
+                      annotation_text=f"first divergence: step {first_divergence}", annotation_position="top")
+    n = len(step_values)
+    fig.update_xaxes(title="step", range=[step_values[0] - 0.7, step_values[0] + min(n, 40) - 0.3],
+                     rangeslider=dict(visible=n > 40, thickness=0.06), dtick=5)
+    fig.update_yaxes(autorange="reversed", type="category")
+    return _layout(fig, title, height=140 + 55 * len(models), hoverlabel=dict(align="left"))
+
+
+def prob_figure(steps: pd.DataFrame, models: Sequence[str], first_divergence: int | None = None,
+                title: str = "Probability of the chosen token") -> go.Figure:
+    """Per step, the probability of the token each model chose (lines, one per model)."""
+    if steps.empty:
+        return empty_figure("no token traces stored for this unit")
+    fig = go.Figure()
+    for i, m in enumerate(models):
+        part = steps[steps["model"] == m].sort_values("step")
+        fig.add_trace(go.Scatter(x=part["step"], y=part["prob"], mode="lines+markers", name=str(m),
+                                 line=dict(color=PALETTE[i % len(PALETTE)])))
+    if first_divergence is not None:
+        fig.add_vline(x=first_divergence, line=dict(color="#c92a2a", dash="dash"))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="p(chosen token)", range=[0, 1.02])
+    return _layout(fig, title, height=300)
+
+
+# --------------------------------------------------------------------------- benchmark
+
+def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | None = None, title: str = "",
+               xaxis: str = "", marker_label: str = "mean") -> go.Figure:
+    """Density curves (``{label: {"x": [...], "density": [...]}}``) with dashed vertical markers."""
+    fig = go.Figure()
+    for i, (label, c) in enumerate(curves.items()):
+        color = COLORS.get(label, PALETTE[i % len(PALETTE)])
+        fig.add_trace(go.Scatter(x=c["x"], y=c["density"], mode="lines", name=label, fill="tozeroy",
+                                 line=dict(color=color, width=2), opacity=0.6))
+        if markers and label in markers and markers[label] is not None:
+            v = float(markers[label])
+            fig.add_vline(x=v, line=dict(color=color, dash="dash", width=2),
+                          annotation_text=f"{marker_label} {label}: {v:.3f}" if len(curves) > 1 else f"{marker_label} = {v:.3f}",
+                          annotation_position="top right" if i % 2 == 0 else "top left")
+    fig.update_xaxes(title=xaxis)
+    fig.update_yaxes(title="density")
+    return _layout(fig, title, height=360, legend=dict(orientation="h", y=-0.2))
+
+
+def error_curve_figure(rows: Sequence[Mapping], target_error: float | None = None,
+                       saving: Mapping | None = None, title: str = "Estimation error vs number of samples") -> go.Figure:
+    """Mean absolute error of the estimated difference vs n, per mode, with its band."""
+    df = pd.DataFrame(rows)
+    fig = go.Figure()
+    for mode in ("coupled", "independent"):
+        if mode not in df or df[mode].isna().all():
+            continue
+        c = COLORS[mode]
+        if f"{mode}_low" in df:
+            fig.add_trace(go.Scatter(x=list(df["n"]) + list(df["n"][::-1]),
+                                     y=list(df[f"{mode}_high"]) + list(df[f"{mode}_low"][::-1]),
+                                     fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0),
+                                     hoverinfo="skip", name=f"{mode} 95% band", showlegend=False))
+        fig.add_trace(go.Scatter(x=df["n"], y=df[mode], mode="lines", name=mode, line=dict(color=c, width=2)))
+    if target_error is not None:
+        fig.add_hline(y=target_error, line=dict(color="#495057", dash="dot"),
+                      annotation_text=f"error {target_error:.4f}", annotation_position="top right")
+    if saving:
+        for mode, key in (("coupled", "n_coupled"), ("independent", "n_independent")):
+            n = saving.get(key)
+            if n is not None and target_error is not None:
+                fig.add_trace(go.Scatter(x=[n], y=[target_error], mode="markers", marker=dict(color=COLORS[mode], size=10),
+                                         name=f"n {mode} = {n:.0f}"))
+    fig.update_xaxes(title="number of samples (question, repeat)")
+    fig.update_yaxes(title="|estimated − true difference|")
+    return _layout(fig, title, height=380, legend=dict(orientation="h", y=-0.25))
+
+
+def interval_figure(labels: Sequence[str], values: Sequence[float], lows: Sequence[float],
+                    highs: Sequence[float], groups: Sequence[str] | None = None, title: str = "",
+                    yaxis: str = "", horizontal_line: float | None = None) -> go.Figure:
+    """Points (or bars) with confidence intervals, optionally grouped (e.g. by mode)."""
+    df = pd.DataFrame({"label": list(labels), "v": list(values), "lo": list(lows), "hi": list(highs),
+                       "g": list(groups) if groups is not None else [""] * len(labels)})
+    fig = go.Figure()
+    for i, (g, part) in enumerate(df.groupby("g", sort=False)):
+        color = COLORS.get(g, PALETTE[i % len(PALETTE)])
+        fig.add_trace(go.Bar(x=part["label"], y=part["v"], name=g or yaxis, marker_color=color,
+                             error_y=dict(type="data", symmetric=False, array=part["hi"] - part["v"],
+                                          arrayminus=part["v"] - part["lo"]),
+                             hovertemplate="%{x}: %{y:.4f}<extra>" + (g or "") + "</extra>"))
+    if horizontal_line is not None:
+        fig.add_hline(y=horizontal_line, line=dict(color="#495057", dash="dot"))
+    fig.update_yaxes(title=yaxis)
+    return _layout(fig, title, height=360, barmode="group", showlegend=groups is not None,
+                   legend=dict(orientation="h", y=-0.2))
+
+
+# --------------------------------------------------------------------------- win-rates
+
+def heatmap_figure(matrix, models: Sequence[str], title: str = "Win-rate of row over column",
+                   counts=None, zmin: float = 0.0, zmax: float = 1.0, colorscale: str = "RdBu") -> go.Figure:
+    """A (k, k) matrix as a heatmap with values written in the cells (NaN cells left blank)."""
+    M = np.asarray(matrix, dtype=float)
+    text = [["" if np.isnan(v) else f"{v:.2f}" for v in row] for row in M]
+    hover = [[f"{models[i]} vs {models[j]}: " + ("n/a" if np.isnan(M[i, j]) else f"{M[i, j]:.3f}")
+              + (f" (n={int(counts[i][j])})" if counts is not None else "")
+              for j in range(len(models))] for i in range(len(models))]
+    fig = go.Figure(go.Heatmap(z=M, x=list(models), y=list(models), zmin=zmin, zmax=zmax, colorscale=colorscale,
+                               text=text, texttemplate="%{text}", hovertext=hover, hoverinfo="text"))
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, title, height=160 + 45 * len(models))
+
+
+def pair_bars_figure(pairs: pd.DataFrame, title: str = "Per-pair win-rate, coupled vs independent") -> go.Figure:
+    """Grouped bars per ordered pair (columns pair, coupled, independent, stars)."""
+    fig = go.Figure()
+    for mode in ("coupled", "independent"):
+        if mode in pairs:
+            fig.add_trace(go.Bar(x=pairs["pair"], y=pairs[mode], name=mode, marker_color=COLORS[mode]))
+    if "stars" in pairs:
+        top = pairs[[c for c in ("coupled", "independent") if c in pairs]].max(axis=1)
+        for x, y, s in zip(pairs["pair"], top, pairs["stars"]):
+            if s:
+                fig.add_annotation(x=x, y=y, text=s, showarrow=False, yshift=12)
+    fig.update_yaxes(title="win-rate", range=[0, 1.05])
+    return _layout(fig, title, height=380, barmode="group", legend=dict(orientation="h", y=-0.3))
+
+
+# --------------------------------------------------------------------------- rank-sets
+
+def rankset_dots_figure(prob, models: Sequence[str], title: str = "P(rank position in rank-set)") -> go.Figure:
+    """Dot plot: for each model (y) and rank position (x), dot size = probability (PPR paper, Fig. 3)."""
+    P = np.asarray(prob, dtype=float)  # (k, k)
+    k = P.shape[0]
+    xs, ys, ss, hv = [], [], [], []
+    for i in range(k):
+        for r in range(k):
+            if P[i, r] > 0:
+                xs.append(r + 1)
+                ys.append(models[i])
+                ss.append(P[i, r])
+                hv.append(f"{models[i]}, rank {r + 1}: {P[i, r]:.3f}")
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="markers", hovertext=hv, hoverinfo="text",
+                               marker=dict(size=[4 + 26 * s for s in ss], color=ss, colorscale="Blues",
+                                           cmin=0, cmax=1, line=dict(color="#364fc7", width=1),
+                                           colorbar=dict(title="P"))))
+    fig.update_xaxes(title="rank position (1 = best)", dtick=1, range=[0.5, k + 0.5])
+    fig.update_yaxes(autorange="reversed", type="category")
+    return _layout(fig, title, height=140 + 40 * k)
+
+
+def rankset_intervals_figure(table: pd.DataFrame, title: str = "Rank-sets") -> go.Figure:
+    """Horizontal intervals [lower, upper] per model (columns model, lower, upper[, method])."""
+    fig = go.Figure()
+    groups = table["method"].unique().tolist() if "method" in table else [""]
+    for gi, g in enumerate(groups):
+        part = table[table["method"] == g] if "method" in table else table
+        color = PALETTE[gi % len(PALETTE)]
+        for rec in part.itertuples(index=False):
+            fig.add_trace(go.Scatter(x=[rec.lower, rec.upper], y=[rec.model, rec.model], mode="lines+markers",
+                                     line=dict(color=color, width=6), marker=dict(size=10), name=g or "rank-set",
+                                     legendgroup=g, showlegend=False,
+                                     hovertext=f"{rec.model}: ranks {rec.lower}-{rec.upper}", hoverinfo="text"))
+    fig.update_xaxes(title="rank (1 = best)", dtick=1)
+    fig.update_yaxes(autorange="reversed", type="category")
+    return _layout(fig, title, height=140 + 35 * table["model"].nunique())
+
+
+def tradeoff_figure(df: pd.DataFrame, x: str = "size", y: str = "intersection", group: str = "method",
+                    title: str = "Rank-set size vs baseline intersection") -> go.Figure:
+    """Curves of y vs x per group (e.g. one point per alpha, one curve per method)."""
+    fig = go.Figure()
+    for i, (g, part) in enumerate(df.groupby(group, sort=False)):
+        part = part.sort_values(x)
+        fig.add_trace(go.Scatter(x=part[x], y=part[y], mode="lines+markers", name=str(g),
+                                 line=dict(color=PALETTE[i % len(PALETTE)]),
+                                 hovertext=[f"alpha={a}" for a in part.get("alpha", [None] * len(part))]))
+    fig.update_xaxes(title="average rank-set size")
+    fig.update_yaxes(title="baseline intersection probability", range=[0, 1.02])
+    return _layout(fig, title, height=380)
+
+
+# --------------------------------------------------------------------------- data map
+
+def datamap_figure(prompts: pd.DataFrame, p_max: float, s_min: float, title: str = "Data map") -> go.Figure:
+    """P(correct) (x) vs semantic consistency (y) per prompt, flagged region shaded."""
+    if prompts.empty:
+        return empty_figure("no prompts")
+    fig = go.Figure()
+    s_low = float(min(prompts["consistency"].min(), s_min)) - 0.1
+    fig.add_shape(type="rect", x0=-0.02, x1=p_max, y0=s_min, y1=0.05, fillcolor="#ffe3e3", opacity=0.6,
+                  line=dict(color="#c92a2a", dash="dash"), layer="below")
+    for flagged, part in prompts.groupby("flagged"):
+        fig.add_trace(go.Scatter(
+            x=part["p_correct"], y=part["consistency"], mode="markers",
+            name="flagged" if flagged else "prompt",
+            marker=dict(size=9 if flagged else 7, color="#c92a2a" if flagged else "#3b5bdb", opacity=0.7),
+            hovertext=[f"{pid}<br>P(correct)={p:.2f}<br>S={s:.3f}" for pid, p, s in
+                       zip(part["prompt_id"], part["p_correct"], part["consistency"])], hoverinfo="text"))
+    fig.update_xaxes(title="P(correct)", range=[-0.03, 1.03])
+    fig.update_yaxes(title="semantic consistency S = Σ Prop log Prop", range=[s_low, 0.08])
+    return _layout(fig, title, height=420)
+
+
+def histogram_figure(values: Sequence[float], counts: Sequence[int], title: str = "", xaxis: str = "") -> go.Figure:
+    """A histogram from precomputed (value, count) pairs."""
+    fig = go.Figure(go.Bar(x=list(values), y=list(counts), marker_color="#3b5bdb"))
+    fig.update_xaxes(title=xaxis)
+    fig.update_yaxes(title="prompts")
+    return _layout(fig, title, height=320)
+
+
+def variance_figure(components: Mapping[str, float], title: str = "Variance of the benchmark score") -> go.Figure:
+    """Stacked bar of the within- and between-prompt variance components."""
+    fig = go.Figure()
+    for i, (k, v) in enumerate(components.items()):
+        fig.add_trace(go.Bar(x=["Var(μ̂)"], y=[v], name=k, marker_color=PALETTE[i % len(PALETTE)]))
+    fig.update_yaxes(title="variance", exponentformat="e")
+    return _layout(fig, title, height=320, barmode="stack")
