@@ -119,7 +119,7 @@ def score_matrices(db: str | os.PathLike, model_a: str, model_b: str, subject: s
 def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
                       target_error: float | None = None, n_resamples: int = 1000, seed: int = 0,
                       run: str | None = None, rule: str = "paper", step: int = 20,
-                      saving_n: int = DEFAULT_SAVING_N, kde_points: int = 200) -> dict:
+                      saving_n: int = DEFAULT_SAVING_N, kde_points: int = 200, max_n: int = 10_000) -> dict:
     """Coupled vs independent comparison of two models (METHODS.md section 2): the CLI's JSON.
 
     Keys: run, subject, rule, models, n_questions, n_repeats, mean_covariance_coupled,
@@ -132,6 +132,8 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
 
     Both modes are restricted to the questions scored in both, so the two curves compare like
     with like; both error curves use the same random permutations (common random numbers).
+    The curve runs over n = 20, 40, ... up to min(N, ``max_n``) samples (N = questions x repeats;
+    the step widens on big pools, see ``bm.default_sizes``); the truth is always the mean over all N.
     """
     if n_resamples < 1:
         raise UserError(f"resamples must be >= 1, got {n_resamples}")
@@ -188,7 +190,9 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
 
     # Error curves: one set of permutations shared by both modes.
     N = Q * R
-    sizes = bm.default_sizes(N, step=step)
+    if max_n < 1:
+        raise UserError(f"max_n must be >= 1, got {max_n}")
+    sizes = bm.default_sizes(min(N, max_n), step=step)
     perms = bm.resample_permutations(N, n_resamples, rng_perm, length=int(sizes.max()))
     curves = {mode: bm.error_curve((ab[0] - ab[1]).ravel(), sizes, perms) for mode, ab in mats.items()}
     out["truth"] = {mode: c["truth"] for mode, c in curves.items()}

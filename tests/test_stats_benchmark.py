@@ -85,6 +85,13 @@ def test_permutations_are_permutations_and_prefix_uniform():
     # every item is first with probability 1/7
     freq = np.bincount(perms[:, 0], minlength=7) / 5000
     assert np.abs(freq - 1 / 7).max() < 0.03
+    # short prefixes of a big pool take the O(length) path: distinct items, uniform positions
+    short = bm.resample_permutations(1000, 3000, rng, length=5)
+    assert short.shape == (3000, 5)
+    assert all(len(set(row)) == 5 for row in short.tolist())
+    assert np.abs(np.bincount(short[:, 4] // 100, minlength=10) / 3000 - 0.1).max() < 0.03
+    with pytest.raises(UserError, match="length"):
+        bm.resample_permutations(10, 2, rng, length=11)
 
 
 def test_error_curve_matches_sampling_theory():

@@ -51,7 +51,11 @@ def register(sub) -> None:
                    help="error level for the sample saving (default: the coupled error at n=120)")
     p.add_argument("--resamples", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-n", type=int, default=10_000, help="largest sample size of the error curve")
     p.add_argument("--no-kde", action="store_true", help="leave the KDE curves out of the JSON")
+    p.add_argument("--figures", default=None, metavar="DIR",
+                   help="also write the Fig-2-style plots (covariance KDE, var-of-diff KDEs, error curve) "
+                        "as PNG files into DIR (plotly + kaleido; needs Chromium, BROWSER_PATH)")
     p.set_defaults(func=run_compare)
 
     p = sub.add_parser("multigen", help="multiple-generation analysis of one model (P(correct), CI, data map)")
@@ -92,11 +96,80 @@ def run_compare(args) -> int:
     from engine.stats_io import benchmark_compare
     out = benchmark_compare(args.db, args.model_a, args.model_b, subject=args.subject,
                             target_error=args.target_error, n_resamples=args.resamples, seed=args.seed,
-                            run=args.run, rule=args.rule)
+                            run=args.run, rule=args.rule, max_n=args.max_n)
+    if args.figures:
+        out["figures"] = write_figures(out, args.figures)
     if args.no_kde:
         out.pop("kde", None)
     _print(out)
     return 0
+
+
+def write_figures(res: dict, folder: str) -> list[str]:
+    """The paper's Fig. 2 panels for one benchmark-compare result, as PNG files in ``folder``.
+
+    (a) KDE of the per-question covariance (coupled; dashed line at the mean), (b) KDEs of the
+    per-question variance of the difference (coupled vs independent; dashed lines at the medians),
+    (c) mean estimation error vs number of samples with the 2.5/97.5 percentile band.
+    """
+    import os
+    from pathlib import Path
+
+    import plotly.graph_objects as go
+
+    os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
+    d = Path(folder)
+    d.mkdir(parents=True, exist_ok=True)
+    a, b = res["models"]
+    tag = "_".join(x for x in (res.get("subject") or "all", a, "vs", b) if x).replace("/", "-")
+    title = f"{a} vs {b} ({res.get('subject') or 'all subjects'})"
+    colors = {"coupled": "#1f77b4", "independent": "#ff7f0e"}
+    paths = []
+
+    k = res["kde"]["covariance_coupled"]
+    fig = go.Figure(go.Scatter(x=k["x"], y=k["density"], mode="lines", name="coupled",
+                               line=dict(color=colors["coupled"])))
+    fig.add_vline(x=res["mean_covariance_coupled"], line_dash="dash",
+                  annotation_text=f"mean {res['mean_covariance_coupled']:.3f}")
+    fig.update_layout(title=f"(a) Score covariance per question<br><sub>{title}</sub>",
+                      xaxis_title="covariance", yaxis_title="density")
+    paths.append(d / f"{tag}_covariance.png")
+    fig.write_image(paths[-1], width=700, height=450)
+
+    fig = go.Figure()
+    for mode in ("coupled", "independent"):
+        k = res["kde"].get(f"var_diff_{mode}")
+        med = res.get(f"median_var_diff_{mode}")
+        if k is None or med is None:
+            continue
+        fig.add_trace(go.Scatter(x=k["x"], y=k["density"], mode="lines", name=mode, line=dict(color=colors[mode])))
+        fig.add_vline(x=med, line_dash="dash", line_color=colors[mode], annotation_text=f"median {med:.3f}",
+                      annotation_position="top left" if mode == "coupled" else "top right")
+    fig.update_layout(title=f"(b) Variance of the score difference per question<br><sub>{title}</sub>",
+                      xaxis_title="variance of the difference", yaxis_title="density")
+    paths.append(d / f"{tag}_var_diff.png")
+    fig.write_image(paths[-1], width=700, height=450)
+
+    fig = go.Figure()
+    n = [r["n"] for r in res["error_curve"]]
+    for mode in ("coupled", "independent"):
+        if res["error_curve"][0].get(mode) is None:
+            continue
+        fig.add_trace(go.Scatter(x=n + n[::-1], y=[r[f"{mode}_high"] for r in res["error_curve"]]
+                                 + [r[f"{mode}_low"] for r in res["error_curve"]][::-1],
+                                 fill="toself", opacity=0.2, line=dict(width=0), showlegend=False,
+                                 fillcolor=colors[mode], hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=n, y=[r[mode] for r in res["error_curve"]], mode="lines", name=mode,
+                                 line=dict(color=colors[mode])))
+    sd = res.get("saving_detail") or {}
+    if sd.get("saving") is not None:
+        fig.add_hline(y=sd["error"], line_dash="dot",
+                      annotation_text=f"error {sd['error']:.3f}: {100 * sd['saving']:.0f}% fewer samples")
+    fig.update_layout(title=f"(c) Estimation error vs number of samples (band: 2.5-97.5%)<br><sub>{title}</sub>",
+                      xaxis_title="number of samples", yaxis_title="absolute error")
+    paths.append(d / f"{tag}_error_curve.png")
+    fig.write_image(paths[-1], width=700, height=450)
+    return [str(p) for p in paths]
 
 
 def run_multigen(args) -> int:

@@ -136,6 +136,12 @@ def resample_permutations(N: int, n_resamples: int, rng: np.random.Generator, le
     Returns:
         (n_resamples, length or N) int64 indices.
     """
+    if length is not None and not 1 <= length <= N:
+        raise UserError(f"permutation length must lie in 1..{N}, got {length}")
+    if length is not None and length * 4 < N:
+        # Short prefixes of a big pool: an ordered draw without replacement per row costs O(length)
+        # instead of shuffling all N items (same distribution as a permutation's prefix).
+        return np.stack([rng.choice(N, size=length, replace=False, shuffle=True) for _ in range(n_resamples)])
     base = np.broadcast_to(np.arange(N, dtype=np.int64), (n_resamples, N))
     perms = rng.permuted(base, axis=1)  # (M, N): each row shuffled independently
     return perms if length is None else perms[:, :length]
