@@ -419,17 +419,28 @@ def import_comparisons(db, source, name: str, *, judge_file=None, fmt: str | Non
     files = [s for s in (source, judge_file) if s is not None]
     meta = {"format": fmt, "files": [_label(s) for s in files], "sha256": [_sha256(s) for s in files],
             "judge_file": _label(judge_file) if judge_file is not None else None}
-    rows = df.assign(set_name=name, row_idx=range(len(df)))
+    exists = store_comparison_set(db, df, name, ", ".join(meta["files"]), meta, replace=replace)
+    return {"name": name, "format": fmt, "n_rows": int(len(df)), "replaced": bool(exists),
+            "models": sorted(set(df.model_a) | set(df.model_b)),
+            "n_human_labels": int(df.human_winner.notna().sum()),
+            "n_judge_labels": int(df.judge_winner.notna().sum())}
+
+
+def store_comparison_set(db, df: pd.DataFrame, name: str, source: str, meta: dict, replace: bool = False) -> bool:
+    """Write normalised rows (NORMALISED_COLUMNS) as set ``name`` in ONE transaction; returns whether
+    a set of that name was replaced. An existing name without ``replace`` is a UserError (nothing written)."""
+    name = _check_name(name)
+    rows = df[list(NORMALISED_COLUMNS)].assign(set_name=name, row_idx=range(len(df)))
     with store.writer(db) as con:
         con.begin()
         try:
-            exists = con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0]
+            exists = bool(con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0])
             if exists and not replace:
                 raise UserError(f"a comparison set named {name!r} already exists; choose another --name or pass --replace")
             con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
             con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
             con.execute("INSERT INTO comparison_sets (name, source, n_rows, meta) VALUES (?, ?, ?, ?)",
-                        [name, ", ".join(meta["files"]), len(df), json.dumps(meta)])
+                        [name, source, len(df), json.dumps(meta)])
             con.register("_new_comparisons", rows)
             con.execute("""INSERT INTO comparisons (set_name, row_idx, prompt_id, model_a, model_b, human_winner, judge_winner)
                            SELECT set_name, row_idx, prompt_id, model_a, model_b, human_winner, judge_winner
@@ -439,10 +450,7 @@ def import_comparisons(db, source, name: str, *, judge_file=None, fmt: str | Non
         except BaseException:
             con.rollback()
             raise
-    return {"name": name, "format": fmt, "n_rows": int(len(df)), "replaced": bool(exists),
-            "models": sorted(set(df.model_a) | set(df.model_b)),
-            "n_human_labels": int(df.human_winner.notna().sum()),
-            "n_judge_labels": int(df.judge_winner.notna().sum())}
+    return exists
 
 
 def list_comparison_sets(db) -> pd.DataFrame:

@@ -443,3 +443,26 @@ def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
         rows.append(dict(zip(["prompt_id", "repeat", "mode", "model_a", "model_b"], key),
                          presented="+".join(sorted(g["presented"])), winner=w))
     return pd.DataFrame(rows, columns=list(df.columns)).astype({"winner": object})
+
+
+def judgments_to_set(db, run: str, judge: str, mode: str, name: str, combine: str = "separate",
+                     replace: bool = False) -> dict:
+    """Store a run's judge verdicts (one mode) as comparison set ``name`` (judge labels only).
+
+    prompt_id in the set is ``"<prompt_id>:<repeat>"`` (one unit); rows follow
+    :func:`judgments_to_comparisons` with ``combine``. Unparseable verdicts become rows with no label.
+    """
+    from engine.comparisons import store_comparison_set
+
+    if mode not in store.MODES:
+        raise UserError(f"unknown mode {mode!r}; allowed: {', '.join(store.MODES)}")
+    df = judgments_to_comparisons(db, run, judge, mode, combine)
+    if df.empty:
+        raise UserError(f"no judgments by {judge!r} on run {run!r} in mode {mode!r}; run `python -m engine judge` first")
+    rows = pd.DataFrame({"prompt_id": df.prompt_id.astype(str) + ":" + df.repeat.astype(str),
+                         "model_a": df.model_a, "model_b": df.model_b, "human_winner": None,
+                         "judge_winner": df.winner}).astype(object)
+    meta = {"format": "judgments", "run": run, "judge": judge, "mode": mode, "combine": combine}
+    replaced = store_comparison_set(db, rows, name, f"judgments:{run}:{judge}:{mode}", meta, replace=replace)
+    return {"name": name, "n_rows": int(len(rows)), "n_unlabelled": int(rows.judge_winner.isna().sum()),
+            "replaced": replaced, **meta}

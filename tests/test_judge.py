@@ -182,3 +182,50 @@ def test_external_command_hook(tmp_db, tmp_path):
     assert s["n_judged_now"] == 4 and df.winner.tolist() == ["a", "a", "b", "b"]
     with pytest.raises(UserError, match="not found"):
         J.command_complete_fn("/no/such/judge-binary")([[{"role": "user", "content": "x"}]])
+
+
+def test_end_to_end_with_tiny_model(tmp_db):
+    """A real (random, tiny) model judges through engine.generation.complete: every output is
+    stored raw, parsed or counted unparseable; nothing is lost."""
+    from engine import generation, models
+    from engine.testing import tiny_lm
+
+    lm = models.from_objects("tiny", *tiny_lm(0))
+    make_judge_run(tmp_db, n_prompts=2, repeats=1, models=("m1", "m2"), modes=("coupled", "independent"))
+
+    def complete(msgs):
+        return generation.complete(lm, msgs, max_new_tokens=4, temperature=0.0)
+
+    s = J.judge_run(tmp_db, "r1", "tiny", J.JudgeConfig("tiny", batch_size=3), complete_fn=complete, show_bar=False)
+    df = store.query_df(tmp_db, "SELECT raw, parsed, winner, presented FROM judgments")
+    assert s["n_tasks"] == 8 == len(df) and df.raw.notna().all()
+    assert sum(s["stored_verdicts"].values()) == 8
+    assert s["n_unparseable"] == int(df.parsed.isna().sum())
+    assert [J.parse_verdict(r) for r in df.raw] == [p if isinstance(p, str) else None for p in df.parsed]
+
+
+def test_cli_score_judge_cluster_and_from_judge(tmp_db, tmp_path, capsys):
+    import json
+    import sys
+
+    from engine.cli import main
+    make_judge_run(tmp_db, n_prompts=2, repeats=2, models=("m1", "m2"), modes=("coupled",))
+    script = tmp_path / "judge.py"
+    script.write_text("import sys, json\nfor line in sys.stdin:\n    print(json.dumps('Tie'))\n")
+    assert main(["judge", "--db", str(tmp_db), "--run", "r1", "--judge", "ext",
+                 "--judge-command", f"{sys.executable} {script}"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_judged_now"] == 8 and out["stored_verdicts"]["tie"] == 8
+    assert main(["comparisons", "from-judge", "--db", str(tmp_db), "--run", "r1", "--judge", "ext",
+                 "--mode", "coupled", "--name", "j"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_rows"] == 8
+    assert main(["score", "--db", str(tmp_db), "--run", "r1", "--rule", "exact"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_scored"] == 8
+    assert main(["cluster", "--db", str(tmp_db), "--run", "r1", "--method", "answer", "--rule", "exact"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_groups"] == 4
+    assert main(["score", "--db", str(tmp_db), "--run", "nope"]) == 2
+    assert "unknown run 'nope'" in capsys.readouterr().err
+    bad = tmp_path / "bad.txt"
+    bad.write_text("{question} only")
+    assert main(["judge", "--db", str(tmp_db), "--run", "r1", "--judge", "x", "--user-template-file", str(bad)]) == 2
+    assert "exactly the fields" in capsys.readouterr().err

@@ -190,3 +190,28 @@ def test_arena_round_trip_equals_read_arena(tmp_db):
     expected = cmp.read_arena(human, judge)
     assert back.equals(expected.astype(object))
     assert (back.human_winner == "tie").sum() == 2880 + 5132
+
+
+def test_cli_import_list_export_delete(tmp_db, tmp_path, capsys):
+    import json
+
+    from engine.cli import main
+    good = tmp_path / "good.csv"
+    good.write_text(GOOD)
+    assert main(["import", "comparisons", str(good), "--db", str(tmp_db), "--name", "s", "--models", "m1,m2,m3"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_rows"] == 3
+    before = dump(tmp_db)
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEADER + "p1,m1,m1,a\np2,m1,m2,who\n")
+    assert main(["import", "comparisons", str(bad), "--db", str(tmp_db), "--name", "t"]) == 2
+    err = capsys.readouterr().err
+    assert "2 problems" in err and "row 1, column 'model_b'" in err and "row 2, column 'winner'" in err
+    assert dump(tmp_db) == before
+    assert main(["comparisons", "list", "--db", str(tmp_db)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in listed] == ["s"] and listed[0]["meta"]["format"] == "csv"
+    assert main(["comparisons", "export", "s", "--db", str(tmp_db)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "id,prompt_id,model_a,model_b,winner,judge_winner"
+    assert main(["comparisons", "delete", "s", "--db", str(tmp_db)]) == 0
+    assert main(["comparisons", "delete", "s", "--db", str(tmp_db)]) == 2
+    assert "unknown comparison set 's'" in capsys.readouterr().err
