@@ -168,6 +168,17 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     s0 = sum(c / 10 * np.log(c / 10) for c in Counter(ext[:10]).values())
     assert mgr["prompts"][0]["consistency"] == pytest.approx(s0)
 
+    # stored clusters (any method) take precedence: two clusters of 5 per prompt -> S = log(1/2)
+    with store.writer(tmp_db) as con:
+        con.begin()
+        con.execute("""INSERT INTO clusters SELECT run_id, model, prompt_id, repeat, mode, 'embedding', repeat % 2
+                       FROM generations WHERE model = 'Model-X' AND mode = 'coupled'""")
+        con.commit()
+    emb = multigen_summary(tmp_db, "paper-mmlu", "Model-X", method="embedding")
+    assert emb["clusters_source"].startswith("clusters table")
+    np.testing.assert_allclose([p["consistency"] for p in emb["prompts"]], np.log(0.5))
+    assert emb["n_flagged"] == sum(p["p_correct"] <= 0.1 for p in emb["prompts"])
+
     # bad input through the CLI: clear error, exit 2
     assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Nope"]) == 2
     assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
