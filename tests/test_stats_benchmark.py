@@ -117,7 +117,7 @@ def test_samples_for_error_and_saving_exact():
     assert bm.samples_for_error(sizes, err_i, 0.05) == pytest.approx(80.0)
     s = bm.sample_saving(sizes, err_c, err_i, 0.05)
     assert s["saving"] == pytest.approx(1 - 50 / 80)
-    assert not s["lower_bound"] and bm.sample_saving(sizes, err_c, err_i, 0.12)["lower_bound"]
+    assert not s["at_smallest_size"] and bm.sample_saving(sizes, err_c, err_i, 0.12)["at_smallest_size"]
     assert bm.samples_for_error(sizes, err_c, 0.001) is None
     assert bm.sample_saving(sizes, err_c, err_i, 0.001)["saving"] is None
     assert bm.error_at(sizes, err_c, 50) == pytest.approx(0.05)

@@ -222,7 +222,7 @@ def sample_saving(sizes, err_coupled, err_independent, eps: float) -> dict:
 
     Returns:
         dict with error, n_coupled, n_independent, saving (None where a curve never reaches ε),
-        and lower_bound: True when a curve is already at ε at the smallest size (its n(ε) is then
+        and at_smallest_size: True when a curve is already at ε at the smallest size (its n(ε) is then
         only an upper bound on the samples needed, so the saving is not exact).
     Paper: Benz et al., Sec. 5 (40% fewer samples at ε ≈ 0.034, college CS, 3B vs 1B).
     """
@@ -231,7 +231,7 @@ def sample_saving(sizes, err_coupled, err_independent, eps: float) -> dict:
     saving = None if nc is None or ni is None or ni <= 0 else 1.0 - nc / ni
     first = [np.asarray(e, dtype=np.float64)[0] <= eps for e in (err_coupled, err_independent)]
     return {"error": float(eps), "n_coupled": nc, "n_independent": ni, "saving": saving,
-            "lower_bound": bool(any(first))}
+            "at_smallest_size": bool(any(first))}
 
 
 def error_at(sizes, errors, n: float) -> float:
