@@ -399,7 +399,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     beta, nu = WR.davidson_fit(a, b, out, k)
     blo, bhi, _ = WR.bootstrap_ci(lambda *x: WR.davidson_fit(*x)[0], a, b, out, k, rng, reps=reps)
     elo = WR.elo_ratings(a, b, out, k)
-    elo_lo, elo_hi, _ = WR.bootstrap_ci(WR.elo_ratings, a, b, out, k, rng, reps=reps)
+    elo_lo, elo_hi, elo_draws = WR.bootstrap_ci(WR.elo_ratings, a, b, out, k, rng, reps=reps)
 
     def mat(M):
         return {m: {m2: _json_float(M[i, j]) for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}
@@ -418,9 +418,13 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
         "bradley_terry": {"model": "davidson (ties)", "beta": {m: float(x) for m, x in zip(models, beta)},
                           "nu": nu, "ci": {m: [float(x), float(y)] for m, x, y in zip(models, blo, bhi)},
                           "ci_method": f"percentile bootstrap over comparisons, {reps} resamples, seed {seed}"},
+        # the online rating depends on the file order; the bootstrap resamples reshuffle it, so the
+        # CI is for the order-free rating (its median is reported next to the in-order one)
         "elo": {"K": 4.0, "rating": {m: float(x) for m, x in zip(models, elo)},
+                "rating_bootstrap_median": {m: float(x) for m, x in zip(models, np.median(elo_draws, axis=0))},
                 "ci": {m: [float(x), float(y)] for m, x, y in zip(models, elo_lo, elo_hi)},
-                "ci_method": f"percentile bootstrap over comparisons (reshuffled order), {reps} resamples, seed {seed}"},
+                "ci_method": f"percentile bootstrap over comparisons (reshuffled order), {reps} resamples, seed {seed}; "
+                             "'rating' is the online rating in file order"},
     }
     if compare is not None:
         c = compare[compare[col].notna()]
