@@ -117,6 +117,31 @@ def markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+def figure(res: dict, out_png: str) -> None:
+    """Coverage vs n (paper Fig. 11) for both covariances, with the 1 - alpha target."""
+    import plotly.colors
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"covariance: {c}" for c in ("delta", "paper")],
+                        shared_yaxes=True)
+    methods = sorted({r["method"] for r in res["rows"] if r["n"]})
+    palette = plotly.colors.qualitative.D3
+    for ci, cov in enumerate(("delta", "paper"), 1):
+        for i, m in enumerate(methods):
+            rows = sorted((r for r in res["rows"] if r["method"] == m and r["covariance"] == cov), key=lambda r: r["n"])
+            fig.add_trace(go.Scatter(x=[r["n"] for r in rows], y=[r["coverage"] for r in rows], mode="lines+markers",
+                                     name=m, legendgroup=m, showlegend=ci == 1, line={"color": palette[i]},
+                                     error_y={"type": "data", "array": [1.96 * r["coverage_se"] for r in rows]}),
+                          row=1, col=ci)
+        fig.add_hline(y=1 - res["alpha"], line_dash="dash", row=1, col=ci)
+        fig.update_xaxes(title_text="n (human comparisons)", type="log", row=1, col=ci)
+    fig.update_yaxes(title_text="empirical coverage", row=1, col=1)
+    fig.update_layout(title=f"Synthetic PPR (k = {res['k']}, N + n = {res['total']}, {res['reps']} reps, "
+                            f"{res['design']} design): coverage vs n", width=1100, height=450)
+    fig.write_image(out_png)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=300)
@@ -126,12 +151,22 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--design", choices=("balanced", "random"), default="balanced")
     ap.add_argument("--out", help="write the JSON results here")
+    ap.add_argument("--png", help="also plot coverage vs n to this PNG (needs kaleido + BROWSER_PATH)")
+    ap.add_argument("--from-json", help="re-print / re-plot saved results instead of running")
     args = ap.parse_args(argv)
+    if args.from_json:
+        res = json.loads(Path(args.from_json).read_text())
+        if args.png:
+            figure(res, args.png)
+        print(markdown(res))
+        return 0
     res = run(reps=args.reps, total=args.total, n_values=tuple(int(x) for x in args.n.split(",")),
               alpha=args.alpha, seed=args.seed, design=args.design)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(res, indent=1))
+    if args.png:
+        figure(res, args.png)
     print(markdown(res))
     return 0
 
