@@ -194,3 +194,23 @@ def test_arena_real_files_count_and_cli(capsys, tmp_path):
     rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(csv), "--method", "ppr", "--alpha", "0.05")
     d = json.loads(out)
     assert rc == 0 and d["n"] == 4983 and d["N"] == 14_947 - 4983 and 0 < d["lambda"] <= 1
+
+
+@pytest.mark.shared
+def test_arena_bootstrap_variance_vs_covariances():
+    """METHODS.md section 4: on Arena human data Var_boot(theta_hat) is ~17-100x the paper Sigma and ~1x the delta one."""
+    human = shared_path("data", "arena", "human.json")
+    df = ranking_io.load_comparisons(human=human, models=ARENA_12)
+    first, second = ranking_io._indices(df, ARENA_12)
+    w, w2 = ranking_io._indicators(df.human_winner)
+    rng = np.random.default_rng(0)
+    n, k = len(df), len(ARENA_12)
+    draws = np.array([R.winrate_pointestimate(first[i], second[i], w[i], w2[i], k)
+                      for i in (rng.integers(0, n, n) for _ in range(400))])
+    vb = draws.var(axis=0, ddof=1)
+    _, s_delta = R.onesource_theta_sigma(first, second, w, w2, k, "delta")
+    _, s_paper = R.onesource_theta_sigma(first, second, w, w2, k, "paper")
+    r_delta, r_paper = vb / np.diag(s_delta), vb / np.diag(s_paper)
+    # 400 resamples: relative s.e. of a variance ~7%, so +-30% is > 4 s.e.
+    assert np.all((r_delta > 0.7) & (r_delta < 1.3)), r_delta
+    assert r_paper.min() > 12 and r_paper.max() < 130 and 25 < np.median(r_paper) < 60, r_paper
