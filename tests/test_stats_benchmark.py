@@ -108,6 +108,13 @@ def test_error_curve_matches_sampling_theory():
         assert e == pytest.approx(sd * bm.MAE_PER_SE, rel=0.05)
 
 
+def test_default_sizes():
+    assert bm.default_sizes(1000).tolist() == list(range(20, 1001, 20))
+    assert bm.default_sizes(24).tolist() == list(range(2, 25, 2))  # tiny pools: step N // 10
+    big = bm.default_sizes(140_420)
+    assert len(big) <= 500 and big[0] % 20 == 0 and np.all(np.diff(big) == big[0])
+
+
 def test_samples_for_error_and_saving_exact():
     sizes = [20, 40, 60, 80]
     err_c = [0.10, 0.06, 0.04, 0.03]

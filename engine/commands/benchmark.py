@@ -35,7 +35,11 @@ def _clean(o):
 
 
 def _print(obj) -> None:
-    print(json.dumps(_clean(obj), default=_json_default, indent=1))
+    try:
+        print(json.dumps(_clean(obj), default=_json_default, indent=1))
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into `head`: the reader has gone, nothing to report
+        sys.stdout = None
 
 
 def register(sub) -> None:

@@ -116,9 +116,12 @@ def kde_curve(x, grid=None, n_grid: int = 200, fallback_bw: float = 0.02) -> dic
 
 def default_sizes(N: int, step: int = 20, max_points: int = 500) -> np.ndarray:
     """Sample sizes n = step, 2 step, ... <= N; step is widened (in multiples of ``step``) so
-    that at most ``max_points`` sizes are used on very large pools."""
+    that at most ``max_points`` sizes are used on very large pools, and narrowed (to N // 10) on
+    pools smaller than 10 steps so that tiny runs still get a curve."""
     if N < 1:
         raise UserError("no samples to resample")
+    if N < 10 * step:
+        step = max(1, N // 10)
     mult = max(1, math.ceil(N / step / max_points))
     s = step * mult
     sizes = np.arange(s, N + 1, s)
