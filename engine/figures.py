@@ -44,6 +44,13 @@ def _tok(s) -> str:
     return str(s).replace("\n", "↵").replace(" ", "·")
 
 
+def _seq(x) -> list:
+    """A list from a stored array cell (list, numpy array, None or NaN)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return []
+    return list(x)
+
+
 def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[bool] | None = None,
                  first_divergence: int | None = None, title: str = "Token trace",
                  token_names: Mapping[int, str] | None = None) -> go.Figure:
@@ -84,11 +91,10 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
                 for om in models if om != m and om in by_step_text.columns and st in by_step_text.index
                 and not pd.isna(by_step_text.at[st, om]))
             alts = ""
-            top_ids = getattr(rec, "top_ids", None)
-            if top_ids is not None and not (isinstance(top_ids, float)) and len(top_ids):
-                tp = list(getattr(rec, "top_probs", []) or [])
-                tg = getattr(rec, "top_gumbels", None)
-                tg = list(tg) if tg is not None and not isinstance(tg, float) else [None] * len(top_ids)
+            top_ids = _seq(getattr(rec, "top_ids", None))
+            if top_ids:
+                tp = _seq(getattr(rec, "top_probs", None)) or [float("nan")] * len(top_ids)
+                tg = _seq(getattr(rec, "top_gumbels", None)) or [None] * len(top_ids)
                 alts = "<br>top alternatives:<br>" + "<br>".join(
                     f"  {html.escape(_tok(names.get(int(i), f'#{int(i)}')))}: p={p:.3f}"
                     + (f", g={g:.3f}" if g is not None and not pd.isna(g) else "")

@@ -36,6 +36,8 @@ from engine.errors import UserError
 from engine.progress import read_progress, write_json_atomic
 
 STATUSES = ("running", "done", "failed", "cancelled", "killed")
+# Engine commands that accept --progress-file (follow-up jobs get one only if they do).
+PROGRESS_COMMANDS = ("generate", "judge")
 _KIND_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
@@ -275,7 +277,7 @@ def _start_followup(job_id: str, meta: dict, jdir: Path, db) -> str | None:
     kind = first[0] if first and set(first[0]) <= _KIND_CHARS else "job"
     python = (meta.get("command") or [None])[0]
     nxt = start_job(list(first), kind=kind, db=db, python=python, then=rest or None,
-                    env=meta.get("env") or None, progress=kind in ("generate", "score", "judge", "cluster"))
+                    env=meta.get("env") or None, progress=kind in PROGRESS_COMMANDS)
     os.write(fd, nxt.encode())
     os.close(fd)
     return nxt

@@ -332,8 +332,18 @@ def benchmark(db: str | os.PathLike, model_a: str, model_b: str, subject: str | 
               n_resamples: int = 1000, seed: int = 0) -> dict:
     """The benchmark comparison of two models (engine.stats_io.benchmark_compare)."""
     sio = optional_module("engine.stats_io", "the benchmark comparison")
-    return sio.benchmark_compare(db, model_a, model_b, subject=subject, target_error=target_error,
-                                 n_resamples=n_resamples, seed=seed, run=run, rule=rule)
+    try:
+        return sio.benchmark_compare(db, model_a, model_b, subject=subject, target_error=target_error,
+                                     n_resamples=n_resamples, seed=seed, run=run, rule=rule)
+    except UserError as exc:
+        # With fewer than 120 samples the coupled error "at n = 120" is 0 (the whole pool) and the
+        # planner refuses it: fall back to the error at the smallest sample size, and say so.
+        if target_error is not None or "target error must be > 0" not in str(exc):
+            raise
+        out = sio.benchmark_compare(db, model_a, model_b, subject=subject, target_error=None,
+                                    n_resamples=n_resamples, seed=seed, run=run, rule=rule, saving_n=20)
+        out["saving_detail"]["error_source"] += " (fewer than 120 samples in the pool)"
+        return out
 
 
 # --------------------------------------------------------------------------- data map
@@ -395,3 +405,158 @@ def comparisons_for(db: str | os.PathLike, source: str, name: str, mode: str | N
             params.append(judge)
         return store.query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
     raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'judgments'")
+
+
+# --------------------------------------------------------------------------- composed views (one cached call per page)
+
+def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, mode: str,
+               models: tuple[str, ...], step_offset: int = 0, max_steps: int = 120) -> dict:
+    """Everything the token-trace view draws for one unit and mode: the steps (with recomputed
+    Gumbel values where possible), the alignment, the total trace length and whether the Gumbel
+    values were recomputed."""
+    steps = trace_steps(db, run_id, prompt_id, repeat, mode, list(models), max_steps=max_steps,
+                        step_offset=step_offset)
+    with_g = recompute_gumbels(db, run_id, prompt_id, repeat, steps)
+    al = align_traces(steps, list(models))
+    return {"steps": with_g if with_g is not None else steps, "alignment": al,
+            "gumbel_recomputed": with_g is not None,
+            "length": unit_trace_length(db, run_id, prompt_id, repeat, mode)}
+
+
+def _ranks(values: dict) -> dict:
+    order = sorted((v if v is not None else -1.0, m) for m, v in values.items())[::-1]
+    return {m: i + 1 for i, (_, m) in enumerate(order)}
+
+
+def winrate_sources(db: str | os.PathLike) -> dict:
+    """Sources of pairwise comparisons: stored sets and LLM-judge verdict groups."""
+    sets = comparison_sets(db)
+    judg = judgment_sources(db)
+    return {"sets": sets["name"].tolist() if not sets.empty else [],
+            "judgments": judg.to_dict("records") if not judg.empty else []}
+
+
+def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "human",
+                  judge: str | None = None, reps: int = 200, seed: int = 0) -> dict:
+    """Win-rate analysis (engine.ranking_io.winrates_for) of a stored set or of a run's judge verdicts.
+
+    For judge verdicts of a run with both modes, ``coupled`` and ``independent`` are each analysed
+    and compared per pair (z-test); the average win-rates and their ranks are returned side by side
+    as ``table`` (like the paper's Table 1). For a stored set, ``coupled`` holds the analysis.
+    """
+    rio = optional_module("engine.ranking_io", "the win-rate analysis")
+    out: dict = {}
+    if source == "judgments":
+        label = "judge"
+        dfs = {m: comparisons_for(db, "judgments", name, mode=m, judge=judge) for m in store.MODES}
+        dfs = {m: d for m, d in dfs.items() if not d.empty and d["judge_winner"].notna().any()}
+        if not dfs:
+            raise UserError(f"run {name!r} has no parsed judge verdicts" + (f" by {judge!r}" if judge else ""))
+        models = sorted(set().union(*[set(d.model_a) | set(d.model_b) for d in dfs.values()]))
+        for m, d in dfs.items():
+            other = [o for o in dfs if o != m]
+            out[m] = rio.winrates_for(d, label=label, seed=seed, reps=reps, models=models,
+                                      compare=dfs[other[0]] if other and m == "coupled" else None)
+    else:
+        d = comparisons_for(db, "set", name)
+        if d.empty:
+            raise UserError(f"comparison set {name!r} is empty or unknown")
+        out["coupled"] = rio.winrates_for(d, label=label, seed=seed, reps=reps)
+    rows = []
+    first = next(iter(out.values()))
+    for m in first["models"]:
+        row = {"model": m}
+        for mode, res in out.items():
+            a = res["average"][m]
+            row[f"{mode}_winrate"] = a["winrate"]
+            row[f"{mode}_ci_low"], row[f"{mode}_ci_high"] = a["ci"]
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for mode in out:
+        table[f"{mode}_rank"] = table["model"].map(_ranks(dict(zip(table["model"], table[f"{mode}_winrate"]))))
+    pairs = []
+    if "compare" in first:
+        for m, opp in first["compare"].items():
+            for m2, v in opp.items():
+                pairs.append({"pair": f"{m} > {m2}", "model": m, "opponent": m2, "coupled": v["winrate"],
+                              "independent": v["winrate_other"], "z": v["z"], "p": v["p"], "stars": v["stars"]})
+    else:
+        for m, opp in first["matrix"].items():
+            for m2, v in opp.items():
+                pairs.append({"pair": f"{m} > {m2}", "model": m, "opponent": m2, "coupled": v})
+    return {"results": out, "table": table.sort_values(f"{next(iter(out))}_rank"), "pairs": pd.DataFrame(pairs),
+            "label": label}
+
+
+def matrix_of(res: dict, key: str = "matrix") -> tuple[list[str], np.ndarray]:
+    """A (k, k) array (NaN on the diagonal) from a winrates_for dict-of-dicts entry."""
+    models = res["models"]
+    M = np.full((len(models), len(models)), np.nan)
+    for i, m in enumerate(models):
+        for j, m2 in enumerate(models):
+            v = res[key].get(m, {}).get(m2)
+            if i != j and v is not None:
+                M[i, j] = v
+    return models, M
+
+
+ARENA_JUDGES = ("gpt-4-0125-preview", "claude-3-opus-20240229", "gpt-3.5-turbo")
+
+
+def arena_dir() -> Path | None:
+    """../shared/data/arena when present (COUPLED_EVAL_SHARED overrides ../shared)."""
+    shared = Path(os.environ.get("COUPLED_EVAL_SHARED", store.PROJECT_ROOT.parent / "shared"))
+    p = shared / "data" / "arena"
+    return p if (p / "human.json").exists() else None
+
+
+
+
+def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.DataFrame:
+    """Comparisons for the rank-set page: source 'set' (stored set ``name``) or 'arena' (human.json
+    with judge file ``name`` from ../shared/data/arena)."""
+    if source == "set":
+        comps = optional_module("engine.comparisons", "reading comparison sets")
+        return comps.read_comparison_set(db, name)
+    if source == "arena":
+        d = arena_dir()
+        if d is None:
+            raise Unavailable("the Chatbot Arena files (../shared/data/arena) are not present on this machine")
+        if name not in ARENA_JUDGES:
+            raise UserError(f"unknown Arena judge {name!r}; allowed: {', '.join(ARENA_JUDGES)}")
+        comps = optional_module("engine.comparisons", "reading Arena files")
+        return comps.read_arena(d / "human.json", d / f"{name}.json")
+    raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'arena'")
+
+
+def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, alpha: float,
+                  covariance: str = "delta", models: tuple[str, ...] | None = None) -> dict:
+    """Rank-sets of one method (engine.ranking_io.ranksets_for) with a table of the results."""
+    rio = optional_module("engine.ranking_io", "rank-sets")
+    df = ranking_comparisons(db, source, name)
+    if models:
+        df = df[df.model_a.isin(models) & df.model_b.isin(models)].reset_index(drop=True)
+    res = rio.ranksets_for(df, method, alpha, covariance=covariance, models=list(models) if models else None)
+    table = pd.DataFrame([{"model": m, "theta": res["theta"][m], "lower": lo, "upper": up}
+                          for m, (lo, up) in res["ranksets"].items()]).sort_values(["lower", "upper", "theta"],
+                                                                                    ascending=[True, True, False])
+    return {"result": res, "table": table}
+
+
+def rankset_draws_view(db: str | os.PathLike, source: str, name: str, n: int, reps: int, alpha: float,
+                       covariance: str = "delta", seed: int = 0, models: tuple[str, ...] | None = None) -> dict:
+    """Repeated draws (engine.ranking_io.rankset_draws): rank-position probabilities per method and
+    the size vs baseline-intersection curve as a long table (method, alpha, size, intersection, coverage)."""
+    rio = optional_module("engine.ranking_io", "rank-set draws")
+    df = ranking_comparisons(db, source, name)
+    res = rio.rankset_draws(df, n=int(n), reps=int(reps), alpha=float(alpha), covariance=covariance,
+                            seed=int(seed), models=list(models) if models else None)
+    curve = pd.DataFrame([{"method": m, **pt} for m, pts in res["curve"].items() for pt in pts])
+    return {"result": res, "curve": curve}
+
+
+def comparison_models(db: str | os.PathLike, source: str, name: str) -> list[str]:
+    """Models of a comparison source, most compared first."""
+    df = ranking_comparisons(db, source, name)
+    counts = pd.concat([df.model_a, df.model_b]).value_counts()
+    return [str(m) for m in counts.index]

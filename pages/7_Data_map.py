@@ -1,0 +1,66 @@
+"""Data map: P(correct) vs semantic consistency per prompt, flagged prompts, variance decomposition."""
+
+import streamlit as st
+
+from engine import figures
+from pages import _ui as ui
+
+ui.header("Data map", "Prompts a model answers consistently but wrongly (low P(correct), high consistency) are "
+                      "candidates for wrong labels or ambiguous questions.")
+
+ch = ui.q("benchmark_choices")
+if not ch["runs"]:
+    ui.empty_state("No scored runs yet: generate several repeats per prompt and score them.", "generate", "Generate")
+    st.stop()
+
+c1, c2, c3, c4 = st.columns(4)
+run = c1.selectbox("Run", ch["runs"], key="dm_run")
+model = c2.selectbox("Model", ch["models"].get(run, []), key="dm_model")
+mode = c3.selectbox("Mode", ch["modes"].get(run, ["coupled"]), key="dm_mode")
+rule = c4.selectbox("Scoring rule", ch["rules"].get(run, ["paper"]), key="dm_rule")
+c5, c6, c7, c8 = st.columns(4)
+method = c5.selectbox("Clustering", ui.q("cluster_methods", run), key="dm_method",
+                      help="answer = identical extracted answers; llm = bidirectional entailment; "
+                           "embedding = sentence-embedding similarity (an approximation)")
+subject = c6.selectbox("Subject", ["(all)"] + ch["subjects"].get(run, []), key="dm_subject")
+p_max = c7.slider("Flag: P(correct) ≤", 0.0, 1.0, 0.1, 0.05, key="dm_pmax")
+s_min = c8.slider("Flag: consistency S ≥", -3.0, 0.0, -0.8, 0.05, key="dm_smin")
+
+res = ui.safe("multigen", run, model, mode=mode, rule=rule, method=method,
+              subject=None if subject == "(all)" else subject, p_max=float(p_max), s_min=float(s_min))
+if res is None:
+    st.stop()
+
+sc = res["score"]
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Prompts × generations", f"{res['n']} × {res['k']}")
+m2.metric("Score μ̂ (95% CI)", f"{sc['mu']:.3f}", help=f"[{sc['ci_low']:.3f}, {sc['ci_high']:.3f}]")
+m3.metric("95% CI", f"[{sc['ci_low']:.3f}, {sc['ci_high']:.3f}]")
+m4.metric("Flagged prompts", res["n_flagged"])
+st.caption(f"Clusters: {res['clusters_source']}")
+
+prompts = ui.records(res["prompts"])
+ui.chart(figures.datamap_figure(prompts, float(p_max), float(s_min),
+                                title=f"Data map: {model}, {mode} (flag region shaded)"), "data_map", key="dm_map")
+
+st.subheader("Flagged prompts")
+flagged = ui.flagged_ids(prompts)
+if not flagged:
+    st.info("No prompt falls in the flag region; widen it with the sliders above.")
+else:
+    gens = ui.q("prompts_generations", run, model, mode, tuple(flagged), rule=rule)
+    ui.table(gens, "flagged_generations", key="dm_flagged")
+
+c1, c2 = st.columns(2)
+with c1:
+    dist = res["p_correct_distribution"]
+    ui.chart(figures.histogram_figure(dist["values"], dist["counts"], title="Distribution of P(correct)",
+                                      xaxis="P(correct)"), "p_correct_hist", key="dm_hist")
+with c2:
+    ui.chart(figures.variance_figure({"within-prompt": sc["var_within"], "between-prompt": sc["var_between"]},
+                                     title="Variance of μ̂: within + between prompts"), "variance", key="dm_var")
+    b = res["bootstrap"]
+    st.caption(f"Bootstrap over prompts: {ui.bootstrap_text(b)}")
+sg = res["single_generation"]
+st.caption(f"Single-generation scores (each repeat alone): {ui.single_text(sg)}")
+ui.table(prompts, "data_map_prompts", key="dm_prompts")

@@ -1,0 +1,52 @@
+"""Upload: human / judge pairwise comparisons, validated before anything is stored; list and delete sets."""
+
+import streamlit as st
+
+from pages import _ui as ui
+
+ui.header("Upload comparisons", "CSV with columns prompt_id, model_a, model_b, winner (model_a / model_b / tie / "
+                                "tie (bothbad) / a / b) and optional judge_winner, or Chatbot Arena JSON lines. "
+                                "Files are checked first; nothing is stored unless every row is valid.")
+
+fmt = st.radio("Format", ["csv", "arena"], horizontal=True, key="up_format",
+               format_func={"csv": "CSV", "arena": "Arena JSON lines (human + optional judge file)"}.get)
+if fmt == "csv":
+    main = st.file_uploader("Comparisons CSV", type=["csv"], key="up_csv")
+    judge = None
+else:
+    main = st.file_uploader("Human file (JSON lines)", type=["json", "jsonl"], key="up_human")
+    judge = st.file_uploader("Judge file, line-aligned (optional)", type=["json", "jsonl"], key="up_judge")
+
+if main is not None:
+    main_bytes = main.getvalue()
+    judge_bytes = judge.getvalue() if judge is not None else None
+    rows, problems = ui.validate_upload(fmt, main_bytes, judge_bytes)
+    if problems:
+        st.error(f"Rejected: {len(problems)} problem(s); nothing was stored. Fix the file and upload it again.")
+        ui.table(ui.problems_table(problems), "upload_problems", key="up_problems")
+    else:
+        st.success(f"Valid: {len(rows):,} comparisons between {ui.n_models(rows)} models.")
+        st.dataframe(rows.head(20), hide_index=True, key="up_preview")
+        name = st.text_input("Name of the comparison set", value=ui.default_set_name(main.name), key="up_name")
+        replace = st.checkbox("Replace a set of the same name", key="up_replace")
+        if st.button("Import", type="primary", icon=":material/upload:", key="up_import"):
+            job = ui.start_import(fmt, main.name, main_bytes, judge.name if judge else None, judge_bytes, name, replace)
+            if job:
+                st.success(f"Import started as job `{job}`; the set appears below when it is done.")
+
+st.subheader("Import and delete jobs")
+ui.job_panel(kind=None, limit=4)
+
+st.subheader("Stored comparison sets")
+sets = ui.safe("comparison_sets")
+if sets is None or sets.empty:
+    st.info("No comparison sets stored yet.")
+else:
+    ui.table(sets, "comparison_sets", key="up_sets")
+    c1, c2, c3 = st.columns([2, 2, 1])
+    victim = c1.selectbox("Delete a set", sets["name"].tolist(), key="up_delete_name")
+    sure = c2.checkbox(f"Yes, delete {victim}", key="up_delete_sure")
+    if c3.button("Delete", disabled=not sure, icon=":material/delete:", key="up_delete"):
+        job = ui.start_job(["comparisons", "delete", victim, "--db", str(ui.db_path())], kind="delete")
+        if job:
+            st.success(f"Deleting {victim} (job `{job}`).")

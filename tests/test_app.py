@@ -1,0 +1,278 @@
+"""The dashboard under streamlit.testing.v1.AppTest: every page against a small database built here.
+
+Checks per page: no exception, the expected elements present, and a widget change re-renders.
+Also: the empty database shows empty states (no errors), and the read-side queries agree with a
+naive pandas computation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine import queries, store
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ("m-base", "m-int8", "m-int4")
+MODES = ("coupled", "independent")
+N_PROMPTS, N_REPEATS, N_STEPS = 40, 4, 8
+TIMEOUT = 120
+
+
+def build_small_db(path: Path, seed: int = 0) -> Path:
+    """A small but complete database: 1 run, 3 models, 6 prompts x 3 repeats x 2 modes, traces,
+    scores, LLM-judge verdicts and one uploaded comparison set with human + judge labels."""
+    rng = np.random.default_rng(seed)
+    run = "run-small"
+    cfg = {"models": list(MODELS), "repeats": N_REPEATS, "temperature": 0.7, "max_new_tokens": N_STEPS,
+           "modes": list(MODES), "seed": 7}
+    with store.writer(path) as con:
+        con.begin()
+        con.execute("INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units) "
+                    "VALUES (?, 'ds-small', ?, 'test', 'token_id', '[]', 'done', ?)",
+                    [run, json.dumps(cfg), len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES)])
+        for m in MODELS:
+            con.execute("INSERT INTO models (name, source, variant, vocab_id, vocab_size) VALUES (?, 'test', ?, 'v1', 100)",
+                        [m, m.split("-")[1]])
+        con.execute("INSERT INTO datasets (dataset_id, source, kind, n_prompts) VALUES ('ds-small', 'test', "
+                    "'multiple_choice', ?)", [N_PROMPTS])
+        golds = rng.choice(list("ABCD"), N_PROMPTS)
+        for i in range(N_PROMPTS):
+            con.execute("INSERT INTO prompts VALUES ('ds-small', ?, ?, ?, ?, ?, ?, ?)",
+                        [f"q{i}", i, "algebra" if i % 2 else "history", f"Question number {i}?",
+                         json.dumps({k: f"option {k}" for k in "ABCD"}), str(golds[i]), f"Question number {i}? A B C D"])
+        gens, traces, scores = [], [], []
+        for mode in MODES:
+            for i in range(N_PROMPTS):
+                for r in range(N_REPEATS):
+                    shared = rng.integers(3, 99, N_STEPS)  # the coupled path all models start on
+                    diverge = int(rng.integers(1, N_STEPS))
+                    for mi, m in enumerate(MODELS):
+                        toks = shared.copy()
+                        if mode == "independent" or mi > 0:
+                            toks[diverge if mode == "coupled" else 0:] = rng.integers(3, 99, N_STEPS - (diverge if mode == "coupled" else 0))
+                        text = "".join(chr(65 + t % 26) for t in toks)
+                        seed_used = 7 if mode == "coupled" else 7 + 1000 * (mi + 1)
+                        gens.append((run, m, f"q{i}", r, mode, seed_used, text, toks.tolist(), "length", N_STEPS))
+                        for s, t in enumerate(toks):
+                            top = [int(t), int((t + 1) % 100), int((t + 2) % 100)]
+                            traces.append((run, m, f"q{i}", r, mode, s, int(t), chr(65 + int(t) % 26),
+                                           float(rng.uniform(0.2, 0.9)), top, [0.5, 0.3, 0.2], [0.1, -0.4, 1.2]))
+                        correct = rng.random() < [0.7, 0.5, 0.3][mi]
+                        scores.append((run, m, f"q{i}", r, mode, "paper", str(golds[i]) if correct else "E",
+                                       1.0 if correct else 0.0))
+        con.executemany("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids, "
+                        "finish_reason, n_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", gens)
+        con.executemany("INSERT INTO token_traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", traces)
+        con.executemany("INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?, ?, ?)", scores)
+        judg = []
+        for mode in MODES:
+            for i in range(N_PROMPTS):
+                for r in range(N_REPEATS):
+                    for a in range(len(MODELS)):
+                        for b in range(a + 1, len(MODELS)):
+                            for order in ("ab", "ba"):
+                                w = rng.choice(["a", "b", "tie"], p=[0.5, 0.3, 0.2])
+                                judg.append((run, "judge-x", f"q{i}", r, mode, MODELS[a], MODELS[b], order, "h",
+                                             "raw", w, w))
+        con.executemany("INSERT INTO judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", judg)
+        con.commit()
+    # An uploaded set, through the engine's own importer: 400 rows, 100 with human labels.
+    rows = []
+    strength = {"m-base": 0.6, "m-int8": 0.5, "m-int4": 0.3}
+    for k in range(400):
+        a, b = rng.choice(MODELS, 2, replace=False)
+        pa = strength[a] / (strength[a] + strength[b])
+        human = ("model_a" if rng.random() < pa else "model_b") if k < 100 else ""
+        judge = "model_a" if rng.random() < pa else "model_b"
+        rows.append({"prompt_id": f"p{k}", "model_a": a, "model_b": b, "winner": human, "judge_winner": judge})
+    from engine import comparisons
+    comparisons.import_comparisons(path, pd.DataFrame(rows).to_csv(index=False).encode(), "human-small", fmt="csv")
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_db(tmp_path_factory) -> Path:
+    return build_small_db(tmp_path_factory.mktemp("appdb") / "small.duckdb")
+
+
+@pytest.fixture
+def app(small_db, monkeypatch):
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(small_db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    return at
+
+
+def _page(at: AppTest, page: str) -> AppTest:
+    at.run()
+    assert not at.exception, at.exception
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [m.value for m in at.caption] + [m.value for m in at.info] + \
+            [m.value for m in at.title] + [m.value for m in at.subheader] + [str(m.value) for m in at.metric] + \
+            [m.label for m in at.metric] + [m.value for m in at.warning] + [m.value for m in at.error]
+    return "\n".join(str(p) for p in parts)
+
+
+def _n_charts(at: AppTest) -> int:
+    return len(at.get("plotly_chart"))
+
+
+def _n_downloads(at: AppTest) -> int:
+    return len(at.get("download_button"))
+
+
+def test_home_lists_what_is_stored(app):
+    at = _page(app, "pages/1_Home.py")
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["Runs"] == "1" and labels["Comparison sets"] == "1"
+    assert labels["Token traces"] == f"{len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES) * N_STEPS:,}"
+    assert len(at.dataframe) >= 1 and "run-small" in at.dataframe[0].value["run_id"].tolist()
+    assert "Run the demo" not in [b.label for b in at.button]  # not an empty database
+
+
+def test_generate_page_form_and_validation(app):
+    at = _page(app, "pages/2_Generate.py")
+    assert at.multiselect(key="gen_models") is not None
+    assert at.number_input(key="gen_repeats").value == 5
+    # Submitting with no modes is refused with a message, and no job starts.
+    at.multiselect(key="gen_modes").set_value([])
+    at.multiselect(key="gen_modes").set_value(["coupled"]).run()
+    assert not at.exception
+    assert "Runs" in _texts(at)
+
+
+def test_token_traces_page_shows_alignment_and_reacts(app):
+    at = _page(app, "pages/3_Token_traces.py")
+    text = _texts(at)
+    assert "Coupled generation" in text and "Independent generation" in text
+    assert "First divergence" in text
+    n_before = _n_charts(at)
+    assert n_before >= 2 and _n_downloads(at) >= 6
+    # change the prompt: re-renders with the other unit
+    at.selectbox(key="tr_prompt").set_value("q3").run()
+    assert not at.exception
+    assert at.dataframe[-1].value["text"].notna().all()
+    at.multiselect(key="tr_models").set_value(["m-base", "m-int8"]).run()
+    assert not at.exception and _n_charts(at) == n_before
+
+
+def test_benchmark_page_metrics_and_widget(app):
+    at = _page(app, "pages/4_Benchmark.py")
+    text = _texts(at)
+    assert "Mean per-question covariance" in text and "Sample saving" in text
+    assert _n_charts(at) >= 4
+    at.selectbox(key="bm_subject").set_value("algebra").run()
+    assert not at.exception
+    assert f"{N_PROMPTS // 2} × {N_REPEATS}" in _texts(at)  # the algebra half of the questions
+
+
+def test_winrates_page_judgments_and_set(app):
+    at = _page(app, "pages/5_Win_rates.py")
+    assert _n_charts(at) >= 3
+    table = at.dataframe[0].value
+    assert {"coupled_winrate", "independent_winrate", "coupled_rank", "independent_rank"} <= set(table.columns)
+    at.selectbox(key="wr_source").set_value(1).run()  # the uploaded set
+    assert not at.exception
+    assert "comparisons with human labels" in _texts(at)
+
+
+def test_ranksets_page_methods_and_covariance(app):
+    at = _page(app, "pages/6_Rank_sets.py")
+    assert not at.exception
+    at.selectbox(key="rs_source").set_value(0).run()
+    at.radio(key="rs_method").set_value("human").run()
+    assert not at.exception
+    assert any("ranksets" in c.value or "human-labelled" in c.value for c in at.caption)
+    at.radio(key="rs_cov").set_value("paper").run()
+    assert any("paper's covariance" in w.value for w in at.warning)
+    at.number_input(key="rs_n").set_value(30)
+    at.number_input(key="rs_reps").set_value(10)
+    at.toggle(key="rs_run_draws").set_value(True).run()
+    assert not at.exception
+    assert _n_charts(at) >= 3
+
+
+def test_datamap_page_flags_and_slider(app):
+    at = _page(app, "pages/7_Data_map.py")
+    text = _texts(at)
+    assert "Flagged prompts" in text and "Score μ̂" in text
+    assert _n_charts(at) >= 3
+    at.slider(key="dm_pmax").set_value(1.0)
+    at.slider(key="dm_smin").set_value(-3.0).run()
+    assert not at.exception
+    flagged = {m.label: m.value for m in at.metric}["Flagged prompts"]
+    assert int(flagged) == N_PROMPTS  # the whole square is flagged
+
+
+def test_upload_page_lists_sets(app):
+    at = _page(app, "pages/8_Upload.py")
+    assert "human-small" in at.dataframe[0].value["name"].tolist()
+    assert at.button(key="up_delete").disabled  # needs the confirmation first
+    at.checkbox(key="up_delete_sure").check().run()
+    assert not at.button(key="up_delete").disabled
+
+
+@pytest.mark.parametrize("page", ["pages/1_Home.py", "pages/2_Generate.py", "pages/3_Token_traces.py",
+                                  "pages/4_Benchmark.py", "pages/5_Win_rates.py", "pages/6_Rank_sets.py",
+                                  "pages/7_Data_map.py", "pages/8_Upload.py"])
+def test_every_page_on_an_empty_database_shows_an_empty_state(page, tmp_path, monkeypatch):
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "none.duckdb"))
+    monkeypatch.setenv("COUPLED_EVAL_SHARED", str(tmp_path / "no-shared"))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at = _page(at, page)
+    assert not at.error, [e.value for e in at.error]
+    assert at.info or at.warning or page.endswith(("2_Generate.py", "8_Upload.py"))
+    assert not (tmp_path / "none.duckdb").exists()  # the dashboard never creates or writes the database
+
+
+# --------------------------------------------------------------------------- queries vs naive
+
+def test_align_traces_matches_a_naive_loop(small_db):
+    steps = queries.trace_steps(small_db, "run-small", "q1", 0, "coupled", list(MODELS))
+    al = queries.align_traces(steps, list(MODELS))
+    naive_agree = []
+    for s in sorted(steps["step"].unique()):
+        toks = [steps[(steps.step == s) & (steps.model == m)]["token_id"].iloc[0] for m in MODELS]
+        naive_agree.append(len(set(toks)) == 1)
+    assert al["agree"] == naive_agree
+    first = next((i for i, a in enumerate(naive_agree) if not a), None)
+    assert al["first_divergence"] == first
+    assert al["n_agree"] == sum(naive_agree)
+
+
+def test_trace_paging_covers_every_step_once(small_db):
+    pages = [queries.trace_steps(small_db, "run-small", "q2", 1, "independent", list(MODELS), max_steps=3,
+                                 step_offset=o) for o in range(0, N_STEPS, 3)]
+    allp = pd.concat(pages)
+    assert len(allp) == N_STEPS * len(MODELS)
+    assert not allp.duplicated(["model", "step"]).any()
+
+
+def test_recomputed_gumbels_match_engine_noise(small_db):
+    torch = pytest.importorskip("torch")
+    from engine import noise
+    steps = queries.trace_steps(small_db, "run-small", "q0", 2, "coupled", ["m-base"])
+    g = queries.recompute_gumbels(small_db, "run-small", "q0", 2, steps)
+    for rec in g.itertuples():
+        full = noise.gumbel(7, torch.tensor([noise.unit_key("q0", 2)]), rec.step, torch.arange(100))
+        assert g.loc[rec.Index, "gumbel"] == pytest.approx(float(full[0, rec.token_id]), abs=0)
+
+
+def test_runs_and_overview_agree_with_table_counts(small_db):
+    runs = queries.runs(small_db)
+    assert runs.loc[0, "n_generations"] == len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES)
+    assert sorted(runs.loc[0, "models"]) == sorted(MODELS)
+    assert queries.overview(small_db)["comparisons"] == 400
+    assert queries.overview(small_db.parent / "missing.duckdb")["runs"] == 0
