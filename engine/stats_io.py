@@ -127,8 +127,9 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     accuracy ({model: pooled accuracy over the modes}), accuracy_by_mode ({mode: {model: score,
     CI (METHODS 5)}}), difference ({mode: paired bootstrap CI of acc A − acc B}), kde (curves),
     error_curve (list of {n, coupled, independent, coupled_low, coupled_high, independent_low,
-    independent_high}: mean error and 2.5/97.5 percentiles), truth, saving (float or None),
-    saving_detail, mcnemar ({mode: {majority, pairs}}), planner.
+    independent_high}: mean error and 2.5/97.5 percentiles), truth, saving (float or None: at
+    ``target_error``, else at the error the coupled curve reaches at n = ``saving_n``),
+    saving_detail, saving_at_n (always the latter), mcnemar ({mode: {majority, pairs}}), planner.
 
     Both modes are restricted to the questions scored in both, so the two curves compare like
     with like; both error curves use the same random permutations (common random numbers).
@@ -192,6 +193,8 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     N = Q * R
     if max_n < 1:
         raise UserError(f"max_n must be >= 1, got {max_n}")
+    if saving_n < 1:
+        raise UserError(f"saving_n must be >= 1, got {saving_n}")
     sizes = bm.default_sizes(min(N, max_n), step=step)
     perms = bm.resample_permutations(N, n_resamples, rng_perm, length=int(sizes.max()))
     curves = {mode: bm.error_curve((ab[0] - ab[1]).ravel(), sizes, perms) for mode, ab in mats.items()}
@@ -208,18 +211,23 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     out["error_curve"] = rows
     out["error_curve_band"] = "2.5% and 97.5% percentiles of the absolute error over the resamples"
 
-    if target_error is not None:
-        eps, source = float(target_error), "target_error"
-    else:
-        eps, source = bm.error_at(sizes, curves["coupled"]["mean"], saving_n), f"coupled error at n={saving_n}"
-    if "independent" in curves:
-        detail = bm.sample_saving(sizes, curves["coupled"]["mean"], curves["independent"]["mean"], eps)
-    else:
-        detail = {"error": eps, "n_coupled": bm.samples_for_error(sizes, curves["coupled"]["mean"], eps),
-                  "n_independent": None, "saving": None}
-    detail["error_source"] = source
+    def saving_at(eps: float, source: str) -> dict:
+        if "independent" in curves:
+            d = bm.sample_saving(sizes, curves["coupled"]["mean"], curves["independent"]["mean"], eps)
+        else:
+            d = {"error": eps, "n_coupled": bm.samples_for_error(sizes, curves["coupled"]["mean"], eps),
+                 "n_independent": None, "saving": None, "at_smallest_size": None}
+        d["error_source"] = source
+        return d
+
+    # Always: the saving at the error the coupled curve reaches at n = saving_n; with a target
+    # error, the headline saving is taken there instead.
+    at_n = saving_at(bm.error_at(sizes, curves["coupled"]["mean"], saving_n), f"coupled error at n={saving_n}")
+    detail = saving_at(float(target_error), "target_error") if target_error is not None else at_n
+    eps = detail["error"]
     out["saving"] = detail["saving"]
     out["saving_detail"] = detail
+    out["saving_at_n"] = at_n
 
     # McNemar: 'majority' = per question, correct iff the model is right on more than half of the
     # repeats (independent across questions: the test's assumption holds); 'pairs' = every

@@ -153,6 +153,7 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     assert res["mean_covariance_coupled"] == pytest.approx(bm.per_question_covariance(A, B).mean())
     assert res["accuracy"]["Model-X"] == pytest.approx(
         (A.mean() + mats["independent"][0].mean()) / 2)
+    assert res["saving_detail"]["error"] == 0.05 and res["saving_at_n"]["error_source"] == "coupled error at n=120"
     assert [row["n"] for row in res["error_curve"]] == list(range(5, 51, 5))  # 50 samples: step 50 // 10
     # same seed -> same JSON; the library call equals the CLI
     again = benchmark_compare(tmp_db, "Model-X", "Model-Y", target_error=0.05, n_resamples=50, seed=0)

@@ -55,6 +55,8 @@ def register(sub) -> None:
                    help="error level for the sample saving (default: the coupled error at n=120)")
     p.add_argument("--resamples", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--saving-n", type=int, default=120,
+                   help="also report the saving at the error the coupled curve reaches at this n (default 120)")
     p.add_argument("--max-n", type=int, default=10_000, help="largest sample size of the error curve")
     p.add_argument("--no-kde", action="store_true", help="leave the KDE curves out of the JSON")
     p.add_argument("--figures", default=None, metavar="DIR",
@@ -100,7 +102,7 @@ def run_compare(args) -> int:
     from engine.stats_io import benchmark_compare
     out = benchmark_compare(args.db, args.model_a, args.model_b, subject=args.subject,
                             target_error=args.target_error, n_resamples=args.resamples, seed=args.seed,
-                            run=args.run, rule=args.rule, max_n=args.max_n)
+                            run=args.run, rule=args.rule, max_n=args.max_n, saving_n=args.saving_n)
     if args.figures:
         out["figures"] = write_figures(out, args.figures)
     if args.no_kde:
