@@ -100,20 +100,28 @@ def load_comparisons(comparisons: str | Path | None = None, *, human: str | Path
         df = read_comparison_set(db if db is not None else store.DEFAULT_DB, set_name)
     else:
         df = read_arena(human, judge)
-    if models:
-        present = set(df.model_a) | set(df.model_b)
-        absent = [m for m in models if m not in present]
-        if absent:
-            raise UserError(f"model(s) {absent} appear in no comparison; present: {', '.join(sorted(present))}")
-        keep = set(models)
-        df = df[df.model_a.isin(keep) & df.model_b.isin(keep)].reset_index(drop=True)
-        if df.empty:
-            raise UserError(f"no comparison involves only the models {sorted(keep)}")
-    return df
+    return restrict_models(df, models)
 
 
 def _model_list(df: pd.DataFrame, models: list[str] | None) -> list[str]:
     return list(models) if models else sorted(set(df.model_a) | set(df.model_b))
+
+
+def restrict_models(df: pd.DataFrame, models: list[str] | None) -> pd.DataFrame:
+    """Only the comparisons between ``models`` (all rows when None); UserError if a model is absent or duplicated."""
+    if not models:
+        return df
+    if len(set(models)) != len(models):
+        raise UserError(f"--models lists a model twice: {models}")
+    present = set(df.model_a) | set(df.model_b)
+    absent = [m for m in models if m not in present]
+    if absent:
+        raise UserError(f"model(s) {absent} appear in no comparison; present: {', '.join(sorted(present))}")
+    keep = set(models)
+    out = df[df.model_a.isin(keep) & df.model_b.isin(keep)].reset_index(drop=True)
+    if out.empty:
+        raise UserError(f"no comparison involves only the models {sorted(keep)}")
+    return out
 
 
 def _indices(df: pd.DataFrame, models: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -153,7 +161,9 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
     if method not in METHODS:
         raise UserError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
     R._check_covariance(covariance)
-    R._check_alpha(alpha)
+    alpha = parse_alpha(alpha)
+    lam = parse_lambda(lam)
+    df = restrict_models(df, models)
     models = _model_list(df, models)
     k = len(models)
     if k < 2:
@@ -186,8 +196,6 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
         w, w2 = _indicators(df.human_winner[lab])
         wh, wh2 = _indicators(df.judge_winner[lab])
         whN, wh2N = _indicators(df.judge_winner[unl])
-        if not isinstance(lam, str):
-            lam = float(lam)
         theta, sigma, lam_out = R.ppr_theta_sigma(first[unl], second[unl], whN, wh2N, first[lab], second[lab],
                                                   w, w2, wh, wh2, k, lam=lam, covariance=covariance)
         n, N = int(lab.sum()), int(unl.sum())
@@ -207,9 +215,9 @@ def parse_lambda(value: str | float) -> float | str:
     try:
         lam = float(value)
     except (TypeError, ValueError):
-        raise UserError(f"--lambda must be 'auto' or a number in [0, 1]; got {value!r}") from None
+        raise UserError(f"lambda (--lambda) must be 'auto' or a number in [0, 1]; got {value!r}") from None
     if not 0.0 <= lam <= 1.0:
-        raise UserError(f"--lambda must be 'auto' or a number in [0, 1]; got {value!r}")
+        raise UserError(f"lambda (--lambda) must be 'auto' or a number in [0, 1]; got {value!r}")
     return lam
 
 
@@ -353,6 +361,7 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     df = df[df.human_winner.notna() & df.judge_winner.notna()].reset_index(drop=True)
     if df.empty:
         raise UserError("no comparison has both a human and a judge label")
+    df = restrict_models(df, models)
     models = _model_list(df, models)
     first, second = _indices(df, models)
     alphas_all = sorted(set(float(a) for a in alphas) | {float(alpha)}, reverse=True)
@@ -386,7 +395,9 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     rows = df[col].notna()
     if not rows.any():
         raise UserError(f"no comparison has a {label} label")
-    d = df[rows].reset_index(drop=True)
+    d = restrict_models(df[rows].reset_index(drop=True), models)
+    if compare is not None and models:
+        compare = compare[compare.model_a.isin(set(models)) & compare.model_b.isin(set(models))]
     models = _model_list(d if compare is None else pd.concat([d, compare]), models)
     k = len(models)
     a, b = _indices(d, models)

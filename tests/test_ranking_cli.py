@@ -214,3 +214,19 @@ def test_arena_bootstrap_variance_vs_covariances():
     # 400 resamples: relative s.e. of a variance ~7%, so +-30% is > 4 s.e.
     assert np.all((r_delta > 0.7) & (r_delta < 1.3)), r_delta
     assert r_paper.min() > 12 and r_paper.max() < 130 and 25 < np.median(r_paper) < 60, r_paper
+
+
+def test_ranksets_for_subset_of_models_and_string_parameters():
+    df = pd.read_csv(pd.io.common.StringIO(TINY), dtype=str, keep_default_na=False)
+    df = df.replace("", None)
+    extra = pd.DataFrame([{"prompt_id": "p9", "model_a": "x", "model_b": "w", "human_winner": "a", "judge_winner": "a"}])
+    full = pd.concat([df, extra], ignore_index=True)
+    sub = ranking_io.ranksets_for(full, "human", "0.1", "delta", "auto", models=["x", "y", "z"])
+    ref = ranking_io.ranksets_for(df, "human", 0.1)
+    assert sub == ref and sub["n"] == 5
+    with pytest.raises(ranking_io.UserError, match="appear in no comparison"):
+        ranking_io.ranksets_for(full, "human", 0.1, models=["x", "q"])
+    with pytest.raises(ranking_io.UserError, match="alpha"):
+        ranking_io.ranksets_for(df, "human", 0)
+    with pytest.raises(ranking_io.UserError, match="method"):
+        ranking_io.ranksets_for(df, "bt", 0.1)
