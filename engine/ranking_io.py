@@ -287,7 +287,9 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
     per_pair = counts.min() if total is None else total // n_pairs
     lab_per_pair = max(1, int(round(n / n_pairs)))
     if lab_per_pair >= per_pair:
-        raise UserError(f"n = {n} leaves no unlabelled comparisons (N + n = {per_pair * n_pairs})")
+        raise UserError(f"n = {n} means {lab_per_pair} human-labelled comparisons per pair, but each draw has only "
+                        f"{per_pair} per pair (N + n = {per_pair * n_pairs}; the least compared pair has "
+                        f"{counts.min()}): lower n or restrict the models")
     idx, lab = balanced_draws(pairs, int(per_pair), lab_per_pair, reps, rng)
     out_lo: dict[str, list] = {}
     out_up: dict[str, list] = {}
