@@ -230,3 +230,17 @@ def test_ranksets_for_subset_of_models_and_string_parameters():
         ranking_io.ranksets_for(df, "human", 0)
     with pytest.raises(ranking_io.UserError, match="method"):
         ranking_io.ranksets_for(df, "bt", 0.1)
+
+
+@pytest.mark.shared
+def test_arena_bench_smoke():
+    from bench import ppr_arena
+
+    first, second, human, judges, n_rows = ppr_arena.load(shared_path("data", "arena"))
+    assert n_rows == 14_947 and set(judges) == {"GPT4", "CL3", "GPT3.5"}
+    res = ppr_arena.draws(first, second, human, judges, reps=3, seed=0, n_grid=(66, 990),
+                          alphas=ranking_io.PAPER_ALPHAS, log=lambda s: None)
+    m = res["metrics"]["delta"][990]
+    assert m["N"] + m["n"] == 6336 and m["n"] == 990
+    assert set(m["metrics"]) == {"baseline", "human"} | {f"{p}:{j}" for p in ("judge", "ppr") for j in judges}
+    assert all(row["intersection"] == 1.0 for row in m["metrics"]["baseline"])

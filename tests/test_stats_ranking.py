@@ -245,3 +245,15 @@ def test_bad_inputs_raise_user_error():
         R.ppr_theta_sigma(FIRST, SECOND, W, W2, FIRST, SECOND, W, W2, W, W2, 3, lam=2.0)
     with pytest.raises(UserError, match="both"):
         R.onesource_theta_sigma(FIRST, SECOND, np.ones(5), np.ones(5), 3)
+
+
+def test_synthetic_bench_runs_and_reports_both_covariances():
+    from bench import ppr_synthetic
+
+    res = ppr_synthetic.run(reps=4, total=5600, n_values=(560,), us=(0.1,), seed=1)
+    keys = {(r["method"], r["n"], r["covariance"]) for r in res["rows"]}
+    assert keys == {(m, n, c) for m, n in (("human", 560), ("ppr u=0.1", 560), ("judge u=0.1", None))
+                    for c in R.COVARIANCES}
+    for r in res["rows"]:
+        assert 0 <= r["coverage"] <= 1 and 1 <= r["size"] <= 8 and 0 < r["rbo"] <= 1
+    assert "| human | 560 |" in ppr_synthetic.markdown(res)
