@@ -8,6 +8,7 @@ import pytest
 
 from engine import scoring, store
 from engine.errors import UserError
+from tests.conftest import shared_path
 
 CHOICES = {"A": "London", "B": "Paris", "C": "Rome", "D": "Berlin"}
 
@@ -136,3 +137,19 @@ def test_score_run_unknown_run_and_rule(tmp_db):
         scoring.score_run(tmp_db, "r1", "bogus")
     before = store.table_counts(tmp_db)
     assert before["scores"] == 0
+
+
+@pytest.mark.shared
+def test_score_run_reproduces_the_paper_importers_scores(tmp_db):
+    """Two implementations agree: score_run(rule='paper') over the published responses equals the
+    scores the paper importer stores (vectorised over distinct texts) for one subject."""
+    from engine import importers
+    responses = shared_path("data", "coupled-mmlu")
+    questions = shared_path("data", "mmlu")
+    importers.import_paper_mmlu(tmp_db, responses, questions, subjects=["college_computer_science"])
+    run = store.query_df(tmp_db, "SELECT run_id FROM runs").run_id[0]
+    sql = "SELECT model, prompt_id, repeat, mode, extracted, score FROM scores WHERE rule = 'paper' ORDER BY ALL"
+    imported = store.query_df(tmp_db, sql)
+    summary = scoring.score_run(tmp_db, run, "paper")
+    assert summary["n_scored"] == len(imported) == 3 * 2 * 100 * 10
+    assert store.query_df(tmp_db, sql).equals(imported)
