@@ -259,6 +259,11 @@ def _from_rows(rows: list[tuple[int, dict]], path: Path, *, dataset_id: str,
 
     where = str(path)
     cols = _norm_keys(rows[0][1]).keys()
+    partial = [k for k in LETTERS if k in cols]
+    if "question" in cols and partial and len(partial) < 4:
+        raise UserError(f"{where!r}: missing choice columns "
+                        f"{', '.join(k for k in LETTERS if k not in cols)}; multiple choice needs "
+                        "question, A, B, C, D, answer")
     if "prompt" in cols:
         kind = "prompts"
     elif "question" in cols and (all(k in cols for k in LETTERS) or "choices" in cols):
