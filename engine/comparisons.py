@@ -111,8 +111,9 @@ MAX_PROBLEMS_IN_MESSAGE = 50
 
 @dataclass(frozen=True)
 class Problem:
-    """One validation problem. ``row``: 1-based data row (CSV, header excluded) or line (JSON
-    lines); None for a problem with the whole file. ``column``: the column/field, if any."""
+    """One validation problem. ``row``: the row number a spreadsheet or editor shows (CSV: the
+    header is row 1, the first data row is row 2; JSON lines: the line number); None for a
+    problem with the whole file. ``column``: the column/field, if any."""
 
     row: int | None
     column: str | None
@@ -245,7 +246,7 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     has_judge = "judge_winner" in col
     has_id = "id" in col
     known = set(known_models) if known_models is not None else None
-    data = [(i, r) for i, r in enumerate(rows[1:], 1) if any(c.strip() for c in r)]  # skip blank lines
+    data = [(i, r) for i, r in enumerate(rows[1:], 2) if any(c.strip() for c in r)]  # header = row 1; skip blank lines
     if not data:
         return empty, [Problem(None, None, "file has a header but no data rows", label)]
     out, first_seen = [], {}

@@ -44,19 +44,19 @@ MALFORMED = [  # (id, file bytes, expected (row, column, message regex))
     ("header-only", HEADER.encode(), (None, None, "header but no data rows")),
     ("no-header", b"p1,m1,m2,model_a\n", (None, "prompt_id", "missing column")),
     ("duplicate-column", b"prompt_id,model_a,model_b,winner,winner\np1,m1,m2,a,a\n", (None, "winner", "more than once")),
-    ("bad-winner", (HEADER + "p1,m1,m2,model_a\np2,m1,m2,model_c\n").encode(), (2, "winner", "bad winner value 'model_c'; allowed: a, model_a")),
-    ("numeric-winner", (HEADER + "p1,m1,m2,1\n").encode(), (1, "winner", "bad winner value '1'")),
-    ("blank-winner", (HEADER + "p1,m1,m2,\n").encode(), (1, "winner", "blank cell")),
-    ("blank-model", (HEADER + "p1,,m2,a\n").encode(), (1, "model_a", "blank cell")),
-    ("blank-prompt", (HEADER + "p1,m1,m2,a\n ,m1,m2,b\n").encode(), (2, "prompt_id", "blank cell")),
-    ("same-model", (HEADER + "p1,m1,m1,a\n").encode(), (1, "model_b", "same model 'm1'")),
-    ("unknown-model", (HEADER + "p1,m1,gpt-9,a\n").encode(), (1, "model_b", "unknown model 'gpt-9'; known models: m1, m2, m3")),
-    ("duplicate-row", (HEADER + "p1,m1,m2,a\np2,m1,m2,b\np1,m1,m2,tie\n").encode(), (3, None, "duplicate of row 1")),
-    ("duplicate-id", b"id,prompt_id,model_a,model_b,winner\n7,p1,m1,m2,a\n7,p1,m1,m2,b\n", (2, "id", "duplicate of row 1: same id '7'")),
-    ("ragged-row", (HEADER + "p1,m1,m2,a\np2,m1,m2,a,extra\n").encode(), (2, None, "has 5 fields, the header has 4")),
-    ("short-row", (HEADER + "p1,m1\n").encode(), (1, None, "has 2 fields")),
-    ("bad-judge-winner", b"prompt_id,model_a,model_b,winner,judge_winner\np1,m1,m2,a,maybe\n", (1, "judge_winner", "bad winner value 'maybe'")),
-    ("blank-both-labels", b"prompt_id,model_a,model_b,winner,judge_winner\np1,m1,m2,,\n", (1, "winner", "winner or a judge_winner")),
+    ("bad-winner", (HEADER + "p1,m1,m2,model_a\np2,m1,m2,model_c\n").encode(), (3, "winner", "bad winner value 'model_c'; allowed: a, model_a")),
+    ("numeric-winner", (HEADER + "p1,m1,m2,1\n").encode(), (2, "winner", "bad winner value '1'")),
+    ("blank-winner", (HEADER + "p1,m1,m2,\n").encode(), (2, "winner", "blank cell")),
+    ("blank-model", (HEADER + "p1,,m2,a\n").encode(), (2, "model_a", "blank cell")),
+    ("blank-prompt", (HEADER + "p1,m1,m2,a\n ,m1,m2,b\n").encode(), (3, "prompt_id", "blank cell")),
+    ("same-model", (HEADER + "p1,m1,m1,a\n").encode(), (2, "model_b", "same model 'm1'")),
+    ("unknown-model", (HEADER + "p1,m1,gpt-9,a\n").encode(), (2, "model_b", "unknown model 'gpt-9'; known models: m1, m2, m3")),
+    ("duplicate-row", (HEADER + "p1,m1,m2,a\np2,m1,m2,b\np1,m1,m2,tie\n").encode(), (4, None, "duplicate of row 2")),
+    ("duplicate-id", b"id,prompt_id,model_a,model_b,winner\n7,p1,m1,m2,a\n7,p1,m1,m2,b\n", (3, "id", "duplicate of row 2: same id '7'")),
+    ("ragged-row", (HEADER + "p1,m1,m2,a\np2,m1,m2,a,extra\n").encode(), (3, None, "has 5 fields, the header has 4")),
+    ("short-row", (HEADER + "p1,m1\n").encode(), (2, None, "has 2 fields")),
+    ("bad-judge-winner", b"prompt_id,model_a,model_b,winner,judge_winner\np1,m1,m2,a,maybe\n", (2, "judge_winner", "bad winner value 'maybe'")),
+    ("blank-both-labels", b"prompt_id,model_a,model_b,winner,judge_winner\np1,m1,m2,,\n", (2, "winner", "winner or a judge_winner")),
     ("json-given-as-csv", b'{"model_a": "m1", "model_b": "m2", "winner": "tie"}\n', (None, "prompt_id", "missing column")),
     ("binary", b"\x89PNG\r\n\x1a\n\x00\x00\x00", (None, None, "not UTF-8|NUL bytes")),
 ]
@@ -84,8 +84,8 @@ def test_every_problem_is_reported_with_row_numbers(tmp_path):
     f = tmp_path / "many.csv"
     f.write_text(HEADER + "p1,m1,m2,a\np2,m1,m1,a\np3,m1,m2,nope\np4,,m2,a\np1,m1,m2,b\n")
     _, problems = cmp.validate_comparisons_csv(f)
-    assert sorted((p.row, p.column) for p in problems) == [(2, "model_b"), (3, "winner"), (4, "model_a"), (5, None)]
-    assert "row 3, column 'winner': bad winner value 'nope'" in str(problems[1])
+    assert sorted((p.row, p.column) for p in problems) == [(3, "model_b"), (4, "winner"), (5, "model_a"), (6, None)]
+    assert "row 4, column 'winner': bad winner value 'nope'" in str(problems[1])
 
 
 def test_oversize_is_rejected_before_reading(tmp_path, monkeypatch, db_with_set):
@@ -205,7 +205,7 @@ def test_cli_import_list_export_delete(tmp_db, tmp_path, capsys):
     bad.write_text(HEADER + "p1,m1,m1,a\np2,m1,m2,who\n")
     assert main(["import", "comparisons", str(bad), "--db", str(tmp_db), "--name", "t"]) == 2
     err = capsys.readouterr().err
-    assert "2 problems" in err and "row 1, column 'model_b'" in err and "row 2, column 'winner'" in err
+    assert "2 problems" in err and "row 2, column 'model_b'" in err and "row 3, column 'winner'" in err
     assert dump(tmp_db) == before
     assert main(["comparisons", "list", "--db", str(tmp_db)]) == 0
     listed = json.loads(capsys.readouterr().out)
