@@ -56,8 +56,9 @@ PAPER_JUDGE_PROMPT = (
     'er ‘Tie’ if the responses are tied'
 )
 
-# The user message carrying the prompt and the two answers. The paper's Table 2 prompt is
-# "adapted from [16]" (Arena-Hard, Li et al.); this is that benchmark's pairwise layout.
+# The user message carrying the prompt and the two answers. The paper prints only the system
+# prompt ("adapted from [16]", Chiang et al., Chatbot Arena); its wording follows the LMSYS
+# Arena-Hard judge prompt, so the user message uses Arena-Hard's pairwise layout (our choice).
 JUDGE_USER_TEMPLATE = (
     "<|User Prompt|>\n{question}\n\n"
     "<|The Start of Assistant A's Answer|>\n{answer_a}\n<|The End of Assistant A's Answer|>\n\n"
