@@ -11,6 +11,7 @@ Arena JSON lines (:func:`engine.comparisons.read_arena`), or a stored comparison
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,13 @@ def read_comparisons_file(path: str | Path) -> pd.DataFrame:
     if p.stat().st_size == 0:
         raise UserError(f"{p}: file is empty")
     try:
-        raw = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
+        with warnings.catch_warnings():
+            # a row with more fields than the header must not silently shift or drop cells
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            raw = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True, encoding="utf-8-sig",
+                              index_col=False)
+    except pd.errors.ParserWarning:
+        raise UserError(f"{p}: a row has more fields than the header (an unquoted comma in a cell?)") from None
     except pd.errors.EmptyDataError:
         raise UserError(f"{p}: file is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:

@@ -97,6 +97,8 @@ def test_ranksets_ppr_cli_matches_library_and_lambda_zero_is_human_only(tmp_path
     (TINY.replace("p5,y,x,b,b", "p5,y,x,,b"), ["--method", "ppr"], "never appear"),
     (TINY.replace("p2,y,z,b,b", "p2,y,z,b,"), ["--method", "ppr"], "judge label on every"),
     (TINY, ["--method", "human", "--models", "x,y,w"], "'w'"),
+    ("model_a,model_b,human_winner\nx,y,a,extra\n", ["--method", "human"], "more fields than the header"),
+    ("model_a,model_b,human_winner\nx,y,a\nx,y,a,extra\n", ["--method", "human"], "not a readable CSV"),
 ])
 def test_bad_input_is_a_clear_user_error(tmp_path, capsys, content, argv, needle):
     f = tmp_path / "bad.csv"
@@ -244,3 +246,10 @@ def test_arena_bench_smoke():
     assert m["N"] + m["n"] == 6336 and m["n"] == 990
     assert set(m["metrics"]) == {"baseline", "human"} | {f"{p}:{j}" for p in ("judge", "ppr") for j in judges}
     assert all(row["intersection"] == 1.0 for row in m["metrics"]["baseline"])
+
+
+def test_csv_with_byte_order_mark_and_upload_column_name(tmp_path):
+    f = tmp_path / "bom.csv"
+    f.write_bytes("\ufeff".encode() + TINY.replace("human_winner", "winner").encode())
+    df = ranking_io.read_comparisons_file(f)
+    assert list(df.model_a) == ["x", "y", "z", "x", "y"] and df.human_winner.tolist() == ["a", "b", "tie", "a", "b"]
