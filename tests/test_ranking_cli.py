@@ -253,3 +253,10 @@ def test_csv_with_byte_order_mark_and_upload_column_name(tmp_path):
     f.write_bytes("\ufeff".encode() + TINY.replace("human_winner", "winner").encode())
     df = ranking_io.read_comparisons_file(f)
     assert list(df.model_a) == ["x", "y", "z", "x", "y"] and df.human_winner.tolist() == ["a", "b", "tie", "a", "b"]
+
+
+def test_cli_choices_match_the_library():
+    from engine.commands import ranking as cmd
+
+    assert cmd.METHODS == ranking_io.METHODS and cmd.LABELS == ranking_io.LABELS
+    assert cmd.COVARIANCES == R.COVARIANCES

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 
-from engine import ranking_io, store
-from engine.stats.ranking import COVARIANCES
+from engine import store
+
+# why literals: importing engine.ranking_io (pandas, scipy.stats) at parser-build time would slow
+# every `python -m engine` command; tests check these equal ranking_io.METHODS / LABELS and
+# engine.stats.ranking.COVARIANCES.
+METHODS = ("human", "judge", "ppr")
+LABELS = ("human", "judge")
+COVARIANCES = ("delta", "paper")
 
 
 def _add_source(p) -> None:
@@ -27,6 +33,7 @@ def _models(args) -> list[str] | None:
 
 
 def _load(args):
+    from engine import ranking_io
     return ranking_io.load_comparisons(args.comparisons, human=args.human, judge=args.judge, db=args.db,
                                        set_name=args.set_name, models=_models(args))
 
@@ -34,7 +41,7 @@ def _load(args):
 def register(sub) -> None:
     p = sub.add_parser("ranksets", help="rank-sets with coverage guarantees (human-only, judge-only or PPR)")
     _add_source(p)
-    p.add_argument("--method", required=True, choices=ranking_io.METHODS)
+    p.add_argument("--method", required=True, choices=METHODS)
     p.add_argument("--alpha", default="0.05", help="1 - confidence level, in (0, 1) (default 0.05)")
     p.add_argument("--covariance", default="delta", choices=COVARIANCES,
                    help="delta: valid count-normalised covariance (default); paper: the published, too-small formula")
@@ -43,7 +50,7 @@ def register(sub) -> None:
 
     q = sub.add_parser("winrates", help="win-rate matrix, average win-rates, Bradley-Terry (Davidson) and Elo")
     _add_source(q)
-    q.add_argument("--label", default="human", choices=ranking_io.LABELS, help="whose labels to use")
+    q.add_argument("--label", default="human", choices=LABELS, help="whose labels to use")
     q.add_argument("--compare", metavar="FILE",
                    help="a second CSV (e.g. independent generation): per-pair two-proportion z-tests against it")
     q.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples for the BT / Elo CIs")
@@ -52,6 +59,7 @@ def register(sub) -> None:
 
 
 def run_ranksets(args) -> int:
+    from engine import ranking_io
     alpha = ranking_io.parse_alpha(args.alpha)
     lam = ranking_io.parse_lambda(args.lam)
     df = _load(args)
@@ -61,6 +69,7 @@ def run_ranksets(args) -> int:
 
 
 def run_winrates(args) -> int:
+    from engine import ranking_io
     df = _load(args)
     other = ranking_io.read_comparisons_file(args.compare) if args.compare else None
     if args.bootstrap < 1:
