@@ -257,3 +257,26 @@ def test_synthetic_bench_runs_and_reports_both_covariances():
     for r in res["rows"]:
         assert 0 <= r["coverage"] <= 1 and 1 <= r["size"] <= 8 and 0 < r["rbo"] <= 1
     assert "| human | 560 |" in ppr_synthetic.markdown(res)
+
+
+def test_ppr_lambda_paper_form_equals_ppi_plus_plus_form():
+    """Algorithm 4 as printed equals METHODS' tr(Cov_n) / ((1 + n/N) tr(Var_N)) with per-sample (co)variances."""
+    rng = np.random.default_rng(9)
+    k = 5
+    first, second = R.balanced_design(k, 24)
+    theta, judge = R.synthetic_theta(k, 0.3, rng)
+    w, wh = R.synthetic_outcomes(first, theta, judge, rng)
+    z = np.zeros_like(w)
+    lab = np.arange(len(first)) % 5 == 0
+    lam = R.ppr_lambda(first[~lab], second[~lab], wh[~lab], z[~lab], first[lab], second[lab], w[lab], z[lab],
+                       wh[lab], z[lab], k)
+    n, N = lab.sum(), (~lab).sum()
+    Ah = R.winrate_residuals(first[lab], second[lab], wh[lab], z[lab],
+                             R.winrate_pointestimate(first[lab], second[lab], wh[lab], z[lab], k), k)
+    Ahum = R.winrate_residuals(first[lab], second[lab], w[lab], z[lab],
+                               R.winrate_pointestimate(first[lab], second[lab], w[lab], z[lab], k), k)
+    AN = R.winrate_residuals(first[~lab], second[~lab], wh[~lab], z[~lab],
+                             R.winrate_pointestimate(first[~lab], second[~lab], wh[~lab], z[~lab], k), k)
+    ppi = np.trace(Ah @ Ahum.T / n) / ((1 + n / N) * np.trace(AN @ AN.T / N))
+    assert 0 < ppi < 1
+    assert lam == pytest.approx(ppi, rel=1e-12)
