@@ -354,7 +354,8 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
 
     Returns:
         {"models", "alpha", "n", "N", "covariance",
-         "position_prob": {method: [[P(rank r in set of model m)]]} (k x k, at ``alpha``),
+         "position_prob": {method: [[P(rank r in set of model m)]]} (k x k, at ``alpha``; paper Fig. 9),
+         "rankset_prob": {method: {model: [{"lower", "upper", "prob"}, ...]}} (at ``alpha``; Fig. 10),
          "curve": {method: [{"alpha", "size", "intersection", "coverage"}, ...]}} with methods
          baseline, human, judge, ppr.
     """
@@ -382,6 +383,10 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     return {"models": models, "alpha": float(alpha), "n": res["n"], "N": res["N"], "covariance": covariance,
             "position_prob": {names[m]: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).tolist()
                               for m in res["lower"]},
+            "rankset_prob": {names[m]: {mod: [{"lower": l, "upper": u, "prob": pr} for (l, u), pr in d.items()]
+                                        for mod, d in zip(models, R.rankset_distribution(res["lower"][m][ai],
+                                                                                         res["upper"][m][ai]))}
+                             for m in res["lower"]},
             "curve": {names[m]: v for m, v in curve.items()}}
 
 

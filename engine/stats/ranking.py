@@ -331,6 +331,25 @@ def rank_position_probabilities(lower: np.ndarray, upper: np.ndarray) -> np.ndar
     return inside.mean(axis=0)
 
 
+def rankset_distribution(lower: np.ndarray, upper: np.ndarray) -> list[dict[tuple[int, int], float]]:
+    """P_hat(rank-set of model m = [l, u]) over draws (paper Fig. 10), per model.
+
+    Args:
+        lower, upper: (R, k) rank-sets of R draws.
+    Returns:
+        k dicts {(l, u): frequency}, most frequent first.
+    """
+    lower = np.asarray(lower)
+    upper = np.asarray(upper)
+    R_, k = lower.shape
+    out = []
+    for m in range(k):
+        sets, counts = np.unique(np.stack([lower[:, m], upper[:, m]], axis=1), axis=0, return_counts=True)
+        order = np.argsort(-counts, kind="stable")
+        out.append({(int(sets[i, 0]), int(sets[i, 1])): float(counts[i] / R_) for i in order})
+    return out
+
+
 def rbo(true_order: np.ndarray, est_order: np.ndarray, p: float = 0.6) -> float:
     """RBO = (1 - p) sum_{i=1..k} p^(i-1) |T_{:i} n T_hat_{:i}| / i (rank-biased overlap, truncated at k).
 
