@@ -209,20 +209,25 @@ def score_run(db, run: str, rule: str = "paper") -> dict:
         raise UserError(f"unknown scoring rule {rule!r}; allowed: {', '.join(RULES)}")
     with store.reader(db) as con:
         dataset = _run_dataset(con, run)
+        prompts = {pid: (gold, choices) for pid, gold, choices in con.execute(
+            "SELECT prompt_id, gold, CAST(choices AS VARCHAR) FROM prompts WHERE dataset_id = ?", [dataset]).fetchall()}
         gens = con.execute(
-            """SELECT g.model, g.prompt_id, g.repeat, g.mode, g.text, p.gold, CAST(p.choices AS VARCHAR) AS choices
-               FROM generations g LEFT JOIN prompts p ON p.prompt_id = g.prompt_id AND p.dataset_id = ?
-               WHERE g.run_id = ? ORDER BY g.model, g.mode, g.prompt_id, g.repeat""",
-            [dataset, run]).df()
+            """SELECT model, prompt_id, repeat, mode, text FROM generations
+               WHERE run_id = ? ORDER BY model, mode, prompt_id, repeat""", [run]).df()
     if gens.empty:
         raise UserError(f"run {run!r} has no generations to score")
+    # Most generations repeat (a bare letter, the same answer over repeats): score each distinct
+    # (text, prompt) once and broadcast; score_generation stays the single definition.
+    cache: dict[tuple, tuple[str | None, float | None]] = {}
     extracted, scores = [], []
-    for text, gold, choices in zip(gens["text"], gens["gold"], gens["choices"]):
-        text = None if text is None or (isinstance(text, float) and pd.isna(text)) else text
-        gold = None if gold is None or (isinstance(gold, float) and pd.isna(gold)) else gold
-        e, s = score_generation(text, {"gold": gold, "choices": choices}, rule)
-        extracted.append(e)
-        scores.append(s)
+    for text, pid in zip(gens["text"].tolist(), gens["prompt_id"].tolist()):
+        text = text if isinstance(text, str) else None
+        hit = cache.get((text, pid))
+        if hit is None:
+            gold, choices = prompts.get(pid, (None, None))
+            hit = cache[(text, pid)] = score_generation(text, {"gold": gold, "choices": choices}, rule)
+        extracted.append(hit[0])
+        scores.append(hit[1])
     out = pd.DataFrame({
         "run_id": run, "model": gens["model"], "prompt_id": gens["prompt_id"],
         "repeat": gens["repeat"].astype("int64"), "mode": gens["mode"], "rule": rule,
