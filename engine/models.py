@@ -185,6 +185,32 @@ def vocab_id(tokenizer) -> str:
 _SPEC_VOCAB: dict[str, str] = {}
 
 
+def vocab_id_of(name_or_path: str, *, trust_remote_code: bool = False) -> str:
+    """The vocabulary id of a registry name, HF folder, ``.gguf`` file or hub id, loading only the
+    tokenizer (never the weights). UserError as :func:`load_model` for unknown names/paths."""
+    from transformers import AutoTokenizer
+
+    name_or_path = str(name_or_path).strip()
+    specs = {s.name: s for s in list_models()}
+    if name_or_path in specs:
+        return spec_vocab_id(specs[name_or_path])
+    path = Path(name_or_path).expanduser()
+    try:
+        with _quiet_hub():
+            if path.is_file() and path.suffix.lower() == ".gguf":
+                tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            elif path.is_dir() and (path / "config.json").exists():
+                tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+            else:
+                tok = None
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"could not load the tokenizer of {name_or_path!r}: {exc}") from exc
+    if tok is None:  # hub ids, unknown names and bad paths: the full loader's checks and messages
+        return load_model(name_or_path, device="cpu", trust_remote_code=trust_remote_code).vocab_id
+    _prepare_tokenizer(tok)
+    return vocab_id(tok)
+
+
 def spec_vocab_id(spec: ModelSpec) -> str:
     """The vocabulary id of a registry entry WITHOUT loading weights (tokenizer only).
 

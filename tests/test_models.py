@@ -125,6 +125,7 @@ def test_hf_folder_round_trip_gives_identical_logits(tmp_path):
     tok.save_pretrained(tmp_path / "tiny-hf")
     lm = M.load_model(str(tmp_path / "tiny-hf"), device="cpu")
     assert lm.name == "tiny-hf" and lm.variant == "hf" and lm.vocab_id == M.vocab_id(tok)
+    assert M.vocab_id_of(str(tmp_path / "tiny-hf")) == lm.vocab_id  # tokenizer only, same id
     ids = tok(["Hello, world!"], return_tensors="pt")
     with torch.no_grad():
         torch.testing.assert_close(lm.model(**ids).logits, model(**ids).logits, rtol=0, atol=0)
@@ -260,3 +261,7 @@ def test_models_command_json(smollm2, capsys):
     assert all({"name", "vocab", "variant", "source", "description"} <= set(r) for r in rows)
     assert main(["models"]) == 0
     assert "smollm2-135m-int8" in capsys.readouterr().out
+    assert main(["models", "--prepare", "smollm2-135m-int8", "--device", "cpu", "--json"]) == 0
+    (prep,) = json.loads(capsys.readouterr().out)
+    assert prep["from_cache"] and prep["vocab"] == rows[0]["vocab"] and prep["dtype"] == "float32"
+    assert M.vocab_id_of("smollm2-135m-q4_0") == rows[0]["vocab"]

@@ -1,8 +1,10 @@
-"""``python -m engine models [--json]``: the model registry (default family first) and datasets."""
+"""``python -m engine models [--json] [--prepare [NAME ...]]``: the model registry (default family
+first); ``--prepare`` converts and caches variants ahead of a run and reports load times."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 from engine import models
 
@@ -10,6 +12,10 @@ from engine import models
 def register(sub) -> None:
     p = sub.add_parser("models", help="list the available models and variants (default family first)")
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+    p.add_argument("--prepare", nargs="*", metavar="NAME", default=None,
+                   help="load (converting and caching on first use) these models, or every registry "
+                        "model when no name is given, and report the load time of each")
+    p.add_argument("--device", default=None, help="device for --prepare: auto (default), cpu, cuda")
     p.set_defaults(func=run)
 
 
@@ -24,7 +30,29 @@ def rows() -> list[dict]:
     return out
 
 
+def prepare(names: list[str], device: str | None) -> list[dict]:
+    """Load each model once (converting into the cache if needed); time and cache status per model."""
+    out = []
+    for name in names or [s.name for s in models.list_models()]:
+        print(f"loading {name} ...", file=sys.stderr, flush=True)
+        lm = models.load_model(name, device=device)
+        out.append({"name": lm.name, "variant": lm.variant, "vocab": lm.vocab_id,
+                    "from_cache": lm.from_cache, "load_seconds": round(lm.load_seconds, 2),
+                    "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch.")})
+        del lm
+    return out
+
+
 def run(args) -> int:
+    if args.prepare is not None:
+        data = prepare(args.prepare, args.device)
+        if args.json:
+            print(json.dumps(data, indent=2))
+        else:
+            for r in data:
+                print(f"{r['name']:<24} {'cache' if r['from_cache'] else 'converted':<9} "
+                      f"{r['load_seconds']:>7.2f} s  {r['device']} {r['dtype']}")
+        return 0
     data = rows()
     if args.json:
         print(json.dumps(data, indent=2))
