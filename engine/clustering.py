@@ -212,6 +212,8 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: st
     """
     if method not in METHODS:
         raise UserError(f"unknown clustering method {method!r}; allowed: {', '.join(METHODS)}")
+    if method == "embedding" and not -1.0 <= threshold <= 1.0:
+        raise UserError(f"embedding threshold must be in [-1, 1], got {threshold}")
     with store.reader(db) as con:
         row = con.execute("""SELECT r.dataset_id, d.kind FROM runs r LEFT JOIN datasets d USING (dataset_id)
                              WHERE r.run_id = ?""", [run]).fetchone()

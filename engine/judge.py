@@ -371,8 +371,11 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
                 con.commit()
             counts.judged += len(batch)
             progress.update(len(batch))
-    except BaseException:
-        progress.finish("failed")
+    except KeyboardInterrupt:
+        progress.finish("cancelled", "interrupted; completed batches are stored")
+        raise
+    except BaseException as exc:
+        progress.finish("failed", str(exc)[:500])
         raise
     progress.finish("done")
     with store.reader(db) as con:
@@ -418,8 +421,9 @@ def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
     parsed. Unparseable verdicts stay as winner NULL rows (count them; win-rates drop them).
 
     Returns:
-        DataFrame: prompt_id, repeat, mode, model_a, model_b, presented ('ab'|'ba'|'both'|...),
-        winner ('a'|'b'|'tie'|None).
+        DataFrame: prompt_id, repeat, mode, model_a, model_b, presented ('ab'|'ba'|'ab+ba'),
+        winner ('a'|'b'|'tie'|None), plus human_winner (None) and judge_winner (= winner), so it
+        is also in the normalised comparisons form of engine.comparisons / engine.ranking_io.
     """
     if combine not in COMBINE:
         raise UserError(f"unknown combine {combine!r}; allowed: {', '.join(COMBINE)}")
@@ -431,7 +435,7 @@ def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
     df = store.query_df(db, sql, [run, judge] + ([mode] if mode else []))
     df = df.astype({"winner": object}).where(df.notna(), None)
     if combine == "separate" or df.empty:
-        return df.reset_index(drop=True)
+        return _with_label_columns(df.reset_index(drop=True))
     rows = []
     for key, g in df.groupby(["prompt_id", "repeat", "mode", "model_a", "model_b"], sort=True):
         ws = [w for w in g["winner"] if w is not None]
@@ -443,7 +447,12 @@ def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
             w = "tie"
         rows.append(dict(zip(["prompt_id", "repeat", "mode", "model_a", "model_b"], key),
                          presented="+".join(sorted(g["presented"])), winner=w))
-    return pd.DataFrame(rows, columns=list(df.columns)).astype({"winner": object})
+    return _with_label_columns(pd.DataFrame(rows, columns=list(df.columns)).astype({"winner": object}))
+
+
+def _with_label_columns(df: pd.DataFrame) -> pd.DataFrame:
+    return df.assign(human_winner=pd.Series([None] * len(df), index=df.index, dtype=object),
+                     judge_winner=df["winner"].astype(object))
 
 
 def judgments_to_set(db, run: str, judge: str, mode: str, name: str, combine: str = "separate",

@@ -119,6 +119,7 @@ def test_judge_run_both_orders_known_verdicts(tmp_db):
     comp = J.judgments_to_comparisons(tmp_db, "r1", "stub", "coupled")
     naive = [J.winner_from_verdict(p if isinstance(p, str) else None, o) for p, o, m in zip(df.parsed, df.presented, df["mode"]) if m == "coupled"]
     assert sorted(comp.winner, key=str) == sorted(naive, key=str) and len(comp) == n_units * 3
+    assert comp.judge_winner.tolist() == comp.winner.tolist() and comp.human_winner.isna().all()
     agree = J.judgments_to_comparisons(tmp_db, "r1", "stub", "coupled", combine="agree")
     assert len(agree) == 3 * 2 * 3 and agree.winner.isna().sum() == 3 and (agree.winner == "tie").sum() == 3
 
@@ -137,9 +138,13 @@ def test_random_orders_are_seeded_and_fair(tmp_db):
 def test_resume_after_kill_judges_only_what_is_missing(tmp_db, tmp_path):
     make_judge_run(tmp_db)
     cfg = J.JudgeConfig("stub", batch_size=7)
+    killed = tmp_path / "killed.json"
     with pytest.raises(KeyboardInterrupt):
-        J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=StubJudge(fail_after_calls=3), show_bar=False)
+        J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=StubJudge(fail_after_calls=3), show_bar=False,
+                    progress_file=killed)
     assert store.table_counts(tmp_db)["judgments"] == 21  # 3 batches stored, nothing half-written
+    from engine.progress import read_progress
+    assert read_progress(killed)["status"] == "cancelled" and read_progress(killed)["done"] == 21
     stub = StubJudge()
     prog = tmp_path / "p.json"
     s = J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=stub, progress_file=prog, show_bar=False)
