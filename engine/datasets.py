@@ -82,7 +82,8 @@ def format_mc_prompt(question: str, choices: dict) -> str:
     missing = [k for k in LETTERS if k not in choices]
     if missing:
         raise UserError(f"choices lack {', '.join(missing)}; multiple-choice questions need A, B, C and D")
-    lines = [str(question).strip()] + [f"{k}. {str(choices[k]).strip()}" for k in LETTERS]
+    # No stripping: the paper's prompts use the MMLU strings verbatim (a changed space changes tokens).
+    lines = [str(question)] + [f"{k}. {choices[k]}" for k in LETTERS]
     return "\n".join(lines) + "\nAnswer:"
 
 
@@ -173,7 +174,8 @@ def _load_mmlu_folder(path: Path) -> Dataset:
 
 def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with open(path, encoding="utf-8-sig", newline="") as fh:  # keep "\r\n" inside quoted fields
+            text = fh.read()
     except UnicodeDecodeError as exc:
         raise UserError(f"{str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except OSError as exc:
@@ -288,7 +290,7 @@ def _from_rows(rows: list[tuple[int, dict]], path: Path, *, dataset_id: str,
             text = _text(row, "prompt", where, line)
             prompts.append(Prompt(pid, text, subject=sub, question=text))
             continue
-        question = _text(row, "question", where, line)
+        question = _text(row, "question", where, line, strip=False)  # verbatim, as the paper
         if kind == "multiple_choice":
             choices, gold = _choices_and_gold(row, where, line)
             prompts.append(Prompt(pid, format_mc_prompt(question, choices), subject=sub,
@@ -306,13 +308,13 @@ def _from_rows(rows: list[tuple[int, dict]], path: Path, *, dataset_id: str,
     return Dataset(dataset_id, kind, str(path.resolve()), tuple(prompts), system)
 
 
-def _text(row: dict, col: str, where: str, line: int) -> str:
+def _text(row: dict, col: str, where: str, line: int, *, strip: bool = True) -> str:
     if col not in row:
         raise UserError(f"{where!r} row {line}: missing column {col!r}")
     v = row[col]
     if v is None or not str(v).strip():
         raise UserError(f"{where!r} row {line}: empty {col!r}")
-    return str(v).strip()
+    return str(v).strip() if strip else str(v)
 
 
 def _choices_and_gold(row: dict, where: str, line: int) -> tuple[dict, str]:
@@ -322,12 +324,12 @@ def _choices_and_gold(row: dict, where: str, line: int) -> tuple[dict, str]:
             v = row[k]
             if v is None:
                 raise UserError(f"{where!r} row {line}: empty choice {k!r}")
-            choices[k] = str(v).strip()  # an empty-string option ("") is legal in MMLU
+            choices[k] = str(v)  # verbatim; an empty-string option ("") is legal in MMLU
     else:
         lst = row.get("choices")
         if not isinstance(lst, list) or len(lst) != 4:
             raise UserError(f"{where!r} row {line}: 'choices' must be a list of 4 options, got {lst!r}")
-        choices = {k: str(v).strip() for k, v in zip(LETTERS, lst)}
+        choices = {k: str(v) for k, v in zip(LETTERS, lst)}
     if "answer" not in row:
         raise UserError(f"{where!r} row {line}: missing column 'answer'")
     ans = row["answer"]

@@ -189,3 +189,19 @@ def test_real_mmlu_folder_has_all_questions():
     assert set(p.gold for p in ds.prompts) == {"A", "B", "C", "D"}
     sub = D.load_dataset(str(folder), subject="anatomy", limit=5)
     assert sub.dataset_id == "mmlu:anatomy" and len(sub) == 5
+
+
+def test_real_mmlu_folder_matches_the_paper_importer():
+    """Two implementations: this loader and engine.importers give the same ids and exact prompts, so
+    runs generated on the MMLU folder line up with the imported paper data prompt by prompt."""
+    from engine import importers
+
+    folder = shared_path("data", "mmlu")
+    ds = D.load_dataset(str(folder))
+    q = importers.read_mmlu_questions(folder)
+    assert [p.prompt_id for p in ds.prompts] == list(q["prompt_id"])
+    assert [p.gold for p in ds.prompts] == list(q["gold"])
+    want = list(q["question"] + "\nA. " + q["A"] + "\nB. " + q["B"] + "\nC. " + q["C"] + "\nD. " + q["D"]
+                + "\nAnswer:")  # METHODS.md 1.4, strings verbatim
+    assert [p.user_prompt for p in ds.prompts] == want
+    assert ds.dataset_id == importers.PAPER_DATASET_ID
