@@ -129,30 +129,68 @@ def test_ppr_lambda_zero_equals_human_only_and_perfect_judge():
     assert 0.5 < lam_auto <= 1.0
 
 
-def test_ppr_paper_covariance_is_the_published_formula():
-    """Sigma_paper = A A^T / N^2 + B B^T / n^2 with A = lambda-scaled residuals (Eq. 7), via dense matrices."""
+def test_ppr_paper_covariance_is_the_published_formula_bit_for_bit():
+    """--covariance paper = Eq. 5 and Eq. 7 evaluated with the published matrix arithmetic, exactly.
+
+    The reference below is a literal matrix transcription of the paper's formulas (one-hot
+    matrices, diag(c)^-1 as a diagonal matrix, theta = lambda a - b, Sigma = lambda^2 A A^T / N^2
+    + B B^T / n^2, lambda of Algorithm 4); the library must give the same floats, not just close ones.
+    """
     rng = np.random.default_rng(3)
     k = 4
     first, second = R.balanced_design(k, 20)
     theta, judge = R.synthetic_theta(k, 0.3, rng)
     w, wh = R.synthetic_outcomes(first, theta, judge, rng)
-    z = np.zeros_like(w)
+    ties = rng.random(len(w)) < 0.2  # make some second-model wins and ties too
+    w2 = np.where(ties, 0.0, (rng.random(len(w)) < 0.3) * (1 - w))
+    wh2 = np.where(ties, 0.0, (rng.random(len(w)) < 0.3) * (1 - wh))
     lab = np.arange(len(first)) % 4 == 0
-    lam = 0.7
-    t, s, _ = R.ppr_theta_sigma(first[~lab], second[~lab], wh[~lab], z[~lab], first[lab], second[lab],
-                                w[lab], z[lab], wh[lab], z[lab], k, lam=lam, covariance="paper")
-    MN, MN2 = np.eye(k)[first[~lab]].T, np.eye(k)[second[~lab]].T
-    Mn, Mn2 = np.eye(k)[first[lab]].T, np.eye(k)[second[lab]].T
-    N, n = (~lab).sum(), lab.sum()
-    a = (MN @ (lam * wh[~lab])) / (MN + MN2).sum(1)
-    b = (Mn @ (lam * wh[lab] - w[lab])) / (Mn + Mn2).sum(1)
-    A = (lam * wh[~lab] - MN.T @ a)[None, :] * MN + (0 - MN2.T @ a)[None, :] * MN2
-    B = (lam * wh[lab] - w[lab] - Mn.T @ b)[None, :] * Mn + (0 - Mn2.T @ b)[None, :] * Mn2
-    np.testing.assert_allclose(t, a - b, atol=1e-15)
-    np.testing.assert_allclose(s, A @ A.T / N ** 2 + B @ B.T / n ** 2, rtol=1e-12)
-    # on this balanced design the delta covariance is k^2/4 times larger on the diagonal's scale
-    _, s_d, _ = R.ppr_theta_sigma(first[~lab], second[~lab], wh[~lab], z[~lab], first[lab], second[lab],
-                                  w[lab], z[lab], wh[lab], z[lab], k, lam=lam, covariance="delta")
+    N, n = int((~lab).sum()), int(lab.sum())
+    ones = lambda m: np.ones((m, 1))  # noqa: E731
+
+    def mats(mask):
+        # C-contiguous k x n one-hot matrices (BLAS sums a transposed view in another order)
+        M1 = np.ascontiguousarray(np.eye(k)[first[mask]].T)
+        M2 = np.ascontiguousarray(np.eye(k)[second[mask]].T)
+        c = ((M1 + M2) @ ones(mask.sum())).ravel()
+        Dinv = (ones(k) @ c[None, :]) * np.identity(k)
+        for i in range(k):
+            Dinv[i, i] = 1 / Dinv[i, i]
+        return M1, M2, Dinv
+
+    def resid(M1, M2, y1, y2, centre):
+        return (ones(k) @ (y1 - M1.T @ centre)[None, :]) * M1 + (ones(k) @ (y2 - M2.T @ centre)[None, :]) * M2
+
+    MN1, MN2, DN = mats(~lab)
+    Mn1, Mn2, Dn = mats(lab)
+    # Algorithm 4
+    ah = Dn @ (Mn1 @ wh[lab] + Mn2 @ wh2[lab])
+    ahum = Dn @ (Mn1 @ w[lab] + Mn2 @ w2[lab])
+    Ah, Ahum = resid(Mn1, Mn2, wh[lab], wh2[lab], ah), resid(Mn1, Mn2, w[lab], w2[lab], ahum)
+    aN = DN @ (MN1 @ wh[~lab] + MN2 @ wh2[~lab])
+    AN = resid(MN1, MN2, wh[~lab], wh2[~lab], aN)
+    lam_ref = np.trace((Ahum @ Ah.T) / n) / ((1 + n / N) * np.trace((AN @ AN.T) / N ** 2 * N))
+    lam_ref = min(max(lam_ref, 0), 1)
+    # Algorithm 1 (Eq. 5, 7)
+    a = aN
+    y1, y2 = lam_ref * wh[lab] - w[lab], lam_ref * wh2[lab] - w2[lab]
+    b = Dn @ (Mn1 @ y1 + Mn2 @ y2)
+    A, B = AN, resid(Mn1, Mn2, y1, y2, b)
+    theta_ref = lam_ref * a - b
+    sigma_ref = (lam_ref ** 2) * (A @ A.T) / (N ** 2) + (B @ B.T) / (n ** 2)
+
+    args = (first[~lab], second[~lab], wh[~lab], wh2[~lab], first[lab], second[lab], w[lab], w2[lab],
+            wh[lab], wh2[lab], k)
+    t, s, lam = R.ppr_theta_sigma(*args, lam="auto", covariance="paper")
+    assert 0 < lam < 1 and lam == lam_ref
+    np.testing.assert_array_equal(t, theta_ref)
+    np.testing.assert_array_equal(s, sigma_ref)
+    # Algorithm 3 (one source): A A^T / n^2, exactly
+    t1, s1 = R.onesource_theta_sigma(first[lab], second[lab], w[lab], w2[lab], k, "paper")
+    np.testing.assert_array_equal(t1, ahum)
+    np.testing.assert_array_equal(s1, (Ahum @ Ahum.T) / (n ** 2))
+    # on this balanced design the delta covariance is k^2/4 times the paper's
+    _, s_d, _ = R.ppr_theta_sigma(*args, lam=lam, covariance="delta")
     np.testing.assert_allclose(s_d, s * k ** 2 / 4, rtol=1e-12)
 
 

@@ -72,6 +72,14 @@ def comparison_counts(first: np.ndarray, second: np.ndarray, k: int) -> np.ndarr
     return (np.bincount(first, minlength=k) + np.bincount(second, minlength=k)).astype(float)
 
 
+def one_hot(idx: np.ndarray, k: int) -> np.ndarray:
+    """M: the k x n one-hot matrix of model indices (column i = e_{idx[i]})."""
+    idx = np.asarray(idx, dtype=np.int64)
+    M = np.zeros((k, idx.shape[0]))  # (k, n)
+    M[idx, np.arange(idx.shape[0])] = 1.0
+    return M
+
+
 def winrate_pointestimate(first, second, w, w2, k: int) -> np.ndarray:
     """theta_hat = diag(c)^-1 (M w + M' w'): each model's strict win-rate over its comparisons.
 
@@ -90,9 +98,10 @@ def winrate_pointestimate(first, second, w, w2, k: int) -> np.ndarray:
     c = comparison_counts(first, second, k)
     if np.any(c == 0):
         raise UserError(f"model index(es) {np.flatnonzero(c == 0).tolist()} appear in no comparison")
-    s = np.bincount(first, weights=np.asarray(w, float), minlength=k) \
-        + np.bincount(second, weights=np.asarray(w2, float), minlength=k)  # (k,)
-    return s / c
+    # why one-hot matmuls (not bincount): the sums then happen in the same order as the paper's
+    # code, so --covariance paper reproduces its numbers bit for bit; k x n stays small.
+    s = one_hot(first, k) @ np.asarray(w, float) + one_hot(second, k) @ np.asarray(w2, float)  # (k,)
+    return (1.0 / c) * s  # diag(c)^-1 applied as the paper's code does (reciprocal, then product)
 
 
 def winrate_residuals(first, second, w, w2, theta: np.ndarray, k: int) -> np.ndarray:
@@ -160,8 +169,8 @@ def ppr_lambda(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_
                k: int) -> float:
     """Algorithm 4: lambda = clip( tr(Cov_n(judge, human residuals)) / ((1 + n/N) tr(Var_N(judge residuals))), 0, 1).
 
-    Written as in the paper: lambda = n/(n+N) tr(A_hat_n A_n^T / n^2) / tr(A_N A_N^T / N^2)
-    (identical to the PPI++ trace-optimal form above), then clipped to [0, 1].
+    Equal to the paper's n/(n+N) tr(A_hat_n A_n^T / n^2) / tr(A_N A_N^T / N^2); computed as
+    tr(A_n A_hat_n^T / n) / ((1 + n/N) tr(A_N A_N^T / N)), the order of the authors' code.
     Paper: Appendix B.2, Algorithm 4 (its line 6 "A_n^-1" is a typo for A_n^T).
 
     Args:
@@ -176,11 +185,13 @@ def ppr_lambda(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_
     Ahum = winrate_residuals(first_n, second_n, w_n, w2_n, a, k)  # (k, n)
     aN = winrate_pointestimate(first_N, second_N, wh_N, wh2_N, k)
     AN = winrate_residuals(first_N, second_N, wh_N, wh2_N, aN, k)  # (k, N)
-    tr_n = np.einsum("ki,ki->", Ah, Ahum) / n ** 2  # tr(A_hat A^T) without forming k x k
-    tr_N = np.einsum("ki,ki->", AN, AN) / N ** 2
-    if tr_N <= 0:
+    # per-sample covariances, in the published code's order of operations (bit-for-bit lambda)
+    cov_n = (Ahum @ Ah.T) / n  # (k, k)
+    var_N = (AN @ AN.T) / N ** 2 * N  # (k, k)
+    if np.trace(var_N) <= 0:
         return 0.0  # a judge that never varies carries no information: fall back to human-only
-    return float(np.clip(n / (n + N) * tr_n / tr_N, 0.0, 1.0))
+    lam = np.trace(cov_n) / ((1 + n / N) * np.trace(var_N))
+    return float(min(max(lam, 0.0), 1.0))
 
 
 def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n,
@@ -216,17 +227,18 @@ def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n
     lam = float(lam)
     if not 0.0 <= lam <= 1.0:
         raise UserError(f"lambda must be in [0, 1]; got {lam!r}")
-    # 1. a: judge win-rates on D_N, scaled by lambda (Eq. 5, first term)
-    yN, yN2 = lam * wh_N, lam * wh2_N  # (N,)
-    a = winrate_pointestimate(first_N, second_N, yN, yN2, k)  # (k,)
+    # 1. a: judge win-rates on D_N (Eq. 5, first term, before the factor lambda)
+    a = winrate_pointestimate(first_N, second_N, wh_N, wh2_N, k)  # (k,)
     # 2. b: the rectifier, mean of lambda*w_hat - w on D_n (Eq. 5, second term)
     yn, yn2 = lam * wh_n - w_n, lam * wh2_n - w2_n  # (n,)
     b = winrate_pointestimate(first_n, second_n, yn, yn2, k)  # (k,)
-    theta = a - b
-    # 3. residual matrices and the covariance (Eq. 7, or its count-normalised correction)
-    A = winrate_residuals(first_N, second_N, yN, yN2, a, k)  # (k, N)
+    theta = lam * a - b
+    # 3. residuals and the covariance (Eq. 7, or its count-normalised correction). lambda is
+    #    applied outside (lambda^2 A A^T), as in the authors' code: same value as residuals of
+    #    lambda*w_hat, and bit-for-bit equal to the published numbers with "paper".
+    A = winrate_residuals(first_N, second_N, wh_N, wh2_N, a, k)  # (k, N)
     B = winrate_residuals(first_n, second_n, yn, yn2, b, k)  # (k, n)
-    sigma = residual_covariance(A, comparison_counts(first_N, second_N, k), N, covariance) \
+    sigma = lam ** 2 * residual_covariance(A, comparison_counts(first_N, second_N, k), N, covariance) \
         + residual_covariance(B, comparison_counts(first_n, second_n, k), n, covariance)
     return theta, sigma, lam
 
@@ -257,9 +269,11 @@ def ranksets(theta: np.ndarray, sigma: np.ndarray, alpha) -> tuple[np.ndarray, n
                 + np.diagonal(sigma, axis1=-2, axis2=-1)[..., None, :] - 2.0 * sigma)  # (..., k, k)
     gap = theta[..., :, None] - theta[..., None, :]  # (..., k, k): theta_i - theta_j
     # why max(., 0): rounding can make a variance of a difference slightly negative
-    half = np.sqrt(np.maximum(var_diff, 0.0))  # (..., k, k)
-    q_b = np.sqrt(q).reshape(q.shape + (1,) * theta.ndim + (1,))  # (A?, 1.., 1, 1)
-    sep = np.abs(gap) > q_b * half  # (A?, ..., k, k)
+    var_diff = np.maximum(var_diff, 0.0)
+    q_b = q.reshape(q.shape + (1,) * theta.ndim + (1,))  # (A?, 1.., 1, 1)
+    # the distance of Eq. 10, written as the paper does (same rounding at the boundary)
+    d = np.abs(gap) / np.sqrt(2) - np.sqrt(var_diff * (q_b / 2))  # (A?, ..., k, k)
+    sep = d > 0
     lower = 1 + np.sum(sep & (gap < 0), axis=-1)  # others separated and better
     upper = k - np.sum(sep & (gap > 0), axis=-1)  # others separated and worse
     return lower.astype(int), upper.astype(int)
