@@ -126,7 +126,7 @@ def average_winrate(W: np.ndarray, n: np.ndarray, conf: float = 0.95) -> tuple[n
 
 
 def two_proportion_ztest(x1, n1, x2, n2) -> tuple[np.ndarray, np.ndarray]:
-    """Pooled two-tailed z-test of p1 = p2: z = (p1 - p2) / sqrt(p(1-p)(1/n1 + 1/n2)), p = x1+x2 / n1+n2.
+    """Pooled two-tailed z-test of p1 = p2: z = (p1 - p2) / sqrt(p(1-p)(1/n1 + 1/n2)), p = (x1 + x2) / (n1 + n2).
 
     Asymptotically level-exact under H0. Used per pair to compare coupled vs independent
     win-rates (paper seed 002, Fig. 3). z = 0, p-value = 1 when the pooled proportion is 0 or 1;
