@@ -102,6 +102,7 @@ def embedder():
     return C.load_embedder()
 
 
+@pytest.mark.slow
 def test_embedding_real_model_paraphrases_vs_distinct(embedder):
     texts = ["The capital of France is Paris.", "Photosynthesis converts sunlight into chemical energy.",
              "Paris is the capital city of France.", "The stock market crashed in 1929.",
@@ -140,6 +141,7 @@ def test_cluster_run_answer_and_llm_store_idempotently(tmp_db):
     assert store.table_counts(tmp_db)["clusters"] == 80
 
 
+@pytest.mark.slow
 def test_cluster_run_embedding_and_errors(tmp_db, embedder):
     ts = ["Paris is the capital.", "The capital is Paris.", "Bananas are yellow."]
     make_run(tmp_db, [("m1", "q1", r, "coupled", t) for r, t in enumerate(ts)], [("q1", None, None, "Q")])

@@ -201,7 +201,9 @@ def test_end_to_end_with_tiny_model(tmp_db):
     def complete(msgs):
         return generation.complete(lm, msgs, max_new_tokens=4, temperature=0.0)
 
-    s = J.judge_run(tmp_db, "r1", "tiny", J.JudgeConfig("tiny", batch_size=3), complete_fn=complete, show_bar=False)
+    # a short system prompt: the char-level tiny tokenizer would make the paper's ~1,700 tokens
+    cfg = J.JudgeConfig("tiny", prompt_template="Say A, B or tie.", batch_size=3)
+    s = J.judge_run(tmp_db, "r1", "tiny", cfg, complete_fn=complete, show_bar=False)
     df = store.query_df(tmp_db, "SELECT raw, parsed, winner, presented FROM judgments")
     assert s["n_tasks"] == 8 == len(df) and df.raw.notna().all()
     assert sum(s["stored_verdicts"].values()) == 8
