@@ -168,6 +168,10 @@ def _read_text(source, max_bytes: int, problems: list[Problem]) -> str | None:
     if not raw.strip():
         problems.append(Problem(None, None, "file is empty", label))
         return None
+    if raw[:4] == b"PK\x03\x04" or raw[:8] == b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1":
+        problems.append(Problem(None, None, "this is a spreadsheet (Excel) or zip file, not text; export it as "
+                                            "CSV (UTF-8) first", label))
+        return None
     try:
         text = raw.decode("utf-8-sig")  # tolerate a UTF-8 byte-order mark
     except UnicodeDecodeError as exc:
@@ -201,12 +205,22 @@ def _winner(value: str, row: int, column: str, label: str, problems: list[Proble
         return None
 
 
+def _delimiter(text: str) -> str:
+    """',' unless the header only parses with ';' or a tab (spreadsheets in some locales)."""
+    first = text.split("\n", 1)[0]
+    for d in (",", ";", "\t"):
+        cols = {c.strip().strip('"') for c in first.split(d)}
+        if set(REQUIRED_COLUMNS) <= cols:
+            return d
+    return ","
+
+
 def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] | None = None,
                              max_bytes: int = MAX_UPLOAD_BYTES) -> tuple[pd.DataFrame, list[Problem]]:
     """Validate a CSV of pairwise comparisons; return the normalised rows and EVERY problem.
 
     Columns: prompt_id, model_a, model_b, winner (model_a/model_b/tie/tie (bothbad)/a/b, case
-    and surrounding spaces ignored); optional judge_winner (aligned judge labels; then a row may
+    and surrounding spaces ignored), separated by commas (or ';' / tabs, detected from the header); optional judge_winner (aligned judge labels; then a row may
     leave winner blank if it has a judge label) and optional id (a row key: with it, rows that
     repeat a (prompt_id, model_a, model_b) are allowed; without it they are duplicates).
     Problems: size over ``max_bytes`` (checked before reading), empty file, not UTF-8, missing or
@@ -224,7 +238,7 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     if text is None:
         return empty, problems
     try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
+        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=_delimiter(text)))
     except csv.Error as exc:
         return empty, [Problem(None, None, f"not a readable CSV file ({exc})", label)]
     header = [h.strip() for h in rows[0]] if rows else []

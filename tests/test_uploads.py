@@ -59,6 +59,8 @@ MALFORMED = [  # (id, file bytes, expected (row, column, message regex))
     ("blank-both-labels", b"prompt_id,model_a,model_b,winner,judge_winner\np1,m1,m2,,\n", (2, "winner", "winner or a judge_winner")),
     ("json-given-as-csv", b'{"model_a": "m1", "model_b": "m2", "winner": "tie"}\n', (None, "prompt_id", "missing column")),
     ("binary", b"\x89PNG\r\n\x1a\n\x00\x00\x00", (None, None, "not UTF-8|NUL bytes")),
+    ("xlsx", b"PK\x03\x04\x14\x00\x06\x00" + bytes(range(256)), (None, None, "spreadsheet .Excel. or zip file")),
+    ("semicolon-bad-row", b"prompt_id;model_a;model_b;winner\np1;m1;m2;a\np2;m1;m2\n", (3, None, "has 3 fields")),
 ]
 
 
@@ -78,6 +80,14 @@ def test_malformed_csv_rejected_and_database_unchanged(case, db_with_set, tmp_pa
     with pytest.raises(cmp.InvalidUpload):  # bytes (a dashboard upload) behave the same
         cmp.import_comparisons(db_with_set, content, "new-set", fmt="csv", known_models=MODELS)
     assert dump(db_with_set) == before
+
+
+def test_semicolon_and_tab_separated_files_are_read(tmp_path):
+    for d in (";", "\t"):
+        f = tmp_path / "sep.csv"
+        f.write_text(GOOD.replace(",", d))
+        df, problems = cmp.validate_comparisons_csv(f)
+        assert problems == [] and df.human_winner.tolist() == ["a", "tie", "b"]
 
 
 def test_every_problem_is_reported_with_row_numbers(tmp_path):
