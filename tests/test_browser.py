@@ -1,0 +1,201 @@
+"""End-to-end: `streamlit run app.py` on a free localhost port, driven by a real headless Chromium.
+
+Visits every page, runs a tiny generation through the UI with the packaged default model, uploads
+a malformed and a valid CSV, downloads charts, and saves screenshots to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.test_app import build_small_db
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+PAGES = {"home": "", "generate": "Generate", "traces": "Token_traces", "benchmark": "Benchmark",
+         "winrates": "Win_rates", "ranksets": "Rank_sets", "datamap": "Data_map", "upload": "Upload"}
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed", allow_module_level=True)
+playwright = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("browser")
+    db = build_small_db(tmp / "browser.duckdb")
+    port = _free_port()
+    env = dict(os.environ, COUPLED_EVAL_DB=str(db), HF_HUB_OFFLINE="1", BROWSER_PATH=CHROMIUM)
+    log = open(tmp / "streamlit.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                             "--server.headless", "true", "--server.address", "127.0.0.1",
+                             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.terminate()
+        pytest.fail(f"streamlit did not start: {(tmp / 'streamlit.log').read_text()[-2000:]}")
+    yield {"url": url, "db": db, "tmp": tmp}
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=20)
+    # stop any job the test started (they run in their own sessions)
+    from engine import jobs
+    for j in jobs.list_jobs(db):
+        if j.status == "running":
+            jobs.cancel_job(j.job_id, db)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM,
+                              args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 2400}, accept_downloads=True)
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def _goto(page, server, name: str) -> None:
+    page.goto(f"{server['url']}/{PAGES[name]}")
+    page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+    _settle(page)
+
+
+def _settle(page, timeout_s: float = 90) -> None:
+    """Wait until the script run finished (no 'running' status widget) and charts are drawn."""
+    page.wait_for_timeout(800)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if page.locator("[data-testid='stStatusWidget']").count() == 0:
+            break
+        page.wait_for_timeout(300)
+    page.wait_for_timeout(700)
+
+
+def _no_exception(page) -> None:
+    exc = page.locator("[data-testid='stException']")
+    assert exc.count() == 0, exc.first.inner_text()
+
+
+def _shot(page, artifacts_dir: Path, name: str) -> None:
+    page.screenshot(path=str(artifacts_dir / f"browser_{name}.png"), full_page=True)
+
+
+def test_every_page_renders(server, page, artifacts_dir):
+    expected = {"home": "Coupled Eval", "generate": "Start generation", "traces": "First divergence",
+                "benchmark": "Mean per-question covariance", "winrates": "Average win-rate",
+                "ranksets": "Rank-sets", "datamap": "Flagged prompts", "upload": "Stored comparison sets"}
+    for name, text in expected.items():
+        _goto(page, server, name)
+        _no_exception(page)
+        page.get_by_text(text, exact=False).first.wait_for(timeout=60_000)
+        if name not in ("home", "generate", "upload"):
+            page.locator(".js-plotly-plot").first.wait_for(timeout=90_000)
+            _settle(page)
+        _shot(page, artifacts_dir, name)
+
+
+def test_download_a_chart(server, page, artifacts_dir):
+    _goto(page, server, "benchmark")
+    page.get_by_text("Mean per-question covariance").first.wait_for(timeout=60_000)
+    with page.expect_download(timeout=60_000) as dl:
+        page.get_by_role("button", name="HTML").first.click()
+    path = artifacts_dir / "browser_download_covariance.html"
+    dl.value.save_as(str(path))
+    body = path.read_text()
+    assert "plotly" in body.lower() and "covariance" in body.lower()
+    with page.expect_download(timeout=120_000) as dl:
+        page.get_by_role("button", name="PNG").first.click()
+    png = artifacts_dir / "browser_download_covariance.png"
+    dl.value.save_as(str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt_id,model_a,model_b,winner\np1,m-base,m-base,model_a\np2,m-base,m-int8,maybe\n")
+    good = tmp_path / "good.csv"
+    good.write_text("prompt_id,model_a,model_b,winner\n" + "".join(
+        f"p{i},m-base,m-int8,{['model_a', 'model_b', 'tie'][i % 3]}\n" for i in range(30)))
+    _goto(page, server, "upload")
+    page.locator("input[type='file']").first.set_input_files(str(bad))
+    page.get_by_text("Rejected", exact=False).first.wait_for(timeout=60_000)
+    _settle(page)
+    _shot(page, artifacts_dir, "upload_rejected")
+    page.locator("input[type='file']").first.set_input_files(str(good))
+    page.get_by_text("Valid:", exact=False).first.wait_for(timeout=60_000)
+    _settle(page)
+    page.get_by_role("button", name="Import").click()
+    page.get_by_text("Import started", exact=False).first.wait_for(timeout=60_000)
+    # the job imports it; the list refreshes when the job is done
+    from engine import comparisons
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "good" not in comparisons.list_comparison_sets(server["db"])["name"].tolist():
+        time.sleep(1)
+    assert "good" in comparisons.list_comparison_sets(server["db"])["name"].tolist()
+    _goto(page, server, "upload")
+    page.get_by_text("good", exact=True).first.wait_for(state="attached", timeout=30_000)  # a canvas grid cell
+    _shot(page, artifacts_dir, "upload_imported")
+
+
+def _fill_number(page, label: str, value) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(str(value))
+    box.press("Tab")
+
+
+@pytest.mark.slow
+def test_tiny_generation_through_the_ui(server, page, artifacts_dir):
+    _goto(page, server, "generate")
+    _fill_number(page, "First N prompts (0 = all)", 2)
+    _fill_number(page, "Repeats per prompt", 1)
+    _fill_number(page, "Max new tokens", 4)
+    page.get_by_role("button", name="Start generation").click()
+    page.get_by_text("Started job", exact=False).first.wait_for(timeout=60_000)
+    page.wait_for_timeout(3000)
+    _shot(page, artifacts_dir, "generate_running")
+    from engine import jobs
+    gen = jobs.list_jobs(server["db"], kind="generate")[0]
+    st = jobs.wait_job(gen.job_id, server["db"], timeout_s=420)
+    assert st.status == "done", st.log_tail
+    follow = jobs.job_status(gen.job_id, server["db"]).extra.get("followup")
+    assert follow, "the score job should follow the generation"
+    assert jobs.wait_job(follow, server["db"], timeout_s=120).status == "done"
+    _goto(page, server, "generate")
+    page.get_by_text(re.compile(r"· done ·")).first.wait_for(timeout=30_000)
+    _shot(page, artifacts_dir, "generate_done")
+    from engine import queries
+    runs = queries.runs(server["db"])
+    new = runs[runs.run_id.str.startswith("ui-")]
+    assert len(new) == 1 and new.iloc[0]["n_generations"] == 2 * 2 * 1 * 2  # models x prompts x repeats x modes
