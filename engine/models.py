@@ -26,7 +26,12 @@ token embedding (tied to the LM head) is kept, so all variants share the embeddi
 Converted weights are cached with ``save_pretrained`` (safetensors) plus the tokenizer under
 ``data/cache/models/<name>/`` (the env var ``COUPLED_EVAL_CACHE`` replaces ``data/cache``). A cache
 is written into a temporary folder and renamed into place, so a killed conversion never leaves a
-half-written cache; a manifest (``coupled_eval.json``) records what was converted from what.
+half-written cache; a manifest (``coupled_eval.json``) records what was converted from what (source
+size and mtime: a changed source is reconverted). Any other ``.gguf`` file passed to
+:func:`load_model` is cached the same way under ``gguf-<stem>-<hash of its path>/``.
+
+On CUDA, external models (HF folders, hub ids, GGUF files) load in bfloat16; the default family
+stays float32 (its bf16 variant is the bfloat16 one), see :func:`default_dtype`.
 """
 
 from __future__ import annotations
@@ -390,17 +395,34 @@ def _source_size(spec: ModelSpec) -> int | None:
         return None
 
 
+def _source_mtime(spec: ModelSpec) -> int | None:
+    try:
+        return Path(spec.source).stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _cache_name(spec: ModelSpec) -> str:
+    """Registry entries cache under their name; an arbitrary .gguf file under its stem plus a hash
+    of its absolute path (two files with one name never share a cache)."""
+    if spec.variant != "gguf":
+        return spec.name
+    digest = hashlib.blake2b(str(Path(spec.source).resolve()).encode(), digest_size=4).hexdigest()
+    return f"gguf-{spec.name}-{digest}"
+
+
 def _cache_valid(path: Path, spec: ModelSpec) -> bool:
     m = _read_manifest(path)
     return bool(m) and m.get("format") == CACHE_FORMAT and m.get("variant") == spec.variant \
-        and m.get("source_size") == _source_size(spec) and (path / "config.json").exists()
+        and m.get("source_size") == _source_size(spec) and m.get("source_mtime") == _source_mtime(spec) \
+        and (path / "config.json").exists()
 
 
 def is_cached(spec: ModelSpec) -> bool:
     """Whether ``spec``'s converted weights are on disk (bf16/bnb reuse the base's)."""
     if spec.variant in ("bf16", "bnb-8bit", "bnb-4bit"):
         spec = _base_spec(spec)
-    return _cache_valid(cache_dir(spec.name), spec)
+    return _cache_valid(cache_dir(_cache_name(spec)), spec)
 
 
 def _write_cache(path: Path, spec: ModelSpec, model, tokenizer, seconds: float) -> None:
@@ -413,6 +435,7 @@ def _write_cache(path: Path, spec: ModelSpec, model, tokenizer, seconds: float) 
         tokenizer.save_pretrained(str(tmp))
         manifest = {"format": CACHE_FORMAT, "name": spec.name, "variant": spec.variant,
                     "family": spec.family, "source": spec.source, "source_size": _source_size(spec),
+                    "source_mtime": _source_mtime(spec),
                     "vocab_id": vocab_id(tokenizer), "conversion_seconds": round(seconds, 2),
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
@@ -481,16 +504,19 @@ def _ensure_cached(spec: ModelSpec) -> tuple[Path, bool]:
 
     if spec.variant in ("bf16", "bnb-8bit", "bnb-4bit"):
         return _ensure_cached(_base_spec(spec))
-    path = cache_dir(spec.name)
+    path = cache_dir(_cache_name(spec))
     if _cache_valid(path, spec):
         return path, True
     t0 = time.perf_counter()
     with _quiet_hub():
-        if spec.variant == "base":
+        if spec.variant in ("base", "gguf"):  # GGUF -> dequantized float32 (transformers' reader)
             src = Path(spec.source)
-            tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-            model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name,
-                                                         dtype=torch.float32)
+            try:
+                tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+                model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name,
+                                                             dtype=torch.float32)
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                raise UserError(f"could not load GGUF file {str(src)!r}: {exc}") from exc
             _forget_gguf_quantizer(model)
         else:
             base_path, _ = _ensure_cached(_base_spec(spec))
@@ -578,16 +604,16 @@ def load_model(name_or_path: str, *, device: str | None = None, trust_remote_cod
 
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
+        # Any GGUF file is dequantized once and cached like the registry's base (15 s -> < 1 s).
+        spec = ModelSpec(name=path.stem, source=str(path.resolve()), variant="gguf",
+                         family=path.stem, description=f"GGUF file {path.name}")
+        folder, cached = _ensure_cached(spec)
         dt = want or default_dtype("gguf", dev)
-        try:
-            with _quiet_hub():
-                tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-                model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                             dtype=dt)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise UserError(f"could not load GGUF file {str(path)!r}: {exc}") from exc
-        return _finish(path.stem, model, tok, variant="gguf", source=str(path.resolve()),
-                       device=dev, dtype=dt, t0=t0, from_cache=False)
+        with _quiet_hub():
+            tok = AutoTokenizer.from_pretrained(str(folder))
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dt)
+        return _finish(path.stem, model, tok, variant="gguf", source=spec.source, device=dev,
+                       dtype=dt, t0=t0, from_cache=cached, extra={"cache": str(folder)})
     if path.is_dir():
         if not (path / "config.json").exists():
             raise UserError(f"folder {str(path)!r} has no config.json: not a Hugging Face model folder")

@@ -265,3 +265,15 @@ def test_models_command_json(smollm2, capsys):
     (prep,) = json.loads(capsys.readouterr().out)
     assert prep["from_cache"] and prep["vocab"] == rows[0]["vocab"] and prep["dtype"] == "float32"
     assert M.vocab_id_of("smollm2-135m-q4_0") == rows[0]["vocab"]
+
+
+def test_gguf_file_path_equals_registry_base_and_is_cached(smollm2):
+    """Two routes to the same weights: the .gguf path (own cache) and the registry base."""
+    gguf = M.smollm2_gguf_path()
+    lm = M.load_model(str(gguf), device="cpu")
+    assert lm.variant == "gguf" and lm.name == gguf.stem and lm.vocab_id == smollm2["base"].vocab_id
+    for p, q in zip(lm.model.parameters(), smollm2["base"].model.parameters()):
+        assert torch.equal(p, q)
+    assert lm.tokenizer.chat_template == smollm2["base"].tokenizer.chat_template
+    again = M.load_model(str(gguf), device="cpu")
+    assert again.from_cache and not lm.from_cache and M.CONVERSIONS[gguf.stem] == 1
