@@ -190,8 +190,10 @@ class JudgeTask:
 
 
 def random_order(seed: int, prompt_id: str, repeat: int, mode: str, model_a: str, model_b: str) -> str:
-    """A seeded fair coin per (unit, mode, pair): 'ab' or 'ba'. A pure function of its inputs, so
-    a resumed or re-batched job draws the same orders (and coupled/independent the same ones)."""
+    """A seeded fair coin per (unit, pair): 'ab' or 'ba'. A pure function of its inputs, so a
+    resumed or re-batched job draws the same orders. ``mode`` deliberately does not enter: the
+    coupled and the independent generations of a unit are shown in the same order, so the two
+    modes' win-rates differ by the generations only, not by position luck."""
     key = json.dumps([int(seed), str(prompt_id), int(repeat), str(model_a), str(model_b)])
     return "ab" if hashlib.sha256(key.encode()).digest()[0] & 1 == 0 else "ba"
 
