@@ -272,9 +272,10 @@ def rankset_intervals_figure(table: pd.DataFrame, title: str = "Rank-sets") -> g
                                      line=dict(color=color, width=6), marker=dict(size=10), name=g or "rank-set",
                                      legendgroup=g, showlegend=False,
                                      hovertext=f"{rec.model}: ranks {rec.lower}-{rec.upper}", hoverinfo="text"))
-    fig.update_xaxes(title="rank (1 = best)", dtick=1)
+    k = table["model"].nunique()
+    fig.update_xaxes(title="rank (1 = best)", dtick=1, range=[0.5, k + 0.5])
     fig.update_yaxes(autorange="reversed", type="category")
-    return _layout(fig, title, height=140 + 35 * table["model"].nunique())
+    return _layout(fig, title, height=140 + 35 * k)
 
 
 def tradeoff_figure(df: pd.DataFrame, x: str = "size", y: str = "intersection", group: str = "method",
@@ -301,13 +302,20 @@ def datamap_figure(prompts: pd.DataFrame, p_max: float, s_min: float, title: str
     s_low = float(min(prompts["consistency"].min(), s_min)) - 0.1
     fig.add_shape(type="rect", x0=-0.02, x1=p_max, y0=s_min, y1=0.05, fillcolor="#ffe3e3", opacity=0.6,
                   line=dict(color="#c92a2a", dash="dash"), layer="below")
-    for flagged, part in prompts.groupby("flagged"):
+    # P(correct) takes the values j/k and S few values too: prompts pile up on the same point, so
+    # draw one marker per distinct point, its area growing with the number of prompts there.
+    pts = (prompts.assign(px=prompts["p_correct"].round(9), sy=prompts["consistency"].round(9))
+           .groupby(["flagged", "px", "sy"], sort=False)["prompt_id"].agg(list).reset_index())
+    for flagged, part in pts.groupby("flagged"):
+        counts = part["prompt_id"].map(len)
         fig.add_trace(go.Scatter(
-            x=part["p_correct"], y=part["consistency"], mode="markers",
-            name="flagged" if flagged else "prompt",
-            marker=dict(size=9 if flagged else 7, color="#c92a2a" if flagged else "#3b5bdb", opacity=0.7),
-            hovertext=[f"{pid}<br>P(correct)={p:.2f}<br>S={s:.3f}" for pid, p, s in
-                       zip(part["prompt_id"], part["p_correct"], part["consistency"])], hoverinfo="text"))
+            x=part["px"], y=part["sy"], mode="markers",
+            name="flagged" if flagged else "prompts",
+            marker=dict(size=(7 + 4 * np.sqrt(counts - 1)).tolist(), color="#c92a2a" if flagged else "#3b5bdb",
+                        opacity=0.7, line=dict(color="white", width=1)),
+            hovertext=[f"{len(ids)} prompt(s): {html.escape(', '.join(map(str, ids[:12])))}{' …' if len(ids) > 12 else ''}"
+                       f"<br>P(correct)={p:.2f}<br>S={s:.3f}" for ids, p, s in zip(part["prompt_id"], part["px"], part["sy"])],
+            hoverinfo="text"))
     fig.update_xaxes(title="P(correct)", range=[-0.03, 1.03])
     fig.update_yaxes(title="semantic consistency S = Σ Prop log Prop", range=[s_low, 0.08])
     return _layout(fig, title, height=420)

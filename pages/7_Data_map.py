@@ -34,7 +34,7 @@ if res is None:
 sc = res["score"]
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Prompts × generations", f"{res['n']} × {res['k']}")
-m2.metric("Score μ̂ (95% CI)", f"{sc['mu']:.3f}", help=f"[{sc['ci_low']:.3f}, {sc['ci_high']:.3f}]")
+m2.metric("Score μ̂", f"{sc['mu']:.3f}", help=f"standard error {sc['se']:.4f}")
 m3.metric("95% CI", f"[{sc['ci_low']:.3f}, {sc['ci_high']:.3f}]")
 m4.metric("Flagged prompts", res["n_flagged"])
 st.caption(f"Clusters: {res['clusters_source']}")

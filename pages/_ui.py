@@ -73,7 +73,8 @@ def chart(fig, name: str, key: str | None = None) -> None:
     key = key or _slug(name)
     st.plotly_chart(fig, key=f"chart_{key}", config={"displaylogo": False})
     ok, why = export.static_export_status()
-    cols = st.columns([1, 1, 1, 4])
+    row = st.container(horizontal=True, gap="small")
+    cols = [row, row, row, row]
     base = _slug(name)
     cols[0].download_button("PNG", data=lambda: export.figure_bytes(fig, "png"), file_name=f"{base}.png",
                             mime=export.MIME["png"], key=f"png_{key}", on_click="ignore", disabled=not ok,
