@@ -381,15 +381,19 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
         raise
     progress.finish("done")
     with store.reader(db) as con:
-        stored = con.execute("""SELECT coalesce(parsed, 'unparseable') AS v, count(*) FROM judgments
-                                WHERE run_id = ? AND judge = ? GROUP BY 1""", [run, judge]).fetchall()
-    totals = {k: 0 for k in ("A", "B", "tie", "unparseable")} | {k: int(n) for k, n in stored}
+        stored = con.execute("""SELECT mode, coalesce(parsed, 'unparseable') AS v, count(*) FROM judgments
+                                WHERE run_id = ? AND judge = ? GROUP BY 1, 2""", [run, judge]).fetchall()
+    empty = {k: 0 for k in ("A", "B", "tie", "unparseable")}
+    totals, by_mode = dict(empty), {}
+    for mode, v, n in stored:
+        totals[v] += int(n)
+        by_mode.setdefault(mode, dict(empty))[v] += int(n)
     return {
         "run": run, "judge": judge, "orders": cfg.orders, "prompt_hash": cfg.prompt_hash, "models": models,
         "n_tasks": len(tasks), "n_judged_now": counts.judged, "n_skipped_existing": len(tasks) - len(pending),
         "n_pairs_missing_generation": missing,
         "n_unparseable_now": counts.verdicts[None],
-        "stored_verdicts": totals, "n_unparseable": totals["unparseable"],
+        "stored_verdicts": totals, "stored_verdicts_by_mode": by_mode, "n_unparseable": totals["unparseable"],
     }
 
 

@@ -106,6 +106,7 @@ def test_judge_run_both_orders_known_verdicts(tmp_db):
     n_units = 3 * 2 * 2  # prompts x repeats x modes
     assert s["n_tasks"] == n_units * 3 * 2 == stub.n_prompts  # 3 pairs, 2 orders
     assert s["n_unparseable"] == 3 * 2 * 2 and s["stored_verdicts"]["tie"] == 3 * 2 * 2
+    assert s["stored_verdicts_by_mode"]["coupled"]["unparseable"] == 6 == s["stored_verdicts_by_mode"]["independent"]["tie"]
     df = store.query_df(tmp_db, "SELECT * FROM judgments")
     assert len(df) == s["n_tasks"] and set(df.presented) == {"ab", "ba"}
     assert (df.judge_prompt_hash == cfg.prompt_hash).all()
