@@ -237,3 +237,18 @@ def test_cli_score_judge_cluster_and_from_judge(tmp_db, tmp_path, capsys):
     bad.write_text("{question} only")
     assert main(["judge", "--db", str(tmp_db), "--run", "r1", "--judge", "x", "--user-template-file", str(bad)]) == 2
     assert "exactly the fields" in capsys.readouterr().err
+
+
+def test_position_bias_cancels_with_both_orders_and_averages_out_with_random(tmp_db):
+    """A judge that always answers 'A' (pure position bias, no preference): judging both orders
+    gives model_a exactly half the wins; seeded random orders give about half (binomial)."""
+    make_judge_run(tmp_db, n_prompts=60, repeats=1, models=("m1", "m2"), modes=("coupled",))
+    always_a = lambda msgs: ["A"] * len(msgs)  # noqa: E731
+    J.judge_run(tmp_db, "r1", "both", J.JudgeConfig("both", batch_size=64), complete_fn=always_a, show_bar=False)
+    both = J.judgments_to_comparisons(tmp_db, "r1", "both")
+    assert (both.winner == "a").sum() == (both.winner == "b").sum() == 60
+    assert set(J.judgments_to_comparisons(tmp_db, "r1", "both", combine="agree").winner) == {"tie"}
+    J.judge_run(tmp_db, "r1", "rand", J.JudgeConfig("rand", orders="random", seed=11, batch_size=64),
+                complete_fn=always_a, show_bar=False)
+    rand = J.judgments_to_comparisons(tmp_db, "r1", "rand")
+    assert len(rand) == 60 and 15 <= (rand.winner == "a").sum() <= 45  # P(outside) < 1e-4 under Bin(60, 1/2)
