@@ -523,8 +523,8 @@ def _ensure_cached(spec: ModelSpec) -> tuple[Path, bool]:
             tok = AutoTokenizer.from_pretrained(str(base_path))
             model = AutoModelForCausalLM.from_pretrained(str(base_path), dtype=torch.float32)
             quantize_linear_weights(model, spec.variant)
-    CONVERSIONS[spec.name] += 1
-    _write_cache(path, spec, model, tok, time.perf_counter() - t0)
+        CONVERSIONS[spec.name] += 1
+        _write_cache(path, spec, model, tok, time.perf_counter() - t0)
     return path, False
 
 
