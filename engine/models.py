@@ -474,13 +474,15 @@ def _quiet_hub():
     old = os.environ.get("HF_HUB_OFFLINE")
     os.environ["HF_HUB_OFFLINE"] = "1"
     verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
         yield
-    finally:
+    finally:  # restore exactly what was there (contexts nest: a variant converts its base first)
         hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
+        if bars:
+            hf_logging.enable_progress_bar()
         if old is None:
             os.environ.pop("HF_HUB_OFFLINE", None)
         else:
