@@ -30,6 +30,7 @@ import pandas as pd
 
 from engine import scoring, store
 from engine.errors import UserError
+from engine.progress import Progress
 
 METHODS = ("answer", "llm", "embedding")
 DEFAULT_EMBEDDING_THRESHOLD = 0.85  # cosine; paraphrases of one short answer typically score 0.85-0.99 with MiniLM
@@ -122,7 +123,8 @@ def llm_entail_fn(complete_fn: CompleteFn, prompt: str = ENTAILMENT_PROMPT) -> E
     return entail
 
 
-def cluster_by_entailment(groups: Sequence[tuple[str, Sequence[str]]], entail_fn: EntailFn) -> list[np.ndarray]:
+def cluster_by_entailment(groups: Sequence[tuple[str, Sequence[str]]], entail_fn: EntailFn,
+                          on_step: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
     """Bidirectional-entailment greedy clustering of many groups at once.
 
     Groups advance in lock step: at step t, response t of every group is checked against the
@@ -132,6 +134,7 @@ def cluster_by_entailment(groups: Sequence[tuple[str, Sequence[str]]], entail_fn
     Args:
         groups: [(question, responses)], responses (k_g,) strings.
         entail_fn: list of (question, premise, hypothesis) -> list of bool.
+        on_step: optional callback(step, n_steps) after each step (progress).
     Returns:
         [ (k_g,) int64 ids ] per group.
     """
@@ -159,6 +162,8 @@ def cluster_by_entailment(groups: Sequence[tuple[str, Sequence[str]]], entail_fn
             else:
                 ids[g][t] = len(reps[g])
                 reps[g].append(t)
+        if on_step is not None:
+            on_step(t, steps - 1)
     return ids
 
 
@@ -195,7 +200,8 @@ def _default_rule(kind: str | None) -> str:
 
 def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: str | None = None,
                 complete_fn: CompleteFn | None = None, entail_fn: EntailFn | None = None,
-                embedder=None, threshold: float = DEFAULT_EMBEDDING_THRESHOLD, batch_size: int = 16) -> dict:
+                embedder=None, threshold: float = DEFAULT_EMBEDDING_THRESHOLD, batch_size: int = 16,
+                progress_file=None, show_bar: bool = True) -> dict:
     """Cluster the generations of every (model, prompt, mode) group of ``run`` and store the ids.
 
     Idempotent: replaces the run's earlier clusters for ``method`` in one transaction.
@@ -206,6 +212,7 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: st
             lenient, numeric -> numeric, else exact).
         model: for 'llm' without ``complete_fn``/``entail_fn``: the local model to ask.
         threshold: for 'embedding', the cosine threshold (default 0.85).
+        progress_file: for 'llm', live progress (JSON) over the k-1 lock steps.
 
     Returns:
         Summary: groups, generations, mean/max number of clusters, mean S(consistency).
@@ -246,7 +253,18 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: st
                     raise UserError("the llm method needs --model (the local model asked about entailment)")
                 complete_fn = _model_complete_fn(model, batch_size)
             entail_fn = llm_entail_fn(complete_fn)
-        ids = cluster_by_entailment([(df.question.iloc[0] or "", list(df.text)) for _, df in grouped], entail_fn)
+        groups = [(df.question.iloc[0] or "", list(df.text)) for _, df in grouped]
+        n_steps = max(max(len(r) for _, r in groups) - 1, 0)
+        progress = Progress(n_steps, kind="cluster", job=f"{run}:llm", path=progress_file, show_bar=show_bar)
+        try:
+            ids = cluster_by_entailment(groups, entail_fn, on_step=lambda t, n: progress.update(1))
+        except KeyboardInterrupt:
+            progress.finish("cancelled", "interrupted; nothing stored (clustering is stored at the end)")
+            raise
+        except BaseException as exc:
+            progress.finish("failed", str(exc)[:500])
+            raise
+        progress.finish("done")
     parts = [df[["model", "prompt_id", "repeat", "mode"]].assign(cluster_id=c) for (_, df), c in zip(grouped, ids)]
     out = pd.concat(parts, ignore_index=True).assign(run_id=run, method=method)
     out["repeat"] = out["repeat"].astype("int64")

@@ -132,7 +132,9 @@ def test_cluster_run_answer_and_llm_store_idempotently(tmp_db):
     # llm via an entailment stub: "same letter" in the lenient sense is the meaning
     from engine.scoring import extract_lenient
     stub = lambda tr: [extract_lenient(a) == extract_lenient(b) for _, a, b in tr]  # noqa: E731
-    C.cluster_run(tmp_db, "r1", "llm", entail_fn=stub)
+    C.cluster_run(tmp_db, "r1", "llm", entail_fn=stub, progress_file=tmp_db.parent / "p.json", show_bar=False)
+    from engine.progress import read_progress
+    assert read_progress(tmp_db.parent / "p.json")["status"] == "done" and read_progress(tmp_db.parent / "p.json")["done"] == 4
     assert _stored(tmp_db, "llm").cluster_id.tolist() == df.cluster_id.tolist()
     C.cluster_run(tmp_db, "r1", "answer", rule="paper")  # re-run replaces, never duplicates
     after = _stored(tmp_db, "answer")

@@ -77,6 +77,7 @@ def register(sub) -> None:
     p.add_argument("--rule", choices=RULES, help="for --method answer (default by dataset kind)")
     p.add_argument("--threshold", type=float, default=DEFAULT_EMBEDDING_THRESHOLD,
                    help="for --method embedding: cosine threshold (default %(default)s)")
+    p.add_argument("--progress-file", help="for --method llm: write live progress (JSON) to this file")
     p.set_defaults(func=run_cluster)
 
     p = sub.add_parser("comparisons", help="stored comparison sets: list, delete, export")
@@ -142,7 +143,7 @@ def run_judge(args) -> int:
 def run_cluster(args) -> int:
     from engine.clustering import cluster_run
     return _print(cluster_run(args.db, args.run, args.method, rule=args.rule, model=args.model,
-                              threshold=args.threshold))
+                              threshold=args.threshold, progress_file=args.progress_file))
 
 
 def run_list(args) -> int:
