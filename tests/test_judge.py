@@ -74,6 +74,7 @@ def test_order_handling(parsed, presented, winner):
     assert J.winner_from_verdict(parsed, presented) == winner
 
 
+@pytest.mark.shared
 def test_paper_prompt_is_verbatim_from_appendix_c():
     path = shared_path("seeds")
     text = open(glob.glob(str(path / "002_*.txt"))[0], encoding="utf-8").read()
