@@ -25,9 +25,10 @@ import hashlib
 import json
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ class GenResult:
     token_ids: tuple[int, ...]
     text: str
     finish_reason: str                                   # 'eos' | 'length'
+    seed: int                                            # the noise seed this unit used
     probs: tuple[float, ...]                             # prob of the chosen token, per step
     top_ids: tuple[tuple[int, ...], ...] | None = None   # top-k alternatives per step
     top_probs: tuple[tuple[float, ...], ...] | None = None
@@ -118,8 +120,9 @@ def _stop_ids(lm) -> set[int]:
 
 @torch.inference_mode()
 def _generate_batch(lm, texts: Sequence[str], row_text: Sequence[int], unit_keys: torch.Tensor,
-                    seed: int, cfg: GenConfig, token_keys: torch.Tensor) -> list[dict]:
-    """Generate one batch. ``texts``: U unique prompt strings; ``row_text``: (B,) index into them."""
+                    seeds: Sequence[int], cfg: GenConfig, token_keys: torch.Tensor) -> list[dict]:
+    """Generate one batch. ``texts``: U unique prompt strings; ``row_text``, ``unit_keys``,
+    ``seeds``: (B,) per row (rows of one prompt may carry different seeds, e.g. both modes)."""
     model, tok, dev = lm.model, lm.tokenizer, lm.device
     B, k = len(row_text), cfg.trace_top_k
     stop = torch.tensor(sorted(_stop_ids(lm)) or [-1], device=dev)  # (S,)
@@ -138,6 +141,7 @@ def _generate_batch(lm, texts: Sequence[str], row_text: Sequence[int], unit_keys
     logits = out.logits[:, -1, :].float()[sel]  # (B, V) float32 once
     mask, last_pos = mask[sel], pos[sel, -1]  # (B, L), (B,)
     keys = unit_keys.to(dev)  # (B,)
+    seed_t = torch.tensor([noise._signed(int(x)) for x in seeds], dtype=torch.int64, device=dev)  # (B,)
     if logits.shape[-1] != token_keys.shape[0]:
         raise UserError(f"token_keys has {token_keys.shape[0]} entries but the model's logits are "
                         f"{logits.shape[-1]} wide")
@@ -146,7 +150,7 @@ def _generate_batch(lm, texts: Sequence[str], row_text: Sequence[int], unit_keys
                        for _ in range(B)]
     # 3. decode: one forward per step for all active rows; rows leave the batch when they stop
     for step in range(cfg.max_new_tokens):
-        g = noise.gumbel(seed, keys, step, token_keys) if cfg.temperature > 0 else None  # (b, V)
+        g = noise.gumbel(seed_t, keys, step, token_keys) if cfg.temperature > 0 else None  # (b, V)
         s = sample(logits, g, cfg.temperature, cfg.top_k, cfg.top_p)
         nxt = s.tokens  # (b,)
         p = s.logprobs.gather(1, nxt[:, None]).squeeze(1).exp()  # (b,)
@@ -171,7 +175,8 @@ def _generate_batch(lm, texts: Sequence[str], row_text: Sequence[int], unit_keys
         if bool(done.any()):  # drop finished rows: smaller forwards for the remaining steps
             keep = (~done).nonzero().squeeze(1)  # (b',)
             cache.batch_select_indices(keep)
-            rows, keys, nxt, mask, last_pos = rows[keep], keys[keep], nxt[keep], mask[keep], last_pos[keep]
+            rows, keys, seed_t, nxt = rows[keep], keys[keep], seed_t[keep], nxt[keep]
+            mask, last_pos = mask[keep], last_pos[keep]
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # (b, L+step+1)
         last_pos = last_pos + 1  # (b,)
         out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
@@ -191,7 +196,8 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, oom) or "out of memory" in str(exc).lower()
 
 
-def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[str, int]], seed: int,
+def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[str, int]],
+                  seed: int | Sequence[int],
                   cfg: GenConfig, token_keys: torch.Tensor | None = None,
                   system_prompt: str | None = None) -> Iterator[list[GenResult]]:
     """Generate ``units`` in batches, yielding each completed batch (list of GenResult).
@@ -205,7 +211,8 @@ def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[
         prompts: prompt_id -> user prompt string, or a sequence of objects with .prompt_id and
             .user_prompt (datasets.Prompt).
         units: (prompt_id, repeat) pairs.
-        seed: the noise seed (shared by all models in coupled mode).
+        seed: the noise seed (shared by all models in coupled mode), or one seed per unit (a
+            run's coupled and independent units of one prompt then share one prefill).
         token_keys: LongTensor (V,) (default: token ids over the model's logit width).
         system_prompt: prepended as a system message when given.
     """
@@ -218,22 +225,35 @@ def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[
         V = int(lm.model.get_output_embeddings().weight.shape[0])
         token_keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=V)
     token_keys = token_keys.to(lm.device)
-    order: dict[str, list[tuple[str, int]]] = {}
-    for u in units:
-        order.setdefault(u[0], []).append((u[0], int(u[1])))
-    grouped = [u for us in order.values() for u in us]
+    seeds = [int(seed)] * len(units) if isinstance(seed, int) else [int(x) for x in seed]
+    if len(seeds) != len(units):
+        raise UserError(f"got {len(seeds)} seeds for {len(units)} units")
+    order: dict[str, list[tuple[str, int, int]]] = {}
+    for u, sd in zip(units, seeds):
+        order.setdefault(u[0], []).append((u[0], int(u[1]), sd))
     bs = cfg.batch_size
-    pending = [grouped[i:i + bs] for i in range(0, len(grouped), bs)]
+    # Chunks hold whole prompts (all their pending repeats) while they fit, so each prompt is
+    # prefilled once per run instead of once per chunk it straddles.
+    pending: list[list[tuple[str, int, int]]] = [[]]
+    for us in order.values():
+        if len(pending[-1]) + len(us) > bs and pending[-1]:
+            pending.append([])
+        for u in us:
+            if len(pending[-1]) == bs:
+                pending.append([])
+            pending[-1].append(u)
+    pending = [c for c in pending if c]
     text_cache: dict[str, str] = {}
     while pending:
         chunk = pending.pop(0)
-        uniq = list(dict.fromkeys(p for p, _ in chunk))
+        uniq = list(dict.fromkeys(p for p, _, _ in chunk))
         for p in uniq:
             if p not in text_cache:
                 text_cache[p] = chat_text(lm.tokenizer, prompt_messages(prompts[p], system_prompt))
         try:
-            rec = _generate_batch(lm, [text_cache[p] for p in uniq], [uniq.index(p) for p, _ in chunk],
-                                  noise.unit_keys(chunk), seed, cfg, token_keys)
+            rec = _generate_batch(lm, [text_cache[p] for p in uniq], [uniq.index(p) for p, _, _ in chunk],
+                                  noise.unit_keys([(p, r) for p, r, _ in chunk]), [sd for _, _, sd in chunk],
+                                  cfg, token_keys)
         except RuntimeError as exc:
             if not _is_oom(exc) or len(chunk) == 1:
                 raise
@@ -245,19 +265,21 @@ def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[
                       [rest[i:i + bs] for i in range(0, len(rest), bs)]
             continue
         yield [GenResult(prompt_id=p, repeat=r, token_ids=tuple(d["ids"]), text=d["text"],
-                         finish_reason=d["finish"], probs=tuple(d["probs"]),
+                         finish_reason=d["finish"], seed=sd, probs=tuple(d["probs"]),
                          top_ids=tuple(map(tuple, d["top_ids"])) if cfg.trace_top_k else None,
                          top_probs=tuple(map(tuple, d["top_probs"])) if cfg.trace_top_k else None,
                          top_gumbels=tuple(map(tuple, d["top_g"])) if cfg.trace_top_k and d["top_g"] else None)
-               for (p, r), d in zip(chunk, rec)]
+               for (p, r, sd), d in zip(chunk, rec)]
 
 
-def generate_units(lm, prompts, units: Sequence[tuple[str, int]], seed: int, cfg: GenConfig = GenConfig(),
-                   token_keys: torch.Tensor | None = None, system_prompt: str | None = None) -> list[GenResult]:
+def generate_units(lm, prompts, units: Sequence[tuple[str, int]], seed: int | Sequence[int],
+                   cfg: GenConfig = GenConfig(), token_keys: torch.Tensor | None = None,
+                   system_prompt: str | None = None) -> list[GenResult]:
     """All units generated (batched), returned in the order of ``units``. See :func:`iter_generate`."""
-    got = {(r.prompt_id, r.repeat): r
-           for chunk in iter_generate(lm, prompts, units, seed, cfg, token_keys, system_prompt) for r in chunk}
-    return [got[(p, int(r))] for p, r in units]
+    seeds = [int(seed)] * len(units) if isinstance(seed, int) else [int(x) for x in seed]
+    got = {(r.prompt_id, r.repeat, r.seed): r
+           for chunk in iter_generate(lm, prompts, units, seeds, cfg, token_keys, system_prompt) for r in chunk}
+    return [got[(p, int(r), sd)] for (p, r), sd in zip(units, seeds)]
 
 
 def complete(lm, messages_list: Sequence[list[dict]], max_new_tokens: int = 64, temperature: float = 0.0,
@@ -277,7 +299,7 @@ def complete(lm, messages_list: Sequence[list[dict]], max_new_tokens: int = 64, 
         part = texts[i:i + batch_size]
         rec = _generate_batch(lm, part, list(range(len(part))),
                               noise.unit_keys([(f"complete:{j}", 0) for j in range(i, i + len(part))]),
-                              seed, cfg, keys)
+                              [seed] * len(part), cfg, keys)
         out += [d["text"] for d in rec]
     return out
 
@@ -336,12 +358,16 @@ def _dataset_rows(dataset) -> tuple[dict, list[tuple]]:
     return ds, rows
 
 
-def _write_chunk(db, run_id: str, model: str, mode: str, seed: int, results: list[GenResult],
+def _write_chunk(db, run_id: str, model: str, mode_of: dict[int, str], results: list[GenResult],
                  tokenizer, record_traces: bool) -> None:
-    """One transaction: the chunk's generations and token traces (all or nothing)."""
+    """One transaction: the chunk's generations and token traces (all or nothing).
+
+    ``mode_of`` maps each noise seed to its mode (coupled: the run seed; independent: per model).
+    """
     gens = pd.DataFrame({
         "run_id": run_id, "model": model, "prompt_id": [r.prompt_id for r in results],
-        "repeat": [r.repeat for r in results], "mode": mode, "seed": seed,
+        "repeat": [r.repeat for r in results], "mode": [mode_of[r.seed] for r in results],
+        "seed": [r.seed for r in results],
         "text": [r.text for r in results], "token_ids": [list(r.token_ids) for r in results],
         "finish_reason": [r.finish_reason for r in results],
         "n_tokens": [len(r.token_ids) for r in results]})
@@ -350,7 +376,7 @@ def _write_chunk(db, run_id: str, model: str, mode: str, seed: int, results: lis
         for r in results:
             pieces = tokenizer.convert_ids_to_tokens(list(r.token_ids))
             for s, (t, p) in enumerate(zip(r.token_ids, r.probs)):
-                tr.append((run_id, model, r.prompt_id, r.repeat, mode, s, t, pieces[s], p,
+                tr.append((run_id, model, r.prompt_id, r.repeat, mode_of[r.seed], s, t, pieces[s], p,
                            list(r.top_ids[s]) if r.top_ids else None,
                            list(r.top_probs[s]) if r.top_probs else None,
                            list(r.top_gumbels[s]) if r.top_gumbels else None))
@@ -521,15 +547,16 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                                 "VALUES (?, ?, ?, ?, ?, ?)", [rec["name"], rec["source"], rec["variant"],
                                                               rec["vocab_id"], rec["vocab_size"], rec["config"]])
                 keys = noise.token_keys_for(lm.tokenizer, key_mode, vocab_size=lm.vocab_size, device=lm.device)
-                for md in modes:
-                    mseed = seed if md == "coupled" else noise.independent_seed(seed, name)
-                    for chunk in iter_generate(lm, {p.prompt_id: p.user_prompt for p in prompts}, todo[md],
-                                               mseed, cfg, keys, system_prompt):
-                        _write_chunk(db, run_id, name, md, mseed, chunk, lm.tokenizer, cfg.record_traces)
-                        prog.update(len(chunk), tokens=sum(len(r.token_ids) for r in chunk),
-                                    message=f"{name} {md}")
-                        if _after_chunk is not None:
-                            _after_chunk(chunk)
+                gen_cfg = cfg if cfg.record_traces else replace(cfg, trace_top_k=0)
+                # both modes in one stream: a prompt's coupled and independent units share a prefill
+                mode_of = {seed if md == "coupled" else noise.independent_seed(seed, name): md for md in modes}
+                units = [(u, sd) for sd, md in mode_of.items() for u in todo[md]]
+                for chunk in iter_generate(lm, {p.prompt_id: p.user_prompt for p in prompts}, [u for u, _ in units],
+                                           [sd for _, sd in units], gen_cfg, keys, system_prompt):
+                    _write_chunk(db, run_id, name, mode_of, chunk, lm.tokenizer, cfg.record_traces)
+                    prog.update(len(chunk), tokens=sum(len(r.token_ids) for r in chunk), message=name)
+                    if _after_chunk is not None:
+                        _after_chunk(chunk)
                 del lm, keys  # one model in memory at a time
                 gc.collect()
                 if torch.cuda.is_available():
@@ -539,7 +566,10 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         status = "cancelled"
         raise
     finally:
-        _set_status(db, run_id, status)
+        try:
+            _set_status(db, run_id, status)
+        except Exception as exc:  # never mask the original error (e.g. the file stayed locked)
+            print(f"warning: could not mark run {run_id} as {status}: {exc}", file=sys.stderr)
         prog.finish(status, "" if status == "done" else f"{status}: rerun the same command to resume")
     return run_id
 

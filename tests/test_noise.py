@@ -34,8 +34,11 @@ def test_noise_bit_identical_across_calls_batches_and_order():
     assert torch.equal(noise.gumbel(11, keys[perm], 4, tk), full[perm])
     for b in (0, 7, 14):  # alone (batch of one) == its row in the batch
         assert torch.equal(noise.gumbel(11, keys[b:b + 1], 4, tk)[0], full[b])
-    # per-row step tensor == scalar step
+    # per-row step tensor == scalar step; per-row seed tensor == scalar seed (two code paths)
     assert torch.equal(noise.gumbel(11, keys, torch.full((15,), 4), tk), full)
+    assert torch.equal(noise.gumbel(torch.full((15,), 11), keys, 4, tk), full)
+    big = 2 ** 63 + 12345  # seeds >= 2^63 travel as the int64 with the same bits
+    assert torch.equal(noise.gumbel(torch.full((15,), noise._signed(big)), keys, 4, tk), noise.gumbel(big, keys, 4, tk))
 
 
 def test_noise_independent_of_vocabulary_width_for_shared_ids():

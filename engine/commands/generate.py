@@ -31,6 +31,8 @@ def register(sub) -> None:
     p.add_argument("--run-id", default=None, help="default: derived from the settings (rerun = resume)")
     p.add_argument("--no-resume", action="store_true", help="fail instead of resuming an existing run")
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's choice; 1 is faster on a busy shared CPU)")
     p.add_argument("--db", default=str(store.DEFAULT_DB))
     p.add_argument("--progress-file", default=None, help="live progress as a JSON file")
     p.set_defaults(func=run_generate)
@@ -51,6 +53,11 @@ def run_generate(args) -> int:
     cfg = GenConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                     trace_top_k=args.trace_top_k, record_traces=not args.no_traces)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+        torch.set_num_threads(args.threads)
     if args.device is not None:
         from engine.models import resolve_device
         resolve_device(args.device)  # UserError before any work
