@@ -46,7 +46,7 @@ RULES = ("paper", "lenient", "numeric", "exact")
 NO_ANSWER = "E"  # what the multiple-choice rules extract when they find no option (always wrong)
 
 # "answer" in any case, the letter itself upper case ("the answer is a bit..." is not "A").
-_ANSWER_IS = re.compile(r"(?i:answer)\s*(?:(?i:is)|:)?\s*[:\-]?\s*\(?\s*([A-Z])\s*\)?(?![A-Za-z])")
+_ANSWER_IS = re.compile(r"(?i:answer)\s*(?:(?i:is)|:)\s*[:\-]?\s*\(?\s*([A-Z])\s*\)?(?![A-Za-z])")
 _PAREN_LETTER = re.compile(r"\(\s*([A-Z])\s*\)")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9'’])([A-Z])(?![A-Za-z0-9'’])")
 _NUMBER = re.compile(r"[-−]?\$?\s?\d[\d,]*(?:\.\d+)?|[-−]?\$?\.\d+")
@@ -78,7 +78,7 @@ def normalise_text(text: str | None) -> str:
 def extract_lenient(text: str | None, choices: Mapping[str, str] | None = None) -> str:
     """A forgiving multiple-choice extraction; returns an option letter or "E".
 
-    In order: the paper rule; "Answer: X" / "the answer is (X)"; a parenthesised "(X)"; the text
+    In order: an explicit "Answer: X" / "the answer is (X)"; the paper rule; a parenthesised "(X)"; the text
     of exactly one option (the whole response equal to it, else contained in it); the first
     standalone capital option letter. Letters are the keys of ``choices`` (default A-D).
     """
@@ -86,12 +86,12 @@ def extract_lenient(text: str | None, choices: Mapping[str, str] | None = None) 
         return NO_ANSWER
     letters = tuple(choices) if choices else PAPER_CHOICES
     stripped = text.strip()
+    for m in _ANSWER_IS.finditer(stripped):  # an explicit statement beats a leading article "A ..."
+        if m.group(1) in letters:
+            return m.group(1)
     paper = extract_paper(stripped)
     if paper in letters:
         return paper
-    for m in _ANSWER_IS.finditer(stripped):
-        if m.group(1) in letters:
-            return m.group(1)
     for m in _PAREN_LETTER.finditer(stripped):
         if m.group(1) in letters:
             return m.group(1)

@@ -65,7 +65,8 @@ def test_paper_rule_agrees_with_reference_on_random_strings():
     ("A. Wrong, No", "A"), ("(A", "A"), ("The answer is (C).", "C"), ("Answer: D", "D"),
     ("I would pick (B) because", "B"), ("Paris", "B"), ("It is Rome, clearly.", "C"),
     ("the answer is a bit unclear; maybe D", "D"), ("Constructing the truth table", "E"), (None, "E"),
-    ("London or Paris", "E"), ("**B**", "B"),
+    ("London or Paris", "E"), ("**B**", "B"), ("A good answer is B", "B"), ("To answer this, C", "C"),
+    ("answer: d", "E"),
 ])
 def test_lenient_rule(text, expected):
     assert scoring.extract_lenient(text, CHOICES) == expected
