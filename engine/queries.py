@@ -529,13 +529,33 @@ def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.Dat
     raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'arena'")
 
 
+def keep_human_labels(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
+    """Keep the human label on ``n`` random rows (seeded) of those that have one and drop it elsewhere:
+    when every comparison carries both labels (as in the Arena files), this makes the labelled set
+    D_n (human + judge) and the unlabelled set D_N (judge only) for PPR."""
+    has = np.flatnonzero(df["human_winner"].notna().to_numpy())
+    if n >= len(has):
+        return df
+    keep = np.random.default_rng(seed).choice(has, size=int(n), replace=False)
+    mask = np.zeros(len(df), dtype=bool)
+    mask[keep] = True
+    return df.assign(human_winner=df["human_winner"].where(mask, None))
+
+
 def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, alpha: float,
-                  covariance: str = "delta", models: tuple[str, ...] | None = None) -> dict:
-    """Rank-sets of one method (engine.ranking_io.ranksets_for) with a table of the results."""
+                  covariance: str = "delta", models: tuple[str, ...] | None = None,
+                  n_human: int | None = None, seed: int = 0) -> dict:
+    """Rank-sets of one method (engine.ranking_io.ranksets_for) with a table of the results.
+
+    ``n_human``: use the human labels of only this many random comparisons (see
+    :func:`keep_human_labels`); None = every human label.
+    """
     rio = optional_module("engine.ranking_io", "rank-sets")
     df = ranking_comparisons(db, source, name)
     if models:
         df = df[df.model_a.isin(models) & df.model_b.isin(models)].reset_index(drop=True)
+    if n_human is not None:
+        df = keep_human_labels(df, int(n_human), seed)
     res = rio.ranksets_for(df, method, alpha, covariance=covariance, models=list(models) if models else None)
     table = pd.DataFrame([{"model": m, "theta": res["theta"][m], "lower": lo, "upper": up}
                           for m, (lo, up) in res["ranksets"].items()]).sort_values(["lower", "upper", "theta"],

@@ -27,8 +27,11 @@ covariance = c3.radio("Covariance", ["delta", "paper"], horizontal=True, key="rs
 all_models = ui.safe("comparison_models", source, name)
 if not all_models:
     st.stop()
-c4, c5 = st.columns([4, 1])
+c4, c5, c6 = st.columns([4, 1, 1])
 models = c4.multiselect("Models", all_models, default=all_models[:12], key="rs_models")
+n = c6.number_input("n human comparisons", min_value=10, value=990, step=10, key="rs_n",
+                    help="PPR: the human labels of n random comparisons form the labelled set, the judge "
+                         "labels of the others the unlabelled set (also the n of the repeated draws)")
 alpha = c5.select_slider("α", [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4], value=0.05, key="rs_alpha")
 if len(models) < 2:
     st.info("Choose at least two models.")
@@ -39,7 +42,8 @@ if covariance == "paper":
 
 tab1, tab2 = st.tabs(["Rank-sets on all comparisons", "Repeated draws (PPR paper, Fig. 3)"])
 with tab1:
-    view = ui.safe("ranksets_view", source, name, method, float(alpha), covariance=covariance, models=tuple(models))
+    view = ui.safe("ranksets_view", source, name, method, float(alpha), covariance=covariance, models=tuple(models),
+                   n_human=int(n) if method == "ppr" else None)
     if view is not None:
         r = view["result"]
         st.caption(f"method {method} · covariance {r['covariance']} · n = {r['n']:,} human-labelled, "
@@ -50,8 +54,7 @@ with tab1:
 with tab2:
     st.markdown("Draw **n** human-labelled comparisons (and the rest judge-only) many times; how often is each "
                 "rank position in each model's rank-set? (dot size = probability)")
-    d1, d2, d3 = st.columns(3)
-    n = d1.number_input("n human comparisons per draw", min_value=10, value=990, step=10, key="rs_n")
+    d2, d3 = st.columns(2)
     reps = d2.number_input("Draws", min_value=5, max_value=1000, value=50, step=5, key="rs_reps")
     seed = d3.number_input("Seed", min_value=0, value=0, key="rs_seed")
     if st.toggle("Run the draws", key="rs_run_draws", help="Draws take a few seconds; results are cached."):

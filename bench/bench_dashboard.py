@@ -1,0 +1,122 @@
+"""How long each dashboard page takes to draw on a database with 1M token-trace rows.
+
+    .venv/bin/python bench/bench_dashboard.py [--db /tmp/bench_dash.duckdb] [--traces 1000000]
+
+1. Build (once; reused when the file exists) a database of one run: 4 models x 500 prompts x
+   5 repeats x 2 modes = 20,000 generations x 50 steps = 1,000,000 token traces (with top-5
+   alternatives), plus scores, LLM-judge verdicts (60,000) and a 5,000-row comparison set. Built
+   with DuckDB's range() in a few INSERT ... SELECT statements (seconds, no Python loop).
+2. Draw every page with streamlit.testing.v1.AppTest: the first draw (cold: st.cache_data cleared,
+   every query runs) and the second (warm: a rerun, as after a widget change that hits the cache),
+   and report wall-clock seconds per page (server side: script run incl. queries and figure
+   building; the browser's Plotly rendering is not included). Modules are imported once per
+   process, so the first page pays for importing torch etc. only when it is first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine import store  # noqa: E402
+
+PAGES = ["pages/1_Home.py", "pages/2_Generate.py", "pages/3_Token_traces.py", "pages/4_Benchmark.py",
+         "pages/5_Win_rates.py", "pages/6_Rank_sets.py", "pages/7_Data_map.py", "pages/8_Upload.py"]
+
+
+def build(db: Path, n_traces: int) -> None:
+    models, repeats, modes, steps = 4, 5, 2, 50
+    prompts = max(n_traces // (models * repeats * modes * steps), 2)
+    run = "run-bench"
+    with store.writer(db) as con:
+        con.begin()
+        con.execute("INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units) "
+                    "VALUES (?, 'bench', ?, 'bench', 'token_id', '[]', 'done', ?)",
+                    [run, '{"repeats": 5, "temperature": 0.7, "max_new_tokens": 50, "seed": 1}',
+                     models * prompts * repeats * modes])
+        con.execute("INSERT INTO models SELECT 'model-' || i, 'bench', 'v' || i, 'vocab', 50000, NULL FROM range(?) t(i)",
+                    [models])
+        con.execute("INSERT INTO datasets (dataset_id, source, kind, n_prompts) VALUES ('bench', 'bench', 'multiple_choice', ?)",
+                    [prompts])
+        con.execute("""INSERT INTO prompts SELECT 'bench', 'q' || i, i, 'subject-' || (i % 5),
+                         'Question ' || i || '?', '{"A":"a","B":"b","C":"c","D":"d"}', chr(65 + (i % 4)::INTEGER),
+                         'Question ' || i FROM range(?) t(i)""", [prompts])
+        con.execute("""INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids,
+                                                finish_reason, n_tokens)
+                       SELECT ?, 'model-' || m, 'q' || p, r, md, CASE WHEN md = 'coupled' THEN 1 ELSE 100 + m END,
+                              'generated text ' || p, NULL, 'length', ?
+                       FROM range(?) a(m), range(?) b(p), range(?) c(r), (VALUES ('coupled'), ('independent')) d(md)""",
+                    [run, steps, models, prompts, repeats])
+        # Coupled models share their tokens until a per-unit divergence step; then they differ.
+        con.execute("""INSERT INTO token_traces
+                       SELECT ?, 'model-' || m, 'q' || p, r, md, s,
+                              CASE WHEN md = 'coupled' AND s < (p * 7 + r * 3) % 50 THEN (p * 31 + r * 17 + s * 13) % 49000
+                                   ELSE (p * 31 + r * 17 + s * 13 + m * 101 + 1) % 49000 END AS tok,
+                              'tok', 0.5, [1, 2, 3, 4, 5], [0.5, 0.2, 0.1, 0.1, 0.1], [0.1, 0.2, 0.3, 0.4, 0.5]
+                       FROM range(?) a(m), range(?) b(p), range(?) c(r), (VALUES ('coupled'), ('independent')) d(md),
+                            range(?) e(s)""", [run, models, prompts, repeats, steps])
+        con.execute("""INSERT INTO scores SELECT ?, 'model-' || m, 'q' || p, r, md, 'paper', 'A',
+                              CASE WHEN hash(m, p, r, md) % 100 < 70 - 10 * m THEN 1.0 ELSE 0.0 END
+                       FROM range(?) a(m), range(?) b(p), range(?) c(r), (VALUES ('coupled'), ('independent')) d(md)""",
+                    [run, models, prompts, repeats])
+        con.execute("""INSERT INTO judgments SELECT ?, 'judge', 'q' || p, r, md, 'model-' || a, 'model-' || b, o, 'h', 'raw',
+                              w, w
+                       FROM (SELECT *, CASE hash(a, b, p, r, md, o) % 10 WHEN 0 THEN 'tie' WHEN 1 THEN 'b' WHEN 2 THEN 'b'
+                                                                             WHEN 3 THEN 'b' ELSE 'a' END AS w
+                             FROM range(?) x(a), range(?) y(b), range(?) z(p), range(?) c(r),
+                                  (VALUES ('coupled'), ('independent')) d(md), (VALUES ('ab'), ('ba')) e(o) WHERE a < b)""",
+                    [run, models, models, prompts // 5, repeats])
+        con.execute("INSERT INTO comparison_sets VALUES ('bench-set', 'bench', current_timestamp, 5000, '{}')")
+        con.execute("""INSERT INTO comparisons SELECT 'bench-set', i, 'p' || i, 'model-' || (i % 4), 'model-' || ((i + 1 + i // 4) % 4),
+                              CASE WHEN i < 1000 THEN (CASE hash(i) % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' ELSE 'tie' END) END,
+                              CASE hash(i + 7) % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' ELSE 'tie' END
+                       FROM range(5000) t(i) WHERE i % 4 <> (i + 1 + i // 4) % 4""")
+        con.commit()
+
+
+def time_pages(db: Path) -> list[tuple[str, float, float]]:
+    os.environ["COUPLED_EVAL_DB"] = str(db)
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+    out = []
+    for page in PAGES:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+        at.run()
+        at.switch_page(page)
+        st.cache_data.clear()  # cold: every query of the page runs
+        t0 = time.perf_counter()
+        at.run()
+        cold = time.perf_counter() - t0
+        if at.exception:
+            raise RuntimeError(f"{page}: {[e.value for e in at.exception]}")
+        t0 = time.perf_counter()
+        at.run()
+        warm = time.perf_counter() - t0
+        out.append((page, cold, warm))
+        print(f"{page:28s} cold {cold:6.2f} s   warm {warm:6.2f} s", flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", default="/tmp/bench_dashboard.duckdb")
+    ap.add_argument("--traces", type=int, default=1_000_000)
+    args = ap.parse_args()
+    db = Path(args.db)
+    if not db.exists():
+        t0 = time.perf_counter()
+        build(db, args.traces)
+        print(f"built {db} in {time.perf_counter() - t0:.1f} s", flush=True)
+    counts = store.table_counts(db)
+    print({k: v for k, v in counts.items() if v}, flush=True)
+    time_pages(db)
+
+
+if __name__ == "__main__":
+    main()
