@@ -276,3 +276,28 @@ def test_runs_and_overview_agree_with_table_counts(small_db):
     assert sorted(runs.loc[0, "models"]) == sorted(MODELS)
     assert queries.overview(small_db)["comparisons"] == 400
     assert queries.overview(small_db.parent / "missing.duckdb")["runs"] == 0
+
+
+def test_keep_human_labels_exact_and_seeded():
+    df = pd.DataFrame({"model_a": ["a"] * 6, "model_b": ["b"] * 6,
+                       "human_winner": ["a", None, "b", "tie", "a", "b"], "judge_winner": ["a"] * 6})
+    out = queries.keep_human_labels(df, 2, seed=3)
+    assert out["human_winner"].notna().sum() == 2
+    assert set(np.flatnonzero(out["human_winner"].notna())) <= {0, 2, 3, 4, 5}  # only rows that had one
+    assert out.equals(queries.keep_human_labels(df, 2, seed=3))  # seeded
+    assert queries.keep_human_labels(df, 10).equals(df)  # n >= available: unchanged
+    assert (out["judge_winner"] == "a").all()
+
+
+def test_export_html_and_csv_and_bad_format():
+    from engine import export, figures
+    from engine.errors import UserError
+    fig = figures.histogram_figure([0, 0.5, 1], [3, 1, 2], title="P(correct) hist")
+    html = export.figure_bytes(fig, "html").decode()
+    assert "plotly" in html.lower() and "P(correct) hist" in html
+    csv = export.table_csv(pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})).decode()
+    assert csv.splitlines() == ["a,b", "1,x", "2,y"]
+    with pytest.raises(UserError, match="allowed: png, svg, html"):
+        export.figure_bytes(fig, "jpeg")
+    ok, why = export.static_export_status()
+    assert isinstance(ok, bool) and why
