@@ -420,7 +420,27 @@ def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, 
     al = align_traces(steps, list(models))
     return {"steps": with_g if with_g is not None else steps, "alignment": al,
             "gumbel_recomputed": with_g is not None,
-            "length": unit_trace_length(db, run_id, prompt_id, repeat, mode)}
+            "length": unit_trace_length(db, run_id, prompt_id, repeat, mode),
+            "token_names": token_names(db, run_id, steps)}
+
+
+def token_names(db: str | os.PathLike, run_id: str, steps: pd.DataFrame, limit: int = 2000) -> dict[int, str]:
+    """Text of the alternative token ids shown in ``steps``, looked up among the tokens the run's
+    models generated (no tokenizer needed); ids never generated in the run stay unnamed."""
+    ids: set[int] = set()
+    for col in ("top_ids",):
+        if col in steps:
+            for v in steps[col]:
+                if v is not None and not (isinstance(v, float)):
+                    ids.update(int(i) for i in v)
+    ids -= set(int(i) for i in steps.get("token_id", []))
+    names = {int(i): str(t) for i, t in zip(steps.get("token_id", []), steps.get("token_text", []))}
+    if ids:
+        found = store.query_df(db, """SELECT token_id, any_value(token_text) AS token_text FROM token_traces
+                                      WHERE run_id = ? AND list_contains(?, token_id) GROUP BY token_id LIMIT ?""",
+                               [run_id, sorted(ids)[:limit], int(limit)])
+        names.update({int(i): str(t) for i, t in zip(found["token_id"], found["token_text"])})
+    return names
 
 
 def _ranks(values: dict) -> dict:

@@ -57,7 +57,26 @@ if submitted:
         if job:
             st.success(f"Started job `{job}`.")
 
-st.subheader("Generation jobs")
+with st.expander("Score, judge or cluster a stored run (background jobs)"):
+    runs_list = ui.q("runs")["run_id"].tolist()
+    if not runs_list:
+        st.caption("No runs yet.")
+    else:
+        a1, a2, a3, a4 = st.columns(4)
+        act_run = a1.selectbox("Run", runs_list, key="act_run")
+        rule = a2.selectbox("Scoring rule", ["paper", "lenient", "numeric", "exact"], key="act_rule")
+        if a2.button("Score", key="act_score", icon=":material/grading:"):
+            ui.start_job(ui.score_args(act_run, rule), kind="score")
+        judge = a3.selectbox("Judge model", names or ["(none)"], key="act_judge")
+        if a3.button("Judge pairs", key="act_judge_btn", icon=":material/gavel:", disabled=not names):
+            ui.start_job(["judge", "--db", str(ui.db_path()), "--run", act_run, "--judge", judge], kind="judge")
+        method = a4.selectbox("Clustering", ["answer", "embedding", "llm"], key="act_method")
+        if a4.button("Cluster", key="act_cluster", icon=":material/bubble_chart:"):
+            extra_args = ["--model", names[0]] if method == "llm" and names else []
+            ui.start_job(["cluster", "--db", str(ui.db_path()), "--run", act_run, "--method", method, *extra_args],
+                         kind="cluster")
+
+st.subheader("Jobs")
 ui.job_panel(kind=None, limit=6)
 
 st.subheader("Runs")

@@ -53,7 +53,8 @@ for mode in [m for m in ("coupled", "independent") if m in opts["modes"]]:
     m2.metric("Steps where all models agree", f"{al['n_agree']}")
     m3.metric("First divergence", "none" if al["first_divergence"] is None else f"step {al['first_divergence']}")
     fig = figures.trace_figure(view["steps"], chosen, al["agree"], al["first_divergence"],
-                               title=f"{mode}: tokens by step (green = all agree, red = differ)")
+                               title=f"{mode}: tokens by step (green = all agree, red = differ)",
+                               token_names=view["token_names"])
     ui.chart(fig, f"trace_{mode}_{run}_{prompt}_{repeat}", key=f"trace_{mode}")
     if not view["gumbel_recomputed"]:
         st.caption("Gumbel values of the chosen tokens are not recomputed for this run (byte-string noise keys need "

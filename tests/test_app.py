@@ -301,3 +301,26 @@ def test_export_html_and_csv_and_bad_format():
         export.figure_bytes(fig, "jpeg")
     ok, why = export.static_export_status()
     assert isinstance(ok, bool) and why
+
+
+def test_demo_button_starts_the_demo_job_on_an_empty_database(tmp_path, monkeypatch):
+    from engine import jobs
+    db = tmp_path / "fresh.duckdb"
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    at.button(key="run_demo").click().run()
+    assert not at.exception
+    started = jobs.list_jobs(db)
+    try:
+        assert len(started) == 1 and started[0].kind == "generate"
+        args = list(started[0].args)
+        assert args[:4] == ["generate", "--models", "smollm2-135m", "smollm2-135m-int8"]
+        assert "--db" in args and args[args.index("--db") + 1] == str(db)
+        meta = json.loads((jobs.jobs_dir(db) / f"{started[0].job_id}.meta.json").read_text())
+        assert meta["then"][0][:1] == ["score"]  # scoring follows the generation
+    finally:
+        for j in started:
+            jobs.cancel_job(j.job_id, db)
+    assert jobs.list_jobs(db)[0].status in ("cancelled", "failed", "done")
