@@ -79,8 +79,9 @@ def extract_lenient(text: str | None, choices: Mapping[str, str] | None = None) 
     """A forgiving multiple-choice extraction; returns an option letter or "E".
 
     In order: an explicit "Answer: X" / "the answer is (X)"; the paper rule; a parenthesised "(X)"; the text
-    of exactly one option (the whole response equal to it, else contained in it); the first
-    standalone capital option letter. Letters are the keys of ``choices`` (default A-D).
+    of exactly one option (the whole response equal to it, else contained in it); a standalone
+    capital option letter when exactly one distinct such letter occurs. Letters are the keys of
+    ``choices`` (default A-D). Otherwise "E".
     """
     if text is None or not isinstance(text, str):
         return NO_ANSWER
@@ -104,9 +105,11 @@ def extract_lenient(text: str | None, choices: Mapping[str, str] | None = None) 
         contained = [k for k, v in opts.items() if re.search(rf"(?<!\w){re.escape(v)}(?!\w)", norm)]
         if len(contained) == 1:
             return contained[0]
-    for m in _STANDALONE.finditer(stripped):
-        if m.group(1) in letters:
-            return m.group(1)
+    # Last resort: a standalone capital option letter, only when exactly one distinct letter
+    # occurs ("A,B,D" or truth-table variables "| C | D |" are not answers).
+    standalone = {m.group(1) for m in _STANDALONE.finditer(stripped)} & set(letters)
+    if len(standalone) == 1:
+        return standalone.pop()
     return NO_ANSWER
 
 

@@ -66,7 +66,8 @@ def test_paper_rule_agrees_with_reference_on_random_strings():
     ("I would pick (B) because", "B"), ("Paris", "B"), ("It is Rome, clearly.", "C"),
     ("the answer is a bit unclear; maybe D", "D"), ("Constructing the truth table", "E"), (None, "E"),
     ("London or Paris", "E"), ("**B**", "B"), ("A good answer is B", "B"), ("To answer this, C", "C"),
-    ("answer: d", "E"),
+    ("answer: d", "E"), ("A,B,D", "E"), ("Constructing the truth table:\n\n| C | D | ~C |", "E"),
+    ("I'd say **C**, not the others", "C"),
 ])
 def test_lenient_rule(text, expected):
     assert scoring.extract_lenient(text, CHOICES) == expected
