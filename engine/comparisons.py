@@ -220,9 +220,10 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     """Validate a CSV of pairwise comparisons; return the normalised rows and EVERY problem.
 
     Columns: prompt_id, model_a, model_b, winner (model_a/model_b/tie/tie (bothbad)/a/b, case
-    and surrounding spaces ignored), separated by commas (or ';' / tabs, detected from the header); optional judge_winner (aligned judge labels; then a row may
+    and surrounding spaces ignored); optional judge_winner (aligned judge labels; then a row may
     leave winner blank if it has a judge label) and optional id (a row key: with it, rows that
     repeat a (prompt_id, model_a, model_b) are allowed; without it they are duplicates).
+    Separator: comma, or ';' / tab when the header only parses with those.
     Problems: size over ``max_bytes`` (checked before reading), empty file, not UTF-8, missing or
     repeated columns, ragged rows, blank cells, bad winner values, model_a == model_b, unknown
     models (when ``known_models`` is given), duplicate rows.
@@ -247,7 +248,7 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
                                            f"{', '.join(REQUIRED_COLUMNS)}", label)]
     seen: set[str] = set()
     for h in header:
-        if h in seen:
+        if h and h in seen:  # blank names (trailing separators) are ignored columns
             problems.append(Problem(None, h, f"column {h!r} appears more than once in the header", label))
         seen.add(h)
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
@@ -256,7 +257,8 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
                                          f"(found: {', '.join(header)})", label))
     if missing or problems:
         return empty, problems
-    col = {h: header.index(h) for h in header}
+    col = {h: header.index(h) for h in header if h}
+    sep = _delimiter(text)
     has_judge = "judge_winner" in col
     has_id = "id" in col
     known = set(known_models) if known_models is not None else None
@@ -267,7 +269,7 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     for i, r in data:
         if len(r) != len(header):
             problems.append(Problem(i, None, f"has {len(r)} fields, the header has {len(header)} "
-                                             "(an unquoted comma in a cell?)", label))
+                                             f"(an unquoted {'comma' if sep == ',' else repr(sep)} in a cell?)", label))
             continue
         v = {h: r[col[h]].strip() for h in col}
         for c in ("prompt_id", "model_a", "model_b") + (("id",) if has_id else ()):

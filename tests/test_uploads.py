@@ -82,6 +82,13 @@ def test_malformed_csv_rejected_and_database_unchanged(case, db_with_set, tmp_pa
     assert dump(db_with_set) == before
 
 
+def test_trailing_separators_give_ignored_blank_columns(tmp_path):
+    f = tmp_path / "trailing.csv"
+    f.write_text("prompt_id,model_a,model_b,winner,,\np1,m1,m2,a,,\n")
+    df, problems = cmp.validate_comparisons_csv(f)
+    assert problems == [] and df.human_winner.tolist() == ["a"]
+
+
 def test_semicolon_and_tab_separated_files_are_read(tmp_path):
     for d in (";", "\t"):
         f = tmp_path / "sep.csv"
