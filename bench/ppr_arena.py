@@ -204,6 +204,24 @@ def figures(res: dict, outdir: Path) -> list[str]:
     p = outdir / "ppr_arena_ppr_gpt4_by_n.png"
     fig.write_image(str(p))
     written.append(str(p))
+    # paper Fig. 9: P(rank position in the rank-set) per model, dot size = probability
+    pos = res["draws"]["position_prob_n990_alpha005"]
+    shown = ["baseline", "human", "judge:GPT4", "ppr:GPT4"]
+    for cov in ("delta", "paper"):
+        fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[label(m) for m in shown], shared_yaxes=True)
+        for ci, m in enumerate(shown, 1):
+            P = np.asarray(pos[cov][m])  # (k, k): model x rank position
+            mm, rr = np.nonzero(P > 0)
+            fig.add_trace(go.Scatter(x=rr + 1, y=[ARENA_12[i] for i in mm], mode="markers", showlegend=False,
+                                     marker={"size": 2 + 14 * P[mm, rr], "color": palette[ci - 1]},
+                                     hovertext=[f"{P[i, j]:.2f}" for i, j in zip(mm, rr)]), row=1, col=ci)
+            fig.update_xaxes(title_text="rank", range=[0.5, len(ARENA_12) + 0.5], row=1, col=ci)
+        fig.update_yaxes(autorange="reversed")
+        fig.update_layout(title=f"Chatbot Arena: P(rank in rank-set), n = 990, alpha = 0.05, covariance {cov}",
+                          width=1400, height=480)
+        p = outdir / f"ppr_arena_rank_positions_{cov}.png"
+        fig.write_image(str(p))
+        written.append(str(p))
     return written
 
 
@@ -216,10 +234,20 @@ def main(argv=None) -> int:
     ap.add_argument("--n", default=",".join(map(str, N_GRID)))
     ap.add_argument("--outdir", default=str(ROOT / "docs" / "figures"))
     ap.add_argument("--no-figures", action="store_true")
+    ap.add_argument("--from-json", action="store_true", help="re-plot / re-print the saved ppr_arena.json")
     args = ap.parse_args(argv)
     outdir = Path(args.outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    if args.from_json:
+        res = json.loads((outdir / "ppr_arena.json").read_text())
+        # JSON keys are strings: restore the integer n keys
+        res["draws"]["metrics"] = {c: {int(n): v for n, v in d.items()} for c, d in res["draws"]["metrics"].items()}
+        os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
+        for p in figures(res, outdir):
+            log(f"wrote {p}")
+        print(tables(res))
+        return 0
     t0 = time.time()
     first, second, human, judges, n_rows = load(Path(args.arena))
     log(f"loaded {n_rows} comparisons of the 12 models")
