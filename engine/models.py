@@ -415,7 +415,7 @@ def _cache_valid(path: Path, spec: ModelSpec) -> bool:
     m = _read_manifest(path)
     return bool(m) and m.get("format") == CACHE_FORMAT and m.get("variant") == spec.variant \
         and m.get("source_size") == _source_size(spec) and m.get("source_mtime") == _source_mtime(spec) \
-        and (path / "config.json").exists()
+        and (path / "config.json").exists() and any(path.glob("*.safetensors"))
 
 
 def is_cached(spec: ModelSpec) -> bool:
@@ -594,12 +594,16 @@ def load_model(name_or_path: str, *, device: str | None = None, trust_remote_cod
     if name_or_path in specs:
         spec = specs[name_or_path]
         folder, cached = _ensure_cached(spec)
+        dt = want or default_dtype(spec.variant, dev, spec.family)
         with _quiet_hub():
-            tok = AutoTokenizer.from_pretrained(str(folder))
-            if spec.variant in ("bnb-8bit", "bnb-4bit"):
-                return _load_bnb(spec, folder, tok, dev, t0, cached)
-            dt = want or default_dtype(spec.variant, dev, spec.family)
-            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dt)
+            try:
+                tok, model = _load_from_cache(folder, spec, dt, dev, t0, cached)
+            except _BrokenCache:  # damaged by hand (e.g. a deleted shard): rebuild it once
+                _discard_cache(folder)
+                folder, cached = _ensure_cached(spec)
+                tok, model = _load_from_cache(folder, spec, dt, dev, t0, cached)
+            if isinstance(model, LoadedModel):  # bitsandbytes: loaded and finished already
+                return model
         return _finish(spec.name, model, tok, variant=spec.variant, source=spec.source,
                        device=dev, dtype=dt, t0=t0, from_cache=cached,
                        extra={"family": spec.family, "cache": str(folder)})
@@ -636,6 +640,34 @@ def load_model(name_or_path: str, *, device: str | None = None, trust_remote_cod
         return _load_hub(name_or_path, dev, want, trust_remote_code, t0)
     get_spec(name_or_path)  # raises the UserError listing the registry
     raise AssertionError("unreachable")
+
+
+class _BrokenCache(Exception):
+    pass
+
+
+def _load_from_cache(folder: Path, spec: ModelSpec, dt: torch.dtype, dev: torch.device, t0: float,
+                     cached: bool):
+    """(tokenizer, model) from a cache folder; _BrokenCache when its files cannot be read."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder))
+        if spec.variant in ("bnb-8bit", "bnb-4bit"):
+            return tok, _load_bnb(spec, folder, tok, dev, t0, cached)
+        return tok, AutoModelForCausalLM.from_pretrained(str(folder), dtype=dt)
+    except UserError:
+        raise
+    except Exception as exc:  # OSError, safetensors errors, JSON errors: a damaged cache
+        raise _BrokenCache(str(exc)) from exc
+
+
+def _discard_cache(folder: Path) -> None:
+    """Move a damaged cache aside (readers holding its files keep them) and delete it."""
+    if folder.exists():
+        aside = folder.parent / f".{folder.name}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(folder, aside)
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _looks_like_hub_id(s: str) -> bool:

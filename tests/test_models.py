@@ -4,6 +4,7 @@ and one module-scoped load of the packaged SmolLM2 family (base + int8 variant).
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -277,3 +278,19 @@ def test_gguf_file_path_equals_registry_base_and_is_cached(smollm2):
     assert lm.tokenizer.chat_template == smollm2["base"].tokenizer.chat_template
     again = M.load_model(str(gguf), device="cpu")
     assert again.from_cache and not lm.from_cache and M.CONVERSIONS[gguf.stem] == 1
+
+
+def test_damaged_cache_is_rebuilt(smollm2):
+    folder = M.cache_dir("smollm2-135m-int8")
+    n = M.CONVERSIONS["smollm2-135m-int8"]
+    weights = folder / "model.safetensors"
+    # damaged by hand / a full disk; written as a new file (the loaded models may mmap the old one)
+    broken = folder / "broken.tmp"
+    broken.write_bytes(weights.read_bytes()[:1000])
+    os.replace(broken, weights)
+    lm = M.load_model("smollm2-135m-int8", device="cpu")
+    assert M.CONVERSIONS["smollm2-135m-int8"] == n + 1
+    for p, q in zip(lm.model.parameters(), smollm2["int8"].model.parameters()):
+        assert torch.equal(p, q)
+    weights.unlink()  # a missing shard: the cache is not valid, so the next load reconverts
+    assert not M.is_cached(M.get_spec("smollm2-135m-int8"))
