@@ -303,7 +303,7 @@ def _consistency(ids: np.ndarray) -> float:
 
 def _answer(text, gold, choices, rule: str) -> str | None:
     e, _ = scoring.score_generation(text, {"gold": None, "choices": choices}, rule)
-    return e
+    return e if e != "" else None  # an empty response (exact rule) agrees with nothing
 
 
 def _model_complete_fn(name: str, batch_size: int) -> CompleteFn:
