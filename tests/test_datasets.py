@@ -205,3 +205,19 @@ def test_real_mmlu_folder_matches_the_paper_importer():
                 + "\nAnswer:")  # METHODS.md 1.4, strings verbatim
     assert [p.user_prompt for p in ds.prompts] == want
     assert ds.dataset_id == importers.PAPER_DATASET_ID
+
+
+def test_datasets_command(tmp_path, capsys):
+    from engine.cli import main
+
+    assert main(["datasets", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["dataset_id"] for r in rows] == D.list_datasets()
+    assert rows[0]["gold_counts"] == {"A": 10, "B": 10, "C": 10, "D": 10} and rows[0]["n_prompts"] == 40
+    f = _write(tmp_path / "quiz.csv", "q1,a,b,c,d,A\nq2,a,b,c,d,C\n")
+    assert main(["datasets", str(f), "--limit", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "quiz: multiple_choice, 1 prompts" in out and "gold answers: A=1" in out
+    bad = _write(tmp_path / "bad.csv", "q1,a,b,c,d,Z\n")
+    assert main(["datasets", str(bad)]) == 2
+    assert "row 1: answer 'Z' is not one of A, B, C, D" in capsys.readouterr().err
