@@ -100,7 +100,10 @@ class LoadedModel:
     @property
     def vocab_size(self) -> int:
         """Width of the model's logits (may exceed the tokenizer length: padded embeddings)."""
-        return int(self.model.get_output_embeddings().weight.shape[0])
+        head = self.model.get_output_embeddings()
+        if head is not None and getattr(head, "weight", None) is not None:
+            return int(head.weight.shape[0])
+        return int(self.model.config.vocab_size)
 
     def record(self) -> dict[str, Any]:
         """A row for the store's ``models`` table (name, source, variant, vocab_id, vocab_size, config)."""
