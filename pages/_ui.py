@@ -178,7 +178,25 @@ def start_job(args: list[str], kind: str) -> str | None:
     return job_id
 
 
+def ensure_app_navigation() -> None:
+    """Make sure the page runs under app.py's st.navigation, not Streamlit's legacy pages/ mode.
+
+    With a ``pages/`` folder next to app.py, Streamlit starts in its legacy multipage mode until
+    app.py has called st.navigation once in this server process. A first request straight to a
+    page URL (a bookmark after a restart) would then run the page file alone: no shared sidebar,
+    and ``_ui.py`` listed as a page. Switch the mode off and rerun: app.py then runs as usual.
+    """
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # a future Streamlit without this class: nothing to fix
+        return
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def header(title: str, caption: str | None = None) -> None:
+    ensure_app_navigation()
     st.title(title)
     if caption:
         st.caption(caption)

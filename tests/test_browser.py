@@ -112,6 +112,17 @@ def _shot(page, artifacts_dir: Path, name: str) -> None:
     page.screenshot(path=str(artifacts_dir / f"browser_{name}.png"), full_page=True)
 
 
+def test_a_deep_link_as_first_request_gets_the_app_navigation(server, page, artifacts_dir):
+    # Must run first in this module: the server has served nothing yet.
+    _goto(page, server, "upload")
+    page.get_by_text("Stored comparison sets").first.wait_for(timeout=60_000)
+    _no_exception(page)
+    nav = page.locator("[data-testid='stSidebarNav']").inner_text()
+    assert "Token traces" in nav and "ui" not in nav.split()  # app.py's titles, no helper module
+    assert page.get_by_text("Database:", exact=False).count() >= 1  # app.py's sidebar ran
+    _shot(page, artifacts_dir, "deep_link_upload")
+
+
 def test_every_page_renders(server, page, artifacts_dir):
     expected = {"home": "Coupled Eval", "generate": "Start generation", "traces": "First divergence",
                 "benchmark": "Mean per-question covariance", "winrates": "Average win-rate",
