@@ -471,11 +471,10 @@ def _clean_stale_tmp(path: Path) -> None:
 
 @contextlib.contextmanager
 def _quiet_hub():
-    """Never reach for the network for local files; silence transformers' conversion bars."""
+    """Silence transformers' warnings and progress bars while loading local files (local folders
+    and .gguf files never touch the network; hub ids go through :func:`_load_hub`)."""
     from transformers.utils import logging as hf_logging
 
-    old = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
@@ -486,10 +485,6 @@ def _quiet_hub():
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
-        if old is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = old
 
 
 # ---------------------------------------------------------------------------------------------
