@@ -169,6 +169,7 @@ def test_records_match_store_prompts_table():
 # --- real MMLU data (../shared) ---------------------------------------------------------------------
 
 
+@pytest.mark.shared
 def test_real_mmlu_file_agrees_with_plain_csv_reader():
     f = shared_path("data", "mmlu", "abstract_algebra_test.csv")
     ds = D.load_dataset(str(f))
@@ -181,6 +182,7 @@ def test_real_mmlu_file_agrees_with_plain_csv_reader():
     assert ds.subjects() == ["abstract_algebra"]
 
 
+@pytest.mark.shared
 def test_real_mmlu_folder_has_all_questions():
     folder = shared_path("data", "mmlu")
     ds = D.load_dataset(str(folder))
@@ -191,6 +193,7 @@ def test_real_mmlu_folder_has_all_questions():
     assert sub.dataset_id == "mmlu:anatomy" and len(sub) == 5
 
 
+@pytest.mark.shared
 def test_real_mmlu_folder_matches_the_paper_importer():
     """Two implementations: this loader and engine.importers give the same ids and exact prompts, so
     runs generated on the MMLU folder line up with the imported paper data prompt by prompt."""

@@ -209,6 +209,7 @@ def smollm2(tmp_path_factory):
         M._SPEC_VOCAB.clear()
 
 
+@pytest.mark.slow
 def test_smollm2_registry_order_and_vocab(smollm2):
     specs = M.list_models()
     assert specs[0].name == M.DEFAULT_MODEL and specs[0].variant == "base"
@@ -221,6 +222,7 @@ def test_smollm2_registry_order_and_vocab(smollm2):
     assert base.dtype == torch.float32 and not base.model.training
 
 
+@pytest.mark.slow
 def test_smollm2_variant_differs_but_mostly_agrees(smollm2):
     base, int8 = smollm2["base"], smollm2["int8"]
     tok = base.tokenizer
@@ -235,6 +237,7 @@ def test_smollm2_variant_differs_but_mostly_agrees(smollm2):
     assert agree >= 0.8, agree  # ... that mostly predicts the same tokens
 
 
+@pytest.mark.slow
 def test_smollm2_second_load_uses_cache(smollm2):
     before = smollm2["before"]
     assert M.CONVERSIONS["smollm2-135m"] == before.get("smollm2-135m", 0) + 1
@@ -251,6 +254,7 @@ def test_smollm2_second_load_uses_cache(smollm2):
     assert bf16.dtype == torch.bfloat16 and bf16.from_cache and "smollm2-135m-bf16" not in M.CONVERSIONS
 
 
+@pytest.mark.slow
 def test_models_command_json(smollm2, capsys):
     from engine.cli import main
 
@@ -268,6 +272,7 @@ def test_models_command_json(smollm2, capsys):
     assert M.vocab_id_of("smollm2-135m-q4_0") == rows[0]["vocab"]
 
 
+@pytest.mark.slow
 def test_gguf_file_path_equals_registry_base_and_is_cached(smollm2):
     """Two routes to the same weights: the .gguf path (own cache) and the registry base."""
     gguf = M.smollm2_gguf_path()
@@ -280,6 +285,7 @@ def test_gguf_file_path_equals_registry_base_and_is_cached(smollm2):
     assert again.from_cache and not lm.from_cache and M.CONVERSIONS[gguf.stem] == 1
 
 
+@pytest.mark.slow
 def test_damaged_cache_is_rebuilt(smollm2):
     folder = M.cache_dir("smollm2-135m-int8")
     n = M.CONVERSIONS["smollm2-135m-int8"]
