@@ -184,7 +184,8 @@ def ensure_app_navigation() -> None:
     With a ``pages/`` folder next to app.py, Streamlit starts in its legacy multipage mode until
     app.py has called st.navigation once in this server process. A first request straight to a
     page URL (a bookmark after a restart) would then run the page file alone: no shared sidebar,
-    and ``_ui.py`` listed as a page. Switch the mode off and rerun: app.py then runs as usual.
+    and ``_ui.py`` listed as a page. Switch the mode off (it is process-wide) and rerun: app.py
+    then runs as usual.
     """
     try:
         from streamlit.runtime.pages_manager import PagesManager
@@ -192,7 +193,12 @@ def ensure_app_navigation() -> None:
         return
     if PagesManager.uses_pages_directory:
         PagesManager.uses_pages_directory = False
-        st.rerun()
+        # Rerun only on a session's first run: a later run may carry a widget event (a click)
+        # that a rerun would drop; it finishes in the legacy mode and the next run is normal.
+        if not st.session_state.get("_app_navigation_seen"):
+            st.session_state["_app_navigation_seen"] = True
+            st.rerun()
+    st.session_state["_app_navigation_seen"] = True
 
 
 def header(title: str, caption: str | None = None) -> None:
