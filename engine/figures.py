@@ -41,7 +41,10 @@ def empty_figure(message: str) -> go.Figure:
 def _tok(s) -> str:
     if s is None or (isinstance(s, float) and math.isnan(s)):
         return ""
-    return str(s).replace("\n", "↵").replace(" ", "·")
+    # Byte-level BPE (GPT-2 style) stores a leading space as 'Ġ' and a newline as 'Ċ';
+    # SentencePiece uses '▁'. Show all as visible whitespace marks.
+    return (str(s).replace("\n", "↵").replace("Ċ", "↵").replace(" ", "·").replace("Ġ", "·")
+            .replace("▁", "·"))
 
 
 def _seq(x) -> list:

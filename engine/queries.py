@@ -340,8 +340,15 @@ def benchmark(db: str | os.PathLike, model_a: str, model_b: str, subject: str | 
         # planner refuses it: fall back to the error at the smallest sample size, and say so.
         if target_error is not None or "target error must be > 0" not in str(exc):
             raise
-        out = sio.benchmark_compare(db, model_a, model_b, subject=subject, target_error=None,
-                                    n_resamples=n_resamples, seed=seed, run=run, rule=rule, saving_n=20)
+        try:
+            out = sio.benchmark_compare(db, model_a, model_b, subject=subject, target_error=None,
+                                        n_resamples=n_resamples, seed=seed, run=run, rule=rule, saving_n=20)
+        except UserError as exc2:
+            if "target error must be > 0" not in str(exc2):
+                raise
+            raise UserError("the estimation error is 0 at every sample size (the pool is too small, or the "
+                            "two models' scores never differ), so there is no default error level: "
+                            "give a target error > 0") from None
         out["saving_detail"]["error_source"] += " (fewer than 120 samples in the pool)"
         return out
 
