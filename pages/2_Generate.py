@@ -17,7 +17,7 @@ names = [m["name"] for m in models]
 with st.form("generate_form", border=True):
     c1, c2 = st.columns([2, 1])
     chosen = c1.multiselect("Models (two or more to couple; same vocabulary = token-id keys)", names,
-                            default=names[:2] if len(names) >= 2 else names, key="gen_models")
+                            default=ui.default_models(names), key="gen_models")
     extra = c1.text_input("Other models (space-separated HF folders, .gguf files or hub ids)", key="gen_extra")
     dataset_opts = datasets + ["(file path)"] if datasets else ["(file path)"]
     dataset = c2.selectbox("Dataset", dataset_opts, key="gen_dataset")

@@ -112,7 +112,9 @@ def fmt_seconds(s: float | None) -> str:
 
 
 def _job_row(j: jobs.JobStatus, allow_control: bool) -> None:
-    icon = {"running": "⏳", "done": "✅", "failed": "❌", "cancelled": "⏹️", "killed": "💀"}[j.status]
+    icon = {"running": ":material/hourglass_top:", "done": ":green[:material/check_circle:]",
+            "failed": ":red[:material/error:]", "cancelled": ":orange[:material/stop_circle:]",
+            "killed": ":red[:material/dangerous:]"}[j.status]
     started = time.strftime("%H:%M:%S", time.localtime(j.started_at))
     st.markdown(f"{icon} **{j.kind}** `{j.job_id}` · {j.status} · started {started}"
                 + (f" · resumed from `{j.resumed_from}`" if j.resumed_from else ""))
@@ -444,3 +446,9 @@ def start_import(fmt: str, main_name: str, main: bytes, judge_name: str | None, 
         st.error(f"Could not start the import: {exc}")
         return None
     return job_id
+
+
+def default_models(names: list[str]) -> list[str]:
+    """The packaged model and its int8 variant when registered (the demo pair), else the first two."""
+    pair = [n for n in ("smollm2-135m", "smollm2-135m-int8") if n in names]
+    return pair if len(pair) == 2 else names[:2]
