@@ -63,6 +63,25 @@ def test_unit_alone_equals_unit_in_batch_of_8():
     assert [r.token_ids for r in one] == [r.token_ids for r in batched]
 
 
+def test_out_of_memory_halves_batch_and_loses_nothing(monkeypatch):
+    lm = _lm("a", seed=1)
+    units = [(p, r) for p in list(PROMPTS)[:3] for r in range(3)]
+    want = G.generate_units(lm, PROMPTS, units, 2, CFG)
+    real, sizes = G._generate_batch, []
+
+    def tight_memory(lm_, texts, row_text, *a, **kw):  # a device that only fits 2 rows
+        sizes.append(len(row_text))
+        if len(row_text) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(lm_, texts, row_text, *a, **kw)
+
+    monkeypatch.setattr(G, "_generate_batch", tight_memory)
+    got = G.generate_units(lm, PROMPTS, units, 2, CFG)
+    assert [r.token_ids for r in got] == [r.token_ids for r in want]
+    first_fit = next(i for i, n in enumerate(sizes) if n <= 2)
+    assert sizes[0] == 6 and all(n <= 2 for n in sizes[first_fit:])  # halved until it fits, then kept
+
+
 def test_traces_are_consistent_and_noise_recomputable():
     lm = _lm("a", seed=2)
     units = [("p1", 0), ("p2", 1), ("p3", 0)]
@@ -184,6 +203,12 @@ def test_end_to_end_smollm2_cli(tmp_path):
     assert len(df) == 2 * 2 * 2 * 2 and (df["n_tokens"] >= 1).all() and (df["n_tokens"] <= 4).all()
     meta = store.query_df(db, "SELECT status, key_mode FROM runs WHERE run_id = ?", [run]).iloc[0]
     assert (meta["status"], meta["key_mode"]) == ("done", "token_id")
+    # byte-string keys on the real byte-level BPE tokenizer: token bytes concatenate to the text
+    lm = models.load_model("smollm2-135m")
+    tb = noise.token_bytes(lm.tokenizer)
+    ids = lm.tokenizer(" héllo world\n", add_special_tokens=False)["input_ids"]
+    assert b"".join(tb[i] for i in ids) == " héllo world\n".encode()
+    assert len(set(tb)) == len(tb)  # distinct tokens -> distinct keys
     # rerunning the same command resumes: nothing new is generated, the same run id comes back
     p2 = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert p2.returncode == 0 and p2.stdout.strip().splitlines()[-1] == run
