@@ -24,7 +24,7 @@ if prompts.empty:
 labels = ui.prompt_labels(prompts)
 prompt = c2.selectbox("Prompt", prompts["prompt_id"].tolist(), format_func=lambda p: labels.get(p, p), key="tr_prompt")
 repeat = c3.selectbox("Repeat", opts["repeats"], key="tr_repeat")
-chosen = st.multiselect("Models", opts["models"], default=opts["models"][:4], key="tr_models")
+chosen = st.multiselect("Models", opts["models"], default=opts["models"][:4], key=f"tr_models_{run}")
 if not chosen:
     st.info("Choose at least one model.")
     st.stop()

@@ -21,10 +21,11 @@ idx = c1.selectbox("Comparisons", range(len(options)), format_func=lambda i: opt
 kind, _, obj = options[idx]
 label = c2.radio("Labels", ["human", "judge"], horizontal=True, key="wr_label", disabled=kind == "judgments")
 reps = c3.select_slider("Bootstrap resamples", [50, 100, 200, 500], value=200, key="wr_reps")
-if kind == "judgments":
-    res = ui.safe("winrates_view", "judgments", obj["run_id"], judge=obj["judge"], reps=int(reps))
-else:
-    res = ui.safe("winrates_view", "set", obj, label=label, reps=int(reps))
+with st.spinner("Computing win-rates and bootstrap intervals…"):
+    if kind == "judgments":
+        res = ui.safe("winrates_view", "judgments", obj["run_id"], judge=obj["judge"], reps=int(reps))
+    else:
+        res = ui.safe("winrates_view", "set", obj, label=label, reps=int(reps))
 if res is None:
     st.stop()
 

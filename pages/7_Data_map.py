@@ -26,8 +26,9 @@ subject = c6.selectbox("Subject", ["(all)"] + ch["subjects"].get(run, []), key="
 p_max = c7.slider("Flag: P(correct) ≤", 0.0, 1.0, 0.1, 0.05, key="dm_pmax")
 s_min = c8.slider("Flag: consistency S ≥", -3.0, 0.0, -0.8, 0.05, key="dm_smin")
 
-res = ui.safe("multigen", run, model, mode=mode, rule=rule, method=method,
-              subject=None if subject == "(all)" else subject, p_max=float(p_max), s_min=float(s_min))
+with st.spinner("Computing P(correct), consistency and the variance decomposition…"):
+    res = ui.safe("multigen", run, model, mode=mode, rule=rule, method=method,
+                  subject=None if subject == "(all)" else subject, p_max=float(p_max), s_min=float(s_min))
 if res is None:
     st.stop()
 

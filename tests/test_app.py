@@ -8,6 +8,7 @@ naive pandas computation.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -163,7 +164,7 @@ def test_token_traces_page_shows_alignment_and_reacts(app):
     at.selectbox(key="tr_prompt").set_value("q3").run()
     assert not at.exception
     assert at.dataframe[-1].value["text"].notna().all()
-    at.multiselect(key="tr_models").set_value(["m-base", "m-int8"]).run()
+    at.multiselect(key="tr_models_run-small").set_value(["m-base", "m-int8"]).run()
     assert not at.exception and _n_charts(at) == n_before
 
 
@@ -324,3 +325,56 @@ def test_demo_button_starts_the_demo_job_on_an_empty_database(tmp_path, monkeypa
         for j in started:
             jobs.cancel_job(j.job_id, db)
     assert jobs.list_jobs(db)[0].status in ("cancelled", "failed", "done")
+
+
+def test_cancel_and_resume_buttons_drive_the_job(tmp_path, monkeypatch, small_db):
+    """A running job shows progress and a Cancel button; cancelling it offers Resume, which restarts it."""
+    import sys
+    from engine import jobs
+    from tests.test_jobs import FAKE_ENGINE
+    script = tmp_path / "fake_engine.py"
+    script.write_text(FAKE_ENGINE.format(root=str(ROOT)))
+    exe = tmp_path / "fakepython"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(small_db))
+    monkeypatch.chdir(ROOT)
+    job = jobs.start_job(["generate", "--units", "200", "--sleep", "0.1"], kind="generate", db=small_db,
+                         python=str(exe))
+    try:
+        deadline = time.monotonic() + 60
+        while jobs.job_status(job, small_db).done < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), "pages/2_Generate.py")
+        bars = at.get("progress")
+        assert bars and any("tokens/s" in b.proto.text and "/200 units" in b.proto.text for b in bars)
+        assert any(f"`{job}` · running" in m.value for m in at.markdown)
+        at.button(key=f"cancel_{job}").click().run()
+        assert not at.exception
+        assert jobs.job_status(job, small_db).status == "cancelled"
+        at.button(key=f"resume_{job}").click().run()
+        assert not at.exception
+        newest = jobs.list_jobs(small_db)[0]
+        assert newest.resumed_from == job and newest.status == "running"
+    finally:
+        for j in jobs.list_jobs(small_db):
+            if j.status == "running":
+                jobs.cancel_job(j.job_id, small_db)
+
+
+@pytest.mark.shared
+def test_ranksets_page_on_the_chatbot_arena_files(small_db, monkeypatch):
+    from tests.conftest import shared_path
+    shared_path("data", "arena", "human.json")
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(small_db))
+    monkeypatch.chdir(ROOT)
+    at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), "pages/6_Rank_sets.py")
+    src = at.selectbox(key="rs_source")
+    arena = [i for i, label in enumerate(src.options) if "Arena" in label and "gpt-4-0125" in label]
+    assert arena, src.options
+    src.set_value(arena[0]).run()
+    assert not at.exception
+    assert at.dataframe, [m.value for m in list(at.info) + list(at.warning) + list(at.error)]
+    table = at.dataframe[0].value
+    assert len(table) == 12 and (table["lower"] <= table["upper"]).all()
+    assert any("n = 990 human-labelled" in c.value for c in at.caption)
