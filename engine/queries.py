@@ -464,12 +464,15 @@ def winrate_sources(db: str | os.PathLike) -> dict:
 
 
 def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "human",
-                  judge: str | None = None, reps: int = 200, seed: int = 0) -> dict:
+                  judge: str | None = None, reps: int = 200, seed: int = 0,
+                  compare_name: str | None = None) -> dict:
     """Win-rate analysis (engine.ranking_io.winrates_for) of a stored set or of a run's judge verdicts.
 
     For judge verdicts of a run with both modes, ``coupled`` and ``independent`` are each analysed
     and compared per pair (z-test); the average win-rates and their ranks are returned side by side
-    as ``table`` (like the paper's Table 1). For a stored set, ``coupled`` holds the analysis.
+    as ``table`` (like the paper's Table 1). For a stored set, ``coupled`` holds the analysis; with
+    ``compare_name`` (e.g. the set of the independent generations' verdicts) that set is analysed
+    as ``independent`` and compared with it per pair.
     """
     rio = optional_module("engine.ranking_io", "the win-rate analysis")
     out: dict = {}
@@ -488,7 +491,15 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
         d = comparisons_for(db, "set", name)
         if d.empty:
             raise UserError(f"comparison set {name!r} is empty or unknown")
-        out["coupled"] = rio.winrates_for(d, label=label, seed=seed, reps=reps)
+        if compare_name:
+            c = comparisons_for(db, "set", compare_name)
+            if c.empty:
+                raise UserError(f"comparison set {compare_name!r} is empty or unknown")
+            models = sorted(set(d.model_a) | set(d.model_b) | set(c.model_a) | set(c.model_b))
+            out["coupled"] = rio.winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=c)
+            out["independent"] = rio.winrates_for(c, label=label, seed=seed, reps=reps, models=models)
+        else:
+            out["coupled"] = rio.winrates_for(d, label=label, seed=seed, reps=reps)
     rows = []
     first = next(iter(out.values()))
     for m in first["models"]:

@@ -21,11 +21,17 @@ idx = c1.selectbox("Comparisons", range(len(options)), format_func=lambda i: opt
 kind, _, obj = options[idx]
 label = c2.radio("Labels", ["human", "judge"], horizontal=True, key="wr_label", disabled=kind == "judgments")
 reps = c3.select_slider("Bootstrap resamples", [50, 100, 200, 500], value=200, key="wr_reps")
+compare = None
+if kind == "set" and len(src["sets"]) > 1:
+    others = ["(none)"] + [s for s in src["sets"] if s != obj]
+    compare = st.selectbox("Compare with another set (e.g. verdicts on the independent generations; the first set "
+                           "is then shown as 'coupled', this one as 'independent')", others, key="wr_compare")
+    compare = None if compare == "(none)" else compare
 with st.spinner("Computing win-rates and bootstrap intervals…"):
     if kind == "judgments":
         res = ui.safe("winrates_view", "judgments", obj["run_id"], judge=obj["judge"], reps=int(reps))
     else:
-        res = ui.safe("winrates_view", "set", obj, label=label, reps=int(reps))
+        res = ui.safe("winrates_view", "set", obj, label=label, reps=int(reps), compare_name=compare)
 if res is None:
     st.stop()
 
