@@ -519,8 +519,15 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                          json.dumps(warnings), n_units])
         con.execute("INSERT OR IGNORE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
                     [ds_row["dataset_id"], ds_row["source"], ds_row["kind"], ds_row["n_prompts"]])
-        con.executemany("INSERT OR IGNORE INTO prompts (dataset_id, prompt_id, idx, subject, question, "
-                        "choices, gold, user_prompt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", prompt_rows)
+        # one set-based insert (executemany is slow for a 14k-prompt MMLU run)
+        con.register("new_prompts", pd.DataFrame(prompt_rows, columns=[
+            "dataset_id", "prompt_id", "idx", "subject", "question", "choices", "gold", "user_prompt"]).astype(
+            {"subject": "object", "question": "object", "choices": "object", "gold": "object"}))
+        con.execute("""INSERT OR IGNORE INTO prompts (dataset_id, prompt_id, idx, subject, question, choices, gold,
+                       user_prompt) SELECT dataset_id, prompt_id, idx, CAST(subject AS VARCHAR),
+                       CAST(question AS VARCHAR), CAST(choices AS JSON), CAST(gold AS VARCHAR), user_prompt
+                       FROM new_prompts""")
+        con.unregister("new_prompts")
         # a --limit run stores a subset of the dataset's prompts: count what is stored
         con.execute("UPDATE datasets SET n_prompts = (SELECT count(*) FROM prompts WHERE dataset_id = ?) "
                     "WHERE dataset_id = ?", [dataset.dataset_id, dataset.dataset_id])
