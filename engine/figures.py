@@ -152,9 +152,11 @@ def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | Non
                                  line=dict(color=color, width=2), opacity=0.6))
         if markers and label in markers and markers[label] is not None:
             v = float(markers[label])
-            fig.add_vline(x=v, line=dict(color=color, dash="dash", width=2),
-                          annotation_text=f"{marker_label} {label}: {v:.3f}" if len(curves) > 1 else f"{marker_label} = {v:.3f}",
-                          annotation_position="top right" if i % 2 == 0 else "top left")
+            fig.add_vline(x=v, line=dict(color=color, dash="dash", width=2))
+            # one label per marker, stacked so that close markers do not overprint each other
+            fig.add_annotation(x=v, y=1.0 - 0.09 * i, xref="x", yref="paper", showarrow=False, xanchor="left",
+                               xshift=4, font=dict(color=color), bgcolor="rgba(255,255,255,0.8)",
+                               text=f"{marker_label} {label}: {v:.3f}" if len(curves) > 1 else f"{marker_label} = {v:.3f}")
     fig.update_xaxes(title=xaxis)
     fig.update_yaxes(title="density")
     return _layout(fig, title, height=360, legend=dict(orientation="h", y=-0.2))
