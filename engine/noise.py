@@ -18,7 +18,11 @@ key, computed vectorised in torch on any device, with no generator state:
 
 Same key -> bit-identical noise whatever the batch size, order, padding, device or other models.
 The float64 -> float32 cast happens last; -log(-log u) is computed in float64 so that the
-extreme tails (u near 0 or 1) are accurate before rounding.
+extreme tails (u near 0 or 1) are accurate before rounding. The integer part (h, u) is exact on
+every device; the float64 ``log`` of two libraries (CPU vs CUDA) may differ in the last bit, which
+survives the cast to float32 only when a value sits on a float32 rounding boundary (about 2^-29 per
+value), so CPU/CUDA identity is "all but never different" rather than proven (tested on CPU only:
+no GPU was available to this team).
 
 Integer arithmetic: torch has no uint64, so the hash runs on int64 with two's-complement
 wrap-around for ``+`` and ``*`` (what CPU and CUDA kernels do) and *logical* right shifts done as
