@@ -341,3 +341,17 @@ def variance_figure(components: Mapping[str, float], title: str = "Variance of t
         fig.add_trace(go.Bar(x=["Var(μ̂)"], y=[v], name=k, marker_color=PALETTE[i % len(PALETTE)]))
     fig.update_yaxes(title="variance", exponentformat="e")
     return _layout(fig, title, height=320, barmode="stack")
+
+
+def divergence_figure(df: pd.DataFrame, title: str = "First divergence step of the coupled generations") -> go.Figure:
+    """Histogram of the first step where the models' tokens differ, over a run's units; units that
+    never diverge are counted in the title (rows of ``engine.queries.divergence_summary``)."""
+    if df.empty:
+        return empty_figure("no coupled traces for these models")
+    div = df["first_divergence"].dropna().astype(int)
+    never = int(df["first_divergence"].isna().sum())
+    fig = go.Figure(go.Histogram(x=div, xbins=dict(start=-0.5, size=1), marker_color="#3b5bdb",
+                                 hovertemplate="step %{x}: %{y} units<extra></extra>"))
+    fig.update_xaxes(title="first step where the tokens differ")
+    fig.update_yaxes(title="units (prompt, repeat)")
+    return _layout(fig, f"{title} · {never} of {len(df)} units never diverge", height=320)

@@ -618,3 +618,22 @@ def comparison_models(db: str | os.PathLike, source: str, name: str) -> list[str
     df = ranking_comparisons(db, source, name)
     counts = pd.concat([df.model_a, df.model_b]).value_counts()
     return [str(m) for m in counts.index]
+
+
+def divergence_summary(db: str | os.PathLike, run_id: str, models: tuple[str, ...], mode: str = "coupled") -> pd.DataFrame:
+    """Per unit (prompt_id, repeat) of a run: the first step where the chosen models' tokens differ
+    (or one of them has stopped), NULL when they never differ, and the longest trace length.
+    Aggregated in SQL (one pass over the run's traces, nothing loaded per token)."""
+    if mode not in store.MODES:
+        raise UserError(f"unknown mode {mode!r}; allowed: {list(store.MODES)}")
+    if len(models) < 2:
+        raise UserError(f"choose at least two models to compare, got {list(models)}")
+    return store.query_df(db, """
+        WITH t AS (SELECT prompt_id, repeat, step, count(DISTINCT token_id) AS n_tokens, count(*) AS n_models
+                   FROM token_traces WHERE run_id = ? AND mode = ? AND list_contains(?, model)
+                   GROUP BY prompt_id, repeat, step)
+        SELECT prompt_id, repeat,
+               min(step) FILTER (WHERE n_tokens > 1 OR n_models < ?) AS first_divergence,
+               max(step) + 1 AS n_steps
+        FROM t GROUP BY prompt_id, repeat ORDER BY prompt_id, repeat""",
+                          [run_id, mode, list(models), len(models)])

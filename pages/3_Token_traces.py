@@ -29,6 +29,12 @@ if not chosen:
     st.info("Choose at least one model.")
     st.stop()
 
+if len(chosen) >= 2 and "coupled" in opts["modes"]:
+    with st.expander("Where do these models diverge? (every unit of the run, coupled mode)"):
+        div = ui.q("divergence_summary", run, tuple(chosen))
+        ui.chart(figures.divergence_figure(div), f"divergence_{run}", key="tr_div")
+        ui.table(div, f"divergence_{run}", key="tr_div_table")
+
 info = ui.q("prompt_info", run, prompt)
 if info:
     with st.expander("Prompt", expanded=False):

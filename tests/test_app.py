@@ -378,3 +378,15 @@ def test_ranksets_page_on_the_chatbot_arena_files(small_db, monkeypatch):
     table = at.dataframe[0].value
     assert len(table) == 12 and (table["lower"] <= table["upper"]).all()
     assert any("n = 990 human-labelled" in c.value for c in at.caption)
+
+
+def test_divergence_summary_sql_matches_alignment_per_unit(small_db):
+    summary = queries.divergence_summary(small_db, "run-small", MODELS)
+    assert len(summary) == N_PROMPTS * N_REPEATS
+    for rec in summary.sample(12, random_state=0).itertuples():
+        steps = queries.trace_steps(small_db, "run-small", rec.prompt_id, int(rec.repeat), "coupled", list(MODELS))
+        first = queries.align_traces(steps, list(MODELS))["first_divergence"]
+        assert (None if pd.isna(rec.first_divergence) else int(rec.first_divergence)) == first
+        assert rec.n_steps == N_STEPS
+    with pytest.raises(Exception, match="at least two models"):
+        queries.divergence_summary(small_db, "run-small", ("m-base",))
