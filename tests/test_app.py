@@ -390,3 +390,23 @@ def test_divergence_summary_sql_matches_alignment_per_unit(small_db):
         assert rec.n_steps == N_STEPS
     with pytest.raises(Exception, match="at least two models"):
         queries.divergence_summary(small_db, "run-small", ("m-base",))
+
+
+@pytest.mark.shared
+def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_path, monkeypatch):
+    from engine.importers import import_paper_mmlu
+    from tests.conftest import shared_path
+    responses, questions = shared_path("data", "coupled-mmlu"), shared_path("data", "mmlu")
+    db = tmp_path / "paper.duckdb"
+    import_paper_mmlu(db, responses, questions, subjects=["college_computer_science"])
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), "pages/4_Benchmark.py")
+    at.selectbox(key="bm_a").set_value("Llama-3.2-3B-Instruct").run()
+    at.selectbox(key="bm_b").set_value("Llama-3.2-1B-Instruct").run()
+    at.selectbox(key="bm_subject").set_value("college_computer_science").run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Questions × repeats"] == "100 × 10"
+    assert metrics["Mean per-question covariance"] == "0.0850"  # paper: about 0.085
+    assert metrics["Median Var(diff) coupled / independent"] == "0.178 / 0.278"  # paper: 0.178 vs 0.278
