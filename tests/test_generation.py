@@ -213,3 +213,23 @@ def test_end_to_end_smollm2_cli(tmp_path):
     p2 = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert p2.returncode == 0 and p2.stdout.strip().splitlines()[-1] == run
     assert store.table_counts(db)["generations"] == 16
+
+
+def test_cli_generate_two_model_folders_with_different_vocabularies(tmp_path, capsys):
+    for name, perm in (("tiny-a", None), ("tiny-b", 4)):
+        m, t = tiny_lm(0, vocab_perm_seed=perm)
+        m.save_pretrained(tmp_path / name)
+        t.save_pretrained(tmp_path / name)
+    db = tmp_path / "cli.duckdb"
+    args = ["generate", "--models", str(tmp_path / "tiny-a"), str(tmp_path / "tiny-b"), "--dataset", "demo",
+            "--limit", "2", "--repeats", "2", "--max-new-tokens", "3", "--db", str(db), "--device", "cpu"]
+    assert cli_main(args) == 0
+    out = capsys.readouterr()
+    run = out.out.strip().splitlines()[-1]
+    assert "warning: models do not share one vocabulary" in out.err
+    meta = store.query_df(db, "SELECT key_mode, status, n_units FROM runs WHERE run_id = ?", [run]).iloc[0]
+    assert (meta["key_mode"], meta["status"], meta["n_units"]) == ("bytes", "done", 16)
+    assert store.table_counts(db)["generations"] == 16
+    assert cli_main(args) == 0  # the same command again resumes: same run, nothing added
+    assert capsys.readouterr().out.strip().splitlines()[-1] == run
+    assert store.table_counts(db)["generations"] == 16

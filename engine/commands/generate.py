@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -65,6 +66,9 @@ def run_generate(args) -> int:
     run_id = run_generation(args.db, args.models, ds, args.repeats, args.modes, args.seed, cfg,
                             progress_file=args.progress_file, run_id=args.run_id,
                             resume=not args.no_resume, device=args.device)
+    warnings = store.query_df(args.db, "SELECT warnings FROM runs WHERE run_id = ?", [run_id])
+    for w in json.loads(warnings.iloc[0, 0] or "[]") if len(warnings) else []:
+        print(f"warning: {w}", file=sys.stderr)
     print(run_id)
     return 0
 
