@@ -56,7 +56,7 @@ _TOKEN_SALT = _signed(0xD6E8FEB86659FD93)
 
 def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
     """Logical right shift of int64 bits (torch's ``>>`` is arithmetic on signed ints)."""
-    return (x >> s) & ((1 << (64 - s)) - 1)
+    return (x >> s).bitwise_and_((1 << (64 - s)) - 1)  # one temporary, masked in place
 
 
 def _mix_(x: torch.Tensor) -> torch.Tensor:
