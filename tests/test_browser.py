@@ -125,14 +125,14 @@ def test_a_deep_link_as_first_request_gets_the_app_navigation(server, page, arti
 
 def test_every_page_renders(server, page, artifacts_dir):
     expected = {"home": "Coupled Eval", "generate": "Start generation", "traces": "First divergence",
-                "benchmark": "Mean per-question covariance", "winrates": "Average win-rate",
+                "benchmark": "Mean per-question covariance", "winrates": "Average win-rate (95% CI)",
                 "ranksets": "Rank-sets", "datamap": "Flagged prompts", "upload": "Stored comparison sets"}
     for name, text in expected.items():
         _goto(page, server, name)
         _no_exception(page)
-        page.get_by_text(text, exact=False).first.wait_for(timeout=60_000)
+        page.get_by_text(text, exact=True).first.wait_for(timeout=60_000)
         if name not in ("home", "generate", "upload"):
-            page.locator(".js-plotly-plot").first.wait_for(timeout=90_000)
+            page.locator(".js-plotly-plot >> visible=true").first.wait_for(timeout=90_000)
             _settle(page)
         _shot(page, artifacts_dir, name)
 
