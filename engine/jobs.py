@@ -113,10 +113,17 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+# $1 = the exit-code file, then the command; the wrapper exits with the command's code.
+_WRAPPER = 'rc_file="$1"; shift; "$@"; rc=$?; echo "$rc" > "$rc_file.tmp" && mv "$rc_file.tmp" "$rc_file"; exit "$rc"'
+
+
 def _reap(proc: subprocess.Popen, rc_path: Path) -> None:
     # Runs in a daemon thread of the process that started the job: waits for the child (so it
-    # never lingers as a zombie) and records its exit code for job_status().
+    # never lingers as a zombie) and records its exit code for job_status() when the wrapper
+    # could not (killed by a signal).
     rc = proc.wait()
+    if rc_path.exists():
+        return
     try:
         rc_path.write_text(str(rc))
     except OSError:
@@ -156,8 +163,11 @@ def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None
     child_env = dict(os.environ)
     child_env.setdefault("HF_HUB_OFFLINE", "1")
     child_env.update(env or {})
+    # A tiny sh wrapper records the exit code next to the job files, so the status survives a
+    # restart of the process that started the job (its reaper thread would be gone).
+    wrapped = ["/bin/sh", "-c", _WRAPPER, "job", str(paths["rc"]), *command] if os.path.exists("/bin/sh") else command
     with open(paths["log"], "ab") as log:
-        proc = subprocess.Popen(command, cwd=str(store.PROJECT_ROOT), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(wrapped, cwd=str(store.PROJECT_ROOT), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, env=child_env,
                                 start_new_session=True)  # own process group: survives the page
     meta = {"job_id": job_id, "kind": kind, "args": list(args), "command": command,

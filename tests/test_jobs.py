@@ -156,3 +156,17 @@ def test_followup_starts_exactly_once_after_success(tmp_db, fake_python):
                          then=[["fake", "--units", "3"]])
     assert jobs.wait_job(bad, tmp_db, timeout_s=60).extra == {}
     assert len(jobs.list_jobs(tmp_db)) == 3
+
+
+@pytest.mark.parametrize("fail", ["0", "1"])
+def test_status_survives_the_death_of_the_starting_process(tmp_db, fake_python, fail):
+    """The dashboard server may restart while a job runs: the exit code still reaches job_status."""
+    import subprocess
+    code = (f"import sys; sys.path.insert(0, {str(store.PROJECT_ROOT)!r}); from engine import jobs; "
+            f"print(jobs.start_job(['fake', '--units', '3', '--sleep', '0.2', '--fail', {fail!r}], kind='fake', "
+            f"db={str(tmp_db)!r}, python={fake_python!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    job = out.stdout.strip()  # the starting process has exited: its reaper thread is gone
+    st = jobs.wait_job(job, tmp_db, timeout_s=60)
+    assert st.status == ("done" if fail == "0" else "failed")
+    assert st.returncode == (0 if fail == "0" else 3)
