@@ -3,8 +3,9 @@
 A job is ``python -m engine <args> --progress-file <jobs>/<job_id>.json``, started in its own
 session (so it outlives the Streamlit script run, the browser tab and even the Streamlit
 server), with stdout/stderr in ``<jobs>/<job_id>.log`` and its metadata in
-``<jobs>/<job_id>.meta.json``. Everything about a job is a file, so any number of tabs (or the
-CLI) see the same progress, and a page reload loses nothing.
+``<jobs>/<job_id>.meta.json``; a small ``sh`` wrapper writes the exit code to
+``<jobs>/<job_id>.rc`` when the command ends. Everything about a job is a file, so any number of
+tabs (or the CLI) see the same progress, and a page reload or a dashboard restart loses nothing.
 
 Status of a job (:func:`job_status`), from the files and the pid:
 
