@@ -410,3 +410,28 @@ def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_pa
     assert metrics["Questions × repeats"] == "100 × 10"
     assert metrics["Mean per-question covariance"] == "0.0850"  # paper: about 0.085
     assert metrics["Median Var(diff) coupled / independent"] == "0.178 / 0.278"  # paper: 0.178 vs 0.278
+
+
+def test_upload_helpers_validate_then_import_as_a_job(tmp_path, monkeypatch):
+    """The Upload page's path without a browser: validate (pure read), save, import job, delete job."""
+    from engine import comparisons, jobs
+    from pages import _ui as ui
+    db = tmp_path / "up.duckdb"
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    bad = b"prompt_id,model_a,model_b,winner\np1,x,x,model_a\np2,x,y,maybe\n"
+    rows, problems = ui.validate_upload("csv", bad, None)
+    assert [p["column"] for p in problems] == ["model_b", "winner"] and not db.exists()
+    human = b'{"num": 0, "question_id": "q0", "model_a": "x", "model_b": "y", "winner": "model_a"}\n' \
+            b'{"num": 1, "question_id": "q1", "model_a": "y", "model_b": "x", "winner": "tie (bothbad)"}\n'
+    judge = human.replace(b'"model_a"}', b'"model_b"}')
+    rows, problems = ui.validate_upload("arena", human, judge)
+    assert problems == [] and rows["human_winner"].tolist() == ["a", "tie"] and rows["judge_winner"].tolist() == ["b", "tie"]
+    job = ui.start_import("arena", "human.json", human, "judge.json", judge, "arena-mini", False)
+    st = jobs.wait_job(job, db, timeout_s=120)
+    assert st.status == "done", st.log_tail
+    stored = comparisons.read_comparison_set(db, "arena-mini")
+    assert stored["human_winner"].tolist() == ["a", "tie"] and stored["judge_winner"].tolist() == ["b", "tie"]
+    assert len(list(ui.uploads_dir().glob("*.json"))) == 2
+    delete = jobs.start_job(["comparisons", "delete", "arena-mini", "--db", str(db)], kind="delete", db=db, progress=False)
+    assert jobs.wait_job(delete, db, timeout_s=120).status == "done"
+    assert comparisons.list_comparison_sets(db).empty
