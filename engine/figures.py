@@ -97,7 +97,9 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
             top_ids = _seq(getattr(rec, "top_ids", None))
             if top_ids:
                 tp = _seq(getattr(rec, "top_probs", None)) or [float("nan")] * len(top_ids)
-                tg = _seq(getattr(rec, "top_gumbels", None)) or [None] * len(top_ids)
+                # prefer the Gumbel values recomputed from the noise key; else the stored ones
+                tg = _seq(getattr(rec, "top_gumbels_recomputed", None)) or _seq(getattr(rec, "top_gumbels", None)) \
+                    or [None] * len(top_ids)
                 alts = "<br>top alternatives:<br>" + "<br>".join(
                     f"  {html.escape(_tok(names.get(int(i), f'#{int(i)}')))}: p={p:.3f}"
                     + (f", g={g:.3f}" if g is not None and not pd.isna(g) else "")

@@ -264,18 +264,38 @@ def recompute_gumbels(db: str | os.PathLike, run_id: str, prompt_id: str, repeat
         return None
     out = steps.copy()
     out["gumbel"] = np.nan
+    out["top_gumbels_recomputed"] = None
     ukey = noise.unit_key(str(prompt_id), int(repeat))
     for seed, part in out.groupby("seed", sort=False):
         if seed is None or (isinstance(seed, float) and np.isnan(seed)):
             continue
-        ids = torch.tensor(part["token_id"].to_numpy(dtype=np.int64))  # (S,)
+        tops = [list(t) if t is not None and not isinstance(t, float) else [] for t in part["top_ids"]]
+        width = max((len(t) for t in tops), default=0)
+        # (S, 1 + K) token ids per step: the chosen token, then its top-K alternatives (padded
+        # with the chosen id). Noise is evaluated on the (S, U) grid of the unique ids and
+        # gathered, so the cost stays O(S * U) with U small.
+        ids = np.array([[c] + t + [c] * (width - len(t)) for c, t in zip(part["token_id"], tops)], dtype=np.int64)
+        uniq, inv = np.unique(ids, return_inverse=True)
+        inv = torch.from_numpy(inv.reshape(ids.shape))  # (S, 1 + K)
         step_t = torch.tensor(part["step"].to_numpy(dtype=np.int64))  # (S,)
-        # One row per step, evaluated only at the row's own chosen token: (S, 1) via a gather
-        # from the (S, U) grid of the unique ids, so cost stays O(S * U) with U small.
-        uniq, inv = torch.unique(ids, return_inverse=True)
-        g = noise.gumbel(int(seed), torch.full((len(part),), ukey, dtype=torch.int64), step_t, uniq)  # (S, U)
-        out.loc[part.index, "gumbel"] = g.gather(1, inv[:, None]).squeeze(1).numpy().astype(np.float64)
+        g = noise.gumbel(int(seed), torch.full((len(part),), ukey, dtype=torch.int64), step_t,
+                         torch.from_numpy(uniq))  # (S, U)
+        picked = g.gather(1, inv).numpy().astype(np.float64)  # (S, 1 + K)
+        out.loc[part.index, "gumbel"] = picked[:, 0]
+        out.loc[part.index, "top_gumbels_recomputed"] = pd.Series(
+            [row[1:1 + len(t)].tolist() for row, t in zip(picked, tops)], index=part.index, dtype=object)
     return out
+
+
+def gumbel_check(steps: pd.DataFrame) -> float | None:
+    """Largest |stored − recomputed| Gumbel value over the alternatives (None if nothing to compare):
+    a check that the stored traces and the keyed noise agree."""
+    if "top_gumbels_recomputed" not in steps or "top_gumbels" not in steps:
+        return None
+    diffs = [np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)))
+             for a, b in zip(steps["top_gumbels"], steps["top_gumbels_recomputed"])
+             if a is not None and b is not None and not isinstance(a, float) and len(a) and len(a) == len(b)]
+    return float(max(diffs)) if diffs else None
 
 
 def align_traces(steps: pd.DataFrame, models: list[str]) -> dict:
@@ -427,6 +447,7 @@ def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, 
     al = align_traces(steps, list(models))
     return {"steps": with_g if with_g is not None else steps, "alignment": al,
             "gumbel_recomputed": with_g is not None,
+            "gumbel_check": gumbel_check(with_g) if with_g is not None else None,
             "length": unit_trace_length(db, run_id, prompt_id, repeat, mode),
             "token_names": token_names(db, run_id, steps)}
 

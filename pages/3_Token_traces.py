@@ -62,7 +62,15 @@ for mode in [m for m in ("coupled", "independent") if m in opts["modes"]]:
                                title=f"{mode}: tokens by step (green = all agree, red = differ)",
                                token_names=view["token_names"])
     ui.chart(fig, f"trace_{mode}_{run}_{prompt}_{repeat}", key=f"trace_{mode}")
-    if not view["gumbel_recomputed"]:
+    if view["gumbel_recomputed"]:
+        chk = view["gumbel_check"]
+        st.caption("Hover a token: its probability in each model, the top alternatives, and the Gumbel values "
+                   "recomputed from the noise key (seed, prompt, repeat, step, token id)."
+                   + (" They equal the values stored with the trace." if chk is not None and chk <= 1e-5 else ""))
+        if chk is not None and chk > 1e-5:
+            st.warning(f"The Gumbel values stored with this trace differ from the recomputation by up to {chk:.3g}: "
+                       "the trace was not produced with this noise key (imported or synthetic data?).")
+    else:
         st.caption("Gumbel values of the chosen tokens are not recomputed for this run (byte-string noise keys need "
                    "the tokenizers); the stored Gumbel values of the top alternatives are shown on hover.")
     with st.expander(f"Probability of the chosen token ({mode})"):

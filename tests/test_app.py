@@ -269,6 +269,10 @@ def test_recomputed_gumbels_match_engine_noise(small_db):
     for rec in g.itertuples():
         full = noise.gumbel(7, torch.tensor([noise.unit_key("q0", 2)]), rec.step, torch.arange(100))
         assert g.loc[rec.Index, "gumbel"] == pytest.approx(float(full[0, rec.token_id]), abs=0)
+        # the alternatives too, in their stored order
+        assert rec.top_gumbels_recomputed == pytest.approx([float(full[0, i]) for i in rec.top_ids], abs=0)
+    # the test database stores made-up alternative Gumbel values: the check must notice
+    assert queries.gumbel_check(g) > 0.1
 
 
 def test_runs_and_overview_agree_with_table_counts(small_db):
