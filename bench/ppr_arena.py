@@ -35,8 +35,7 @@ from engine import ranking_io  # noqa: E402
 from engine.comparisons import read_arena  # noqa: E402
 from engine.stats import ranking as R  # noqa: E402
 
-ARENA_12 = ["gpt-4", "claude-v1", "claude-instant-v1", "gpt-3.5-turbo", "vicuna-13b", "palm-2", "koala-13b",
-            "RWKV-4-Raven-14B", "oasst-pythia-12b", "alpaca-13b", "chatglm-6b", "fastchat-t5-3b"]
+ARENA_12 = list(ranking_io.ARENA_PAPER_MODELS)
 JUDGES = {"GPT4": "gpt-4-0125-preview.json", "CL3": "claude-3-opus-20240229.json", "GPT3.5": "gpt-3.5-turbo.json"}
 N_GRID = (66, 132, 198, 462, 990, 1452, 1980, 2442, 2970)
 

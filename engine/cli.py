@@ -40,3 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: completed work is stored; rerun the same command to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # stdout closed early (e.g. `python -m engine export ... | head`): not an error of ours.
+        # Point stdout at devnull so the interpreter's final flush does not raise again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

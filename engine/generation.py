@@ -376,23 +376,13 @@ def _model_name(m) -> str:
     return m if isinstance(m, str) else m.name
 
 
-def _vocab_ids(model_list: Sequence, device) -> dict[str, str]:
-    """vocab_id per model without loading weights for registry names."""
+def _vocab_ids(model_list: Sequence, trust_remote_code: bool = False) -> dict[str, str]:
+    """vocab_id per model from its tokenizer alone (loaded models: their own id; never weights)."""
     from engine import models
 
-    specs = {s.name: s for s in models.list_models()}
-    out: dict[str, str] = {}
-    for m in model_list:
-        if not isinstance(m, str):
-            out[m.name] = m.vocab_id
-        elif m in specs:
-            out[m] = models.spec_vocab_id(specs[m])
-        else:  # a folder / gguf / hub id: load it once just for its tokenizer
-            lm = models.load_model(m, device=device)
-            out[m] = lm.vocab_id
-            del lm
-            gc.collect()
-    return out
+    return {_model_name(m): (m.vocab_id if not isinstance(m, str)
+                             else models.vocab_id_of(m, trust_remote_code=trust_remote_code))
+            for m in model_list}
 
 
 def run_id_for(settings: dict) -> str:
@@ -530,7 +520,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     system_prompt = getattr(dataset, "system_prompt", None)
 
     # ---- vocabulary check: one shared vocabulary -> token-id keys; else byte-string keys
-    vids = _vocab_ids(model_names, device)
+    vids = _vocab_ids(model_names)
     warnings: list[str] = []
     if len(set(vids.values())) == 1:
         key_mode = "token_id"

@@ -38,7 +38,7 @@ from engine.progress import read_progress, write_json_atomic
 
 STATUSES = ("running", "done", "failed", "cancelled", "killed")
 # Engine commands that accept --progress-file (follow-up jobs get one only if they do).
-PROGRESS_COMMANDS = ("generate", "judge")
+PROGRESS_COMMANDS = ("generate", "judge", "cluster")
 _KIND_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 

@@ -356,21 +356,11 @@ def benchmark(db: str | os.PathLike, model_a: str, model_b: str, subject: str | 
         return sio.benchmark_compare(db, model_a, model_b, subject=subject, target_error=target_error,
                                      n_resamples=n_resamples, seed=seed, run=run, rule=rule)
     except UserError as exc:
-        # With fewer than 120 samples the coupled error "at n = 120" is 0 (the whole pool) and the
-        # planner refuses it: fall back to the error at the smallest sample size, and say so.
-        if target_error is not None or "target error must be > 0" not in str(exc):
-            raise
-        try:
-            out = sio.benchmark_compare(db, model_a, model_b, subject=subject, target_error=None,
-                                        n_resamples=n_resamples, seed=seed, run=run, rule=rule, saving_n=20)
-        except UserError as exc2:
-            if "target error must be > 0" not in str(exc2):
-                raise
+        if target_error is None and "target error must be > 0" in str(exc):
             raise UserError("the estimation error is 0 at every sample size (the pool is too small, or the "
                             "two models' scores never differ), so there is no default error level: "
                             "give a target error > 0") from None
-        out["saving_detail"]["error_source"] += " (fewer than 120 samples in the pool)"
-        return out
+        raise
 
 
 # --------------------------------------------------------------------------- data map

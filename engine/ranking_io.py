@@ -27,6 +27,18 @@ LABELS = ("human", "judge")
 CSV_COLUMNS = ("model_a", "model_b", "human_winner", "judge_winner")
 # the paper's alpha grid (Appendix D, footnote 8)
 PAPER_ALPHAS = (0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.075, 0.05, 0.025, 0.01)
+# The 12 Chatbot Arena models of the PPR paper (Chatterji et al., 2025): 14,947 comparisons.
+ARENA_PAPER_MODELS = ("gpt-4", "claude-v1", "claude-instant-v1", "gpt-3.5-turbo", "vicuna-13b", "palm-2",
+                      "koala-13b", "RWKV-4-Raven-14B", "oasst-pythia-12b", "alpaca-13b", "chatglm-6b",
+                      "fastchat-t5-3b")
+
+
+def default_models(available: list[str], limit: int = 12) -> list[str]:
+    """The models a ranking starts with: the paper's 12 when all of them are available (Arena),
+    else the first ``limit`` of ``available``."""
+    if set(ARENA_PAPER_MODELS) <= set(available):
+        return list(ARENA_PAPER_MODELS)
+    return list(available[:limit])
 
 
 # ----------------------------------------------------------------------------- reading

@@ -222,7 +222,13 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
 
     # Always: the saving at the error the coupled curve reaches at n = saving_n; with a target
     # error, the headline saving is taken there instead.
-    at_n = saving_at(bm.error_at(sizes, curves["coupled"]["mean"], saving_n), f"coupled error at n={saving_n}")
+    # Sampling is without replacement from the pool, so the error falls to 0 as n approaches N:
+    # for a small pool (N < 4 * saving_n) take the error at n = N / 8 instead, and say so.
+    n_eff = saving_n if N >= 4 * saving_n else max(int(sizes[0]), N // 8)
+    src = f"coupled error at n={n_eff}"
+    if n_eff != saving_n:
+        src += f" (the pool has only {N} samples, too few for n={saving_n})"
+    at_n = saving_at(bm.error_at(sizes, curves["coupled"]["mean"], n_eff), src)
     detail = saving_at(float(target_error), "target_error") if target_error is not None else at_n
     eps = detail["error"]
     out["saving"] = detail["saving"]

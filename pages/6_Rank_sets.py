@@ -28,7 +28,7 @@ all_models = ui.safe("comparison_models", source, name)
 if not all_models:
     st.stop()
 c4, c5, c6 = st.columns([4, 1, 1])
-models = c4.multiselect("Models", all_models, default=all_models[:12], key=f"rs_models_{source}_{name}")
+models = c4.multiselect("Models", all_models, default=ui.default_rank_models(all_models), key=f"rs_models_{source}_{name}")
 n = c6.number_input("n human comparisons", min_value=10, value=990, step=10, key="rs_n",
                     help="PPR: the human labels of n random comparisons form the labelled set, the judge "
                          "labels of the others the unlabelled set (also the n of the repeated draws)")

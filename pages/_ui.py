@@ -373,6 +373,13 @@ def rating_rows(res: dict):
 ARENA_JUDGES = queries.ARENA_JUDGES
 
 
+def default_rank_models(available: list[str]) -> list[str]:
+    """The paper's 12 Arena models when present, else the first 12."""
+    from engine.ranking_io import default_models
+
+    return default_models(available)
+
+
 def arena_available() -> bool:
     return queries.arena_dir() is not None
 

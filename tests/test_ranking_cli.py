@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -268,3 +269,22 @@ def test_cli_choices_match_the_library():
 
     assert cmd.METHODS == ranking_io.METHODS and cmd.LABELS == ranking_io.LABELS
     assert cmd.COVARIANCES == R.COVARIANCES
+
+
+def test_default_models_are_the_papers_twelve_when_present():
+    many = sorted(ARENA_12) + ["mpt-7b-chat", "dolly-v2-12b"]
+    assert ranking_io.default_models(many) == list(ranking_io.ARENA_PAPER_MODELS) == ARENA_12
+    assert ranking_io.default_models(["b", "a", "c"], limit=2) == ["b", "a"]  # not Arena: first `limit`
+
+
+def test_cli_closed_stdout_is_not_a_traceback():
+    """`python -m engine ... | head -c 1`: a closed pipe ends the command quietly (exit 0)."""
+    script = ("import sys, types, engine.cli as c\n"
+              "def big(args):\n"
+              "    for _ in range(100_000): print('x' * 80)\n"  # 8 MB: far beyond the pipe buffer
+              "ns = types.SimpleNamespace(func=big)\n"
+              "c.build_parser = lambda: types.SimpleNamespace(parse_args=lambda argv: ns)\n"
+              "sys.exit(c.main([]))\n")
+    p = subprocess.run(f"'{sys.executable}' -c \"$SCRIPT\" | head -c 1; exit ${{PIPESTATUS[0]}}", shell=True,
+                       executable="/bin/bash", cwd=ROOT, capture_output=True, text=True, env={**os.environ, "SCRIPT": script})
+    assert p.stdout == "x" and p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
