@@ -1,18 +1,20 @@
 """Batched coupled / independent generation with keyed Gumbel noise, traces and resumable runs.
 
-The hot loop (:func:`_generate_batch`) is one screen with numbered phases, nanoGPT-style:
+The hot loop (:func:`_stream`) is one screen with numbered phases, nanoGPT-style:
 
-1. tokenize   chat template + system prompt, left padding (so every row's last token is at -1)
-2. prefill    the *unique* prompts of the batch once; repeats share it (KV cache row expansion)
+1. tokenize   chat template + system prompt, left padding
+2. prefill    each *unique* prompt once; its repeats (and both modes) copy its KV rows
 3. decode     keyed noise -> Gumbel-max -> next token; per-row stop at EOS or max_new_tokens;
-              finished rows are dropped from the batch (cache rows selected away)
+              continuous batching: when a quarter of the batch has finished, the finished rows
+              are dropped and pending units take their places (one KV re-pack for both)
 4. detokenize token ids -> text (special tokens skipped)
 
 Coupling lives entirely in the noise key (engine.noise): a row's noise depends on (seed, prompt id,
-repeat, step, token key) and nothing else, so a unit generated alone or inside any batch draws the
-same noise. Numerically, padding changes the shapes of the matmuls, so logits can differ in the
-last float bits between batch compositions; the chosen token only changes if two candidates are
-within that rounding of each other (tests check identity on the tiny model).
+repeat, step, token key) and nothing else, so a unit generated alone, inside any batch, or joining
+a running batch late draws the same noise. Numerically, padding changes the shapes of the matmuls,
+so logits can differ in the last float bits between batch compositions; the chosen token only
+changes if two candidates are within that rounding of each other (tests check identity on the tiny
+model and on SmolLM2).
 
 :func:`run_generation` is the resumable job on top: deterministic run id from the settings,
 vocabulary check up front, one DuckDB transaction per chunk, skip what is stored.
@@ -120,22 +122,17 @@ def _stop_ids(lm) -> set[int]:
 # --------------------------------------------------------------------------- the loop
 
 class _PreallocLayer(DynamicLayer):
-    """A KV-cache layer whose buffer is allocated once for prompt + new tokens.
+    """A KV-cache layer whose buffer is allocated once for the longest row + new tokens.
 
     Why: ``DynamicLayer.update`` re-concatenates the whole cache every decode step (O(L) copies per
     step, ~12% of CPU time at MMLU prompt lengths); here a step writes one column of a buffer and
-    the attention reads a view of the filled part. Row selection copies the buffer like before.
+    the attention reads a view of the filled part.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):
+    def __init__(self, kbuf: torch.Tensor, vbuf: torch.Tensor, n: int):
         super().__init__()
-        B, H, L, D = keys.shape
-        self.kbuf = keys.new_empty(B, H, max(capacity, L), D)  # (B, H, cap, D)
-        self.vbuf = values.new_empty(B, H, max(capacity, L), values.shape[-1])
-        self.kbuf[:, :, :L] = keys
-        self.vbuf[:, :, :L] = values
-        self.n = L
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self.kbuf, self.vbuf, self.n = kbuf, vbuf, n  # (B, H, cap, D); columns [0, n) are filled
+        self.dtype, self.device, self.is_initialized = kbuf.dtype, kbuf.device, True
         self._views()
 
     def _views(self) -> None:
@@ -145,8 +142,8 @@ class _PreallocLayer(DynamicLayer):
         t = key_states.shape[-2]
         if self.n + t > self.kbuf.shape[-2]:  # beyond the planned length: grow (amortised doubling)
             grow = max(self.kbuf.shape[-2], t)
-            self.kbuf = torch.cat([self.kbuf, self.kbuf.new_empty(*self.kbuf.shape[:2], grow, self.kbuf.shape[-1])], 2)
-            self.vbuf = torch.cat([self.vbuf, self.vbuf.new_empty(*self.vbuf.shape[:2], grow, self.vbuf.shape[-1])], 2)
+            self.kbuf = torch.cat([self.kbuf, self.kbuf.new_zeros(*self.kbuf.shape[:2], grow, self.kbuf.shape[-1])], 2)
+            self.vbuf = torch.cat([self.vbuf, self.vbuf.new_zeros(*self.vbuf.shape[:2], grow, self.vbuf.shape[-1])], 2)
         self.kbuf[:, :, self.n:self.n + t] = key_states
         self.vbuf[:, :, self.n:self.n + t] = value_states
         self.n += t
@@ -158,93 +155,267 @@ class _PreallocLayer(DynamicLayer):
         self._views()
 
 
-def _expand_cache(cache, sel: torch.Tensor, capacity: int) -> None:
-    """Rows ``sel`` of the prefill cache (repeats share a prompt row), in preallocated layers."""
-    for i, layer in enumerate(cache.layers):
-        if type(layer) is DynamicLayer and layer.is_initialized:
-            cache.layers[i] = _PreallocLayer(layer.keys[sel], layer.values[sel], capacity)
-        else:  # sliding-window / other layer types keep their own update rule
-            layer.batch_select_indices(sel)
+def _forward(model, **kw):
+    """One model call (a seam for tests that simulate running out of memory)."""
+    return model(use_cache=True, **kw)
+
+
+@dataclass
+class _Row:
+    """Host-side state of one batch row: its unit and what it has generated so far."""
+
+    unit: tuple[str, int, int]                     # (prompt_id, repeat, seed)
+    ids: list = None
+    probs: list = None
+    top_ids: list = None
+    top_probs: list = None
+    top_g: list = None
+    finish: str = "length"
+
+    def __post_init__(self):
+        self.ids, self.probs, self.top_ids, self.top_probs, self.top_g = [], [], [], [], []
 
 
 @torch.inference_mode()
-def _generate_batch(lm, texts: Sequence[str], row_text: Sequence[int], unit_keys: torch.Tensor,
-                    seeds: Sequence[int], cfg: GenConfig, token_keys: torch.Tensor) -> list[dict]:
-    """Generate one batch. ``texts``: U unique prompt strings; ``row_text``, ``unit_keys``,
-    ``seeds``: (B,) per row (rows of one prompt may carry different seeds, e.g. both modes)."""
+def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg: GenConfig,
+            token_keys: torch.Tensor, batch_size: int) -> Iterator[list[_Row]]:
+    """Continuous batching: decode up to ``batch_size`` rows at once and refill freed rows.
+
+    ``pending``: units (prompt_id, repeat, seed), grouped by prompt. Yields the rows that finish at
+    each step. A row's noise is keyed by its own step, so when it joins the batch does not matter.
+    Why refill: on CPU a decode step costs a fixed weight read plus a little per row, and short
+    answers (MCQ letters) leave a static batch mostly empty after a few steps.
+    """
     model, tok, dev = lm.model, lm.tokenizer, lm.device
-    B, k = len(row_text), cfg.trace_top_k
+    k, T = cfg.trace_top_k, cfg.max_new_tokens
     stop = torch.tensor(sorted(_stop_ids(lm)) or [-1], device=dev)  # (S,)
-    # 1. tokenize: left padding puts every prompt's last token at column -1
-    tok.padding_side = "left"
-    enc = tok(list(texts), return_tensors="pt", padding=True, add_special_tokens=False)
-    ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)  # (U, L)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, L) positions ignore the left padding
-    # 2. prefill the U unique prompts once, then expand the cache to the B rows: repeats of a
-    #    prompt are rows that select the same cache row (indexing with a repeated row index copies
-    #    it into a buffer sized for prompt + max_new_tokens), so no prompt is recomputed per repeat.
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
-    sel = torch.tensor(list(row_text), device=dev)  # (B,)
-    _expand_cache(cache, sel, ids.shape[1] + cfg.max_new_tokens)
-    logits = out.logits[:, -1, :].float()[sel]  # (B, V) float32 once
-    mask, last_pos = mask[sel], pos[sel, -1]  # (B, L), (B,)
-    keys = unit_keys.to(dev)  # (B,)
-    seed_t = torch.tensor([noise._signed(int(x)) for x in seeds], dtype=torch.int64, device=dev)  # (B,)
-    if logits.shape[-1] != token_keys.shape[0]:
-        raise UserError(f"token_keys has {token_keys.shape[0]} entries but the model's logits are "
-                        f"{logits.shape[-1]} wide")
-    rows = torch.arange(B, device=dev)  # (b,) original row of each batch row
-    live = torch.ones(B, dtype=torch.bool, device=dev)  # (b,) rows still generating
-    rec: list[dict] = [{"ids": [], "probs": [], "top_ids": [], "top_probs": [], "top_g": [], "finish": "length"}
-                       for _ in range(B)]
-    # 3. decode: one forward per step for the batch; rows stop at EOS and leave the batch in groups
-    for step in range(cfg.max_new_tokens):
-        g = noise.gumbel(seed_t, keys, step, token_keys) if cfg.temperature > 0 else None  # (b, V)
+    todo = list(pending)
+    todo_count: dict[str, int] = {}
+    for p, _, _ in todo:
+        todo_count[p] = todo_count.get(p, 0) + 1
+    prompt_kv: dict[str, tuple] = {}  # prompt_id -> (per-layer (K, V) (1, H, Lp, D), logits (V,), Lp)
+    rows: list[_Row] = []
+    cache = logits = mask = None
+    lens = keys = seed_t = step_t = last_pos = live = None  # (b,) per-row state tensors
+
+    # A prefix shared by every prompt (system prompt + chat template: ~43 tokens of the demo's ~87)
+    # is prefilled once for the whole stream; each prompt then prefills only its own suffix.
+    tok_ids = {p: tok(texts[p], add_special_tokens=False)["input_ids"] for p in dict.fromkeys(u[0] for u in todo)}
+    P = _common_prefix(list(tok_ids.values())) if len(tok_ids) > 1 else 0
+    # Longest prompts first (a stable sort keeps each prompt's units together): rows of similar
+    # length share the batch, so less left padding is prefilled and read from the KV cache.
+    todo.sort(key=lambda u: -len(tok_ids[u[0]]))
+    prefix_kv = None  # per-layer (K, V) (1, H, P, D) once computed
+
+    def prefill(pids: list[str]) -> bool:
+        """1-2. tokenize (left padding) and prefill each new prompt once; keep its KV per prompt.
+        Returns False when the model's cache has layers we cannot re-pack (sliding windows...)."""
+        nonlocal cache, prefix_kv, P
+        if P and prefix_kv is None:
+            pre = torch.tensor([tok_ids[pids[0]][:P]], device=dev)  # (1, P)
+            out = _forward(model, input_ids=pre, position_ids=torch.arange(P, device=dev)[None], logits_to_keep=1)
+            if not all(type(layer) is DynamicLayer for layer in out.past_key_values.layers):
+                P = 0  # cannot extend this cache type row by row: prefill whole prompts
+            else:
+                prefix_kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        suf = [tok_ids[p][P:] for p in pids]
+        Ls = max(map(len, suf))
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        ids = torch.tensor([[pad] * (Ls - len(x)) + x for x in suf], device=dev)  # (U, Ls) left padding
+        smask = torch.tensor([[0] * (Ls - len(x)) + [1] * len(x) for x in suf], device=dev)  # (U, Ls)
+        pos = P + (smask.cumsum(-1) - 1).clamp(min=0)  # (U, Ls) positions ignore the padding
+        kw = {}
+        if P:
+            from transformers import DynamicCache
+            U = len(pids)
+            kw["past_key_values"] = DynamicCache(ddp_cache_data=[(k.expand(U, -1, -1, -1).contiguous(),
+                                                                  v.expand(U, -1, -1, -1).contiguous())
+                                                                 for k, v in prefix_kv])
+            smask = torch.cat([smask.new_ones(U, P), smask], dim=1)  # (U, P + Ls)
+        out = _forward(model, input_ids=ids, attention_mask=smask, position_ids=pos, logits_to_keep=1, **kw)
+        layers = out.past_key_values.layers
+        if not all(type(layer) is DynamicLayer for layer in layers):
+            return False
+        if cache is None:
+            cache = out.past_key_values  # the container (its layers are replaced by repack)
+        lg = out.logits[:, -1, :].float()  # (U, V) float32 once
+        for u, (p, x) in enumerate(zip(pids, suf)):
+            a = P + Ls - len(x)  # first suffix column of this prompt
+            kv = [(layer.keys[u:u + 1, :, a:], layer.values[u:u + 1, :, a:]) for layer in layers]
+            if P:  # prefix columns + this prompt's suffix, contiguous
+                kv = [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(prefix_kv, kv)]
+            prompt_kv[p] = (kv, lg[u], P + len(x))
+        return True
+
+    def repack(keep: torch.Tensor, new: list[tuple[str, int, int]]) -> None:
+        """Rebuild the batch from the kept rows and the new units, right-aligned in fresh buffers
+        (the new KV buffers hold max row length + T columns, so no step ever reallocates)."""
+        nonlocal cache, logits, mask, lens, keys, seed_t, step_t, last_pos, live, rows
+        need = [p for p in dict.fromkeys(p for p, _, _ in new) if p not in prompt_kv]
+        if need and not prefill(need):
+            raise _NoRepack
+        nk = int(keep.numel())
+        new_lp = torch.tensor([prompt_kv[p][2] for p, _, _ in new], dtype=torch.long, device=dev)  # (n,)
+        all_lens = torch.cat([lens[keep], new_lp]) if nk else new_lp  # (b',)
+        W = int(all_lens.max())
+        n_old = cache.layers[0].n if nk else 0
+        w = min(W, n_old)  # kept rows are right-aligned at n_old; their lens are <= W
+        groups = {}
+        for j, (p, _, _) in enumerate(new):
+            groups.setdefault(p, []).append(nk + j)
+        b2, layers = nk + len(new), []
+        ref = prompt_kv[new[0][0]][0] if new else None
+        for li in range(len(cache.layers) if nk else len(ref)):
+            src = cache.layers[li] if nk else None
+            k0 = src.kbuf if nk else ref[li][0]
+            H, D, Dv = k0.shape[1], k0.shape[-1], (src.vbuf if nk else ref[li][1]).shape[-1]
+            # Columns >= W are written before they are read; the left padding is read (and masked),
+            # so it must be finite: zeroed, since fresh memory may hold NaN bit patterns.
+            kb = k0.new_empty(b2, H, W + T, D)
+            vb = k0.new_empty(b2, H, W + T, Dv)
+            if nk:
+                kb[:nk, :, :W - w].zero_(); vb[:nk, :, :W - w].zero_()
+                kb[:nk, :, W - w:W] = src.kbuf[keep, :, n_old - w:n_old]
+                vb[:nk, :, W - w:W] = src.vbuf[keep, :, n_old - w:n_old]
+            for p, idx in groups.items():
+                pk, pv = prompt_kv[p][0][li]
+                lp, r0, r1 = pk.shape[-2], idx[0], idx[-1] + 1  # a prompt's rows are contiguous
+                kb[r0:r1, :, :W - lp].zero_(); vb[r0:r1, :, :W - lp].zero_()
+                kb[r0:r1, :, W - lp:W] = pk
+                vb[r0:r1, :, W - lp:W] = pv
+            layers.append(_PreallocLayer(kb, vb, W))
+        cache.layers = layers
+        mask = (torch.arange(W, device=dev)[None, :] >= (W - all_lens)[:, None]).long()  # (b', W)
+        new_logits = torch.stack([prompt_kv[p][1] for p, _, _ in new]) if new else None
+        parts = [t for t in (logits[keep] if nk else None, new_logits) if t is not None]
+        logits = torch.cat(parts)  # (b', V)
+        nkeys = noise.unit_keys([(p, r) for p, r, _ in new]).to(dev)
+        nseed = torch.tensor([noise._signed(int(sd)) for _, _, sd in new], dtype=torch.int64, device=dev)
+        zero = torch.zeros(len(new), dtype=torch.long, device=dev)
+        cat = (lambda a, b_: torch.cat([a[keep], b_]) if nk else b_)
+        keys, seed_t, step_t = cat(keys, nkeys), cat(seed_t, nseed), cat(step_t, zero)
+        last_pos, lens = cat(last_pos, new_lp - 1), all_lens
+        live = torch.ones(b2, dtype=torch.bool, device=dev)
+        rows = [rows[i] for i in keep.tolist()] + [_Row(u) for u in new]
+        for p, _, _ in new:
+            todo_count[p] -= 1
+            if not todo_count[p]:
+                del prompt_kv[p]  # every unit of this prompt has joined: its prefill is no longer needed
+
+    def select(keep: torch.Tensor) -> None:
+        """Drop finished rows in place (static batches: the cache's own row selection)."""
+        nonlocal logits, mask, lens, keys, seed_t, step_t, last_pos, live, rows
+        cache.batch_select_indices(keep)
+        logits, mask, lens, keys, seed_t, step_t, last_pos, live = (
+            t[keep] for t in (logits, mask, lens, keys, seed_t, step_t, last_pos, live))
+        rows = [rows[i] for i in keep.tolist()]
+
+    continuous = True
+    while True:
+        # Admit pending units when a quarter of the batch is free (or nothing runs), and drop
+        # finished rows when they are a quarter of it: a repack copies the KV cache once for both.
+        n_live = int(live.sum()) if rows else 0
+        free = batch_size - n_live
+        keep = live.nonzero().squeeze(1) if n_live else torch.zeros(0, dtype=torch.long, device=dev)
+        if todo and (n_live == 0 or (continuous and free * 4 >= batch_size)):
+            take = todo[:free]
+            if continuous:
+                try:
+                    repack(keep, take)
+                except _NoRepack:  # e.g. sliding-window layers: static batches from now on
+                    continuous = False
+            if not continuous:
+                if n_live:  # cannot mix a running batch with new rows: finish it first
+                    select(keep)
+                    take = []
+                else:
+                    cache, logits, mask = _static_batch(lm, texts, take)
+                    lens = mask.sum(-1)
+                    keys = noise.unit_keys([(p, r) for p, r, _ in take]).to(dev)
+                    seed_t = torch.tensor([noise._signed(int(sd)) for _, _, sd in take], dtype=torch.int64,
+                                          device=dev)
+                    step_t, last_pos = torch.zeros_like(lens), lens - 1
+                    live, rows = torch.ones(len(take), dtype=torch.bool, device=dev), [_Row(u) for u in take]
+            del todo[:len(take)]
+        elif rows and (len(rows) - n_live) * 4 >= len(rows):
+            repack(keep, []) if continuous else select(keep)
+        if not rows:
+            return
+        # 3. decode: keyed noise -> Gumbel-max -> next token, per-row step (rows joined at different times)
+        g = noise.gumbel(seed_t, keys, step_t, token_keys) if cfg.temperature > 0 else None  # (b, V)
         s = sample(logits, g, cfg.temperature, cfg.top_k, cfg.top_p)
         nxt = s.tokens  # (b,)
-        p = s.logprobs.gather(1, nxt[:, None]).squeeze(1).exp()  # (b,)
-        parts = [rows, nxt, p]
+        p_tok = s.logprobs.gather(1, nxt[:, None]).squeeze(1).exp()  # (b,)
+        parts = [nxt, p_tok]
         if k:
             tv, ti = torch.topk(s.logprobs, min(k, s.logprobs.shape[-1]), dim=-1)  # (b, k)
             parts += [ti, tv.exp(), g.gather(1, ti) if g is not None else None]
+        done = (torch.isin(nxt, stop) | (step_t >= T - 1)) & live  # (b,)
         # one device->host copy per tensor per step (no .item() per row)
         host = [t.tolist() if t is not None else None for t in parts]
-        live_h = live.tolist()
-        for j, r in enumerate(host[0]):
-            if not live_h[j]:  # finished earlier, still in the batch until the next compaction
+        live_h, done_h, eos_h = live.tolist(), done.tolist(), torch.isin(nxt, stop).tolist()
+        finished = []
+        for j, row in enumerate(rows):
+            if not live_h[j]:  # finished earlier, still in the batch until the next repack
                 continue
-            d = rec[r]
-            d["ids"].append(host[1][j]); d["probs"].append(host[2][j])
+            row.ids.append(host[0][j]); row.probs.append(host[1][j])
             if k:
-                d["top_ids"].append(host[3][j]); d["top_probs"].append(host[4][j])
-                if host[5] is not None:
-                    d["top_g"].append(host[5][j])
-        done = torch.isin(nxt, stop) & live  # (b,)
-        for r in rows[done].tolist():
-            rec[r]["finish"] = "eos"
+                row.top_ids.append(host[2][j]); row.top_probs.append(host[3][j])
+                if host[4] is not None:
+                    row.top_g.append(host[4][j])
+            if done_h[j]:
+                row.finish = "eos" if eos_h[j] else "length"
+                finished.append(row)
+        if finished:
+            yield finished
         live &= ~done
-        if step == cfg.max_new_tokens - 1 or not bool(live.any()):
-            break
-        # Drop finished rows once they are a quarter of the batch: copying the KV buffers costs
-        # about as much as several decode steps of a finished row, so not after every EOS.
-        if int((~live).sum()) * 4 >= live.numel():
-            keep = live.nonzero().squeeze(1)  # (b',)
-            cache.batch_select_indices(keep)
-            rows, keys, seed_t, nxt, live = rows[keep], keys[keep], seed_t[keep], nxt[keep], live[keep]
-            mask, last_pos = mask[keep], last_pos[keep]
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # (b, L+step+1)
-        last_pos = last_pos + 1  # (b,)
-        out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
-                    past_key_values=cache, use_cache=True)
+        step_t = step_t + 1
+        if not bool(live.any()):
+            rows, live = [], None
+            continue
+        last_pos, lens = last_pos + 1, lens + 1  # (b,)
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # (b, n+1)
+        out = _forward(model, input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
+                       past_key_values=cache)
         logits = out.logits[:, -1, :].float()  # (b, V)
-    # 4. detokenize (the stop token is kept in token_ids/traces, not in the text)
-    stop_set = set(stop.tolist())
-    texts_out = tok.batch_decode([[t for t in d["ids"] if t not in stop_set] for d in rec],
-                                 skip_special_tokens=True)
-    for d, t in zip(rec, texts_out):
-        d["text"] = t
-    return rec
+
+
+def _common_prefix(seqs: list[list[int]], min_len: int = 8) -> int:
+    """Length of the token prefix shared by all ``seqs``, leaving every sequence >= 1 own token
+    (its last position gives the first logits); 0 when shorter than ``min_len``."""
+    n = min(len(x) for x in seqs) - 1
+    first = seqs[0]
+    for x in seqs[1:]:
+        i = 0
+        while i < n and x[i] == first[i]:
+            i += 1
+        n = i
+    return n if n >= min_len else 0
+
+
+class _NoRepack(Exception):
+    """The model's KV cache has layers that cannot be re-packed row by row."""
+
+
+def _static_batch(lm, texts: dict[str, str], units: list[tuple[str, int, int]]):
+    """Fallback for caches we cannot re-pack: prefill the batch's unique prompts once and expand
+    each to its rows with the cache's own row selection. Returns (cache, logits (B, V), mask (B, L))."""
+    tok, dev = lm.tokenizer, lm.device
+    uniq = list(dict.fromkeys(p for p, _, _ in units))
+    tok.padding_side = "left"
+    enc = tok([texts[p] for p in uniq], return_tensors="pt", padding=True, add_special_tokens=False)
+    ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)  # (U, L)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = _forward(lm.model, input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1)
+    sel = torch.tensor([uniq.index(p) for p, _, _ in units], device=dev)  # (B,)
+    cache = out.past_key_values
+    cache.batch_select_indices(sel)
+    return cache, out.logits[:, -1, :].float()[sel], mask[sel]
+
+
+def _detok(lm, rows: list[_Row], stop_ids: set[int]) -> list[str]:
+    """4. detokenize (the stop token is kept in token_ids/traces, not in the text)."""
+    return lm.tokenizer.batch_decode([[t for t in r.ids if t not in stop_ids] for r in rows], skip_special_tokens=True)
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -256,11 +427,12 @@ def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[
                   seed: int | Sequence[int],
                   cfg: GenConfig, token_keys: torch.Tensor | None = None,
                   system_prompt: str | None = None) -> Iterator[list[GenResult]]:
-    """Generate ``units`` in batches, yielding each completed batch (list of GenResult).
+    """Generate ``units`` with continuous batching, yielding completed results in chunks of about
+    ``cfg.batch_size`` (list of GenResult, in completion order).
 
-    Units are grouped by prompt so that repeats share one prefill. On CUDA out-of-memory the
-    batch size is halved and the failed batch retried (nothing is lost: a batch is only yielded
-    when complete).
+    Units are grouped by prompt so that the repeats of a prompt share one prefill. On CUDA
+    out-of-memory the batch size is halved and the unfinished units are generated again (nothing
+    is lost: a unit is only yielded when complete, and its result does not depend on the batch).
 
     Args:
         lm: a models.LoadedModel (or any object with .model, .tokenizer, .device).
@@ -281,51 +453,44 @@ def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[
         V = int(lm.model.get_output_embeddings().weight.shape[0])
         token_keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=V)
     token_keys = token_keys.to(lm.device)
+    if token_keys.shape[0] != int(lm.model.get_output_embeddings().weight.shape[0]):
+        raise UserError(f"token_keys has {token_keys.shape[0]} entries but the model's logits are "
+                        f"{int(lm.model.get_output_embeddings().weight.shape[0])} wide")
     seeds = [int(seed)] * len(units) if isinstance(seed, int) else [int(x) for x in seed]
     if len(seeds) != len(units):
         raise UserError(f"got {len(seeds)} seeds for {len(units)} units")
     order: dict[str, list[tuple[str, int, int]]] = {}
     for u, sd in zip(units, seeds):
         order.setdefault(u[0], []).append((u[0], int(u[1]), sd))
-    bs = cfg.batch_size
-    # Chunks hold whole prompts (all their pending repeats) while they fit, so each prompt is
-    # prefilled once per run instead of once per chunk it straddles.
-    pending: list[list[tuple[str, int, int]]] = [[]]
-    for us in order.values():
-        if len(pending[-1]) + len(us) > bs and pending[-1]:
-            pending.append([])
-        for u in us:
-            if len(pending[-1]) == bs:
-                pending.append([])
-            pending[-1].append(u)
-    pending = [c for c in pending if c]
-    text_cache: dict[str, str] = {}
-    while pending:
-        chunk = pending.pop(0)
-        uniq = list(dict.fromkeys(p for p, _, _ in chunk))
-        for p in uniq:
-            if p not in text_cache:
-                text_cache[p] = chat_text(lm.tokenizer, prompt_messages(prompts[p], system_prompt))
+    todo = [u for us in order.values() for u in us]
+    texts = {p: chat_text(lm.tokenizer, prompt_messages(prompts[p], system_prompt)) for p in order}
+    stop_ids = _stop_ids(lm)
+    bs, buf, done = cfg.batch_size, [], set()
+    while todo:
         try:
-            rec = _generate_batch(lm, [text_cache[p] for p in uniq], [uniq.index(p) for p, _, _ in chunk],
-                                  noise.unit_keys([(p, r) for p, r, _ in chunk]), [sd for _, _, sd in chunk],
-                                  cfg, token_keys)
+            for rows in _stream(lm, texts, todo, cfg, token_keys, bs):
+                for row, text in zip(rows, _detok(lm, rows, stop_ids)):
+                    p, r, sd = row.unit
+                    done.add(row.unit)
+                    buf.append(GenResult(
+                        prompt_id=p, repeat=r, token_ids=tuple(row.ids), text=text, finish_reason=row.finish,
+                        seed=sd, probs=tuple(row.probs),
+                        top_ids=tuple(map(tuple, row.top_ids)) if cfg.trace_top_k else None,
+                        top_probs=tuple(map(tuple, row.top_probs)) if cfg.trace_top_k else None,
+                        top_gumbels=tuple(map(tuple, row.top_g)) if cfg.trace_top_k and row.top_g else None))
+                if len(buf) >= cfg.batch_size:
+                    yield buf
+                    buf = []
+            todo = []
         except RuntimeError as exc:
-            if not _is_oom(exc) or len(chunk) == 1:
+            if not _is_oom(exc) or bs == 1:
                 raise
-            bs = max(1, len(chunk) // 2)  # halve and retry this chunk; later chunks use the new size
+            bs = max(1, bs // 2)  # halve and go on with the units not finished yet
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            rest = [u for c in pending for u in c]
-            pending = [chunk[i:i + bs] for i in range(0, len(chunk), bs)] + \
-                      [rest[i:i + bs] for i in range(0, len(rest), bs)]
-            continue
-        yield [GenResult(prompt_id=p, repeat=r, token_ids=tuple(d["ids"]), text=d["text"],
-                         finish_reason=d["finish"], seed=sd, probs=tuple(d["probs"]),
-                         top_ids=tuple(map(tuple, d["top_ids"])) if cfg.trace_top_k else None,
-                         top_probs=tuple(map(tuple, d["top_probs"])) if cfg.trace_top_k else None,
-                         top_gumbels=tuple(map(tuple, d["top_g"])) if cfg.trace_top_k and d["top_g"] else None)
-               for (p, r, sd), d in zip(chunk, rec)]
+            todo = [u for u in todo if u not in done]
+    if buf:
+        yield buf
 
 
 def generate_units(lm, prompts, units: Sequence[tuple[str, int]], seed: int | Sequence[int],
@@ -347,17 +512,15 @@ def complete(lm, messages_list: Sequence[list[dict]], max_new_tokens: int = 64, 
     """
     cfg = GenConfig(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
                     trace_top_k=0, record_traces=False)
+    ids = [f"complete:{j}" for j in range(len(messages_list))]
+    texts = {pid: chat_text(lm.tokenizer, list(m)) for pid, m in zip(ids, messages_list)}
     V = int(lm.model.get_output_embeddings().weight.shape[0])
     keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=V).to(lm.device)
-    texts = [chat_text(lm.tokenizer, list(m)) for m in messages_list]
-    out: list[str] = []
-    for i in range(0, len(texts), batch_size):
-        part = texts[i:i + batch_size]
-        rec = _generate_batch(lm, part, list(range(len(part))),
-                              noise.unit_keys([(f"complete:{j}", 0) for j in range(i, i + len(part))]),
-                              [seed] * len(part), cfg, keys)
-        out += [d["text"] for d in rec]
-    return out
+    out: dict[str, str] = {}
+    stop_ids = _stop_ids(lm)
+    for rows in _stream(lm, texts, [(pid, 0, seed) for pid in ids], cfg, keys, batch_size):
+        out.update((row.unit[0], t) for row, t in zip(rows, _detok(lm, rows, stop_ids)))
+    return [out[pid] for pid in ids]
 
 
 # --------------------------------------------------------------------------- resumable runs

@@ -67,19 +67,21 @@ def test_out_of_memory_halves_batch_and_loses_nothing(monkeypatch):
     lm = _lm("a", seed=1)
     units = [(p, r) for p in list(PROMPTS)[:3] for r in range(3)]
     want = G.generate_units(lm, PROMPTS, units, 2, CFG)
-    real, sizes = G._generate_batch, []
+    real, sizes = G._forward, []
 
-    def tight_memory(lm_, texts, row_text, *a, **kw):  # a device that only fits 2 rows
-        sizes.append(len(row_text))
-        if len(row_text) > 2:
+    def tight_memory(model, **kw):  # a device that only fits 2 rows per forward
+        rows = kw["input_ids"].shape[0] if kw["input_ids"].shape[1] == 1 else 0  # prefills always fit
+        sizes.append(rows)
+        if rows > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(lm_, texts, row_text, *a, **kw)
+        return real(model, **kw)
 
-    monkeypatch.setattr(G, "_generate_batch", tight_memory)
+    monkeypatch.setattr(G, "_forward", tight_memory)
     got = G.generate_units(lm, PROMPTS, units, 2, CFG)
     assert [r.token_ids for r in got] == [r.token_ids for r in want]
-    first_fit = next(i for i, n in enumerate(sizes) if n <= 2)
-    assert sizes[0] == 6 and all(n <= 2 for n in sizes[first_fit:])  # halved until it fits, then kept
+    decode = [n for n in sizes if n]  # decode-step batch sizes (prefills recorded as 0)
+    first_fit = next(i for i, n in enumerate(decode) if n <= 2)
+    assert decode[0] > 2 and all(n <= 2 for n in decode[first_fit:])  # halved until it fits, then kept
 
 
 def test_traces_are_consistent_and_noise_recomputable():
@@ -114,6 +116,44 @@ def test_stop_at_eos_per_row():
             assert r.token_ids[-1] == eos and eos not in r.token_ids[:-1]
         else:
             assert len(r.token_ids) == 12 and eos not in r.token_ids
+
+
+def test_continuous_batching_late_joiners_equal_units_alone(monkeypatch):
+    """Rows that join a running batch (refill after EOS) generate what they generate alone."""
+    lm = _lm("a", seed=3)
+    eos = lm.tokenizer.eos_token_id
+    hook = lm.model.lm_head.register_forward_hook(lambda mod, inp, out: out.index_add(
+        -1, torch.tensor([eos]), torch.full(out.shape[:-1] + (1,), 3.0)))
+    units = [(p, r) for p in PROMPTS for r in range(4)]  # 24 units, 6 prompt lengths
+    cfg = G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=8)
+    real, calls = G._forward, []
+
+    def spy(model, **kw):
+        calls.append(tuple(kw["input_ids"].shape))
+        return real(model, **kw)
+
+    try:
+        monkeypatch.setattr(G, "_forward", spy)
+        batched = G.generate_units(lm, PROMPTS, units, 11, cfg)
+        monkeypatch.setattr(G, "_forward", real)
+        alone = G.generate_units(lm, PROMPTS, units, 11, G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=1))
+    finally:
+        hook.remove()
+    assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
+    assert [r.finish_reason for r in batched] == [r.finish_reason for r in alone]
+    decode = [b for b, t in calls if t == 1]
+    prefills = [b for b, t in calls if t > 1]
+    # the shared prefix (template + "What is x") is prefilled once as a batch of 1, then every
+    # prompt's own suffix exactly once
+    texts = [G.chat_text(lm.tokenizer, G.prompt_messages(PROMPTS[p], None)) for p in PROMPTS]
+    P = G._common_prefix([lm.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts])
+    assert P > 8 and calls[0] == (1, P)
+    assert max(decode) <= 8 and sum(prefills) == 1 + len(PROMPTS)
+    # refills happened: some prefill came after decoding had started, and the decode steps are
+    # fewer than a static batching of 8-row chunks would need
+    first_decode = next(i for i, (b, t) in enumerate(calls) if t == 1)
+    assert any(t > 1 for _, t in calls[first_decode:])
+    assert sum(decode) >= sum(len(r.token_ids) for r in batched) - len(units)
 
 
 def test_greedy_complete_matches_generate_units():
@@ -233,3 +273,35 @@ def test_cli_generate_two_model_folders_with_different_vocabularies(tmp_path, ca
     assert cli_main(args) == 0  # the same command again resumes: same run, nothing added
     assert capsys.readouterr().out.strip().splitlines()[-1] == run
     assert store.table_counts(db)["generations"] == 16
+
+
+def test_sliding_window_cache_falls_back_to_static_batches(monkeypatch):
+    """A model whose KV cache cannot be re-packed row by row (sliding-window layers) runs in static
+    batches and gives what the same weights give through the continuous path."""
+    from transformers import MistralConfig, MistralForCausalLM
+    from transformers.cache_utils import DynamicLayer
+
+    llama = _lm("llama", seed=5)
+    c = llama.model.config
+    mcfg = MistralConfig(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+                         num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
+                         num_key_value_heads=c.num_key_value_heads, max_position_embeddings=512,
+                         sliding_window=400, pad_token_id=c.pad_token_id, bos_token_id=c.bos_token_id,
+                         eos_token_id=c.eos_token_id, tie_word_embeddings=True)
+    mistral = MistralForCausalLM(mcfg).eval()
+    mistral.load_state_dict(llama.model.state_dict())
+    mlm = models.from_objects("mistral", mistral, llama.tokenizer)
+    units = [(p, r) for p in PROMPTS for r in range(3)]
+    cfg = G.GenConfig(temperature=1.0, max_new_tokens=8, batch_size=8)
+    real, layer_types = G._forward, set()
+
+    def spy(model, **kw):
+        out = real(model, **kw)
+        layer_types.update(type(layer) for layer in out.past_key_values.layers)
+        return out
+
+    monkeypatch.setattr(G, "_forward", spy)
+    got = G.generate_units(mlm, PROMPTS, units, 4, cfg)
+    assert layer_types and DynamicLayer not in layer_types  # sliding layers only: the fallback ran
+    want = G.generate_units(llama, PROMPTS, units, 4, cfg)
+    assert [r.token_ids for r in got] == [r.token_ids for r in want]
