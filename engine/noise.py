@@ -149,12 +149,20 @@ def gumbel(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.
         step_t = torch.full_like(unit_keys, int(step))  # (B,)
     row = _mix_(_mix_(s + unit_keys) + step_t)  # (B,)
     tok = _mix_(token_keys.to(torch.int64) + _TOKEN_SALT)  # (V,)
-    h = _mix_(row[:, None] + tok[None, :])  # (B, V) fresh tensor, mixed in place
-    # 53 high bits -> a float64 uniform on the grid k * 2^-53; clamped away from 0 and 1 so that
-    # -log(-log u) is finite (u = 0 has probability 2^-53 per value).
-    u = _srl(h, 11).to(torch.float64).mul_(2.0 ** -53)  # (B, V)
-    u.clamp_(min=torch.finfo(torch.float64).tiny, max=1.0 - 2.0 ** -53)
-    return u.log_().neg_().log_().neg_().to(torch.float32)  # -log(-log u)
+    B, V = row.shape[0], tok.shape[0]
+    out = torch.empty(B, V, dtype=torch.float32, device=device)  # (B, V)
+    # Why column chunks on CPU: ~20 elementwise int64/float64 passes; on (32, 49152) each pass
+    # streams a 12 MB temporary through memory, while 0.5 MB chunks stay in L2 (32 -> 18 ms).
+    # Elementwise, so the values are bit-identical whatever the chunk size.
+    step_v = V if device.type != "cpu" else max(1, (1 << 16) // max(B, 1))
+    for a in range(0, V, step_v):
+        h = _mix_(row[:, None] + tok[None, a:a + step_v])  # (B, c) fresh tensor, mixed in place
+        # 53 high bits -> a float64 uniform on the grid k * 2^-53; clamped away from 0 and 1 so that
+        # -log(-log u) is finite (u = 0 has probability 2^-53 per value).
+        u = _srl(h, 11).to(torch.float64).mul_(2.0 ** -53)  # (B, c)
+        u.clamp_(min=torch.finfo(torch.float64).tiny, max=1.0 - 2.0 ** -53)
+        out[:, a:a + step_v] = u.log_().neg_().log_().neg_()  # -log(-log u), rounded to float32
+    return out
 
 
 # --------------------------------------------------------------------------- token keys
