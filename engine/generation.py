@@ -45,6 +45,11 @@ from engine.progress import Progress
 from engine.sampling import check_params, sample
 
 
+# Auto traces: about 1M token traces at MCQ lengths, the size the dashboard is measured on
+# (docs/BENCHMARKS.md); a full-MMLU run (1.4M generations) would store ~30M trace rows.
+TRACES_AUTO_MAX_UNITS = 50_000
+
+
 @dataclass(frozen=True)
 class GenConfig:
     """Sampling and batching settings of a generation (everything but the seed and the models)."""
@@ -55,7 +60,7 @@ class GenConfig:
     max_new_tokens: int = 20
     batch_size: int = 32
     trace_top_k: int = 5
-    record_traces: bool = True
+    record_traces: bool | None = True  # None = auto: on for runs of <= TRACES_AUTO_MAX_UNITS generations
 
     def __post_init__(self) -> None:
         check_params(self.temperature, self.top_k, self.top_p)
@@ -693,6 +698,13 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                         + "); noise is keyed by token byte strings, so coupling only holds where the "
                         "tokenizers produce the same strings (expect weaker coupling)")
 
+    n_units = len(names) * len(prompts) * repeats * len(modes)
+    if cfg.record_traces is None:  # auto: resolved from the run's size, so a rerun resolves the same
+        cfg = replace(cfg, record_traces=n_units <= TRACES_AUTO_MAX_UNITS)
+        if not cfg.record_traces:
+            warnings.append(f"token traces are off for this run ({n_units:,} generations > "
+                            f"{TRACES_AUTO_MAX_UNITS:,}); pass --traces on to store them")
+
     settings = {"models": sorted(names), "dataset_id": dataset.dataset_id,
                 "prompt_ids_hash": hashlib.blake2b("\x00".join(pids).encode(), digest_size=8).hexdigest(),
                 "system_prompt": system_prompt, "repeats": repeats, "modes": sorted(modes), "seed": seed,
@@ -702,7 +714,6 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     run_id = run_id or run_id_for(settings)
     config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
               "device": str(device or models_mod.default_device()), "n_prompts": len(prompts)}
-    n_units = len(names) * len(prompts) * repeats * len(modes)
     ds_row, prompt_rows = _dataset_rows(dataset)
 
     with store.writer(db) as con:

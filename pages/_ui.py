@@ -267,8 +267,7 @@ def generate_args(models: list[str], dataset: str, repeats: int, temperature: fl
             "--db", str(db_path())]
     if limit:
         args += ["--limit", str(int(limit))]
-    if not record_traces:
-        args.append("--no-traces")
+    args += ["--traces", "on" if record_traces else "off"]  # explicit: the checkbox is what the user sees
     return args
 
 

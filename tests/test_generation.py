@@ -305,3 +305,22 @@ def test_sliding_window_cache_falls_back_to_static_batches(monkeypatch):
     assert layer_types and DynamicLayer not in layer_types  # sliding layers only: the fallback ran
     want = G.generate_units(llama, PROMPTS, units, 4, cfg)
     assert [r.token_ids for r in got] == [r.token_ids for r in want]
+
+
+def test_auto_traces_on_for_small_runs_off_for_large(tmp_db, monkeypatch):
+    lm = _lm("a")
+    cfg = G.GenConfig(temperature=1.0, max_new_tokens=4, batch_size=8, record_traces=None)
+    small = G.run_generation(tmp_db, [lm], _dataset(2), 2, ["coupled"], seed=1, cfg=cfg, show_bar=False)
+    monkeypatch.setattr(G, "TRACES_AUTO_MAX_UNITS", 3)  # 4 generations > 3: a "large" run
+    large = G.run_generation(tmp_db, [lm], _dataset(2), 2, ["coupled"], seed=2, cfg=cfg, show_bar=False)
+    traces = store.query_df(tmp_db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY 1").set_index("run_id")["n"]
+    assert traces.get(small, 0) > 0 and traces.get(large, 0) == 0
+    runs = store.query_df(tmp_db, "SELECT run_id, config, warnings FROM runs").set_index("run_id")
+    assert json.loads(runs.loc[small, "config"])["record_traces"] is True
+    assert json.loads(runs.loc[large, "config"])["record_traces"] is False
+    assert "token traces are off" in runs.loc[large, "warnings"] and "--traces on" in runs.loc[large, "warnings"]
+    # rerunning the same auto command resolves the same way: same run id, resumed, nothing added
+    again = G.run_generation(tmp_db, [lm], _dataset(2), 2, ["coupled"], seed=2, cfg=cfg, show_bar=False)
+    assert again == large
+    assert store.query_df(
+        tmp_db, "SELECT count(*) AS n FROM generations WHERE run_id = ?", [large])["n"][0] == 4

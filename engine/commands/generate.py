@@ -27,7 +27,10 @@ def register(sub) -> None:
     p.add_argument("--modes", nargs="+", default=["coupled", "independent"], help="coupled and/or independent")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--no-traces", action="store_true", help="do not store per-token traces")
+    p.add_argument("--traces", choices=["auto", "on", "off"], default="auto",
+                   help="per-token traces (chosen token, top-k alternatives, Gumbel values); auto (default): "
+                        "on for runs of at most 50,000 generations")
+    p.add_argument("--no-traces", action="store_true", help="same as --traces off")
     p.add_argument("--trace-top-k", type=int, default=5, help="alternatives stored per token (0 = none)")
     p.add_argument("--run-id", default=None, help="default: derived from the settings (rerun = resume)")
     p.add_argument("--no-resume", action="store_true", help="fail instead of resuming an existing run")
@@ -53,7 +56,8 @@ def run_generate(args) -> int:
 
     cfg = GenConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                    trace_top_k=args.trace_top_k, record_traces=not args.no_traces)
+                    trace_top_k=args.trace_top_k, record_traces=False if args.no_traces else
+                    {"auto": None, "on": True, "off": False}[args.traces])
     if args.threads is not None:
         if args.threads < 1:
             raise UserError(f"--threads must be >= 1, got {args.threads}")
