@@ -206,6 +206,7 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
     # A prefix shared by every prompt (system prompt + chat template: ~43 tokens of the demo's ~87)
     # is prefilled once for the whole stream; each prompt then prefills only its own suffix.
     tok_ids = {p: tok(texts[p], add_special_tokens=False)["input_ids"] for p in dict.fromkeys(u[0] for u in todo)}
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     P = _common_prefix(list(tok_ids.values())) if len(tok_ids) > 1 else 0
     # Longest prompts first (a stable sort keeps each prompt's units together): rows of similar
     # length share the batch, so less left padding is prefilled and read from the KV cache.
@@ -224,10 +225,8 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
             else:
                 prefix_kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         suf = [tok_ids[p][P:] for p in pids]
-        Ls = max(map(len, suf))
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        ids = torch.tensor([[pad] * (Ls - len(x)) + x for x in suf], device=dev)  # (U, Ls) left padding
-        smask = torch.tensor([[0] * (Ls - len(x)) + [1] * len(x) for x in suf], device=dev)  # (U, Ls)
+        ids, smask = _left_pad(suf, pad, dev)  # (U, Ls)
+        Ls = ids.shape[1]
         pos = P + (smask.cumsum(-1) - 1).clamp(min=0)  # (U, Ls) positions ignore the padding
         kw = {}
         if P:
@@ -269,16 +268,15 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
         for j, (p, _, _) in enumerate(new):
             groups.setdefault(p, []).append(nk + j)
         b2, layers = nk + len(new), []
-        ref = prompt_kv[new[0][0]][0] if new else None
-        for li in range(len(cache.layers) if nk else len(ref)):
-            src = cache.layers[li] if nk else None
-            k0 = src.kbuf if nk else ref[li][0]
-            H, D, Dv = k0.shape[1], k0.shape[-1], (src.vbuf if nk else ref[li][1]).shape[-1]
+        # per layer, a (K, V) pair to take head counts, head dims, dtype and device from
+        shapes = [(layer.kbuf, layer.vbuf) for layer in cache.layers] if nk else prompt_kv[new[0][0]][0]
+        for li, (k0, v0) in enumerate(shapes):
             # Columns >= W are written before they are read; the left padding is read (and masked),
             # so it must be finite: zeroed, since fresh memory may hold NaN bit patterns.
-            kb = k0.new_empty(b2, H, W + T, D)
-            vb = k0.new_empty(b2, H, W + T, Dv)
+            kb = k0.new_empty(b2, k0.shape[1], W + T, k0.shape[-1])  # (b', H, W + T, D)
+            vb = v0.new_empty(b2, v0.shape[1], W + T, v0.shape[-1])
             if nk:
+                src = cache.layers[li]
                 kb[:nk, :, :W - w].zero_(); vb[:nk, :, :W - w].zero_()
                 kb[:nk, :, W - w:W] = src.kbuf[keep, :, n_old - w:n_old]
                 vb[:nk, :, W - w:W] = src.vbuf[keep, :, n_old - w:n_old]
@@ -294,8 +292,7 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
         new_logits = torch.stack([prompt_kv[p][1] for p, _, _ in new]) if new else None
         parts = [t for t in (logits[keep] if nk else None, new_logits) if t is not None]
         logits = torch.cat(parts)  # (b', V)
-        nkeys = noise.unit_keys([(p, r) for p, r, _ in new]).to(dev)
-        nseed = torch.tensor([noise._signed(int(sd)) for _, _, sd in new], dtype=torch.int64, device=dev)
+        nkeys, nseed = _unit_tensors(new, dev)
         zero = torch.zeros(len(new), dtype=torch.long, device=dev)
         cat = (lambda a, b_: torch.cat([a[keep], b_]) if nk else b_)
         keys, seed_t, step_t = cat(keys, nkeys), cat(seed_t, nseed), cat(step_t, zero)
@@ -333,12 +330,17 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
                 if n_live:  # cannot mix a running batch with new rows: finish it first
                     select(keep)
                     take = []
-                else:
-                    cache, logits, mask = _static_batch(lm, texts, take)
+                else:  # prefill the batch's prompts once; the cache's own row selection expands them
+                    uniq = list(dict.fromkeys(p for p, _, _ in take))
+                    ids, pmask = _left_pad([tok_ids[p] for p in uniq], pad, dev)  # (U, L)
+                    out = _forward(model, input_ids=ids, attention_mask=pmask,
+                                   position_ids=(pmask.cumsum(-1) - 1).clamp(min=0), logits_to_keep=1)
+                    sel = torch.tensor([uniq.index(p) for p, _, _ in take], device=dev)  # (B,)
+                    cache = out.past_key_values
+                    cache.batch_select_indices(sel)
+                    logits, mask = out.logits[:, -1, :].float()[sel], pmask[sel]  # (B, V), (B, L)
                     lens = mask.sum(-1)
-                    keys = noise.unit_keys([(p, r) for p, r, _ in take]).to(dev)
-                    seed_t = torch.tensor([noise._signed(int(sd)) for _, _, sd in take], dtype=torch.int64,
-                                          device=dev)
+                    keys, seed_t = _unit_tensors(take, dev)
                     step_t, last_pos = torch.zeros_like(lens), lens - 1
                     live, rows = torch.ones(len(take), dtype=torch.bool, device=dev), [_Row(u) for u in take]
             del todo[:len(take)]
@@ -385,6 +387,21 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
         logits = out.logits[:, -1, :].float()  # (b, V)
 
 
+def _left_pad(seqs: list[list[int]], pad: int, dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id lists -> (ids, attention mask), both (U, max len), left padded."""
+    L = max(map(len, seqs))
+    ids = torch.tensor([[pad] * (L - len(x)) + list(x) for x in seqs], device=dev)
+    mask = torch.tensor([[0] * (L - len(x)) + [1] * len(x) for x in seqs], device=dev)
+    return ids, mask
+
+
+def _unit_tensors(units: Sequence[tuple[str, int, int]], dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """(unit keys, seeds as int64 bits), both (n,), for units (prompt_id, repeat, seed)."""
+    keys = noise.unit_keys([(p, r) for p, r, _ in units]).to(dev)
+    seeds = torch.tensor([noise._signed(int(sd)) for _, _, sd in units], dtype=torch.int64, device=dev)
+    return keys, seeds
+
+
 def _common_prefix(seqs: list[list[int]], min_len: int = 8) -> int:
     """Length of the token prefix shared by all ``seqs``, leaving every sequence >= 1 own token
     (its last position gives the first logits); 0 when shorter than ``min_len``."""
@@ -400,22 +417,6 @@ def _common_prefix(seqs: list[list[int]], min_len: int = 8) -> int:
 
 class _NoRepack(Exception):
     """The model's KV cache has layers that cannot be re-packed row by row."""
-
-
-def _static_batch(lm, texts: dict[str, str], units: list[tuple[str, int, int]]):
-    """Fallback for caches we cannot re-pack: prefill the batch's unique prompts once and expand
-    each to its rows with the cache's own row selection. Returns (cache, logits (B, V), mask (B, L))."""
-    tok, dev = lm.tokenizer, lm.device
-    uniq = list(dict.fromkeys(p for p, _, _ in units))
-    tok.padding_side = "left"
-    enc = tok([texts[p] for p in uniq], return_tensors="pt", padding=True, add_special_tokens=False)
-    ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)  # (U, L)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = _forward(lm.model, input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1)
-    sel = torch.tensor([uniq.index(p) for p, _, _ in units], device=dev)  # (B,)
-    cache = out.past_key_values
-    cache.batch_select_indices(sel)
-    return cache, out.logits[:, -1, :].float()[sel], mask[sel]
 
 
 def _detok(lm, rows: list[_Row], stop_ids: set[int]) -> list[str]:
