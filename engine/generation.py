@@ -29,8 +29,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,15 +171,12 @@ class _Row:
     """Host-side state of one batch row: its unit and what it has generated so far."""
 
     unit: tuple[str, int, int]                     # (prompt_id, repeat, seed)
-    ids: list = None
-    probs: list = None
-    top_ids: list = None
-    top_probs: list = None
-    top_g: list = None
+    ids: list = field(default_factory=list)        # per step: chosen token, its probability,
+    probs: list = field(default_factory=list)      # the top-k alternatives, their probabilities
+    top_ids: list = field(default_factory=list)    # and Gumbel values
+    top_probs: list = field(default_factory=list)
+    top_g: list = field(default_factory=list)
     finish: str = "length"
-
-    def __post_init__(self):
-        self.ids, self.probs, self.top_ids, self.top_probs, self.top_g = [], [], [], [], []
 
 
 @torch.inference_mode()
@@ -195,9 +193,7 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
     k, T = cfg.trace_top_k, cfg.max_new_tokens
     stop = torch.tensor(sorted(_stop_ids(lm)) or [-1], device=dev)  # (S,)
     todo = list(pending)
-    todo_count: dict[str, int] = {}
-    for p, _, _ in todo:
-        todo_count[p] = todo_count.get(p, 0) + 1
+    todo_count = Counter(p for p, _, _ in todo)  # units of each prompt not yet in the batch
     prompt_kv: dict[str, tuple] = {}  # prompt_id -> (per-layer (K, V) (1, H, Lp, D), logits (V,), Lp)
     rows: list[_Row] = []
     cache = logits = mask = None
