@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import sys
 
-from engine import datasets, models
+from engine import datasets
+
+# engine.models (torch, transformers) is imported inside the commands that need it: registering
+# this module must not cost every `python -m engine ...` call the ~2 s of importing torch.
 
 
 def register(sub) -> None:
@@ -33,6 +36,8 @@ def register(sub) -> None:
 def rows() -> list[dict]:
     """One object per registry entry: name, vocab (shared by models with one vocabulary), variant,
     family, source, description, cached (converted weights on disk). No weights are loaded."""
+    from engine import models
+
     out = []
     for spec in models.list_models():
         out.append({"name": spec.name, "vocab": models.spec_vocab_id(spec), "variant": spec.variant,
@@ -43,6 +48,8 @@ def rows() -> list[dict]:
 
 def prepare(names: list[str], device: str | None) -> list[dict]:
     """Load each model once (converting into the cache if needed); time and cache status per model."""
+    from engine import models
+
     out = []
     for name in names or [s.name for s in models.list_models()]:
         print(f"loading {name} ...", file=sys.stderr, flush=True)
