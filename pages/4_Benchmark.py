@@ -28,7 +28,10 @@ subject = c4.selectbox("Subject", subjects, key="bm_subject")
 c5, c6, c7 = st.columns(3)
 rule = c5.selectbox("Scoring rule", ch["rules"].get(run, ["paper"]), key="bm_rule")
 target = c6.number_input("Target error (0 = the coupled error at n = 120)", min_value=0.0, max_value=1.0,
-                         value=0.0, step=0.005, format="%.4f", key="bm_target")
+                         value=0.0, step=0.005, format="%.4f", key="bm_target",
+                         help="0: the error the coupled curve reaches at n = 120 samples, or at n = N/8 when "
+                              "the pool has fewer than 480 samples (near N the error of sampling without "
+                              "replacement falls to 0)")
 resamples = c7.select_slider("Resamples per size", [100, 200, 500, 1000], value=1000, key="bm_resamples")
 
 with st.spinner("Computing the comparison…"):
