@@ -256,15 +256,8 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: st
         groups = [(df.question.iloc[0] or "", list(df.text)) for _, df in grouped]
         n_steps = max(max(len(r) for _, r in groups) - 1, 0)
         progress = Progress(n_steps, kind="cluster", job=f"{run}:llm", path=progress_file, show_bar=show_bar)
-        try:
+        with progress.track("interrupted; nothing stored (clustering is stored at the end)"):
             ids = cluster_by_entailment(groups, entail_fn, on_step=lambda t, n: progress.update(1))
-        except KeyboardInterrupt:
-            progress.finish("cancelled", "interrupted; nothing stored (clustering is stored at the end)")
-            raise
-        except BaseException as exc:
-            progress.finish("failed", str(exc)[:500])
-            raise
-        progress.finish("done")
     parts = [df[["model", "prompt_id", "repeat", "mode"]].assign(cluster_id=c) for (_, df), c in zip(grouped, ids)]
     out = pd.concat(parts, ignore_index=True).assign(run_id=run, method=method)
     out["repeat"] = out["repeat"].astype("int64")

@@ -348,7 +348,7 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
     if complete_fn is None and pending:
         complete_fn = model_complete_fn(cfg)
     counts = _Counts()
-    try:
+    with progress.track("interrupted; completed batches are stored"):
         for start in range(0, len(pending), cfg.batch_size):
             batch = pending[start:start + cfg.batch_size]
             # 3. build the prompts of this batch (texts read per batch: a long run never sits in memory)
@@ -373,13 +373,6 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
                 con.commit()
             counts.judged += len(batch)
             progress.update(len(batch))
-    except KeyboardInterrupt:
-        progress.finish("cancelled", "interrupted; completed batches are stored")
-        raise
-    except BaseException as exc:
-        progress.finish("failed", str(exc)[:500])
-        raise
-    progress.finish("done")
     with store.reader(db) as con:
         stored = con.execute("""SELECT mode, coalesce(parsed, 'unparseable') AS v, count(*) FROM judgments
                                 WHERE run_id = ? AND judge = ? GROUP BY 1, 2""", [run, judge]).fetchall()

@@ -16,6 +16,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tqdm import tqdm
@@ -72,6 +74,20 @@ class Progress:
     def finish(self, status: str = "done", message: str = "") -> None:
         self.bar.close()
         self._write(status, message, force=True)
+
+    @contextmanager
+    def track(self, cancelled_message: str = "interrupted") -> Iterator["Progress"]:
+        """Finish as 'done' when the block ends, 'cancelled' on Ctrl-C / SIGTERM, 'failed' (with
+        the error) on any other exception; exceptions propagate."""
+        try:
+            yield self
+        except KeyboardInterrupt:
+            self.finish("cancelled", cancelled_message)
+            raise
+        except BaseException as exc:
+            self.finish("failed", str(exc)[:500])
+            raise
+        self.finish("done")
 
     def _write(self, status: str, message: str, force: bool = False) -> None:
         if self.path is None:

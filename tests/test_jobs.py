@@ -170,3 +170,22 @@ def test_status_survives_the_death_of_the_starting_process(tmp_db, fake_python, 
     st = jobs.wait_job(job, tmp_db, timeout_s=60)
     assert st.status == ("done" if fail == "0" else "failed")
     assert st.returncode == (0 if fail == "0" else 3)
+
+
+def test_progress_track_records_done_cancelled_and_failed(tmp_path):
+    from engine.progress import Progress, read_progress
+
+    for exc, status in ((None, "done"), (KeyboardInterrupt(), "cancelled"), (RuntimeError("disk full"), "failed")):
+        path = tmp_path / f"{status}.json"
+        prog = Progress(3, kind="judge", job="j", path=path, show_bar=False)
+        try:
+            with prog.track("interrupted; completed batches are stored"):
+                prog.update(2)
+                if exc is not None:
+                    raise exc
+        except (KeyboardInterrupt, RuntimeError) as got:
+            assert got is exc  # re-raised unchanged
+        rec = read_progress(path)
+        assert (rec["status"], rec["done"], rec["total"]) == (status, 2, 3)
+        assert rec["message"] == {"done": "", "cancelled": "interrupted; completed batches are stored",
+                                  "failed": "disk full"}[status]
