@@ -5,8 +5,9 @@ The hot loop (:func:`_stream`) is one screen with numbered phases, nanoGPT-style
 1. tokenize   chat template + system prompt, left padding
 2. prefill    each *unique* prompt once; its repeats (and both modes) copy its KV rows
 3. decode     keyed noise -> Gumbel-max -> next token; per-row stop at EOS or max_new_tokens;
-              continuous batching: when a quarter of the batch has finished, the finished rows
-              are dropped and pending units take their places (one KV re-pack for both)
+              continuous batching: a pending unit takes a finished row's place at once (its
+              prompt KV written into the running buffers); a KV re-pack only when a prompt does
+              not fit or the buffers are full, and to drop finished rows when nothing is pending
 4. detokenize token ids -> text (special tokens skipped)
 
 Coupling lives entirely in the noise key (engine.noise): a row's noise depends on (seed, prompt id,
@@ -138,11 +139,12 @@ class _PreallocLayer(DynamicLayer):
     def __init__(self, kbuf: torch.Tensor, vbuf: torch.Tensor, n: int):
         super().__init__()
         self.kbuf, self.vbuf, self.n = kbuf, vbuf, n  # (B, H, cap, D); columns [0, n) are filled
+        self.start = 0  # attention reads columns [start, n): the left ones no live row needs are skipped
         self.dtype, self.device, self.is_initialized = kbuf.dtype, kbuf.device, True
         self._views()
 
     def _views(self) -> None:
-        self.keys, self.values = self.kbuf[:, :, :self.n], self.vbuf[:, :, :self.n]
+        self.keys, self.values = self.kbuf[:, :, self.start:self.n], self.vbuf[:, :, self.start:self.n]
 
     def update(self, key_states, value_states, *args, **kwargs):
         t = key_states.shape[-2]
@@ -159,6 +161,12 @@ class _PreallocLayer(DynamicLayer):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self.kbuf, self.vbuf = self.kbuf[indices], self.vbuf[indices]
         self._views()
+
+    def place(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write one prompt's KV (1, H, lp, D) into ``rows``, right-aligned at column n."""
+        lp = k.shape[-2]
+        self.kbuf[rows, :, self.n - lp:self.n] = k
+        self.vbuf[rows, :, self.n - lp:self.n] = v
 
 
 def _forward(model, **kw):
@@ -182,7 +190,7 @@ class _Row:
 @torch.inference_mode()
 def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg: GenConfig,
             token_keys: torch.Tensor, batch_size: int) -> Iterator[list[_Row]]:
-    """Continuous batching: decode up to ``batch_size`` rows at once and refill freed rows.
+    """Continuous batching: decode up to ``batch_size`` rows at once; finished rows are refilled.
 
     ``pending``: units (prompt_id, repeat, seed), grouped by prompt. Yields the rows that finish at
     each step. A row's noise is keyed by its own step, so when it joins the batch does not matter.
@@ -248,8 +256,9 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
         return True
 
     def repack(keep: torch.Tensor, new: list[tuple[str, int, int]]) -> None:
-        """Rebuild the batch from the kept rows and the new units, right-aligned in fresh buffers
-        (the new KV buffers hold max row length + T columns, so no step ever reallocates)."""
+        """Rebuild the batch from the kept rows and the new units, right-aligned in fresh buffers of
+        max row length + 3T columns: T for the rows' own tokens, 2T of slack, so that units can take
+        the places of finished rows (:func:`place`) for 2T steps before the next re-pack."""
         nonlocal cache, logits, mask, lens, keys, seed_t, step_t, last_pos, live, rows
         need = [p for p in dict.fromkeys(p for p, _, _ in new) if p not in prompt_kv]
         if need and not prefill(need):
@@ -269,8 +278,8 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
         for li, (k0, v0) in enumerate(shapes):
             # Columns >= W are written before they are read; the left padding is read (and masked),
             # so it must be finite: zeroed, since fresh memory may hold NaN bit patterns.
-            kb = k0.new_empty(b2, k0.shape[1], W + T, k0.shape[-1])  # (b', H, W + T, D)
-            vb = v0.new_empty(b2, v0.shape[1], W + T, v0.shape[-1])
+            kb = k0.new_empty(b2, k0.shape[1], W + 3 * T, k0.shape[-1])  # (b', H, W + 3T, D)
+            vb = v0.new_empty(b2, v0.shape[1], W + 3 * T, v0.shape[-1])
             if nk:
                 src = cache.layers[li]
                 kb[:nk, :, :W - w].zero_(); vb[:nk, :, :W - w].zero_()
@@ -295,10 +304,33 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
         last_pos, lens = cat(last_pos, new_lp - 1), all_lens
         live = torch.ones(b2, dtype=torch.bool, device=dev)
         rows = [rows[i] for i in keep.tolist()] + [_Row(u) for u in new]
+        joined(new)
+
+    def joined(new: list[tuple[str, int, int]]) -> None:
         for p, _, _ in new:
             todo_count[p] -= 1
             if not todo_count[p]:
                 del prompt_kv[p]  # every unit of this prompt has joined: its prefill is no longer needed
+
+    def place(new: list[tuple[str, int, int]], slots: torch.Tensor) -> None:
+        """Units take the places of finished rows: their prompt KV is written into those rows of
+        the running buffers (no re-pack), right-aligned with the others at column n."""
+        nonlocal logits, lens, keys, seed_t, step_t, last_pos, live
+        slots = slots[:len(new)]
+        groups: dict[str, list[int]] = {}
+        for j, (p, _, _) in enumerate(new):
+            groups.setdefault(p, []).append(j)
+        for p, js in groups.items():
+            kv, lg, lp = prompt_kv[p]
+            idx = slots[js]  # (g,)
+            for layer, (pk, pv) in zip(cache.layers, kv):
+                layer.place(idx, pk, pv)
+            logits[idx], lens[idx], last_pos[idx] = lg, lp, lp - 1
+        keys[slots], seed_t[slots] = _unit_tensors(new, dev)
+        step_t[slots], live[slots] = 0, True
+        for j, u in zip(slots.tolist(), new):
+            rows[j] = _Row(u)
+        joined(new)
 
     def select(keep: torch.Tensor) -> None:
         """Drop finished rows in place (static batches: the cache's own row selection)."""
@@ -310,12 +342,28 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
 
     continuous = True
     while True:
-        # Admit pending units when a quarter of the batch is free (or nothing runs), and drop
-        # finished rows when they are a quarter of it: a repack copies the KV cache once for both.
+        # Refill finished rows from the pending units; when nothing runs, start a batch; when
+        # nothing is pending, drop finished rows once they are a quarter of the batch (a re-pack
+        # copies the KV cache; the smaller batch then costs less per step).
         n_live = int(live.sum()) if rows else 0
         free = batch_size - n_live
         keep = live.nonzero().squeeze(1) if n_live else torch.zeros(0, dtype=torch.long, device=dev)
-        if todo and (n_live == 0 or (continuous and free * 4 >= batch_size)):
+        if continuous and todo and n_live and n_live < len(rows):
+            # finished rows are taken by pending units at once: in place while every new prompt
+            # fits left of column n and the buffers have T columns left; else one re-pack
+            slots = (~live).nonzero().squeeze(1)  # (f,)
+            take = todo[:len(slots)]
+            need = [p for p in dict.fromkeys(p for p, _, _ in take) if p not in prompt_kv]
+            if need:
+                prefill(need)
+            n, cap = cache.layers[0].n, cache.layers[0].kbuf.shape[2]
+            if max(prompt_kv[p][2] for p, _, _ in take) <= n and n + T <= cap:
+                place(take, slots)
+            else:
+                take = todo[:free]
+                repack(keep, take)
+            del todo[:len(take)]
+        elif todo and (n_live == 0 or (continuous and free * 4 >= batch_size)):
             take = todo[:free]
             if continuous:
                 try:
@@ -377,7 +425,16 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
             rows, live = [], None
             continue
         last_pos, lens = last_pos + 1, lens + 1  # (b,)
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # (b, n+1)
+        if continuous:  # rows right-aligned at column n; columns left of every live row are skipped
+            n1 = cache.layers[0].n + 1
+            start = n1 - int(lens[live].max())
+            for layer in cache.layers:
+                layer.start = start
+                layer._views()
+            cols = torch.arange(start, n1, device=dev)  # (n1 - start,)
+            mask = (cols[None, :] >= (n1 - lens)[:, None]).long()  # (b, n1 - start)
+        else:
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # (b, n+1)
         out = _forward(model, input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                        past_key_values=cache)
         logits = out.logits[:, -1, :].float()  # (b, V)

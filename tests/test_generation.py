@@ -132,10 +132,15 @@ def test_continuous_batching_late_joiners_equal_units_alone(monkeypatch):
         calls.append(tuple(kw["input_ids"].shape))
         return real(model, **kw)
 
+    placed, repacked = [], []
+    real_place, real_init = G._PreallocLayer.place, G._PreallocLayer.__init__
+    monkeypatch.setattr(G._PreallocLayer, "place", lambda self, *a: placed.append(1) or real_place(self, *a))
+    monkeypatch.setattr(G._PreallocLayer, "__init__", lambda self, *a: repacked.append(1) or real_init(self, *a))
     try:
         monkeypatch.setattr(G, "_forward", spy)
         batched = G.generate_units(lm, PROMPTS, units, 11, cfg)
         monkeypatch.setattr(G, "_forward", real)
+        assert placed and len(repacked) >= 2 * lm.model.config.num_hidden_layers  # both ways of joining ran
         alone = G.generate_units(lm, PROMPTS, units, 11, G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=1))
     finally:
         hook.remove()
