@@ -354,14 +354,19 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
             slots = (~live).nonzero().squeeze(1)  # (f,)
             take = todo[:len(slots)]
             need = [p for p in dict.fromkeys(p for p, _, _ in take) if p not in prompt_kv]
-            if need:
-                prefill(need)
+            if need and not prefill(need):  # a cache we cannot re-pack (not expected mid-run)
+                continuous = False
+                continue
             n, cap = cache.layers[0].n, cache.layers[0].kbuf.shape[2]
             if max(prompt_kv[p][2] for p, _, _ in take) <= n and n + T <= cap:
                 place(take, slots)
             else:
                 take = todo[:free]
-                repack(keep, take)
+                try:
+                    repack(keep, take)
+                except _NoRepack:
+                    continuous = False
+                    continue
             del todo[:len(take)]
         elif todo and (n_live == 0 or (continuous and free * 4 >= batch_size)):
             take = todo[:free]
