@@ -340,6 +340,51 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
             t[keep] for t in (logits, mask, lens, keys, seed_t, step_t, last_pos, live))
         rows = [rows[i] for i in keep.tolist()]
 
+    def sample_rows(idx: torch.Tensor) -> tuple[torch.Tensor, list[_Row]]:
+        """Sample the next token of rows ``idx`` (m,), record it for the live ones, retire the rows
+        that stop (EOS or max_new_tokens). Returns (tokens (m,), the rows that finished)."""
+        sd, ky, st = seed_t[idx], keys[idx], step_t[idx]
+        g = noise.gumbel(sd, ky, st, token_keys) if cfg.temperature > 0 else None  # (m, V)
+        s = sample(logits[idx], g, cfg.temperature, cfg.top_k, cfg.top_p)
+        tokens = s.tokens  # (m,)
+        p_tok = s.logprobs.gather(1, tokens[:, None]).squeeze(1).exp()  # (m,)
+        parts = [tokens, p_tok]
+        if k:
+            tv, ti = torch.topk(s.logprobs, min(k, s.logprobs.shape[-1]), dim=-1)  # (m, k)
+            parts += [ti, tv.exp(), g.gather(1, ti) if g is not None else None]
+        eos = torch.isin(tokens, stop)  # (m,)
+        done = (eos | (st >= T - 1)) & live[idx]  # (m,)
+        # one device->host copy per tensor per step (no .item() per row)
+        host = [t.tolist() if t is not None else None for t in parts]
+        live_h, done_h, eos_h = live[idx].tolist(), done.tolist(), eos.tolist()
+        finished = []
+        for j, r in enumerate(idx.tolist()):
+            if not live_h[j]:  # finished earlier, still in the batch until its row is reused
+                continue
+            row = rows[r]
+            row.ids.append(host[0][j]); row.probs.append(host[1][j])
+            if k:
+                row.top_ids.append(host[2][j]); row.top_probs.append(host[3][j])
+                if host[4] is not None:
+                    row.top_g.append(host[4][j])
+            if done_h[j]:
+                row.finish = "eos" if eos_h[j] else "length"
+                finished.append(row)
+        live[idx] &= ~done
+        step_t[idx] += 1
+        return tokens, finished
+
+    def fits(new: list[tuple[str, int, int]]) -> bool:
+        """Prefill the new prompts; True if the units can take finished rows' places in place
+        (every prompt fits left of column n and the buffers have T columns left)."""
+        nonlocal continuous
+        need = [p for p in dict.fromkeys(p for p, _, _ in new) if p not in prompt_kv]
+        if need and not prefill(need):  # a cache we cannot re-pack (not expected mid-run)
+            continuous = False
+            return False
+        n, cap = cache.layers[0].n, cache.layers[0].kbuf.shape[2]
+        return max(prompt_kv[p][2] for p, _, _ in new) <= n and n + T <= cap
+
     continuous = True
     while True:
         # Refill finished rows from the pending units; when nothing runs, start a batch; when
@@ -353,13 +398,10 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
             # fits left of column n and the buffers have T columns left; else one re-pack
             slots = (~live).nonzero().squeeze(1)  # (f,)
             take = todo[:len(slots)]
-            need = [p for p in dict.fromkeys(p for p, _, _ in take) if p not in prompt_kv]
-            if need and not prefill(need):  # a cache we cannot re-pack (not expected mid-run)
-                continuous = False
-                continue
-            n, cap = cache.layers[0].n, cache.layers[0].kbuf.shape[2]
-            if max(prompt_kv[p][2] for p, _, _ in take) <= n and n + T <= cap:
+            if fits(take):
                 place(take, slots)
+            elif not continuous:
+                continue
             else:
                 take = todo[:free]
                 try:
@@ -398,34 +440,20 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
         if not rows:
             return
         # 3. decode: keyed noise -> Gumbel-max -> next token, per-row step (rows joined at different times)
-        g = noise.gumbel(seed_t, keys, step_t, token_keys) if cfg.temperature > 0 else None  # (b, V)
-        s = sample(logits, g, cfg.temperature, cfg.top_k, cfg.top_p)
-        nxt = s.tokens  # (b,)
-        p_tok = s.logprobs.gather(1, nxt[:, None]).squeeze(1).exp()  # (b,)
-        parts = [nxt, p_tok]
-        if k:
-            tv, ti = torch.topk(s.logprobs, min(k, s.logprobs.shape[-1]), dim=-1)  # (b, k)
-            parts += [ti, tv.exp(), g.gather(1, ti) if g is not None else None]
-        done = (torch.isin(nxt, stop) | (step_t >= T - 1)) & live  # (b,)
-        # one device->host copy per tensor per step (no .item() per row)
-        host = [t.tolist() if t is not None else None for t in parts]
-        live_h, done_h, eos_h = live.tolist(), done.tolist(), torch.isin(nxt, stop).tolist()
-        finished = []
-        for j, row in enumerate(rows):
-            if not live_h[j]:  # finished earlier, still in the batch until the next repack
-                continue
-            row.ids.append(host[0][j]); row.probs.append(host[1][j])
-            if k:
-                row.top_ids.append(host[2][j]); row.top_probs.append(host[3][j])
-                if host[4] is not None:
-                    row.top_g.append(host[4][j])
-            if done_h[j]:
-                row.finish = "eos" if eos_h[j] else "length"
-                finished.append(row)
+        nxt, finished = sample_rows(torch.arange(len(rows), device=dev))
         if finished:
             yield finished
-        live &= ~done
-        step_t = step_t + 1
+            # the freed rows go to pending units now, with their first token sampled from their
+            # prompt's logits, so that the next forward computes no row for a finished unit
+            slots = (~live).nonzero().squeeze(1)  # (f,)
+            take = todo[:len(slots)]
+            if continuous and take and fits(take):
+                place(take, slots)
+                del todo[:len(take)]
+                idx = slots[:len(take)]
+                nxt[idx], finished = sample_rows(idx)
+                if finished:
+                    yield finished
         if not bool(live.any()):
             rows, live = [], None
             continue
