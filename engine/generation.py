@@ -6,8 +6,9 @@ The hot loop (:func:`_stream`) is one screen with numbered phases, nanoGPT-style
 2. prefill    each *unique* prompt once; its repeats (and both modes) copy its KV rows
 3. decode     keyed noise -> Gumbel-max -> next token; per-row stop at EOS or max_new_tokens;
               continuous batching: a pending unit takes a finished row's place at once (its
-              prompt KV written into the running buffers); a KV re-pack only when a prompt does
-              not fit or the buffers are full, and to drop finished rows when nothing is pending
+              prompt KV written into the running buffers, its first token sampled from the
+              prompt's logits); a KV re-pack only when a prompt does not fit or the buffers are
+              full, and to drop finished rows when nothing is pending
 4. detokenize token ids -> text (special tokens skipped)
 
 Coupling lives entirely in the noise key (engine.noise): a row's noise depends on (seed, prompt id,
