@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -82,6 +83,11 @@ def _child(args) -> dict:
             "gpu": torch.cuda.get_device_name(lm.device) if cuda else None}
 
 
+def _median_run(rs: list[dict]) -> dict:
+    """The run with the median CPU seconds (its own figures, not a mix of runs)."""
+    return sorted(rs, key=lambda d: d["cpu_s"])[len(rs) // 2]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -96,6 +102,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--hbm-gbps", type=float, default=3350.0,
                     help="memory bandwidth for the roofline, GB/s (H100 SXM HBM3: 3350; H200: 4800)")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="alternate engine and reference this many times; the table shows medians (a shared "
+                         "VM's timings wander by 10-15%% from run to run)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     ap.add_argument("--part", choices=["engine", "reference"], default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -103,18 +112,22 @@ def main(argv=None) -> int:
         print(json.dumps(_child(args)))
         return 0
 
-    results = {}
-    for part in ("engine", "reference"):
-        cmd = [sys.executable, __file__, "--part", part] + [a for a in (argv or sys.argv[1:])]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(args.threads)}
-        load_before = os.getloadavg()[0]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-        if p.returncode != 0:
-            print(p.stderr[-3000:], file=sys.stderr)
-            return p.returncode
-        results[part] = json.loads(p.stdout.strip().splitlines()[-1])
-        results[part]["loadavg_1min_before"] = load_before
+    if args.runs < 1:
+        ap.error(f"--runs must be >= 1, got {args.runs}")
+    runs: dict[str, list[dict]] = {"engine": [], "reference": []}
+    for _ in range(args.runs):
+        for part in ("engine", "reference"):  # alternated, so slow phases of the machine hit both
+            cmd = [sys.executable, __file__, "--part", part] + [a for a in (argv or sys.argv[1:])]
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(args.threads)}
+            load_before = os.getloadavg()[0]
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+            if p.returncode != 0:
+                print(p.stderr[-3000:], file=sys.stderr)
+                return p.returncode
+            runs[part].append({**json.loads(p.stdout.strip().splitlines()[-1]), "loadavg_1min_before": load_before})
+    results = {part: _median_run(rs) for part, rs in runs.items()}
     e, r = results["engine"], results["reference"]
+    pair_ratios = [re_["tok_per_cpu_s"] / rr["tok_per_cpu_s"] for re_, rr in zip(runs["engine"], runs["reference"])]
     step_s = e["weight_bytes"] / (args.hbm_gbps * 1e9)
     roof = args.batch_size / step_s
     machine = f"{platform.machine()}, {os.cpu_count()} CPU cores visible, {args.threads} torch thread(s)"
@@ -134,9 +147,15 @@ def main(argv=None) -> int:
     print(f"\nroofline at {args.hbm_gbps:g} GB/s: {e['weight_bytes'] / 1e6:.0f} MB of weights per decode step "
           f"-> >= {step_s * 1e3:.3f} ms/step -> <= {roof:,.0f} tokens/s at batch {args.batch_size} "
           f"(engine reached {e['tok_s'] / roof:.2%} of it{'' if e['gpu'] else '; CPU run: roofline given for a GPU of that bandwidth'})")
+    if args.runs > 1:
+        cpu = {part: ", ".join(f"{d['cpu_s']:.1f}" for d in rs) for part, rs in runs.items()}
+        print(f"\n{args.runs} alternating runs (table: the median run of each side). CPU s, engine: {cpu['engine']}; "
+              f"reference: {cpu['reference']}. Speed-up (CPU) of each engine/reference pair: "
+              + ", ".join(f"{x:.1f}x" for x in pair_ratios)
+              + f"; median {statistics.median(pair_ratios):.1f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results,
-                                               "roofline_tok_s": roof}, indent=2))
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results, "runs": runs,
+                                               "pair_speedups_cpu": pair_ratios, "roofline_tok_s": roof}, indent=2))
     return 0
 
 
