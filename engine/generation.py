@@ -294,6 +294,8 @@ def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg:
                 vb[r0:r1, :, W - lp:W] = pv
             layers.append(_PreallocLayer(kb, vb, W))
         cache.layers = layers
+        # the decode loop rebuilds the mask from lens; this one keeps a switch to static batches
+        # (which grow the mask by a column per step) consistent
         mask = (torch.arange(W, device=dev)[None, :] >= (W - all_lens)[:, None]).long()  # (b', W)
         new_logits = torch.stack([prompt_kv[p][1] for p, _, _ in new]) if new else None
         parts = [t for t in (logits[keep] if nk else None, new_logits) if t is not None]
@@ -542,13 +544,12 @@ def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[
     missing = sorted({p for p, _ in units} - set(prompts))
     if missing:
         raise UserError(f"units refer to unknown prompt ids: {missing[:5]}")
+    V = int(lm.model.get_output_embeddings().weight.shape[0])  # the logits' width
     if token_keys is None:
-        V = int(lm.model.get_output_embeddings().weight.shape[0])
         token_keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=V)
     token_keys = token_keys.to(lm.device)
-    if token_keys.shape[0] != int(lm.model.get_output_embeddings().weight.shape[0]):
-        raise UserError(f"token_keys has {token_keys.shape[0]} entries but the model's logits are "
-                        f"{int(lm.model.get_output_embeddings().weight.shape[0])} wide")
+    if token_keys.shape[0] != V:
+        raise UserError(f"token_keys has {token_keys.shape[0]} entries but the model's logits are {V} wide")
     seeds = [int(seed)] * len(units) if isinstance(seed, int) else [int(x) for x in seed]
     if len(seeds) != len(units):
         raise UserError(f"got {len(seeds)} seeds for {len(units)} units")
