@@ -217,7 +217,7 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
     followup = None
     if status == "done" and meta.get("then"):
         marker = paths["meta"].with_name(f"{job_id}.then")
-        followup = marker.read_text().strip() if marker.exists() else _start_followup(job_id, meta, paths["meta"].parent, db)
+        followup = _read_followup(marker) if marker.exists() else _start_followup(job_id, meta, paths["meta"].parent, db)
     return JobStatus(
         job_id=job_id, kind=meta.get("kind", ""), status=status, args=tuple(meta.get("args", ())),
         pid=pid, started_at=float(meta.get("started_at", 0.0)), done=int(prog.get("done", 0) or 0),
@@ -282,8 +282,8 @@ def _start_followup(job_id: str, meta: dict, jdir: Path, db) -> str | None:
     marker = jdir / f"{job_id}.then"
     try:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return None
+    except FileExistsError:  # another observer won the race: its job id follows
+        return _read_followup(marker)
     first, *rest = meta["then"]
     kind = first[0] if first and set(first[0]) <= _KIND_CHARS else "job"
     python = (meta.get("command") or [None])[0]
@@ -292,6 +292,17 @@ def _start_followup(job_id: str, meta: dict, jdir: Path, db) -> str | None:
     os.write(fd, nxt.encode())
     os.close(fd)
     return nxt
+
+
+def _read_followup(marker: Path, timeout_s: float = 10.0) -> str | None:
+    """The follow-up job id in a marker file. The observer that created the marker writes the id
+    only after starting the job, so an empty marker means "starting": wait for it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = marker.read_text().strip()
+        if text or time.monotonic() > deadline:
+            return text or None
+        time.sleep(0.05)
 
 
 def wait_job(job_id: str, db: str | os.PathLike | None = None, timeout_s: float = 600.0,

@@ -158,6 +158,32 @@ def test_followup_starts_exactly_once_after_success(tmp_db, fake_python):
     assert len(jobs.list_jobs(tmp_db)) == 3
 
 
+def test_observer_that_loses_the_followup_race_waits_for_the_id(tmp_db, fake_python, monkeypatch):
+    """Two observers (the dashboard tab and the CLI) see a job finish at once: the one whose marker
+    creation fails must report the follow-up the winner is still starting, not None."""
+    import threading
+
+    job = jobs.start_job(["fake", "--units", "1"], kind="fake", db=tmp_db, python=fake_python,
+                         then=[["fake", "--units", "1"]])
+    real_start, started, release = jobs.start_job, threading.Event(), threading.Event()
+
+    def slow_start(*a, **kw):  # the winner is slow to start the follow-up (marker still empty)
+        started.set()
+        release.wait(10)
+        return real_start(*a, **kw)
+
+    monkeypatch.setattr(jobs, "start_job", slow_start)
+    first: dict = {}
+    winner = threading.Thread(target=lambda: first.update(st=jobs.wait_job(job, tmp_db, timeout_s=60)))
+    winner.start()
+    assert started.wait(30)
+    threading.Timer(0.5, release.set).start()
+    late = jobs.job_status(job, tmp_db)  # the marker exists and is empty for another 0.5 s
+    winner.join(30)
+    assert late.extra.get("followup") and late.extra["followup"] == first["st"].extra["followup"]
+    assert jobs.wait_job(late.extra["followup"], tmp_db, timeout_s=60).status == "done"
+
+
 @pytest.mark.parametrize("fail", ["0", "1"])
 def test_status_survives_the_death_of_the_starting_process(tmp_db, fake_python, fail):
     """The dashboard server may restart while a job runs: the exit code still reaches job_status."""
