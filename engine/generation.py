@@ -11,7 +11,7 @@ The hot loop (:func:`_stream`) is one screen with numbered phases, nanoGPT-style
               full, and to drop finished rows when nothing is pending
 4. detokenize token ids -> text (special tokens skipped)
 
-Coupling lives entirely in the noise key (engine.noise): a row's noise depends on (seed, prompt id,
+Coupling lives entirely in the noise key (engine.sampling.noise): a row's noise depends on (seed, prompt id,
 repeat, step, token key) and nothing else, so a unit generated alone, inside any batch, or joining
 a running batch late draws the same noise. Numerically, padding changes the shapes of the matmuls,
 so logits can differ in the last float bits between batch compositions; the chosen token only
@@ -42,10 +42,11 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 import engine
-from engine import noise, store
+from engine import store
+from engine.sampling import noise
 from engine.errors import UserError
 from engine.progress import Progress
-from engine.sampling import check_params, sample
+from engine.sampling.gumbel import check_params, sample
 
 
 # Auto traces: about 1M token traces at MCQ lengths, the size the dashboard is measured on
@@ -487,7 +488,7 @@ def _left_pad(seqs: list[list[int]], pad: int, dev) -> tuple[torch.Tensor, torch
 def _unit_tensors(units: Sequence[tuple[str, int, int]], dev) -> tuple[torch.Tensor, torch.Tensor]:
     """(unit keys, seeds as int64 bits), both (n,), for units (prompt_id, repeat, seed)."""
     keys = noise.unit_keys([(p, r) for p, r, _ in units]).to(dev)
-    seeds = torch.tensor([noise._signed(int(sd)) for _, _, sd in units], dtype=torch.int64, device=dev)
+    seeds = noise.seed_tensor([sd for _, _, sd in units], device=dev)
     return keys, seeds
 
 

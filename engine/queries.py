@@ -251,15 +251,15 @@ def recompute_gumbels(db: str | os.PathLike, run_id: str, prompt_id: str, repeat
                       steps: pd.DataFrame) -> pd.DataFrame | None:
     """Recompute, from the noise key, the Gumbel value of every chosen token in ``steps``.
 
-    Only for runs keyed by token id (shared vocabulary): g = engine.noise.gumbel(seed, unit_key(prompt,
+    Only for runs keyed by token id (shared vocabulary): g = engine.sampling.noise.gumbel(seed, unit_key(prompt,
     repeat), step, token_id). Returns ``steps`` with a ``gumbel`` column, or None when the run uses
-    byte-string keys (which need the tokenizer) or engine.noise is unavailable.
+    byte-string keys (which need the tokenizer) or engine.sampling.noise is unavailable.
     """
     if steps.empty or _run_key_mode(db, run_id) not in ("token_id", None):
         return None
     try:
         import torch
-        from engine import noise
+        from engine.sampling import noise
     except ImportError:
         return None
     out = steps.copy()

@@ -87,7 +87,7 @@ SCHEMA: tuple[str, ...] = (
         created_at TIMESTAMP DEFAULT current_timestamp,
         PRIMARY KEY (run_id, model, prompt_id, repeat, mode))""",
     # Per generated token. Noise is not stored: it is recomputed from its key
-    # (seed, prompt_id, repeat, step, token key) by engine.noise.
+    # (seed, prompt_id, repeat, step, token key) by engine.sampling.noise.
     """CREATE TABLE IF NOT EXISTS token_traces (
         run_id VARCHAR,
         model VARCHAR,

@@ -263,7 +263,7 @@ def test_trace_paging_covers_every_step_once(small_db):
 
 def test_recomputed_gumbels_match_engine_noise(small_db):
     torch = pytest.importorskip("torch")
-    from engine import noise
+    from engine.sampling import noise
     steps = queries.trace_steps(small_db, "run-small", "q0", 2, "coupled", ["m-base"])
     g = queries.recompute_gumbels(small_db, "run-small", "q0", 2, steps)
     for rec in g.itertuples():

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from engine import datasets, generation as G, models, noise, store
+from engine import datasets, generation as G, models, store
+from engine.sampling import noise
 from engine.cli import main as cli_main
 from engine.testing import tiny_lm
 

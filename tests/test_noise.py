@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy import stats
 
-from engine import noise
+from engine.sampling import noise
 from engine.errors import UserError
 from engine.testing import tiny_tokenizer
 
@@ -21,7 +21,7 @@ def test_mix_tensor_agrees_with_python_int_reference():
     rng = np.random.default_rng(0)
     vals = rng.integers(-2 ** 63, 2 ** 63 - 1, size=200, dtype=np.int64).tolist() + [0, -1, -2 ** 63, 2 ** 63 - 1]
     got = noise._mix(torch.tensor(vals, dtype=torch.int64)).tolist()
-    want = [noise._signed(noise._mix_int(v)) for v in vals]
+    want = [noise.as_int64(noise._mix_int(v)) for v in vals]
     assert got == want
 
 
@@ -38,7 +38,7 @@ def test_noise_bit_identical_across_calls_batches_and_order():
     assert torch.equal(noise.gumbel(11, keys, torch.full((15,), 4), tk), full)
     assert torch.equal(noise.gumbel(torch.full((15,), 11), keys, 4, tk), full)
     big = 2 ** 63 + 12345  # seeds >= 2^63 travel as the int64 with the same bits
-    assert torch.equal(noise.gumbel(torch.full((15,), noise._signed(big)), keys, 4, tk), noise.gumbel(big, keys, 4, tk))
+    assert torch.equal(noise.gumbel(torch.full((15,), noise.as_int64(big)), keys, 4, tk), noise.gumbel(big, keys, 4, tk))
 
 
 def test_noise_chunked_on_a_real_vocabulary_equals_a_scalar_reference():
@@ -97,7 +97,7 @@ def test_noise_is_standard_gumbel_and_uncorrelated():
 
 def test_unit_key_is_stable_across_processes():
     # Python's hash() is salted per process; the blake2b key must not be
-    code = "from engine import noise; print(noise.unit_key('demo/007', 3), noise.independent_seed(5, 'm'))"
+    code = "from engine.sampling import noise; print(noise.unit_key('demo/007', 3), noise.independent_seed(5, 'm'))"
     outs = set()
     for salt in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": salt}

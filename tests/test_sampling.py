@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy import stats
 
-from engine import noise
+from engine.sampling import noise
 from engine.errors import UserError
-from engine.sampling import masked_logprobs, sample
+from engine.sampling.gumbel import masked_logprobs, sample
 
 N = 20000
 

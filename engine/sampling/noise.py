@@ -42,16 +42,16 @@ _M64 = (1 << 64) - 1
 KEY_MODES = ("token_id", "bytes")
 
 
-def _signed(x: int) -> int:
-    """An unsigned 64-bit integer as the int64 with the same bits."""
+def as_int64(x: int) -> int:
+    """An unsigned 64-bit integer as the int64 with the same bits (torch has no uint64)."""
     x &= _M64
     return x - (1 << 64) if x >= (1 << 63) else x
 
 
-_GOLDEN = _signed(0x9E3779B97F4A7C15)
-_MUL1 = _signed(0xBF58476D1CE4E5B9)
-_MUL2 = _signed(0x94D049BB133111EB)
-_TOKEN_SALT = _signed(0xD6E8FEB86659FD93)
+_GOLDEN = as_int64(0x9E3779B97F4A7C15)
+_MUL1 = as_int64(0xBF58476D1CE4E5B9)
+_MUL2 = as_int64(0x94D049BB133111EB)
+_TOKEN_SALT = as_int64(0xD6E8FEB86659FD93)
 
 
 def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
@@ -105,7 +105,12 @@ def unit_key(prompt_id: str, repeat: int) -> int:
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 0:
         raise UserError(f"repeat must be a non-negative integer, got {repeat!r}")
     h = _blake64(b"prompt:" + prompt_id.encode("utf-8"))
-    return _signed(_mix_int(h ^ _mix_int(repeat)))
+    return as_int64(_mix_int(h ^ _mix_int(repeat)))
+
+
+def seed_tensor(seeds: list[int], device: torch.device | str | None = None) -> torch.Tensor:
+    """LongTensor (B,) of per-row seeds, each the int64 with the seed's 64 bits (for :func:`gumbel`)."""
+    return torch.tensor([as_int64(_check_seed(int(s))) for s in seeds], dtype=torch.int64, device=device)
 
 
 def unit_keys(units: list[tuple[str, int]]) -> torch.Tensor:
@@ -142,7 +147,7 @@ def gumbel(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.
     if isinstance(seed, torch.Tensor):
         s = _mix(seed.to(device=device, dtype=torch.int64))  # (B,) (copy: never mix the caller's tensor)
     else:
-        s = torch.full_like(unit_keys, _signed(_mix_int(_check_seed(seed))))  # (B,)
+        s = torch.full_like(unit_keys, as_int64(_mix_int(_check_seed(seed))))  # (B,)
     if isinstance(step, torch.Tensor):
         step_t = step.to(device=device, dtype=torch.int64)  # (B,)
     else:
@@ -253,6 +258,6 @@ def token_keys_for(tokenizer, mode: Literal["token_id", "bytes"] = "token_id",
     if mode == "token_id":
         return torch.arange(V, dtype=torch.int64, device=device)
     bs = token_bytes(tokenizer)[:V]
-    keys = [_signed(_blake64(b)) for b in bs]
-    keys += [_signed(_blake64(b"\xffunused:%d" % i)) for i in range(len(keys), V)]
+    keys = [as_int64(_blake64(b)) for b in bs]
+    keys += [as_int64(_blake64(b"\xffunused:%d" % i)) for i in range(len(keys), V)]
     return torch.tensor(keys, dtype=torch.int64, device=device)

@@ -5,7 +5,7 @@
 Why not ``torch.multinomial``: it is the same exponential race internally, but it draws its noise
 from a global generator over the whole batch tensor, so the noise a row sees depends on batch
 size, batch position, vocabulary width and GPU type. It cannot couple models. Here the noise is an
-argument (keyed by token, engine.noise), and masking sets log-probabilities to -inf without
+argument (keyed by token, engine.sampling.noise), and masking sets log-probabilities to -inf without
 touching which noise value belongs to which token, so coupling survives top-k / top-p.
 """
 
@@ -71,7 +71,7 @@ def sample(logits: torch.Tensor, gumbels: torch.Tensor | None, temperature: floa
 
     Args:
         logits: (B, V) next-token logits.
-        gumbels: (B, V) float32 keyed noise from engine.noise.gumbel (ignored and may be None
+        gumbels: (B, V) float32 keyed noise from engine.sampling.noise.gumbel (ignored and may be None
             when temperature == 0).
         temperature, top_k, top_p: see :func:`masked_logprobs`.
 
