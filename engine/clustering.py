@@ -262,18 +262,9 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: st
     out = pd.concat(parts, ignore_index=True).assign(run_id=run, method=method)
     out["repeat"] = out["repeat"].astype("int64")
     out["cluster_id"] = out["cluster_id"].astype("int64")
-    with store.writer(db) as con:
-        con.begin()
-        try:
-            con.execute("DELETE FROM clusters WHERE run_id = ? AND method = ?", [run, method])
-            con.register("_new_clusters", out)
-            con.execute("""INSERT INTO clusters (run_id, model, prompt_id, repeat, mode, method, cluster_id)
-                           SELECT run_id, model, prompt_id, repeat, mode, method, cluster_id FROM _new_clusters""")
-            con.unregister("_new_clusters")
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
+    with store.transaction(db) as con:
+        con.execute("DELETE FROM clusters WHERE run_id = ? AND method = ?", [run, method])
+        store.insert_df(con, "clusters", out, ["run_id", "model", "prompt_id", "repeat", "mode", "method", "cluster_id"])
     n_clusters = np.array([len(set(c.tolist())) for c in ids])
     S = np.array([_consistency(c) for c in ids])
     summary = {"run": run, "method": method, "n_groups": len(ids), "n_generations": int(len(out)),

@@ -453,25 +453,16 @@ def store_comparison_set(db, df: pd.DataFrame, name: str, source: str, meta: dic
     a set of that name was replaced. An existing name without ``replace`` is a UserError (nothing written)."""
     name = _check_name(name)
     rows = df[list(NORMALISED_COLUMNS)].assign(set_name=name, row_idx=range(len(df)))
-    with store.writer(db) as con:
-        con.begin()
-        try:
-            exists = bool(con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0])
-            if exists and not replace:
-                raise UserError(f"a comparison set named {name!r} already exists; choose another --name or pass --replace")
-            con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
-            con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
-            con.execute("INSERT INTO comparison_sets (name, source, n_rows, meta) VALUES (?, ?, ?, ?)",
-                        [name, source, len(df), json.dumps(meta)])
-            con.register("_new_comparisons", rows)
-            con.execute("""INSERT INTO comparisons (set_name, row_idx, prompt_id, model_a, model_b, human_winner, judge_winner)
-                           SELECT set_name, row_idx, prompt_id, model_a, model_b, human_winner, judge_winner
-                           FROM _new_comparisons""")
-            con.unregister("_new_comparisons")
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
+    with store.transaction(db) as con:
+        exists = bool(con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0])
+        if exists and not replace:
+            raise UserError(f"a comparison set named {name!r} already exists; choose another --name or pass --replace")
+        con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
+        con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
+        con.execute("INSERT INTO comparison_sets (name, source, n_rows, meta) VALUES (?, ?, ?, ?)",
+                    [name, source, len(df), json.dumps(meta)])
+        store.insert_df(con, "comparisons", rows, ["set_name", "row_idx", "prompt_id", "model_a", "model_b",
+                                                   "human_winner", "judge_winner"])
     return exists
 
 
@@ -504,18 +495,12 @@ def read_comparison_set(db, name: str) -> pd.DataFrame:
 
 def delete_comparison_set(db, name: str) -> int:
     """Delete set ``name`` and its rows in one transaction; returns the number of rows deleted."""
-    with store.writer(db) as con:
-        con.begin()
-        try:
-            if not con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0]:
-                raise UserError(f"unknown comparison set {name!r}; stored sets: {_known_sets(con)}")
-            n = con.execute("SELECT count(*) FROM comparisons WHERE set_name = ?", [name]).fetchone()[0]
-            con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
-            con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
+    with store.transaction(db) as con:
+        if not con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0]:
+            raise UserError(f"unknown comparison set {name!r}; stored sets: {_known_sets(con)}")
+        n = con.execute("SELECT count(*) FROM comparisons WHERE set_name = ?", [name]).fetchone()[0]
+        con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
+        con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
     return int(n)
 
 

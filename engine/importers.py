@@ -219,44 +219,30 @@ def import_paper_mmlu(db: str | os.PathLike, responses_dir: str | os.PathLike,
                               "variant": "base", "vocab_id": "llama-3", "config": None})
 
     # 3. One transaction: replace this run's rows for these models/prompts, then bulk insert.
-    with store.writer(db) as con:
+    with store.transaction(db) as con:
         con.execute("SET enable_progress_bar = false")  # stderr belongs to our own messages
-        con.begin()
-        try:
-            con.register("imp_prompts", prompts)
-            con.register("imp_gens", gen_df)
-            con.register("imp_scores", score_df)
-            con.register("imp_models", models_df)
-            con.execute("DELETE FROM prompts WHERE dataset_id = ? AND prompt_id IN "
-                        "(SELECT prompt_id FROM imp_prompts)", [PAPER_DATASET_ID])
-            con.execute("INSERT INTO prompts SELECT dataset_id, prompt_id, idx, subject, question, "
-                        "CAST(choices AS JSON), gold, user_prompt FROM imp_prompts")
-            for table, src in (("generations", "imp_gens"), ("scores", "imp_scores")):
-                con.execute(f"DELETE FROM {table} WHERE run_id = ? AND model IN (SELECT name FROM imp_models) "
-                            f"AND prompt_id IN (SELECT prompt_id FROM imp_prompts)", [run_id])  # fixed names
-            con.execute("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, "
-                        "finish_reason) SELECT run_id, model, prompt_id, repeat, mode, seed, text, NULL "
-                        "FROM imp_gens")
-            con.execute("INSERT INTO scores SELECT run_id, model, prompt_id, repeat, mode, rule, extracted, "
-                        "score FROM imp_scores")
-            con.execute("INSERT OR IGNORE INTO models SELECT name, source, variant, vocab_id, NULL, "
-                        "CAST(config AS JSON) FROM imp_models")
-            n_prompts_ds = con.execute("SELECT count(*) FROM prompts WHERE dataset_id = ?",
-                                       [PAPER_DATASET_ID]).fetchone()[0]
-            con.execute("INSERT OR REPLACE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
-                        [PAPER_DATASET_ID, str(Path(questions_dir).resolve()), "multiple_choice", n_prompts_ds])
-            n_units = con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run_id]).fetchone()[0]
-            con.execute("INSERT OR REPLACE INTO runs (run_id, dataset_id, config, code_version, key_mode, "
-                        "warnings, status, n_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [run_id, PAPER_DATASET_ID, json.dumps(config), "import:paper-mmlu", "token_id",
-                         json.dumps([]), "done", n_units])
-            con.commit()
-        except Exception:
-            con.rollback()
-            raise
-        finally:
-            for name in ("imp_prompts", "imp_gens", "imp_scores", "imp_models"):
-                con.unregister(name)
+        pids, names = prompts["prompt_id"].tolist(), models_df["name"].tolist()
+        con.execute("DELETE FROM prompts WHERE dataset_id = ? AND list_contains(?, prompt_id)",
+                    [PAPER_DATASET_ID, pids])
+        store.insert_df(con, "prompts", prompts, ["dataset_id", "prompt_id", "idx", "subject", "question", "choices",
+                                                  "gold", "user_prompt"], casts={"choices": "JSON"})
+        for table in ("generations", "scores"):
+            con.execute(f"DELETE FROM {table} WHERE run_id = ? AND list_contains(?, model) "
+                        f"AND list_contains(?, prompt_id)", [run_id, names, pids])  # fixed table names
+        store.insert_df(con, "generations", gen_df, ["run_id", "model", "prompt_id", "repeat", "mode", "seed", "text"])
+        store.insert_df(con, "scores", score_df, ["run_id", "model", "prompt_id", "repeat", "mode", "rule",
+                                                  "extracted", "score"])
+        store.insert_df(con, "models", models_df, ["name", "source", "variant", "vocab_id", "config"],
+                        casts={"config": "JSON"}, conflict="OR IGNORE")
+        n_prompts_ds = con.execute("SELECT count(*) FROM prompts WHERE dataset_id = ?",
+                                   [PAPER_DATASET_ID]).fetchone()[0]
+        con.execute("INSERT OR REPLACE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
+                    [PAPER_DATASET_ID, str(Path(questions_dir).resolve()), "multiple_choice", n_prompts_ds])
+        n_units = con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run_id]).fetchone()[0]
+        con.execute("INSERT OR REPLACE INTO runs (run_id, dataset_id, config, code_version, key_mode, "
+                    "warnings, status, n_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [run_id, PAPER_DATASET_ID, json.dumps(config), "import:paper-mmlu", "token_id",
+                     json.dumps([]), "done", n_units])
     return {"run_id": run_id, "dataset_id": PAPER_DATASET_ID, "models": model_names,
             "subjects": imported_subjects, "n_prompts": int(len(prompts)),
             "n_generations": int(len(gen_df)),

@@ -321,8 +321,7 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
     with store.reader(db) as con:
         gens = con.execute("SELECT model, prompt_id, repeat, mode FROM generations WHERE run_id = ?", [run]).df()
         if gens.empty:
-            runs = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM generations ORDER BY 1").fetchall()]
-            raise UserError(f"run {run!r} has no generations; runs with generations: {', '.join(runs) or 'none'}")
+            raise UserError(f"run {run!r} has no generations; known runs: {', '.join(store.known_runs(con)) or '(none)'}")
         models = _run_models(con, run, sorted(set(gens["model"])))
         old_hashes = {r[0] for r in con.execute(
             "SELECT DISTINCT judge_prompt_hash FROM judgments WHERE run_id = ? AND judge = ?", [run, judge]).fetchall()}
@@ -333,10 +332,8 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
                         "pass --replace to redo them, or judge under another --judge-name")
     tasks, missing = plan_tasks(gens, models, cfg.orders, cfg.seed)
     if replace:
-        with store.writer(db) as con:
-            con.begin()
+        with store.transaction(db) as con:
             con.execute("DELETE FROM judgments WHERE run_id = ? AND judge = ?", [run, judge])
-            con.commit()
     # 2. resume: skip what is stored
     with store.reader(db) as con:
         done = {tuple(r) for r in con.execute(
@@ -367,10 +364,8 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
                 counts.verdicts[parsed] += 1
                 rows.append([run, judge, t.prompt_id, t.repeat, t.mode, t.model_a, t.model_b, t.presented,
                              cfg.prompt_hash, raw, parsed, winner_from_verdict(parsed, t.presented)])
-            with store.writer(db) as con:
-                con.begin()
+            with store.transaction(db) as con:
                 con.executemany("INSERT OR REPLACE INTO judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-                con.commit()
             counts.judged += len(batch)
             progress.update(len(batch))
     with store.reader(db) as con:

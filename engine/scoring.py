@@ -191,14 +191,9 @@ def score_generation(text: str | None, prompt_row: Mapping[str, Any] | None, rul
 
 
 def _run_dataset(con, run: str) -> str | None:
+    store.require_run(con, run)
     row = con.execute("SELECT dataset_id FROM runs WHERE run_id = ?", [run]).fetchone()
-    if row is None:
-        runs = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM generations ORDER BY 1").fetchall()]
-        if run not in runs:
-            known = ", ".join(runs[:20]) or "none stored"
-            raise UserError(f"unknown run {run!r}; runs with generations: {known}")
-        return None
-    return row[0]
+    return None if row is None else row[0]
 
 
 def score_run(db, run: str, rule: str = "paper") -> dict:
@@ -236,18 +231,10 @@ def score_run(db, run: str, rule: str = "paper") -> dict:
         "repeat": gens["repeat"].astype("int64"), "mode": gens["mode"], "rule": rule,
         "extracted": pd.Series(extracted, dtype="object"), "score": pd.Series(scores, dtype="float64"),
     })
-    with store.writer(db) as con:
-        con.begin()
-        try:
-            con.execute("DELETE FROM scores WHERE run_id = ? AND rule = ?", [run, rule])
-            con.register("_new_scores", out)
-            con.execute("""INSERT INTO scores (run_id, model, prompt_id, repeat, mode, rule, extracted, score)
-                           SELECT run_id, model, prompt_id, repeat, mode, rule, extracted, score FROM _new_scores""")
-            con.unregister("_new_scores")
-            con.commit()
-        except Exception:
-            con.rollback()
-            raise
+    with store.transaction(db) as con:
+        con.execute("DELETE FROM scores WHERE run_id = ? AND rule = ?", [run, rule])
+        store.insert_df(con, "scores", out, ["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted",
+                                             "score"])
     means = (out.dropna(subset=["score"]).groupby(["model", "mode"])["score"].mean()
              .round(6).reset_index().to_dict("records"))
     no_answer = int(sum(e is None or e == NO_ANSWER for e in extracted)) if rule in ("paper", "lenient", "numeric") else 0

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from engine import datasets, generation as G, models, store
+from engine.generation import hf as HF, run as generation_run
 from engine.sampling import noise
 from engine.cli import main as cli_main
 from engine.testing import tiny_lm
@@ -68,7 +69,7 @@ def test_out_of_memory_halves_batch_and_loses_nothing(monkeypatch):
     lm = _lm("a", seed=1)
     units = [(p, r) for p in list(PROMPTS)[:3] for r in range(3)]
     want = G.generate_units(lm, PROMPTS, units, 2, CFG)
-    real, sizes = G._forward, []
+    real, sizes = HF._forward, []
 
     def tight_memory(model, **kw):  # a device that only fits 2 rows per forward
         rows = kw["input_ids"].shape[0] if kw["input_ids"].shape[1] == 1 else 0  # prefills always fit
@@ -77,7 +78,7 @@ def test_out_of_memory_halves_batch_and_loses_nothing(monkeypatch):
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(model, **kw)
 
-    monkeypatch.setattr(G, "_forward", tight_memory)
+    monkeypatch.setattr(HF, "_forward", tight_memory)
     got = G.generate_units(lm, PROMPTS, units, 2, CFG)
     assert [r.token_ids for r in got] == [r.token_ids for r in want]
     decode = [n for n in sizes if n]  # decode-step batch sizes (prefills recorded as 0)
@@ -127,20 +128,20 @@ def test_continuous_batching_late_joiners_equal_units_alone(monkeypatch):
         -1, torch.tensor([eos]), torch.full(out.shape[:-1] + (1,), 3.0)))
     units = [(p, r) for p in PROMPTS for r in range(4)]  # 24 units, 6 prompt lengths
     cfg = G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=8)
-    real, calls = G._forward, []
+    real, calls = HF._forward, []
 
     def spy(model, **kw):
         calls.append(tuple(kw["input_ids"].shape))
         return real(model, **kw)
 
     placed, repacked = [], []
-    real_place, real_init = G._PreallocLayer.place, G._PreallocLayer.__init__
-    monkeypatch.setattr(G._PreallocLayer, "place", lambda self, *a: placed.append(1) or real_place(self, *a))
-    monkeypatch.setattr(G._PreallocLayer, "__init__", lambda self, *a: repacked.append(1) or real_init(self, *a))
+    real_place, real_init = HF._PreallocLayer.place, HF._PreallocLayer.__init__
+    monkeypatch.setattr(HF._PreallocLayer, "place", lambda self, *a: placed.append(1) or real_place(self, *a))
+    monkeypatch.setattr(HF._PreallocLayer, "__init__", lambda self, *a: repacked.append(1) or real_init(self, *a))
     try:
-        monkeypatch.setattr(G, "_forward", spy)
+        monkeypatch.setattr(HF, "_forward", spy)
         batched = G.generate_units(lm, PROMPTS, units, 11, cfg)
-        monkeypatch.setattr(G, "_forward", real)
+        monkeypatch.setattr(HF, "_forward", real)
         assert placed and len(repacked) >= 2 * lm.model.config.num_hidden_layers  # both ways of joining ran
         alone = G.generate_units(lm, PROMPTS, units, 11, G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=1))
     finally:
@@ -152,7 +153,7 @@ def test_continuous_batching_late_joiners_equal_units_alone(monkeypatch):
     # the shared prefix (template + "What is x") is prefilled once as a batch of 1, then every
     # prompt's own suffix exactly once
     texts = [G.chat_text(lm.tokenizer, G.prompt_messages(PROMPTS[p], None)) for p in PROMPTS]
-    P = G._common_prefix([lm.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts])
+    P = HF._common_prefix([lm.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts])
     assert P > 8 and calls[0] == (1, P)
     assert max(decode) <= 8 and sum(prefills) == 1 + len(PROMPTS)
     # refills happened: some prefill came after decoding had started, and the decode steps are
@@ -299,14 +300,14 @@ def test_sliding_window_cache_falls_back_to_static_batches(monkeypatch):
     mlm = models.from_objects("mistral", mistral, llama.tokenizer)
     units = [(p, r) for p in PROMPTS for r in range(3)]
     cfg = G.GenConfig(temperature=1.0, max_new_tokens=8, batch_size=8)
-    real, layer_types = G._forward, set()
+    real, layer_types = HF._forward, set()
 
     def spy(model, **kw):
         out = real(model, **kw)
         layer_types.update(type(layer) for layer in out.past_key_values.layers)
         return out
 
-    monkeypatch.setattr(G, "_forward", spy)
+    monkeypatch.setattr(HF, "_forward", spy)
     got = G.generate_units(mlm, PROMPTS, units, 4, cfg)
     assert layer_types and DynamicLayer not in layer_types  # sliding layers only: the fallback ran
     want = G.generate_units(llama, PROMPTS, units, 4, cfg)
@@ -317,7 +318,7 @@ def test_auto_traces_on_for_small_runs_off_for_large(tmp_db, monkeypatch):
     lm = _lm("a")
     cfg = G.GenConfig(temperature=1.0, max_new_tokens=4, batch_size=8, record_traces=None)
     small = G.run_generation(tmp_db, [lm], _dataset(2), 2, ["coupled"], seed=1, cfg=cfg, show_bar=False)
-    monkeypatch.setattr(G, "TRACES_AUTO_MAX_UNITS", 3)  # 4 generations > 3: a "large" run
+    monkeypatch.setattr(generation_run, "TRACES_AUTO_MAX_UNITS", 3)  # 4 generations > 3: a "large" run
     large = G.run_generation(tmp_db, [lm], _dataset(2), 2, ["coupled"], seed=2, cfg=cfg, show_bar=False)
     traces = store.query_df(tmp_db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY 1").set_index("run_id")["n"]
     assert traces.get(small, 0) > 0 and traces.get(large, 0) == 0

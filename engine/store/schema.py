@@ -1,38 +1,11 @@
-"""The DuckDB store: the schema (in this one place), connections, and small typed helpers.
-
-Concurrency model (DuckDB lets one process write *or* several read, never both):
-
-* Exactly one process writes: the engine CLI (a generation, scoring, judging, import or upload
-  job). A writer holds the file only for short transactions (:func:`writer`), so that readers
-  can get in between two chunks of a long job.
-* Readers (the dashboard, ``export``, analyses) open the file read-only for the duration of one
-  query batch (:func:`reader`) and retry while a writer holds it. Nobody keeps a connection open.
-* Live job progress never goes through the database: it is a JSON file next to it
-  (see ``engine.jobs``), so a dashboard can watch a job without touching the lock.
-
-Queries always use parameters (``?``); never format strings from users or widgets into SQL.
-"""
+"""The schema of every table, in this one place (add columns/tables here only, and bump SCHEMA_VERSION)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
 import duckdb
 
-from engine.errors import UserError
-
 SCHEMA_VERSION = 1
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# COUPLED_EVAL_DB overrides the default database (the dashboard and tests use it).
-DEFAULT_DB = Path(os.environ.get("COUPLED_EVAL_DB", PROJECT_ROOT / "data" / "coupled_eval.duckdb"))
-MODES = ("coupled", "independent")
-WINNERS = ("a", "b", "tie")  # normalised pairwise outcome; NULL = no label
 
-# Every table of the product. Add columns/tables here only (and bump SCHEMA_VERSION).
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS meta (
         key VARCHAR PRIMARY KEY,
@@ -164,69 +137,4 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def _is_lock_error(exc: Exception) -> bool:
-    msg = str(exc).lower()
-    return "lock" in msg or "conflicting" in msg or "being used" in msg
-
-
-def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
-    deadline = time.monotonic() + timeout_s
-    delay = 0.05
-    while True:
-        try:
-            return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as exc:  # another process holds the file
-            if not _is_lock_error(exc) or time.monotonic() > deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
-
-
-@contextlib.contextmanager
-def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = 60.0) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived read-write connection with the schema ensured; released on exit.
-
-    Callers wrap related inserts in ``con.begin()`` / ``con.commit()`` so that a killed process
-    leaves either all or none of a chunk.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    con = _connect(path, read_only=False, timeout_s=timeout_s)
-    try:
-        init_schema(con)
-        yield con
-    finally:
-        con.close()
-
-
-@contextlib.contextmanager
-def reader(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived read-only connection. Raises UserError if the file does not exist."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"database not found: {path} (run a generation or an import first)")
-    con = _connect(path, read_only=True, timeout_s=timeout_s)
-    try:
-        yield con
-    finally:
-        con.close()
-
-
-def query_df(path: str | os.PathLike, sql: str, params: list | tuple = ()):
-    """Run one parameterised read query and return a pandas DataFrame."""
-    with reader(path) as con:
-        return con.execute(sql, list(params)).df()
-
-
-def table_counts(path: str | os.PathLike) -> dict[str, int]:
-    """Row count of every table (a cheap overview of what is stored)."""
-    out: dict[str, int] = {}
-    with reader(path) as con:
-        existing = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-        for ddl in SCHEMA:
-            name = ddl.split("EXISTS", 1)[1].split("(", 1)[0].strip()
-            if name in existing:
-                out[name] = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]  # name from SCHEMA, not user input
-            else:
-                out[name] = 0
-    return out
+TABLES: tuple[str, ...] = tuple(ddl.split("EXISTS", 1)[1].split("(", 1)[0].strip() for ddl in SCHEMA)

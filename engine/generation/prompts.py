@@ -1,0 +1,38 @@
+"""Chat prompts: the messages of a prompt, the chat-template string, the stop tokens of a model."""
+
+from __future__ import annotations
+
+
+def chat_text(tokenizer, messages: list[dict]) -> str:
+    """The prompt string for a chat (``[{"role", "content"}, ...]``) with the generation prompt.
+
+    Falls back to folding the system message into the user turn when the template rejects a
+    system role, and to plain concatenation when the tokenizer has no chat template.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception:  # templates raise their own error types (e.g. "system role not supported")
+            if messages and messages[0]["role"] == "system" and len(messages) > 1:
+                merged = [{"role": messages[1]["role"],
+                           "content": messages[0]["content"] + "\n\n" + messages[1]["content"]}] + messages[2:]
+                return tokenizer.apply_chat_template(merged, add_generation_prompt=True, tokenize=False)
+            raise
+    return "\n\n".join(m["content"] for m in messages) + "\n"
+
+
+def prompt_messages(user_prompt: str, system_prompt: str | None) -> list[dict]:
+    msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return msgs + [{"role": "user", "content": user_prompt}]
+
+
+def stop_token_ids(lm) -> set[int]:
+    """Token ids that end a generation: the tokenizer's and the generation config's EOS ids."""
+    ids: set[int] = set()
+    for src in (getattr(lm.tokenizer, "eos_token_id", None),
+                getattr(getattr(lm.model, "generation_config", None), "eos_token_id", None)):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(int(i) for i in src)
+    return ids

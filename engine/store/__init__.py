@@ -1,0 +1,15 @@
+"""Persistence layer: the DuckDB file. One schema (:mod:`.schema`), one way to connect and to
+write (:mod:`.db`: ``reader``, ``writer``, ``transaction``, ``insert_df``), and the run records
+(:mod:`.runs`). Tables of one analysis (scores, judgments, comparisons, clusters) are written by
+the task that produces them, always through :func:`transaction`.
+"""
+
+from engine.config import DEFAULT_DB, MODES, PROJECT_ROOT, WINNERS
+from engine.store.db import insert_df, query_df, reader, table_counts, transaction, writer
+from engine.store.runs import (generations_for_export, known_runs, require_run, run_settings, run_warnings,
+                               set_status, unknown_run)
+from engine.store.schema import SCHEMA, SCHEMA_VERSION, TABLES, init_schema
+
+__all__ = ["DEFAULT_DB", "MODES", "PROJECT_ROOT", "WINNERS", "SCHEMA", "SCHEMA_VERSION", "TABLES", "init_schema",
+           "reader", "writer", "transaction", "insert_df", "query_df", "table_counts", "known_runs", "unknown_run",
+           "require_run", "run_settings", "run_warnings", "set_status", "generations_for_export"]
