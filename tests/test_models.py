@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine import models as M
+from engine.models import loading as M
+from engine.models import quantize as Q
 from engine.errors import UserError
 from engine.testing import tiny_lm, tiny_tokenizer
 
@@ -19,7 +20,7 @@ from engine.testing import tiny_lm, tiny_tokenizer
 
 def test_int8_per_channel_exact():
     w = torch.tensor([[1.27, -0.5, 0.0, 0.334], [-2.54, 1.0, 0.02, 0.0]])
-    got = M.quantize_int8_per_channel(w)
+    got = Q.quantize_int8_per_channel(w)
     # row 0: s = 0.01 -> q = 127, -50, 0, 33 ; row 1: s = 0.02 -> q = -127, 50, 1, 0
     want = torch.tensor([[1.27, -0.5, 0.0, 0.33], [-2.54, 1.0, 0.02, 0.0]])
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
@@ -27,12 +28,12 @@ def test_int8_per_channel_exact():
 
 def test_int4_grouped_exact():
     w = torch.tensor([[0.7, -0.3, 0.12, 0.0, -1.4, 0.54, 0.08, 0.2]])
-    got = M.quantize_int4_grouped(w, group=4)
+    got = Q.quantize_int4_grouped(w, group=4)
     # group 0: s = 0.1 -> 7, -3, 1, 0 ; group 1: s = 0.2 -> -7, 3, 0, 1
     want = torch.tensor([[0.7, -0.3, 0.1, 0.0, -1.4, 0.6, 0.0, 0.2]])
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
     with pytest.raises(UserError, match="group size 64 does not divide the input width 48"):
-        M.quantize_int4_grouped(torch.zeros(2, 48), group=64)
+        Q.quantize_int4_grouped(torch.zeros(2, 48), group=64)
 
 
 def _int4_loop(w: torch.Tensor, group: int) -> torch.Tensor:
@@ -48,7 +49,7 @@ def _int4_loop(w: torch.Tensor, group: int) -> torch.Tensor:
 def test_int4_vectorised_matches_naive_loop():
     rng = np.random.default_rng(3)
     w = torch.from_numpy(rng.standard_normal((5, 128)).astype(np.float32))
-    torch.testing.assert_close(M.quantize_int4_grouped(w, group=32), _int4_loop(w, 32), rtol=0, atol=1e-6)
+    torch.testing.assert_close(Q.quantize_int4_grouped(w, group=32), _int4_loop(w, 32), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -57,12 +58,12 @@ def test_quantization_error_is_at_most_half_a_step(seed):
     rng = np.random.default_rng(seed)
     w = torch.from_numpy((rng.standard_t(3, size=(16, 256)) * 0.05).astype(np.float32))
     s8 = w.abs().amax(1, keepdim=True) / 127
-    assert torch.all((w - M.quantize_int8_per_channel(w)).abs() <= s8 / 2 + 1e-7)
+    assert torch.all((w - Q.quantize_int8_per_channel(w)).abs() <= s8 / 2 + 1e-7)
     g = w.reshape(16, 4, 64)
     s4 = (g.abs().amax(2, keepdim=True) / 7).expand_as(g).reshape(16, 256)
-    assert torch.all((w - M.quantize_int4_grouped(w, 64)).abs() <= s4 / 2 + 1e-7)
+    assert torch.all((w - Q.quantize_int4_grouped(w, 64)).abs() <= s4 / 2 + 1e-7)
     # each group keeps at most 16 distinct levels
-    q = M.quantize_int4_grouped(w, 64).reshape(16, 4, 64)
+    q = Q.quantize_int4_grouped(w, 64).reshape(16, 4, 64)
     assert max(len(torch.unique(q[i, j])) for i in range(16) for j in range(4)) <= 16
 
 
@@ -70,18 +71,18 @@ def test_gguf_q8_0_agrees_with_int8_on_blocks_of_32():
     """Two implementations: gguf's Q8_0 = symmetric int8 per block of 32 with an fp16 scale."""
     rng = np.random.default_rng(7)
     w = torch.from_numpy(rng.standard_normal((8, 96)).astype(np.float32))
-    ours = M.quantize_int8_per_channel(w.reshape(-1, 32)).reshape(8, 96)
-    theirs = M.quantize_gguf(w, "Q8_0")
+    ours = Q.quantize_int8_per_channel(w.reshape(-1, 32)).reshape(8, 96)
+    theirs = Q.quantize_gguf(w, "Q8_0")
     torch.testing.assert_close(theirs, ours, rtol=1e-3, atol=1e-7)  # fp16 scale: rel. error < 2^-11
     with pytest.raises(UserError, match="unknown GGUF quantization 'Q9_9'"):
-        M.quantize_gguf(w, "Q9_9")
+        Q.quantize_gguf(w, "Q9_9")
 
 
 def test_quantize_linear_weights_touches_only_decoder_linears():
     model, _ = tiny_lm(seed=1)
     emb = model.get_input_embeddings().weight.clone()
     before = {n: p.clone() for n, p in model.named_parameters()}
-    n = M.quantize_linear_weights(model, "int4")
+    n = Q.quantize_linear_weights(model, "int4")
     assert n == 2 * 7  # q, k, v, o, gate, up, down per layer
     torch.testing.assert_close(model.get_input_embeddings().weight, emb, rtol=0, atol=0)
     changed = {k for k, p in model.named_parameters() if not torch.equal(p, before[k])}

@@ -52,19 +52,19 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
+from engine.config import PROJECT_ROOT
 from engine.errors import UserError
+from engine.models.quantize import INT4_GROUP, quantize_linear_weights
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FAMILY = "smollm2-135m"
 DEFAULT_MODEL = DEFAULT_FAMILY
 VARIANTS = ("base", "bf16", "int8", "int4", "gguf-q8_0", "gguf-q4_0", "bnb-8bit", "bnb-4bit",
             "hf", "gguf", "custom")
 CACHE_FORMAT = 1  # bump when the conversion code changes: older caches are rebuilt
 MANIFEST = "coupled_eval.json"
-INT4_GROUP = 64
 # Number of conversions (GGUF dequantization or variant quantization) done by this process, by
 # model name: tests use it to check that a second load comes from the cache.
 CONVERSIONS: collections.Counter[str] = collections.Counter()
@@ -296,78 +296,6 @@ def _parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if dtype not in _DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; allowed: auto, {', '.join(_DTYPES)}")
     return _DTYPES[dtype]
-
-
-# ---------------------------------------------------------------------------------------------
-# Weight-only quantization (simulated: quantize -> dequantize, float32 result)
-
-
-def quantize_int8_per_channel(w: torch.Tensor) -> torch.Tensor:
-    """Symmetric int8 per output channel: q = round(w / s), s = max|w_row| / 127; returns q * s.
-
-    Args: w: (out, in) float weight. Returns: (out, in) float32 with at most 255 distinct values per row.
-    """
-    w = w.float()
-    scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0  # (out, 1)
-    q = torch.clamp(torch.round(w / scale), -127, 127)  # (out, in) integers
-    return q * scale
-
-
-def quantize_int4_grouped(w: torch.Tensor, group: int = INT4_GROUP) -> torch.Tensor:
-    """Symmetric 4-bit per group of ``group`` inputs: q = round(w / s) in [-8, 7], s = max|w_g| / 7.
-
-    Args: w: (out, in) with in % group == 0. Returns: (out, in) float32 (<= 16 values per group).
-    """
-    out, inp = w.shape
-    if inp % group:
-        raise UserError(f"int4 group size {group} does not divide the input width {inp}")
-    g = w.float().reshape(out, inp // group, group)  # (out, G, group)
-    scale = g.abs().amax(dim=2, keepdim=True).clamp_min(1e-12) / 7.0  # (out, G, 1)
-    q = torch.clamp(torch.round(g / scale), -8, 7)
-    return (q * scale).reshape(out, inp)
-
-
-def quantize_gguf(w: torch.Tensor, qtype: str) -> torch.Tensor:
-    """GGUF block quantization (``Q8_0``, ``Q4_0``, ...) via ``gguf.quants``, dequantized back.
-
-    Args: w: (out, in) with in a multiple of the block size (32). Returns: (out, in) float32.
-    """
-    import gguf
-    from gguf import quants
-
-    try:
-        t = gguf.GGMLQuantizationType[qtype]
-    except KeyError as exc:
-        raise UserError(f"unknown GGUF quantization {qtype!r}; try Q8_0, Q5_0, Q4_0") from exc
-    arr = w.detach().float().cpu().numpy()
-    deq = quants.dequantize(quants.quantize(arr, t), t)
-    return torch.from_numpy(np.ascontiguousarray(deq, dtype=np.float32)).reshape(w.shape)
-
-
-_QUANTIZERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "int8": quantize_int8_per_channel,
-    "int4": quantize_int4_grouped,
-    "gguf-q8_0": lambda w: quantize_gguf(w, "Q8_0"),
-    "gguf-q4_0": lambda w: quantize_gguf(w, "Q4_0"),
-}
-
-
-def quantize_linear_weights(model: torch.nn.Module, variant: str) -> int:
-    """Replace every decoder-layer ``nn.Linear`` weight by its quantize->dequantize image (in place).
-
-    The LM head and the embedding (tied in SmolLM2) are left as they are. Returns the number of
-    weight matrices changed.
-    """
-    fn = _QUANTIZERS[variant]
-    layers = getattr(getattr(model, "model", model), "layers", None)
-    modules = layers.modules() if layers is not None else model.modules()
-    n = 0
-    with torch.no_grad():
-        for mod in modules:
-            if isinstance(mod, torch.nn.Linear):
-                mod.weight.copy_(fn(mod.weight.data).to(mod.weight.dtype))
-                n += 1
-    return n
 
 
 # ---------------------------------------------------------------------------------------------
