@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine import ranking_io  # noqa: E402
-from engine.comparisons import read_arena  # noqa: E402
+from engine.tasks.comparisons import read_arena  # noqa: E402
 from engine.stats import ranking as R  # noqa: E402
 
 ARENA_12 = list(ranking_io.ARENA_PAPER_MODELS)

@@ -112,11 +112,11 @@ def datasets_table(db: str | os.PathLike) -> pd.DataFrame:
 
 
 def comparison_sets(db: str | os.PathLike) -> pd.DataFrame:
-    """Stored comparison sets (engine.comparisons.list_comparison_sets), empty when no database."""
+    """Stored comparison sets (engine.tasks.comparisons.list_comparison_sets), empty when no database."""
     cols = ["name", "source", "created_at", "n_rows", "n_human", "n_judge", "n_models"]
     if not db_exists(db):
         return pd.DataFrame(columns=cols)
-    comps = optional_module("engine.comparisons", "listing comparison sets")
+    comps = optional_module("engine.tasks.comparisons", "listing comparison sets")
     return comps.list_comparison_sets(db)
 
 
@@ -565,7 +565,7 @@ def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.Dat
     """Comparisons for the rank-set page: source 'set' (stored set ``name``) or 'arena' (human.json
     with judge file ``name`` from ../shared/data/arena)."""
     if source == "set":
-        comps = optional_module("engine.comparisons", "reading comparison sets")
+        comps = optional_module("engine.tasks.comparisons", "reading comparison sets")
         return comps.read_comparison_set(db, name)
     if source == "arena":
         d = arena_dir()
@@ -573,7 +573,7 @@ def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.Dat
             raise Unavailable("the Chatbot Arena files (../shared/data/arena) are not present on this machine")
         if name not in ARENA_JUDGES:
             raise UserError(f"unknown Arena judge {name!r}; allowed: {', '.join(ARENA_JUDGES)}")
-        comps = optional_module("engine.comparisons", "reading Arena files")
+        comps = optional_module("engine.tasks.comparisons", "reading Arena files")
         return comps.read_arena(d / "human.json", d / f"{name}.json")
     raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'arena'")
 

@@ -3,7 +3,7 @@
 Everything here takes the normalised comparisons DataFrame (columns ``model_a, model_b,
 human_winner, judge_winner`` and optionally ``prompt_id``; winners ``'a' | 'b' | 'tie'`` or None)
 and returns plain JSON-ready dicts. Sources: a CSV file (:func:`read_comparisons_file`), Chatbot
-Arena JSON lines (:func:`engine.comparisons.read_arena`), or a stored comparison set
+Arena JSON lines (:func:`engine.tasks.comparisons.read_arena`), or a stored comparison set
 (:func:`load_comparisons` with ``db`` and ``set_name``). The statistics are in
 :mod:`engine.stats.ranking` and :mod:`engine.stats.winrates`.
 """
@@ -17,13 +17,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine.comparisons import normalise_winner, read_arena
+from engine.tasks.comparisons import normalise_winner, read_arena
+from engine.config import RANK_LABELS, RANK_METHODS
 from engine.errors import UserError
 from engine.stats import ranking as R
 from engine.stats import winrates as WR
 
-METHODS = ("human", "judge", "ppr")
-LABELS = ("human", "judge")
+METHODS = RANK_METHODS
+LABELS = RANK_LABELS
 CSV_COLUMNS = ("model_a", "model_b", "human_winner", "judge_winner")
 # the paper's alpha grid (Appendix D, footnote 8)
 PAPER_ALPHAS = (0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.075, 0.05, 0.025, 0.01)
@@ -114,7 +115,7 @@ def load_comparisons(comparisons: str | Path | None = None, *, human: str | Path
     if comparisons is not None:
         df = read_comparisons_file(comparisons)
     elif set_name is not None:
-        from engine.comparisons import read_comparison_set  # the stored-set reader (uploads)
+        from engine.tasks.comparisons import read_comparison_set  # the stored-set reader (uploads)
         from engine import store
         df = read_comparison_set(db if db is not None else store.DEFAULT_DB, set_name)
     else:

@@ -251,7 +251,7 @@ def available_models() -> list[dict]:
 @st.cache_data(show_spinner=False, ttl=600)
 def available_datasets() -> list[str]:
     try:
-        from engine.datasets import list_datasets
+        from engine.tasks.datasets import list_datasets
     except ImportError:
         return []
     return list(list_datasets())
@@ -400,8 +400,8 @@ def single_text(sg: dict) -> str:
 
 @st.cache_data(show_spinner="Validating…", max_entries=8)
 def validate_upload(fmt: str, main: bytes, judge: bytes | None):
-    """(normalised rows, problems as dicts) from engine.comparisons' validators (a pure read)."""
-    from engine import comparisons
+    """(normalised rows, problems as dicts) from engine.tasks.comparisons' validators (a pure read)."""
+    from engine.tasks import comparisons
     if fmt == "csv":
         rows, problems = comparisons.validate_comparisons_csv(main)
     else:

@@ -92,7 +92,7 @@ def build_small_db(path: Path, seed: int = 0) -> Path:
         human = ("model_a" if rng.random() < pa else "model_b") if k < 100 else ""
         judge = "model_a" if rng.random() < pa else "model_b"
         rows.append({"prompt_id": f"p{k}", "model_a": a, "model_b": b, "winner": human, "judge_winner": judge})
-    from engine import comparisons
+    from engine.tasks import comparisons
     comparisons.import_comparisons(path, pd.DataFrame(rows).to_csv(index=False).encode(), "human-small", fmt="csv")
     return path
 
@@ -398,7 +398,7 @@ def test_divergence_summary_sql_matches_alignment_per_unit(small_db):
 
 @pytest.mark.shared
 def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_path, monkeypatch):
-    from engine.importers import import_paper_mmlu
+    from engine.tasks.importers import import_paper_mmlu
     from tests.conftest import shared_path
     responses, questions = shared_path("data", "coupled-mmlu"), shared_path("data", "mmlu")
     db = tmp_path / "paper.duckdb"
@@ -418,7 +418,8 @@ def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_pa
 
 def test_upload_helpers_validate_then_import_as_a_job(tmp_path, monkeypatch):
     """The Upload page's path without a browser: validate (pure read), save, import job, delete job."""
-    from engine import comparisons, jobs
+    from engine import jobs
+    from engine.tasks import comparisons
     from pages import _ui as ui
     db = tmp_path / "up.duckdb"
     monkeypatch.setenv("COUPLED_EVAL_DB", str(db))

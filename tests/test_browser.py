@@ -170,7 +170,7 @@ def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
     page.get_by_role("button", name="Import").click()
     page.get_by_text("Import started", exact=False).first.wait_for(timeout=60_000)
     # the job imports it; the list refreshes when the job is done
-    from engine import comparisons
+    from engine.tasks import comparisons
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and "good" not in comparisons.list_comparison_sets(server["db"])["name"].tolist():
         time.sleep(1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import clustering as C
+from engine.tasks import clustering as C
 from engine import store
 from engine.errors import UserError
 from tests.test_scoring import make_run
@@ -130,7 +130,7 @@ def test_cluster_run_answer_and_llm_store_idempotently(tmp_db):
     assert q1 == [0, 0, 1, 1, 2]
     assert s["mean_consistency"] == pytest.approx((2 * 0.4 * np.log(0.4) + 0.2 * np.log(0.2)) / 2)
     # llm via an entailment stub: "same letter" in the lenient sense is the meaning
-    from engine.scoring import extract_lenient
+    from engine.tasks.scoring import extract_lenient
     stub = lambda tr: [extract_lenient(a) == extract_lenient(b) for _, a, b in tr]  # noqa: E731
     C.cluster_run(tmp_db, "r1", "llm", entail_fn=stub, progress_file=tmp_db.parent / "p.json", show_bar=False)
     from engine.progress import read_progress

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from engine import datasets as D
+from engine.tasks import datasets as D
 from engine.errors import UserError
 from tests.conftest import shared_path
 
@@ -195,9 +195,9 @@ def test_real_mmlu_folder_has_all_questions():
 
 @pytest.mark.shared
 def test_real_mmlu_folder_matches_the_paper_importer():
-    """Two implementations: this loader and engine.importers give the same ids and exact prompts, so
+    """Two implementations: this loader and engine.tasks.importers give the same ids and exact prompts, so
     runs generated on the MMLU folder line up with the imported paper data prompt by prompt."""
-    from engine import importers
+    from engine.tasks import importers
 
     folder = shared_path("data", "mmlu")
     ds = D.load_dataset(str(folder))

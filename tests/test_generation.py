@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from engine import datasets, generation as G, models, store
+from engine import generation as G, models, store
+from engine.tasks import datasets
 from engine.generation import hf as HF, run as generation_run
 from engine.sampling import noise
 from engine.cli import main as cli_main

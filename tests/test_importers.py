@@ -1,4 +1,4 @@
-"""engine.importers (paper MMLU outputs) on a synthetic directory with the real layout, the
+"""engine.tasks.importers (paper MMLU outputs) on a synthetic directory with the real layout, the
 read-side helpers and CLI on it, and the reproduction of the paper's figures on ../shared."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from engine import store
 from engine.cli import main
 from engine.errors import UserError
-from engine.importers import PAPER_COUPLED_SEED, import_paper_mmlu
-from engine.scoring import extract_paper
+from engine.tasks.importers import PAPER_COUPLED_SEED, import_paper_mmlu
+from engine.tasks.scoring import extract_paper
 from engine.stats import benchmark as bm
 from engine.stats_io import benchmark_compare, multigen_summary, score_matrices
 from tests.conftest import shared_path

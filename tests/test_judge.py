@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from engine import judge as J
+from engine.tasks import judge as J
 from engine import store
 from engine.errors import UserError
 from tests.conftest import shared_path

@@ -143,7 +143,7 @@ def test_winrates_cli_and_compare(tmp_path, capsys):
 
 
 def test_ranksets_from_stored_set(tmp_path, capsys, tmp_db):
-    from engine.comparisons import import_comparisons
+    from engine.tasks.comparisons import import_comparisons
     f = tmp_path / "up.csv"
     f.write_text(TINY.replace("human_winner", "winner"))
     import_comparisons(tmp_db, f, "tiny")

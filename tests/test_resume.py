@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine import datasets, generation as G, models, store
+from engine import generation as G, models, store
+from engine.tasks import datasets
 from engine.errors import UserError
 from engine.progress import read_progress
 from engine.testing import tiny_lm

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from engine import scoring, store
+from engine import store
+from engine.tasks import scoring
 from engine.errors import UserError
 from tests.conftest import shared_path
 
@@ -145,7 +146,7 @@ def test_score_run_unknown_run_and_rule(tmp_db):
 def test_score_run_reproduces_the_paper_importers_scores(tmp_db):
     """Two implementations agree: score_run(rule='paper') over the published responses equals the
     scores the paper importer stores (vectorised over distinct texts) for one subject."""
-    from engine import importers
+    from engine.tasks import importers
     responses = shared_path("data", "coupled-mmlu")
     questions = shared_path("data", "mmlu")
     importers.import_paper_mmlu(tmp_db, responses, questions, subjects=["college_computer_science"])

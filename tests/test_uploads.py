@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import comparisons as cmp
+from engine.tasks import comparisons as cmp
 from engine import store
 from engine.errors import UserError
 from tests.conftest import shared_path

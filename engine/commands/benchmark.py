@@ -191,7 +191,7 @@ def run_multigen(args) -> int:
 def run_import(args) -> int:
     import time
 
-    from engine.importers import import_paper_mmlu
+    from engine.tasks.importers import import_paper_mmlu
     t0 = time.perf_counter()
     out = import_paper_mmlu(args.db, args.responses, args.questions, models=_csv(args.models),
                             subjects=_csv(args.subjects), run_id=args.run_id)

@@ -51,7 +51,7 @@ def register(sub) -> None:
 
 
 def run_generate(args) -> int:
-    from engine import datasets
+    from engine.tasks import datasets
     from engine.generation import GenConfig, run_generation
 
     cfg = GenConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from engine import datasets
+from engine.tasks import datasets
 
 # engine.models (torch, transformers) is imported inside the commands that need it: registering
 # this module must not cost every `python -m engine ...` call the ~2 s of importing torch.

@@ -1,6 +1,6 @@
 """``score``, ``judge``, ``cluster``, ``comparisons list|delete|export`` and ``import comparisons``.
 
-Thin: parse arguments, call engine.scoring / judge / clustering / comparisons, print JSON.
+Thin: parse arguments, call engine.tasks.scoring / judge / clustering / comparisons, print JSON.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ def _print(obj) -> int:
 
 
 def register(sub) -> None:
-    from engine.clustering import DEFAULT_EMBEDDING_THRESHOLD, METHODS
-    from engine.comparisons import FORMATS
-    from engine.judge import ORDERS
-    from engine.scoring import RULES
+    from engine.tasks.clustering import DEFAULT_EMBEDDING_THRESHOLD, METHODS
+    from engine.tasks.comparisons import FORMATS
+    from engine.tasks.judge import ORDERS
+    from engine.tasks.scoring import RULES
 
     p = sub.add_parser("score", help="score every generation of a run (answer extraction rule)")
     _db(p)
@@ -118,12 +118,12 @@ def register(sub) -> None:
 
 
 def run_score(args) -> int:
-    from engine.scoring import score_run
+    from engine.tasks.scoring import score_run
     return _print(score_run(args.db, args.run, args.rule))
 
 
 def run_judge(args) -> int:
-    from engine import judge as J
+    from engine.tasks import judge as J
     kw = {}
     if args.prompt_file:
         kw["prompt_template"] = _read_file(args.prompt_file, "judge prompt file")
@@ -141,13 +141,13 @@ def run_judge(args) -> int:
 
 
 def run_cluster(args) -> int:
-    from engine.clustering import cluster_run
+    from engine.tasks.clustering import cluster_run
     return _print(cluster_run(args.db, args.run, args.method, rule=args.rule, model=args.model,
                               threshold=args.threshold, progress_file=args.progress_file))
 
 
 def run_list(args) -> int:
-    from engine.comparisons import list_comparison_sets
+    from engine.tasks.comparisons import list_comparison_sets
     if not Path(args.db).exists():
         return _print([])
     df = list_comparison_sets(args.db)
@@ -158,12 +158,12 @@ def run_list(args) -> int:
 
 
 def run_delete(args) -> int:
-    from engine.comparisons import delete_comparison_set
+    from engine.tasks.comparisons import delete_comparison_set
     return _print({"deleted": args.name, "n_rows": delete_comparison_set(args.db, args.name)})
 
 
 def run_export(args) -> int:
-    from engine.comparisons import export_comparison_set
+    from engine.tasks.comparisons import export_comparison_set
     text = export_comparison_set(args.db, args.name, args.out)
     if args.out:
         print(json.dumps({"exported": args.name, "out": args.out}), file=sys.stderr)
@@ -173,13 +173,13 @@ def run_export(args) -> int:
 
 
 def run_from_judge(args) -> int:
-    from engine.judge import judgments_to_set
+    from engine.tasks.judge import judgments_to_set
     return _print(judgments_to_set(args.db, args.run, args.judge, args.mode, args.name,
                                    combine=args.combine, replace=args.replace))
 
 
 def run_import(args) -> int:
-    from engine.comparisons import import_comparisons
+    from engine.tasks.comparisons import import_comparisons
     if args.file is None and args.judge_file is None:
         raise UserError("give the file to import (and/or --judge-file for the Arena format)")
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None

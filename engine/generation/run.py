@@ -151,7 +151,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
 
     # ---- validate everything before touching the database
     if isinstance(dataset, (str, Path)):
-        from engine import datasets as datasets_mod
+        from engine.tasks import datasets as datasets_mod
         dataset = datasets_mod.load_dataset(str(dataset))
     if not model_names:
         raise UserError("no models given; pass at least one model name")

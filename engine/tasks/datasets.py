@@ -33,7 +33,7 @@ from pathlib import Path
 
 from engine.errors import UserError
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 KINDS = ("multiple_choice", "numeric", "prompts")
 LETTERS = ("A", "B", "C", "D")
 
@@ -257,7 +257,7 @@ def _norm_keys(row: dict) -> dict:
 
 def _from_rows(rows: list[tuple[int, dict]], path: Path, *, dataset_id: str,
                subject: str | None) -> Dataset:
-    from engine.scoring import extract_numeric
+    from engine.tasks.scoring import extract_numeric
 
     where = str(path)
     cols = _norm_keys(rows[0][1]).keys()

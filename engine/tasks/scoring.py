@@ -42,7 +42,7 @@ import pandas as pd  # noqa: E402
 from engine import store  # noqa: E402
 from engine.errors import UserError  # noqa: E402
 
-RULES = ("paper", "lenient", "numeric", "exact")
+from engine.config import RULES  # noqa: E402
 NO_ANSWER = "E"  # what the multiple-choice rules extract when they find no option (always wrong)
 
 # "answer" in any case, the letter itself upper case ("the answer is a bit..." is not "A").
