@@ -31,11 +31,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import ranking_io  # noqa: E402
+from engine.analysis import comparisons as C, ranksets as RS  # noqa: E402
 from engine.tasks.comparisons import read_arena  # noqa: E402
 from engine.stats import ranking as R  # noqa: E402
 
-ARENA_12 = list(ranking_io.ARENA_PAPER_MODELS)
+ARENA_12 = list(C.ARENA_PAPER_MODELS)
 JUDGES = {"GPT4": "gpt-4-0125-preview.json", "CL3": "claude-3-opus-20240229.json", "GPT3.5": "gpt-3.5-turbo.json"}
 N_GRID = (66, 132, 198, 462, 990, 1452, 1980, 2442, 2970)
 
@@ -48,9 +48,9 @@ def load(arena_dir: Path):
         df = read_arena(arena_dir / "human.json", arena_dir / fname, models=ARENA_12)
         if base is None:
             base = df
-        judges[name] = ranking_io._indicators(df.judge_winner)
-    first, second = ranking_io._indices(base, ARENA_12)
-    return first, second, ranking_io._indicators(base.human_winner), judges, len(base)
+        judges[name] = C.win_indicators(df.judge_winner)
+    first, second = C.model_indices(base, ARENA_12)
+    return first, second, C.win_indicators(base.human_winner), judges, len(base)
 
 
 def full_data_ranksets(first, second, human, judges, alpha: float) -> dict:
@@ -70,7 +70,7 @@ def bootstrap_check(first, second, human, rng, reps: int, balanced: bool) -> dic
     k = len(ARENA_12)
     w, w2 = human
     if balanced:  # one balanced draw of 6,336, as in the paper's experiments
-        idx, _ = ranking_io.balanced_draws(ranking_io.pair_ids(first, second, k), 96, 1, 1, rng)
+        idx, _ = RS.balanced_draws(RS.pair_ids(first, second, k), 96, 1, 1, rng)
         first, second, w, w2 = first[idx[0]], second[idx[0]], w[idx[0]], w2[idx[0]]
     n = len(first)
     draws = np.empty((reps, k))
@@ -95,9 +95,9 @@ def draws(first, second, human, judges, reps: int, seed: int, n_grid, alphas, lo
         for n in n_grid:
             t0 = time.time()
             rng = np.random.default_rng([seed, n])  # same draws for both covariances
-            res = ranking_io.draws_experiment(first, second, human, judges, k, n, reps, alphas, cov, rng,
+            res = RS.draws_experiment(first, second, human, judges, k, n, reps, alphas, cov, rng,
                                               total=66 * 96)
-            summ = ranking_io.summarise_draws(res, alphas)
+            summ = RS.summarise_draws(res, alphas)
             lam = {m: float(v.mean()) for m, v in res["lambda"].items()}
             out.setdefault(cov, {})[n] = {"N": res["N"], "n": res["n"], "metrics": summ, "lambda_mean": lam}
             if n == 990:
@@ -256,7 +256,7 @@ def main(argv=None) -> int:
            "bootstrap": {"all human comparisons": bootstrap_check(first, second, human, rng, args.boot, False),
                          "one balanced draw": bootstrap_check(first, second, human, rng, args.boot, True)}}
     res["draws"] = draws(first, second, human, judges, args.reps, args.seed, [int(x) for x in args.n.split(",")],
-                         ranking_io.PAPER_ALPHAS, log)
+                         RS.PAPER_ALPHAS, log)
     res["seconds"] = round(time.time() - t0, 1)
     (outdir / "ppr_arena.json").write_text(json.dumps(res, indent=1, default=str))
     if not args.no_figures:

@@ -1,6 +1,6 @@
 """The command line: ``python -m engine <command> ...``.
 
-Each command lives in a module of ``engine.commands`` that exposes ``register(subparsers)``;
+Each command lives in a module of ``engine.commands`` named after it, with ``register(subparsers)``;
 the parser it adds sets ``func`` (``args -> int`` exit code). Results go to stdout (JSON for
 analyses), messages and errors to stderr. A :class:`~engine.errors.UserError` becomes one clear
 line on stderr and exit code 2, never a traceback.
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
 
-import engine.commands
+from engine.commands import COMMANDS
 from engine.errors import UserError
 
 
@@ -21,11 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for info in sorted(pkgutil.iter_modules(engine.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"engine.commands.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(sub)
+    for name in COMMANDS:
+        importlib.import_module(f"engine.commands.{name}").register(sub)
     return parser
 
 

@@ -6,3 +6,7 @@ class UserError(ValueError):
 
     The message must name the bad value and, where there is a finite set, the allowed ones.
     """
+
+
+class Unavailable(UserError):
+    """Something an analysis needs is not present on this machine (e.g. the Chatbot Arena files)."""

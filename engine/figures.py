@@ -1,8 +1,9 @@
-"""Plotly figure builders for the dashboard: plain data in, ``go.Figure`` out.
+"""Presentation: Plotly figure builders for the dashboard and the CLI: plain data in, ``go.Figure`` out.
 
 No database access, no statistics: every builder draws values an engine function already
 computed (curves, matrices, intervals). Pages call one builder per chart, so the same figures can
-be exported (``engine.export``) or rebuilt outside Streamlit.
+be exported (``dashboard.downloads``), written by the CLI (:func:`write_benchmark_figures`) or rebuilt
+outside Streamlit.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
 
     Args:
         steps: rows of (model, step, token_id, token_text, prob, top_ids, top_probs, top_gumbels
-            [, gumbel]) as from ``engine.queries.trace_steps`` / ``recompute_gumbels``.
+            [, gumbel]) as from ``engine.analysis.traces.trace_steps`` / ``recompute_gumbels``.
         models: row order (top to bottom).
         agree: per shown step (sorted steps), whether all models agree.
         first_divergence: step index or None.
@@ -347,7 +348,7 @@ def variance_figure(components: Mapping[str, float], title: str = "Variance of t
 
 def divergence_figure(df: pd.DataFrame, title: str = "First divergence step of the coupled generations") -> go.Figure:
     """Histogram of the first step where the models' tokens differ, over a run's units; units that
-    never diverge are counted in the title (rows of ``engine.queries.divergence_summary``)."""
+    never diverge are counted in the title (rows of ``engine.analysis.traces.divergence_summary``)."""
     if df.empty:
         return empty_figure("no coupled traces for these models")
     div = df["first_divergence"].dropna().astype(int)
@@ -357,3 +358,70 @@ def divergence_figure(df: pd.DataFrame, title: str = "First divergence step of t
     fig.update_xaxes(title="first step where the tokens differ")
     fig.update_yaxes(title="units (prompt, repeat)")
     return _layout(fig, f"{title} · {never} of {len(df)} units never diverge", height=320)
+
+
+# --------------------------------------------------------------------------- the CLI's Fig. 2 panels
+
+def write_benchmark_figures(res: dict, folder: str) -> list[str]:
+    """The paper's Fig. 2 panels for one benchmark-compare result, as PNG files in ``folder``.
+
+    (a) KDE of the per-question covariance (coupled; dashed line at the mean), (b) KDEs of the
+    per-question variance of the difference (coupled vs independent; dashed lines at the medians),
+    (c) mean estimation error vs number of samples with the 2.5/97.5 percentile band.
+    """
+    import os
+    from pathlib import Path
+
+    os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
+    d = Path(folder)
+    d.mkdir(parents=True, exist_ok=True)
+    a, b = res["models"]
+    tag = "_".join(x for x in (res.get("subject") or "all", a, "vs", b) if x).replace("/", "-")
+    title = f"{a} vs {b} ({res.get('subject') or 'all subjects'})"
+    colors = {"coupled": "#1f77b4", "independent": "#ff7f0e"}
+    paths = []
+
+    k = res["kde"]["covariance_coupled"]
+    fig = go.Figure(go.Scatter(x=k["x"], y=k["density"], mode="lines", name="coupled",
+                               line=dict(color=colors["coupled"])))
+    fig.add_vline(x=res["mean_covariance_coupled"], line_dash="dash",
+                  annotation_text=f"mean {res['mean_covariance_coupled']:.3f}")
+    fig.update_layout(title=f"(a) Score covariance per question<br><sub>{title}</sub>",
+                      xaxis_title="covariance", yaxis_title="density")
+    paths.append(d / f"{tag}_covariance.png")
+    fig.write_image(paths[-1], width=700, height=450)
+
+    fig = go.Figure()
+    for mode in ("coupled", "independent"):
+        k = res["kde"].get(f"var_diff_{mode}")
+        med = res.get(f"median_var_diff_{mode}")
+        if k is None or med is None:
+            continue
+        fig.add_trace(go.Scatter(x=k["x"], y=k["density"], mode="lines", name=mode, line=dict(color=colors[mode])))
+        fig.add_vline(x=med, line_dash="dash", line_color=colors[mode], annotation_text=f"median {med:.3f}",
+                      annotation_position="top left" if mode == "coupled" else "top right")
+    fig.update_layout(title=f"(b) Variance of the score difference per question<br><sub>{title}</sub>",
+                      xaxis_title="variance of the difference", yaxis_title="density")
+    paths.append(d / f"{tag}_var_diff.png")
+    fig.write_image(paths[-1], width=700, height=450)
+
+    fig = go.Figure()
+    n = [r["n"] for r in res["error_curve"]]
+    for mode in ("coupled", "independent"):
+        if res["error_curve"][0].get(mode) is None:
+            continue
+        fig.add_trace(go.Scatter(x=n + n[::-1], y=[r[f"{mode}_high"] for r in res["error_curve"]]
+                                 + [r[f"{mode}_low"] for r in res["error_curve"]][::-1],
+                                 fill="toself", opacity=0.2, line=dict(width=0), showlegend=False,
+                                 fillcolor=colors[mode], hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=n, y=[r[mode] for r in res["error_curve"]], mode="lines", name=mode,
+                                 line=dict(color=colors[mode])))
+    sd = res.get("saving_detail") or {}
+    if sd.get("saving") is not None:
+        fig.add_hline(y=sd["error"], line_dash="dot",
+                      annotation_text=f"error {sd['error']:.3f}: {100 * sd['saving']:.0f}% fewer samples")
+    fig.update_layout(title=f"(c) Estimation error vs number of samples (band: 2.5-97.5%)<br><sub>{title}</sub>",
+                      xaxis_title="number of samples", yaxis_title="absolute error")
+    paths.append(d / f"{tag}_error_curve.png")
+    fig.write_image(paths[-1], width=700, height=450)
+    return [str(p) for p in paths]

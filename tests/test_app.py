@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import queries, store
+from engine import store
+from engine.analysis import comparisons as acmp, overview, traces
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("m-base", "m-int8", "m-int4")
@@ -241,8 +242,8 @@ def test_every_page_on_an_empty_database_shows_an_empty_state(page, tmp_path, mo
 # --------------------------------------------------------------------------- queries vs naive
 
 def test_align_traces_matches_a_naive_loop(small_db):
-    steps = queries.trace_steps(small_db, "run-small", "q1", 0, "coupled", list(MODELS))
-    al = queries.align_traces(steps, list(MODELS))
+    steps = traces.trace_steps(small_db, "run-small", "q1", 0, "coupled", list(MODELS))
+    al = traces.align_traces(steps, list(MODELS))
     naive_agree = []
     for s in sorted(steps["step"].unique()):
         toks = [steps[(steps.step == s) & (steps.model == m)]["token_id"].iloc[0] for m in MODELS]
@@ -254,7 +255,7 @@ def test_align_traces_matches_a_naive_loop(small_db):
 
 
 def test_trace_paging_covers_every_step_once(small_db):
-    pages = [queries.trace_steps(small_db, "run-small", "q2", 1, "independent", list(MODELS), max_steps=3,
+    pages = [traces.trace_steps(small_db, "run-small", "q2", 1, "independent", list(MODELS), max_steps=3,
                                  step_offset=o) for o in range(0, N_STEPS, 3)]
     allp = pd.concat(pages)
     assert len(allp) == N_STEPS * len(MODELS)
@@ -264,33 +265,33 @@ def test_trace_paging_covers_every_step_once(small_db):
 def test_recomputed_gumbels_match_engine_noise(small_db):
     torch = pytest.importorskip("torch")
     from engine.sampling import noise
-    steps = queries.trace_steps(small_db, "run-small", "q0", 2, "coupled", ["m-base"])
-    g = queries.recompute_gumbels(small_db, "run-small", "q0", 2, steps)
+    steps = traces.trace_steps(small_db, "run-small", "q0", 2, "coupled", ["m-base"])
+    g = traces.recompute_gumbels(small_db, "run-small", "q0", 2, steps)
     for rec in g.itertuples():
         full = noise.gumbel(7, torch.tensor([noise.unit_key("q0", 2)]), rec.step, torch.arange(100))
         assert g.loc[rec.Index, "gumbel"] == pytest.approx(float(full[0, rec.token_id]), abs=0)
         # the alternatives too, in their stored order
         assert rec.top_gumbels_recomputed == pytest.approx([float(full[0, i]) for i in rec.top_ids], abs=0)
     # the test database stores made-up alternative Gumbel values: the check must notice
-    assert queries.gumbel_check(g) > 0.1
+    assert traces.gumbel_check(g) > 0.1
 
 
 def test_runs_and_overview_agree_with_table_counts(small_db):
-    runs = queries.runs(small_db)
+    runs = overview.runs(small_db)
     assert runs.loc[0, "n_generations"] == len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES)
     assert sorted(runs.loc[0, "models"]) == sorted(MODELS)
-    assert queries.overview(small_db)["comparisons"] == 400
-    assert queries.overview(small_db.parent / "missing.duckdb")["runs"] == 0
+    assert overview.overview(small_db)["comparisons"] == 400
+    assert overview.overview(small_db.parent / "missing.duckdb")["runs"] == 0
 
 
 def test_keep_human_labels_exact_and_seeded():
     df = pd.DataFrame({"model_a": ["a"] * 6, "model_b": ["b"] * 6,
                        "human_winner": ["a", None, "b", "tie", "a", "b"], "judge_winner": ["a"] * 6})
-    out = queries.keep_human_labels(df, 2, seed=3)
+    out = acmp.keep_human_labels(df, 2, seed=3)
     assert out["human_winner"].notna().sum() == 2
     assert set(np.flatnonzero(out["human_winner"].notna())) <= {0, 2, 3, 4, 5}  # only rows that had one
-    assert out.equals(queries.keep_human_labels(df, 2, seed=3))  # seeded
-    assert queries.keep_human_labels(df, 10).equals(df)  # n >= available: unchanged
+    assert out.equals(acmp.keep_human_labels(df, 2, seed=3))  # seeded
+    assert acmp.keep_human_labels(df, 10).equals(df)  # n >= available: unchanged
     assert (out["judge_winner"] == "a").all()
 
 
@@ -385,15 +386,15 @@ def test_ranksets_page_on_the_chatbot_arena_files(small_db, monkeypatch):
 
 
 def test_divergence_summary_sql_matches_alignment_per_unit(small_db):
-    summary = queries.divergence_summary(small_db, "run-small", MODELS)
+    summary = traces.divergence_summary(small_db, "run-small", MODELS)
     assert len(summary) == N_PROMPTS * N_REPEATS
     for rec in summary.sample(12, random_state=0).itertuples():
-        steps = queries.trace_steps(small_db, "run-small", rec.prompt_id, int(rec.repeat), "coupled", list(MODELS))
-        first = queries.align_traces(steps, list(MODELS))["first_divergence"]
+        steps = traces.trace_steps(small_db, "run-small", rec.prompt_id, int(rec.repeat), "coupled", list(MODELS))
+        first = traces.align_traces(steps, list(MODELS))["first_divergence"]
         assert (None if pd.isna(rec.first_divergence) else int(rec.first_divergence)) == first
         assert rec.n_steps == N_STEPS
     with pytest.raises(Exception, match="at least two models"):
-        queries.divergence_summary(small_db, "run-small", ("m-base",))
+        traces.divergence_summary(small_db, "run-small", ("m-base",))
 
 
 @pytest.mark.shared

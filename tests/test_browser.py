@@ -206,7 +206,7 @@ def test_tiny_generation_through_the_ui(server, page, artifacts_dir):
     _goto(page, server, "generate")
     page.get_by_text(re.compile(r"· done ·")).first.wait_for(timeout=30_000)
     _shot(page, artifacts_dir, "generate_done")
-    from engine import queries
-    runs = queries.runs(server["db"])
+    from engine.analysis import overview
+    runs = overview.runs(server["db"])
     new = runs[runs.run_id.str.startswith("ui-")]
     assert len(new) == 1 and new.iloc[0]["n_generations"] == 2 * 2 * 1 * 2  # models x prompts x repeats x modes

@@ -16,7 +16,8 @@ from engine.errors import UserError
 from engine.tasks.importers import PAPER_COUPLED_SEED, import_paper_mmlu
 from engine.tasks.scoring import extract_paper
 from engine.stats import benchmark as bm
-from engine.stats_io import benchmark_compare, multigen_summary, score_matrices
+from engine.analysis.benchmark import benchmark_compare, score_matrices
+from engine.analysis.multigen import multigen_summary
 from tests.conftest import shared_path
 
 SUBJECTS = {"bbb_subject": 2, "aaa_subject": 3}  # written out of order: import must sort them

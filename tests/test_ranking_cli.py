@@ -1,4 +1,4 @@
-"""CLI ``ranksets`` / ``winrates`` and the read-side helpers of engine.ranking_io."""
+"""CLI ``ranksets`` / ``winrates`` and the read-side helpers of engine.analysis (comparisons, ranksets)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine import cli, ranking_io
+from engine import cli
+from engine.analysis import comparisons as C, ranksets as RS
+from engine.errors import UserError
 from engine.stats import ranking as R
 from tests.conftest import ROOT, shared_path
 
@@ -162,7 +164,7 @@ def test_rankset_draws_consistency():
     names = [f"m{i}" for i in range(k)]
     df = pd.DataFrame({"model_a": [names[i] for i in first], "model_b": [names[i] for i in second],
                        "human_winner": np.where(w == 1, "a", "tie"), "judge_winner": np.where(wh == 1, "a", "tie")})
-    res = ranking_io.rankset_draws(df, None, n=60, reps=30, alpha=0.1, seed=3, alphas=(0.3, 0.1, 0.05))
+    res = RS.rankset_draws(df, None, n=60, reps=30, alpha=0.1, seed=3, alphas=(0.3, 0.1, 0.05))
     assert set(res["position_prob"]) == {"baseline", "human", "judge", "ppr"}
     assert res["n"] == 60 and res["N"] == 6 * 80 - 60
     for m in res["position_prob"]:
@@ -188,7 +190,7 @@ def test_rankset_draws_consistency():
 def test_arena_real_files_count_and_cli(capsys, tmp_path):
     human = shared_path("data", "arena", "human.json")
     judge = shared_path("data", "arena", "gpt-4-0125-preview.json")
-    df = ranking_io.load_comparisons(human=human, judge=judge, models=ARENA_12)
+    df = C.load_comparisons(human=human, judge=judge, models=ARENA_12)
     assert len(df) == 14_947
     rc, out, _ = _run(capsys, "ranksets", "--human", str(human), "--judge", str(judge), "--models", ",".join(ARENA_12),
                       "--method", "human", "--alpha", "0.05")
@@ -211,9 +213,9 @@ def test_arena_real_files_count_and_cli(capsys, tmp_path):
 def test_arena_bootstrap_variance_vs_covariances():
     """METHODS.md section 4: on Arena human data Var_boot(theta_hat) is ~17-100x the paper Sigma and ~1x the delta one."""
     human = shared_path("data", "arena", "human.json")
-    df = ranking_io.load_comparisons(human=human, models=ARENA_12)
-    first, second = ranking_io._indices(df, ARENA_12)
-    w, w2 = ranking_io._indicators(df.human_winner)
+    df = C.load_comparisons(human=human, models=ARENA_12)
+    first, second = C.model_indices(df, ARENA_12)
+    w, w2 = C.win_indicators(df.human_winner)
     rng = np.random.default_rng(0)
     n, k = len(df), len(ARENA_12)
     draws = np.array([R.winrate_pointestimate(first[i], second[i], w[i], w2[i], k)
@@ -232,15 +234,15 @@ def test_ranksets_for_subset_of_models_and_string_parameters():
     df = df.replace("", None)
     extra = pd.DataFrame([{"prompt_id": "p9", "model_a": "x", "model_b": "w", "human_winner": "a", "judge_winner": "a"}])
     full = pd.concat([df, extra], ignore_index=True)
-    sub = ranking_io.ranksets_for(full, "human", "0.1", "delta", "auto", models=["x", "y", "z"])
-    ref = ranking_io.ranksets_for(df, "human", 0.1)
+    sub = RS.ranksets_for(full, "human", "0.1", "delta", "auto", models=["x", "y", "z"])
+    ref = RS.ranksets_for(df, "human", 0.1)
     assert sub == ref and sub["n"] == 5
-    with pytest.raises(ranking_io.UserError, match="appear in no comparison"):
-        ranking_io.ranksets_for(full, "human", 0.1, models=["x", "q"])
-    with pytest.raises(ranking_io.UserError, match="alpha"):
-        ranking_io.ranksets_for(df, "human", 0)
-    with pytest.raises(ranking_io.UserError, match="method"):
-        ranking_io.ranksets_for(df, "bt", 0.1)
+    with pytest.raises(UserError, match="appear in no comparison"):
+        RS.ranksets_for(full, "human", 0.1, models=["x", "q"])
+    with pytest.raises(UserError, match="alpha"):
+        RS.ranksets_for(df, "human", 0)
+    with pytest.raises(UserError, match="method"):
+        RS.ranksets_for(df, "bt", 0.1)
 
 
 @pytest.mark.shared
@@ -250,7 +252,7 @@ def test_arena_bench_smoke():
     first, second, human, judges, n_rows = ppr_arena.load(shared_path("data", "arena"))
     assert n_rows == 14_947 and set(judges) == {"GPT4", "CL3", "GPT3.5"}
     res = ppr_arena.draws(first, second, human, judges, reps=3, seed=0, n_grid=(66, 990),
-                          alphas=ranking_io.PAPER_ALPHAS, log=lambda s: None)
+                          alphas=RS.PAPER_ALPHAS, log=lambda s: None)
     m = res["metrics"]["delta"][990]
     assert m["N"] + m["n"] == 6336 and m["n"] == 990
     assert set(m["metrics"]) == {"baseline", "human"} | {f"{p}:{j}" for p in ("judge", "ppr") for j in judges}
@@ -260,21 +262,23 @@ def test_arena_bench_smoke():
 def test_csv_with_byte_order_mark_and_upload_column_name(tmp_path):
     f = tmp_path / "bom.csv"
     f.write_bytes("\ufeff".encode() + TINY.replace("human_winner", "winner").encode())
-    df = ranking_io.read_comparisons_file(f)
+    df = C.read_comparisons_file(f)
     assert list(df.model_a) == ["x", "y", "z", "x", "y"] and df.human_winner.tolist() == ["a", "b", "tie", "a", "b"]
 
 
 def test_cli_choices_match_the_library():
-    from engine.commands import ranking as cmd
+    """The CLI builds its choices from engine.config without importing the analyses: they must agree."""
+    from engine import config
+    from engine.analysis import winrates as WR
 
-    assert cmd.METHODS == ranking_io.METHODS and cmd.LABELS == ranking_io.LABELS
-    assert cmd.COVARIANCES == R.COVARIANCES
+    assert config.RANK_METHODS == RS.METHODS and config.RANK_LABELS == WR.LABELS
+    assert config.COVARIANCES == R.COVARIANCES
 
 
 def test_default_models_are_the_papers_twelve_when_present():
     many = sorted(ARENA_12) + ["mpt-7b-chat", "dolly-v2-12b"]
-    assert ranking_io.default_models(many) == list(ranking_io.ARENA_PAPER_MODELS) == ARENA_12
-    assert ranking_io.default_models(["b", "a", "c"], limit=2) == ["b", "a"]  # not Arena: first `limit`
+    assert C.default_models(many) == list(C.ARENA_PAPER_MODELS) == ARENA_12
+    assert C.default_models(["b", "a", "c"], limit=2) == ["b", "a"]  # not Arena: first `limit`
 
 
 def test_cli_closed_stdout_is_not_a_traceback():

@@ -1,29 +1,16 @@
 """``python -m engine models [--json] [--prepare [NAME ...]]``: the model registry (default family
-first); ``--prepare`` converts and caches variants ahead of a run and reports load times.
-
-``python -m engine datasets [NAME_OR_PATH] [--subject S] [--limit N] [--json]``: the built-in
-datasets, or a check of one dataset file (kind, size, subjects, gold balance, first prompt)."""
+first); ``--prepare`` converts and caches variants ahead of a run and reports load times."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from engine.tasks import datasets
-
 # engine.models (torch, transformers) is imported inside the commands that need it: registering
 # this module must not cost every `python -m engine ...` call the ~2 s of importing torch.
 
 
 def register(sub) -> None:
-    d = sub.add_parser("datasets", help="list the built-in datasets, or check and summarise a dataset file")
-    d.add_argument("dataset", nargs="?", default=None,
-                   help="built-in name, NAME:subject, a CSV/JSONL/TXT file or a folder of MMLU CSVs")
-    d.add_argument("--subject", default=None)
-    d.add_argument("--limit", type=int, default=None)
-    d.add_argument("--json", action="store_true")
-    d.set_defaults(func=run_datasets)
-
     p = sub.add_parser("models", help="list the available models and variants (default family first)")
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     p.add_argument("--prepare", nargs="*", metavar="NAME", default=None,
@@ -85,39 +72,4 @@ def run(args) -> int:
         print(f"{r['name']:<{w}}  {r['variant']:<10} {r['vocab']:<16} {'yes' if r['cached'] else 'no':<6} "
               f"{r['description']}")
     print("\nAlso accepted: a local Hugging Face folder, a .gguf file, or a hub id (where a hub is reachable).")
-    return 0
-
-
-def dataset_summary(ds: datasets.Dataset) -> dict:
-    """Kind, size, subjects (with counts), gold-answer counts and the first user prompt."""
-    subjects: dict[str, int] = {}
-    golds: dict[str, int] = {}
-    for p in ds.prompts:
-        if p.subject:
-            subjects[p.subject] = subjects.get(p.subject, 0) + 1
-        if p.gold is not None and ds.kind == "multiple_choice":
-            golds[p.gold] = golds.get(p.gold, 0) + 1
-    return {"dataset_id": ds.dataset_id, "kind": ds.kind, "source": ds.source, "n_prompts": len(ds),
-            "subjects": subjects, "gold_counts": dict(sorted(golds.items())),
-            "system_prompt": ds.system_prompt,
-            "first_prompt": ds.prompts[0].user_prompt if ds.prompts else None}
-
-
-def run_datasets(args) -> int:
-    if args.dataset is None:
-        data = [dataset_summary(datasets.load_dataset(n)) for n in datasets.list_datasets()]
-    else:
-        data = [dataset_summary(datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject))]
-    if args.json:
-        print(json.dumps(data if args.dataset is None else data[0], indent=2, ensure_ascii=False))
-        return 0
-    for r in data:
-        subs = ", ".join(f"{k} ({v})" for k, v in list(r["subjects"].items())[:8])
-        more = f" ... {len(r['subjects'])} subjects" if len(r["subjects"]) > 8 else ""
-        print(f"{r['dataset_id']}: {r['kind']}, {r['n_prompts']} prompts ({r['source']})")
-        if subs:
-            print(f"  subjects: {subs}{more}")
-        if r["gold_counts"]:
-            print(f"  gold answers: {', '.join(f'{k}={v}' for k, v in r['gold_counts'].items())}")
-        print("  first prompt: " + (r["first_prompt"] or "").replace("\n", "\n    "))
     return 0

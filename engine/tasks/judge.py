@@ -417,7 +417,7 @@ def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
     Returns:
         DataFrame: prompt_id, repeat, mode, model_a, model_b, presented ('ab'|'ba'|'ab+ba'),
         winner ('a'|'b'|'tie'|None), plus human_winner (None) and judge_winner (= winner), so it
-        is also in the normalised comparisons form of engine.tasks.comparisons / engine.ranking_io.
+        is also in the normalised comparisons form of engine.tasks.comparisons / engine.analysis.comparisons.
     """
     if combine not in COMBINE:
         raise UserError(f"unknown combine {combine!r}; allowed: {', '.join(COMBINE)}")

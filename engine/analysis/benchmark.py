@@ -1,12 +1,8 @@
-"""Read-side glue between the store and the pure statistics (``engine.stats``), for the CLI and
-the dashboard. Every function opens the database read-only for one short query batch.
+"""Benchmark comparison of two models, coupled vs independent: database -> score matrices -> engine.stats.
 
-Stable public API (the dashboard calls these; keep the signatures):
-
-* :func:`list_runs_with_scores` -> DataFrame of (run_id, model, mode, rule, n)
-* :func:`score_matrices` -> {mode: (A (Q, R), B (Q, R))} aligned score matrices of two models
-* :func:`benchmark_compare` -> dict (the JSON of ``python -m engine benchmark-compare``)
-* :func:`multigen_summary` -> dict (the JSON of ``python -m engine multigen``)
+Benz et al., "Evaluation of Large Language Models via Coupled Token Generation", Section 4 and
+Fig. 2: per-question covariance, variance of the score difference, estimation error vs number of
+samples, sample saving; plus McNemar and a sample-size planner.
 """
 
 from __future__ import annotations
@@ -17,11 +13,11 @@ import numpy as np
 import pandas as pd
 
 from engine import store
+from engine.config import DEFAULT_SAVING_N, MODES
+from engine.analysis.overview import db_exists
 from engine.errors import UserError
 from engine.stats import benchmark as bm
 from engine.stats import multigen as mg
-
-DEFAULT_SAVING_N = 120  # without a target error: the error the coupled curve reaches at n = 120
 
 
 def list_runs_with_scores(db: str | os.PathLike) -> pd.DataFrame:
@@ -55,7 +51,7 @@ def _matrices(df: pd.DataFrame, models: list[str]) -> dict[str, tuple[list[str],
     """Per mode: the prompts scored for every model on every common repeat, and one (Q, R)
     matrix per model, rows in dataset order."""
     out = {}
-    for mode in store.MODES:
+    for mode in MODES:
         d = df[df["mode"] == mode]
         if d.empty:
             continue
@@ -202,7 +198,7 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     rows = []
     for j, n in enumerate(sizes.tolist()):
         row = {"n": n}
-        for mode in store.MODES:
+        for mode in MODES:
             c = curves.get(mode)
             row[mode] = c["mean"][j] if c else None
             row[f"{mode}_low"] = c["low"][j] if c else None
@@ -254,78 +250,35 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     return out
 
 
-def multigen_summary(db: str | os.PathLike, run: str, model: str, mode: str = "coupled", rule: str = "paper",
-                     method: str = "answer", subject: str | None = None, p_max: float = 0.1,
-                     s_min: float = -0.8, n_bootstrap: int = 2000, seed: int = 0) -> dict:
-    """Multiple-generation analysis of one model's k generations per prompt (METHODS.md section 5).
+def benchmark_choices(db: str | os.PathLike) -> dict:
+    """Options for the benchmark page: runs with scores, their models, rules and subjects."""
+    if not db_exists(db):
+        return {"runs": [], "models": {}, "rules": {}, "subjects": {}}
+    df = store.query_df(db, """
+        SELECT s.run_id, list(DISTINCT s.model ORDER BY s.model) AS models,
+               list(DISTINCT s.rule ORDER BY s.rule) AS rules, list(DISTINCT s.mode ORDER BY s.mode) AS modes
+        FROM scores s GROUP BY s.run_id ORDER BY s.run_id""")
+    subj = store.query_df(db, """
+        SELECT r.run_id, p.subject, count(*) AS n FROM runs r JOIN prompts p ON p.dataset_id = r.dataset_id
+        WHERE r.run_id IN (SELECT DISTINCT run_id FROM scores) AND p.subject IS NOT NULL
+        GROUP BY ALL ORDER BY r.run_id, p.subject""")
+    return {"runs": df["run_id"].tolist(),
+            "models": {r: list(m) for r, m in zip(df["run_id"], df["models"])},
+            "rules": {r: list(m) for r, m in zip(df["run_id"], df["rules"])},
+            "modes": {r: list(m) for r, m in zip(df["run_id"], df["modes"])},
+            "subjects": {r: g["subject"].tolist() for r, g in subj.groupby("run_id")}}
 
-    Clusters come from the ``clusters`` table (``method``); for method 'answer' without stored
-    clusters, generations are clustered by identical extracted answers (``scores.extracted``).
 
-    Returns:
-        dict with run, model, mode, rule, method, clusters_source, n, k, score (μ̂, variance
-        decomposition, CI), bootstrap (over prompts), single_generation (scores, spread),
-        p_correct_distribution ({values, counts}), consistency_mean, n_flagged, thresholds, prompts (list of {prompt_id,
-        subject, p_correct, consistency, flagged}).
-    """
-    if mode not in store.MODES:
-        raise UserError(f"unknown mode {mode!r}; allowed: {list(store.MODES)}")
-    with store.reader(db) as con:
-        sql = """SELECT s.prompt_id, s.repeat, s.score, s.extracted, coalesce(p.idx, 0) AS idx, p.subject,
-                        c.cluster_id
-                 FROM scores s
-                 LEFT JOIN runs r ON r.run_id = s.run_id
-                 LEFT JOIN prompts p ON p.dataset_id = r.dataset_id AND p.prompt_id = s.prompt_id
-                 LEFT JOIN clusters c ON c.run_id = s.run_id AND c.model = s.model AND c.prompt_id = s.prompt_id
-                      AND c.repeat = s.repeat AND c.mode = s.mode AND c.method = ?
-                 WHERE s.run_id = ? AND s.model = ? AND s.mode = ? AND s.rule = ?"""
-        params: list = [method, run, model, mode, rule]
-        if subject is not None:
-            sql += " AND p.subject = ?"
-            params.append(subject)
-        df = con.execute(sql, params).df()
-        if df.empty:
-            avail = con.execute("SELECT DISTINCT run_id, model, mode, rule FROM scores ORDER BY ALL").fetchall()
-            raise UserError(f"no scores for run={run!r} model={model!r} mode={mode!r} rule={rule!r}"
-                            + (f" subject={subject!r}" if subject else "")
-                            + f"; available (run, model, mode, rule): {avail[:20]}")
-    df = df.sort_values(["idx", "prompt_id", "repeat"])
-    wide = df.pivot_table(index=["idx", "prompt_id"], columns="repeat", values="score", aggfunc="first").dropna()
-    if wide.empty:
-        raise UserError("no prompt has a score for every repeat")
-    keep = wide.index.get_level_values("prompt_id")
-    Y = wide.to_numpy(dtype=np.float64)  # (n, k)
-    if df["cluster_id"].notna().any():
-        cl = df.pivot_table(index=["idx", "prompt_id"], columns="repeat", values="cluster_id", aggfunc="first")
-        cl = cl.reindex(index=wide.index, columns=wide.columns)
-        if cl.isna().any().any():
-            raise UserError(f"clusters of method {method!r} are missing for some generations; re-run clustering")
-        C, source = cl.to_numpy(dtype=np.int64), f"clusters table (method {method})"
-    elif method == "answer":
-        codes, _ = pd.factorize(df["extracted"].fillna("<none>"))
-        df = df.assign(code=codes)
-        cl = df.pivot_table(index=["idx", "prompt_id"], columns="repeat", values="code", aggfunc="first")
-        C, source = cl.reindex(index=wide.index, columns=wide.columns).to_numpy(dtype=np.int64), \
-            f"identical extracted answers (scores.extracted, rule {rule})"
-    else:
-        raise UserError(f"no clusters of method {method!r} stored for this run/model/mode; "
-                        "run the clustering first, or use method 'answer'")
-    p = mg.p_correct(Y)
-    S = mg.semantic_consistency(C)
-    flags = mg.data_map_flags(p, S, p_max=p_max, s_min=s_min)
-    subj = df.drop_duplicates("prompt_id").set_index("prompt_id")["subject"].reindex(keep)
-    values, counts = np.unique(np.round(p, 9), return_counts=True)  # p takes the values j/k
-    return {
-        "run": run, "model": model, "mode": mode, "rule": rule, "method": method, "subject": subject,
-        "clusters_source": source, "n": int(Y.shape[0]), "k": int(Y.shape[1]),
-        "score": mg.score_variance(Y),
-        "bootstrap": mg.bootstrap_score_ci(Y, np.random.default_rng(seed), n_resamples=n_bootstrap),
-        "single_generation": mg.single_generation_scores(Y),
-        "p_correct_distribution": {"values": values.tolist(), "counts": counts.tolist()},
-        "consistency_mean": float(S.mean()),
-        "thresholds": {"p_max": p_max, "s_min": s_min},
-        "n_flagged": int(flags.sum()),
-        "prompts": [{"prompt_id": pid, "subject": (None if pd.isna(sj) else sj), "p_correct": float(pi),
-                     "consistency": float(si), "flagged": bool(fi)}
-                    for pid, sj, pi, si, fi in zip(keep, subj.to_numpy(), p, S, flags)],
-    }
+def benchmark(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
+              target_error: float | None = None, run: str | None = None, rule: str = "paper",
+              n_resamples: int = 1000, seed: int = 0) -> dict:
+    """The benchmark comparison of two models (:func:`benchmark_compare`) with a clearer message when no default error level exists."""
+    try:
+        return benchmark_compare(db, model_a, model_b, subject=subject, target_error=target_error,
+                                     n_resamples=n_resamples, seed=seed, run=run, rule=rule)
+    except UserError as exc:
+        if target_error is None and "target error must be > 0" in str(exc):
+            raise UserError("the estimation error is 0 at every sample size (the pool is too small, or the "
+                            "two models' scores never differ), so there is no default error level: "
+                            "give a target error > 0") from None
+        raise

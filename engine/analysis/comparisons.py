@@ -1,0 +1,250 @@
+"""Pairwise comparisons as one normalised DataFrame (prompt_id, model_a, model_b, human_winner,
+judge_winner; winners 'a' | 'b' | 'tie' or None) from any source: a CSV file, Chatbot Arena JSON
+lines, a stored comparison set, or a run's LLM-judge verdicts. Shared by win-rates and rank-sets.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from engine import store
+from engine.analysis.overview import db_exists
+from engine.errors import Unavailable, UserError
+from engine.stats import ranking as R
+from engine.tasks.comparisons import list_comparison_sets, normalise_winner, read_arena, read_comparison_set
+
+CSV_COLUMNS = ("model_a", "model_b", "human_winner", "judge_winner")
+# The 12 Chatbot Arena models of the PPR paper (Chatzi et al., 2024): 14,947 comparisons.
+ARENA_PAPER_MODELS = ("gpt-4", "claude-v1", "claude-instant-v1", "gpt-3.5-turbo", "vicuna-13b", "palm-2",
+                      "koala-13b", "RWKV-4-Raven-14B", "oasst-pythia-12b", "alpaca-13b", "chatglm-6b",
+                      "fastchat-t5-3b")
+ARENA_JUDGES = ("gpt-4-0125-preview", "claude-3-opus-20240229", "gpt-3.5-turbo")
+
+
+def default_models(available: list[str], limit: int = 12) -> list[str]:
+    """The models a ranking starts with: the paper's 12 when all of them are available (Arena),
+    else the first ``limit`` of ``available``."""
+    if set(ARENA_PAPER_MODELS) <= set(available):
+        return list(ARENA_PAPER_MODELS)
+    return list(available[:limit])
+
+
+def read_comparisons_file(path: str | Path) -> pd.DataFrame:
+    """A CSV of comparisons -> the normalised DataFrame (prompt_id, model_a, model_b, human_winner, judge_winner).
+
+    Columns: ``model_a, model_b`` and at least one of ``human_winner`` / ``judge_winner``
+    (``winner`` is accepted as the human column, as in the upload format), optional
+    ``prompt_id``. Winner cells: a, b, tie (also model_a, model_b, tie (bothbad)) or empty for
+    no label. Raises UserError naming the file, row and value for anything else.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"file not found: {p}")
+    if p.stat().st_size == 0:
+        raise UserError(f"{p}: file is empty")
+    try:
+        with warnings.catch_warnings():
+            # a row with more fields than the header must not silently shift or drop cells
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            raw = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True, encoding="utf-8-sig",
+                              index_col=False)
+    except pd.errors.ParserWarning:
+        raise UserError(f"{p}: a row has more fields than the header (an unquoted comma in a cell?)") from None
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{p}: file is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: not a readable CSV file ({str(exc).splitlines()[0]})") from None
+    raw.columns = [str(c).strip() for c in raw.columns]
+    if "winner" in raw.columns and "human_winner" not in raw.columns:
+        raw = raw.rename(columns={"winner": "human_winner"})
+    missing = [c for c in ("model_a", "model_b") if c not in raw.columns]
+    if missing or not ({"human_winner", "judge_winner"} & set(raw.columns)):
+        raise UserError(f"{p}: columns must include model_a, model_b and human_winner and/or judge_winner "
+                        f"(optional prompt_id); found: {', '.join(raw.columns)}")
+    if raw.empty:
+        raise UserError(f"{p}: no comparisons in file (header only)")
+    out = pd.DataFrame({
+        "prompt_id": raw["prompt_id"] if "prompt_id" in raw.columns else [str(i) for i in range(len(raw))],
+        "model_a": raw["model_a"].str.strip(), "model_b": raw["model_b"].str.strip()})
+    for col in ("human_winner", "judge_winner"):
+        vals = raw[col] if col in raw.columns else pd.Series([""] * len(raw))
+        norm = []
+        for i, v in enumerate(vals, start=2):  # row 1 is the header
+            try:
+                norm.append(normalise_winner(v))
+            except UserError as exc:
+                raise UserError(f"{p}: row {i}, column {col}: {exc}") from None
+        out[col] = norm
+    blank = (out.model_a == "") | (out.model_b == "")
+    if blank.any():
+        raise UserError(f"{p}: row {int(np.flatnonzero(blank)[0]) + 2}: model_a and model_b must not be empty")
+    same = out.model_a == out.model_b
+    if same.any():
+        raise UserError(f"{p}: row {int(np.flatnonzero(same)[0]) + 2}: model_a and model_b are the same "
+                        f"model {out.model_a[same].iloc[0]!r}")
+    return out
+
+
+def load_comparisons(comparisons: str | Path | None = None, *, human: str | Path | None = None,
+                     judge: str | Path | None = None, db: str | Path | None = None,
+                     set_name: str | None = None, models: list[str] | None = None) -> pd.DataFrame:
+    """Comparisons from exactly one source: a CSV file, Arena JSON lines (human and/or judge), or a stored set.
+
+    ``models`` keeps only the comparisons between the listed models (UserError if one never
+    appears).
+    """
+    given = [comparisons is not None, human is not None or judge is not None, set_name is not None]
+    if sum(given) != 1:
+        raise UserError("give exactly one source: --comparisons FILE, --human/--judge FILE (Arena JSON lines), "
+                        "or --set NAME")
+    if comparisons is not None:
+        df = read_comparisons_file(comparisons)
+    elif set_name is not None:
+        df = read_comparison_set(db if db is not None else store.DEFAULT_DB, set_name)
+    else:
+        df = read_arena(human, judge)
+    return restrict_models(df, models)
+
+
+def model_list(df: pd.DataFrame, models: list[str] | None) -> list[str]:
+    return list(models) if models else sorted(set(df.model_a) | set(df.model_b))
+
+
+def restrict_models(df: pd.DataFrame, models: list[str] | None) -> pd.DataFrame:
+    """Only the comparisons between ``models`` (all rows when None); UserError if a model is absent or duplicated."""
+    if not models:
+        return df
+    if len(set(models)) != len(models):
+        raise UserError(f"--models lists a model twice: {models}")
+    present = set(df.model_a) | set(df.model_b)
+    absent = [m for m in models if m not in present]
+    if absent:
+        raise UserError(f"model(s) {absent} appear in no comparison; present: {', '.join(sorted(present))}")
+    keep = set(models)
+    out = df[df.model_a.isin(keep) & df.model_b.isin(keep)].reset_index(drop=True)
+    if out.empty:
+        raise UserError(f"no comparison involves only the models {sorted(keep)}")
+    return out
+
+
+def model_indices(df: pd.DataFrame, models: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    pos = {m: i for i, m in enumerate(models)}
+    return (df.model_a.map(pos).to_numpy(dtype=np.int64), df.model_b.map(pos).to_numpy(dtype=np.int64))
+
+
+def win_indicators(winners: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """'a' -> (w, w') = (1, 0); 'b' -> (0, 1); 'tie' -> (0, 0)."""
+    v = winners.to_numpy(dtype=object)
+    return (v == "a").astype(float), (v == "b").astype(float)
+
+
+def require_models(models: list[str], first, second, what: str) -> None:
+    c = R.comparison_counts(first, second, len(models))
+    if np.any(c == 0):
+        missing = [models[i] for i in np.flatnonzero(c == 0)]
+        raise UserError(f"model(s) {missing} never appear in the {what}; every model needs at least one "
+                        f"comparison there (restrict with --models)")
+
+
+def json_float(x) -> float | None:
+    x = float(x)
+    return None if math.isnan(x) or math.isinf(x) else x
+
+
+def comparison_sets(db: str | os.PathLike) -> pd.DataFrame:
+    """Stored comparison sets (engine.tasks.comparisons.list_comparison_sets), empty when no database."""
+    cols = ["name", "source", "created_at", "n_rows", "n_human", "n_judge", "n_models"]
+    if not db_exists(db):
+        return pd.DataFrame(columns=cols)
+    return list_comparison_sets(db)
+
+
+def judgment_sources(db: str | os.PathLike) -> pd.DataFrame:
+    """LLM-judge verdict groups: (run_id, judge, mode, n, n_models, n_unparsed)."""
+    if not db_exists(db):
+        return pd.DataFrame(columns=["run_id", "judge", "mode", "n", "n_models", "n_unparsed"])
+    return store.query_df(db, """
+        SELECT run_id, judge, mode, count(*) AS n,
+               count(DISTINCT model_a) + 0 AS n_models, count(*) FILTER (WHERE winner IS NULL) AS n_unparsed
+        FROM judgments GROUP BY run_id, judge, mode ORDER BY run_id, judge, mode""")
+
+
+def comparisons_for(db: str | os.PathLike, source: str, name: str, mode: str | None = None,
+                    judge: str | None = None) -> pd.DataFrame:
+    """Normalised pairwise rows (prompt_id, model_a, model_b, human_winner, judge_winner).
+
+    source 'set': stored comparison set ``name``; source 'judgments': LLM-judge verdicts of run
+    ``name`` (optionally one ``judge`` and ``mode``) as judge_winner (both presentation orders
+    count as separate comparisons).
+    """
+    if source == "set":
+        return store.query_df(db, """SELECT prompt_id, model_a, model_b, human_winner, judge_winner
+                                     FROM comparisons WHERE set_name = ? ORDER BY row_idx""", [name])
+    if source == "judgments":
+        sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner
+                 FROM judgments WHERE run_id = ?"""
+        params: list = [name]
+        if mode is not None:
+            sql += " AND mode = ?"
+            params.append(mode)
+        if judge is not None:
+            sql += " AND judge = ?"
+            params.append(judge)
+        return store.query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
+    raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'judgments'")
+
+
+def winrate_sources(db: str | os.PathLike) -> dict:
+    """Sources of pairwise comparisons: stored sets and LLM-judge verdict groups."""
+    sets = comparison_sets(db)
+    judg = judgment_sources(db)
+    return {"sets": sets["name"].tolist() if not sets.empty else [],
+            "judgments": judg.to_dict("records") if not judg.empty else []}
+
+
+def arena_dir() -> Path | None:
+    """../shared/data/arena when present (COUPLED_EVAL_SHARED overrides ../shared)."""
+    shared = Path(os.environ.get("COUPLED_EVAL_SHARED", store.PROJECT_ROOT.parent / "shared"))
+    p = shared / "data" / "arena"
+    return p if (p / "human.json").exists() else None
+
+
+def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.DataFrame:
+    """Comparisons for the rank-set page: source 'set' (stored set ``name``) or 'arena' (human.json
+    with judge file ``name`` from ../shared/data/arena)."""
+    if source == "set":
+        return read_comparison_set(db, name)
+    if source == "arena":
+        d = arena_dir()
+        if d is None:
+            raise Unavailable("the Chatbot Arena files (../shared/data/arena) are not present on this machine")
+        if name not in ARENA_JUDGES:
+            raise UserError(f"unknown Arena judge {name!r}; allowed: {', '.join(ARENA_JUDGES)}")
+        return read_arena(d / "human.json", d / f"{name}.json")
+    raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'arena'")
+
+
+def keep_human_labels(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
+    """Keep the human label on ``n`` random rows (seeded) of those that have one and drop it elsewhere:
+    when every comparison carries both labels (as in the Arena files), this makes the labelled set
+    D_n (human + judge) and the unlabelled set D_N (judge only) for PPR."""
+    has = np.flatnonzero(df["human_winner"].notna().to_numpy())
+    if n >= len(has):
+        return df
+    keep = np.random.default_rng(seed).choice(has, size=int(n), replace=False)
+    mask = np.zeros(len(df), dtype=bool)
+    mask[keep] = True
+    return df.assign(human_winner=df["human_winner"].where(mask, None))
+
+
+def comparison_models(db: str | os.PathLike, source: str, name: str) -> list[str]:
+    """Models of a comparison source, most compared first."""
+    df = ranking_comparisons(db, source, name)
+    counts = pd.concat([df.model_a, df.model_b]).value_counts()
+    return [str(m) for m in counts.index]

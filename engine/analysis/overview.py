@@ -1,0 +1,165 @@
+"""Overview of what is stored: table counts, runs, models, datasets, and one run's prompts and units.
+
+Every function opens the database read-only for one short batch (``store.reader``) and returns
+plain values (DataFrames, dicts); nothing keeps a connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from engine import store
+from engine.errors import UserError
+
+
+def db_signature(db: str | os.PathLike) -> tuple[str, float]:
+    """(path, modification time of the file and its WAL): a small cache key that changes on writes."""
+    p = Path(db)
+    mt = 0.0
+    for f in (p, p.with_name(p.name + ".wal")):
+        try:
+            mt = max(mt, f.stat().st_mtime)
+        except OSError:
+            pass
+    return str(p.resolve()), mt
+
+
+def db_exists(db: str | os.PathLike) -> bool:
+    return Path(db).exists()
+
+
+def overview(db: str | os.PathLike) -> dict[str, int]:
+    """Row count of every table; all zeros when the database does not exist yet."""
+    if not db_exists(db):
+        return {ddl.split("EXISTS", 1)[1].split("(", 1)[0].strip(): 0 for ddl in store.SCHEMA}
+    return store.table_counts(db)
+
+
+def runs(db: str | os.PathLike) -> pd.DataFrame:
+    """Every run, newest first: run_id, created_at, dataset_id, status, n_units, n_generations,
+    models, modes, repeats, temperature, max_new_tokens, seed, warnings."""
+    cols = ["run_id", "created_at", "dataset_id", "status", "n_units", "n_generations", "models",
+            "modes", "repeats", "temperature", "max_new_tokens", "seed", "key_mode", "warnings"]
+    if not db_exists(db):
+        return pd.DataFrame(columns=cols)
+    df = store.query_df(db, """
+        SELECT r.run_id, r.created_at, r.dataset_id, r.status, r.n_units, r.key_mode,
+               CAST(r.config AS VARCHAR) AS config, CAST(r.warnings AS VARCHAR) AS warnings,
+               coalesce(g.n, 0) AS n_generations, g.models, g.modes
+        FROM runs r LEFT JOIN (
+            SELECT run_id, count(*) AS n, list(DISTINCT model ORDER BY model) AS models,
+                   list(DISTINCT mode ORDER BY mode) AS modes
+            FROM generations GROUP BY run_id) g USING (run_id)
+        ORDER BY r.created_at DESC, r.run_id""")
+    conf = [json.loads(c) if isinstance(c, str) and c else {} for c in df.pop("config")]
+    for key, col in (("repeats", "repeats"), ("temperature", "temperature"),
+                     ("max_new_tokens", "max_new_tokens"), ("seed", "seed")):
+        df[col] = [c.get(key) if isinstance(c, dict) else None for c in conf]
+    df["models"] = [list(m) if m is not None and len(m) else (c.get("models") if isinstance(c, dict) else None)
+                    for m, c in zip(df["models"], conf)]
+    df["modes"] = [list(m) if m is not None and len(m) else (c.get("modes") if isinstance(c, dict) else None)
+                   for m, c in zip(df["modes"], conf)]
+    return df[cols]
+
+
+def models_table(db: str | os.PathLike) -> pd.DataFrame:
+    """Stored models (name, variant, vocab_id, vocab_size, source) with their generation counts."""
+    if not db_exists(db):
+        return pd.DataFrame(columns=["name", "variant", "vocab_id", "vocab_size", "source", "n_generations"])
+    return store.query_df(db, """
+        SELECT m.name, m.variant, m.vocab_id, m.vocab_size, m.source, coalesce(g.n, 0) AS n_generations
+        FROM models m LEFT JOIN (SELECT model, count(*) AS n FROM generations GROUP BY model) g
+             ON g.model = m.name
+        ORDER BY m.name""")
+
+
+def datasets_table(db: str | os.PathLike) -> pd.DataFrame:
+    """Stored datasets (dataset_id, kind, n_prompts, source, subjects)."""
+    if not db_exists(db):
+        return pd.DataFrame(columns=["dataset_id", "kind", "n_prompts", "n_subjects", "source"])
+    return store.query_df(db, """
+        SELECT d.dataset_id, d.kind, d.n_prompts, coalesce(p.n_subjects, 0) AS n_subjects, d.source
+        FROM datasets d LEFT JOIN (SELECT dataset_id, count(DISTINCT subject) AS n_subjects
+                                   FROM prompts GROUP BY dataset_id) p USING (dataset_id)
+        ORDER BY d.dataset_id""")
+
+
+def run_options(db: str | os.PathLike, run_id: str) -> dict:
+    """What a run holds: models, modes, repeats (sorted list) and the number of prompts."""
+    with store.reader(db) as con:
+        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == 0 and \
+                con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run_id]).fetchone()[0] == 0:
+            known = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY run_id LIMIT 20").fetchall()]
+            raise UserError(f"unknown run {run_id!r}; stored runs: {known}")
+        models = [r[0] for r in con.execute(
+            "SELECT DISTINCT model FROM generations WHERE run_id = ? ORDER BY model", [run_id]).fetchall()]
+        modes = [r[0] for r in con.execute(
+            "SELECT DISTINCT mode FROM generations WHERE run_id = ? ORDER BY mode", [run_id]).fetchall()]
+        repeats = [int(r[0]) for r in con.execute(
+            "SELECT DISTINCT repeat FROM generations WHERE run_id = ? ORDER BY repeat", [run_id]).fetchall()]
+        n_prompts = con.execute("SELECT count(DISTINCT prompt_id) FROM generations WHERE run_id = ?",
+                                [run_id]).fetchone()[0]
+    return {"models": models, "modes": modes, "repeats": repeats, "n_prompts": int(n_prompts)}
+
+
+def run_prompts(db: str | os.PathLike, run_id: str, search: str | None = None, limit: int = 500,
+                offset: int = 0) -> pd.DataFrame:
+    """Prompts with generations in ``run_id`` (dataset order): prompt_id, idx, subject, question, gold.
+
+    ``search`` filters by a case-insensitive substring of the prompt id or question (a parameter,
+    never SQL); ``limit``/``offset`` paginate.
+    """
+    limit, offset = int(limit), int(offset)
+    if limit < 1 or offset < 0:
+        raise UserError(f"limit must be >= 1 and offset >= 0, got {limit}, {offset}")
+    sql = """
+        SELECT g.prompt_id, p.idx, p.subject, p.question, p.gold
+        FROM (SELECT DISTINCT prompt_id FROM generations WHERE run_id = ?) g
+        LEFT JOIN runs r ON r.run_id = ?
+        LEFT JOIN prompts p ON p.dataset_id = r.dataset_id AND p.prompt_id = g.prompt_id"""
+    params: list = [run_id, run_id]
+    if search:
+        sql += " WHERE contains(lower(g.prompt_id), ?) OR contains(lower(coalesce(p.question, '')), ?)"
+        params += [search.lower(), search.lower()]
+    sql += " ORDER BY p.idx NULLS LAST, g.prompt_id LIMIT ? OFFSET ?"
+    return store.query_df(db, sql, params + [limit, offset])
+
+
+def prompt_info(db: str | os.PathLike, run_id: str, prompt_id: str) -> dict:
+    """The prompt row of a run's dataset (question, choices, gold, user_prompt, subject); {} if unknown."""
+    df = store.query_df(db, """
+        SELECT p.prompt_id, p.subject, p.question, CAST(p.choices AS VARCHAR) AS choices, p.gold, p.user_prompt
+        FROM runs r JOIN prompts p ON p.dataset_id = r.dataset_id
+        WHERE r.run_id = ? AND p.prompt_id = ?""", [run_id, prompt_id])
+    if df.empty:
+        return {}
+    row = df.iloc[0].to_dict()
+    row["choices"] = json.loads(row["choices"]) if isinstance(row["choices"], str) and row["choices"] else None
+    return row
+
+
+def unit_generations(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int) -> pd.DataFrame:
+    """Every generation of one unit (all models, both modes): model, mode, text, n_tokens,
+    finish_reason, seed, extracted, score (the 'paper' rule if scored, else any rule)."""
+    return store.query_df(db, """
+        SELECT g.model, g.mode, g.text, g.n_tokens, g.finish_reason, CAST(g.seed AS VARCHAR) AS seed,
+               s.rule, s.extracted, s.score
+        FROM generations g
+        LEFT JOIN (SELECT *, row_number() OVER (PARTITION BY run_id, model, prompt_id, repeat, mode
+                                                 ORDER BY rule <> 'paper', rule) AS rk
+                   FROM scores WHERE run_id = ? AND prompt_id = ? AND repeat = ?) s
+             ON s.model = g.model AND s.mode = g.mode AND s.rk = 1
+        WHERE g.run_id = ? AND g.prompt_id = ? AND g.repeat = ?
+        ORDER BY g.mode, g.model""", [run_id, prompt_id, int(repeat), run_id, prompt_id, int(repeat)])
+
+
+def generations_page(db: str | os.PathLike, run_id: str, limit: int = 200, offset: int = 0) -> pd.DataFrame:
+    """One page of a run's generations (for browsing and CSV export)."""
+    return store.query_df(db, """
+        SELECT model, prompt_id, repeat, mode, n_tokens, finish_reason, text FROM generations
+        WHERE run_id = ? ORDER BY prompt_id, repeat, mode, model LIMIT ? OFFSET ?""",
+                          [run_id, int(limit), int(offset)])

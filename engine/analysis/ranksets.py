@@ -1,0 +1,284 @@
+"""Rank-sets with a 1 - alpha coverage guarantee from human labels, judge labels, or both (PPR).
+
+Chatzi et al., "Prediction-Powered Ranking of Large Language Models", NeurIPS 2024: Algorithm 1
+(PPR), Algorithm 3 (one source), Algorithm 4 (the trace-optimal lambda), Section 5 (repeated
+balanced draws, Fig. 1, 3, 9, 10).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from engine.analysis.comparisons import (keep_human_labels, model_indices, model_list, ranking_comparisons,
+                                         require_models, restrict_models, win_indicators)
+from engine.config import RANK_METHODS as METHODS
+from engine.errors import UserError
+from engine.stats import ranking as R
+
+# the paper's alpha grid (Appendix D, footnote 8)
+PAPER_ALPHAS = (0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.075, 0.05, 0.025, 0.01)
+
+
+def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = "delta",
+                 lam: float | str = "auto", models: list[str] | None = None) -> dict:
+    """Rank-sets of one method on a comparisons DataFrame, as the ``ranksets`` CLI JSON.
+
+    method "human" / "judge": Algorithm 3 on the rows with that label. "ppr": Algorithm 1 with
+    D_n = rows with a human label (they also need a judge label) and D_N = rows with only a judge
+    label. Returns {"models", "theta", "sigma", "lambda", "ranksets", "covariance", "n", "N"}.
+    """
+    if method not in METHODS:
+        raise UserError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
+    R._check_covariance(covariance)
+    alpha = parse_alpha(alpha)
+    lam = parse_lambda(lam)
+    df = restrict_models(df, models)
+    models = model_list(df, models)
+    k = len(models)
+    if k < 2:
+        raise UserError(f"need at least two models to rank; found {models}")
+    has_h = df.human_winner.notna().to_numpy()
+    has_j = df.judge_winner.notna().to_numpy()
+    first, second = model_indices(df, models)
+    lam_out = None
+    if method in ("human", "judge"):
+        rows = has_h if method == "human" else has_j
+        if not rows.any():
+            raise UserError(f"no comparison has a {method} label")
+        col = "human_winner" if method == "human" else "judge_winner"
+        w, w2 = win_indicators(df[col][rows])
+        require_models(models, first[rows], second[rows], f"{method}-labelled comparisons")
+        theta, sigma = R.onesource_theta_sigma(first[rows], second[rows], w, w2, k, covariance)
+        n, N = (int(rows.sum()), 0) if method == "human" else (0, int(rows.sum()))
+    else:
+        bad = has_h & ~has_j
+        if bad.any():
+            rows_txt = ", ".join(str(i + 1) for i in np.flatnonzero(bad)[:10])
+            raise UserError(f"PPR needs a judge label on every human-labelled comparison; {int(bad.sum())} "
+                            f"have none (rows {rows_txt}{' ...' if bad.sum() > 10 else ''})")
+        lab, unl = has_h, has_j & ~has_h
+        if not lab.any() or not unl.any():
+            raise UserError(f"PPR needs human-labelled comparisons (found {int(lab.sum())}) and comparisons "
+                            f"labelled by the judge only (found {int(unl.sum())})")
+        require_models(models, first[lab], second[lab], "labelled set (human labels)")
+        require_models(models, first[unl], second[unl], "unlabelled set (judge-only labels)")
+        w, w2 = win_indicators(df.human_winner[lab])
+        wh, wh2 = win_indicators(df.judge_winner[lab])
+        whN, wh2N = win_indicators(df.judge_winner[unl])
+        theta, sigma, lam_out = R.ppr_theta_sigma(first[unl], second[unl], whN, wh2N, first[lab], second[lab],
+                                                  w, w2, wh, wh2, k, lam=lam, covariance=covariance)
+        n, N = int(lab.sum()), int(unl.sum())
+    lo, up = R.ranksets(theta, sigma, alpha)
+    return {"models": models,
+            "theta": {m: float(t) for m, t in zip(models, theta)},
+            "sigma": sigma.tolist(),
+            "lambda": None if lam_out is None else float(lam_out),
+            "ranksets": {m: [int(a), int(b)] for m, a, b in zip(models, lo, up)},
+            "covariance": covariance, "n": n, "N": N}
+
+
+def parse_lambda(value: str | float) -> float | str:
+    """'auto' or a number in [0, 1] (UserError otherwise)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        lam = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"lambda (--lambda) must be 'auto' or a number in [0, 1]; got {value!r}") from None
+    if not 0.0 <= lam <= 1.0:
+        raise UserError(f"lambda (--lambda) must be 'auto' or a number in [0, 1]; got {value!r}")
+    return lam
+
+
+def parse_alpha(value: str | float) -> float:
+    """A number in (0, 1) (UserError otherwise)."""
+    try:
+        a = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"alpha must be a number in (0, 1); got {value!r}") from None
+    if not 0.0 < a < 1.0:
+        raise UserError(f"alpha must be in (0, 1); got {value!r}")
+    return a
+
+
+def pair_ids(first: np.ndarray, second: np.ndarray, k: int) -> np.ndarray:
+    """Unordered pair id min(a, b) * k + max(a, b) of every comparison."""
+    return np.minimum(first, second) * k + np.maximum(first, second)
+
+
+def balanced_draws(pairs: np.ndarray, per_pair: int, labelled_per_pair: int, reps: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``reps`` random subsets with ``per_pair`` comparisons of every pair, the first ``labelled_per_pair`` of each labelled.
+
+    The paper's protocol (Section 5): N + n instances with an equal number per pair, of which a
+    random n (also equal per pair) get human labels. Sampling is without replacement within a
+    draw.
+
+    Args:
+        pairs: (P,) pair id of every pool comparison; per_pair, labelled_per_pair: counts.
+    Returns:
+        idx (reps, n_pairs * per_pair) pool indices, labelled (n_pairs * per_pair,) mask (same
+        for every draw: the columns are laid out pair by pair).
+    """
+    uniq = np.unique(pairs)
+    cols, lab = [], []
+    for p in uniq:
+        members = np.flatnonzero(pairs == p)
+        if len(members) < per_pair:
+            raise UserError(f"a pair has only {len(members)} comparisons; per-pair draw size {per_pair} is too large")
+        keys = rng.random((reps, len(members)))  # (reps, m): a random permutation per draw
+        cols.append(members[np.argsort(keys, axis=1)[:, :per_pair]])
+        lab.append(np.arange(per_pair) < labelled_per_pair)
+    return np.concatenate(cols, axis=1), np.concatenate(lab)
+
+
+def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndarray, np.ndarray],
+                     judges: dict[str, tuple[np.ndarray, np.ndarray]], k: int, n: int, reps: int,
+                     alphas, covariance: str, rng: np.random.Generator,
+                     total: int | None = None, lam: float | str = "auto") -> dict:
+    """Rank-sets of every method over ``reps`` balanced random draws (paper Section 5 / Fig. 1).
+
+    Methods: "baseline" (humans on all N + n), "human" (humans on n), and per judge J:
+    "judge:J" (J on all N + n) and "ppr:J" (J on the N unlabelled + humans and J on the n).
+    ``total`` = N + n (default: the largest balanced size, n_pairs x the smallest pair count).
+
+    Returns:
+        {"lower"/"upper": {method: (A, reps, k) int arrays}, "lambda": {method: (reps,)},
+         "N": int, "n": int} for the alphas in order.
+    """
+    alphas = np.atleast_1d(np.asarray(alphas, float))
+    R._check_alpha(alphas)
+    pairs = pair_ids(first, second, k)
+    counts = np.unique(pairs, return_counts=True)[1]
+    n_pairs = len(counts)
+    per_pair = counts.min() if total is None else total // n_pairs
+    lab_per_pair = max(1, int(round(n / n_pairs)))
+    if lab_per_pair >= per_pair:
+        raise UserError(f"n = {n} means {lab_per_pair} human-labelled comparisons per pair, but each draw has only "
+                        f"{per_pair} per pair (N + n = {per_pair * n_pairs}; the least compared pair has "
+                        f"{counts.min()}): lower n or restrict the models")
+    idx, lab = balanced_draws(pairs, int(per_pair), lab_per_pair, reps, rng)
+    out_lo: dict[str, list] = {}
+    out_up: dict[str, list] = {}
+    lams: dict[str, list] = {}
+
+    def add(name, theta, sigma):
+        lo, up = R.ranksets(theta, sigma, alphas)
+        out_lo.setdefault(name, []).append(lo)
+        out_up.setdefault(name, []).append(up)
+
+    w, w2 = human
+    for r in range(reps):
+        sel = idx[r]
+        f, s = first[sel], second[sel]
+        fl, sl, fu, su = f[lab], s[lab], f[~lab], s[~lab]
+        hw, hw2 = w[sel], w2[sel]
+        add("baseline", *R.onesource_theta_sigma(f, s, hw, hw2, k, covariance))
+        add("human", *R.onesource_theta_sigma(fl, sl, hw[lab], hw2[lab], k, covariance))
+        for name, (jw, jw2) in judges.items():
+            jw_s, jw2_s = jw[sel], jw2[sel]
+            add(f"judge:{name}", *R.onesource_theta_sigma(f, s, jw_s, jw2_s, k, covariance))
+            t, sg, lm = R.ppr_theta_sigma(fu, su, jw_s[~lab], jw2_s[~lab], fl, sl, hw[lab], hw2[lab],
+                                          jw_s[lab], jw2_s[lab], k, lam=lam, covariance=covariance)
+            add(f"ppr:{name}", t, sg)
+            lams.setdefault(f"ppr:{name}", []).append(lm)
+    return {"lower": {m: np.stack(v, axis=1) for m, v in out_lo.items()},  # (A, reps, k)
+            "upper": {m: np.stack(v, axis=1) for m, v in out_up.items()},
+            "lambda": {m: np.asarray(v) for m, v in lams.items()},
+            "N": int((~lab).sum()), "n": int(lab.sum())}
+
+
+def summarise_draws(res: dict, alphas) -> dict:
+    """Per method and alpha: mean rank-set size, baseline intersection and coverage probability (vs same-draw BASELINE)."""
+    alphas = list(np.atleast_1d(alphas))
+    bl, bu = res["lower"]["baseline"], res["upper"]["baseline"]
+    out = {}
+    for m in res["lower"]:
+        lo, up = res["lower"][m], res["upper"][m]
+        out[m] = [{"alpha": float(a),
+                   "size": float(R.rankset_size(lo[i], up[i]).mean()),
+                   "intersection": float(R.rankset_intersects(lo[i], up[i], bl[i], bu[i]).mean()),
+                   "coverage": float(R.rankset_covers(lo[i], up[i], bl[i], bu[i]).mean())}
+                  for i, a in enumerate(alphas)]
+    return out
+
+
+def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, n: int = 990, reps: int = 200,
+                  alpha: float = 0.05, covariance: str = "delta", seed: int = 0,
+                  alphas=PAPER_ALPHAS, models: list[str] | None = None, total: int | None = None) -> dict:
+    """Dashboard view of repeated draws: per-model rank-position probabilities and size-vs-intersection curves.
+
+    ``df_human`` holds the comparisons with human labels (``human_winner``); the judge labels come
+    from its ``judge_winner`` column, or from ``df_judge`` (line-aligned: same rows, same
+    models; its ``judge_winner`` column). Only rows with both labels are used.
+
+    Returns:
+        {"models", "alpha", "n", "N", "covariance",
+         "position_prob": {method: [[P(rank r in set of model m)]]} (k x k, at ``alpha``; paper Fig. 9),
+         "rankset_prob": {method: {model: [{"lower", "upper", "prob"}, ...]}} (at ``alpha``; Fig. 10),
+         "curve": {method: [{"alpha", "size", "intersection", "coverage"}, ...]}} with methods
+         baseline, human, judge, ppr.
+    """
+    R._check_covariance(covariance)
+    if df_judge is not None:
+        if len(df_judge) != len(df_human) or not (
+                (df_judge.model_a.to_numpy() == df_human.model_a.to_numpy()).all()
+                and (df_judge.model_b.to_numpy() == df_human.model_b.to_numpy()).all()):
+            raise UserError("human and judge comparisons are not line-aligned (different rows or models)")
+        df = df_human.assign(judge_winner=df_judge.judge_winner.to_numpy())
+    else:
+        df = df_human
+    df = df[df.human_winner.notna() & df.judge_winner.notna()].reset_index(drop=True)
+    if df.empty:
+        raise UserError("no comparison has both a human and a judge label")
+    df = restrict_models(df, models)
+    models = model_list(df, models)
+    first, second = model_indices(df, models)
+    alphas_all = sorted(set(float(a) for a in alphas) | {float(alpha)}, reverse=True)
+    res = draws_experiment(first, second, win_indicators(df.human_winner), {"judge": win_indicators(df.judge_winner)},
+                           len(models), n, reps, alphas_all, covariance, np.random.default_rng(seed), total)
+    ai = alphas_all.index(float(alpha))
+    names = {"baseline": "baseline", "human": "human", "judge:judge": "judge", "ppr:judge": "ppr"}
+    curve = summarise_draws(res, alphas_all)
+    return {"models": models, "alpha": float(alpha), "n": res["n"], "N": res["N"], "covariance": covariance,
+            "position_prob": {names[m]: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).tolist()
+                              for m in res["lower"]},
+            "rankset_prob": {names[m]: {mod: [{"lower": l, "upper": u, "prob": pr} for (l, u), pr in d.items()]
+                                        for mod, d in zip(models, R.rankset_distribution(res["lower"][m][ai],
+                                                                                         res["upper"][m][ai]))}
+                             for m in res["lower"]},
+            "curve": {names[m]: v for m, v in curve.items()}}
+
+
+def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, alpha: float,
+                  covariance: str = "delta", models: tuple[str, ...] | None = None,
+                  n_human: int | None = None, seed: int = 0) -> dict:
+    """Rank-sets of one method (:func:`ranksets_for`) with a table of the results.
+
+    ``n_human``: use the human labels of only this many random comparisons (see
+    :func:`keep_human_labels`); None = every human label.
+    """
+    df = ranking_comparisons(db, source, name)
+    if models:
+        df = df[df.model_a.isin(models) & df.model_b.isin(models)].reset_index(drop=True)
+    if n_human is not None:
+        df = keep_human_labels(df, int(n_human), seed)
+    res = ranksets_for(df, method, alpha, covariance=covariance, models=list(models) if models else None)
+    table = pd.DataFrame([{"model": m, "theta": res["theta"][m], "lower": lo, "upper": up}
+                          for m, (lo, up) in res["ranksets"].items()]).sort_values(["lower", "upper", "theta"],
+                                                                                    ascending=[True, True, False])
+    return {"result": res, "table": table}
+
+
+def rankset_draws_view(db: str | os.PathLike, source: str, name: str, n: int, reps: int, alpha: float,
+                       covariance: str = "delta", seed: int = 0, models: tuple[str, ...] | None = None) -> dict:
+    """Repeated draws (:func:`rankset_draws`): rank-position probabilities per method and
+    the size vs baseline-intersection curve as a long table (method, alpha, size, intersection, coverage)."""
+    df = ranking_comparisons(db, source, name)
+    res = rankset_draws(df, n=int(n), reps=int(reps), alpha=float(alpha), covariance=covariance,
+                            seed=int(seed), models=list(models) if models else None)
+    curve = pd.DataFrame([{"method": m, **pt} for m, pts in res["curve"].items() for pt in pts])
+    return {"result": res, "curve": curve}

@@ -1,0 +1,69 @@
+"""``python -m engine comparisons list | delete NAME | export NAME | from-judge``: stored comparison sets."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from engine import config
+from engine.commands._common import add_db, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("comparisons", help="stored comparison sets: list, delete, export")
+    inner = p.add_subparsers(dest="comparisons_command", metavar="ACTION")
+    inner.required = True
+    q = inner.add_parser("list", help="every stored set with its row and label counts")
+    add_db(q)
+    q.set_defaults(func=run_list)
+    q = inner.add_parser("delete", help="delete a set")
+    q.add_argument("name")
+    add_db(q)
+    q.set_defaults(func=run_delete)
+    q = inner.add_parser("export", help="a set as CSV in the upload format (stdout or --out)")
+    q.add_argument("name")
+    q.add_argument("--out", help="file to write (default: stdout)")
+    add_db(q)
+    q.set_defaults(func=run_export)
+    q = inner.add_parser("from-judge", help="store a run's judge verdicts as a comparison set")
+    add_db(q)
+    q.add_argument("--run", required=True)
+    q.add_argument("--judge", required=True, help="the judge name stored in the judgments")
+    q.add_argument("--mode", choices=config.MODES, required=True)
+    q.add_argument("--name", required=True)
+    q.add_argument("--combine", default="separate", choices=config.JUDGE_COMBINE)
+    q.add_argument("--replace", action="store_true")
+    q.set_defaults(func=run_from_judge)
+
+
+def run_list(args) -> int:
+    from engine.tasks.comparisons import list_comparison_sets
+    if not Path(args.db).exists():
+        return print_json([])
+    df = list_comparison_sets(args.db)
+    rows = df.to_dict("records")
+    for r in rows:
+        r["meta"] = json.loads(r["meta"]) if r.get("meta") else None
+    return print_json(rows)
+
+
+def run_delete(args) -> int:
+    from engine.tasks.comparisons import delete_comparison_set
+    return print_json({"deleted": args.name, "n_rows": delete_comparison_set(args.db, args.name)})
+
+
+def run_export(args) -> int:
+    from engine.tasks.comparisons import export_comparison_set
+    text = export_comparison_set(args.db, args.name, args.out)
+    if args.out:
+        print(json.dumps({"exported": args.name, "out": args.out}), file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def run_from_judge(args) -> int:
+    from engine.tasks.judge import judgments_to_set
+    return print_json(judgments_to_set(args.db, args.run, args.judge, args.mode, args.name,
+                                   combine=args.combine, replace=args.replace))

@@ -1,0 +1,54 @@
+"""``python -m engine import paper-mmlu | comparisons``: import external data into the database."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from engine import config
+from engine.commands._common import add_db, csv_list, print_analysis, print_json
+from engine.errors import UserError
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("import", help="import external data into the database")
+    imp = parser.add_subparsers(dest="import_command", metavar="WHAT")
+    imp.required = True
+    p = imp.add_parser("paper-mmlu", help="the coupled-generation paper's MMLU responses (+ MMLU answers)")
+    p.add_argument("--responses", required=True, help="folder with one sub-folder per model")
+    p.add_argument("--questions", required=True, help="folder with <subject>_test.csv files")
+    add_db(p, None)
+    p.add_argument("--models", default=None, help="comma-separated model folder names (default: all)")
+    p.add_argument("--subjects", default=None, help="comma-separated subjects (default: all)")
+    p.add_argument("--run-id", default="paper-mmlu")
+    p.set_defaults(func=run_paper_mmlu)
+
+    q = imp.add_parser("comparisons", help="validate and import pairwise comparisons (CSV or Arena JSON lines)")
+    q.add_argument("file", nargs="?", help="CSV (prompt_id, model_a, model_b, winner[, judge_winner]) or Arena human file")
+    q.add_argument("--judge-file", help="Arena format: the line-aligned judge file")
+    add_db(q)
+    q.add_argument("--name", required=True, help="name of the comparison set")
+    q.add_argument("--format", choices=config.COMPARISON_FORMATS, help="default: arena for .json/.jsonl, else csv")
+    q.add_argument("--models", help="comma-separated known models: any other model is a problem")
+    q.add_argument("--replace", action="store_true", help="replace an existing set of that name")
+    q.set_defaults(func=run_comparisons)
+
+
+def run_paper_mmlu(args) -> int:
+    from engine.tasks.importers import import_paper_mmlu
+    t0 = time.perf_counter()
+    out = import_paper_mmlu(args.db, args.responses, args.questions, models=csv_list(args.models),
+                            subjects=csv_list(args.subjects), run_id=args.run_id)
+    out["seconds"] = round(time.perf_counter() - t0, 2)
+    print(f"imported {out['n_generations']} generations of {len(out['models'])} models "
+          f"({out['n_prompts']} prompts) into {args.db} as run {out['run_id']}", file=sys.stderr)
+    return print_analysis(out)
+
+
+def run_comparisons(args) -> int:
+    from engine.tasks.comparisons import import_comparisons
+    if args.file is None and args.judge_file is None:
+        raise UserError("give the file to import (and/or --judge-file for the Arena format)")
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    return print_json(import_comparisons(args.db, args.file, args.name, judge_file=args.judge_file, fmt=args.format,
+                                         known_models=models, replace=args.replace))
