@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboard import navigation
 from engine import store
 from engine.analysis import comparisons as acmp, overview, traces
 
@@ -135,7 +136,7 @@ def _n_downloads(at: AppTest) -> int:
 
 
 def test_home_lists_what_is_stored(app):
-    at = _page(app, "pages/1_Home.py")
+    at = _page(app, navigation.path("home"))
     labels = {m.label: m.value for m in at.metric}
     assert labels["Runs"] == "1" and labels["Comparison sets"] == "1"
     assert labels["Token traces"] == f"{len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES) * N_STEPS:,}"
@@ -144,7 +145,7 @@ def test_home_lists_what_is_stored(app):
 
 
 def test_generate_page_form_and_validation(app):
-    at = _page(app, "pages/2_Generate.py")
+    at = _page(app, navigation.path("generate"))
     assert at.multiselect(key="gen_models") is not None
     assert at.number_input(key="gen_repeats").value == 5
     # Submitting with no modes is refused with a message, and no job starts.
@@ -155,7 +156,7 @@ def test_generate_page_form_and_validation(app):
 
 
 def test_token_traces_page_shows_alignment_and_reacts(app):
-    at = _page(app, "pages/3_Token_traces.py")
+    at = _page(app, navigation.path("traces"))
     text = _texts(at)
     assert "Coupled generation" in text and "Independent generation" in text
     assert "First divergence" in text
@@ -170,7 +171,7 @@ def test_token_traces_page_shows_alignment_and_reacts(app):
 
 
 def test_benchmark_page_metrics_and_widget(app):
-    at = _page(app, "pages/4_Benchmark.py")
+    at = _page(app, navigation.path("benchmark"))
     text = _texts(at)
     assert "Mean per-question covariance" in text and "Sample saving" in text
     assert _n_charts(at) >= 4
@@ -180,7 +181,7 @@ def test_benchmark_page_metrics_and_widget(app):
 
 
 def test_winrates_page_judgments_and_set(app):
-    at = _page(app, "pages/5_Win_rates.py")
+    at = _page(app, navigation.path("winrates"))
     assert _n_charts(at) >= 3
     table = at.dataframe[0].value
     assert {"coupled_winrate", "independent_winrate", "coupled_rank", "independent_rank"} <= set(table.columns)
@@ -190,7 +191,7 @@ def test_winrates_page_judgments_and_set(app):
 
 
 def test_ranksets_page_methods_and_covariance(app):
-    at = _page(app, "pages/6_Rank_sets.py")
+    at = _page(app, navigation.path("ranksets"))
     assert not at.exception
     at.selectbox(key="rs_source").set_value(0).run()
     at.radio(key="rs_method").set_value("human").run()
@@ -206,7 +207,7 @@ def test_ranksets_page_methods_and_covariance(app):
 
 
 def test_datamap_page_flags_and_slider(app):
-    at = _page(app, "pages/7_Data_map.py")
+    at = _page(app, navigation.path("datamap"))
     text = _texts(at)
     assert "Flagged prompts" in text and "Score μ̂" in text
     assert _n_charts(at) >= 3
@@ -218,16 +219,14 @@ def test_datamap_page_flags_and_slider(app):
 
 
 def test_upload_page_lists_sets(app):
-    at = _page(app, "pages/8_Upload.py")
+    at = _page(app, navigation.path("upload"))
     assert "human-small" in at.dataframe[0].value["name"].tolist()
     assert at.button(key="up_delete").disabled  # needs the confirmation first
     at.checkbox(key="up_delete_sure").check().run()
     assert not at.button(key="up_delete").disabled
 
 
-@pytest.mark.parametrize("page", ["pages/1_Home.py", "pages/2_Generate.py", "pages/3_Token_traces.py",
-                                  "pages/4_Benchmark.py", "pages/5_Win_rates.py", "pages/6_Rank_sets.py",
-                                  "pages/7_Data_map.py", "pages/8_Upload.py"])
+@pytest.mark.parametrize("page", [p.path for p in navigation.PAGES])
 def test_every_page_on_an_empty_database_shows_an_empty_state(page, tmp_path, monkeypatch):
     monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "none.duckdb"))
     monkeypatch.setenv("COUPLED_EVAL_SHARED", str(tmp_path / "no-shared"))
@@ -296,7 +295,8 @@ def test_keep_human_labels_exact_and_seeded():
 
 
 def test_export_html_and_csv_and_bad_format():
-    from engine import export, figures
+    from dashboard import downloads as export
+    from engine import figures
     from engine.errors import UserError
     fig = figures.histogram_figure([0, 0.5, 1], [3, 1, 2], title="P(correct) hist")
     html = export.figure_bytes(fig, "html").decode()
@@ -310,7 +310,7 @@ def test_export_html_and_csv_and_bad_format():
 
 
 def test_demo_button_starts_the_demo_job_on_an_empty_database(tmp_path, monkeypatch):
-    from engine import jobs
+    from dashboard import jobs
     db = tmp_path / "fresh.duckdb"
     monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
     monkeypatch.chdir(ROOT)
@@ -335,7 +335,7 @@ def test_demo_button_starts_the_demo_job_on_an_empty_database(tmp_path, monkeypa
 def test_cancel_and_resume_buttons_drive_the_job(tmp_path, monkeypatch, small_db):
     """A running job shows progress and a Cancel button; cancelling it offers Resume, which restarts it."""
     import sys
-    from engine import jobs
+    from dashboard import jobs
     from tests.test_jobs import FAKE_ENGINE
     script = tmp_path / "fake_engine.py"
     script.write_text(FAKE_ENGINE.format(root=str(ROOT)))
@@ -350,7 +350,7 @@ def test_cancel_and_resume_buttons_drive_the_job(tmp_path, monkeypatch, small_db
         deadline = time.monotonic() + 60
         while jobs.job_status(job, small_db).done < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
-        at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), "pages/2_Generate.py")
+        at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), navigation.path("generate"))
         bars = at.get("progress")
         assert bars and any("tokens/s" in b.proto.text and "/200 units" in b.proto.text for b in bars)
         assert any(f"`{job}` · running" in m.value for m in at.markdown)
@@ -373,7 +373,7 @@ def test_ranksets_page_on_the_chatbot_arena_files(small_db, monkeypatch):
     shared_path("data", "arena", "human.json")
     monkeypatch.setenv("COUPLED_EVAL_DB", str(small_db))
     monkeypatch.chdir(ROOT)
-    at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), "pages/6_Rank_sets.py")
+    at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), navigation.path("ranksets"))
     src = at.selectbox(key="rs_source")
     arena = [i for i, label in enumerate(src.options) if "Arena" in label and "gpt-4-0125" in label]
     assert arena, src.options
@@ -406,7 +406,7 @@ def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_pa
     import_paper_mmlu(db, responses, questions, subjects=["college_computer_science"])
     monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
     monkeypatch.chdir(ROOT)
-    at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), "pages/4_Benchmark.py")
+    at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), navigation.path("benchmark"))
     at.selectbox(key="bm_a").set_value("Llama-3.2-3B-Instruct").run()
     at.selectbox(key="bm_b").set_value("Llama-3.2-1B-Instruct").run()
     at.selectbox(key="bm_subject").set_value("college_computer_science").run()
@@ -419,9 +419,9 @@ def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_pa
 
 def test_upload_helpers_validate_then_import_as_a_job(tmp_path, monkeypatch):
     """The Upload page's path without a browser: validate (pure read), save, import job, delete job."""
-    from engine import jobs
+    from dashboard import jobs
+    from dashboard import uploads as ui
     from engine.tasks import comparisons
-    from pages import _ui as ui
     db = tmp_path / "up.duckdb"
     monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
     bad = b"prompt_id,model_a,model_b,winner\np1,x,x,model_a\np2,x,y,maybe\n"

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from dashboard import navigation
 from tests.test_app import build_small_db
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
-PAGES = {"home": "", "generate": "Generate", "traces": "Token_traces", "benchmark": "Benchmark",
-         "winrates": "Win_rates", "ranksets": "Rank_sets", "datamap": "Data_map", "upload": "Upload"}
+PAGES = {p.key: p.url_path for p in navigation.PAGES}  # home = "" (the root URL)
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed", allow_module_level=True)
@@ -63,7 +63,7 @@ def server(tmp_path_factory):
     os.killpg(proc.pid, 15)
     proc.wait(timeout=20)
     # stop any job the test started (they run in their own sessions)
-    from engine import jobs
+    from dashboard import jobs
     for j in jobs.list_jobs(db):
         if j.status == "running":
             jobs.cancel_job(j.job_id, db)
@@ -196,7 +196,7 @@ def test_tiny_generation_through_the_ui(server, page, artifacts_dir):
     page.get_by_text("Started job", exact=False).first.wait_for(timeout=60_000)
     page.wait_for_timeout(3000)
     _shot(page, artifacts_dir, "generate_running")
-    from engine import jobs
+    from dashboard import jobs
     gen = jobs.list_jobs(server["db"], kind="generate")[0]
     st = jobs.wait_job(gen.job_id, server["db"], timeout_s=420)
     assert st.status == "done", st.log_tail

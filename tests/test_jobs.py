@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import jobs, store
+from dashboard import jobs
+from engine import store
 from engine.errors import UserError
 
 # A stand-in for `python -m engine ...`: it counts to --units, writes progress in
@@ -188,7 +189,7 @@ def test_observer_that_loses_the_followup_race_waits_for_the_id(tmp_db, fake_pyt
 def test_status_survives_the_death_of_the_starting_process(tmp_db, fake_python, fail):
     """The dashboard server may restart while a job runs: the exit code still reaches job_status."""
     import subprocess
-    code = (f"import sys; sys.path.insert(0, {str(store.PROJECT_ROOT)!r}); from engine import jobs; "
+    code = (f"import sys; sys.path.insert(0, {str(store.PROJECT_ROOT)!r}); from dashboard import jobs; "
             f"print(jobs.start_job(['fake', '--units', '3', '--sleep', '0.2', '--fail', {fail!r}], kind='fake', "
             f"db={str(tmp_db)!r}, python={fake_python!r}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

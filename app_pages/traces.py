@@ -2,22 +2,23 @@
 
 import streamlit as st
 
+from dashboard import loaders as L
+from dashboard import widgets as ui
 from engine import figures
-from pages import _ui as ui
 
 ui.header("Token traces", "Coupled models share the Gumbel noise of every step: they agree until their "
                           "distributions differ enough for the noise to pick different tokens.")
 
-runs = ui.q("runs")
+runs = L.runs()
 if runs.empty:
     ui.empty_state("No runs yet: generate first (token traces are stored by default).", "generate", "Generate")
     st.stop()
 
 c1, c2, c3 = st.columns([2, 3, 1])
 run = c1.selectbox("Run", runs["run_id"].tolist(), key="tr_run")
-opts = ui.q("run_options", run)
+opts = L.run_options(run)
 search = c2.text_input("Search prompts (id or question text)", key="tr_search")
-prompts = ui.q("run_prompts", run, search=search or None, limit=500)
+prompts = L.run_prompts(run, search=search or None, limit=500)
 if prompts.empty:
     st.info("No prompt matches." if search else "This run has no generations yet (is it still starting?).")
     st.stop()
@@ -31,11 +32,11 @@ if not chosen:
 
 if len(chosen) >= 2 and "coupled" in opts["modes"]:
     with st.expander("Where do these models diverge? (every unit of the run, coupled mode)"):
-        div = ui.q("divergence_summary", run, tuple(chosen))
+        div = L.divergence_summary(run, tuple(chosen))
         ui.chart(figures.divergence_figure(div), f"divergence_{run}", key="tr_div")
         ui.table(div, f"divergence_{run}", key="tr_div_table")
 
-info = ui.q("prompt_info", run, prompt)
+info = L.prompt_info(run, prompt)
 if info:
     with st.expander("Prompt", expanded=False):
         st.markdown(f"**{info.get('subject') or ''}** {info.get('question') or ''}")
@@ -47,7 +48,7 @@ page = st.number_input("Steps page (120 steps each)", min_value=1, value=1, step
 offset = ui.page_offset(page, 120)
 
 for mode in [m for m in ("coupled", "independent") if m in opts["modes"]]:
-    view = ui.q("trace_view", run, prompt, int(repeat), mode, tuple(chosen), offset, 120)
+    view = L.trace_view(run, prompt, int(repeat), mode, tuple(chosen), offset, 120)
     al = view["alignment"]
     st.subheader(f"{mode.capitalize()} generation")
     if view["steps"].empty:
@@ -78,5 +79,5 @@ for mode in [m for m in ("coupled", "independent") if m in opts["modes"]]:
                  f"prob_{mode}_{run}_{prompt}_{repeat}", key=f"prob_{mode}")
 
 st.subheader("Generations of this unit")
-gens = ui.q("unit_generations", run, prompt, int(repeat))
+gens = L.unit_generations(run, prompt, int(repeat))
 ui.table(gens, f"generations_{run}_{prompt}_{repeat}", key="tr_gens")

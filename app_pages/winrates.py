@@ -2,13 +2,15 @@
 
 import streamlit as st
 
+from dashboard import loaders as L
+from dashboard import widgets as ui
 from engine import figures
-from pages import _ui as ui
+from engine.analysis.winrates import matrix_of
 
 ui.header("Win-rates", "Win-rate of m over m' = P(m's output preferred); ties count as a non-win for both "
                        "and are reported separately.")
 
-src = ui.q("winrate_sources")
+src = L.winrate_sources()
 options = [("judgments", f"{j['run_id']} · judge {j['judge']}", j) for j in
            ui.unique_by(src["judgments"], ("run_id", "judge"))] + [("set", f"set · {s}", s) for s in src["sets"]]
 if not options:
@@ -29,9 +31,9 @@ if kind == "set" and len(src["sets"]) > 1:
     compare = None if compare == "(none)" else compare
 with st.spinner("Computing win-rates and bootstrap intervals…"):
     if kind == "judgments":
-        res = ui.safe("winrates_view", "judgments", obj["run_id"], judge=obj["judge"], reps=int(reps))
+        res = ui.safe(L.winrates, "judgments", obj["run_id"], judge=obj["judge"], reps=int(reps))
     else:
-        res = ui.safe("winrates_view", "set", obj, label=label, reps=int(reps), compare_name=compare)
+        res = ui.safe(L.winrates, "set", obj, label=label, reps=int(reps), compare_name=compare)
 if res is None:
     st.stop()
 
@@ -50,10 +52,10 @@ with t1:
                                      yaxis="average win-rate"), "average_winrates", key="wr_avg_fig")
 with t2:
     for mode in modes:
-        models, W = ui.matrix(res["results"][mode], "matrix")
+        models, W = matrix_of(res["results"][mode], "matrix")
         ui.chart(figures.heatmap_figure(W, models, title=f"Win-rate of row over column ({mode})"),
                  f"winrate_matrix_{mode}", key=f"wr_mat_{mode}")
-        models, T = ui.matrix(res["results"][mode], "ties")
+        models, T = matrix_of(res["results"][mode], "ties")
         ui.chart(figures.heatmap_figure(T, models, title=f"Tie rate ({mode})", colorscale="Greys"),
                  f"tie_matrix_{mode}", key=f"wr_tie_{mode}")
 with t3:

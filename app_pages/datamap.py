@@ -2,13 +2,14 @@
 
 import streamlit as st
 
+from dashboard import loaders as L
+from dashboard import widgets as ui
 from engine import figures
-from pages import _ui as ui
 
 ui.header("Data map", "Prompts a model answers consistently but wrongly (low P(correct), high consistency) are "
                       "candidates for wrong labels or ambiguous questions.")
 
-ch = ui.q("benchmark_choices")
+ch = L.benchmark_choices()
 if not ch["runs"]:
     ui.empty_state("No scored runs yet: generate several repeats per prompt and score them.", "generate", "Generate")
     st.stop()
@@ -19,7 +20,7 @@ model = c2.selectbox("Model", ch["models"].get(run, []), key="dm_model")
 mode = c3.selectbox("Mode", ch["modes"].get(run, ["coupled"]), key="dm_mode")
 rule = c4.selectbox("Scoring rule", ch["rules"].get(run, ["paper"]), key="dm_rule")
 c5, c6, c7, c8 = st.columns(4)
-method = c5.selectbox("Clustering", ui.q("cluster_methods", run), key="dm_method",
+method = c5.selectbox("Clustering", L.cluster_methods(run), key="dm_method",
                       help="answer = identical extracted answers; llm = bidirectional entailment; "
                            "embedding = sentence-embedding similarity (an approximation)")
 subject = c6.selectbox("Subject", ["(all)"] + ch["subjects"].get(run, []), key="dm_subject")
@@ -27,7 +28,7 @@ p_max = c7.slider("Flag: P(correct) ≤", 0.0, 1.0, 0.1, 0.05, key="dm_pmax")
 s_min = c8.slider("Flag: consistency S ≥", -3.0, 0.0, -0.8, 0.05, key="dm_smin")
 
 with st.spinner("Computing P(correct), consistency and the variance decomposition…"):
-    res = ui.safe("multigen", run, model, mode=mode, rule=rule, method=method,
+    res = ui.safe(L.multigen, run, model, mode=mode, rule=rule, method=method,
                   subject=None if subject == "(all)" else subject, p_max=float(p_max), s_min=float(s_min))
 if res is None:
     st.stop()
@@ -49,7 +50,7 @@ flagged = ui.flagged_ids(prompts)
 if not flagged:
     st.info("No prompt falls in the flag region; widen it with the sliders above.")
 else:
-    gens = ui.q("prompts_generations", run, model, mode, tuple(flagged), rule=rule)
+    gens = L.prompts_generations(run, model, mode, tuple(flagged), rule=rule)
     ui.table(gens, "flagged_generations", key="dm_flagged")
 
 c1, c2 = st.columns(2)

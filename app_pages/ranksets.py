@@ -2,16 +2,18 @@
 
 import streamlit as st
 
+from dashboard import loaders as L
+from dashboard import widgets as ui
 from engine import figures
-from pages import _ui as ui
+from engine.analysis.comparisons import ARENA_JUDGES, default_models
 
 ui.header("Rank-sets", "A rank-set is the set of ranks a model could hold, with probability ≥ 1 − α that every "
                        "model's true rank-set is covered (rank 1 = best).")
 
-src = ui.q("winrate_sources")
+src = L.winrate_sources()
 options = [("set", s, f"stored set · {s}") for s in src["sets"]]
-if ui.arena_available():
-    options += [("arena", j, f"Chatbot Arena · human + judge {j}") for j in ui.ARENA_JUDGES]
+if L.arena_available():
+    options += [("arena", j, f"Chatbot Arena · human + judge {j}") for j in ARENA_JUDGES]
 if not options:
     ui.empty_state("No comparisons to rank: upload human (and judge) comparisons on the Upload page. "
                    "PPR needs rows labelled by humans and by a judge.", "upload", "Upload")
@@ -24,11 +26,11 @@ method = c2.radio("Method", ["ppr", "human", "judge"], horizontal=True, key="rs_
                   format_func={"ppr": "PPR (human + judge)", "human": "human only", "judge": "judge only"}.get)
 covariance = c3.radio("Covariance", ["delta", "paper"], horizontal=True, key="rs_cov",
                       format_func={"delta": "valid (delta method, default)", "paper": "paper's formula (too small)"}.get)
-all_models = ui.safe("comparison_models", source, name)
+all_models = ui.safe(L.comparison_models, source, name)
 if not all_models:
     st.stop()
 c4, c5, c6 = st.columns([4, 1, 1])
-models = c4.multiselect("Models", all_models, default=ui.default_rank_models(all_models), key=f"rs_models_{source}_{name}")
+models = c4.multiselect("Models", all_models, default=default_models(all_models), key=f"rs_models_{source}_{name}")
 n = c6.number_input("n human comparisons", min_value=10, value=990, step=10, key="rs_n",
                     help="PPR: the human labels of n random comparisons form the labelled set, the judge "
                          "labels of the others the unlabelled set (also the n of the repeated draws)")
@@ -42,7 +44,7 @@ if covariance == "paper":
 
 tab1, tab2 = st.tabs(["Rank-sets on all comparisons", "Repeated draws (PPR paper, Fig. 3)"])
 with tab1:
-    view = ui.safe("ranksets_view", source, name, method, float(alpha), covariance=covariance, models=tuple(models),
+    view = ui.safe(L.ranksets, source, name, method, float(alpha), covariance=covariance, models=tuple(models),
                    n_human=int(n) if method == "ppr" else None)
     if view is not None:
         r = view["result"]
@@ -59,7 +61,7 @@ with tab2:
     seed = d3.number_input("Seed", min_value=0, value=0, key="rs_seed")
     if st.toggle("Run the draws", key="rs_run_draws", help="Draws take a few seconds; results are cached."):
         with st.spinner("Drawing…"):
-            dv = ui.safe("rankset_draws_view", source, name, int(n), int(reps), float(alpha), covariance=covariance,
+            dv = ui.safe(L.rankset_draws, source, name, int(n), int(reps), float(alpha), covariance=covariance,
                          seed=int(seed), models=tuple(models))
         if dv is not None:
             res = dv["result"]

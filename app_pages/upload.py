@@ -2,7 +2,9 @@
 
 import streamlit as st
 
-from pages import _ui as ui
+from dashboard import jobs_panel, uploads
+from dashboard import loaders as L
+from dashboard import widgets as ui
 
 ui.header("Upload comparisons", "CSV with columns prompt_id, model_a, model_b, winner (model_a / model_b / tie / "
                                 "tie (bothbad) / a / b) and optional judge_winner, or Chatbot Arena JSON lines. "
@@ -20,25 +22,25 @@ else:
 if main is not None:
     main_bytes = main.getvalue()
     judge_bytes = judge.getvalue() if judge is not None else None
-    rows, problems = ui.validate_upload(fmt, main_bytes, judge_bytes)
+    rows, problems = uploads.validate_upload(fmt, main_bytes, judge_bytes)
     if problems:
         st.error(f"Rejected: {len(problems)} problem(s); nothing was stored. Fix the file and upload it again.")
-        ui.table(ui.problems_table(problems), "upload_problems", key="up_problems")
+        ui.table(uploads.problems_table(problems), "upload_problems", key="up_problems")
     else:
-        st.success(f"Valid: {len(rows):,} comparisons between {ui.n_models(rows)} models.")
+        st.success(f"Valid: {len(rows):,} comparisons between {uploads.n_models(rows)} models.")
         st.dataframe(rows.head(20), hide_index=True, key="up_preview")
-        name = st.text_input("Name of the comparison set", value=ui.default_set_name(main.name), key="up_name")
+        name = st.text_input("Name of the comparison set", value=uploads.default_set_name(main.name), key="up_name")
         replace = st.checkbox("Replace a set of the same name", key="up_replace")
         if st.button("Import", type="primary", icon=":material/upload:", key="up_import"):
-            job = ui.start_import(fmt, main.name, main_bytes, judge.name if judge else None, judge_bytes, name, replace)
+            job = uploads.start_import(fmt, main.name, main_bytes, judge.name if judge else None, judge_bytes, name, replace)
             if job:
                 st.success(f"Import started as job `{job}`; the set appears below when it is done.")
 
 st.subheader("Import and delete jobs")
-ui.job_panel(kind=None, limit=4)
+jobs_panel.job_panel(kind=None, limit=4)
 
 st.subheader("Stored comparison sets")
-sets = ui.safe("comparison_sets")
+sets = ui.safe(L.comparison_sets)
 if sets is None or sets.empty:
     st.info("No comparison sets stored yet.")
 else:
@@ -47,6 +49,6 @@ else:
     victim = c1.selectbox("Delete a set", sets["name"].tolist(), key="up_delete_name")
     sure = c2.checkbox(f"Yes, delete {victim}", key="up_delete_sure")
     if c3.button("Delete", disabled=not sure, icon=":material/delete:", key="up_delete"):
-        job = ui.start_job(["comparisons", "delete", victim, "--db", str(ui.db_path())], kind="delete")
+        job = jobs_panel.start_job(["comparisons", "delete", victim, "--db", str(L.db_path())], kind="delete")
         if job:
             st.success(f"Deleting {victim} (job `{job}`).")

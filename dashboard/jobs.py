@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import store
+from engine import config
 from engine.errors import UserError
 from engine.progress import read_progress, write_json_atomic
 
@@ -75,7 +75,7 @@ class JobStatus:
 
 def jobs_dir(db: str | os.PathLike | None = None) -> Path:
     """The folder holding job files: ``jobs/`` next to the database (``data/jobs`` by default)."""
-    return Path(db if db is not None else store.DEFAULT_DB).resolve().parent / "jobs"
+    return Path(db if db is not None else config.DEFAULT_DB).resolve().parent / "jobs"
 
 
 def _paths(job_id: str, jdir: Path) -> dict[str, Path]:
@@ -168,7 +168,7 @@ def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None
     # restart of the process that started the job (its reaper thread would be gone).
     wrapped = ["/bin/sh", "-c", _WRAPPER, "job", str(paths["rc"]), *command] if os.path.exists("/bin/sh") else command
     with open(paths["log"], "ab") as log:
-        proc = subprocess.Popen(wrapped, cwd=str(store.PROJECT_ROOT), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(wrapped, cwd=str(config.PROJECT_ROOT), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, env=child_env,
                                 start_new_session=True)  # own process group: survives the page
     meta = {"job_id": job_id, "kind": kind, "args": list(args), "command": command,

@@ -15,9 +15,10 @@ from functools import lru_cache
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.config import FIGURE_FORMATS
 from engine.errors import UserError
 
-FORMATS = ("png", "svg", "html")
+FORMATS = FIGURE_FORMATS
 MIME = {"png": "image/png", "svg": "image/svg+xml", "html": "text/html", "csv": "text/csv"}
 _CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 

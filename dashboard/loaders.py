@@ -1,0 +1,105 @@
+"""One typed, cached loader per view. Each wraps the engine function it shows, imported directly
+(so "find usages" and the import graph see every call), as a function of the view's parameters.
+
+The cache key is (database path, modification time of the file and its WAL, parameters): a write
+by a job invalidates it. Loaders raise UserError (missing data, bad choice); pages show it with
+:func:`dashboard.widgets.safe`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import streamlit as st
+
+from engine import config
+from engine.analysis import benchmark as _benchmark
+from engine.analysis import comparisons as _comparisons
+from engine.analysis import multigen as _multigen
+from engine.analysis import overview as _overview
+from engine.analysis import ranksets as _ranksets
+from engine.analysis import traces as _traces
+from engine.analysis import winrates as _winrates
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def db_path() -> Path:
+    """The database the dashboard reads: $COUPLED_EVAL_DB or engine.config.DEFAULT_DB."""
+    return Path(os.environ.get("COUPLED_EVAL_DB", str(config.DEFAULT_DB)))
+
+
+def _view(fn: Callable[Concatenate[Any, P], R]) -> Callable[P, R]:
+    """``fn(db, *args)`` -> a loader ``(*args) -> R`` cached on the database signature and the args."""
+    def load(sig: tuple[str, float], *args: Any, **kwargs: Any) -> R:
+        return fn(sig[0], *args, **kwargs)
+
+    # st.cache_data keys a function on its module, qualified name and source: one name per view
+    load.__qualname__ = load.__name__ = f"load_{fn.__module__.rsplit('.', 1)[-1]}_{fn.__name__}"
+    cached = st.cache_data(show_spinner=False, max_entries=512, ttl=3600)(load)
+
+    @functools.wraps(fn)
+    def view(*args: P.args, **kwargs: P.kwargs) -> R:
+        return cached(_overview.db_signature(db_path()), *args, **kwargs)
+
+    return view
+
+
+# Home and Generate
+overview = _view(_overview.overview)
+runs = _view(_overview.runs)
+models_table = _view(_overview.models_table)
+datasets_table = _view(_overview.datasets_table)
+comparison_sets = _view(_comparisons.comparison_sets)
+# Token traces
+run_options = _view(_overview.run_options)
+run_prompts = _view(_overview.run_prompts)
+prompt_info = _view(_overview.prompt_info)
+unit_generations = _view(_overview.unit_generations)
+trace_view = _view(_traces.trace_view)
+divergence_summary = _view(_traces.divergence_summary)
+# Benchmark comparison and data map
+benchmark_choices = _view(_benchmark.benchmark_choices)
+benchmark = _view(_benchmark.benchmark)
+multigen = _view(_multigen.multigen)
+cluster_methods = _view(_multigen.cluster_methods)
+prompts_generations = _view(_multigen.prompts_generations)
+# Win-rates and rank-sets
+winrate_sources = _view(_comparisons.winrate_sources)
+comparison_models = _view(_comparisons.comparison_models)
+winrates = _view(_winrates.winrates_view)
+ranksets = _view(_ranksets.ranksets_view)
+rankset_draws = _view(_ranksets.rankset_draws_view)
+
+
+def arena_available() -> bool:
+    return _comparisons.arena_dir() is not None
+
+
+@st.cache_data(show_spinner=False, ttl=600)
+def available_models() -> list[dict]:
+    """The model registry as dicts (name, variant, vocab); [] when the model packages are missing."""
+    try:
+        from engine.models import list_models, spec_vocab_id
+    except ImportError:
+        return []
+    out = []
+    for s in list_models():
+        try:
+            vocab = spec_vocab_id(s)
+        except Exception:  # vocab detection needs the tokenizer; the list still works without it
+            vocab = None
+        out.append({"name": s.name, "variant": getattr(s, "variant", ""), "vocab": vocab})
+    return out
+
+
+@st.cache_data(show_spinner=False, ttl=600)
+def available_datasets() -> list[str]:
+    from engine.tasks.datasets import list_datasets
+
+    return list(list_datasets())

@@ -1,0 +1,69 @@
+"""Uploads of pairwise comparisons: validate (a pure, cached read), save under data/uploads/, import as a job."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import jobs
+from dashboard.loaders import db_path
+from engine.errors import UserError
+
+
+@st.cache_data(show_spinner="Validating…", max_entries=8)
+def validate_upload(fmt: str, main: bytes, judge: bytes | None):
+    """(normalised rows, problems as dicts) from engine.tasks.comparisons' validators (a pure read)."""
+    from engine.tasks import comparisons
+    if fmt == "csv":
+        rows, problems = comparisons.validate_comparisons_csv(main)
+    else:
+        rows, problems = comparisons.validate_arena(main, judge)
+    return rows, [{"file": p.file, "row": p.row, "column": p.column, "problem": p.message} for p in problems]
+
+
+def problems_table(problems: list[dict]):
+    return pd.DataFrame(problems)
+
+
+def n_models(rows) -> int:
+    return len(set(rows["model_a"]) | set(rows["model_b"]))
+
+
+def default_set_name(filename: str) -> str:
+    stem = Path(filename).stem
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-")[:60] or "upload"
+
+
+def uploads_dir() -> Path:
+    return db_path().resolve().parent / "uploads"
+
+
+def save_upload(filename: str, data: bytes) -> Path:
+    """Save a validated upload under data/uploads/ (timestamped, sanitised name)."""
+    d = uploads_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / f"{time.strftime('%Y%m%d-%H%M%S')}-{default_set_name(filename)}{Path(filename).suffix.lower()}"
+    p.write_bytes(data)
+    return p
+
+
+def start_import(fmt: str, main_name: str, main: bytes, judge_name: str | None, judge: bytes | None,
+                 name: str, replace: bool) -> str | None:
+    """Save the files and run ``python -m engine import comparisons`` as a job."""
+    main_path = save_upload(main_name, main)
+    args = ["import", "comparisons", str(main_path), "--db", str(db_path()), "--name", name, "--format", fmt]
+    if judge is not None:
+        args += ["--judge-file", str(save_upload(judge_name or "judge.json", judge))]
+    if replace:
+        args.append("--replace")
+    try:
+        job_id = jobs.start_job(args, kind="import", db=db_path(), progress=False,
+                                env={"COUPLED_EVAL_DB": str(db_path())})
+    except (UserError, OSError) as exc:
+        st.error(f"Could not start the import: {exc}")
+        return None
+    return job_id
