@@ -39,7 +39,8 @@ def _peak_rss_mb() -> float:
 def _child(args) -> dict:
     import torch
 
-    from engine import generation as G, models
+    from engine import generation as G
+    from engine import models
     from engine.tasks import datasets
 
     torch.set_num_threads(args.threads)

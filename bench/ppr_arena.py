@@ -31,9 +31,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.analysis import comparisons as C, ranksets as RS  # noqa: E402
-from engine.tasks.comparisons import read_arena  # noqa: E402
+from engine.analysis import comparisons as C  # noqa: E402
+from engine.analysis import ranksets as RS
 from engine.stats import ranking as R  # noqa: E402
+from engine.tasks.comparisons import read_arena  # noqa: E402
 
 ARENA_12 = list(C.ARENA_PAPER_MODELS)
 JUDGES = {"GPT4": "gpt-4-0125-preview.json", "CL3": "claude-3-opus-20240229.json", "GPT3.5": "gpt-3.5-turbo.json"}
@@ -164,10 +165,9 @@ def tables(res: dict) -> str:
 
 def figures(res: dict, outdir: Path) -> list[str]:
     """Paper Fig. 1-like plots (size vs baseline intersection over alpha, n = 990; PPR GPT4 over n)."""
+    import plotly.colors
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-
-    import plotly.colors
 
     met = res["draws"]["metrics"]
     written = []

@@ -81,7 +81,7 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
     by_step_prob = steps.pivot_table(index="step", columns="model", values="prob", aggfunc="first")
     fig = go.Figure()
     names = dict(token_names or {})
-    for row, m in enumerate(models):
+    for m in models:
         part = steps[steps["model"] == m].sort_values("step")
         if part.empty:
             continue

@@ -76,7 +76,7 @@ class Progress:
         self._write(status, message, force=True)
 
     @contextmanager
-    def track(self, cancelled_message: str = "interrupted") -> Iterator["Progress"]:
+    def track(self, cancelled_message: str = "interrupted") -> Iterator[Progress]:
         """Finish as 'done' when the block ends, 'cancelled' on Ctrl-C / SIGTERM, 'failed' (with
         the error) on any other exception; exceptions propagate."""
         try:

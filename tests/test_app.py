@@ -18,7 +18,8 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import navigation
 from engine import store
-from engine.analysis import comparisons as acmp, overview, traces
+from engine.analysis import comparisons as acmp
+from engine.analysis import overview, traces
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("m-base", "m-int8", "m-int4")
@@ -335,6 +336,7 @@ def test_demo_button_starts_the_demo_job_on_an_empty_database(tmp_path, monkeypa
 def test_cancel_and_resume_buttons_drive_the_job(tmp_path, monkeypatch, small_db):
     """A running job shows progress and a Cancel button; cancelling it offers Resume, which restarts it."""
     import sys
+
     from dashboard import jobs
     from tests.test_jobs import FAKE_ENGINE
     script = tmp_path / "fake_engine.py"

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
-from engine.tasks import clustering as C
 from engine import store
 from engine.errors import UserError
+from engine.tasks import clustering as C
 from tests.test_scoring import make_run
 
 

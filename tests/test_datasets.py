@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from engine.tasks import datasets as D
 from engine.errors import UserError
+from engine.tasks import datasets as D
 from tests.conftest import shared_path
 
 

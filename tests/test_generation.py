@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-from engine import generation as G, models, store
-from engine.tasks import datasets
-from engine.generation import hf as HF, run as generation_run
-from engine.sampling import noise
+from engine import generation as G
+from engine import models, store
 from engine.cli import main as cli_main
+from engine.generation import hf as HF
+from engine.generation import run as generation_run
+from engine.sampling import noise
+from engine.tasks import datasets
 from engine.testing import tiny_lm
 
 PROMPTS = {f"p{i}": "What is " + "x" * (3 * i + 1) + f" times {i}?" for i in range(6)}  # varied lengths
@@ -95,7 +97,7 @@ def test_traces_are_consistent_and_noise_recomputable():
     keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=lm.vocab_size)
     for r in res:
         assert len(r.probs) == len(r.token_ids) == len(r.top_ids) <= 6
-        for step, (tid, ids, gs, ps) in enumerate(zip(r.token_ids, r.top_ids, r.top_gumbels, r.top_probs)):
+        for step, (_tid, ids, gs, ps) in enumerate(zip(r.token_ids, r.top_ids, r.top_gumbels, r.top_probs)):
             g = noise.gumbel(8, noise.unit_keys([(r.prompt_id, r.repeat)]), step, keys)[0]
             assert torch.equal(g[list(ids)], torch.tensor(gs, dtype=torch.float32))  # stored = recomputed
             assert list(ps) == sorted(ps, reverse=True) and sum(ps) <= 1 + 1e-5

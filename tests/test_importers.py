@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 
 from engine import store
-from engine.cli import main
-from engine.errors import UserError
-from engine.tasks.importers import PAPER_COUPLED_SEED, import_paper_mmlu
-from engine.tasks.scoring import extract_paper
-from engine.stats import benchmark as bm
 from engine.analysis.benchmark import benchmark_compare, score_matrices
 from engine.analysis.multigen import multigen_summary
+from engine.cli import main
+from engine.errors import UserError
+from engine.stats import benchmark as bm
+from engine.tasks.importers import PAPER_COUPLED_SEED, import_paper_mmlu
+from engine.tasks.scoring import extract_paper
 from tests.conftest import shared_path
 
 SUBJECTS = {"bbb_subject": 2, "aaa_subject": 3}  # written out of order: import must sort them

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from engine.tasks import judge as J
 from engine import store
 from engine.errors import UserError
+from engine.tasks import judge as J
 from tests.conftest import shared_path
 from tests.test_scoring import make_run
 

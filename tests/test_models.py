@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from engine.errors import UserError
 from engine.models import loading as M
 from engine.models import quantize as Q
-from engine.errors import UserError
 from engine.testing import tiny_lm, tiny_tokenizer
 
 # --- quantizers ----------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import pytest
 import torch
 from scipy import stats
 
-from engine.sampling import noise
 from engine.errors import UserError
+from engine.sampling import noise
 from engine.testing import tiny_tokenizer
 
 

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from engine import cli
-from engine.analysis import comparisons as C, ranksets as RS
+from engine.analysis import comparisons as C
+from engine.analysis import ranksets as RS
 from engine.errors import UserError
 from engine.stats import ranking as R
 from tests.conftest import ROOT, shared_path

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,10 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine import generation as G, models, store
-from engine.tasks import datasets
+from engine import generation as G
+from engine import models, store
 from engine.errors import UserError
 from engine.progress import read_progress
+from engine.tasks import datasets
 from engine.testing import tiny_lm
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,15 +3,13 @@ exact two-answer win-rate example of METHODS.md section 3 simulated with the eng
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
-from engine.sampling import noise
 from engine.errors import UserError
+from engine.sampling import noise
 from engine.sampling.gumbel import masked_logprobs, sample
 
 N = 20000

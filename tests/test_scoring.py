@@ -7,8 +7,8 @@ import json
 import pytest
 
 from engine import store
-from engine.tasks import scoring
 from engine.errors import UserError
+from engine.tasks import scoring
 from tests.conftest import shared_path
 
 CHOICES = {"A": "London", "B": "Paris", "C": "Rome", "D": "Berlin"}

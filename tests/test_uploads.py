@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.tasks import comparisons as cmp
 from engine import store
 from engine.errors import UserError
+from engine.tasks import comparisons as cmp
 from tests.conftest import shared_path
 
 HEADER = "prompt_id,model_a,model_b,winner\n"

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from engine import store
-from engine.config import DEFAULT_SAVING_N, MODES
 from engine.analysis.overview import db_exists
+from engine.config import DEFAULT_SAVING_N, MODES
 from engine.errors import UserError
 from engine.stats import benchmark as bm
 from engine.stats import multigen as mg
@@ -272,7 +272,8 @@ def benchmark_choices(db: str | os.PathLike) -> dict:
 def benchmark(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
               target_error: float | None = None, run: str | None = None, rule: str = "paper",
               n_resamples: int = 1000, seed: int = 0) -> dict:
-    """The benchmark comparison of two models (:func:`benchmark_compare`) with a clearer message when no default error level exists."""
+    """The benchmark comparison of two models (:func:`benchmark_compare`), with a clearer message
+    when no default error level exists."""
     try:
         return benchmark_compare(db, model_a, model_b, subject=subject, target_error=target_error,
                                      n_resamples=n_resamples, seed=seed, run=run, rule=rule)

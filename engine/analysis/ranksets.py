@@ -12,8 +12,15 @@ import os
 import numpy as np
 import pandas as pd
 
-from engine.analysis.comparisons import (keep_human_labels, model_indices, model_list, ranking_comparisons,
-                                         require_models, restrict_models, win_indicators)
+from engine.analysis.comparisons import (
+    keep_human_labels,
+    model_indices,
+    model_list,
+    ranking_comparisons,
+    require_models,
+    restrict_models,
+    win_indicators,
+)
 from engine.config import RANK_METHODS as METHODS
 from engine.errors import UserError
 from engine.stats import ranking as R
@@ -246,7 +253,7 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     return {"models": models, "alpha": float(alpha), "n": res["n"], "N": res["N"], "covariance": covariance,
             "position_prob": {names[m]: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).tolist()
                               for m in res["lower"]},
-            "rankset_prob": {names[m]: {mod: [{"lower": l, "upper": u, "prob": pr} for (l, u), pr in d.items()]
+            "rankset_prob": {names[m]: {mod: [{"lower": lo, "upper": up, "prob": pr} for (lo, up), pr in d.items()]
                                         for mod, d in zip(models, R.rankset_distribution(res["lower"][m][ai],
                                                                                          res["upper"][m][ai]))}
                              for m in res["lower"]},

@@ -65,6 +65,7 @@ def recompute_gumbels(db: str | os.PathLike, run_id: str, prompt_id: str, repeat
         return None
     try:
         import torch
+
         from engine.sampling import noise
     except ImportError:
         return None

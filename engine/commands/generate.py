@@ -40,8 +40,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from engine import store
-    from engine.tasks import datasets
     from engine.generation import GenConfig, run_generation
+    from engine.tasks import datasets
 
     cfg = GenConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,

@@ -15,7 +15,8 @@ def register(sub) -> None:
     p.add_argument("--alpha", default="0.05", help="1 - confidence level, in (0, 1) (default 0.05)")
     p.add_argument("--covariance", default="delta", choices=config.COVARIANCES,
                    help="delta: valid count-normalised covariance (default); paper: the published, too-small formula")
-    p.add_argument("--lambda", dest="lam", default="auto", help="PPR weight of the judge: auto (Algorithm 4) or a value in [0, 1]")
+    p.add_argument("--lambda", dest="lam", default="auto",
+                   help="PPR weight of the judge: auto (Algorithm 4) or a value in [0, 1]")
     p.set_defaults(func=run)
 
 

@@ -5,12 +5,37 @@ that share its vocabulary), loading from folders / GGUF files / hub ids, the con
 Imports torch: command modules import it only inside the commands that load models.
 """
 
-from engine.models.loading import (CONVERSIONS, DEFAULT_FAMILY, DEFAULT_MODEL, MANIFEST, VARIANTS, LoadedModel,
-                                   ModelSpec, bitsandbytes_available, cache_dir, cache_root, default_device,
-                                   default_dtype, from_objects, get_spec, is_cached, list_models, load_model,
-                                   resolve_device, smollm2_gguf_path, spec_vocab_id, vocab_id, vocab_id_of)
-from engine.models.quantize import (INT4_GROUP, quantize_gguf, quantize_int4_grouped, quantize_int8_per_channel,
-                                    quantize_linear_weights)
+from engine.models.loading import (
+                                   CONVERSIONS,
+                                   DEFAULT_FAMILY,
+                                   DEFAULT_MODEL,
+                                   MANIFEST,
+                                   VARIANTS,
+                                   LoadedModel,
+                                   ModelSpec,
+                                   bitsandbytes_available,
+                                   cache_dir,
+                                   cache_root,
+                                   default_device,
+                                   default_dtype,
+                                   from_objects,
+                                   get_spec,
+                                   is_cached,
+                                   list_models,
+                                   load_model,
+                                   resolve_device,
+                                   smollm2_gguf_path,
+                                   spec_vocab_id,
+                                   vocab_id,
+                                   vocab_id_of,
+)
+from engine.models.quantize import (
+                                   INT4_GROUP,
+                                   quantize_gguf,
+                                   quantize_int4_grouped,
+                                   quantize_int8_per_channel,
+                                   quantize_linear_weights,
+)
 
 __all__ = ["CONVERSIONS", "DEFAULT_FAMILY", "DEFAULT_MODEL", "MANIFEST", "VARIANTS", "INT4_GROUP", "LoadedModel",
            "ModelSpec", "bitsandbytes_available", "cache_dir", "cache_root", "default_device", "default_dtype",

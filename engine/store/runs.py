@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 
 from engine.errors import UserError
-from engine.store.db import query_df, reader, writer
+from engine.store.db import query_df, reader, scalar, writer
 
 RUN_STATUSES = ("running", "done", "failed", "cancelled")
 
@@ -29,8 +29,8 @@ def unknown_run(con: duckdb.DuckDBPyConnection, run_id: str) -> UserError:
 
 def require_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     """UserError (:func:`unknown_run`) unless ``run_id`` is in ``runs`` or has generations."""
-    if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == 0 and \
-            con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run_id]).fetchone()[0] == 0:
+    if scalar(con, "SELECT count(*) FROM runs WHERE run_id = ?", [run_id]) == 0 and \
+            scalar(con, "SELECT count(*) FROM generations WHERE run_id = ?", [run_id]) == 0:
         raise unknown_run(con, run_id)
 
 

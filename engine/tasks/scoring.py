@@ -40,9 +40,9 @@ from typing import Any  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from engine import store  # noqa: E402
+from engine.config import RULES  # noqa: E402
 from engine.errors import UserError  # noqa: E402
 
-from engine.config import RULES  # noqa: E402
 NO_ANSWER = "E"  # what the multiple-choice rules extract when they find no option (always wrong)
 
 # "answer" in any case, the letter itself upper case ("the answer is a bit..." is not "A").
@@ -153,7 +153,8 @@ def _gold_number(gold: str | None) -> str | None:
     return extract_numeric(str(gold))
 
 
-def score_generation(text: str | None, prompt_row: Mapping[str, Any] | None, rule: str = "paper") -> tuple[str | None, float | None]:
+def score_generation(text: str | None, prompt_row: Mapping[str, Any] | None,
+                     rule: str = "paper") -> tuple[str | None, float | None]:
     """(extracted answer, score) of one generation under ``rule``.
 
     Args:
