@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dashboard import navigation  # noqa: E402
 from engine import store  # noqa: E402
 
-PAGES = ["pages/1_Home.py", "pages/2_Generate.py", "pages/3_Token_traces.py", "pages/4_Benchmark.py",
-         "pages/5_Win_rates.py", "pages/6_Rank_sets.py", "pages/7_Data_map.py", "pages/8_Upload.py"]
+PAGES = [p.path for p in navigation.PAGES]
 
 
 def build(db: Path, n_traces: int) -> None:
