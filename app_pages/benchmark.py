@@ -5,6 +5,7 @@ import streamlit as st
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import figures
+from engine.config import MODES
 
 ui.header("Benchmark comparison", "Var_coupled(R_m − R_m') = Var_indep(R_m − R_m') − 2 Cov_coupled(R_m, R_m'): "
                                   "positively correlated coupled scores need fewer samples for the same error.")
@@ -57,7 +58,7 @@ with t1:
     ui.chart(figures.kde_figure({"coupled": kde["covariance_coupled"]}, {"coupled": res["mean_covariance_coupled"]},
                                 title="Per-question covariance of the scores (coupled)", xaxis="covariance",
                                 marker_label="mean"), "covariance_kde", key="bm_cov")
-    curves = {m: kde[f"var_diff_{m}"] for m in ("coupled", "independent") if f"var_diff_{m}" in kde}
+    curves = {m: kde[f"var_diff_{m}"] for m in MODES if f"var_diff_{m}" in kde}
     med = {"coupled": res["median_var_diff_coupled"], "independent": res["median_var_diff_independent"]}
     ui.chart(figures.kde_figure(curves, med, title="Per-question variance of the score difference",
                                 xaxis="Var(R_A − R_B)", marker_label="median"), "var_diff_kde", key="bm_vd")

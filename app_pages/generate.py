@@ -5,6 +5,7 @@ import streamlit as st
 from dashboard import jobs_panel
 from dashboard import loaders as L
 from dashboard import widgets as ui
+from engine import config
 
 ui.header("Generate", "Runs in a background process: the page stays responsive, a reload or another tab "
                       "sees the same progress, and a cancelled run resumes where it stopped.")
@@ -28,11 +29,12 @@ with st.form("generate_form", border=True):
     limit = c2.number_input("First N prompts (0 = all)", min_value=0, value=0, step=1, key="gen_limit")
     c3, c4, c5, c6 = st.columns(4)
     repeats = c3.number_input("Repeats per prompt", min_value=1, max_value=1000, value=5, key="gen_repeats")
-    temperature = c4.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=0.7,
+    temperature = c4.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=config.DEFAULT_TEMPERATURE,
                                   step=0.1, key="gen_temperature")
-    max_tokens = c5.number_input("Max new tokens", min_value=1, max_value=4096, value=20, key="gen_max_tokens")
+    max_tokens = c5.number_input("Max new tokens", min_value=1, max_value=4096, value=config.DEFAULT_MAX_NEW_TOKENS,
+                                 key="gen_max_tokens")
     seed = c6.number_input("Seed", min_value=0, value=0, step=1, key="gen_seed")
-    modes = st.multiselect("Modes", ["coupled", "independent"], default=["coupled", "independent"], key="gen_modes")
+    modes = st.multiselect("Modes", list(config.MODES), default=list(config.MODES), key="gen_modes")
     with st.expander("Advanced"):
         a1, a2, a3 = st.columns(3)
         top_k = a1.number_input("top-k (0 = off)", min_value=0, value=0, key="gen_top_k")
@@ -66,13 +68,13 @@ with st.expander("Score, judge or cluster a stored run (background jobs)"):
     else:
         a1, a2, a3, a4 = st.columns(4)
         act_run = a1.selectbox("Run", runs_list, key="act_run")
-        rule = a2.selectbox("Scoring rule", ["paper", "lenient", "numeric", "exact"], key="act_rule")
+        rule = a2.selectbox("Scoring rule", list(config.RULES), key="act_rule")
         if a2.button("Score", key="act_score", icon=":material/grading:"):
             jobs_panel.start_job(jobs_panel.score_args(act_run, rule), kind="score")
         judge = a3.selectbox("Judge model", names or ["(none)"], key="act_judge")
         if a3.button("Judge pairs", key="act_judge_btn", icon=":material/gavel:", disabled=not names):
             jobs_panel.start_job(["judge", "--db", str(L.db_path()), "--run", act_run, "--judge", judge], kind="judge")
-        method = a4.selectbox("Clustering", ["answer", "embedding", "llm"], key="act_method")
+        method = a4.selectbox("Clustering", list(config.CLUSTER_METHODS), key="act_method")
         if a4.button("Cluster", key="act_cluster", icon=":material/bubble_chart:"):
             extra_args = ["--model", names[0]] if method == "llm" and names else []
             jobs_panel.start_job(["cluster", "--db", str(L.db_path()), "--run", act_run, "--method", method, *extra_args],

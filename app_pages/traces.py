@@ -5,6 +5,7 @@ import streamlit as st
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import figures
+from engine.config import MODES
 
 ui.header("Token traces", "Coupled models share the Gumbel noise of every step: they agree until their "
                           "distributions differ enough for the noise to pick different tokens.")
@@ -47,7 +48,7 @@ if info:
 page = st.number_input("Steps page (120 steps each)", min_value=1, value=1, step=1, key="tr_page")
 offset = ui.page_offset(page, 120)
 
-for mode in [m for m in ("coupled", "independent") if m in opts["modes"]]:
+for mode in [m for m in MODES if m in opts["modes"]]:
     view = L.trace_view(run, prompt, int(repeat), mode, tuple(chosen), offset, 120)
     al = view["alignment"]
     st.subheader(f"{mode.capitalize()} generation")
