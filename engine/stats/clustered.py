@@ -64,18 +64,26 @@ def cluster_codes(cluster, n: int) -> tuple[np.ndarray, int, bool]:
     return codes.astype(np.int64), int(codes.max()) + 1, False
 
 
-def cluster_multiplicities(C: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """How often each cluster is drawn in each resample: m_b ~ Multinomial(C, 1/C each).
+def cluster_multiplicities(C: int, n_resamples: int, rng: np.random.Generator, chunk: int = 100) -> np.ndarray:
+    """How often each cluster is drawn in each resample: m_b = counts of C draws with replacement.
 
-    Drawing C clusters with replacement and keeping all their rows is the same as weighting
-    every row of cluster c by m_bc.
+    m_b ~ Multinomial(C, 1/C each), drawn as C uniform cluster indices per resample
+    (rng.integers) counted with one bincount per chunk of resamples (faster than
+    rng.multinomial for large C). Weighting every row of cluster c by m_bc is the same as
+    keeping all rows of the drawn clusters.
 
     Returns:
-        (B, C) int64, rows summing to C.
+        (B, C) int32, rows summing to C.
     """
     if C < 1 or n_resamples < 1:
         raise UserError(f"need at least one cluster and one resample, got C={C}, B={n_resamples}")
-    return rng.multinomial(C, np.full(C, 1.0 / C), size=n_resamples).astype(np.int64)
+    out = np.empty((n_resamples, C), np.int32)
+    for s in range(0, n_resamples, chunk):
+        m = min(chunk, n_resamples - s)
+        idx = rng.integers(0, C, size=(m, C))  # (m, C) drawn cluster ids
+        flat = (np.arange(m)[:, None] * C + idx).ravel()
+        out[s:s + m] = np.bincount(flat, minlength=m * C).reshape(m, C)
+    return out
 
 
 def cluster_pair_counts(a, b, outcome, codes: np.ndarray, C: int, k: int) -> sparse.csr_matrix:
@@ -88,8 +96,8 @@ def cluster_pair_counts(a, b, outcome, codes: np.ndarray, C: int, k: int) -> spa
     winner = np.where(outcome == A_WINS, a, b)
     loser = np.where(outcome == A_WINS, b, a)
     cell = np.where(outcome == TIE, k * k + np.minimum(a, b) * k + np.maximum(a, b), winner * k + loser)
-    X = sparse.coo_matrix((np.ones(a.size), (codes, cell)), shape=(C, 2 * k * k))
-    return X.tocsr()
+    X = sparse.coo_matrix((np.ones(a.size, np.int32), (codes, cell)), shape=(C, 2 * k * k))
+    return X.tocsr()  # integer counts: the product with the integer multiplicities stays exact and fast
 
 
 def _split_counts(flat: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -108,7 +116,7 @@ def resampled_pair_counts(X: sparse.csr_matrix, mult: np.ndarray, k: int) -> tup
     Returns:
         wins (B, k, k), ties (B, k, k) float arrays.
     """
-    flat = np.asarray((X.T @ mult.T.astype(np.float64)).T)  # (B, 2k²)
+    flat = np.asarray(X.T.tocsr() @ mult.T).T.astype(np.float64)  # (B, 2k²), integer product
     return _split_counts(flat, k)
 
 
@@ -167,7 +175,7 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
     a, b, outcome = _check(a, b, outcome, k)
     codes, C, per_row = cluster_codes(cluster, a.size)
     X = cluster_pair_counts(a, b, outcome, codes, C, k)
-    wins, ties = _split_counts(np.asarray(X.sum(axis=0)), k)
+    wins, ties = _split_counts(np.asarray(X.sum(axis=0), dtype=np.float64), k)
     W, T, n, avg = _rates(wins[0], ties[0])
     mult = cluster_multiplicities(C, n_resamples, rng)  # (B, C)
     wb, tb = resampled_pair_counts(X, mult, k)
@@ -304,7 +312,7 @@ def davidson_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, 
     a, b, outcome = _check(a, b, outcome, k)
     codes, C, per_row = cluster_codes(cluster, a.size)
     X = cluster_pair_counts(a, b, outcome, codes, C, k)
-    wins, ties = _split_counts(np.asarray(X.sum(axis=0)), k)
+    wins, ties = _split_counts(np.asarray(X.sum(axis=0), dtype=np.float64), k)
     beta, nu = davidson_fit_counts(wins[0], ties[0])
     mult = cluster_multiplicities(C, n_resamples, rng)
     wb, tb = resampled_pair_counts(X, mult, k)
@@ -338,7 +346,11 @@ def elo_ratings_weighted(a, b, outcome, k: int, weights, K: float = 4.0, scale: 
     weights = np.asarray(weights)
     if weights.ndim != 2 or weights.shape[1] != a.size:
         raise UserError(f"weights must be (B, {a.size}), got {weights.shape}")
-    if np.any(weights < 0) or not np.all(weights == np.round(weights)):
+    if weights.dtype.kind not in "iu":
+        if not np.all(weights == np.round(weights)):
+            raise UserError("Elo row weights must be non-negative integers (repetition counts)")
+        weights = weights.astype(np.int64)
+    if weights.size and weights.min() < 0:
         raise UserError("Elo row weights must be non-negative integers (repetition counts)")
     Bn = weights.shape[0]
     r = np.full((k, Bn), float(init))  # (k, B): one row per model, contiguous over resamples
@@ -346,18 +358,35 @@ def elo_ratings_weighted(a, b, outcome, k: int, weights, K: float = 4.0, scale: 
     wT = np.ascontiguousarray(weights.T)  # (n, B)
     wmax = wT.max(axis=1)  # (n,)
     c = np.log(base) / scale
+    e = np.empty(Bn)  # buffers: the loop body allocates nothing
+    on = np.empty(Bn)
     for row in range(a.size):
-        i, j, s, m = a[row], b[row], s_a[row], wmax[row]
+        m = int(wmax[row])
         if m == 0:
             continue
-        wr_ = wT[row]
-        ri, rj = r[i], r[j]
-        for t in range(m):
-            e = 1.0 / (1.0 + np.exp(c * (rj - ri)))  # (B,)
-            step = K * (s - e) * (wr_ > t)  # resamples that repeat this row fewer than t+1 times: no update
-            ri = ri + step
-            rj = rj - step
-        r[i], r[j] = ri, rj
+        i, j, s = a[row], b[row], s_a[row]
+        ri, rj, w = r[i], r[j], wT[row]  # views into r
+        # first application, all resamples at once (weight 0 -> no update)
+        np.subtract(rj, ri, out=e)
+        e *= c
+        np.exp(e, out=e)
+        e += 1.0
+        np.divide(K, e, out=e)  # K E_a
+        np.subtract(K * s, e, out=e)  # K (S_a − E_a)
+        np.greater(w, 0, out=on, casting="unsafe")
+        e *= on
+        ri += e
+        rj -= e
+        # repeated applications: only the few resamples that drew this row's prompt 2+ times
+        if m > 1:
+            sub = np.flatnonzero(w > 1)
+            ws = w[sub]
+            for t in range(1, m):
+                sub = sub[ws > t]
+                ws = ws[ws > t]
+                step = K * (s - 1.0 / (1.0 + np.exp(c * (rj[sub] - ri[sub]))))
+                ri[sub] += step
+                rj[sub] -= step
     return r.T.copy()
 
 
@@ -382,7 +411,8 @@ def elo_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, clust
     codes, C, per_row = cluster_codes(cluster, a.size)
     mult = cluster_multiplicities(C, n_resamples, rng)  # (B, C)
     point = elo_ratings_weighted(a, b, outcome, k, np.ones((1, a.size), np.int64), K=K)[0]
-    draws = elo_ratings_weighted(a, b, outcome, k, mult[:, codes], K=K)  # (B, k)
+    small = np.uint8 if mult.max() < 256 else np.int32  # (B, n) repetition counts, kept small in memory
+    draws = elo_ratings_weighted(a, b, outcome, k, mult.astype(small)[:, codes], K=K)  # (B, k)
     lo, hi = _percentile(draws, conf)
     return {"elo": point, "low": lo, "high": hi, "draws": draws, "n_clusters": C,
             "per_row_clusters": per_row, "n_resamples": int(n_resamples), "conf": conf, "K": K}
