@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     for name, fn in (("win-rates", CL.winrate_cluster_bootstrap), ("BT/Davidson", CL.davidson_cluster_bootstrap),
                      ("Elo", CL.elo_cluster_bootstrap)):
         t0 = time.perf_counter()
-        res = fn(a, b, o, k, rng, cluster=q, n_resamples=args.resamples)
+        fn(a, b, o, k, rng, cluster=q, n_resamples=args.resamples)
         out[name] = time.perf_counter() - t0
         print(f"  {name:12s} cluster bootstrap, B = {args.resamples}: {out[name]:6.2f} s")
     bt = CL.davidson_cluster_bootstrap(a, b, o, k, np.random.default_rng(1), cluster=q, n_resamples=args.resamples)
