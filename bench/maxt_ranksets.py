@@ -9,6 +9,7 @@ B. Clustered judge design (engine.stats.simulate, 100 prompts x 5 repeats, both 
 C. Chatbot Arena (12 models of the paper, balanced draws of N + n = 6,336, n = 990): paper's
    Figure 1 metrics (mean size, baseline intersection, baseline coverage) per method and judge,
    both procedures. Skipped cleanly without ../shared/data/arena.
+D. Least-favourable configuration (all 8 models equal): coverage should be close to 1 - alpha.
 MC SE of a proportion p over R reps: sqrt(p (1 - p) / R); of a mean size: sd / sqrt(R).
 
     .venv/bin/python bench/maxt_ranksets.py --reps 300 --arena-reps 150
@@ -79,6 +80,33 @@ def synthetic(reps, n_values, seed, n_draws):
     for (name, n, a, proc) in acc:
         if proc == "maxt":
             print(f"| {name} | {n} | {a} | {summary(acc[name, n, a, 'maxt'], reps)} | {summary(acc[name, n, a, 'chi2'], reps)} |")
+
+
+def least_favourable(reps, seed, n_draws):
+    """All k = 8 models equal (theta = 1/4): every pair is at its null boundary, so a valid
+    simultaneous procedure should cover close to 1 - alpha here (and more elsewhere)."""
+    k, n = 8, 4480
+    theta = np.full(k, 0.25)
+    tl, tu = R.true_ranksets(theta)  # [1, 8] for everyone: covered iff no order is established
+    rng = np.random.default_rng(seed)
+    first, second = R.balanced_design(k, n // (k * (k - 1)))
+    z = np.zeros(first.size)
+    acc = {}
+    for _ in range(reps):
+        w, _ = R.synthetic_outcomes(first, theta, theta, rng)
+        t, sg = R.onesource_theta_sigma(first, second, w, z, k)
+        for a in ALPHAS:
+            for proc, (lo, up) in both(t, sg, a, rng, n_draws).items():
+                acc.setdefault((a, proc), []).append((bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up))))
+            m = R.ranksets_marginal(t, sg, a, rng, n_draws=n_draws)
+            acc.setdefault((a, "marginal"), []).append(
+                (bool(R.rankset_covers(m["lower"], m["upper"], tl, tu)), float(R.rankset_size(m["lower"], m["upper"]))))
+    print(f"\n### D. Least-favourable configuration (k = 8 equal models, n = {n} human comparisons, {reps} reps): "
+          "simultaneous coverage ± MC SE | mean size\n")
+    print("| alpha | max-t step-down | Algorithm 2 (chi2_k) | marginal max-t (not simultaneous) |")
+    print("|---|---|---|---|")
+    for a in ALPHAS:
+        print(f"| {a} | {summary(acc[a, 'maxt'], reps)} | {summary(acc[a, 'chi2'], reps)} | {summary(acc[a, 'marginal'], reps)} |")
 
 
 def clustered(reps, seed, n_draws):
@@ -165,13 +193,15 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--arena", default=str(ROOT.parent / "shared" / "data" / "arena"))
-    ap.add_argument("--parts", default="ABC")
+    ap.add_argument("--parts", default="ABDC")
     args = ap.parse_args(argv)
     t0 = time.time()
     if "A" in args.parts:
         synthetic(args.reps, [int(x) for x in args.n.split(",")], args.seed, args.draws)
     if "B" in args.parts:
         clustered(args.reps, args.seed + 1, args.draws)
+    if "D" in args.parts:
+        least_favourable(args.reps, args.seed + 3, args.draws)
     if "C" in args.parts:
         arena(args.arena_reps, args.seed + 2, args.draws, Path(args.arena))
     print(f"\n({time.time() - t0:.0f} s, max-t with {args.draws} normal draws)")
