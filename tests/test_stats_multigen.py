@@ -18,12 +18,45 @@ def test_score_variance_exact_tiny():
     r = mg.score_variance(Y)
     mu = 5 / 6
     sigma2 = ((2 / 3 - mu) ** 2 + (1 - mu) ** 2) / 1  # ddof 1 with n = 2
+    pq = (2 / 3 * 1 / 3 + 0.0) / 2  # mean p(1 - p)
     assert r["mu"] == pytest.approx(mu)
-    assert r["sigma2_between"] == pytest.approx(sigma2)
-    assert r["var_within"] == pytest.approx((mu - mu ** 2 - sigma2) / 6)
-    assert r["var_between"] == pytest.approx(sigma2 / 2)
-    assert r["ci_low"] == pytest.approx(mu - 1.959963984540054 * math.sqrt(r["var"]))
-    assert (r["n"], r["k"]) == (2, 3)
+    assert r["sigma2_hat"] == pytest.approx(sigma2)
+    assert r["var"] == pytest.approx(sigma2 / 2)  # METHODS 5 (amended): Var = sigma_hat^2 / n
+    assert r["within"] == pytest.approx(pq * 3 / 2)
+    assert r["sigma2_between"] == pytest.approx(max(0.0, sigma2 - pq / 2))
+    assert r["var_within"] + r["var_between"] == pytest.approx(r["var"])  # not clipped here
+    t = 12.706204736174698  # t_{1, 0.975}
+    assert r["ci_low"] == pytest.approx(mu - t * math.sqrt(r["var"]))
+    assert (r["n"], r["k"], r["df"]) == (2, 3, 1)
+
+
+def test_score_variance_agrees_with_variance_components_diff():
+    from engine.stats import benchmark as bm
+    rng = np.random.default_rng(3)
+    Y = (rng.random((200, 6)) < rng.beta(1, 1, (200, 1))).astype(float)
+    r = mg.score_variance(Y)
+    c = bm.variance_components_diff(Y, np.zeros_like(Y))
+    assert r["within"] == pytest.approx(c["sigma2_within"])
+    assert r["sigma2_between"] == pytest.approx(c["sigma2_between"])
+
+
+def test_components_unbiased_and_var_not_double_counted():
+    # p ~ Beta(2, 3): E[p(1-p)] = mu - mu^2 - sigma^2, sigma^2 = Var p; averaged over many data sets
+    rng = np.random.default_rng(11)
+    a, b = 2.0, 3.0
+    mu = a / (a + b)
+    s2 = a * b / ((a + b) ** 2 * (a + b + 1))
+    n, k, reps = 60, 3, 3000
+    Y = (rng.random((reps, n, k)) < rng.beta(a, b, (reps, n, 1))).astype(float)
+    res = [mg.score_variance(Y[r]) for r in range(reps)]
+    within = np.array([x["within"] for x in res])
+    between = np.array([x["sigma2_between"] for x in res])
+    var = np.array([x["var"] for x in res])
+    true_var = (mu - mu * mu - s2) / (n * k) + s2 / n
+    assert within.mean() == pytest.approx(mu - mu * mu - s2, abs=4 * within.std() / np.sqrt(reps))
+    assert between.mean() == pytest.approx(s2, rel=0.05)  # clipping at 0 is rare here (s2 = 0.04)
+    assert var.mean() == pytest.approx(true_var, rel=0.03)  # sigma_hat^2 / n is unbiased
+    assert Y.mean(axis=(1, 2)).var(ddof=1) == pytest.approx(true_var, rel=0.08)
 
 
 def test_ci_coverage_hierarchical_simulation():

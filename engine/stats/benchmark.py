@@ -14,9 +14,15 @@ Family:
 * :func:`error_curve_naive`        the same with explicit loops (the test oracle)
 * :func:`samples_for_error`        n(ε) interpolated on an error curve
 * :func:`sample_saving`            1 − n_coupled(ε) / n_independent(ε)
-* :func:`mcnemar`                  paired test on binary per-question outcomes
+* :func:`paired_diff_ci`           Δ̂ = mean_i d_i, t CI/test over questions, correlation, bootstrap check, MDE
+* :func:`mcnemar_majority`         McNemar on ONE outcome per question (majority vote), labelled as such
+* :func:`mcnemar`                  McNemar on independent paired binary outcomes (never (question, repeat) pairs)
 * :func:`paired_bootstrap_diff`    percentile CI of the accuracy difference, questions resampled
 * :func:`variance_components_diff` between/within variance of the difference (METHODS 5 on A − B)
+* :func:`independent_components`   σ²_b, σ²_w of independent generation predicted from a coupled run
+* :func:`predict_se`               SE(n, k) = sqrt(σ²_b/n + σ²_w/(n k))
+* :func:`paired_power`             power of the paired t test at effect Δ for an n × k design
+* :func:`plan_mde`                 questions × repeats (coupled vs independent) for MDE = x at power 1 − β
 * :func:`plan_sample_size`         questions × repeats for a target standard error / error
 """
 
@@ -250,6 +256,9 @@ def mcnemar(a, b, exact_below: int = 25) -> dict:
     (continuity-corrected).
 
     Guarantee: level-α test under H0 for independent pairs (the exact version at any size).
+    NOT valid on (question, repeat) pairs: repeats of a question are dependent (size ~40% at 5%,
+    METHODS.md 7.1). Use :func:`paired_diff_ci`, or :func:`mcnemar_majority` for one outcome per
+    question.
 
     Args:
         a, b: (P,) binary outcomes of the two models on the same P items.
@@ -350,3 +359,160 @@ def plan_sample_size(sigma2_between: float, sigma2_within: float, target_se: flo
         n = max(1, math.ceil((sigma2_between + sigma2_within / k) / target_se ** 2))
         out.append({"repeats": k, "questions": int(n), "samples": int(n * k)})
     return out
+
+
+# ----------------------------------------------------------------------------- METHODS.md 7.1
+
+def paired_diff_ci(A, B, rng: np.random.Generator | None = None, alpha: float = 0.05, power: float = 0.8,
+                   n_resamples: int = 2000) -> dict:
+    """Paired comparison of two models on one benchmark, questions as the unit (METHODS.md 7.1).
+
+    d_i = (1/k) Σ_r (A_ir − B_ir);  Δ̂ = mean_i d_i;  SE = sd(d; ddof 1)/sqrt(n);
+    CI = Δ̂ ± t_{n−1, 1−α/2} SE;  p = two-sided t test of Δ = 0;  MDE = (z_{1−α/2} + z_{1−β}) SE.
+
+    Guarantee: cluster-robust (questions independent, repeats arbitrarily dependent), valid in
+    both noise modes; exact for normal d_i, asymptotic otherwise. Coupling shrinks SE through
+    the covariance of Proposition 1 (Benz et al.).
+
+    Args:
+        A, B: (n, k) scores of the two models (same questions, same repeat layout), n >= 2.
+        rng: if given, also a paired bootstrap over questions (the check).
+        alpha: test level / 1 − CI level.  power: 1 − β for the MDE.
+    Returns:
+        dict: diff, se, df, t, p_value, ci_low, ci_high, level, corr (Pearson correlation of
+        the two models' per-question means; NaN if one is constant), mde, power, n_questions,
+        n_repeats, sigma2_between, sigma2_within (the components of d, see
+        :func:`variance_components_diff`), bootstrap ({se, ci_low, ci_high, n_resamples} or None).
+    """
+    A, B = _pair(A, B)
+    n, k = A.shape
+    if n < 2:
+        raise UserError(f"a paired t test needs at least 2 questions, got {n}")
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise UserError(f"alpha and power must be in (0, 1), got {alpha} and {power}")
+    ma, mb = A.mean(axis=1), B.mean(axis=1)  # (n,)
+    d = ma - mb
+    diff = float(d.mean())
+    se = float(d.std(ddof=1) / math.sqrt(n))
+    tq = float(_st.t.ppf(1 - alpha / 2, n - 1))
+    if se > 0:
+        t = diff / se
+        p = float(2 * _st.t.sf(abs(t), n - 1))
+    else:
+        t = 0.0 if diff == 0 else math.copysign(math.inf, diff)
+        p = 1.0 if diff == 0 else 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = float(np.corrcoef(ma, mb)[0, 1]) if ma.std() > 0 and mb.std() > 0 else float("nan")
+    comp = variance_components_diff(A, B) if k > 1 else {"sigma2_between": float(d.var(ddof=1)), "sigma2_within": float("nan")}
+    boot = None
+    if rng is not None:
+        bt = paired_bootstrap_diff(A, B, rng, n_resamples=n_resamples, level=1 - alpha)
+        boot = {key: bt[key] for key in ("se", "ci_low", "ci_high", "n_resamples")}
+    mde = float((_st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power)) * se)
+    return {"diff": diff, "se": se, "df": n - 1, "t": float(t), "p_value": p, "ci_low": diff - tq * se,
+            "ci_high": diff + tq * se, "level": 1 - alpha, "corr": corr, "mde": mde, "power": power,
+            "n_questions": int(n), "n_repeats": int(k), "sigma2_between": comp["sigma2_between"],
+            "sigma2_within": comp["sigma2_within"], "bootstrap": boot}
+
+
+def mcnemar_majority(A, B, exact_below: int = 25) -> dict:
+    """McNemar's test on ONE outcome per question: the majority vote over the repeats.
+
+    a_i = 1{mean_r A_ir > 1/2} (ties at exactly 1/2 count as 0), b_i likewise; then
+    :func:`mcnemar` on the n question-level pairs. Tests equal *majority-vote* accuracy, not equal
+    expected accuracy: a different null from :func:`paired_diff_ci`.
+
+    Guarantee: level-α for independent questions (one outcome each).
+
+    Args:
+        A, B: (n, k) scores.
+    Returns:
+        the :func:`mcnemar` dict plus outcome = "majority vote per question".
+    """
+    A, B = _pair(A, B)
+    out = mcnemar(A.mean(axis=1) > 0.5, B.mean(axis=1) > 0.5, exact_below=exact_below)
+    out["outcome"] = "majority vote per question"
+    return out
+
+
+def independent_components(A, B) -> dict:
+    """Variance components of d under INDEPENDENT generation, predicted from a COUPLED run.
+
+    σ²_w,ind = mean_i (var_r A_ir + var_r B_ir) (ddof 1: = mean_i [V_i + 2 Cov_i], Proposition 1);
+    σ²_b is the variance of the true per-question mean difference, the same in both modes.
+
+    Args:
+        A, B: (n, k) coupled-run scores, k >= 2.
+    Returns:
+        dict with sigma2_between, sigma2_within, Q, R (like :func:`variance_components_diff`).
+    """
+    A, B = _pair(A, B)
+    if A.shape[1] < 2:
+        raise UserError(f"need at least 2 repeats per question, got {A.shape[1]}")
+    comp = variance_components_diff(A, B)
+    comp["sigma2_within"] = float((A.var(axis=1, ddof=1) + B.var(axis=1, ddof=1)).mean())
+    return comp
+
+
+def predict_se(sigma2_between, sigma2_within, n, k):
+    """SE of Δ̂ for an n-question × k-repeat design: sqrt(σ²_b/n + σ²_w/(n k)) (broadcasts over n, k)."""
+    n = np.asarray(n, float)
+    k = np.asarray(k, float)
+    return np.sqrt(sigma2_between / n + sigma2_within / (n * k))
+
+
+def paired_power(delta: float, sigma2_between: float, sigma2_within: float, n, k, alpha: float = 0.05):
+    """Power of the two-sided paired t test (:func:`paired_diff_ci`) at true effect Δ.
+
+    power = P(|T| > t_{n−1,1−α/2}), T ~ noncentral t(n − 1, Δ/SE(n, k)); SE from :func:`predict_se`
+    (d_i treated as normal). Broadcasts over n, k.
+    """
+    n = np.asarray(n, float)
+    se = predict_se(sigma2_between, sigma2_within, n, k)
+    df = n - 1
+    tq = _st.t.ppf(1 - alpha / 2, df)
+    ncp = delta / se
+    return _st.nct.sf(tq, df, ncp) + _st.nct.cdf(-tq, df, ncp)
+
+
+def plan_mde(components: dict, mde: float, alpha: float = 0.05, power: float = 0.8,
+             repeats=(1, 2, 5, 10), max_questions: int = 10_000_000) -> list[dict]:
+    """How many questions × repeats reach a minimum detectable effect, per noise mode.
+
+    For each mode and k: the smallest n with paired_power(mde, σ²_b, σ²_w, n, k, α) >= power
+    (starting from the normal solution n = (z_{1−α/2} + z_{1−β})² (σ²_b + σ²_w/k) / mde²).
+
+    Args:
+        components: {mode: {"sigma2_between", "sigma2_within"}} e.g. {"coupled":
+            variance_components_diff(Ac, Bc), "independent": independent_components(Ac, Bc)
+            or variance_components_diff(Ai, Bi)}.
+        mde: the effect (accuracy difference) to detect, > 0.  alpha, power, repeats.
+    Returns:
+        list of {mode, repeats, questions, samples, se, power} rows (questions None if above max_questions).
+    """
+    if not mde > 0:
+        raise UserError(f"the minimum detectable effect must be > 0, got {mde}")
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise UserError(f"alpha and power must be in (0, 1), got {alpha} and {power}")
+    zz = _st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power)
+    rows = []
+    for mode, c in components.items():
+        sb, sw = float(c["sigma2_between"]), float(c["sigma2_within"])
+        for k in repeats:
+            k = int(k)
+            if k < 1:
+                raise UserError(f"repeats must be >= 1, got {k}")
+            n = max(2, math.ceil(zz ** 2 * (sb + sw / k) / mde ** 2))
+            if sb + sw / k <= 0:
+                n = 2
+            while n <= max_questions and paired_power(mde, sb, sw, n, k, alpha) < power:
+                n = n + max(1, n // 100)
+            # step back to the smallest n that reaches the power (the coarse steps above overshoot)
+            while n > 2 and paired_power(mde, sb, sw, n - 1, k, alpha) >= power:
+                n -= 1
+            ok = n <= max_questions
+            rows.append({"mode": mode, "repeats": k, "questions": int(n) if ok else None,
+                         "samples": int(n * k) if ok else None,
+                         "se": float(predict_se(sb, sw, n, k)) if ok else None,
+                         "power": float(paired_power(mde, sb, sw, n, k, alpha)) if ok else None})
+    return rows

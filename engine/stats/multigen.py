@@ -7,7 +7,7 @@ prompts, ``k`` generations each. Hierarchical model: ``p_i ~ P(mu, sigma)``,
 Family:
 
 * :func:`p_correct`               p̂_i = mean_j y_ij
-* :func:`score_variance`          μ̂, Var(μ̂) = within + between (Lemma 2.1), 95% CI
+* :func:`score_variance`          μ̂, Var̂(μ̂) = σ̂²/n, t CI, unbiased within/between components
 * :func:`bootstrap_score_ci`      percentile bootstrap over prompts (the check of the above)
 * :func:`single_generation_scores` column means of Y and their spread (best - worst)
 * :func:`semantic_consistency`    S_i = Σ_c Prop_c log Prop_c from an (n, k) cluster-id matrix
@@ -45,34 +45,45 @@ def p_correct(Y) -> np.ndarray:
     return _as_matrix(Y).mean(axis=1)
 
 
-def score_variance(Y, z: float = Z95) -> dict:
-    """Benchmark score with the within/between-prompt variance decomposition and a normal CI.
+def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
+    """Benchmark score with a t interval and the unbiased within/between-prompt decomposition.
 
-    μ̂ = (1/nk) Σ_ij y_ij;  Var̂(μ̂) = (μ̂ − μ̂² − σ̂²)_+ / (n k) + σ̂² / n,  σ̂² = (1/(n−1)) Σ_i (p̂_i − μ̂)²;
-    CI = μ̂ ± z sqrt(Var̂).
+    μ̂ = (1/nk) Σ_ij y_ij;  σ̂² = (1/(n−1)) Σ_i (p̂_i − μ̂)²;  Var̂(μ̂) = σ̂²/n;  CI = μ̂ ± t_{n−1,(1+conf)/2} sqrt(Var̂).
+    Decomposition (Lemma 2.1, each term unbiased): within E[p(1−p)] ≈ w = mean_i p̂_i(1−p̂_i) k/(k−1),
+    between σ² ≈ b = max(0, σ̂² − mean_i p̂_i(1−p̂_i)/(k−1));  var_within = w/(nk), var_between = b/n,
+    so var_within + var_between = Var̂(μ̂) unless b is clipped at 0.
 
-    Guarantee: asymptotically (n → ∞) valid 95% coverage of μ = E[p_i] under the hierarchical
-    model; the plug-in σ̂² also absorbs within-prompt noise (E σ̂² = σ² + E[p(1−p)]/k), so the
-    interval is slightly conservative for small k. With n = 1, σ̂² is taken as 0.
+    Guarantee: E[σ̂²] = σ² + E[p(1−p)]/k, so σ̂²/n is unbiased for Var(μ̂) = (μ − μ² − σ²)/(nk) + σ²/n
+    (the paper's plug-in adds the within term a second time: up to ~1.3x too wide). The t
+    interval is asymptotically exact (n → ∞) for independent prompts. Agrees with
+    :func:`engine.stats.benchmark.variance_components_diff` applied to (Y, 0) for 0/1 scores.
 
     Args:
         Y: (n, k) scores in [0, 1].
-        z: normal quantile (1.96 for 95%).
+        z: optional fixed critical value (overrides the t quantile; kept for callers that pass 1.96).
+        conf: confidence level.
     Returns:
-        dict with mu, sigma2_between (σ̂²), var_within, var_between, var, se, ci_low, ci_high, n, k.
-    Paper: Zhang et al., Lemma 2.1; METHODS.md section 5.
+        dict with mu, sigma2_hat (σ̂²), within (w), sigma2_between (b), var_within, var_between, var,
+        se, df, ci_low, ci_high, n, k. With n = 1, var/se/CI are NaN; with k = 1 the decomposition is NaN.
+    Paper: Zhang et al., Lemma 2.1; METHODS.md section 5 (amended).
     """
     Y = _as_matrix(Y)
     n, k = Y.shape
     p = Y.mean(axis=1)  # (n,)
     mu = float(p.mean())
-    sigma2 = float(p.var(ddof=1)) if n > 1 else 0.0
-    var_within = max(mu - mu * mu - sigma2, 0.0) / (n * k)
-    var_between = sigma2 / n
-    var = var_within + var_between
+    sigma2 = float(p.var(ddof=1)) if n > 1 else float("nan")
+    pq = float(np.mean(p * (1 - p)))
+    if k > 1:
+        within = pq * k / (k - 1)
+        between = max(0.0, sigma2 - pq / (k - 1)) if n > 1 else float("nan")
+    else:
+        within = between = float("nan")
+    var = sigma2 / n
     se = float(np.sqrt(var))
-    return {"mu": mu, "sigma2_between": sigma2, "var_within": var_within, "var_between": var_between,
-            "var": var, "se": se, "ci_low": mu - z * se, "ci_high": mu + z * se, "n": int(n), "k": int(k)}
+    crit = float(z) if z is not None else (float(_st.t.ppf(0.5 + conf / 2, n - 1)) if n > 1 else float("nan"))
+    return {"mu": mu, "sigma2_hat": sigma2, "within": within, "sigma2_between": between,
+            "var_within": within / (n * k), "var_between": between / n, "var": var, "se": se, "df": n - 1,
+            "ci_low": mu - crit * se, "ci_high": mu + crit * se, "n": int(n), "k": int(k)}
 
 
 def bootstrap_score_ci(Y, rng: np.random.Generator, n_resamples: int = 2000, level: float = 0.95) -> dict:

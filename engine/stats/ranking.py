@@ -143,15 +143,35 @@ def residual_covariance(A: np.ndarray, c: np.ndarray, n: int, covariance: str = 
     return S / np.outer(c, c)
 
 
-def onesource_theta_sigma(first, second, w, w2, k: int, covariance: str = "delta"):
+def cluster_sum_columns(A: np.ndarray, cluster) -> np.ndarray:
+    """A G: the residual matrix's columns summed within each prompt (G = n x C membership matrix).
+
+    Args:
+        A: (k, n) residuals; cluster: (n,) prompt ids (any hashable; None entries = own cluster).
+    Returns:
+        (k, C) cluster-summed residuals (columns in sorted-id order).
+    """
+    from engine.stats.clustered import cluster_codes  # local: clustered imports winrates only
+    codes, C, _ = cluster_codes(cluster, A.shape[1])
+    out = np.zeros((A.shape[0], C))
+    np.add.at(out.T, codes, A.T)  # (C, k) += rows of A^T
+    return out
+
+
+def onesource_theta_sigma(first, second, w, w2, k: int, covariance: str = "delta", cluster=None):
     """Algorithm 3: theta_hat = diag(c)^-1 (M w + M' w'), Sigma_hat = A A^T / (c c^T) (or / n^2).
 
-    Guarantee (delta): sqrt(n)(theta_hat - theta) -> N(0, Sigma) and Sigma_hat is consistent, so
-    the chi^2 ellipsoid of Eq. 6 has asymptotic coverage 1 - alpha. Paper: Appendix B.1.
+    With ``cluster`` (prompt ids) the covariance is cluster-robust: A -> A G (columns summed
+    within each prompt), Sigma_hat = (A G)(A G)^T / (c c^T) (METHODS.md 7.3); with one comparison
+    per prompt this is the formula above unchanged.
+
+    Guarantee (delta): sqrt(n)(theta_hat - theta) -> N(0, Sigma) and Sigma_hat is consistent
+    (with ``cluster``: for independent prompts, any dependence within a prompt), so the chi^2
+    ellipsoid of Eq. 6 has asymptotic coverage 1 - alpha. Paper: Appendix B.1.
 
     Args:
         first, second: (n,) model indices; w, w2: (n,) 0/1 indicators; k: number of models.
-        covariance: "delta" | "paper".
+        covariance: "delta" | "paper".  cluster: (n,) prompt ids or None (rows independent).
     Returns:
         theta (k,), sigma (k, k).
     """
@@ -160,6 +180,10 @@ def onesource_theta_sigma(first, second, w, w2, k: int, covariance: str = "delta
     theta = winrate_pointestimate(first, second, w, w2, k)
     A = winrate_residuals(first, second, w, w2, theta, k)
     c = comparison_counts(first, second, k)
+    if cluster is not None:
+        if covariance != "delta":
+            raise UserError("prompt-clustered covariance is only defined for covariance='delta'")
+        A = cluster_sum_columns(A, cluster)
     return theta, residual_covariance(A, c, first.shape[0], covariance)
 
 
@@ -195,7 +219,7 @@ def ppr_lambda(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_
 
 
 def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n,
-                    k: int, lam: float | str = "auto", covariance: str = "delta"):
+                    k: int, lam: float | str = "auto", covariance: str = "delta", cluster_N=None, cluster_n=None):
     """Algorithm 1: theta_hat = a - b, a = judge win-rates (x lambda) on D_N, b = mean of lambda*w_hat - w on D_n.
 
     Sigma_hat = A A^T / (c_N c_N^T) + B B^T / (c_n c_n^T) ("delta") or A A^T / N^2 + B B^T / n^2
@@ -210,6 +234,10 @@ def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n
             the judge (wh).
         k: number of models; lam: "auto" (Algorithm 4) or a value in [0, 1].
         covariance: "delta" | "paper".
+        cluster_N, cluster_n: (N,), (n,) prompt ids (both or neither; delta only). Then
+            Sigma_hat = sum_c u_c u_c^T, u_c = lambda (A G_N)_c / c_N - (B G_n)_c / c_n, clusters
+            matched across the two sets (a prompt in both sets correlates a and b); with distinct
+            prompts per row this is the unclustered formula.
     Returns:
         theta (k,), sigma (k, k), lambda (float).
     """
@@ -238,8 +266,17 @@ def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n
     #    lambda*w_hat, and bit-for-bit equal to the published numbers with "paper".
     A = winrate_residuals(first_N, second_N, wh_N, wh2_N, a, k)  # (k, N)
     B = winrate_residuals(first_n, second_n, yn, yn2, b, k)  # (k, n)
-    sigma = lam ** 2 * residual_covariance(A, comparison_counts(first_N, second_N, k), N, covariance) \
-        + residual_covariance(B, comparison_counts(first_n, second_n, k), n, covariance)
+    cN, cn = comparison_counts(first_N, second_N, k), comparison_counts(first_n, second_n, k)
+    if (cluster_N is None) != (cluster_n is None):
+        raise UserError("give prompt ids for both the judge-only and the human-labelled comparisons, or for neither")
+    if cluster_N is not None:
+        if covariance != "delta":
+            raise UserError("prompt-clustered covariance is only defined for covariance='delta'")
+        ids = np.concatenate([np.asarray(cluster_N, dtype=object), np.asarray(cluster_n, dtype=object)])
+        U = np.concatenate([lam * A / cN[:, None], -B / cn[:, None]], axis=1)  # (k, N + n)
+        UG = cluster_sum_columns(U, ids)  # (k, C)
+        return theta, UG @ UG.T, lam
+    sigma = lam ** 2 * residual_covariance(A, cN, N, covariance) + residual_covariance(B, cn, n, covariance)
     return theta, sigma, lam
 
 
@@ -277,6 +314,150 @@ def ranksets(theta: np.ndarray, sigma: np.ndarray, alpha) -> tuple[np.ndarray, n
     lower = 1 + np.sum(sep & (gap < 0), axis=-1)  # others separated and better
     upper = k - np.sum(sep & (gap > 0), axis=-1)  # others separated and worse
     return lower.astype(int), upper.astype(int)
+
+
+PROCEDURES = ("maxt", "marginal", "chi2")
+
+
+def _sqrt_psd(sigma: np.ndarray) -> np.ndarray:
+    """L with L L^T = Sigma, from eigh with negative rounding eigenvalues clipped to 0 (Sigma may be singular)."""
+    lam, V = np.linalg.eigh(np.asarray(sigma, float))
+    return V * np.sqrt(np.maximum(lam, 0.0))  # (k, k)
+
+
+def _pair_scales(sigma: np.ndarray) -> np.ndarray:
+    """s_ij = sqrt(Sigma_ii + Sigma_jj - 2 Sigma_ij), (k, k)."""
+    d = np.diagonal(sigma)
+    return np.sqrt(np.maximum(d[:, None] + d[None, :] - 2.0 * sigma, 0.0))
+
+
+def maxt_normals(k: int, n_draws: int, rng: np.random.Generator) -> np.ndarray:
+    """The (n_draws, k) standard normals the max-t procedure uses (rng.standard_normal, one call)."""
+    return rng.standard_normal((n_draws, k))
+
+
+def _maxt_core(theta, sigma, alpha: float, normals: np.ndarray, stepdown: bool, focus: int | None):
+    """Established ordered pairs (k, k) bool and the critical values used, per step."""
+    theta = np.asarray(theta, float)
+    sigma = np.asarray(sigma, float)
+    k = theta.shape[0]
+    s = _pair_scales(sigma)  # (k, k)
+    gap = theta[:, None] - theta[None, :]  # (k, k) theta_i - theta_j
+    pos = s > 1e-12 * max(1.0, float(np.max(np.abs(np.diagonal(sigma)))) ** 0.5)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.where(pos, gap / np.where(pos, s, 1.0), np.where(gap > 0, np.inf, -np.inf))  # (k, k)
+    t[np.eye(k, dtype=bool)] = -np.inf
+    P = ~np.eye(k, dtype=bool)
+    if focus is not None:
+        P &= (np.arange(k)[:, None] == focus) | (np.arange(k)[None, :] == focus)
+    Z = normals @ _sqrt_psd(sigma).T  # (D, k) ~ N(0, Sigma)
+    est = np.zeros((k, k), bool)
+    crits = []
+    while True:
+        ii, jj = np.nonzero(P & pos)  # pairs that carry sampling noise
+        if ii.size:
+            T = (Z[:, ii] - Z[:, jj]) / s[ii, jj]  # (D, |P|)
+            c = float(np.quantile(T.max(axis=1), 1.0 - alpha))
+        else:
+            c = np.inf  # only noiseless pairs remain: decided by their sign alone
+        crits.append(c)
+        new = P & (t > c) | (P & ~pos & (gap > 0))
+        if not new.any():
+            break
+        est |= new
+        P &= ~new
+        if not stepdown:
+            break
+    return est, crits
+
+
+def ranksets_maxt(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: np.random.Generator | None = None,
+                  n_draws: int = 10_000, stepdown: bool = True, normals: np.ndarray | None = None) -> dict:
+    """Simultaneous max-t rank-sets with step-down (METHODS.md 7.3; Mogstad, Romano, Shaikh & Wilhelm).
+
+    t_ij = (theta_i - theta_j)/s_ij; c = (1 - alpha) quantile of max_{(i,j) in P} (Z_i - Z_j)/s_ij,
+    Z ~ N(0, Sigma) (n_draws seeded draws); establish "i better than j" where t_ij > c; drop
+    those from P and repeat (step-down) until nothing new; rank-set of i =
+    [1 + #{j established better than i}, k - #{j established worse than i}].
+
+    Guarantee (asymptotic, Romano-Wolf step-down): P(every model's true rank is in its rank-set,
+    simultaneously) >= 1 - alpha, given theta_hat ~ N(theta, Sigma) approximately and Sigma
+    consistent. Tighter than Algorithm 2 (c <= Bonferroni z_{1-alpha/(k(k-1))} vs sqrt(chi2_k)).
+
+    Args:
+        theta: (k,) estimates; sigma: (k, k) valid covariance of theta_hat; alpha in (0, 1).
+        rng: randomness for the draws (or pass ``normals``, a (D, k) standard-normal matrix;
+            the draws are Z = normals L^T with L = V diag(sqrt(max(lambda, 0))) from eigh(Sigma)).
+        n_draws: D (>= 10,000 recommended).  stepdown: False = the single-step procedure.
+    Returns:
+        dict: lower (k,), upper (k,) ints (rank 1 = best), better (k, k) bool (better[i, j]:
+        "i better than j" established), critical_values (list, one per step), procedure.
+    """
+    a = float(_check_alpha(alpha))
+    theta = np.asarray(theta, float)
+    k = theta.shape[-1]
+    if normals is None:
+        if rng is None:
+            raise UserError("ranksets_maxt needs rng (a numpy Generator) or normals")
+        normals = maxt_normals(k, n_draws, rng)
+    est, crits = _maxt_core(theta, sigma, a, normals, stepdown, None)
+    lower = 1 + est.sum(axis=0)  # models established better than i (column i)
+    upper = k - est.sum(axis=1)  # models established worse than i (row i)
+    return {"lower": lower.astype(int), "upper": upper.astype(int), "better": est,
+            "critical_values": crits, "procedure": "maxt" if stepdown else "maxt-single-step"}
+
+
+def ranksets_marginal(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: np.random.Generator | None = None,
+                      n_draws: int = 10_000, stepdown: bool = True, normals: np.ndarray | None = None) -> dict:
+    """Marginal max-t rank-sets: model i's set from the procedure restricted to pairs involving i.
+
+    Guarantee (asymptotic): for each model separately, P(its true rank is in its set) >= 1 - alpha
+    (not simultaneous: use :func:`ranksets_maxt` for statements about the whole ranking).
+    Same draws for every model (one ``normals`` matrix).
+
+    Returns:
+        dict: lower (k,), upper (k,), critical_values (list of k lists), procedure "marginal".
+    """
+    a = float(_check_alpha(alpha))
+    theta = np.asarray(theta, float)
+    k = theta.shape[-1]
+    if normals is None:
+        if rng is None:
+            raise UserError("ranksets_marginal needs rng (a numpy Generator) or normals")
+        normals = maxt_normals(k, n_draws, rng)
+    lower = np.empty(k, int)
+    upper = np.empty(k, int)
+    crits = []
+    for i in range(k):
+        est, c = _maxt_core(theta, sigma, a, normals, stepdown, i)
+        lower[i] = 1 + est[:, i].sum()
+        upper[i] = k - est[i, :].sum()
+        crits.append(c)
+    return {"lower": lower, "upper": upper, "critical_values": crits, "procedure": "marginal"}
+
+
+def rank_sets(theta: np.ndarray, sigma: np.ndarray, alpha: float, procedure: str = "maxt",
+              rng: np.random.Generator | None = None, n_draws: int = 10_000) -> dict:
+    """Rank-sets by procedure: "maxt" (default, simultaneous, step-down), "marginal" (per model),
+    "chi2" (the paper's Algorithm 2, for reproduction).
+
+    Returns:
+        dict: lower (k,), upper (k,), procedure, and for max-t the critical values.
+    """
+    if procedure not in PROCEDURES:
+        raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(PROCEDURES)}")
+    if procedure == "chi2":
+        lo, up = ranksets(theta, sigma, float(_check_alpha(alpha)))
+        return {"lower": lo, "upper": up, "procedure": "chi2"}
+    fn = ranksets_maxt if procedure == "maxt" else ranksets_marginal
+    return fn(theta, sigma, alpha, rng=rng, n_draws=n_draws)
+
+
+def rank_column(lower: np.ndarray) -> np.ndarray:
+    """A table's rank column: the lower end of each model's rank-set (1 + #models significantly
+    better), so statistically tied models share a rank (METHODS.md 7.2). Never a rank from point
+    estimates with ties broken by name."""
+    return np.asarray(lower, dtype=int).copy()
 
 
 def true_ranksets(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
