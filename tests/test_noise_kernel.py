@@ -1,7 +1,8 @@
 """The fused Triton noise kernel against the torch reference (engine.noise.gumbel), bit for bit.
 
-On CPU the kernel runs in Triton's numpy interpreter (TRITON_INTERPRET=1: the same kernel source,
-numpy arithmetic); on CUDA, compiled. Skipped with a reason when triton is not importable.
+On CPU the kernel runs in Triton's numpy interpreter (the same kernel source, numpy arithmetic:
+engine.noise_triton decorates its CPU copy with TRITON_INTERPRET=1, without leaking the variable
+into the rest of the test session); on CUDA, compiled. Skipped with a reason when triton is not importable.
 
 Exactness: the integer hash is exact on every backend. The float64 ``log`` is the backend's (numpy
 in the interpreter, libdevice on CUDA) and may differ from torch CPU's in the last float64 bit
@@ -13,16 +14,12 @@ rounding midpoint; the comparison allows a difference there and nowhere else, an
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the CPU tests interpret
-
-from engine import noise  # noqa: E402
-from engine import noise_triton as nt  # noqa: E402
+from engine import noise
+from engine import noise_triton as nt
 
 needs_triton = pytest.mark.skipif(not nt.triton_importable(),
                                   reason="triton is not importable here (pip install triton to run the kernel tests)")
