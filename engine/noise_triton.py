@@ -28,7 +28,9 @@ Dispatch: :func:`gumbel_fused` runs the kernel on CUDA tensors when Triton impor
 reference everywhere else (CPU, no Triton, ``backend="torch"``). CPU tensors passed to
 :func:`gumbel_triton` (or ``backend="triton"``) run the same kernel source in Triton's interpreter
 (numpy; what ``TRITON_INTERPRET=1`` selects): that is how CI tests it without a GPU. CUDA tensors
-always run compiled.
+always run compiled. :func:`gumbel_argmax_fused` on CPU tensors needs ``TRITON_INTERPRET=1`` set
+before triton is first imported (Triton decorates its own reductions, tl.max / tl.argmax, at
+import); the noise kernel has no reductions and interprets either way.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The fused Triton noise kernel against the torch reference (engine.noise.gumbel), bit for bit.
 
-On CPU the kernel runs in Triton's numpy interpreter (the same kernel source, numpy arithmetic:
-engine.noise_triton decorates its CPU copy with TRITON_INTERPRET=1, without leaking the variable
-into the rest of the test session); on CUDA, compiled. Skipped with a reason when triton is not importable.
+On CPU the kernel runs in Triton's numpy interpreter (TRITON_INTERPRET=1, set here before triton is
+imported when there is no GPU: Triton decorates its own reductions (tl.max, tl.argmax) at import,
+and the fused Gumbel-argmax needs them interpreted); on CUDA, compiled, and the Gumbel-argmax tests
+then run on the GPU. Skipped with a reason when triton is not importable.
 
 Exactness: the integer hash is exact on every backend. The float64 ``log`` is the backend's (numpy
 in the interpreter, libdevice on CUDA) and may differ from torch CPU's in the last float64 bit
@@ -14,12 +15,19 @@ rounding midpoint; the comparison allows a difference there and nowhere else, an
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
 
-from engine import noise
-from engine import noise_triton as nt
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (see the docstring)
+
+from engine import noise  # noqa: E402
+from engine import noise_triton as nt  # noqa: E402
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the Gumbel-argmax tests run
 
 needs_triton = pytest.mark.skipif(not nt.triton_importable(),
                                   reason="triton is not importable here (pip install triton to run the kernel tests)")
@@ -147,8 +155,10 @@ def test_gumbel_argmax_equals_reference_sampler(block):
     logits[2, 4000] = 40.0  # winner in the last blocks
     uk, steps = _units(B, seed=4), torch.arange(B) * 3
     for top_k in (0, 50):
-        logp = masked_logprobs(logits, 0.7, top_k=top_k)
-        tok, gval = nt.gumbel_argmax_fused(logp, 11, uk, steps, torch.arange(V), backend="triton", block=block)
+        logp = masked_logprobs(logits, 0.7, top_k=top_k).to(DEV)
+        tok, gval = nt.gumbel_argmax_fused(logp, 11, uk.to(DEV), steps.to(DEV), torch.arange(V, device=DEV),
+                                           backend="triton", block=block)
+        tok, gval, logp = tok.cpu(), gval.cpu(), logp.cpu()
         g = noise.gumbel(11, uk, steps, torch.arange(V))
         want = torch.argmax(logp + g, dim=-1)
         assert torch.equal(tok, want)
@@ -162,7 +172,8 @@ def test_gumbel_argmax_ties_go_to_the_lowest_id():
     # and in the reference; a single finite entry in the last block wins
     logp = torch.full((2, 3000), float("-inf"))
     logp[1, 2999] = 0.0
-    tok, _ = nt.gumbel_argmax_fused(logp, 0, _units(2), 0, torch.arange(3000), backend="triton", block=1024)
+    tok, _ = nt.gumbel_argmax_fused(logp.to(DEV), 0, _units(2).to(DEV), 0, torch.arange(3000, device=DEV),
+                                    backend="triton", block=1024)
     assert tok.tolist() == [0, 2999]
     assert torch.argmax(logp + noise.gumbel(0, _units(2), 0, torch.arange(3000)), -1).tolist() == [0, 2999]
 
