@@ -1,0 +1,302 @@
+"""Fused keyed Gumbel noise (and Gumbel-max) in Triton; the torch reference is engine.noise.gumbel.
+
+One kernel pass writes g[b, v] = G(seed[b], unit[b], step[b], token_key[v]) (METHODS.md 1.3):
+
+    row = mix(mix(mix(seed) + unit) + step)                     per program (one row): 3 scalar mixes
+    h   = mix(row + mix(token_key + SALT))                      per element: 2 mixes, uint64
+    u   = max((h >>> 11) * 2^-53, tiny)                         float64, exact
+    g   = float32( -log(-log(u)) )                              float64 logs, one rounding at the end
+
+The reference (:func:`engine.noise.gumbel`) runs ~20 elementwise torch passes over (B, V) int64 and
+float64 temporaries: on a GPU at batch 256 and a 128k vocabulary each pass streams ~0.26 GB, so the
+noise alone would cost more than a decode step of a 1B model. Here the integer hash and the logs
+stay in registers and the only (B, V) traffic is the float32 output (or nothing at all:
+:func:`gumbel_argmax_fused` reduces to the sampled token inside the kernel).
+
+Bit-identity with the reference: the integer part is exact by construction (Triton has uint64, whose
+``>>`` is logical, and ``+``/``*`` wrap like torch's int64); the clamp to ``1 - 2^-53`` of the
+reference is a no-op on the 53-bit grid (its largest value is ``1 - 2^-53``), and the clamp to
+``tiny`` only ever maps ``u = 0`` (written as a ``where``: a Python float literal would be fp32 in a
+Triton kernel and ``tiny`` is not representable in fp32). The float64 ``log`` is the platform's:
+on CUDA, libdevice ``__nv_log`` (what torch's CUDA ``log`` of a double is built from, the CUDA
+math library); under the CPU interpreter, numpy's ``log``. Either may differ from torch CPU's
+float64 ``log`` in the last bit, which changes the float32 result only when the float64 value lies
+within that bit of a float32 rounding boundary (measured on CPU: numpy and torch float64 logs differ
+on ~0.3% of values, the float32 results on 0 of 51,302,400; tests/test_noise_kernel.py).
+
+Dispatch: :func:`gumbel_fused` runs the kernel on CUDA tensors when Triton imports, and the torch
+reference everywhere else (CPU, no Triton, ``backend="torch"``). CPU tensors passed to
+:func:`gumbel_triton` (or ``backend="triton"``) run the same kernel source in Triton's interpreter
+(numpy; what ``TRITON_INTERPRET=1`` selects): that is how CI tests it without a GPU. CUDA tensors
+always run compiled. :func:`gumbel_argmax_fused` on CPU tensors needs ``TRITON_INTERPRET=1`` set
+before triton is first imported (Triton decorates its own reductions, tl.max / tl.argmax, at
+import); the noise kernel has no reductions and interprets either way.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+import torch
+
+from engine import noise
+
+Backend = Literal["auto", "triton", "torch"]
+BACKENDS = ("auto", "triton", "torch")
+
+# splitmix64 constants, unsigned (the kernel computes in uint64; the reference stores the same bits
+# as int64).
+_GOLDEN = 0x9E3779B97F4A7C15
+_MUL1 = 0xBF58476D1CE4E5B9
+_MUL2 = 0x94D049BB133111EB
+_TOKEN_SALT = 0xD6E8FEB86659FD93
+_TINY_BITS = 0x0010000000000000  # float64 smallest normal (torch.finfo(float64).tiny) as bits
+
+
+@functools.lru_cache(maxsize=1)
+def triton_importable() -> bool:
+    """True when ``import triton`` works (the kernel needs it; the torch reference does not)."""
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # ImportError, or a broken install (missing libs): fall back, never crash
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- kernels
+# Module level because triton.jit resolves the helpers (_mix, ...) through the module's globals.
+# triton.jit decides compiled vs interpreted when it decorates (TRITON_INTERPRET at that moment), so
+# :func:`_kernels` loads a second copy of this file for the other mode (CUDA and CPU in one process).
+if triton_importable():
+    import triton
+    import triton.language as tl
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def _mix(x):
+        # splitmix64 finaliser on uint64: + and * wrap mod 2^64, >> is logical on unsigned ints
+        x = x + 0x9E3779B97F4A7C15
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+        return x ^ (x >> 31)
+
+    @triton.jit
+    def _row_hash(seed_ptr, unit_ptr, step_ptr, b):
+        # (seed, unit, step) of row b -> its 64-bit row hash (3 scalar mixes: free next to the V loop)
+        s = tl.load(seed_ptr + b).to(tl.uint64, bitcast=True)
+        u = tl.load(unit_ptr + b).to(tl.uint64, bitcast=True)
+        t = tl.load(step_ptr + b).to(tl.uint64, bitcast=True)
+        return _mix(_mix(_mix(s) + u) + t)
+
+    @triton.jit
+    def _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE: tl.constexpr):
+        # (BLOCK,) float32 Gumbels of one row's token block; float64 until the last line
+        k = tl.load(keys_ptr + offs, mask=m, other=0).to(tl.uint64, bitcast=True)
+        h = _mix(row + _mix(k + 0xD6E8FEB86659FD93))
+        q = h >> 11  # 53 random bits, < 2^53: exact in float64
+        u = q.to(tl.float64) * 1.1102230246251565e-16  # 2^-53, a power of two: exact in any float
+        # u = 0 -> tiny, as the reference's clamp; from bits because a float literal would be fp32
+        tiny = tl.full(q.shape, 0x0010000000000000, tl.uint64).to(tl.float64, bitcast=True)
+        u = tl.where(q == 0, tiny, u)
+        if LIBDEVICE:  # CUDA: libdevice's float64 log (__nv_log), the CUDA math library torch's log uses
+            g = -libdevice.log(-libdevice.log(u))
+        else:  # the interpreter (numpy's log)
+            g = -tl.log(-tl.log(u))
+        return g.to(tl.float32)  # round to nearest even, once, as the reference's float64 -> float32 copy
+
+    @triton.jit
+    def _gumbel_kernel(out_ptr, seed_ptr, unit_ptr, step_ptr, keys_ptr, V,
+                       BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
+        # grid (B, cdiv(V, BLOCK)): program (b, j) writes out[b, j*BLOCK : (j+1)*BLOCK]
+        b = tl.program_id(0).to(tl.int64)
+        offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < V
+        row = _row_hash(seed_ptr, unit_ptr, step_ptr, b)
+        g = _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE)
+        tl.store(out_ptr + b * V + offs, g, mask=m)
+
+    @triton.jit
+    def _gumbel_argmax_kernel(tok_ptr, gval_ptr, logp_ptr, seed_ptr, unit_ptr, step_ptr, keys_ptr, V, stride,
+                              BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
+        # grid (B,): program b scans row b's vocabulary in blocks, keeping the running argmax of
+        # logp + g; ties -> the lowest id (torch.argmax's rule): first in a block, strict > across
+        b = tl.program_id(0).to(tl.int64)
+        row = _row_hash(seed_ptr, unit_ptr, step_ptr, b)
+        best = tl.full((), float("-inf"), tl.float32)
+        best_i = tl.full((), 0, tl.int64)
+        best_g = tl.full((), 0.0, tl.float32)
+        for start in range(0, V, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            m = offs < V
+            g = _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE)  # (BLOCK,)
+            lp = tl.load(logp_ptr + b * stride + offs, mask=m, other=float("-inf"))  # (BLOCK,)
+            z = tl.where(m, lp + g, float("-inf"))  # the float32 sum the reference's argmax sees
+            zmax = tl.max(z, axis=0)
+            zi = tl.argmax(z, axis=0, tie_break_left=True)
+            gi = tl.sum(tl.where(offs == start + zi, g, 0.0), axis=0)
+            # the first block always sets the running best (a row of -inf -> id 0, as torch.argmax)
+            better = (zmax > best) | (start == 0)
+            best_i = tl.where(better, (start + zi).to(tl.int64), best_i)
+            best_g = tl.where(better, gi, best_g)
+            best = tl.where(better, zmax, best)
+        tl.store(tok_ptr + b, best_i)
+        tl.store(gval_ptr + b, best_g)
+
+
+def _this_mode() -> bool:
+    """Whether this module's kernels were decorated as interpreted."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_gumbel_kernel, InterpretedFunction)
+
+
+@functools.lru_cache(maxsize=2)
+def _kernels(interpret: bool):
+    """(gumbel kernel, gumbel-argmax kernel), compiled (CUDA) or interpreted (numpy on CPU tensors)."""
+    if _this_mode() == interpret:
+        return _gumbel_kernel, _gumbel_argmax_kernel
+    import importlib.util
+    import os
+    import sys
+
+    # a second copy of this file decorated in the other mode (its own globals, so its own helpers)
+    name = f"{__name__}_{'interpreted' if interpret else 'compiled'}"
+    spec = importlib.util.spec_from_file_location(name, __file__)
+    mod = importlib.util.module_from_spec(spec)
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        sys.modules[name] = mod  # triton resolves a kernel's globals through its module
+        spec.loader.exec_module(mod)
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+    return mod._gumbel_kernel, mod._gumbel_argmax_kernel
+
+
+def _row_inputs(seed, unit_keys: torch.Tensor, step, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(seed bits, unit keys, steps), each int64 (B,) contiguous on ``device``."""
+    unit = unit_keys.to(device=device, dtype=torch.int64).contiguous()  # (B,)
+    if isinstance(seed, torch.Tensor):
+        s = seed.to(device=device, dtype=torch.int64).expand(unit.shape[0]).contiguous()  # (B,)
+    else:
+        s = torch.full_like(unit, noise._signed(noise._check_seed(seed)))  # (B,) same bits
+    if isinstance(step, torch.Tensor):
+        t = step.to(device=device, dtype=torch.int64).expand(unit.shape[0]).contiguous()  # (B,)
+    else:
+        t = torch.full_like(unit, int(step))  # (B,)
+    return s, unit, t
+
+
+def _interpreting(device: torch.device) -> bool:
+    """CPU tensors run in Triton's interpreter; CUDA tensors run compiled (whatever TRITON_INTERPRET
+    says: a test module that sets it for its CPU cases must not send the CUDA case to numpy)."""
+    return device.type != "cuda"
+
+
+def gumbel_triton(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.Tensor,
+                  token_keys: torch.Tensor, out: torch.Tensor | None = None,
+                  block: int | None = None) -> torch.Tensor:
+    """The Triton kernel: same contract and bits as :func:`engine.noise.gumbel`.
+
+    Runs compiled on CUDA tensors, and in Triton's numpy interpreter on CPU tensors (slow: tests).
+
+    Args:
+        seed: int in [0, 2^64) or LongTensor (B,) of per-row seed bits.
+        unit_keys: LongTensor (B,) from :func:`engine.noise.unit_key`.
+        step: int or LongTensor (B,) generated-token index.
+        token_keys: LongTensor (V,) token keys.
+        out: optional float32 (B, V) contiguous buffer to write into (e.g. reused across steps).
+        block: tokens per program (default 1024 compiled, 16384 interpreted).
+
+    Returns:
+        float32 (B, V) on ``token_keys.device``.
+    """
+    dev = token_keys.device
+    keys = token_keys.to(torch.int64).contiguous()  # (V,)
+    s, unit, t = _row_inputs(seed, unit_keys, step, dev)
+    B, V = unit.shape[0], keys.shape[0]
+    if out is None:
+        out = torch.empty(B, V, dtype=torch.float32, device=dev)  # (B, V)
+    elif out.shape != (B, V) or out.dtype != torch.float32 or not out.is_contiguous() or out.device != dev:
+        raise ValueError(f"out must be a contiguous float32 ({B}, {V}) tensor on {dev}, got "
+                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
+    if B == 0 or V == 0:
+        return out
+    interp = _interpreting(dev)
+    block = block or (16384 if interp else 1024)
+    kernel, _ = _kernels(interp)
+    kernel[(B, -(-V // block))](out, s, unit, t, keys, V, BLOCK=block, LIBDEVICE=not interp)
+    return out
+
+
+def gumbel_fused(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.Tensor,
+                 token_keys: torch.Tensor, backend: Backend = "auto") -> torch.Tensor:
+    """Keyed Gumbel noise (B, V) float32: the Triton kernel on CUDA, else the torch reference.
+
+    Args:
+        seed, unit_keys, step, token_keys: as :func:`engine.noise.gumbel`.
+        backend: ``"auto"`` (Triton on CUDA when importable, torch otherwise), ``"triton"`` (the
+            kernel; on CPU tensors the interpreter), ``"torch"`` (the reference).
+
+    Returns:
+        float32 (B, V) on ``token_keys.device``, the reference's bits (see the module docstring
+        for the float64 ``log`` caveat across libraries).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    use_triton = backend == "triton" or (backend == "auto" and token_keys.device.type == "cuda"
+                                         and triton_importable())
+    if use_triton:
+        return gumbel_triton(seed, unit_keys, step, token_keys)
+    return noise.gumbel(seed, unit_keys, step, token_keys)
+
+
+def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys: torch.Tensor,
+                        step: int | torch.Tensor, token_keys: torch.Tensor,
+                        backend: Backend = "auto", block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gumbel-max without materialising the noise: T_b = argmax_v (logp[b, v] + g[b, v]).
+
+    Same tokens as ``torch.argmax(logp + noise.gumbel(...), -1)`` (engine.sampling.sample): the
+    noise is the reference's, the float32 sum is the same rounding, ties go to the lowest id.
+    The (B, V) noise is never written: the kernel reads logp once and writes B tokens.
+
+    Args:
+        logp: float32 (B, V) masked log-probabilities (engine.sampling.masked_logprobs; -inf = masked).
+        seed, unit_keys, step, token_keys: as :func:`engine.noise.gumbel`.
+        backend: as :func:`gumbel_fused`.
+
+    Returns:
+        (tokens LongTensor (B,), the chosen tokens' Gumbel values float32 (B,)).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    if logp.dtype != torch.float32 or logp.dim() != 2 or logp.shape[1] != token_keys.shape[0]:
+        raise ValueError(f"logp must be float32 (B, {token_keys.shape[0]}), got {logp.dtype} {tuple(logp.shape)}")
+    use_triton = backend == "triton" or (backend == "auto" and logp.device.type == "cuda" and triton_importable())
+    if not use_triton:
+        g = noise.gumbel(seed, unit_keys, step, token_keys)  # (B, V)
+        tok = torch.argmax(logp + g, dim=-1)  # (B,)
+        return tok, g.gather(1, tok[:, None]).squeeze(1)
+    dev = logp.device
+    keys = token_keys.to(device=dev, dtype=torch.int64).contiguous()  # (V,)
+    s, unit, t = _row_inputs(seed, unit_keys, step, dev)
+    B, V = logp.shape
+    if logp.stride(1) != 1:
+        logp = logp.contiguous()
+    tok = torch.empty(B, dtype=torch.int64, device=dev)
+    gval = torch.empty(B, dtype=torch.float32, device=dev)
+    if B == 0:
+        return tok, gval
+    interp = _interpreting(dev)
+    block = block or (16384 if interp else 2048)
+    _, kernel = _kernels(interp)
+    kernel[(B,)](tok, gval, logp, s, unit, t, keys, V, logp.stride(0), BLOCK=block, LIBDEVICE=not interp)
+    return tok, gval
+
+
+__all__ = ["BACKENDS", "gumbel_argmax_fused", "gumbel_fused", "gumbel_triton", "triton_importable"]

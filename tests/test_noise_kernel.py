@@ -1,0 +1,213 @@
+"""The fused Triton noise kernel against the torch reference (engine.noise.gumbel), bit for bit.
+
+On CPU the kernel runs in Triton's numpy interpreter (TRITON_INTERPRET=1, set here before triton is
+imported when there is no GPU: Triton decorates its own reductions (tl.max, tl.argmax) at import,
+and the fused Gumbel-argmax needs them interpreted); on CUDA, compiled, and the Gumbel-argmax tests
+then run on the GPU. Skipped with a reason when triton is not importable.
+
+Exactness: the integer hash is exact on every backend. The float64 ``log`` is the backend's (numpy
+in the interpreter, libdevice on CUDA) and may differ from torch CPU's in the last float64 bit
+(measured: numpy vs torch CPU differ on ~0.3% of float64 logs of 53-bit uniforms). That survives
+the float32 rounding only where the float64 value lies within a float64 ulp or two of a float32
+rounding midpoint; the comparison allows a difference there and nowhere else, and counts them
+(measured: 0 of 51,302,400 values over a 128,256 vocabulary, docs/BENCHMARKS_gpu_plan.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (see the docstring)
+
+from engine import noise  # noqa: E402
+from engine import noise_triton as nt  # noqa: E402
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the Gumbel-argmax tests run
+
+needs_triton = pytest.mark.skipif(not nt.triton_importable(),
+                                  reason="triton is not importable here (pip install triton to run the kernel tests)")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
+
+
+def _reference_float64(seed, unit_keys, step, token_keys) -> torch.Tensor:
+    """-log(-log u) in float64 before the float32 rounding, from the reference's own integer ops."""
+    B = unit_keys.shape[0]
+    s = (noise._mix(seed.to(torch.int64)) if isinstance(seed, torch.Tensor)
+         else torch.full((B,), noise._signed(noise._mix_int(seed)), dtype=torch.int64))
+    st = step.to(torch.int64) if isinstance(step, torch.Tensor) else torch.full((B,), int(step), dtype=torch.int64)
+    row = noise._mix_(noise._mix_(s + unit_keys) + st)  # (B,)
+    tok = noise._mix_(token_keys.to(torch.int64) + noise._TOKEN_SALT)  # (V,)
+    h = noise._mix_(row[:, None] + tok[None, :])  # (B, V)
+    u = noise._srl(h, 11).to(torch.float64).mul_(2.0 ** -53).clamp_(min=torch.finfo(torch.float64).tiny)
+    return -torch.log(-torch.log(u))  # (B, V)
+
+
+def _near_f32_midpoint(x64: torch.Tensor) -> torch.Tensor:
+    """True where x64 is within 2 float64 ulps of a float32 rounding midpoint (a last-bit log
+    difference could round either way there)."""
+    f = x64.to(torch.float32)
+    lo = torch.nextafter(f, torch.tensor(-np.inf)).double()
+    hi = torch.nextafter(f, torch.tensor(np.inf)).double()
+    mid_lo, mid_hi = (f.double() + lo) / 2, (f.double() + hi) / 2
+    ulp = torch.abs(torch.nextafter(x64, torch.tensor(np.inf, dtype=torch.float64)) - x64)
+    return ((x64 - mid_lo).abs() <= 2 * ulp) | ((x64 - mid_hi).abs() <= 2 * ulp)
+
+
+def test_midpoint_helper_flags_only_values_at_a_float32_rounding_midpoint():
+    one_f32_ulp = 2.0 ** -23  # at 1.0; at 3.0 it is 2^-22, so 3 + 2^-23 is a midpoint
+    x = torch.tensor([1.0, 1.0 + one_f32_ulp / 2, 1.0 + one_f32_ulp / 4, 3.0 + one_f32_ulp], dtype=torch.float64)
+    assert _near_f32_midpoint(x).tolist() == [False, True, False, True]
+
+
+def assert_same_noise(got: torch.Tensor, seed, unit_keys, step, token_keys) -> int:
+    """Exact equality with noise.gumbel, except (counted) at float32 rounding midpoints."""
+    want = noise.gumbel(seed, unit_keys, step, token_keys)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    diff = got.view(torch.int32) != want.view(torch.int32)
+    if diff.any():
+        near = _near_f32_midpoint(_reference_float64(seed, unit_keys, step, token_keys))
+        assert not (diff & ~near).any(), f"{int((diff & ~near).sum())} values differ away from a rounding midpoint"
+        # such values are ~2^-29 of the whole: more than 1 in 10^6 means a real bug
+        assert int(diff.sum()) <= max(1, got.numel() // 10 ** 6)
+    return int(diff.sum())
+
+
+def _units(n: int, seed: int = 0) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(rng.integers(-2 ** 63, 2 ** 63 - 1, size=n, dtype=np.int64, endpoint=True))
+
+
+@needs_triton
+@pytest.mark.parametrize("V", [1, 7, 1000, 1024, 1025, 49_152, 128_256])
+def test_kernel_equals_reference_on_vocabulary_sizes(V):
+    # odd sizes (not multiples of the block), one block exactly, SmolLM2's and Llama 3's vocabularies
+    uk = noise.unit_keys([("q0", 0), ("q0", 1), ("a prompt", 3)])  # (3,)
+    keys = torch.arange(V)
+    got = nt.gumbel_triton(0, uk, 5, keys, block=1024 if V <= 1025 else None)
+    assert assert_same_noise(got, 0, uk, 5, keys) == 0
+
+
+@needs_triton
+def test_kernel_equals_reference_with_extreme_keys_seeds_and_steps():
+    # negative and extreme 64-bit unit keys, seed 2^64 - 1 (an int) or per-row seed bits, large steps
+    uk = torch.tensor([0, -1, -2 ** 63, 2 ** 63 - 1, 123456789], dtype=torch.int64)
+    keys = torch.cat([torch.arange(300), torch.tensor([-1, -2 ** 63, 2 ** 63 - 1, 7, 7])])  # repeated key too
+    for seed in (0, 1, 2 ** 63, 2 ** 64 - 1):
+        got = nt.gumbel_triton(seed, uk, 2 ** 40, keys)
+        assert assert_same_noise(got, seed, uk, 2 ** 40, keys) == 0
+    seeds = torch.tensor([0, -1, 5, -2 ** 63, noise._signed(2 ** 64 - 3)], dtype=torch.int64)  # (B,) bits
+    steps = torch.tensor([0, 1, 19, 2 ** 31, 2 ** 62])
+    got = nt.gumbel_triton(seeds, uk, steps, keys)
+    assert assert_same_noise(got, seeds, uk, steps, keys) == 0
+
+
+@needs_triton
+def test_kernel_equals_reference_in_both_token_key_modes():
+    from engine.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    uk = _units(4, seed=1)
+    for mode in noise.KEY_MODES:  # token ids, and blake2b hashes of the tokens' byte strings
+        keys = noise.token_keys_for(tok, mode, vocab_size=len(tok) + 3)
+        got = nt.gumbel_triton(42, uk, torch.tensor([0, 3, 7, 11]), keys)
+        assert assert_same_noise(got, 42, uk, torch.tensor([0, 3, 7, 11]), keys) == 0
+    # a 128,256-wide byte-string-style key vector (random 64-bit keys), a few rows
+    keys = _units(128_256, seed=2)
+    got = nt.gumbel_triton(7, uk[:2], 3, keys)
+    assert assert_same_noise(got, 7, uk[:2], 3, keys) == 0
+
+
+@needs_triton
+def test_kernel_is_batch_independent_and_writes_every_element():
+    # a row's noise is the same alone or in a batch; a poisoned out buffer is fully overwritten
+    uk = _units(6, seed=3)
+    keys = torch.arange(5000)
+    out = torch.full((6, 5000), float("nan"))
+    full = nt.gumbel_triton(9, uk, 2, keys, out=out, block=1024)
+    assert full is out and not torch.isnan(out).any()
+    for b in (0, 5):
+        one = nt.gumbel_triton(9, uk[b:b + 1], 2, keys)
+        assert torch.equal(one[0].view(torch.int32), full[b].view(torch.int32))
+    with pytest.raises(ValueError, match="contiguous float32"):
+        nt.gumbel_triton(9, uk, 2, keys, out=torch.empty(6, 4999))
+
+
+@needs_triton
+def test_empty_batch():
+    assert nt.gumbel_triton(0, torch.zeros(0, dtype=torch.int64), 0, torch.arange(10)).shape == (0, 10)
+
+
+@needs_triton
+@pytest.mark.parametrize("block", [256, 4096])
+def test_gumbel_argmax_equals_reference_sampler(block):
+    # fused Gumbel-max = engine.sampling.sample's argmax(logp + g) with the reference noise, incl.
+    # top-k masked rows (-inf), a row whose winner sits in a later block, and the chosen g values
+    from engine.sampling import masked_logprobs
+
+    gen = torch.Generator().manual_seed(0)
+    B, V = 6, 5003
+    logits = torch.randn(B, V, generator=gen) * 3
+    logits[2, 4000] = 40.0  # winner in the last blocks
+    uk, steps = _units(B, seed=4), torch.arange(B) * 3
+    for top_k in (0, 50):
+        logp = masked_logprobs(logits, 0.7, top_k=top_k).to(DEV)
+        tok, gval = nt.gumbel_argmax_fused(logp, 11, uk.to(DEV), steps.to(DEV), torch.arange(V, device=DEV),
+                                           backend="triton", block=block)
+        tok, gval, logp = tok.cpu(), gval.cpu(), logp.cpu()
+        g = noise.gumbel(11, uk, steps, torch.arange(V))
+        want = torch.argmax(logp + g, dim=-1)
+        assert torch.equal(tok, want)
+        assert torch.equal(gval, g.gather(1, want[:, None]).squeeze(1))
+    assert int(tok[2]) == 4000
+
+
+@needs_triton
+def test_gumbel_argmax_ties_go_to_the_lowest_id():
+    # an exact tie: a row of all -inf gives id 0 (torch.argmax's first index) in the fused kernel
+    # and in the reference; a single finite entry in the last block wins
+    logp = torch.full((2, 3000), float("-inf"))
+    logp[1, 2999] = 0.0
+    tok, _ = nt.gumbel_argmax_fused(logp.to(DEV), 0, _units(2).to(DEV), 0, torch.arange(3000, device=DEV),
+                                    backend="triton", block=1024)
+    assert tok.tolist() == [0, 2999]
+    assert torch.argmax(logp + noise.gumbel(0, _units(2), 0, torch.arange(3000)), -1).tolist() == [0, 2999]
+
+
+def test_dispatch_falls_back_to_the_torch_reference_on_cpu():
+    # auto on CPU tensors = the reference itself (no Triton needed), and the errors name the allowed values
+    uk = _units(3)
+    keys = torch.arange(777)
+    assert torch.equal(nt.gumbel_fused(3, uk, 1, keys), noise.gumbel(3, uk, 1, keys))
+    assert torch.equal(nt.gumbel_fused(3, uk, 1, keys, backend="torch"), noise.gumbel(3, uk, 1, keys))
+    logp = torch.log_softmax(torch.randn(3, 777), -1)
+    tok, gval = nt.gumbel_argmax_fused(logp, 3, uk, 1, keys)
+    g = noise.gumbel(3, uk, 1, keys)
+    assert torch.equal(tok, torch.argmax(logp + g, -1))
+    with pytest.raises(ValueError, match="allowed: auto, triton, torch"):
+        nt.gumbel_fused(3, uk, 1, keys, backend="cuda")
+    with pytest.raises(ValueError, match="logp must be float32"):
+        nt.gumbel_argmax_fused(logp.double(), 3, uk, 1, keys)
+
+
+@needs_triton
+@needs_cuda
+def test_cuda_kernel_equals_torch_reference_on_cuda_and_cpu():
+    # compiled kernel vs the reference on the same GPU (same libdevice log: expected exact) and vs
+    # the CPU reference (different log libraries: exact except counted rounding-midpoint values)
+    dev = torch.device("cuda")
+    uk = _units(64, seed=5)
+    steps = torch.arange(64) % 20
+    for V in (49_152, 128_256, 1_001):
+        keys = torch.arange(V)
+        got = nt.gumbel_fused(0, uk.to(dev), steps.to(dev), keys.to(dev))  # auto -> Triton on CUDA
+        ref_cuda = noise.gumbel(0, uk.to(dev), steps.to(dev), keys.to(dev))
+        assert torch.equal(got.view(torch.int32), ref_cuda.view(torch.int32))
+        assert_same_noise(got.cpu(), 0, uk, steps, keys)
+        logp = torch.log_softmax(torch.randn(64, V, device=dev), -1)
+        tok, _ = nt.gumbel_argmax_fused(logp, 0, uk.to(dev), steps.to(dev), keys.to(dev))
+        assert torch.equal(tok, torch.argmax(logp + ref_cuda, -1))
