@@ -8,9 +8,9 @@ and the paper's MMLU workload extrapolated to wall time on one GPU.
 Backends (each (model, backend) runs in its own child process, so GPU memory and failures stay apart):
 
 * ``hf``          engine.generation.iter_generate (our transformers loop, keyed noise = the torch
-                  reference engine.noise.gumbel), LoadedModel from engine.models.from_objects
-* ``hf-triton``   the same loop with engine.noise.gumbel swapped for the Triton kernel
-                  (engine.noise_triton.gumbel_triton) for the run: the kernel's end-to-end effect
+                  reference engine.sampling.noise.gumbel), LoadedModel from engine.models.from_objects
+* ``hf-triton``   the same loop with engine.sampling.noise.gumbel swapped for the Triton kernel
+                  (engine.sampling.triton_noise.gumbel_triton) for the run: the kernel's end-to-end effect
 * ``vllm``        the coupled vLLM backend (engine.vllm_backend.VllmBackend, imported lazily; skipped
                   with a message when it or vLLM is missing), weights random (load_format="dummy")
 * ``vllm-plain``  plain vLLM sampling without our logits processor: the overhead of coupling
@@ -74,7 +74,8 @@ def _child(args) -> dict:
     import torch
 
     from engine import generation as G
-    from engine import models, noise
+    from engine import models
+    from engine.sampling import noise
     from llama_shapes import SHAPES, bench_tokenizer, random_model
 
     torch.set_num_threads(args.threads)
@@ -97,7 +98,7 @@ def _child(args) -> dict:
 
     if args.backend in ("hf", "hf-triton"):
         if args.backend == "hf-triton":
-            from engine import noise_triton as nt
+            from engine.sampling import triton_noise as nt
             if not (cuda and nt.triton_importable()):
                 return {**out, "skipped": "hf-triton needs CUDA and triton"}
             noise.gumbel = nt.gumbel_triton  # the loop calls noise.gumbel(seed, keys, step, token_keys)

@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 def _child(args) -> dict:
     import torch
 
-    from engine import datasets, generation as G, models
+    from engine import generation as G, models
+    from engine.tasks import datasets
 
     torch.set_num_threads(args.threads)
     lm = models.load_model(args.model, device=args.device)

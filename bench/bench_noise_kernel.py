@@ -6,8 +6,8 @@
 
 What is timed (one decode step of the engine's sampler, logits already float32 (B, V)):
 
-* ``noise torch``      engine.noise.gumbel (the reference: ~20 int64/float64 elementwise passes)
-* ``noise triton``     engine.noise_triton.gumbel_triton (one pass; CUDA only)
+* ``noise torch``      engine.sampling.noise.gumbel (the reference: ~20 int64/float64 elementwise passes)
+* ``noise triton``     engine.sampling.triton_noise.gumbel_triton (one pass; CUDA only)
 * ``sample torch``     engine.sampling.sample(logits, g, T) + the engine's per-step extras
                        (probability of the chosen token; with --trace-top-k, top-k ids, probs, g's)
 * ``step torch``       noise torch + sample torch: what engine.generation does per step today
@@ -109,9 +109,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from engine import noise
-    from engine import noise_triton as nt
-    from engine.sampling import masked_logprobs, sample
+    from engine.sampling import noise
+    from engine.sampling import triton_noise as nt
+    from engine.sampling.gumbel import masked_logprobs, sample
     from llama_shapes import SHAPES, roofline_step_s
 
     torch.set_num_threads(args.threads)

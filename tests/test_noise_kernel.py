@@ -1,4 +1,4 @@
-"""The fused Triton noise kernel against the torch reference (engine.noise.gumbel), bit for bit.
+"""The fused Triton noise kernel against the torch reference (engine.sampling.noise.gumbel), bit for bit.
 
 On CPU the kernel runs in Triton's numpy interpreter (TRITON_INTERPRET=1, set here before triton is
 imported when there is no GPU: Triton decorates its own reductions (tl.max, tl.argmax) at import,
@@ -24,8 +24,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (see the docstring)
 
-from engine import noise  # noqa: E402
-from engine import noise_triton as nt  # noqa: E402
+from engine.sampling import noise  # noqa: E402
+from engine.sampling import triton_noise as nt  # noqa: E402
 
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the Gumbel-argmax tests run
 
@@ -38,7 +38,7 @@ def _reference_float64(seed, unit_keys, step, token_keys) -> torch.Tensor:
     """-log(-log u) in float64 before the float32 rounding, from the reference's own integer ops."""
     B = unit_keys.shape[0]
     s = (noise._mix(seed.to(torch.int64)) if isinstance(seed, torch.Tensor)
-         else torch.full((B,), noise._signed(noise._mix_int(seed)), dtype=torch.int64))
+         else torch.full((B,), noise.as_int64(noise._mix_int(seed)), dtype=torch.int64))
     st = step.to(torch.int64) if isinstance(step, torch.Tensor) else torch.full((B,), int(step), dtype=torch.int64)
     row = noise._mix_(noise._mix_(s + unit_keys) + st)  # (B,)
     tok = noise._mix_(token_keys.to(torch.int64) + noise._TOKEN_SALT)  # (V,)
@@ -100,7 +100,7 @@ def test_kernel_equals_reference_with_extreme_keys_seeds_and_steps():
     for seed in (0, 1, 2 ** 63, 2 ** 64 - 1):
         got = nt.gumbel_triton(seed, uk, 2 ** 40, keys)
         assert assert_same_noise(got, seed, uk, 2 ** 40, keys) == 0
-    seeds = torch.tensor([0, -1, 5, -2 ** 63, noise._signed(2 ** 64 - 3)], dtype=torch.int64)  # (B,) bits
+    seeds = torch.tensor([0, -1, 5, -2 ** 63, noise.as_int64(2 ** 64 - 3)], dtype=torch.int64)  # (B,) bits
     steps = torch.tensor([0, 1, 19, 2 ** 31, 2 ** 62])
     got = nt.gumbel_triton(seeds, uk, steps, keys)
     assert assert_same_noise(got, seeds, uk, steps, keys) == 0
@@ -147,7 +147,7 @@ def test_empty_batch():
 def test_gumbel_argmax_equals_reference_sampler(block):
     # fused Gumbel-max = engine.sampling.sample's argmax(logp + g) with the reference noise, incl.
     # top-k masked rows (-inf), a row whose winner sits in a later block, and the chosen g values
-    from engine.sampling import masked_logprobs
+    from engine.sampling.gumbel import masked_logprobs
 
     gen = torch.Generator().manual_seed(0)
     B, V = 6, 5003

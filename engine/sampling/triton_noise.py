@@ -1,4 +1,4 @@
-"""Fused keyed Gumbel noise (and Gumbel-max) in Triton; the torch reference is engine.noise.gumbel.
+"""Fused keyed Gumbel noise (and Gumbel-max) in Triton; the torch reference is engine.sampling.noise.gumbel.
 
 One kernel pass writes g[b, v] = G(seed[b], unit[b], step[b], token_key[v]) (METHODS.md 1.3):
 
@@ -7,7 +7,7 @@ One kernel pass writes g[b, v] = G(seed[b], unit[b], step[b], token_key[v]) (MET
     u   = max((h >>> 11) * 2^-53, tiny)                         float64, exact
     g   = float32( -log(-log(u)) )                              float64 logs, one rounding at the end
 
-The reference (:func:`engine.noise.gumbel`) runs ~20 elementwise torch passes over (B, V) int64 and
+The reference (:func:`engine.sampling.noise.gumbel`) runs ~20 elementwise torch passes over (B, V) int64 and
 float64 temporaries: on a GPU at batch 256 and a 128k vocabulary each pass streams ~0.26 GB, so the
 noise alone would cost more than a decode step of a 1B model. Here the integer hash and the logs
 stay in registers and the only (B, V) traffic is the float32 output (or nothing at all:
@@ -40,7 +40,7 @@ from typing import Literal
 
 import torch
 
-from engine import noise
+from engine.sampling import noise
 
 Backend = Literal["auto", "triton", "torch"]
 BACKENDS = ("auto", "triton", "torch")
@@ -184,7 +184,7 @@ def _row_inputs(seed, unit_keys: torch.Tensor, step, device) -> tuple[torch.Tens
     if isinstance(seed, torch.Tensor):
         s = seed.to(device=device, dtype=torch.int64).expand(unit.shape[0]).contiguous()  # (B,)
     else:
-        s = torch.full_like(unit, noise._signed(noise._check_seed(seed)))  # (B,) same bits
+        s = noise.seed_tensor([seed], device=device).expand(unit.shape[0]).contiguous()  # (B,) same bits, seed checked
     if isinstance(step, torch.Tensor):
         t = step.to(device=device, dtype=torch.int64).expand(unit.shape[0]).contiguous()  # (B,)
     else:
@@ -201,7 +201,7 @@ def _interpreting(device: torch.device) -> bool:
 def gumbel_triton(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.Tensor,
                   token_keys: torch.Tensor, out: torch.Tensor | None = None,
                   block: int | None = None) -> torch.Tensor:
-    """The Triton kernel: same contract and bits as :func:`engine.noise.gumbel`.
+    """The Triton kernel: same contract and bits as :func:`engine.sampling.noise.gumbel`.
 
     Runs compiled on CUDA tensors, and in Triton's numpy interpreter on CPU tensors (slow: tests).
 
@@ -239,7 +239,7 @@ def gumbel_fused(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | 
     """Keyed Gumbel noise (B, V) float32: the Triton kernel on CUDA, else the torch reference.
 
     Args:
-        seed, unit_keys, step, token_keys: as :func:`engine.noise.gumbel`.
+        seed, unit_keys, step, token_keys: as :func:`engine.sampling.noise.gumbel`.
         backend: ``"auto"`` (Triton on CUDA when importable, torch otherwise), ``"triton"`` (the
             kernel; on CPU tensors the interpreter), ``"torch"`` (the reference).
 
@@ -267,7 +267,7 @@ def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys:
 
     Args:
         logp: float32 (B, V) masked log-probabilities (engine.sampling.masked_logprobs; -inf = masked).
-        seed, unit_keys, step, token_keys: as :func:`engine.noise.gumbel`.
+        seed, unit_keys, step, token_keys: as :func:`engine.sampling.noise.gumbel`.
         backend: as :func:`gumbel_fused`.
 
     Returns:
