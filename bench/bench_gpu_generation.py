@@ -72,11 +72,11 @@ def _save_model_dir(shape, tok, path: Path) -> None:
 
 def _child(args) -> dict:
     import torch
+    from llama_shapes import SHAPES, bench_tokenizer, random_model
 
     from engine import generation as G
     from engine import models
     from engine.sampling import noise
-    from llama_shapes import SHAPES, bench_tokenizer, random_model
 
     torch.set_num_threads(args.threads)
     shape = SHAPES[args.model]

@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 def _child(args) -> dict:
     import torch
 
-    from engine import generation as G, models
+    from engine import generation as G
+    from engine import models
     from engine.tasks import datasets
 
     torch.set_num_threads(args.threads)

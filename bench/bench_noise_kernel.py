@@ -64,9 +64,8 @@ def _timer(dev):
 def _measure_forward(shape_name: str, batch: int, context: int, dev, timer, warmup: int, reps: int) -> float:
     """Median seconds of one decode forward (B new tokens over a KV cache of ``context`` positions)."""
     import torch
-    from transformers import DynamicCache
-
     from llama_shapes import SHAPES, random_model
+    from transformers import DynamicCache
 
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     model = random_model(SHAPES[shape_name], dev, dtype)
@@ -78,13 +77,13 @@ def _measure_forward(shape_name: str, batch: int, context: int, dev, timer, warm
         nxt = torch.randint(0, 1000, (batch, 1), generator=gen).to(dev)
         pos = torch.full((batch, 1), context, device=dev)
 
-        def step():
+        def step(model=model, cache=cache):
             model(input_ids=nxt, past_key_values=cache, use_cache=True, position_ids=pos)
             for layer in cache.layers:  # drop the column just written: every rep sees the same context
                 layer.keys, layer.values = layer.keys[:, :, :context], layer.values[:, :, :context]
 
         med, _ = timer(step, warmup, reps)
-    del model, cache
+    del step, model, cache
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     return med
@@ -108,11 +107,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
+    from llama_shapes import SHAPES, roofline_step_s
 
     from engine.sampling import noise
     from engine.sampling import triton_noise as nt
     from engine.sampling.gumbel import masked_logprobs, sample
-    from llama_shapes import SHAPES, roofline_step_s
 
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

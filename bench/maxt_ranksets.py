@@ -154,6 +154,7 @@ def arena(reps, seed, n_draws, arena_dir: Path):
         print(f"\n### C. Chatbot Arena: skipped ({arena_dir} not found)")
         return
     from ppr_arena import load  # bench/ppr_arena.py
+
     from engine import ranking_io
     first, second, human, judges, _ = load(arena_dir)
     k = 12

@@ -143,7 +143,7 @@ def test_cluster_intervals_cover_in_the_clustered_judge_design():
         r = S.simulate_judge_design(d, rng)
         a, b, o, p = r["a"], r["b"], r["outcome"], r["prompt"]
         res = CL.winrate_cluster_bootstrap(a, b, o, 4, rng, cluster=p, n_resamples=200)
-        cov_w.append((res["W_low"][0, 1] <= Wt[0, 1] <= res["W_high"][0, 1]))
+        cov_w.append(res["W_low"][0, 1] <= Wt[0, 1] <= res["W_high"][0, 1])
         cov_avg.append(res["avg_low"][0] <= truth["avg"][0] <= res["avg_high"][0])
         bt = CL.davidson_cluster_bootstrap(a, b, o, 4, rng, cluster=p, n_resamples=200)
         contrast = bt["draws"][:, 0] - bt["draws"][:, 3]

@@ -46,7 +46,7 @@ def _naive_maxt(theta, sigma, alpha, normals, stepdown=True, focus=None):
 def test_maxt_agrees_with_naive_loop(stepdown):
     rng = np.random.default_rng(0)
     k = 6
-    for rep in range(3):
+    for _rep in range(3):
         theta = rng.uniform(0, 0.5, k)
         M = rng.normal(size=(k, 3 * k))
         sigma = M @ M.T / 3000  # a valid, non-diagonal covariance

@@ -164,6 +164,7 @@ def _kernels(interpret: bool):
     # a second copy of this file decorated in the other mode (its own globals, so its own helpers)
     name = f"{__name__}_{'interpreted' if interpret else 'compiled'}"
     spec = importlib.util.spec_from_file_location(name, __file__)
+    assert spec is not None and spec.loader is not None  # this very file
     mod = importlib.util.module_from_spec(spec)
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"

@@ -346,6 +346,7 @@ def plan_sample_size(sigma2_between: float, sigma2_within: float, target_se: flo
     if (target_se is None) == (target_error is None):
         raise UserError("give exactly one of target_se and target_error")
     if target_se is None:
+        assert target_error is not None  # exactly one of the two is given (checked above)
         if not target_error > 0:
             raise UserError(f"target error must be > 0, got {target_error}")
         target_se = target_error / MAE_PER_SE

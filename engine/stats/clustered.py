@@ -29,6 +29,7 @@ Family:
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 from scipy import sparse, stats
@@ -221,7 +222,7 @@ def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
     S = sparse.csc_matrix((np.ones(keep.sum()), (rows[keep], cols[keep])), shape=(2 * kk, kk))
     Nc = (X @ S).tocsc()  # (C, k²) rows of pair ij in cluster c
     Wc = X[:, :kk]  # (C, k²) wins of i over j in cluster c
-    N = np.asarray(Nc.sum(axis=0)).ravel()
+    N: np.ndarray = np.asarray(Nc.sum(axis=0)).ravel()
     with np.errstate(invalid="ignore", divide="ignore"):
         Wv = np.where(N > 0, np.asarray(Wc.sum(axis=0)).ravel() / np.where(N > 0, N, 1), np.nan)
     # Σ_c (w_c − Ŵ n_c)² = Σ w_c² − 2Ŵ Σ w_c n_c + Ŵ² Σ n_c²   (sparse column sums)
@@ -244,7 +245,7 @@ def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
 
 # ----------------------------------------------------------------------------- Bradley-Terry / Davidson, batched
 
-def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, init=None) -> tuple[np.ndarray, np.ndarray]:
+def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, init=None) -> tuple[Any, Any]:
     """Bradley–Terry with Davidson ties for a batch of count matrices, by MM (Hunter 2004).
 
     P(i > j) = π_i/D, P(tie) = ν sqrt(π_i π_j)/D, D = π_i + π_j + ν sqrt(π_i π_j);

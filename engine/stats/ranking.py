@@ -601,7 +601,8 @@ def synthetic_theta(k: int, u: float, rng: np.random.Generator) -> tuple[np.ndar
 
 def synthetic_outcomes(first: np.ndarray, theta: np.ndarray, theta_judge: np.ndarray,
                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Appendix E outcomes: one x ~ U(0,1) per comparison; w = 1{x < 2 theta[first]}, w_hat = 1{x < 2 theta_judge[first]}; w' = w_hat' = 0.
+    """Appendix E outcomes: one x ~ U(0,1) per comparison;
+    w = 1{x < 2 theta[first]}, w_hat = 1{x < 2 theta_judge[first]}; w' = w_hat' = 0.
 
     The shared x makes human and judge agree except where their thetas differ, like a real
     aligned judge. E[theta_hat_m] = theta_m on a design where m is first in half its comparisons.

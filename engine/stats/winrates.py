@@ -192,7 +192,8 @@ def population_average_winrate(p_pref: np.ndarray, prompt_weights: np.ndarray, m
 # ----------------------------------------------------------------------------- Bradley-Terry with ties
 
 def davidson_fit(a, b, outcome, k: int, max_iter: int = 2_000, tol: float = 1e-10) -> tuple[np.ndarray, float]:
-    """Bradley-Terry with Davidson ties by MM: P(i > j) = pi_i / D, P(tie) = nu sqrt(pi_i pi_j) / D, D = pi_i + pi_j + nu sqrt(pi_i pi_j).
+    """Bradley-Terry with Davidson ties by MM: P(i > j) = pi_i / D, P(tie) = nu sqrt(pi_i pi_j) / D,
+    D = pi_i + pi_j + nu sqrt(pi_i pi_j).
 
     Maximum likelihood by Hunter's (2004) MM / fixed-point updates, all models at once:
     pi_i <- (2 W_i + T_i) / sum_j n_ij (2 + nu sqrt(pi_j / pi_i)) / D_ij, nu <- T / sum_{i<j} n_ij sqrt(pi_i pi_j) / D_ij.
