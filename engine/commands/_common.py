@@ -69,3 +69,65 @@ def read_text_file(path: str, what: str) -> str:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{what} {p} is not UTF-8 text") from None
+
+
+# --------------------------------------------------------------------------- human summaries
+
+def add_output_args(p) -> None:
+    """--json (full result on stdout) and --out FILE (full result to a file); default: a summary."""
+    p.add_argument("--json", action="store_true", help="print the full result as JSON instead of the summary")
+    p.add_argument("--out", metavar="FILE", help="write the full result as JSON to FILE (the summary still prints)")
+
+
+def _strict_json(obj) -> str:
+    return json.dumps(_clean(obj), default=_json_default, indent=1)
+
+
+def emit(args, result, summary) -> int:
+    """Print ``summary`` (a string, or a callable returning one) or, with --json, the full result.
+
+    With --out the full result is also written to that file (strict JSON: NaN -> null).
+    """
+    out = getattr(args, "out", None)
+    if out:
+        path = Path(out)
+        if path.parent and not path.parent.exists():
+            raise UserError(f"--out folder does not exist: {path.parent}")
+        path.write_text(_strict_json(result) + "\n", encoding="utf-8")
+    if getattr(args, "json", False):
+        return print_analysis(result)
+    text = summary() if callable(summary) else str(summary)
+    try:
+        print(text + (f"\n(full result: {out})" if out else "\n(full result: --json or --out FILE)"))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        sys.stdout = None
+    return 0
+
+
+def fmt(x, digits: int = 3) -> str:
+    """A number for a summary table: ints with separators, floats rounded, None/NaN as '-'."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def table(rows: list[dict], columns: list[str] | None = None, digits: int = 3) -> str:
+    """A plain-text table (left-aligned text, right-aligned numbers) for CLI summaries."""
+    if not rows:
+        return "(no rows)"
+    cols = columns or list(rows[0])
+    cells = [[fmt(r.get(c), digits) for c in cols] for r in rows]
+    num = [all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows) for c in cols]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+
+    def line(vals):
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, num)).rstrip()
+
+    return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in cells)])
