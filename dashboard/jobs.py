@@ -225,7 +225,8 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
         tokens_per_s=float(prog.get("tokens_per_s", 0.0) or 0.0), eta_s=prog.get("eta_s"),
         message=str(prog.get("message", "") or ""), returncode=returncode,
         resumed_from=meta.get("resumed_from"), log_tail=_log_tail(paths["log"]) if status != "running" else "",
-        extra={"followup": followup} if followup else {},
+        extra={**({"followup": followup} if followup else {}),
+               **({"workers": prog["workers"]} if isinstance(prog.get("workers"), dict) else {})},
     )
 
 

@@ -81,6 +81,9 @@ def _job_row(j: jobs.JobStatus, allow_control: bool) -> None:
                                      + (f" · {j.message}" if j.message else ""))
     elif j.status == "running":
         st.caption("starting… (loading models)" if j.kind == "generate" else "running…")
+    if j.extra.get("workers"):  # a distributed run (--workers): what each Ray replica has made
+        st.caption("workers: " + " · ".join(f"{w} {v.get('done', 0)} units, {v.get('tokens_per_s', 0.0):.1f} tok/s"
+                                            for w, v in sorted(j.extra["workers"].items())))
     st.caption("command: `python -m engine " + " ".join(j.args) + "`")
     if allow_control:
         c1, c2, _ = st.columns([1, 1, 4])

@@ -7,7 +7,8 @@ File format (one JSON object)::
 
     {"job": str, "kind": str, "status": "running"|"done"|"failed"|"cancelled",
      "done": int, "total": int, "tokens": int, "tokens_per_s": float, "eta_s": float|null,
-     "message": str, "pid": int, "started_at": float, "updated_at": float}
+     "message": str, "pid": int, "started_at": float, "updated_at": float,
+     "workers": {name: {"done": int, "tokens": int, "tokens_per_s": float}}}  # distributed runs only
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Progress:
         self.kind, self.job, self.path = kind, job, path
         self.started = time.time()
         self._done_at_start = int(done)
+        self.workers: dict[str, dict] = {}  # per replica of a distributed run: units and tokens it made
         self._last_write = 0.0
         self.min_interval_s = min_interval_s
         self.bar = tqdm(total=total, initial=done, desc=kind, unit="unit", file=sys.stderr,
@@ -64,9 +66,13 @@ class Progress:
         rate = new / max(time.time() - self.started, 1e-9)
         return (self.total - self.done) / rate
 
-    def update(self, units: int, tokens: int = 0, message: str = "") -> None:
+    def update(self, units: int, tokens: int = 0, message: str = "", worker: str | None = None) -> None:
         self.done += units
         self.tokens += tokens
+        if worker is not None:
+            w = self.workers.setdefault(worker, {"done": 0, "tokens": 0})
+            w["done"] += units
+            w["tokens"] += tokens
         self.bar.update(units)
         self.bar.set_postfix(tok_s=f"{self.tokens_per_s():.1f}")
         self._write("running", message)
@@ -96,9 +102,12 @@ class Progress:
         if not force and now - self._last_write < self.min_interval_s:
             return
         self._last_write = now
+        dt = max(now - self.started, 1e-9)
+        extra = {"workers": {k: {**w, "tokens_per_s": w["tokens"] / dt} for k, w in self.workers.items()}} \
+            if self.workers else {}
         write_json_atomic(self.path, {
             "job": self.job, "kind": self.kind, "status": status, "done": self.done,
             "total": self.total, "tokens": self.tokens, "tokens_per_s": self.tokens_per_s(),
             "eta_s": self.eta_s(), "message": message, "pid": os.getpid(),
-            "started_at": self.started, "updated_at": now,
+            "started_at": self.started, "updated_at": now, **extra,
         })

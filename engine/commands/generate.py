@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
+import time
 
 from engine import config
-from engine.commands._common import add_db
+from engine.commands._common import add_db, add_output_args, emit, table
 from engine.errors import UserError
 
 
@@ -33,8 +36,22 @@ def register(sub) -> None:
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is faster on a busy shared CPU)")
+    p.add_argument("--drop-long-prompts", "--truncate-prompts", dest="drop_long_prompts", action="store_true",
+                   help="leave out the prompts whose chat-templated length + --max-new-tokens exceeds a model's "
+                        "context (listed in the run's warnings; prompts are never cut); default: such prompts "
+                        "are an error listing them")
     add_db(p, None)
     p.add_argument("--progress-file", default=None, help="live progress as a JSON file")
+    # scale-out on Ray (engine.generation.distributed); none of these changes the run id or the results
+    p.add_argument("--workers", type=int, default=None,
+                   help="engine replicas on Ray (a local cluster unless --ray-address); needs `pip install ray`")
+    p.add_argument("--ray-address", default=None, help="an existing Ray cluster: auto, host:port or ray://host:port")
+    p.add_argument("--shard-size", type=int, default=256, help="units per Ray shard (a prompt's units stay together)")
+    p.add_argument("--gpus-per-worker", type=float, default=None,
+                   help="default: --tensor-parallel on GPU clusters, else 0")
+    p.add_argument("--tensor-parallel", type=int, default=1,
+                   help="GPUs per model copy (backends with tensor parallelism)")
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
@@ -56,10 +73,61 @@ def run(args) -> int:
         from engine.models import resolve_device
         resolve_device(args.device)  # UserError before any work
     ds = datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject)
-    run_id = run_generation(args.db, args.models, ds, args.repeats, args.modes, args.seed, cfg,
-                            progress_file=args.progress_file, run_id=args.run_id,
-                            resume=not args.no_resume, device=args.device)
-    for w in store.run_warnings(args.db, run_id):
+    executor = contextlib.nullcontext()
+    if args.workers is not None or args.ray_address is not None:
+        from engine.generation.distributed import RayConfig, RayExecutor
+        executor = RayExecutor(RayConfig(
+            workers=1 if args.workers is None else args.workers, address=args.ray_address,
+            shard_units=args.shard_size, gpus_per_worker=args.gpus_per_worker,
+            tensor_parallel=args.tensor_parallel, threads_per_worker=args.threads))
+    t0 = time.perf_counter()
+    with executor as ex:
+        run_id = run_generation(args.db, args.models, ds, args.repeats, args.modes, args.seed, cfg,
+                                progress_file=args.progress_file, run_id=args.run_id,
+                                resume=not args.no_resume, device=args.device, executor=ex,
+                                drop_long_prompts=args.drop_long_prompts,
+                                command=["python", "-m", "engine", *sys.argv[1:]] if sys.argv[1:2] == ["generate"]
+                                else None)
+    seconds = time.perf_counter() - t0
+    warnings = store.run_warnings(args.db, run_id)
+    for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(run_id)
-    return 0
+    result = run_summary(args.db, run_id)
+    result.update(seconds=round(seconds, 3), warnings=warnings,
+                  next=next_commands(run_id, args.db, result["models"] or []))
+    return emit(args, result, lambda: summary_text(result))
+
+
+def run_summary(db, run_id: str) -> dict:
+    """Per model and mode: units stored, tokens; the run's status and expected units."""
+    from engine import store
+
+    row = store.query_df(db, "SELECT status, n_units, CAST(config AS VARCHAR) AS config FROM runs WHERE run_id = ?",
+                         [run_id]).iloc[0]
+    per = store.query_df(db, "SELECT model, mode, count(*) AS units, sum(n_tokens) AS tokens, "
+                             "avg(CASE WHEN finish_reason = 'length' THEN 1.0 ELSE 0.0 END) AS cut_at_max "
+                             "FROM generations WHERE run_id = ? GROUP BY model, mode ORDER BY model, mode", [run_id])
+    conf = json.loads(row["config"] or "{}")
+    return {"run_id": run_id, "status": str(row["status"]), "n_units": int(row["n_units"]),
+            "units": int(per["units"].sum()), "tokens": int(per["tokens"].sum()),
+            "models": conf.get("models"), "dataset_id": conf.get("dataset_id"), "repeats": conf.get("repeats"),
+            "per_model": [{"model": r.model, "mode": r.mode, "units": int(r.units), "tokens": int(r.tokens),
+                           "cut_at_max": float(r.cut_at_max)} for r in per.itertuples()]}
+
+
+def next_commands(run_id: str, db, models: list[str]) -> list[str]:
+    """What one usually runs next on a finished run (score, compare two models, export)."""
+    d = "" if str(db) == str(config.DEFAULT_DB) else f" --db {db}"
+    out = [f"python -m engine score --run {run_id}{d}"]
+    if len(models) >= 2:
+        out.append(f"python -m engine benchmark-compare --run {run_id} --model-a {models[0]} --model-b {models[1]}{d}")
+    out.append(f"python -m engine export generations --run {run_id}{d} --out {run_id}.csv")
+    return out
+
+
+def summary_text(r: dict) -> str:
+    lines = [f"run {r['run_id']}: {r['status']}, {r['units']:,}/{r['n_units']:,} units, {r['tokens']:,} tokens "
+             f"in {r['seconds']:.1f} s ({r['dataset_id']}, {r['repeats']} repeats)", "",
+             table(r["per_model"], ["model", "mode", "units", "tokens", "cut_at_max"]), "", "next:"]
+    lines += [f"  {c}" for c in r["next"]]
+    return "\n".join(lines)

@@ -1,8 +1,13 @@
 """A resumable generation run: plan, resume, store writes, progress.
 
 Deterministic run id from the settings (rerunning the same command resumes), vocabulary check
-up front (token-id or byte-string noise keys), one DuckDB transaction per chunk, skip what is
-stored; SIGTERM / Ctrl-C mark the run cancelled and keep every stored chunk.
+and prompt-length check up front, one driver per run (a lock file with pid, host and heartbeat),
+one DuckDB transaction per chunk, skip what is stored; SIGTERM / Ctrl-C mark the run cancelled
+and keep every stored chunk; the end status comes from what is stored (all units -> done).
+
+Where the units are generated is an executor: :func:`local_executor` (this process, one model
+at a time) or ``engine.generation.distributed.RayExecutor`` (Ray replicas). Either way the driver
+is the only database writer; backends come from the one factory :func:`open_backend`.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +31,7 @@ from engine import store
 from engine.config import MODES, SEED_MAX, TRACES_AUTO_MAX_UNITS
 from engine.errors import UserError
 from engine.generation.hf import iter_generate
-from engine.generation.types import GenConfig, GenResult
+from engine.generation.types import ExecChunk, GenConfig, GenResult, ModelTask, RunSpec
 from engine.progress import Progress
 from engine.sampling import noise
 
@@ -61,7 +66,7 @@ def run_id_for(settings: dict) -> str:
 
 
 def _dataset_rows(dataset) -> tuple[dict, list[tuple]]:
-    prompts = list(dataset.prompts)
+    prompts = list(dataset.prompts)  # all of them (also any left out by --drop-long-prompts): idx = position
     ds = {"dataset_id": dataset.dataset_id, "source": str(getattr(dataset, "source", "")),
           "kind": getattr(dataset, "kind", "prompts"), "n_prompts": len(prompts)}
     rows = []
@@ -106,6 +111,72 @@ def _write_chunk(db, run_id: str, model: str, mode_of: dict[int, str], results: 
                             conflict="OR IGNORE")
 
 
+# ---- backends and executors: where the units of a run are generated
+
+class _HFBackend:
+    """Our transformers loop (hf.iter_generate) on one loaded model, behind the backend interface:
+    .generate(prompts, units, seeds, cfg, token_keys, system_prompt) -> Iterator[list[GenResult]],
+    .tokenizer, .record(), .describe(), .close()."""
+
+    def __init__(self, lm):
+        self.lm, self.tokenizer = lm, lm.tokenizer
+        self.vocab_size, self.device = lm.vocab_size, lm.device
+
+    def generate(self, prompts, units, seeds, cfg, token_keys, system_prompt):
+        return iter_generate(self.lm, prompts, units, seeds, cfg, token_keys, system_prompt)
+
+    def record(self) -> dict:
+        return self.lm.record()
+
+    def describe(self) -> dict:
+        return {"backend": "hf", "device": str(self.lm.device)}
+
+    def close(self) -> None:
+        self.lm = None
+
+
+def open_backend(model, *, device: str | None = None, backend: str = "hf", tensor_parallel: int = 1):
+    """The one factory of generation backends (the local executor and each Ray replica call it).
+
+    ``model``: a registry name / path (loaded here) or a models.LoadedModel (used as it is).
+    """
+    from engine import models as models_mod
+
+    if backend != "hf":
+        raise UserError(f"unknown backend {backend!r}; allowed: hf")
+    if tensor_parallel != 1:
+        raise UserError(f"the transformers backend has no tensor parallelism (tensor_parallel={tensor_parallel}); "
+                        "use 1, or a backend with tensor parallelism (vLLM)")
+    lm = models_mod.load_model(model, device=device) if isinstance(model, (str, Path)) else model
+    return _HFBackend(lm)
+
+
+def token_keys(b, key_mode: str):
+    """The noise keys of a backend's vocabulary (token ids, or hashes of token byte strings)."""
+    return noise.token_keys_for(b.tokenizer, key_mode, vocab_size=getattr(b, "vocab_size", None),
+                                device=getattr(b, "device", "cpu"))
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def local_executor(tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecChunk]:
+    """The single-process executor: each model loaded here in turn, one in memory at a time."""
+    for t in tasks:
+        b = open_backend(t.model, device=spec.device, backend=spec.backend)
+        yield ExecChunk(t.name, [], b.tokenizer, b.record())
+        keys = token_keys(b, spec.key_mode)
+        for chunk in b.generate(spec.prompts, [(p, r) for p, r, _ in t.units], [sd for _, _, sd in t.units],
+                                spec.cfg, keys, spec.system_prompt):
+            yield ExecChunk(t.name, chunk, b.tokenizer)
+        b.close()
+        del b, keys
+        free_memory()
+
+
 class _SigtermAsInterrupt:
     """SIGTERM -> KeyboardInterrupt in the main thread, so a cancelled job unwinds cleanly."""
 
@@ -123,14 +194,25 @@ class _SigtermAsInterrupt:
         return False
 
 
+def _final_status(db, run_id: str, status: str, n_units: int) -> str:
+    """Store the run's end status from what is stored: every unit stored -> 'done', whatever ended
+    the driver (a signal after the last chunk must not leave a complete run 'cancelled')."""
+    with store.writer(db) as con:
+        n = con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run_id]).fetchone()[0]
+        final = "done" if n >= n_units else status
+        con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [final, run_id])
+    return final
+
+
 def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[str] = ("coupled",),
                    seed: int = 0, cfg: GenConfig = GenConfig(), progress_file=None, run_id: str | None = None,
                    resume: bool = True, device: str | None = None, show_bar: bool = True,
+                   executor=None, drop_long_prompts: bool = False, command: Sequence[str] | None = None,
                    _after_chunk=None) -> str:
     """Generate every (model, prompt, repeat, mode) of a run into ``db``; resumable; returns run_id.
 
     Args:
-        db: DuckDB file path.
+        db: DuckDB file path (its folder must exist, except the default location's).
         model_names: registry names / paths (loaded one at a time), or models.LoadedModel objects.
         dataset: a datasets.Dataset, or a name/path for datasets.load_dataset.
         repeats: generations per prompt (repeat indices 0..repeats-1).
@@ -141,15 +223,27 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         progress_file: JSON progress file (engine.progress), optional.
         run_id: explicit id; default: derived from the settings, so rerunning resumes.
         resume: when False, refuse to touch a run id that already has rows.
+        executor: where units are generated: None = :func:`local_executor` (this process), or a
+            callable (tasks, spec) -> ExecChunk iterator, e.g. generation.distributed.RayExecutor;
+            its ``prepare(models)`` (if any) runs before anything is written.
+        drop_long_prompts: leave out the prompts whose chat-templated length + max_new_tokens exceeds
+            a model's context (listed in the run's warnings); default: such prompts are a UserError.
+        command: the command line that started the run (stored in its config and lock file: the
+            dashboard's resume command for a dead run).
         _after_chunk: test hook called after each stored chunk (e.g. to inject a failure).
 
     Returns:
-        The run id. The run's status is 'done', or 'cancelled' (SIGTERM / Ctrl-C; re-raised as
-        KeyboardInterrupt) or 'failed' (exception re-raised); stored chunks always stay.
+        The run id. The run's status is 'done' when every unit is stored, else 'cancelled'
+        (SIGTERM / Ctrl-C; re-raised as KeyboardInterrupt) or 'failed' (exception re-raised);
+        stored chunks always stay. A second driver of the same run is a UserError (run lock).
     """
     from engine import models as models_mod
+    from engine.generation import lengths
+    from engine.store.db import ensure_db_folder
+    from engine.store.runlock import RunLock
 
-    # ---- validate everything before touching the database
+    # ---- 1. validate everything before touching the database
+    ensure_db_folder(db)
     if isinstance(dataset, (str, Path)):
         from engine.tasks import datasets as datasets_mod
         dataset = datasets_mod.load_dataset(str(dataset))
@@ -174,7 +268,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         raise UserError(f"dataset {dataset.dataset_id!r} has duplicate prompt ids")
     system_prompt = getattr(dataset, "system_prompt", None)
 
-    # ---- vocabulary check: one shared vocabulary -> token-id keys; else byte-string keys
+    # ---- 2. vocabulary check: one shared vocabulary -> token-id keys; else byte-string keys
     vids = _vocab_ids(model_names)
     warnings: list[str] = []
     if len(set(vids.values())) == 1:
@@ -184,6 +278,21 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         warnings.append("models do not share one vocabulary (" + ", ".join(f"{n}: {v}" for n, v in vids.items())
                         + "); noise is keyed by token byte strings, so coupling only holds where the "
                         "tokenizers produce the same strings (expect weaker coupling)")
+
+    # ---- 3. prompt lengths vs each model's context (tokenizers and configs only, no weights)
+    over = lengths.too_long(model_names, {p.prompt_id: p.user_prompt for p in prompts}, system_prompt,
+                            cfg.max_new_tokens)
+    long_ids = {p for _, _, o in over.values() for p in o}
+    if long_ids:
+        msg = lengths.offenders_message(over)
+        if not drop_long_prompts:
+            raise UserError(msg + "; lower --max-new-tokens, shorten those prompts, or pass --drop-long-prompts "
+                            "to leave them out")
+        prompts = [p for p in prompts if p.prompt_id not in long_ids]
+        pids = [p.prompt_id for p in prompts]
+        if not prompts:
+            raise UserError(f"no prompt fits ({msg})")
+        warnings.append(f"{len(long_ids)} prompt(s) left out (--drop-long-prompts): {msg}")
 
     n_units = len(names) * len(prompts) * repeats * len(modes)
     if cfg.record_traces is None:  # auto: resolved from the run's size, so a rerun resolves the same
@@ -201,8 +310,24 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     run_id = run_id or run_id_for(settings)
     config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
               "device": str(device or models_mod.default_device()), "n_prompts": len(prompts)}
+    if command:
+        config["command"] = list(command)
     ds_row, prompt_rows = _dataset_rows(dataset)
 
+    # ---- 4. one driver per run (lock file next to the database, with pid, host and heartbeat)
+    with RunLock(db, run_id, list(command) if command else None) as lock:
+        if executor is not None and hasattr(executor, "prepare"):
+            executor.prepare(list(model_names))  # e.g. Ray reachable, enough resources: before any write
+        return _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, prompts, pids, names,
+                      model_names, modes, repeats, seed, cfg, key_mode, warnings, n_units, system_prompt,
+                      device, resume, progress_file, show_bar, executor, _after_chunk)
+
+
+def _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, prompts, pids, names, model_names,
+           modes, repeats, seed, cfg, key_mode, warnings, n_units, system_prompt, device, resume, progress_file,
+           show_bar, executor, _after_chunk) -> str:
+    """Steps 5-7 of :func:`run_generation`, with the run lock held."""
+    # ---- 5. record the run and its prompts; read what is already stored (one transaction)
     with store.transaction(db) as con:
         old = con.execute("SELECT config FROM runs WHERE run_id = ?", [run_id]).fetchone()
         if old is not None:
@@ -238,43 +363,47 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     n_done = sum(1 for m in names for md in modes for p, r in all_units if (m, md, p, r) in have)
     prog = Progress(n_units, kind="generate", job=run_id, path=progress_file, done=n_done, show_bar=show_bar)
 
-    status = "failed"
+    # ---- 6. generate what is missing (this process or Ray replicas); one transaction per chunk
+    status, mode_of = "failed", {}
     try:
         with _SigtermAsInterrupt():
+            tasks = []
             for m in model_names:
                 name = _model_name(m)
-                todo = {md: [u for u in all_units if (name, md, *u) not in have] for md in modes}
-                if not any(todo.values()):
+                # both modes in one task: a prompt's coupled and independent units share a prefill
+                mode_of[name] = {seed if md == "coupled" else noise.independent_seed(seed, name): md for md in modes}
+                units = tuple((p, r, sd) for sd, md in mode_of[name].items()
+                              for p, r in all_units if (name, md, p, r) not in have)
+                if units:
+                    tasks.append(ModelTask(m, name, units))
+            spec = RunSpec({p.prompt_id: p.user_prompt for p in prompts}, system_prompt,
+                           cfg if cfg.record_traces else replace(cfg, trace_top_k=0), key_mode, device)
+            for out in (executor or local_executor)(tasks, spec):
+                if out.record is not None:
+                    rec = out.record
+                    with store.writer(db) as con:
+                        con.execute("INSERT OR REPLACE INTO models (name, source, variant, vocab_id, vocab_size, "
+                                    "config) VALUES (?, ?, ?, ?, ?, ?)",
+                                    [rec["name"], rec["source"], rec["variant"], rec["vocab_id"],
+                                     rec["vocab_size"], rec["config"]])
+                if not out.results:
                     continue
-                lm = models_mod.load_model(m, device=device) if isinstance(m, str) else m
-                rec = lm.record()
-                with store.writer(db) as con:
-                    con.execute("INSERT OR REPLACE INTO models (name, source, variant, vocab_id, vocab_size, config) "
-                                "VALUES (?, ?, ?, ?, ?, ?)", [rec["name"], rec["source"], rec["variant"],
-                                                              rec["vocab_id"], rec["vocab_size"], rec["config"]])
-                keys = noise.token_keys_for(lm.tokenizer, key_mode, vocab_size=lm.vocab_size, device=lm.device)
-                gen_cfg = cfg if cfg.record_traces else replace(cfg, trace_top_k=0)
-                # both modes in one stream: a prompt's coupled and independent units share a prefill
-                mode_of = {seed if md == "coupled" else noise.independent_seed(seed, name): md for md in modes}
-                units = [(u, sd) for sd, md in mode_of.items() for u in todo[md]]
-                for chunk in iter_generate(lm, {p.prompt_id: p.user_prompt for p in prompts}, [u for u, _ in units],
-                                           [sd for _, sd in units], gen_cfg, keys, system_prompt):
-                    _write_chunk(db, run_id, name, mode_of, chunk, lm.tokenizer, cfg.record_traces)
-                    prog.update(len(chunk), tokens=sum(len(r.token_ids) for r in chunk), message=name)
-                    if _after_chunk is not None:
-                        _after_chunk(chunk)
-                del lm, keys  # one model in memory at a time
-                gc.collect()
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
+                _write_chunk(db, run_id, out.name, mode_of[out.name], out.results, out.tokenizer, cfg.record_traces)
+                lock.beat()
+                prog.update(len(out.results), tokens=sum(len(r.token_ids) for r in out.results),
+                            message=out.name, worker=out.worker)
+                if _after_chunk is not None:
+                    _after_chunk(out.results)
             status = "done"
     except KeyboardInterrupt:
         status = "cancelled"
-        raise
     finally:
+        # ---- 7. the end status from what is stored (complete -> done, whatever stopped the driver)
         try:
-            store.set_status(db, run_id, status)
+            status = _final_status(db, run_id, status, n_units)
         except Exception as exc:  # never mask the original error (e.g. the file stayed locked)
             print(f"warning: could not mark run {run_id} as {status}: {exc}", file=sys.stderr)
         prog.finish(status, "" if status == "done" else f"{status}: rerun the same command to resume")
+    if status == "cancelled":
+        raise KeyboardInterrupt(f"run {run_id} cancelled")
     return run_id

