@@ -85,6 +85,7 @@ jobs_panel.job_panel(kind=None, limit=6)
 
 st.subheader("Runs")
 runs = L.runs()
+jobs_panel.stale_runs_notice(runs)
 if runs.empty:
     st.info("No runs yet. Start one above.")
 else:

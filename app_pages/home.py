@@ -35,6 +35,7 @@ st.subheader("What is stored")
 t_runs, t_models, t_data, t_sets = st.tabs(["Runs", "Models", "Datasets", "Comparison sets"])
 with t_runs:
     runs = L.runs()
+    jobs_panel.stale_runs_notice(runs)
     if runs.empty:
         ui.empty_state("No generation runs yet: start one on the Generate page (or run the demo above).",
                        "generate", "Generate")

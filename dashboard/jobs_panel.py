@@ -100,6 +100,17 @@ def _job_row(j: jobs.JobStatus, allow_control: bool) -> None:
             st.code(j.log_tail[-3000:])
 
 
+def stale_runs_notice(runs) -> None:
+    """One warning per run whose driver died without finishing (``runs``: loaders.runs()), with the
+    command that resumes it."""
+    if "stale" not in runs:
+        return
+    for r in runs[runs["stale"]].itertuples():
+        st.warning(f"Run `{r.run_id}` stopped without finishing ({r.n_generations:,}/{r.n_units:,} units stored; "
+                   "its process is gone). Rerun its command to resume it:", icon=":material/error:")
+        st.code(r.resume_command, language="bash")
+
+
 def job_panel(kind: str | None = None, limit: int = 5, allow_control: bool = True) -> None:
     """Live list of recent jobs (of ``kind``): progress, tokens/s, ETA, cancel/resume.
 

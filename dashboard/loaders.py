@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import pandas as pd
 import streamlit as st
 
 from engine import config
@@ -52,7 +53,14 @@ def _view(fn: Callable[Concatenate[Any, P], R]) -> Callable[P, R]:
 
 # Home and Generate
 overview = _view(_overview.overview)
-runs = _view(_overview.runs)
+_stored_runs = _view(_overview.runs)
+
+
+def runs() -> pd.DataFrame:
+    """Every run (cached on the database) with dead drivers marked as failed now (not cached)."""
+    return _overview.mark_stale(_stored_runs(), db_path())
+
+
 models_table = _view(_overview.models_table)
 datasets_table = _view(_overview.datasets_table)
 comparison_sets = _view(_comparisons.comparison_sets)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -39,11 +40,40 @@ def overview(db: str | os.PathLike) -> dict[str, int]:
     return store.table_counts(db)
 
 
+def resume_command(run_id: str, conf: dict, db: str | os.PathLike) -> str:
+    """The command that continues a run: the one that started it (stored by the CLI), else one
+    rebuilt from its stored settings (the same settings + ``--run-id`` resume it)."""
+    if conf.get("command"):
+        return shlex.join(conf["command"])
+    if not conf.get("models"):
+        return ""
+    args = ["python", "-m", "engine", "generate", "--models", *conf["models"], "--dataset", str(conf.get("dataset_id")),
+            "--repeats", str(conf.get("repeats")), "--modes", *(conf.get("modes") or []), "--seed", str(conf.get("seed")),
+            "--temperature", str(conf.get("temperature")), "--top-k", str(conf.get("top_k")),
+            "--top-p", str(conf.get("top_p")), "--max-new-tokens", str(conf.get("max_new_tokens")),
+            "--traces", "on" if conf.get("record_traces") else "off", "--trace-top-k", str(conf.get("trace_top_k")),
+            "--run-id", run_id, "--db", str(db)]
+    return shlex.join(args)
+
+
+def mark_stale(runs_df: pd.DataFrame, db: str | os.PathLike) -> pd.DataFrame:
+    """Runs stored as 'running' whose driver is gone (killed, crashed: no live process holds the
+    run's lock, engine.store.runlock) shown as 'failed' with ``stale`` True. Not cacheable: a dead
+    driver changes no file, so this is checked on every call (a few small file reads)."""
+    from engine.store.runlock import is_stale
+
+    df = runs_df.copy()
+    df["stale"] = [s == "running" and is_stale(db, r) for r, s in zip(df["run_id"], df["status"])]
+    df.loc[df["stale"], "status"] = "failed"
+    return df
+
+
 def runs(db: str | os.PathLike) -> pd.DataFrame:
-    """Every run, newest first: run_id, created_at, dataset_id, status, n_units, n_generations,
-    models, modes, repeats, temperature, max_new_tokens, seed, warnings."""
+    """Every run, newest first: run_id, created_at, dataset_id, status (as stored), n_units,
+    n_generations, models, modes, repeats, temperature, max_new_tokens, seed, warnings, and the
+    command that resumes it (empty for a finished run). Dead drivers: :func:`mark_stale`."""
     cols = ["run_id", "created_at", "dataset_id", "status", "n_units", "n_generations", "models",
-            "modes", "repeats", "temperature", "max_new_tokens", "seed", "key_mode", "warnings"]
+            "modes", "repeats", "temperature", "max_new_tokens", "seed", "key_mode", "warnings", "resume_command"]
     if not db_exists(db):
         return pd.DataFrame(columns=cols)
     df = store.query_df(db, """
@@ -63,6 +93,8 @@ def runs(db: str | os.PathLike) -> pd.DataFrame:
                     for m, c in zip(df["models"], conf)]
     df["modes"] = [list(m) if m is not None and len(m) else (c.get("modes") if isinstance(c, dict) else None)
                    for m, c in zip(df["modes"], conf)]
+    df["resume_command"] = [resume_command(r, c, db) if s != "done" else ""
+                            for r, c, s in zip(df["run_id"], conf, df["status"])]
     return df[cols]
 
 
