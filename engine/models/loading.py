@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -237,6 +238,11 @@ def spec_vocab_id(spec: ModelSpec) -> str:
 
 
 def _family_tokenizer(spec: ModelSpec):
+    return _base_tokenizer(_base_spec(spec))  # every variant of a family: one tokenizer
+
+
+@functools.lru_cache(maxsize=4)  # the vocabulary check and the prompt-length check share one load
+def _base_tokenizer(spec: ModelSpec):
     from transformers import AutoTokenizer
 
     base_cache = cache_dir(spec.family)

@@ -113,7 +113,7 @@ class RunLock:
         except OSError:
             pass
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
@@ -123,7 +123,6 @@ class RunLock:
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
-        return False
 
 
 __all__ = ["RunLock", "lock_path", "read_lock", "is_stale", "HEARTBEAT_S", "STALE_AFTER_S"]
