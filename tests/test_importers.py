@@ -16,6 +16,7 @@ from engine.analysis.multigen import multigen_summary
 from engine.cli import main
 from engine.errors import UserError
 from engine.stats import benchmark as bm
+from engine.stats import multigen as mg
 from engine.tasks.importers import PAPER_COUPLED_SEED, import_paper_mmlu
 from engine.tasks.scoring import extract_paper
 from tests.conftest import shared_path
@@ -145,12 +146,47 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     a_sub, _ = score_matrices(tmp_db, "Model-X", "Model-Y", subject="bbb_subject")["coupled"]
     np.testing.assert_array_equal(a_sub, A[3:])
 
-    assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
-                 "--resamples", "50", "--target-error", "0.05"]) == 0
+    cmd = ["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
+           "--resamples", "50", "--target-error", "0.05"]
+    assert main(cmd) == 0  # default: the human summary, not JSON
+    text = capsys.readouterr().out
+    assert text.startswith("benchmark-compare  Model-X − Model-Y") and "Paired difference" in text
+    assert "at error 0.0500 (target_error), rule paper" in text and "(full result: --json or --out FILE)" in text
+    out_file = tmp_db.parent / "bc.json"
+    assert main(cmd + ["--json", "--out", str(out_file)]) == 0
     res = json.loads(capsys.readouterr().out)
+    assert json.loads(out_file.read_text()) == res
     for key in ("mean_covariance_coupled", "median_var_diff_coupled", "median_var_diff_independent",
-                "accuracy", "error_curve", "saving", "mcnemar", "planner"):
+                "accuracy", "error_curve", "saving", "saving_ci", "paired", "mcnemar_majority", "planner"):
         assert key in res
+    assert "mcnemar" not in res and "difference" not in res  # McNemar over (question, repeat) pairs is gone
+    # the paired comparison per mode is paired_diff_ci on the stored matrices (questions as the unit)
+    for mode, (Am, Bm) in mats.items():
+        ref = bm.paired_diff_ci(Am, Bm)
+        got = res["paired"][mode]
+        for k in ("diff", "se", "ci_low", "ci_high", "p_value", "mde", "sigma2_between", "sigma2_within"):
+            assert got[k] == pytest.approx(ref[k]), (mode, k)
+        assert got["bootstrap"]["n_resamples"] == 200
+        assert res["mcnemar_majority"][mode] == bm.mcnemar_majority(Am, Bm)
+        assert res["mcnemar_majority"][mode]["outcome"] == "majority vote per question"
+    # the saving's interval is saving_predicted at the same error; the planner's components are exact
+    Dc, Di = (mats[m][0] - mats[m][1] for m in ("coupled", "independent"))
+    sci = res["saving_ci"]
+    assert sci["error"] == 0.05 and sci["saving"] == pytest.approx(bm.saving_predicted(Dc, Di, 0.05)["saving"])
+    assert sci["ci_low"] <= sci["saving"] <= sci["ci_high"]
+    pl = res["planner"]
+    assert pl["components"]["coupled"] == bm.variance_components_diff(A, B)
+    assert pl["components"]["independent (predicted from coupled)"] == bm.independent_components(A, B)
+    assert pl["target_mde"] == 0.05 and pl["target_se"] == pytest.approx(0.05 / bm.MAE_PER_SE)
+    assert {r["mode"] for r in pl["mde_plans"]} == {"coupled", "independent", "independent (predicted from coupled)"}
+    assert all(r["fits"] == (r["questions"] <= 5) for r in pl["mde_plans"] + pl["se_plans"])
+    assert all(r["note"] == f"needs {r['questions']:,} questions; this dataset has 5"
+               for r in pl["mde_plans"] if not r["fits"])
+    assert pl["headline"].endswith("this dataset has 5") and not pl["headline_fits"]
+    # the variance KDEs are reflected at 0: nothing below 0
+    for mode in ("coupled", "independent"):
+        k = res["kde"][f"var_diff_{mode}"]
+        assert k["lower"] == 0 and min(k["x"]) == 0
     assert res["mean_covariance_coupled"] == pytest.approx(bm.per_question_covariance(A, B).mean())
     assert res["accuracy"]["Model-X"] == pytest.approx(
         (A.mean() + mats["independent"][0].mean()) / 2)
@@ -165,7 +201,12 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     assert json.loads(json.dumps(again)) == res
 
     assert main(["multigen", "--db", str(tmp_db), "--run", "paper-mmlu", "--model", "Model-X"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("multigen  Model-X") and "5 prompts × 10 generations" in text
+    assert "within-prompt" in text and "between-prompt" in text and "95% CI" in text
+    assert main(["multigen", "--db", str(tmp_db), "--run", "paper-mmlu", "--model", "Model-X", "--json"]) == 0
     mgr = json.loads(capsys.readouterr().out)
+    assert mgr["score"] == mg.score_variance(A)  # the fixed CI (σ̂²/n, t) and unbiased components
     assert mgr["n"] == 5 and mgr["k"] == REPEATS and len(mgr["prompts"]) == 5
     assert mgr["score"]["mu"] == pytest.approx(A.mean())
     # consistency from identical extracted answers
