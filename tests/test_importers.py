@@ -280,3 +280,24 @@ def test_reproduce_paper_other_subjects_all_pairs(paper_db):
             vi = bm.per_question_var_diff(*mats["independent"]).mean()
             assert cov > 0, (subject, a, b)
             assert vc < vi, (subject, a, b)
+
+
+def test_benchmark_planner_exact_tiny():
+    from engine.analysis.benchmark import _planner
+    # D = A − B = [[1, 0], [1, 0]]: d_i = (0.5, 0.5), var(d_i) = 0; σ²_w = mean var_r(D) = 0.5;
+    # σ²_b = max(0, 0 − 0.5/2) = 0. Target SE 0.1: n(k) = ceil(0.5/k / 0.01) = 50, 25, 10, 5.
+    A = np.array([[1, 0], [1, 1]], float)
+    B = np.array([[0, 0], [0, 1]], float)
+    pl = _planner({"coupled": (A, B)}, 0.05, 0.5, 0.1, 0.05, 0.8, 2, 2)
+    assert pl["components"]["coupled"] == {"sigma2_between": 0.0, "sigma2_within": 0.5, "Q": 2, "R": 2}
+    # independent, predicted: mean_i (var A_i + var B_i) = mean(0.5 + 0, 0 + 0.5) = 0.5
+    assert pl["components"]["independent (predicted from coupled)"]["sigma2_within"] == 0.5
+    coupled = [(r["repeats"], r["questions"], r["fits"], r["note"]) for r in pl["se_plans"] if r["mode"] == "coupled"]
+    assert coupled == [(1, 50, False, "needs 50 questions; this dataset has 2"),
+                       (2, 25, False, "needs 25 questions; this dataset has 2"),
+                       (5, 10, False, "needs 10 questions; this dataset has 2"),
+                       (10, 5, False, "needs 5 questions; this dataset has 2")]
+    assert pl["target_se_source"] == "given"
+    # MDE 0.5 with Var(d̄) = 0.5/(n k): k = 10 reaches 80% power with a handful of questions
+    k10 = next(r for r in pl["mde_plans"] if r["mode"] == "coupled" and r["repeats"] == 10)
+    assert k10["power"] >= 0.8 and k10["fits"] == (k10["questions"] <= 2)
