@@ -53,13 +53,12 @@ m1.metric("Questions × repeats", f"{res['n_questions']} × {res['n_repeats']}")
 m2.metric("Diff A − B (coupled)", f"{pc['diff']:+.3f}",
           help=f"Mean over questions of the per-question accuracy difference; 95% t CI over questions "
                f"[{pc['ci_low']:+.3f}, {pc['ci_high']:+.3f}], p = {pc['p_value']:.2g}")
-m3.metric("Mean covariance", f"{res['mean_covariance_coupled']:.4f}",
-          help="Mean per-question covariance of the two models' scores over the repeats (coupled run)")
+m3.metric("Mean per-question covariance", f"{res['mean_covariance_coupled']:.4f}",
+          help="Mean over questions of the covariance of the two models' scores over the repeats (coupled run)")
 m4.metric("Median Var(diff) c / i", f"{res['median_var_diff_coupled']:.3f} / "
           + ui.fmt(res["median_var_diff_independent"], ".3f"),
           help="Median over questions of the per-question variance of R_A − R_B: coupled / independent")
-st.caption(f"Mean per-question covariance (coupled) {res['mean_covariance_coupled']:.4f} · paired difference "
-           f"{model_a} − {model_b}, coupled: {pc['diff']:+.3f}, 95% CI [{pc['ci_low']:+.3f}, {pc['ci_high']:+.3f}] "
+st.caption(f"Paired difference {model_a} − {model_b}, coupled: {pc['diff']:+.3f}, 95% CI [{pc['ci_low']:+.3f}, {pc['ci_high']:+.3f}] "
            f"(t over {pc['n_questions']} questions), p = {pc['p_value']:.2g}")
 
 s1, s2 = st.columns([1, 3])

@@ -430,7 +430,7 @@ def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_pa
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Questions × repeats"] == "100 × 10"
-    assert metrics["Mean covariance"] == "0.0850"  # paper: about 0.085
+    assert metrics["Mean per-question covariance"] == "0.0850"  # paper: about 0.085
     assert metrics["Median Var(diff) c / i"] == "0.178 / 0.278"  # paper: 0.178 vs 0.278
     # auto error level (the coupled error at n = 120): the saving with its bootstrap interval
     assert metrics["Sample saving (95% CI)"].count("%") == 3
