@@ -58,14 +58,14 @@ m3.metric("Mean per-question covariance", f"{res['mean_covariance_coupled']:.4f}
 m4.metric("Median Var(diff) c / i", f"{res['median_var_diff_coupled']:.3f} / "
           + ui.fmt(res["median_var_diff_independent"], ".3f"),
           help="Median over questions of the per-question variance of R_A − R_B: coupled / independent")
-st.caption(f"Paired difference {model_a} − {model_b}, coupled: {pc['diff']:+.3f}, 95% CI [{pc['ci_low']:+.3f}, {pc['ci_high']:+.3f}] "
-           f"(t over {pc['n_questions']} questions), p = {pc['p_value']:.2g}")
+st.caption(f"Paired difference {model_a} − {model_b}, coupled: {pc['diff']:+.3f}, "
+           f"95% CI [{pc['ci_low']:+.3f}, {pc['ci_high']:+.3f}] (t over {pc['n_questions']} questions), p = {pc['p_value']:.2g}")
 
 s1, s2 = st.columns([1, 3])
 if sci is not None and sci["saving"] is not None:
-    s1.metric("Sample saving (95% CI)", f"{sci['saving']:.0%} [{ui.fmt(sci['ci_low'], '.0%')}, "
-              f"{ui.fmt(sci['ci_high'], '.0%')}]",
-              help="Predicted from the per-sample variances of the difference; bootstrap over questions")
+    s1.metric("Sample saving", f"{sci['saving']:.1%}",
+              help="Predicted from the per-sample variances of the difference; 95% CI: bootstrap over questions")
+    s1.markdown(f"95% CI **[{ui.fmt(sci['ci_low'], '.1%')}, {ui.fmt(sci['ci_high'], '.1%')}]**")
     s2.markdown(
         f"**Sample saving at error ε = {sd['error']:.4f}** ({sd['error_source']}), scoring rule **{rule}**: "
         f"coupled generation needs **{sci['saving']:.1%}** fewer (question, repeat) samples than independent "
@@ -80,9 +80,23 @@ else:
     s2.markdown(f"At error ε = {sd['error']:.4f} ({sd['error_source']}), scoring rule **{rule}**. "
                 "No interval: the run has no independent scores to compare with.")
 
-t1, t2, t3, t4 = st.tabs(["Paired comparison", "Covariance & variance", "Error vs samples", "Sample-size planner"])
+t1, t2, t3, t4 = st.tabs(["Covariance & variance", "Error vs samples", "Paired comparison", "Sample-size planner"])
 kde = res["kde"]
 with t1:
+    ui.chart(figures.kde_figure({"coupled": kde["covariance_coupled"]}, {"coupled": res["mean_covariance_coupled"]},
+                                title="Per-question covariance of the scores (coupled)", xaxis="covariance",
+                                marker_label="mean"), "covariance_kde", key="bm_cov")
+    curves = {m: kde[f"var_diff_{m}"] for m in MODES if f"var_diff_{m}" in kde}
+    med = {"coupled": res["median_var_diff_coupled"], "independent": res["median_var_diff_independent"]}
+    ui.chart(figures.kde_figure(curves, med, title="Per-question variance of the score difference",
+                                xaxis="Var(R_A − R_B)", marker_label="median"), "var_diff_kde", key="bm_vd")
+    st.caption("Variance KDEs are reflected at 0 (a variance cannot be negative), so no density falls below 0.")
+with t2:
+    ui.chart(figures.error_curve_figure(res["error_curve"], sd["error"], sd),
+             "error_curve", key="bm_err")
+    st.caption(res.get("error_curve_band", ""))
+    ui.table(ui.records(res["error_curve"]), "error_curve", key="bm_err_table")
+with t3:
     st.markdown("**Paired difference of accuracy A − B per noise mode** (METHODS 7.1): one mean difference per "
                 "question, t interval over questions (repeats of a question are not independent samples); the "
                 "paired bootstrap over questions is the check; MDE = smallest difference this design detects "
@@ -97,20 +111,6 @@ with t1:
                 "is right on more than half the repeats). It tests equal majority-vote accuracy, not the "
                 "difference above; McNemar over (question, repeat) pairs is not offered (repeats are dependent).")
     ui.table(ui.mcnemar_majority_rows(res), "mcnemar_majority", key="bm_mcn")
-with t2:
-    ui.chart(figures.kde_figure({"coupled": kde["covariance_coupled"]}, {"coupled": res["mean_covariance_coupled"]},
-                                title="Per-question covariance of the scores (coupled)", xaxis="covariance",
-                                marker_label="mean"), "covariance_kde", key="bm_cov")
-    curves = {m: kde[f"var_diff_{m}"] for m in MODES if f"var_diff_{m}" in kde}
-    med = {"coupled": res["median_var_diff_coupled"], "independent": res["median_var_diff_independent"]}
-    ui.chart(figures.kde_figure(curves, med, title="Per-question variance of the score difference",
-                                xaxis="Var(R_A − R_B)", marker_label="median"), "var_diff_kde", key="bm_vd")
-    st.caption("Variance KDEs are reflected at 0 (a variance cannot be negative), so no density falls below 0.")
-with t3:
-    ui.chart(figures.error_curve_figure(res["error_curve"], sd["error"], sd),
-             "error_curve", key="bm_err")
-    st.caption(res.get("error_curve_band", ""))
-    ui.table(ui.records(res["error_curve"]), "error_curve", key="bm_err_table")
 with t4:
     pl = res["planner"]
     st.markdown(f"Var(d̄) = σ²_b/n + σ²_w/(n k) from this run's variance components (METHODS 7.1). "

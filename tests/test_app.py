@@ -174,9 +174,10 @@ def test_token_traces_page_shows_alignment_and_reacts(app):
 def test_benchmark_page_metrics_and_widget(app):
     at = _page(app, navigation.path("benchmark"))
     text = _texts(at)
-    assert "Mean per-question covariance" in text and "Sample saving (95% CI)" in text
-    # the saving's error level, n and scoring rule are in the visible text, not only a tooltip
-    assert "Sample saving at error ε = " in text and "scoring rule **paper**" in text and "95% CI [" in text
+    assert "Mean per-question covariance" in text and "Sample saving" in text
+    # the saving's interval, error level, n and scoring rule are in the visible text, not only a tooltip
+    assert "95% CI **[" in text and "Sample saving at error ε = " in text and "scoring rule **paper**" in text
+    assert "(n ≈ " in text
     assert _n_charts(at) >= 4
     tables = [d.value for d in at.dataframe]
     paired = next(t for t in tables if "diff A−B" in t.columns)
@@ -433,7 +434,8 @@ def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_pa
     assert metrics["Mean per-question covariance"] == "0.0850"  # paper: about 0.085
     assert metrics["Median Var(diff) c / i"] == "0.178 / 0.278"  # paper: 0.178 vs 0.278
     # auto error level (the coupled error at n = 120): the saving with its bootstrap interval
-    assert metrics["Sample saving (95% CI)"].count("%") == 3
+    assert metrics["Sample saving"].endswith("%")
+    assert any(m.value.startswith("95% CI **[") and m.value.count("%") == 3 for m in at.markdown)
 
 
 def test_upload_helpers_validate_then_import_as_a_job(tmp_path, monkeypatch):
