@@ -301,3 +301,21 @@ def test_benchmark_planner_exact_tiny():
     # MDE 0.5 with Var(d̄) = 0.5/(n k): k = 10 reaches 80% power with a handful of questions
     k10 = next(r for r in pl["mde_plans"] if r["mode"] == "coupled" and r["repeats"] == 10)
     assert k10["power"] >= 0.8 and k10["fits"] == (k10["questions"] <= 2)
+
+
+def test_benchmark_compare_without_an_independent_run(layout, tmp_db, capsys):
+    rdir, qdir, _ = layout
+    import_paper_mmlu(tmp_db, rdir, qdir)
+    with store.writer(tmp_db) as con:
+        con.begin()
+        con.execute("DELETE FROM scores WHERE mode = 'independent'")
+        con.commit()
+    res = benchmark_compare(tmp_db, "Model-X", "Model-Y", target_error=0.05, n_resamples=50)
+    A, B = score_matrices(tmp_db, "Model-X", "Model-Y")["coupled"]
+    assert set(res["paired"]) == set(res["mcnemar_majority"]) == {"coupled"}
+    assert res["saving"] is None and res["saving_ci"] is None  # nothing to save against
+    # the planner still predicts the independent design from the coupled run
+    assert res["planner"]["components"]["independent (predicted from coupled)"] == bm.independent_components(A, B)
+    assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
+                 "--resamples", "50", "--target-error", "0.05"]) == 0
+    assert "resampling curves: - (a curve never reaches this error, or no independent run)" in capsys.readouterr().out
