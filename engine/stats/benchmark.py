@@ -14,7 +14,8 @@ Family:
 * :func:`error_curve_naive`        the same with explicit loops (the test oracle)
 * :func:`samples_for_error`        n(ε) interpolated on an error curve
 * :func:`sample_saving`            1 − n_coupled(ε) / n_independent(ε)
-* :func:`saving_predicted`         the same from the per-sample variances, bootstrap CI over questions
+* :func:`samples_for_error_fpc`    n(ε) = S²N/(s²N + S²), s = ε/sqrt(2/π) (sampling without replacement)
+* :func:`saving_predicted`         the saving from the per-sample variances, bootstrap CI over questions
 * :func:`paired_diff_ci`           Δ̂ = mean_i d_i, t CI/test over questions, correlation, bootstrap check, MDE
 * :func:`mcnemar_majority`         McNemar on ONE outcome per question (majority vote), labelled as such
 * :func:`mcnemar`                  McNemar on independent paired binary outcomes (never (question, repeat) pairs)
