@@ -350,9 +350,9 @@ def variance_figure(components: Mapping[str, float], title: str = "Variance of t
     fig = go.Figure()
     for i, (k, v) in enumerate(components.items()):
         fig.add_trace(go.Bar(x=["Var(μ̂)"], y=[v], name=k, marker_color=PALETTE[i % len(PALETTE)]))
-    if total is not None:
-        fig.add_hline(y=total, line=dict(color="#495057", dash="dash"),
-                      annotation_text=f"Var̂(μ̂) = σ̂²/n = {total:.3g}", annotation_position="top left")
+    if total is not None:  # a wide horizontal tick across the bar, named in the legend (no label over the bar)
+        fig.add_trace(go.Scatter(x=["Var(μ̂)"], y=[total], mode="markers", name=f"Var̂(μ̂) = σ̂²/n = {total:.3g}",
+                                 marker=dict(symbol="line-ew", size=120, line=dict(color="#212529", width=3))))
     fig.update_yaxes(title="variance", exponentformat="e")
     return _layout(fig, title, height=320, barmode="stack")
 
