@@ -28,22 +28,25 @@ model_a = c2.selectbox("Model A", models, index=0, key="bm_a")
 model_b = c3.selectbox("Model B", [m for m in models if m != model_a], index=0, key="bm_b")
 subjects = ["(all)"] + ch["subjects"].get(run, [])
 subject = c4.selectbox("Subject", subjects, key="bm_subject")
-c5, c6, c7, c8 = st.columns(4)
+c5, c6, c7, c7b, c8 = st.columns(5)
 rule = c5.selectbox("Scoring rule", ch["rules"].get(run, ["paper"]), key="bm_rule")
 target = c6.number_input("Target error (0 = auto)", min_value=0.0, max_value=1.0,
                          value=0.0, step=0.005, format="%.4f", key="bm_target",
                          help="The error level of the sample saving. 0: the error the coupled curve reaches at "
                               "n = 120 samples, or at n = N/8 when the pool has fewer than 480 samples (near N "
                               "the error of sampling without replacement falls to 0)")
-mde = c7.number_input("Planner: effect to detect", min_value=0.001, max_value=1.0, value=DEFAULT_PLAN_MDE,
+mde = c7.number_input("Planner MDE", min_value=0.001, max_value=1.0, value=DEFAULT_PLAN_MDE,
                       step=0.01, format="%.3f", key="bm_mde",
                       help="Minimum detectable accuracy difference A − B for the planner (80% power, α = 0.05)")
+se = c7b.number_input("Planner SE (0 = auto)", min_value=0.0, max_value=1.0, value=0.0, step=0.005,
+                      format="%.4f", key="bm_se",
+                      help="Standard error of the difference the SE plans aim for; 0: the target error / √(2/π)")
 resamples = c8.select_slider("Resamples per size", [100, 200, 500, 1000], value=1000, key="bm_resamples")
 
 with st.spinner("Computing the comparison…"):
     res = ui.safe(L.benchmark, model_a, model_b, subject=None if subject == "(all)" else subject,
                   target_error=target or None, run=run, rule=rule, n_resamples=int(resamples),
-                  target_mde=float(mde))
+                  target_mde=float(mde), target_se=se or None)
 if res is None:
     st.stop()
 

@@ -191,6 +191,10 @@ def test_benchmark_page_metrics_and_widget(app):
     assert any(f"questions; this dataset has {N_PROMPTS}" in w.value for w in at.warning)
     at.number_input(key="bm_mde").set_value(1.0).run()
     assert not at.exception and any(f"this dataset has {N_PROMPTS}" in s.value for s in at.success)
+    at.number_input(key="bm_se").set_value(0.5).run()  # a loose SE: every SE plan fits
+    assert not at.exception and "For a target standard error **0.5000** (given)" in _texts(at)
+    se_plans = next(d.value for d in at.dataframe if "fits" in d.value.columns and "power" not in d.value.columns)
+    assert se_plans["fits"].all()
     at.selectbox(key="bm_subject").set_value("algebra").run()
     assert not at.exception
     assert f"{N_PROMPTS // 2} × {N_REPEATS}" in _texts(at)  # the algebra half of the questions

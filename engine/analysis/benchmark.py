@@ -321,12 +321,14 @@ def benchmark_choices(db: str | os.PathLike) -> dict:
 
 def benchmark(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
               target_error: float | None = None, run: str | None = None, rule: str = "paper",
-              n_resamples: int = 1000, seed: int = 0, target_mde: float = DEFAULT_PLAN_MDE) -> dict:
+              n_resamples: int = 1000, seed: int = 0, target_mde: float = DEFAULT_PLAN_MDE,
+              target_se: float | None = None) -> dict:
     """The benchmark comparison of two models (:func:`benchmark_compare`), with a clearer message
     when no default error level exists."""
     try:
         return benchmark_compare(db, model_a, model_b, subject=subject, target_error=target_error,
-                                 n_resamples=n_resamples, seed=seed, run=run, rule=rule, target_mde=target_mde)
+                                 n_resamples=n_resamples, seed=seed, run=run, rule=rule, target_mde=target_mde,
+                                 target_se=target_se)
     except UserError as exc:
         if target_error is None and "target error must be > 0" in str(exc):
             raise UserError("the estimation error is 0 at every sample size (the pool is too small, or the "
