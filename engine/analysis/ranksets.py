@@ -11,8 +11,13 @@ import os
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from engine.analysis.comparisons import (
+    cluster_ids,
+    clustering_note,
+    comparison_groups,
+    connectivity_warning,
     keep_human_labels,
     model_indices,
     model_list,
@@ -21,6 +26,7 @@ from engine.analysis.comparisons import (
     restrict_models,
     win_indicators,
 )
+from engine.config import PPR_DEFAULT_HUMAN_LABELS
 from engine.config import RANK_METHODS as METHODS
 from engine.errors import UserError
 from engine.stats import ranking as R
@@ -30,16 +36,30 @@ PAPER_ALPHAS = (0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.075, 0.05, 0.025, 0.01)
 
 
 def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = "delta",
-                 lam: float | str = "auto", models: list[str] | None = None) -> dict:
+                 lam: float | str = "auto", models: list[str] | None = None, procedure: str = "maxt",
+                 seed: int = 0, human_labels: int | None = None, n_draws: int = 10_000) -> dict:
     """Rank-sets of one method on a comparisons DataFrame, as the ``ranksets`` CLI JSON.
 
     method "human" / "judge": Algorithm 3 on the rows with that label. "ppr": Algorithm 1 with
     D_n = rows with a human label (they also need a judge label) and D_N = rows with only a judge
-    label. Returns {"models", "theta", "sigma", "lambda", "ranksets", "covariance", "n", "N"}.
+    label. ``human_labels`` = N keeps the human labels of N random rows (seeded by ``seed``), the
+    others become judge-only; for PPR on data where every row carries both labels (the Arena
+    files) the default is ``config.PPR_DEFAULT_HUMAN_LABELS`` (the paper's setting), said in
+    ``notes``. Covariance "delta" is cluster-robust by prompt when the rows carry prompt ids
+    (METHODS.md 7.3: residual columns summed within a prompt). Rank-sets by ``procedure``:
+    "maxt" (simultaneous max-t step-down, default; ``n_draws`` normal draws seeded by ``seed``),
+    "marginal", or "chi2" (the paper's Algorithm 2).
+
+    Returns:
+        {"models", "theta", "theta_ci", "sigma", "lambda", "ranksets", "rank", "procedure",
+         "covariance", "covariance_detail", "clustering", "n_clusters", "per_row_clusters", "alpha",
+         "n", "N", "human_labels", "notes", "warnings", ["critical_values"]}.
     """
     if method not in METHODS:
         raise UserError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
     R._check_covariance(covariance)
+    if procedure not in R.PROCEDURES:
+        raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(R.PROCEDURES)}")
     alpha = parse_alpha(alpha)
     lam = parse_lambda(lam)
     df = restrict_models(df, models)
@@ -47,9 +67,29 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
     k = len(models)
     if k < 2:
         raise UserError(f"need at least two models to rank; found {models}")
+    notes: list[str] = []
     has_h = df.human_winner.notna().to_numpy()
     has_j = df.judge_winner.notna().to_numpy()
+    if human_labels is None and method == "ppr" and has_h.any() and not (has_j & ~has_h).any() \
+            and has_h.sum() > PPR_DEFAULT_HUMAN_LABELS:
+        human_labels = PPR_DEFAULT_HUMAN_LABELS
+        notes.append(f"every comparison carries a human label: kept the human labels of {human_labels:,} random "
+                     f"comparisons (seed {seed}; the paper's setting; change with --human-labels), the other "
+                     f"{int(has_h.sum()) - human_labels:,} are judge-only")
+    if human_labels is not None:
+        if int(human_labels) < 1:
+            raise UserError(f"--human-labels must be >= 1; got {human_labels}")
+        if int(human_labels) < int(has_h.sum()):
+            df = keep_human_labels(df, int(human_labels), seed)
+            has_h = df.human_winner.notna().to_numpy()
+        elif not notes:
+            notes.append(f"--human-labels {int(human_labels):,}: all {int(has_h.sum()):,} human labels kept")
     first, second = model_indices(df, models)
+    cl = cluster_ids(df)
+    if cl is not None and pd.Series(cl).value_counts().max() == 1:
+        cl = None  # one comparison per prompt: the clustered formula IS the plain one (kept bit-exact)
+    if covariance == "paper":
+        cl = None
     lam_out = None
     if method in ("human", "judge"):
         rows = has_h if method == "human" else has_j
@@ -58,8 +98,10 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
         col = "human_winner" if method == "human" else "judge_winner"
         w, w2 = win_indicators(df[col][rows])
         require_models(models, first[rows], second[rows], f"{method}-labelled comparisons")
-        theta, sigma = R.onesource_theta_sigma(first[rows], second[rows], w, w2, k, covariance)
+        theta, sigma = R.onesource_theta_sigma(first[rows], second[rows], w, w2, k, covariance,
+                                               cluster=None if cl is None else cl[rows])
         n, N = (int(rows.sum()), 0) if method == "human" else (0, int(rows.sum()))
+        used = rows
     else:
         bad = has_h & ~has_j
         if bad.any():
@@ -69,22 +111,74 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
         lab, unl = has_h, has_j & ~has_h
         if not lab.any() or not unl.any():
             raise UserError(f"PPR needs human-labelled comparisons (found {int(lab.sum())}) and comparisons "
-                            f"labelled by the judge only (found {int(unl.sum())})")
+                            f"labelled by the judge only (found {int(unl.sum())}); when every row has both labels, "
+                            "keep some human labels with --human-labels N")
         require_models(models, first[lab], second[lab], "labelled set (human labels)")
         require_models(models, first[unl], second[unl], "unlabelled set (judge-only labels)")
         w, w2 = win_indicators(df.human_winner[lab])
         wh, wh2 = win_indicators(df.judge_winner[lab])
         whN, wh2N = win_indicators(df.judge_winner[unl])
         theta, sigma, lam_out = R.ppr_theta_sigma(first[unl], second[unl], whN, wh2N, first[lab], second[lab],
-                                                  w, w2, wh, wh2, k, lam=lam, covariance=covariance)
+                                                  w, w2, wh, wh2, k, lam=lam, covariance=covariance,
+                                                  cluster_N=None if cl is None else cl[unl],
+                                                  cluster_n=None if cl is None else cl[lab])
         n, N = int(lab.sum()), int(unl.sum())
-    lo, up = R.ranksets(theta, sigma, alpha)
-    return {"models": models,
-            "theta": {m: float(t) for m, t in zip(models, theta)},
-            "sigma": sigma.tolist(),
-            "lambda": None if lam_out is None else float(lam_out),
-            "ranksets": {m: [int(a), int(b)] for m, a, b in zip(models, lo, up)},
-            "covariance": covariance, "n": n, "N": N}
+        used = lab | unl
+    rs = R.rank_sets(theta, sigma, alpha, procedure=procedure, rng=np.random.default_rng(seed), n_draws=n_draws)
+    n_rows = int(used.sum())
+    all_ids = cluster_ids(df)
+    n_clusters = n_rows if all_ids is None else int(pd.Series(all_ids[used]).nunique(dropna=False))
+    per_row = all_ids is None
+    if covariance == "paper":
+        detail = "paper: A A^T / n^2 (the published formula, too small; reproduction only), rows independent"
+    elif cl is None:
+        detail = ("delta: count-normalised A A^T / (c c^T), " +
+                  ("no prompt ids: each row is its own cluster" if per_row else "one comparison per prompt"))
+    else:
+        detail = "delta, cluster-robust by prompt: (A G)(A G)^T / (c c^T), residuals summed within each prompt"
+    z = stats.norm.ppf(1 - alpha / 2)
+    se = np.sqrt(np.maximum(np.diag(sigma), 0.0))
+    warn = [w for w in [connectivity_warning(comparison_groups(first[used], second[used], models))] if w]
+    if method == "judge":
+        warn.append("judge-only rank-sets rank the JUDGE's preferences: they inherit its biases and need not cover "
+                    "the human ranking (use PPR with some human labels for that)")
+    out = {"models": models, "method": method,
+           "theta": {m: float(t) for m, t in zip(models, theta)},
+           "theta_ci": {m: [float(t - z * e), float(t + z * e)] for m, t, e in zip(models, theta, se)},
+           "sigma": sigma.tolist(),
+           "lambda": None if lam_out is None else float(lam_out),
+           "ranksets": {m: [int(a), int(b)] for m, a, b in zip(models, rs["lower"], rs["upper"])},
+           "rank": {m: int(x) for m, x in zip(models, R.rank_column(rs["lower"]))},
+           "procedure": procedure, "alpha": alpha,
+           "covariance": covariance, "covariance_detail": detail,
+           "clustering": clustering_note(n_clusters, per_row, n_rows), "n_clusters": n_clusters,
+           "per_row_clusters": per_row, "n": n, "N": N, "human_labels": None if human_labels is None else int(n),
+           "notes": notes, "warnings": warn}
+    if "critical_values" in rs:
+        out["critical_values"] = [float(c) if np.isfinite(c) else None for c in
+                                  (rs["critical_values"] if procedure == "maxt" else [])]
+    return out
+
+
+THETA_TEXT = ("theta = the model's strict win-rate against a uniformly random other model (P(its output is "
+              "preferred); ties count as a non-win); interval = marginal (1 - alpha) normal interval from the "
+              "covariance in use")
+
+
+def summary(res: dict) -> str:
+    """The ``ranksets`` CLI's human summary (no covariance matrix): one line per model, best first."""
+    from engine.commands._common import table
+    head = (f"rank-sets · {res.get('method', '')} · procedure {res['procedure']} at alpha {res['alpha']} · "
+            f"n = {res['n']:,} human-labelled, N = {res['N']:,} judge-only"
+            + (f" · lambda = {res['lambda']:.3f}" if res.get("lambda") is not None else ""))
+    lines = [head, f"covariance: {res['covariance_detail']}", res["clustering"], THETA_TEXT, ""]
+    rows = [{"rank": res["rank"][m], "model": m, "rank_set": f"{res['ranksets'][m][0]}-{res['ranksets'][m][1]}",
+             "theta": res["theta"][m], "theta_low": res["theta_ci"][m][0], "theta_high": res["theta_ci"][m][1]}
+            for m in res["models"]]
+    rows.sort(key=lambda r: (r["rank"], -r["theta"]))
+    lines.append(table(rows))
+    lines += [f"note: {x}" for x in res.get("notes", [])] + [f"WARNING: {x}" for x in res.get("warnings", [])]
+    return "\n".join(lines)
 
 
 def parse_lambda(value: str | float) -> float | str:
