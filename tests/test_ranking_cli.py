@@ -54,18 +54,21 @@ def _synthetic_csv(path, rng, k=4, per=30, label_every=3, u=0.1):
 def test_ranksets_json_exact_tiny_case(tmp_path, capsys):
     f = tmp_path / "c.csv"
     f.write_text(TINY)
-    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--alpha", "0.1")
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--alpha", "0.1",
+                      "--procedure", "chi2", "--json")
     assert rc == 0
     d = json.loads(out)
-    assert list(d) == ["models", "theta", "sigma", "lambda", "ranksets", "covariance", "n", "N"]
-    assert d["models"] == ["x", "y", "z"]
+    assert {"models", "theta", "theta_ci", "sigma", "lambda", "ranksets", "rank", "procedure", "covariance",
+            "covariance_detail", "clustering", "n", "N", "warnings"} <= set(d)
+    assert d["procedure"] == "chi2" and d["models"] == ["x", "y", "z"]
+    assert d["rank"] == {m: v[0] for m, v in d["ranksets"].items()}
     assert d["theta"] == pytest.approx({"x": 0.75, "y": 0.0, "z": 1 / 3})
     np.testing.assert_allclose(np.array(d["sigma"])[[0, 2, 0], [0, 2, 2]], [3 / 64, 2 / 27, 1 / 72])
     assert d["lambda"] is None and d["covariance"] == "delta" and (d["n"], d["N"]) == (5, 0)
     lo, up = R.ranksets(np.array([0.75, 0, 1 / 3]), np.array(d["sigma"]), 0.1)
     assert d["ranksets"] == {m: [int(a), int(b)] for m, a, b in zip("xyz", lo, up)}
     rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "judge", "--alpha", "0.1",
-                      "--covariance", "paper")
+                      "--covariance", "paper", "--json")
     d = json.loads(out)
     assert (d["n"], d["N"], d["covariance"]) == (0, 5, "paper")
     # judge: p3 (z, x) 'a' -> z wins, p4 tie: x = (1 + 0 + 0 + 1) / 4, z = (1 + 1 + 0) / 3
@@ -75,14 +78,14 @@ def test_ranksets_json_exact_tiny_case(tmp_path, capsys):
 def test_ranksets_ppr_cli_matches_library_and_lambda_zero_is_human_only(tmp_path, capsys):
     f = tmp_path / "s.csv"
     df = _synthetic_csv(f, np.random.default_rng(0))
-    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "ppr", "--alpha", "0.1")
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "ppr", "--alpha", "0.1", "--json")
     assert rc == 0
     d = json.loads(out)
     assert d["n"] == int((df.human_winner != "").sum()) and d["n"] + d["N"] == len(df)
     assert 0 <= d["lambda"] <= 1
     rc, out0, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "ppr", "--alpha", "0.1",
-                       "--lambda", "0")
-    rc, outh, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--alpha", "0.1")
+                       "--lambda", "0", "--json")
+    rc, outh, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--alpha", "0.1", "--json")
     d0, dh = json.loads(out0), json.loads(outh)
     assert d0["theta"] == pytest.approx(dh["theta"], abs=1e-12)
     np.testing.assert_allclose(d0["sigma"], dh["sigma"], atol=1e-15)
@@ -133,7 +136,7 @@ def test_winrates_cli_and_compare(tmp_path, capsys):
     f.write_text(TINY)
     g = tmp_path / "d.csv"
     g.write_text(TINY.replace("p2,y,z,b,b", "p2,y,z,a,b"))
-    rc, out, _ = _run(capsys, "winrates", "--comparisons", str(f), "--bootstrap", "20", "--compare", str(g))
+    rc, out, _ = _run(capsys, "winrates", "--comparisons", str(f), "--bootstrap", "20", "--compare", str(g), "--json")
     assert rc == 0
     d = json.loads(out)
     # x vs y: x won p1 (as a) and p5 (as b) -> 1.0; x vs z: p3 tie, p4 x wins -> 0.5, tie 0.5
@@ -142,7 +145,12 @@ def test_winrates_cli_and_compare(tmp_path, capsys):
     assert d["counts"]["x"]["z"] == 2 and d["n"] == 5
     assert set(d["bradley_terry"]["beta"]) == {"x", "y", "z"} and set(d["elo"]["rating"]) == {"x", "y", "z"}
     assert d["compare"]["z"]["y"]["winrate"] == 1.0 and d["compare"]["z"]["y"]["winrate_other"] == 0.0
-    assert d["compare"]["x"]["y"]["p"] == 1.0
+    # paired by prompt: only p2 differs (z beat y vs y beat z) -> diff 1 on one prompt, no variance -> no p-value
+    assert d["compare"]["z"]["y"]["diff"] == 1.0 and d["compare"]["z"]["y"]["n_prompts"] == 1
+    assert d["compare"]["x"]["y"]["diff"] == 0.0 and d["compare"]["x"]["y"]["p"] == 1.0
+    assert d["compare"]["x"]["y"]["p_holm"] == 1.0 and d["compare"]["x"]["y"]["stars"] == ""
+    assert d["clustering"] == "intervals clustered by prompt (5 prompts, 5 rows)" and not d["per_row_clusters"]
+    assert d["ci_method"].startswith("prompt-cluster percentile bootstrap, 20 resamples")
 
 
 def test_ranksets_from_stored_set(tmp_path, capsys, tmp_db):
@@ -150,7 +158,8 @@ def test_ranksets_from_stored_set(tmp_path, capsys, tmp_db):
     f = tmp_path / "up.csv"
     f.write_text(TINY.replace("human_winner", "winner"))
     import_comparisons(tmp_db, f, "tiny")
-    rc, out, _ = _run(capsys, "ranksets", "--set", "tiny", "--db", str(tmp_db), "--method", "human", "--alpha", "0.1")
+    rc, out, _ = _run(capsys, "ranksets", "--set", "tiny", "--db", str(tmp_db), "--method", "human", "--alpha", "0.1",
+                      "--json")
     assert rc == 0 and json.loads(out)["theta"] == pytest.approx({"x": 0.75, "y": 0.0, "z": 1 / 3})
     rc, _, err = _run(capsys, "ranksets", "--set", "nope", "--db", str(tmp_db), "--method", "human")
     assert rc == 2 and "nope" in err
@@ -194,18 +203,18 @@ def test_arena_real_files_count_and_cli(capsys, tmp_path):
     df = C.load_comparisons(human=human, judge=judge, models=ARENA_12)
     assert len(df) == 14_947
     rc, out, _ = _run(capsys, "ranksets", "--human", str(human), "--judge", str(judge), "--models", ",".join(ARENA_12),
-                      "--method", "human", "--alpha", "0.05")
+                      "--method", "human", "--alpha", "0.05", "--json")
     d = json.loads(out)
     assert rc == 0 and d["n"] == 14_947 and d["ranksets"]["gpt-4"] == [1, 1]
     rc, out, _ = _run(capsys, "ranksets", "--human", str(human), "--judge", str(judge), "--models", ",".join(ARENA_12),
-                      "--method", "judge", "--alpha", "0.05", "--covariance", "paper")
+                      "--method", "judge", "--alpha", "0.05", "--covariance", "paper", "--json")
     assert rc == 0 and json.loads(out)["N"] == 14_947
     # PPR on a CSV where 2 of 3 human labels are removed
     csv = tmp_path / "arena.csv"
     d2 = df.copy()
     d2.loc[d2.index % 3 != 0, "human_winner"] = None
     d2.to_csv(csv, index=False)
-    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(csv), "--method", "ppr", "--alpha", "0.05")
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(csv), "--method", "ppr", "--alpha", "0.05", "--json")
     d = json.loads(out)
     assert rc == 0 and d["n"] == 4983 and d["N"] == 14_947 - 4983 and 0 < d["lambda"] <= 1
 

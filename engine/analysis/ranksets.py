@@ -239,12 +239,15 @@ def balanced_draws(pairs: np.ndarray, per_pair: int, labelled_per_pair: int, rep
 def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndarray, np.ndarray],
                      judges: dict[str, tuple[np.ndarray, np.ndarray]], k: int, n: int, reps: int,
                      alphas, covariance: str, rng: np.random.Generator,
-                     total: int | None = None, lam: float | str = "auto") -> dict:
+                     total: int | None = None, lam: float | str = "auto", procedure: str = "chi2",
+                     n_draws: int = 2_000) -> dict:
     """Rank-sets of every method over ``reps`` balanced random draws (paper Section 5 / Fig. 1).
 
     Methods: "baseline" (humans on all N + n), "human" (humans on n), and per judge J:
     "judge:J" (J on all N + n) and "ppr:J" (J on the N unlabelled + humans and J on the n).
     ``total`` = N + n (default: the largest balanced size, n_pairs x the smallest pair count).
+    ``procedure``: "chi2" (Algorithm 2, the paper's experiment; default here) or "maxt" / "marginal"
+    (``n_draws`` standard normals per repetition, shared by every method and alpha of that draw).
 
     Returns:
         {"lower"/"upper": {method: (A, reps, k) int arrays}, "lambda": {method: (reps,)},
@@ -266,13 +269,25 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
     out_up: dict[str, list] = {}
     lams: dict[str, list] = {}
 
+    if procedure not in R.PROCEDURES:
+        raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(R.PROCEDURES)}")
+    normals = None
+
     def add(name, theta, sigma):
-        lo, up = R.ranksets(theta, sigma, alphas)
+        if procedure == "chi2":
+            lo, up = R.ranksets(theta, sigma, alphas)
+        else:
+            fn = R.ranksets_maxt if procedure == "maxt" else R.ranksets_marginal
+            sets = [fn(theta, sigma, float(a), normals=normals) for a in alphas]
+            lo = np.stack([x["lower"] for x in sets])  # (A, k)
+            up = np.stack([x["upper"] for x in sets])
         out_lo.setdefault(name, []).append(lo)
         out_up.setdefault(name, []).append(up)
 
     w, w2 = human
     for r in range(reps):
+        if procedure != "chi2":
+            normals = R.maxt_normals(k, n_draws, rng)
         sel = idx[r]
         f, s = first[sel], second[sel]
         fl, sl, fu, su = f[lab], s[lab], f[~lab], s[~lab]
@@ -309,7 +324,8 @@ def summarise_draws(res: dict, alphas) -> dict:
 
 def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, n: int = 990, reps: int = 200,
                   alpha: float = 0.05, covariance: str = "delta", seed: int = 0,
-                  alphas=PAPER_ALPHAS, models: list[str] | None = None, total: int | None = None) -> dict:
+                  alphas=PAPER_ALPHAS, models: list[str] | None = None, total: int | None = None,
+                  procedure: str = "maxt") -> dict:
     """Dashboard view of repeated draws: per-model rank-position probabilities and size-vs-intersection curves.
 
     ``df_human`` holds the comparisons with human labels (``human_winner``); the judge labels come
@@ -340,11 +356,13 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     first, second = model_indices(df, models)
     alphas_all = sorted(set(float(a) for a in alphas) | {float(alpha)}, reverse=True)
     res = draws_experiment(first, second, win_indicators(df.human_winner), {"judge": win_indicators(df.judge_winner)},
-                           len(models), n, reps, alphas_all, covariance, np.random.default_rng(seed), total)
+                           len(models), n, reps, alphas_all, covariance, np.random.default_rng(seed), total,
+                           procedure=procedure)
     ai = alphas_all.index(float(alpha))
     names = {"baseline": "baseline", "human": "human", "judge:judge": "judge", "ppr:judge": "ppr"}
     curve = summarise_draws(res, alphas_all)
     return {"models": models, "alpha": float(alpha), "n": res["n"], "N": res["N"], "covariance": covariance,
+            "procedure": procedure,
             "position_prob": {names[m]: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).tolist()
                               for m in res["lower"]},
             "rankset_prob": {names[m]: {mod: [{"lower": lo, "upper": up, "prob": pr} for (lo, up), pr in d.items()]
@@ -356,30 +374,54 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
 
 def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, alpha: float,
                   covariance: str = "delta", models: tuple[str, ...] | None = None,
-                  n_human: int | None = None, seed: int = 0) -> dict:
-    """Rank-sets of one method (:func:`ranksets_for`) with a table of the results.
+                  n_human: int | None = None, seed: int = 0, procedure: str = "maxt") -> dict:
+    """Rank-sets of one method (:func:`ranksets_for`) with a table of the results, and for PPR the
+    human-only rank-sets on the SAME human labels (same n, same seeded rows) to compare with.
 
-    ``n_human``: use the human labels of only this many random comparisons (see
-    :func:`keep_human_labels`); None = every human label.
+    ``n_human``: keep the human labels of only this many random comparisons (seeded; see
+    :func:`keep_human_labels`); None = every human label (PPR on rows that all carry both labels:
+    the default of :func:`ranksets_for`).
+
+    Returns:
+        {"result": ranksets_for dict, "table": model, rank, lower, upper, theta, theta_low,
+         theta_high (best first), "compare": the same columns + method for PPR and human-only (PPR
+         only, else None), "counts": {method: {"n": human labels used, "N": judge-only rows}}}.
     """
     df = ranking_comparisons(db, source, name)
     if models:
         df = df[df.model_a.isin(models) & df.model_b.isin(models)].reset_index(drop=True)
-    if n_human is not None:
-        df = keep_human_labels(df, int(n_human), seed)
-    res = ranksets_for(df, method, alpha, covariance=covariance, models=list(models) if models else None)
-    table = pd.DataFrame([{"model": m, "theta": res["theta"][m], "lower": lo, "upper": up}
-                          for m, (lo, up) in res["ranksets"].items()]).sort_values(["lower", "upper", "theta"],
-                                                                                    ascending=[True, True, False])
-    return {"result": res, "table": table}
+    mlist = list(models) if models else None
+    kw = dict(covariance=covariance, models=mlist, procedure=procedure, seed=seed)
+    res = ranksets_for(df, method, alpha, human_labels=n_human if method != "judge" else None, **kw)
+    results = {method: res}
+    if method == "ppr":
+        results["human"] = ranksets_for(df, "human", alpha, human_labels=res["n"], **kw)
+
+    def table(r):
+        return pd.DataFrame([{"model": m, "rank": r["rank"][m], "lower": lo, "upper": up, "theta": r["theta"][m],
+                              "theta_low": r["theta_ci"][m][0], "theta_high": r["theta_ci"][m][1]}
+                             for m, (lo, up) in r["ranksets"].items()]).sort_values(
+            ["lower", "upper", "theta"], ascending=[True, True, False]).reset_index(drop=True)
+
+    main = table(res)
+    compare = None
+    if len(results) > 1:
+        names = {"ppr": f"PPR (n = {res['n']:,} human + N = {res['N']:,} judge-only)",
+                 "human": f"human only (the same n = {results['human']['n']:,} human labels)"}
+        order = main["model"].tolist()
+        compare = pd.concat([table(r).set_index("model").loc[order].reset_index().assign(method=names[m])
+                             for m, r in results.items()], ignore_index=True)
+    return {"result": res, "table": main, "compare": compare,
+            "counts": {m: {"n": r["n"], "N": r["N"]} for m, r in results.items()}}
 
 
 def rankset_draws_view(db: str | os.PathLike, source: str, name: str, n: int, reps: int, alpha: float,
-                       covariance: str = "delta", seed: int = 0, models: tuple[str, ...] | None = None) -> dict:
+                       covariance: str = "delta", seed: int = 0, models: tuple[str, ...] | None = None,
+                       procedure: str = "maxt") -> dict:
     """Repeated draws (:func:`rankset_draws`): rank-position probabilities per method and
     the size vs baseline-intersection curve as a long table (method, alpha, size, intersection, coverage)."""
     df = ranking_comparisons(db, source, name)
     res = rankset_draws(df, n=int(n), reps=int(reps), alpha=float(alpha), covariance=covariance,
-                            seed=int(seed), models=list(models) if models else None)
+                        seed=int(seed), models=list(models) if models else None, procedure=procedure)
     curve = pd.DataFrame([{"method": m, **pt} for m, pts in res["curve"].items() for pt in pts])
     return {"result": res, "curve": curve}

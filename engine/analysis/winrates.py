@@ -80,7 +80,7 @@ def _position_bias(d: pd.DataFrame, col: str, cluster) -> dict | None:
 
 def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = DEFAULT_RESAMPLES,
                  models: list[str] | None = None, compare: pd.DataFrame | None = None, alpha: float = 0.05,
-                 procedure: str = "maxt", group: str = "this", compare_group: str = "other") -> dict:
+                 procedure: str = "maxt", group: str = "this", compare_group: str = "other", elo: bool = True) -> dict:
     """The ``winrates`` CLI JSON, every interval a prompt-cluster bootstrap (METHODS.md 7.2).
 
     W_ij = #{i beat j}/#{i vs j} (ties: a non-win for both); avg_i = mean_j W_ij; Davidson BT β;
@@ -90,6 +90,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     same prompts, e.g. the independent generations' verdicts): per pair, group − compare_group
     win-rate by a t test paired by prompt, Holm-adjusted over the pairs (stars from the adjusted p).
     Rows with ``unit`` / ``presented`` columns (judge verdicts in both orders) add position bias.
+    ``elo`` False leaves Elo out (its bootstrap is the slowest part: one pass over the rows).
     """
     if label not in LABELS:
         raise UserError(f"unknown label {label!r}; allowed: {', '.join(LABELS)}")
@@ -122,7 +123,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     rng = np.random.default_rng(seed)
     wr = CL.winrate_cluster_bootstrap(a, b, out, k, rng, cluster=cluster, n_resamples=reps)
     bt = CL.davidson_cluster_bootstrap(a, b, out, k, rng, cluster=cluster, n_resamples=reps)
-    elo = CL.elo_cluster_bootstrap(a, b, out, k, rng, cluster=cluster, n_resamples=reps)
+    el = CL.elo_cluster_bootstrap(a, b, out, k, rng, cluster=cluster, n_resamples=reps) if elo else None
     groups = comparison_groups(a, b, models)
     warn = [w for w in [connectivity_warning(groups)] if w]
     absent = [m for m, c in zip(models, np.bincount(a, minlength=k) + np.bincount(b, minlength=k)) if c == 0]
@@ -166,10 +167,11 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
                           "rank": {m: int(x) for m, x in zip(models, RK.rank_column(bt_rs["lower"]))},
                           "rank_set": {m: rset(bt_rs, i) for i, m in enumerate(models)},
                           "ci_method": boot},
-        "elo": {"K": 4.0, "rating": {m: float(x) for m, x in zip(models, elo["elo"])},
-                "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, elo["low"], elo["high"])},
-                "ci_method": boot + "; the online rating runs over the rows in file order, a resample repeats a "
-                                    "prompt's rows in place (prefer Bradley-Terry for inference)"},
+        "elo": None if el is None else {
+            "K": 4.0, "rating": {m: float(x) for m, x in zip(models, el["elo"])},
+            "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, el["low"], el["high"])},
+            "ci_method": boot + "; the online rating runs over the rows in file order, a resample repeats a "
+                                "prompt's rows in place (prefer Bradley-Terry for inference)"},
         "position_bias": _position_bias(d, col, cluster),
         "warnings": warn,
     }
@@ -250,10 +252,14 @@ def _pairs(results: dict[str, dict]) -> pd.DataFrame:
 
 def _ratings(res: dict) -> pd.DataFrame:
     bt, elo = res["bradley_terry"], res["elo"]
-    return pd.DataFrame([{"model": m, "bt_rank": bt["rank"][m], "bt_rank_set": f"{bt['rank_set'][m][0]}–{bt['rank_set'][m][1]}",
-                          "bt_beta": bt["beta"][m], "bt_low": bt["ci"][m][0], "bt_high": bt["ci"][m][1],
-                          "elo": elo["rating"][m], "elo_low": elo["ci"][m][0], "elo_high": elo["ci"][m][1]}
-                         for m in res["models"]]).sort_values(["bt_rank", "bt_beta"], ascending=[True, False])
+    rows = []
+    for m in res["models"]:
+        row = {"model": m, "bt_rank": bt["rank"][m], "bt_rank_set": f"{bt['rank_set'][m][0]}–{bt['rank_set'][m][1]}",
+               "bt_beta": bt["beta"][m], "bt_low": bt["ci"][m][0], "bt_high": bt["ci"][m][1]}
+        if elo is not None:
+            row.update({"elo": elo["rating"][m], "elo_low": elo["ci"][m][0], "elo_high": elo["ci"][m][1]})
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["bt_rank", "bt_beta"], ascending=[True, False])
 
 
 def _judgment_frame(db, run: str, mode: str, judge: str | None) -> pd.DataFrame:
@@ -271,7 +277,8 @@ def _judgment_frame(db, run: str, mode: str, judge: str | None) -> pd.DataFrame:
 
 def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "human",
                   judge: str | None = None, reps: int = DEFAULT_RESAMPLES, seed: int = 0,
-                  compare_name: str | None = None, alpha: float = 0.05, procedure: str = "maxt") -> dict:
+                  compare_name: str | None = None, alpha: float = 0.05, procedure: str = "maxt",
+                  elo: bool = True) -> dict:
     """Win-rate analysis (:func:`winrates_for`) of a run's judge verdicts, a stored set or the built-in
     Chatbot Arena files, groups named honestly.
 
@@ -297,7 +304,7 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
         for m, d in dfs.items():
             cmp_ = dfs["independent"] if both and m == "coupled" else None
             out[m] = winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=cmp_, alpha=alpha,
-                                  procedure=procedure, group=m, compare_group="independent")
+                                  procedure=procedure, group=m, compare_group="independent", elo=elo)
         note = f"LLM-judge verdicts of run {name}" + (f" by {judge}" if judge else "") + \
                f" · generation modes: {', '.join(dfs)}"
     elif source in ("set", "arena"):
@@ -313,11 +320,12 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
                 raise UserError(f"comparison set {compare_name!r} is empty or unknown")
             models = sorted(set(d.model_a) | set(d.model_b) | set(c.model_a) | set(c.model_b))
             out[g] = winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=c, alpha=alpha,
-                                  procedure=procedure, group=g, compare_group=compare_name)
+                                  procedure=procedure, group=g, compare_group=compare_name, elo=elo)
             out[compare_name] = winrates_for(c, label=label, seed=seed, reps=reps, models=models, alpha=alpha,
-                                             procedure=procedure, group=compare_name)
+                                             procedure=procedure, group=compare_name, elo=elo)
         else:
-            out[g] = winrates_for(d, label=label, seed=seed, reps=reps, alpha=alpha, procedure=procedure, group=g)
+            out[g] = winrates_for(d, label=label, seed=seed, reps=reps, alpha=alpha, procedure=procedure, group=g,
+                                  elo=elo)
     else:
         raise UserError(f"unknown comparison source {source!r}; allowed: 'judgments', 'set', 'arena'")
     return {"results": out, "table": _table(out), "pairs": _pairs(out),
@@ -349,8 +357,10 @@ def summary(res: dict) -> str:
         rows.append({"rank": a["rank"], "model": m, "rank_set": f"{a['rank_set'][0]}-{a['rank_set'][1]}",
                      "avg_winrate": a["winrate"], "ci_low": a["ci"][0], "ci_high": a["ci"][1],
                      "bt_beta": res["bradley_terry"]["beta"][m], "bt_low": res["bradley_terry"]["ci"][m][0],
-                     "bt_high": res["bradley_terry"]["ci"][m][1], "elo": res["elo"]["rating"][m],
-                     "elo_low": res["elo"]["ci"][m][0], "elo_high": res["elo"]["ci"][m][1]})
+                     "bt_high": res["bradley_terry"]["ci"][m][1]})
+        if res["elo"] is not None:
+            rows[-1].update({"elo": res["elo"]["rating"][m], "elo_low": res["elo"]["ci"][m][0],
+                             "elo_high": res["elo"]["ci"][m][1]})
     rows.sort(key=lambda r: (r["rank"], -(r["avg_winrate"] if r["avg_winrate"] is not None else -1)))
     lines.append(table(rows))
     lines.append(f"tie rate {res['tie_rate']:.3f}")
