@@ -302,3 +302,206 @@ def test_cli_closed_stdout_is_not_a_traceback():
     p = subprocess.run(f"'{sys.executable}' -c \"$SCRIPT\" | head -c 1; exit ${{PIPESTATUS[0]}}", shell=True,
                        executable="/bin/bash", cwd=ROOT, capture_output=True, text=True, env={**os.environ, "SCRIPT": script})
     assert p.stdout == "x" and p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+
+
+# ----------------------------------------------------------------------------- phase 2: reliability, clustering,
+# procedures, --human-labels, summaries, connectivity
+
+ARENA_OK = '{"num": 0, "question_id": "q0", "model_a": "x", "model_b": "y", "winner": "model_a"}\n'
+
+
+@pytest.mark.parametrize("line, needle", [
+    (ARENA_OK.replace('"num": 0', '"num": [1, 2]'), "line 1, column 'num': must be an integer or a string"),
+    (ARENA_OK.replace('"num": 0', '"num": {"k": 1}'), "line 1, column 'num': must be an integer or a string"),
+    (ARENA_OK.replace('"num": 0', '"num": ' + "[" * 50_000 + "]" * 50_000), "line 1: JSON nested too deeply"),
+    (ARENA_OK.replace('"num": 0', '"num": ' + "7" * 5000), "line 1: a number has too many digits"),
+    (ARENA_OK.replace('"model_b": "y"', '"model_b": 5'), "line 1, column 'model_b': must be non-blank text"),
+    (ARENA_OK.replace('"winner": "model_a"', '"winner": true'), "line 1, column 'winner': must be non-blank text"),
+])
+@pytest.mark.parametrize("command", ["ranksets", "winrates"])
+def test_arena_bad_lines_are_one_clear_error(tmp_path, capsys, line, needle, command):
+    f = tmp_path / "h.json"
+    f.write_text(ARENA_OK.replace('"num": 0', '"num": 1') + line)
+    extra = ["--method", "human"] if command == "ranksets" else []
+    rc, out, err = _run(capsys, command, "--human", str(f), *extra)
+    assert rc == 2 and out == "" and "Traceback" not in err
+    assert needle.replace("line 1", "line 2") in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ('{"num": 0, "model_a": "caf\xe9", "model_b": "y", "winner": "tie"}\n'.encode("latin-1"), "not UTF-8 text"),
+    (b"\x00\x01binary", "NUL bytes"),
+])
+def test_arena_undecodable_files_are_a_clear_error(tmp_path, capsys, raw, needle):
+    f = tmp_path / "h.json"
+    f.write_bytes(raw)
+    rc, out, err = _run(capsys, "winrates", "--human", str(f))
+    assert rc == 2 and needle in err and "Traceback" not in err
+
+
+def test_arena_utf16_file_is_read(tmp_path, capsys):
+    f = tmp_path / "h.json"
+    f.write_bytes((ARENA_OK + ARENA_OK.replace('"num": 0', '"num": 1').replace("q0", "q1")).encode("utf-16"))
+    rc, out, _ = _run(capsys, "winrates", "--human", str(f), "--bootstrap", "10", "--json")
+    assert rc == 0 and json.loads(out)["matrix"]["x"]["y"] == 1.0
+
+
+def test_disconnected_comparison_graph_is_a_warning_naming_the_groups(tmp_path, capsys):
+    f = tmp_path / "c.csv"
+    f.write_text("prompt_id,model_a,model_b,human_winner\n" +
+                 "".join(f"p{i},{a},{b},{w}\n" for i, (a, b, w) in enumerate(
+                     [("x", "y", "a"), ("y", "x", "tie"), ("x", "y", "b"), ("z", "w", "a"), ("w", "z", "b"),
+                      ("z", "w", "tie")])))
+    for argv in (["ranksets", "--method", "human"], ["winrates", "--bootstrap", "20"]):
+        rc, out, _ = _run(capsys, *argv, "--comparisons", str(f), "--json")
+        d = json.loads(out)
+        assert rc == 0 and len(d["warnings"]) == 1
+        assert "2 groups never compared with each other: {w, z}; {x, y}" in d["warnings"][0]
+        assert "not identified" in d["warnings"][0]
+        rc, out, _ = _run(capsys, *argv, "--comparisons", str(f))
+        assert "WARNING: the comparisons form 2 groups" in out
+
+
+def test_summary_by_default_full_json_with_out(tmp_path, capsys):
+    f = tmp_path / "c.csv"
+    f.write_text(TINY)
+    out_file = tmp_path / "r.json"
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--out", str(out_file))
+    assert rc == 0 and "sigma" not in out and "rank_set" in out and "procedure maxt" in out
+    assert "theta = the model's strict win-rate" in out and f"(full result: {out_file})" in out
+    d = json.loads(out_file.read_text())
+    assert len(d["sigma"]) == 3 and d["procedure"] == "maxt" and d["critical_values"]
+    rc, out, _ = _run(capsys, "winrates", "--comparisons", str(f), "--bootstrap", "20")
+    assert rc == 0 and "avg_winrate" in out and "intervals clustered by prompt (5 prompts, 5 rows)" in out
+    assert not out.lstrip().startswith("{")
+
+
+def test_ranksets_cluster_robust_covariance_when_prompts_repeat(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    first, second = R.balanced_design(4, 20)
+    prompts = np.repeat(np.arange(len(first) // 4), 4)[rng.permutation(len(first))]  # 4 comparisons per prompt
+    w = rng.random(len(first)) < 0.5
+    names = np.array(["a", "b", "c", "d"])
+    f = tmp_path / "c.csv"
+    pd.DataFrame({"prompt_id": [f"p{p}" for p in prompts], "model_a": names[first], "model_b": names[second],
+                  "human_winner": np.where(w, "a", "b")}).to_csv(f, index=False)
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--json")
+    d = json.loads(out)
+    _, s_cl = R.onesource_theta_sigma(first, second, w.astype(float), (~w).astype(float), 4,
+                                      cluster=np.array([f"p{p}" for p in prompts], object))
+    _, s_plain = R.onesource_theta_sigma(first, second, w.astype(float), (~w).astype(float), 4)
+    np.testing.assert_allclose(d["sigma"], s_cl, rtol=1e-12)
+    assert not np.allclose(s_cl, s_plain)
+    assert "cluster-robust by prompt" in d["covariance_detail"] and d["n_clusters"] == len(first) // 4
+    # no prompt ids: every row its own cluster, said so
+    f2 = tmp_path / "noid.csv"
+    pd.read_csv(f).drop(columns="prompt_id").to_csv(f2, index=False)
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f2), "--method", "human", "--json")
+    d2 = json.loads(out)
+    np.testing.assert_allclose(d2["sigma"], s_plain, rtol=1e-12)
+    assert d2["per_row_clusters"] and d2["clustering"].startswith("no prompt ids: each row is its own cluster")
+    rc, out, _ = _run(capsys, "winrates", "--comparisons", str(f2), "--bootstrap", "20", "--json")
+    d3 = json.loads(out)
+    assert d3["per_row_clusters"] and d3["clustering"].startswith("no prompt ids")
+
+
+def test_procedures_agree_with_the_library_and_maxt_is_no_wider_than_chi2(tmp_path, capsys):
+    f = tmp_path / "s.csv"
+    _synthetic_csv(f, np.random.default_rng(2), k=5, per=60, label_every=1)
+    sets = {}
+    for proc in ("maxt", "marginal", "chi2"):
+        rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--procedure", proc,
+                          "--json", "--seed", "3")
+        d = json.loads(out)
+        theta = np.array([d["theta"][m] for m in d["models"]])
+        ref = R.rank_sets(theta, np.array(d["sigma"]), 0.05, procedure=proc, rng=np.random.default_rng(3))
+        assert [d["ranksets"][m] for m in d["models"]] == [[int(a), int(b)] for a, b in zip(ref["lower"], ref["upper"])]
+        assert d["procedure"] == proc and d["rank"] == {m: v[0] for m, v in d["ranksets"].items()}
+        sets[proc] = np.array([d["ranksets"][m] for m in d["models"]])
+    size = {p: (s[:, 1] - s[:, 0]).sum() for p, s in sets.items()}
+    assert size["maxt"] <= size["chi2"] and size["marginal"] <= size["maxt"]
+
+
+def test_human_labels_keeps_n_seeded_labels_and_human_only_uses_the_same(tmp_path, capsys):
+    f = tmp_path / "s.csv"
+    df = _synthetic_csv(f, np.random.default_rng(4), k=4, per=30, label_every=1)  # every row: both labels
+    rc, out, err = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "ppr", "--json")
+    assert rc == 2 and "--human-labels N" in err  # 360 rows < the 990 default: nothing left judge-only
+    runs = {}
+    for method in ("ppr", "human"):
+        rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", method, "--human-labels", "60",
+                          "--seed", "7", "--json")
+        runs[method] = json.loads(out)
+    assert (runs["ppr"]["n"], runs["ppr"]["N"]) == (60, len(df) - 60) and runs["human"]["n"] == 60
+    kept = C.keep_human_labels(C.read_comparisons_file(f), 60, 7)
+    ref = RS.ranksets_for(kept, "human", 0.05, seed=7)
+    assert runs["human"]["theta"] == pytest.approx(ref["theta"], abs=1e-15)
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "ppr", "--human-labels", "60",
+                      "--seed", "7", "--json")
+    assert json.loads(out)["theta"] == runs["ppr"]["theta"]  # seeded: the same labels again
+
+
+def test_ppr_default_human_labels_when_every_row_has_both(tmp_path, capsys):
+    f = tmp_path / "s.csv"
+    df = _synthetic_csv(f, np.random.default_rng(6), k=4, per=100, label_every=1)  # 1200 rows, both labels
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "ppr")
+    assert rc == 0 and "n = 990 human-labelled, N = 210 judge-only" in out
+    assert "note: every comparison carries a human label: kept the human labels of 990" in out
+    assert len(df) == 1200
+
+
+def test_winrates_ranks_are_rank_set_lower_ends_and_cis_cover_the_estimates(tmp_path, capsys):
+    f = tmp_path / "s.csv"
+    _synthetic_csv(f, np.random.default_rng(8), k=4, per=40, label_every=1)
+    rc, out, _ = _run(capsys, "winrates", "--comparisons", str(f), "--bootstrap", "300", "--json")
+    d = json.loads(out)
+    for m in d["models"]:
+        a = d["average"][m]
+        assert a["rank"] == a["rank_set"][0] <= a["rank_set"][1]
+        assert a["ci"][0] <= a["winrate"] <= a["ci"][1]
+        lo, hi = d["bradley_terry"]["ci"][m]
+        assert lo <= d["bradley_terry"]["beta"][m] <= hi and d["bradley_terry"]["rank"][m] == d["bradley_terry"]["rank_set"][m][0]
+    # the same numbers as the statistics module, same seed (two routes must agree)
+    from engine.analysis.winrates import _outcome_codes
+    from engine.stats import clustered as CL
+    df = C.read_comparisons_file(f)
+    df = df[df.human_winner.notna()].reset_index(drop=True)
+    a, b = C.model_indices(df, d["models"])
+    wr = CL.winrate_cluster_bootstrap(a, b, _outcome_codes(df.human_winner), 4, np.random.default_rng(0),
+                                      cluster=df.prompt_id.to_numpy(object), n_resamples=300)
+    assert [d["average"][m]["ci"][0] for m in d["models"]] == pytest.approx(wr["avg_low"].tolist())
+
+
+def test_winrates_paired_compare_needs_prompt_ids(tmp_path, capsys):
+    f = tmp_path / "a.csv"
+    f.write_text("model_a,model_b,human_winner\nx,y,a\ny,x,b\nx,y,tie\n")
+    rc, out, _ = _run(capsys, "winrates", "--comparisons", str(f), "--compare", str(f), "--bootstrap", "10", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["compare"] is None and any("paired by prompt" in w for w in d["warnings"])
+
+
+@pytest.mark.shared
+def test_readme_arena_ppr_command_works_exactly_as_written():
+    shared_path("data", "arena", "human.json")
+    p = subprocess.run([sys.executable, "-m", "engine", "ranksets", "--human", "../shared/data/arena/human.json",
+                        "--judge", "../shared/data/arena/gpt-4-0125-preview.json", "--method", "ppr"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "n = 990 human-labelled, N = 25,929 judge-only" in p.stdout and "procedure maxt" in p.stdout
+    assert "kept the human labels of 990 random comparisons" in p.stdout and "sigma" not in p.stdout
+
+
+def test_comparison_sources_list_an_imported_copy_of_the_builtin_arena_once(tmp_path, monkeypatch, tmp_db):
+    from engine.tasks.comparisons import import_comparisons
+    arena = tmp_path / "shared" / "data" / "arena"
+    arena.mkdir(parents=True)
+    human = ARENA_OK + ARENA_OK.replace('"num": 0', '"num": 1').replace("q0", "q1")
+    (arena / "human.json").write_text(human)
+    (arena / "gpt-4-0125-preview.json").write_text(human.replace('"model_a"}', '"tie"}'))
+    monkeypatch.setenv("COUPLED_EVAL_SHARED", str(tmp_path / "shared"))
+    import_comparisons(tmp_db, arena / "human.json", "my-arena", judge_file=arena / "gpt-4-0125-preview.json")
+    import_comparisons(tmp_db, (ARENA_OK).encode(), "other", fmt="arena")
+    srcs = C.comparison_sources(tmp_db)
+    names = [(s["source"], s["name"]) for s in srcs]
+    assert names == [("arena", "gpt-4-0125-preview"), ("set", "other")]
+    assert srcs[0]["also_stored_as"] == ["my-arena"] and "also stored as my-arena" in srcs[0]["label"]

@@ -232,7 +232,7 @@ def _table(results: dict[str, dict]) -> pd.DataFrame:
 def _pairs(results: dict[str, dict]) -> pd.DataFrame:
     first = next(iter(results.values()))
     rows = []
-    for i, m in enumerate(first["models"]):
+    for m in first["models"]:
         for m2 in first["models"]:
             if m2 == m:
                 continue

@@ -68,7 +68,7 @@ def read_arena(human: str | Path | None, judge: str | Path | None = None,
 import csv  # noqa: E402  (below the shared building blocks above, which keep their form)
 import hashlib  # noqa: E402
 import io  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 
 from engine import config, store  # noqa: E402
 
@@ -90,13 +90,14 @@ class Problem:
     column: str | None
     message: str
     file: str = ""
+    unit: str = "row"  # "line" for JSON-lines files
 
     def __str__(self) -> str:
         where = []
         if self.file:
             where.append(self.file)
         if self.row is not None:
-            where.append(f"row {self.row}")
+            where.append(f"{self.unit} {self.row}")
         if self.column:
             where.append(f"column {self.column!r}")
         return (", ".join(where) + ": " if where else "") + self.message
@@ -378,7 +379,7 @@ def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | 
     h = _arena_lines(human, max_bytes, problems) if human is not None else None
     j = _arena_lines(judge, max_bytes, problems) if judge is not None else None
     if problems:
-        return empty, problems
+        return empty, _as_lines(problems)
     known = set(known_models) if known_models is not None else None
     if h is not None and j is not None and len(h) != len(j):
         return empty, [Problem(None, None, f"human and judge files are not line-aligned: {len(h)} vs {len(j)} "
@@ -407,7 +408,12 @@ def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | 
         out.append({"prompt_id": str(pid),
                     "model_a": row["model_a"], "model_b": row["model_b"],
                     "human_winner": human_w, "judge_winner": judge_w})
-    return pd.DataFrame(out, columns=list(NORMALISED_COLUMNS)), problems
+    return pd.DataFrame(out, columns=list(NORMALISED_COLUMNS)), _as_lines(problems)
+
+
+def _as_lines(problems: list[Problem]) -> list[Problem]:
+    """JSON-lines problems are numbered by line."""
+    return [replace(p, unit="line") for p in problems]
 
 
 def _sha256(source) -> str:
