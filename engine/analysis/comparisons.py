@@ -271,8 +271,15 @@ def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.Dat
             raise Unavailable("the Chatbot Arena files (../shared/data/arena) are not present on this machine")
         if name not in ARENA_JUDGES:
             raise UserError(f"unknown Arena judge {name!r}; allowed: {', '.join(ARENA_JUDGES)}")
-        return read_arena(d / "human.json", d / f"{name}.json")
+        h, j = d / "human.json", d / f"{name}.json"
+        return _read_arena_cached(str(h), h.stat().st_mtime, str(j), j.stat().st_mtime).copy()
     raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'arena'")
+
+
+@functools.lru_cache(maxsize=4)
+def _read_arena_cached(human: str, human_mtime: float, judge: str, judge_mtime: float) -> pd.DataFrame:
+    """The built-in Arena files, validated once per process (keyed on path and modification time)."""
+    return read_arena(human, judge)
 
 
 @functools.lru_cache(maxsize=64)
