@@ -421,6 +421,22 @@ def test_ranksets_page_on_the_chatbot_arena_files(small_db, monkeypatch):
     assert "the paper's 12 models of the 20" in _texts(at)
 
 
+@pytest.mark.shared
+def test_winrates_page_sees_the_chatbot_arena_files(small_db, monkeypatch):
+    from tests.conftest import shared_path
+    shared_path("data", "arena", "human.json")
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(small_db))
+    monkeypatch.chdir(ROOT)
+    at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), navigation.path("winrates"))
+    at.selectbox(key="wr_source").set_value(_option(at, "wr_source", "Chatbot Arena (built-in) · human + judge gpt-4-0125")).run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert len(table) == 20 and "arena (human)_rank_set" in table.columns
+    assert (table["arena (human)_rank"] == table["arena (human)_rank_set"].str.split("–").str[0].astype(int)).all()
+    text = _texts(at)
+    assert "intervals clustered by prompt (26,910 prompts, 26,919 rows)" in text and "coupled" not in text
+
+
 def test_divergence_summary_sql_matches_alignment_per_unit(small_db):
     summary = traces.divergence_summary(small_db, "run-small", MODELS)
     assert len(summary) == N_PROMPTS * N_REPEATS
