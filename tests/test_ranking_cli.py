@@ -503,5 +503,5 @@ def test_comparison_sources_list_an_imported_copy_of_the_builtin_arena_once(tmp_
     import_comparisons(tmp_db, (ARENA_OK).encode(), "other", fmt="arena")
     srcs = C.comparison_sources(tmp_db)
     names = [(s["source"], s["name"]) for s in srcs]
-    assert names == [("arena", "gpt-4-0125-preview"), ("set", "other")]
-    assert srcs[0]["also_stored_as"] == ["my-arena"] and "also stored as my-arena" in srcs[0]["label"]
+    assert names == [("set", "other"), ("arena", "gpt-4-0125-preview")]
+    assert srcs[1]["also_stored_as"] == ["my-arena"] and "also stored as my-arena" in srcs[1]["label"]

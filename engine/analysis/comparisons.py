@@ -303,6 +303,8 @@ def comparison_sources(db: str | os.PathLike) -> list[dict]:
     and judge files, in the set's metadata), or with the same content as an earlier set, is not
     listed again: the kept entry names its copies (``also_stored_as``).
 
+    Order: runs' verdicts, stored sets, built-in Arena files.
+
     Returns:
         dicts: source ('arena' | 'set' | 'judgments'), name (judge file stem, set name or run id),
         judge (judgments only), label (for a selector), also_stored_as (list).
@@ -338,10 +340,11 @@ def comparison_sources(db: str | os.PathLike) -> list[dict]:
         if e["also_stored_as"]:
             e["label"] += f" (also stored as {', '.join(e['also_stored_as'])})"
     judg = judgment_sources(db)
-    for rec in judg.drop_duplicates(["run_id", "judge"]).to_dict("records"):
-        out.append({"source": "judgments", "name": rec["run_id"], "judge": rec["judge"], "also_stored_as": [],
-                    "label": f"run {rec['run_id']} · LLM judge {rec['judge']}"})
-    return out
+    runs = [{"source": "judgments", "name": rec["run_id"], "judge": rec["judge"], "also_stored_as": [],
+             "label": f"run {rec['run_id']} · LLM judge {rec['judge']}"}
+            for rec in judg.drop_duplicates(["run_id", "judge"]).to_dict("records")]
+    # the user's own data first (runs' verdicts, stored sets), the built-in Arena files last
+    return runs + [e for e in out if e["source"] == "set"] + [e for e in out if e["source"] == "arena"]
 
 
 def keep_human_labels(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
