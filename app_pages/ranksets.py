@@ -50,7 +50,7 @@ if method == "judge":
     st.warning("Judge-only rank-sets rank the JUDGE's preferences: they inherit its biases (e.g. for its own "
                "family, for longer answers) and need not cover the human ranking. PPR corrects the judge with "
                "human labels.")
-st.caption(f"θ: {THETA_TEXT}.")
+st.caption(THETA_TEXT[0].upper() + THETA_TEXT[1:] + ".")
 
 tab1, tab2 = st.tabs(["Rank-sets on all comparisons", "Repeated draws (PPR paper, Fig. 3)"])
 with tab1:
@@ -76,7 +76,7 @@ with tab1:
         else:
             ui.chart(figures.rankset_intervals_figure(view["table"], title=f"Rank-sets at α = {alpha}"),
                      "ranksets", key="rs_int")
-        ui.table(view["table"], "ranksets", key="rs_table")
+            ui.table(view["table"], "ranksets", key="rs_table")
 with tab2:
     st.markdown("Draw **n** human-labelled comparisons (and the rest judge-only) many times, balanced per pair; how "
                 "often is each rank position in each model's rank-set? (dot size = probability). **Baseline** = the "

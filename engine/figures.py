@@ -279,25 +279,28 @@ def rankset_dots_figure(prob, models: Sequence[str], title: str = "P(rank positi
 
 def rankset_intervals_figure(table: pd.DataFrame, title: str = "Rank-sets") -> go.Figure:
     """Horizontal intervals [lower, upper] per model (columns model, lower, upper[, method][, theta]).
-    With a method column, each method's sets are drawn over the others, thinner, with a legend."""
+    With a method column, the methods' sets of a model sit side by side (offset rows), with a legend."""
     fig = go.Figure()
     groups = table["method"].unique().tolist() if "method" in table else [""]
+    models = list(dict.fromkeys(table["model"]))
+    pos = {m: i for i, m in enumerate(models)}
+    G = len(groups)
     for gi, g in enumerate(groups):
         part = table[table["method"] == g] if "method" in table else table
         color = PALETTE[gi % len(PALETTE)]
-        width = max(3, 12 - 5 * gi)
+        off = (gi - (G - 1) / 2) * (0.6 / max(G, 1)) if G > 1 else 0.0
         for ri, rec in enumerate(part.to_dict("records")):
             theta = f", theta = {rec['theta']:.3f}" if "theta" in rec and rec["theta"] == rec["theta"] else ""
-            fig.add_trace(go.Scatter(x=[rec["lower"], rec["upper"]], y=[rec["model"], rec["model"]],
-                                     mode="lines+markers", line=dict(color=color, width=width),
-                                     marker=dict(size=width + 4), name=g or "rank-set", legendgroup=g,
-                                     showlegend=bool(g) and ri == 0, opacity=0.85 if gi else 1.0,
+            y = pos[rec["model"]] + off
+            fig.add_trace(go.Scatter(x=[rec["lower"], rec["upper"]], y=[y, y], mode="lines+markers",
+                                     line=dict(color=color, width=6), marker=dict(size=10), name=g or "rank-set",
+                                     legendgroup=g, showlegend=bool(g) and ri == 0,
                                      hovertext=f"{g + ': ' if g else ''}{rec['model']}: ranks "
                                                f"{rec['lower']}-{rec['upper']}{theta}", hoverinfo="text"))
-    k = table["model"].nunique()
+    k = len(models)
     fig.update_xaxes(title="rank (1 = best)", dtick=1, range=[0.5, k + 0.5])
-    fig.update_yaxes(autorange="reversed", type="category")
-    return _layout(fig, title, height=140 + 35 * k, legend=dict(orientation="h", y=-0.15))
+    fig.update_yaxes(tickvals=list(range(k)), ticktext=models, range=[k - 0.5, -0.5])  # best on top
+    return _layout(fig, title, height=140 + (35 + 15 * (G - 1)) * k, legend=dict(orientation="h", y=-0.15))
 
 
 def tradeoff_figure(df: pd.DataFrame, x: str = "size", y: str = "intersection", group: str = "method",

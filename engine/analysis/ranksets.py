@@ -83,7 +83,8 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
             df = keep_human_labels(df, int(human_labels), seed)
             has_h = df.human_winner.notna().to_numpy()
         elif not notes:
-            notes.append(f"--human-labels {int(human_labels):,}: all {int(has_h.sum()):,} human labels kept")
+            notes.append(f"{int(human_labels):,} human labels asked for (--human-labels): all {int(has_h.sum()):,} "
+                         "available are kept")
     first, second = model_indices(df, models)
     cl = cluster_ids(df)
     if cl is not None and pd.Series(cl).value_counts().max() == 1:
