@@ -505,3 +505,15 @@ def test_comparison_sources_list_an_imported_copy_of_the_builtin_arena_once(tmp_
     names = [(s["source"], s["name"]) for s in srcs]
     assert names == [("set", "other"), ("arena", "gpt-4-0125-preview")]
     assert srcs[1]["also_stored_as"] == ["my-arena"] and "also stored as my-arena" in srcs[1]["label"]
+
+
+def test_position_bias_exact_tiny_case():
+    """Verdicts stored in model terms + the presentation order -> shown-order outcomes -> flip rate, first-win share."""
+    from engine.analysis.winrates import _position_bias
+    d = pd.DataFrame({"prompt_id": ["p1", "p1", "p2", "p2"], "model_a": ["x"] * 4, "model_b": ["y"] * 4,
+                      "judge_winner": ["a", "a", "a", "b"], "presented": ["ab", "ba", "ab", "ba"],
+                      "unit": ["u1", "u1", "u2", "u2"]})
+    pb = _position_bias(d, "judge_winner", d.prompt_id.to_numpy(object))
+    # u1: x wins in both orders (no flip; shown-first wins once of two); u2: the shown-first output wins both (flip)
+    assert pb["n_judgements"] == 2 and pb["flip_rate"] == 0.5 and pb["first_win_share"] == 0.75
+    assert _position_bias(d.drop(columns="unit"), "judge_winner", None) is None
