@@ -467,7 +467,7 @@ def test_winrates_ranks_are_rank_set_lower_ends_and_cis_cover_the_estimates(tmp_
     df = C.read_comparisons_file(f)
     df = df[df.human_winner.notna()].reset_index(drop=True)
     a, b = C.model_indices(df, d["models"])
-    wr = CL.winrate_cluster_bootstrap(a, b, _outcome_codes(df.human_winner), 4, np.random.default_rng(0),
+    wr = CL.winrate_cluster_bootstrap(a, b, _outcome_codes(df.human_winner), 4, np.random.default_rng([0, 0]),
                                       cluster=df.prompt_id.to_numpy(object), n_resamples=300)
     assert [d["average"][m]["ci"][0] for m in d["models"]] == pytest.approx(wr["avg_low"].tolist())
 
@@ -517,3 +517,18 @@ def test_position_bias_exact_tiny_case():
     # u1: x wins in both orders (no flip; shown-first wins once of two); u2: the shown-first output wins both (flip)
     assert pb["n_judgements"] == 2 and pb["flip_rate"] == 0.5 and pb["first_win_share"] == 0.75
     assert _position_bias(d.drop(columns="unit"), "judge_winner", None) is None
+
+
+def test_winrates_memoised_bootstraps_equal_fresh_ones(tmp_path):
+    from engine.analysis import winrates as WRV
+    f = tmp_path / "s.csv"
+    _synthetic_csv(f, np.random.default_rng(9), k=3, per=20, label_every=1)
+    df = C.read_comparisons_file(f)
+    WRV._BOOT_CACHE.clear()
+    no_elo = WRV.winrates_for(df, reps=50, elo=False)
+    with_elo = WRV.winrates_for(df, reps=50, elo=True)  # adds only Elo to the memo
+    WRV._BOOT_CACHE.clear()
+    fresh = WRV.winrates_for(df, reps=50, elo=True)
+    assert with_elo == fresh and no_elo["average"] == fresh["average"] and no_elo["elo"] is None
+    chi2 = WRV.winrates_for(df, reps=50, procedure="chi2")  # memo hit, other rank-sets
+    assert chi2["ci"] == fresh["ci"] and chi2["procedure"] == "chi2"

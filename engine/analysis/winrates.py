@@ -10,7 +10,9 @@ and two-proportion z tests treat rows as independent; they are not used here).
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections import OrderedDict
 
 import numpy as np
 import pandas as pd
@@ -78,6 +80,36 @@ def _position_bias(d: pd.DataFrame, col: str, cluster) -> dict | None:
     return {k: (json_float(v) if isinstance(v, float) else v) for k, v in res.items()}
 
 
+_BOOT_CACHE: OrderedDict[str, list] = OrderedDict()
+
+
+def _bootstraps(a, b, out, k: int, cluster, seed: int, reps: int, elo: bool) -> tuple:
+    """The three cluster bootstraps (win-rates, Davidson, Elo), each from its own generator seeded
+    by (seed, 0 | 1 | 2); memoised per process on the data's hash, so a page that only changes alpha
+    or the rank-set procedure, or turns Elo on, does not redo what it already has."""
+    h = hashlib.sha1()
+    codes = CL.cluster_codes(cluster, len(a))
+    for x in (a, b, out, codes[0]):
+        h.update(np.ascontiguousarray(x, dtype=np.int64).tobytes())
+    h.update(repr((k, codes[2], seed, reps)).encode())
+    key = h.hexdigest()
+    hit = _BOOT_CACHE.get(key)
+    if hit is None:
+        wr = CL.winrate_cluster_bootstrap(a, b, out, k, np.random.default_rng([seed, 0]), cluster=cluster,
+                                          n_resamples=reps)
+        bt = CL.davidson_cluster_bootstrap(a, b, out, k, np.random.default_rng([seed, 1]), cluster=cluster,
+                                           n_resamples=reps)
+        hit = [wr, bt, None]
+    if elo and hit[2] is None:
+        hit[2] = CL.elo_cluster_bootstrap(a, b, out, k, np.random.default_rng([seed, 2]), cluster=cluster,
+                                          n_resamples=reps)
+    _BOOT_CACHE[key] = hit
+    _BOOT_CACHE.move_to_end(key)
+    while len(_BOOT_CACHE) > 8:
+        _BOOT_CACHE.popitem(last=False)
+    return hit[0], hit[1], hit[2] if elo else None
+
+
 def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = DEFAULT_RESAMPLES,
                  models: list[str] | None = None, compare: pd.DataFrame | None = None, alpha: float = 0.05,
                  procedure: str = "maxt", group: str = "this", compare_group: str = "other", elo: bool = True) -> dict:
@@ -120,10 +152,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     a, b = model_indices(d, models)
     out = _outcome_codes(d[col])
     cluster = cluster_ids(d)
-    rng = np.random.default_rng(seed)
-    wr = CL.winrate_cluster_bootstrap(a, b, out, k, rng, cluster=cluster, n_resamples=reps)
-    bt = CL.davidson_cluster_bootstrap(a, b, out, k, rng, cluster=cluster, n_resamples=reps)
-    el = CL.elo_cluster_bootstrap(a, b, out, k, rng, cluster=cluster, n_resamples=reps) if elo else None
+    wr, bt, el = _bootstraps(a, b, out, k, cluster, seed, reps, elo)
     groups = comparison_groups(a, b, models)
     warn = [w for w in [connectivity_warning(groups)] if w]
     absent = [m for m, c in zip(models, np.bincount(a, minlength=k) + np.bincount(b, minlength=k)) if c == 0]
