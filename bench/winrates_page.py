@@ -11,6 +11,7 @@ human-only on the same 990 labels, the paper's 12 models, max-t). Medians of ``-
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.analysis import ranksets as RS  # noqa: E402
 from engine.analysis import winrates as WRV  # noqa: E402
-from engine.analysis.comparisons import ARENA_PAPER_MODELS, arena_dir  # noqa: E402
+from engine.analysis.comparisons import ARENA_PAPER_MODELS, _read_arena_cached, arena_dir  # noqa: E402
 
 
 def main() -> None:
@@ -38,14 +39,28 @@ def main() -> None:
         "ranksets_view, arena 12 models, PPR + human-only, max-t": lambda: RS.ranksets_view(
             None, "arena", "gpt-4-0125-preview", "ppr", 0.05, models=tuple(ARENA_PAPER_MODELS), n_human=990),
     }
-    print(f"{platform.processor() or platform.machine()}, python {platform.python_version()}")
+    def cold():
+        WRV._BOOT_CACHE.clear()
+        _read_arena_cached.cache_clear()
+
+    print(f"{platform.processor() or platform.machine()}, python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     for name, fn in cases.items():
         ts = []
         for _ in range(args.repeats):
+            cold()
             t = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - t)
-        print(f"{name}: median {statistics.median(ts):.2f} s (runs: {', '.join(f'{x:.2f}' for x in ts)})")
+        print(f"{name} (cold): median {statistics.median(ts):.2f} s (runs: {', '.join(f'{x:.2f}' for x in ts)})")
+    # a widget change after a cold load (the page's st.cache_data misses, the process memo hits)
+    cold()
+    WRV.winrates_view(None, "arena", "gpt-4-0125-preview", reps=1000, elo=False)
+    for name, kw in {"procedure -> chi2": dict(procedure="chi2", elo=False), "alpha -> 0.1": dict(alpha=0.1, elo=False),
+                     "Elo on": dict(elo=True)}.items():
+        t = time.perf_counter()
+        WRV.winrates_view(None, "arena", "gpt-4-0125-preview", reps=1000, **kw)
+        print(f"winrates_view after a cold load, {name}: {time.perf_counter() - t:.2f} s")
 
 
 if __name__ == "__main__":
