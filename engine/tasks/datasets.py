@@ -90,7 +90,12 @@ def format_mc_prompt(question: str, choices: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 # Built-ins
 
-_BUILTINS = {"demo": "demo_mcq.jsonl", "demo-chat": "demo_chat.txt", "demo-gsm": "demo_gsm.jsonl"}
+_BUILTINS = {"demo": "demo_mcq.jsonl", "demo-chat": "demo_chat.txt", "demo-gsm": "demo_gsm.jsonl",
+             "demo-arith": "demo_arith.jsonl"}
+# Built-ins whose system prompt is not their kind's default: the one-click demo's arithmetic set asks
+# for the bare number, so a few new tokens hold the answer (the numeric rule reads the last number).
+ARITH_SYSTEM_PROMPT = "Answer with the number only."
+_BUILTIN_SYSTEM = {"demo-arith": ARITH_SYSTEM_PROMPT}
 
 
 def list_datasets() -> list[str]:
@@ -120,7 +125,7 @@ def load_dataset(name_or_path: str, *, limit: int | None = None, subject: str | 
         raise UserError(f"limit must be a positive integer, got {limit!r}")
     if name in _BUILTINS:
         ds = _load_file(DATA_DIR / _BUILTINS[name], dataset_id=name)
-        ds = Dataset(name, ds.kind, f"builtin:{name}", ds.prompts, ds.system_prompt)
+        ds = Dataset(name, ds.kind, f"builtin:{name}", ds.prompts, _BUILTIN_SYSTEM.get(name, ds.system_prompt))
     else:
         path = Path(name).expanduser()
         if path.is_dir():
