@@ -300,6 +300,37 @@ def resume_job(job_id: str, db: str | os.PathLike | None = None) -> str:
                      env=meta.get("env") or None)
 
 
+# The one-click demo (Home): the packaged default pair on a task it can partly do (everyday numeric
+# questions, scored by the numeric rule), both modes, 3 repeats, 12 new tokens (the bare number or
+# a short sentence ending in it). Under 3 minutes on 2 CPU cores from a cold model cache
+# (docs/BENCHMARKS.md, "One-click demo").
+DEMO_RUN = "demo-smollm2"
+DEMO_ARGS = ["generate", "--models", "smollm2-135m", "smollm2-135m-int8", "--dataset", "demo-numbers",
+             "--repeats", "3", "--max-new-tokens", "12", "--modes", "coupled", "independent",
+             "--run-id", DEMO_RUN]
+
+
+def score_args(run_id: str, db: str | os.PathLike, rule: str | None = None) -> list[str]:
+    """``python -m engine score`` arguments; no rule = the rule that fits the run's dataset."""
+    return ["score", "--db", str(db), "--run", run_id] + (["--rule", rule] if rule else [])
+
+
+def start_demo(db: str | os.PathLike, python: str | None = None) -> str:
+    """Start the demo chain (generate, then score, started by the job itself); return the generate job id."""
+    return start_job(DEMO_ARGS + ["--db", str(db)], kind="generate", db=db, python=python,
+                     env={"COUPLED_EVAL_DB": str(db)}, then=[score_args(DEMO_RUN, db)])
+
+
+def demo_running(db: str | os.PathLike | None = None) -> bool:
+    """True while a demo step (its generate job or its scoring follow-up) runs."""
+    for j in list_jobs(db):
+        if j.status == "running" and "--run-id" in j.args and DEMO_RUN in j.args:
+            return True
+        if j.status == "running" and j.kind == "score" and DEMO_RUN in j.args:
+            return True
+    return False
+
+
 def run_followup(job_id: str, db: str | os.PathLike | None = None) -> str | None:
     """Start the follow-up of a job that ended with exit code 0 (exactly once); return its job id.
 
@@ -357,15 +388,21 @@ def wait_job(job_id: str, db: str | os.PathLike | None = None, timeout_s: float 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dashboard.jobs followup JOB_ID [--db DB]``: start a finished job's follow-up."""
+    """``python -m dashboard.jobs followup JOB_ID [--db DB]``: start a finished job's follow-up;
+    ``python -m dashboard.jobs demo [--db DB]``: start the demo chain (prints the job id)."""
     import argparse
     p = argparse.ArgumentParser(prog="python -m dashboard.jobs")
     sub = p.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("followup", help="start the follow-up of a job that exited 0 (exactly once)")
     f.add_argument("job_id")
     f.add_argument("--db", default="")
+    d = sub.add_parser("demo", help="start the one-click demo chain (generate, then score) in the background")
+    d.add_argument("--db", default=str(config.DEFAULT_DB))
     args = p.parse_args(argv)
     try:
+        if args.cmd == "demo":
+            print(start_demo(args.db))
+            return 0
         nxt = run_followup(args.job_id, args.db or None)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -136,13 +136,23 @@ def _n_downloads(at: AppTest) -> int:
     return len(at.get("download_button"))
 
 
-def test_home_lists_what_is_stored(app):
+def test_home_lists_what_is_stored(app, small_db):
     at = _page(app, navigation.path("home"))
     labels = {m.label: m.value for m in at.metric}
     assert labels["Runs"] == "1" and labels["Comparison sets"] == "1"
     assert labels["Token traces"] == f"{len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES) * N_STEPS:,}"
-    assert len(at.dataframe) >= 1 and "run-small" in at.dataframe[0].value["run_id"].tolist()
+    tables = [d.value for d in at.dataframe]
+    assert any("run_id" in t and "run-small" in t["run_id"].tolist() for t in tables)
     assert "Run the demo" not in [b.label for b in at.button]  # not an empty database
+    # the headline findings of the newest scored run, with the same numbers as the CLI's summary
+    from engine.analysis.summary import run_summary
+    s = run_summary(small_db, "run-small")
+    assert any("Headline findings" in h.value for h in at.subheader)
+    acc = next(t for t in tables if "95% CI" in t)
+    assert len(acc) == len(s["accuracy"]) and acc["accuracy"].tolist() == [round(r["accuracy"], 3)
+                                                                           for r in s["accuracy"]]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Agreement, coupled"] == f"{100 * s['pairs'][-1]['agreement_coupled']:.0f}%"  # last pair shown last
 
 
 def test_generate_page_form_and_validation(app):

@@ -6,6 +6,9 @@ Built-ins (``list_datasets()``), stored under ``engine/data/`` and written for t
   computing, language), gold answers balanced over A-D (10 each).
 * ``demo-chat``: 10 open questions (kind ``prompts``; no gold answer).
 * ``demo-gsm``: 10 short word problems with numeric gold answers (kind ``numeric``).
+* ``demo-numbers``: 40 everyday numeric questions ("How many legs does a spider have?"; kind
+  ``numeric``, system prompt "Answer with the number only."): the one-click demo, a task the
+  packaged SmolLM2-135M can partly do.
 
 Files (``load_dataset(path)``):
 
@@ -91,11 +94,11 @@ def format_mc_prompt(question: str, choices: dict) -> str:
 # Built-ins
 
 _BUILTINS = {"demo": "demo_mcq.jsonl", "demo-chat": "demo_chat.txt", "demo-gsm": "demo_gsm.jsonl",
-             "demo-arith": "demo_arith.jsonl"}
-# Built-ins whose system prompt is not their kind's default: the one-click demo's arithmetic set asks
+             "demo-numbers": "demo_numbers.jsonl"}
+# Built-ins whose system prompt is not their kind's default: the one-click demo's everyday-numbers set asks
 # for the bare number, so a few new tokens hold the answer (the numeric rule reads the last number).
 ARITH_SYSTEM_PROMPT = "Answer with the number only."
-_BUILTIN_SYSTEM = {"demo-arith": ARITH_SYSTEM_PROMPT}
+_BUILTIN_SYSTEM = {"demo-numbers": ARITH_SYSTEM_PROMPT}
 
 
 def list_datasets() -> list[str]:
