@@ -45,7 +45,7 @@ def _summary(s: dict) -> None:
                    f"{s['n_questions']} questions × {s['n_repeats']} repeats · {chance}"
                    + (f" · {s['n_generations']:,} generations in {ui.fmt_seconds(s['generation_s'])}"
                       if s.get("generation_s") else ""))
-        st.dataframe(jobs_panel.accuracy_rows(s), hide_index=True, key="summary_accuracy")
+        st.table(jobs_panel.accuracy_rows(s))  # static: a few rows, readable as text
         for p in s["pairs"]:
             c1, c2, c3 = st.columns(3)
             c1.metric("Agreement, coupled", jobs_panel.pct(p.get("agreement_coupled")),

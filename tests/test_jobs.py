@@ -251,3 +251,14 @@ def test_smoothed_eta_is_the_average_pace():
     assert jobs.smoothed_eta(25, 100, 10.0, 1.0) == pytest.approx(30.0)
     assert jobs.smoothed_eta(100, 100, 10.0) == 0.0
     assert jobs.smoothed_eta(5, 0, 10.0) is None
+
+
+def test_demo_running_covers_the_chain(tmp_db, fake_python):
+    assert not jobs.demo_running(tmp_db)
+    job = jobs.start_job(["fake", "--units", "4", "--sleep", "0.3", "--run-id", jobs.DEMO_RUN], kind="generate",
+                         db=tmp_db, python=fake_python)
+    assert jobs.demo_running(tmp_db)
+    assert jobs.wait_job(job, tmp_db, timeout_s=60).status == "done"
+    assert not jobs.demo_running(tmp_db)
+    assert jobs.DEMO_ARGS[jobs.DEMO_ARGS.index("--dataset") + 1] == "demo-numbers"
+    assert jobs.score_args("r", tmp_db) == ["score", "--db", str(tmp_db), "--run", "r"]  # rule: fits the dataset
