@@ -453,3 +453,23 @@ def test_upload_helpers_validate_then_import_as_a_job(tmp_path, monkeypatch):
     delete = jobs.start_job(["comparisons", "delete", "arena-mini", "--db", str(db)], kind="delete", db=db, progress=False)
     assert jobs.wait_job(delete, db, timeout_s=120).status == "done"
     assert comparisons.list_comparison_sets(db).empty
+
+
+def test_demo_button_is_disabled_while_a_demo_runs(tmp_path, monkeypatch):
+    from dashboard import jobs
+    db = tmp_path / "fresh.duckdb"
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    sleeper = tmp_path / "sleeper"
+    sleeper.write_text("#!/bin/sh\nsleep 30\n")
+    sleeper.chmod(0o755)
+    job = jobs.start_job(jobs.DEMO_ARGS + ["--db", str(db)], kind="generate", db=db, python=str(sleeper))
+    try:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+        assert not at.exception
+        assert at.button(key="run_demo").disabled
+        assert all(m.value == "0" for m in at.metric)  # nothing stored yet, and no error while the job runs
+    finally:
+        jobs.cancel_job(job, db)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert not at.button(key="run_demo").disabled  # the demo stopped: it can be started again
