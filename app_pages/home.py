@@ -39,8 +39,7 @@ def _demo_box(counts: dict, demo_running: bool) -> None:
 def _summary(s: dict) -> None:
     with st.container(border=True):
         st.subheader(f"Headline findings: run `{s['run']}`")
-        chance = ("no guessing baseline (numeric answers: chance is about 0)" if s["chance"] is None
-                  else f"chance {s['chance']:.2f}")
+        chance = jobs_panel.chance_text(s)
         st.caption(f"{', '.join(s['models'])} · dataset `{s['dataset_id']}` · rule `{s['rule']}` · "
                    f"{s['n_questions']} questions × {s['n_repeats']} repeats · {chance}"
                    + (f" · {s['n_generations']:,} generations in {ui.fmt_seconds(s['generation_s'])}"

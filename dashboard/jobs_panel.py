@@ -45,6 +45,13 @@ def pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.0f}%"
 
 
+def chance_text(s: dict) -> str:
+    if s.get("chance") is None:
+        return "no chance baseline (no gold answers)"
+    how = "a uniform guess" if s.get("kind") == "multiple_choice" else "always giving the most common answer"
+    return f"chance {s['chance']:.3f} ({how})"
+
+
 def accuracy_rows(s: dict) -> list[dict]:
     """The summary's accuracy table rows: model, mode, accuracy, 95% CI."""
     return [{"model": r["model"], "mode": r["mode"], "accuracy": round(r["accuracy"], 3),

@@ -63,7 +63,7 @@ def test_summary_exact_tiny_case(tmp_db):
         run_summary(tmp_db, "r1")
     scoring.score_run(tmp_db, "r1")  # no rule: numeric, from the dataset kind
     s = run_summary(tmp_db, "r1")
-    assert s["rule"] == "numeric" and s["chance"] is None and s["n_questions"] == 3 and s["n_repeats"] == 2
+    assert s["rule"] == "numeric" and s["chance"] == pytest.approx(1 / 3) and s["n_questions"] == 3 and s["n_repeats"] == 2
     acc = {(r["model"], r["mode"]): r for r in s["accuracy"]}
     Y = np.array([[1, 1], [1, 0], [0, 1]], float)
     assert acc[("m1", "coupled")]["accuracy"] == pytest.approx(4 / 6)

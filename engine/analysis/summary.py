@@ -38,13 +38,20 @@ def _complete_rows(*mats: np.ndarray) -> np.ndarray:
     return keep
 
 
-def _chance(kind: str | None, choices: list) -> float | None:
-    """Accuracy of a uniform guess: 1 / number of options for multiple choice; None otherwise
-    (a numeric answer has no guessing baseline: chance is essentially 0)."""
-    if kind != "multiple_choice":
+def _chance(kind: str | None, choices: list, golds: list) -> float | None:
+    """The accuracy of answering without reading the question.
+
+    Multiple choice: a uniform guess, mean of 1 / number of options. Numeric / exact answers: the
+    best constant answer, the share of the most common gold answer (always replying "4" scores
+    that). None when there are no gold answers.
+    """
+    if kind == "multiple_choice":
+        sizes = [len(json.loads(c)) for c in choices if isinstance(c, str) and c]
+        return float(np.mean([1.0 / s for s in sizes if s])) if sizes else None
+    golds = [str(g).strip() for g in golds if g is not None]
+    if not golds:
         return None
-    sizes = [len(json.loads(c)) for c in choices if isinstance(c, str) and c]
-    return float(np.mean([1.0 / s for s in sizes if s])) if sizes else None
+    return float(pd.Series(golds).value_counts().iloc[0] / len(golds))
 
 
 def run_summary(db: str | os.PathLike, run: str, rule: str | None = None) -> dict:
@@ -56,8 +63,9 @@ def run_summary(db: str | os.PathLike, run: str, rule: str | None = None) -> dic
             ``scoring.run_default_rule``, else the only rule the run was scored with).
     Returns:
         dict: run, dataset_id, kind, rule, models, modes, n_questions, n_repeats, n_generations,
-        n_tokens, generation_s (first run record -> last generation stored), chance (None when the
-        task has no guessing baseline), accuracy (list of {model, mode, accuracy, ci_low, ci_high,
+        n_tokens, generation_s (first run record -> last generation stored), chance (accuracy without
+        reading the question: 1/options, or the most common gold answer's share; see ``_chance``),
+        accuracy (list of {model, mode, accuracy, ci_low, ci_high,
         se, n_questions, n_repeats}), pairs (list of {model_a, model_b, agreement_coupled,
         agreement_independent (+ _ci_low/_ci_high: per-question means, t interval), diff_coupled,
         diff_independent ({diff, se, ci_low, ci_high} from paired_diff_ci), variance_saving,
@@ -79,8 +87,10 @@ def run_summary(db: str | os.PathLike, run: str, rule: str | None = None) -> dic
                                           epoch(max(g.created_at)) - epoch(min(r.created_at))
                                    FROM generations g JOIN runs r USING (run_id) WHERE g.run_id = ?""",
                                 [run]).fetchone()
-        choices = [r[0] for r in con.execute(
-            "SELECT CAST(choices AS VARCHAR) FROM prompts WHERE dataset_id = ?", [dataset_id]).fetchall()]
+        prompt_rows = con.execute("""SELECT CAST(p.choices AS VARCHAR), p.gold FROM prompts p
+                                     WHERE p.dataset_id = ? AND p.prompt_id IN
+                                           (SELECT DISTINCT prompt_id FROM generations WHERE run_id = ?)""",
+                                  [dataset_id, run]).fetchall()
     if not rules:
         raise UserError(f"run {run!r} has no scores yet: score it first (python -m engine score --run {run})")
     if rule is None:
@@ -143,10 +153,11 @@ def run_summary(db: str | os.PathLike, run: str, rule: str | None = None) -> dic
             pairs.append(out)
 
     n_gen, n_tok, gen_s = gen_stats if gen_stats else (0, 0, None)
+    chance = _chance(kind, [r[0] for r in prompt_rows], [r[1] for r in prompt_rows])
     return {"run": run, "dataset_id": dataset_id, "kind": kind, "status": status, "created_at": created,
             "rule": rule, "rules": rules, "models": models, "modes": modes, "n_questions": len(prompts),
             "n_repeats": len(repeats), "n_generations": int(n_gen), "n_tokens": int(n_tok),
-            "generation_s": None if gen_s is None else float(gen_s), "chance": _chance(kind, choices),
+            "generation_s": None if gen_s is None else float(gen_s), "chance": chance,
             "level": LEVEL, "accuracy": accuracy, "pairs": pairs}
 
 

@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 def summary_text(s: dict) -> str:
     """The short human summary: one accuracy table, one coupling table."""
-    chance = "none (numeric answers)" if s["chance"] is None else fmt(s["chance"])
+    chance = fmt(s["chance"])
     head = (f"run {s['run']}  dataset {s['dataset_id']} ({s['kind']})  rule {s['rule']}  "
             f"{s['n_questions']} questions x {s['n_repeats']} repeats  chance {chance}")
     if s.get("generation_s"):
