@@ -42,7 +42,7 @@ def main() -> None:
     py = sys.executable
     steps = [("generate", jobs.DEMO_ARGS + ["--db", str(db)]), ("score", jobs.score_args(jobs.DEMO_RUN, db))]
     load0 = os.getloadavg()
-    out = {"cores": os.cpu_count(), "load_before": load0, "steps": []}
+    out: dict = {"cores": os.cpu_count(), "load_before": load0, "steps": []}
     t_all, c_all = time.perf_counter(), _cpu()
     for name, a in steps:
         t, c = time.perf_counter(), _cpu()

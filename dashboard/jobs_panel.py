@@ -98,7 +98,7 @@ def start_generation(args: list[str], score_after: bool) -> str | None:
         args = args + ["--run-id", run_id]
     try:
         job_id = jobs.start_job(args, kind="generate", db=db_path(), env={"COUPLED_EVAL_DB": str(db_path())},
-                                then=[score_args(run_id)] if score_after else None)
+                                then=[score_args(run_id)] if score_after and run_id else None)
     except (UserError, OSError) as exc:
         st.error(f"Could not start the job: {exc}")
         return None
