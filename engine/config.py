@@ -49,6 +49,8 @@ MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 RANK_METHODS = ("human", "judge", "ppr")  # rank-sets from human labels, judge labels, or both (PPR)
 RANK_LABELS = ("human", "judge")          # whose labels a win-rate analysis uses
 COVARIANCES = ("delta", "paper")          # rank-set covariance: valid delta method | the published formula
+RANK_PROCEDURES = ("maxt", "marginal", "chi2")  # rank-sets: simultaneous max-t (default) | marginal | Algorithm 2
+PPR_DEFAULT_HUMAN_LABELS = 990  # PPR on files where every row has both labels: human labels kept (paper, Fig. 1)
 
 # ---------------------------------------------------------------------------------- analyses
 DEFAULT_SAVING_N = 120   # without a target error: the error the coupled curve reaches at n = 120
