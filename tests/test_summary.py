@@ -68,7 +68,8 @@ def test_summary_exact_tiny_case(tmp_db):
     Y = np.array([[1, 1], [1, 0], [0, 1]], float)
     assert acc[("m1", "coupled")]["accuracy"] == pytest.approx(4 / 6)
     sv = score_variance(Y)
-    assert acc[("m1", "coupled")]["ci_low"] == pytest.approx(sv["ci_low"])
+    assert acc[("m1", "coupled")]["ci_low"] == pytest.approx(max(sv["ci_low"], 0.0))
+    assert acc[("m1", "coupled")]["ci_high"] == pytest.approx(min(sv["ci_high"], 1.0))
     pair = s["pairs"][0]
     assert pair["agreement_coupled"] == 1.0 and pair["agreement_independent"] == pytest.approx(3 / 6)
     A = np.array([[1, 0], [1, 1], [1, 0]], float)

@@ -118,8 +118,9 @@ def run_summary(db: str | os.PathLike, run: str, rule: str | None = None) -> dic
             if Yc.shape[0] < 2:
                 continue
             sv = score_variance(Yc, conf=LEVEL)
-            accuracy.append({"model": model, "mode": mode, "accuracy": sv["mu"], "ci_low": sv["ci_low"],
-                             "ci_high": sv["ci_high"], "se": sv["se"], "n_questions": sv["n"],
+            # the t interval clipped to [0, 1] (an accuracy cannot leave it; coverage is unchanged)
+            accuracy.append({"model": model, "mode": mode, "accuracy": sv["mu"], "ci_low": max(sv["ci_low"], 0.0),
+                             "ci_high": min(sv["ci_high"], 1.0), "se": sv["se"], "n_questions": sv["n"],
                              "n_repeats": sv["k"]})
 
     pairs = []
