@@ -147,7 +147,10 @@ def prob_figure(steps: pd.DataFrame, models: Sequence[str], first_divergence: in
 
 def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | None = None, title: str = "",
                xaxis: str = "", marker_label: str = "mean") -> go.Figure:
-    """Density curves (``{label: {"x": [...], "density": [...]}}``) with dashed vertical markers."""
+    """Density curves (``{label: {"x": [...], "density": [...]}}``) with dashed vertical markers.
+
+    Curves with a ``lower`` bound (a boundary-corrected KDE, e.g. of a variance) start the x axis there.
+    """
     fig = go.Figure()
     for i, (label, c) in enumerate(curves.items()):
         color = COLORS.get(label, PALETTE[i % len(PALETTE)])
@@ -161,6 +164,9 @@ def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | Non
                                xshift=4, font=dict(color=color), bgcolor="rgba(255,255,255,0.8)",
                                text=f"{marker_label} {label}: {v:.3f}" if len(curves) > 1 else f"{marker_label} = {v:.3f}")
     fig.update_xaxes(title=xaxis)
+    lowers = [c.get("lower") for c in curves.values()]
+    if curves and all(lo is not None for lo in lowers):
+        fig.update_xaxes(range=[min(lowers), max(max(c["x"]) for c in curves.values())])
     fig.update_yaxes(title="density")
     return _layout(fig, title, height=360, legend=dict(orientation="h", y=-0.2))
 
@@ -354,11 +360,16 @@ def histogram_figure(values: Sequence[float], counts: Sequence[int], title: str 
     return _layout(fig, title, height=320)
 
 
-def variance_figure(components: Mapping[str, float], title: str = "Variance of the benchmark score") -> go.Figure:
-    """Stacked bar of the within- and between-prompt variance components."""
+def variance_figure(components: Mapping[str, float], title: str = "Variance of the benchmark score",
+                    total: float | None = None) -> go.Figure:
+    """Stacked bar of the within- and between-prompt variance components; ``total`` (the variance
+    the CI uses, σ̂²/n) as a dashed line: the parts add up to it unless the between part is clipped at 0."""
     fig = go.Figure()
     for i, (k, v) in enumerate(components.items()):
         fig.add_trace(go.Bar(x=["Var(μ̂)"], y=[v], name=k, marker_color=PALETTE[i % len(PALETTE)]))
+    if total is not None:  # a wide horizontal tick across the bar, named in the legend (no label over the bar)
+        fig.add_trace(go.Scatter(x=["Var(μ̂)"], y=[total], mode="markers", name=f"Var̂(μ̂) = σ̂²/n = {total:.3g}",
+                                 marker=dict(symbol="line-ew", size=120, line=dict(color="#212529", width=3))))
     fig.update_yaxes(title="variance", exponentformat="e")
     return _layout(fig, title, height=320, barmode="stack")
 

@@ -185,7 +185,26 @@ def test_benchmark_page_metrics_and_widget(app):
     at = _page(app, navigation.path("benchmark"))
     text = _texts(at)
     assert "Mean per-question covariance" in text and "Sample saving" in text
+    # the saving's interval, error level, n and scoring rule are in the visible text, not only a tooltip
+    assert "95% CI **[" in text and "Sample saving at error ε = " in text and "scoring rule **paper**" in text
+    assert "(n ≈ " in text
     assert _n_charts(at) >= 4
+    tables = [d.value for d in at.dataframe]
+    paired = next(t for t in tables if "diff A−B" in t.columns)
+    assert paired["mode"].tolist() == ["coupled", "independent"]
+    assert {"ci_low", "ci_high", "p_value", "corr", "boot_ci_low", "MDE"} <= set(paired.columns)
+    # McNemar only on one majority-vote outcome per question; never over (question, repeat) pairs
+    assert "one majority-vote outcome per question" in text
+    assert not any("outcomes" in t.columns or (t.get("outcome") is not None and (t["outcome"] == "pairs").any())
+                   for t in tables)
+    # the planner says the dataset is too small for an MDE of 0.05
+    assert any(f"questions; this dataset has {N_PROMPTS}" in w.value for w in at.warning)
+    at.number_input(key="bm_mde").set_value(1.0).run()
+    assert not at.exception and any(f"this dataset has {N_PROMPTS}" in s.value for s in at.success)
+    at.number_input(key="bm_se").set_value(0.5).run()  # a loose SE: every SE plan fits
+    assert not at.exception and "For a target standard error **0.5000** (given)" in _texts(at)
+    se_plans = next(d.value for d in at.dataframe if "fits" in d.value.columns and "power" not in d.value.columns)
+    assert se_plans["fits"].all()
     at.selectbox(key="bm_subject").set_value("algebra").run()
     assert not at.exception
     assert f"{N_PROMPTS // 2} × {N_REPEATS}" in _texts(at)  # the algebra half of the questions
@@ -252,7 +271,8 @@ def test_ranksets_page_methods_and_covariance(app):
 def test_datamap_page_flags_and_slider(app):
     at = _page(app, navigation.path("datamap"))
     text = _texts(at)
-    assert "Flagged prompts" in text and "Score μ̂" in text
+    assert "Flagged prompts" in text and "Score μ̂" in text and "95% t CI" in text
+    assert "within-prompt" in text and "between-prompt" in text and "σ̂²/n" in text
     assert _n_charts(at) >= 3
     at.slider(key="dm_pmax").set_value(1.0)
     at.slider(key="dm_smin").set_value(-3.0).run()
@@ -476,7 +496,10 @@ def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_pa
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Questions × repeats"] == "100 × 10"
     assert metrics["Mean per-question covariance"] == "0.0850"  # paper: about 0.085
-    assert metrics["Median Var(diff) coupled / independent"] == "0.178 / 0.278"  # paper: 0.178 vs 0.278
+    assert metrics["Median Var(diff) c / i"] == "0.178 / 0.278"  # paper: 0.178 vs 0.278
+    # auto error level (the coupled error at n = 120): the saving with its bootstrap interval
+    assert metrics["Sample saving"].endswith("%")
+    assert any(m.value.startswith("95% CI **[") and m.value.count("%") == 3 for m in at.markdown)
 
 
 def test_upload_helpers_validate_then_import_as_a_job(tmp_path, monkeypatch):
