@@ -84,16 +84,17 @@ def file_problem(path: str | os.PathLike) -> str | None:
         return f"is truncated ({size:,} bytes; a DuckDB file has at least {_DATA_START:,})"
     best = None  # the database header with the highest iteration is the live one
     for off in (_HEADER_SIZE, 2 * _HEADER_SIZE):
-        iteration, _meta, _free, block_count, alloc = struct.unpack_from("<5Q", head, off + 8)
+        iteration, _meta, _free, _count, alloc = struct.unpack_from("<5Q", head, off + 8)
         if best is None or iteration > best[0]:
-            best = (iteration, block_count, alloc)
+            best = (iteration, alloc)
     assert best is not None
-    _, block_count, alloc = best
-    if not (4096 <= alloc <= 1 << 30) or block_count > (1 << 40):
-        return "has a damaged header (implausible block size or count)"
-    expected = _DATA_START + block_count * alloc
-    if size < expected:
-        return f"is truncated ({size:,} bytes; its header says {expected:,})"
+    alloc = best[1]
+    if not (4096 <= alloc <= 1 << 30):
+        return "has a damaged header (implausible block size)"
+    # DuckDB's file is the headers plus whole blocks (trailing free blocks may be cut off, so the
+    # header's block count is no lower bound: the blocks tables use are checked after opening)
+    if (size - _DATA_START) % alloc:
+        return f"is truncated ({size:,} bytes is not the headers plus whole {alloc // 1024} KiB blocks)"
     return None
 
 
@@ -197,6 +198,43 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
 
 # ---------------------------------------------------------------------------- verification
 
+def _blocks_problem(con: duckdb.DuckDBPyConnection, path: Path, tables) -> str | None:
+    """The file must hold every block a table's data uses (DuckDB opens a file cut at a block
+    boundary and would write into it; its header's block count includes free blocks, so the
+    segments' block ids are the exact bound). Reads metadata only, not the data."""
+    block_size = con.execute("SELECT block_size FROM pragma_database_size() "
+                             "WHERE database_name = current_database()").fetchone()
+    top = -1
+    for name in tables:  # names from our SCHEMA, checked by the caller
+        row = con.execute(f"SELECT max(greatest(block_id, coalesce(list_max(additional_block_ids), -1))) "
+                          f"FROM pragma_storage_info('{name}') WHERE persistent").fetchone()
+        if row is not None and row[0] is not None:
+            top = max(top, int(row[0]))
+    if block_size is None or top < 0:
+        return None
+    need = _DATA_START + (top + 1) * int(block_size[0])
+    size = path.stat().st_size
+    if size < need:
+        return f"is truncated ({size:,} bytes; its tables use blocks up to byte {need:,})"
+    return None
+
+
+_BLOCKS_OK: dict[str, tuple[int, int, int]] = {}
+
+
+def _check_blocks_cached(con: duckdb.DuckDBPyConnection, path: Path, tables) -> None:
+    """:func:`_blocks_problem` once per version of the file (inode, size, mtime) in this process."""
+    st = path.stat()
+    sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+    key = str(path.resolve())
+    if _BLOCKS_OK.get(key) == sig:
+        return
+    problem = _blocks_problem(con, path, tables)
+    if problem:
+        raise UserError(f"database {path} {problem}; nothing was written: {_FIX}")
+    _BLOCKS_OK[key] = sig
+
+
 _VERIFIED: set[tuple[str, int]] = set()
 
 
@@ -226,9 +264,10 @@ def _verify_before_write(path: Path, timeout_s: float) -> None:
             problem = schema_problem(state, path)
             if problem:
                 raise UserError(problem)
-            for name in state.tables:
-                if name in TABLES:
-                    con.execute(f'SELECT count(*) FROM "{name}"').fetchone()  # name from SCHEMA
+            ours = [t for t in state.tables if t in TABLES]
+            for name in ours:
+                con.execute(f'SELECT count(*) FROM "{name}"').fetchone()  # name from SCHEMA
+            _check_blocks_cached(con, path, ours)
         except duckdb.Error as exc:
             raise _open_error(path, exc, True) from None
     finally:
@@ -268,12 +307,19 @@ def reader(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = READER_TIMEO
     con = _connect(path, read_only=True, timeout_s=timeout_s)
     try:
         try:
-            problem = schema_problem(schema_state(con), path)
+            state = schema_state(con)
+            problem = schema_problem(state, path)
+            if problem:
+                raise UserError(problem.replace("nothing was written: ", ""))
+            _check_blocks_cached(con, path, [t for t in state.tables if t in TABLES])
         except duckdb.Error as exc:
             raise _open_error(path, exc, True) from None
-        if problem:
-            raise UserError(problem.replace("nothing was written: ", ""))
-        yield con
+        try:
+            yield con
+        except duckdb.IOException as exc:  # a block the checks could not see is missing: one line
+            if "could not read" in str(exc).lower() or "checksum" in str(exc).lower():
+                raise _open_error(path, exc, True) from None
+            raise
     finally:
         con.close()
 

@@ -174,8 +174,8 @@ def schema_state(con: duckdb.DuckDBPyConnection) -> SchemaState:
         try:
             row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             version = int(row[0]) if row is not None else None
-        except (duckdb.Error, ValueError, TypeError):
-            version = None
+        except (duckdb.CatalogException, duckdb.BinderException, ValueError, TypeError):  # a meta that is not ours
+            version = None  # (an I/O error - a damaged file - propagates)
     if version is None or version < 1:
         return SchemaState("foreign", None, tables)
     kind = "current" if version == SCHEMA_VERSION else "older" if version < SCHEMA_VERSION else "newer"
