@@ -52,6 +52,7 @@ WRITER_TIMEOUT_S = 600.0   # a writer gives up only when one holder keeps the fi
 READER_TIMEOUT_S = 30.0
 INTENT_STALE_S = 10.0      # a write-intent file not refreshed for this long is from a dead writer
 INTENT_MAX_WAIT_S = 5.0    # the longest a reader yields to waiting writers before it tries anyway
+_LOCK_LOG = os.environ.get("COUPLED_EVAL_LOCK_LOG")  # a file: one line per connection (pid, r/w, seconds waited)
 
 
 def _describe_not_duckdb(head: bytes) -> str:
@@ -165,7 +166,11 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
             if read_only:
                 _yield_to_writers(path, min(INTENT_MAX_WAIT_S, max(0.0, deadline - time.monotonic())))
             try:
-                return duckdb.connect(str(path), read_only=read_only)
+                con = duckdb.connect(str(path), read_only=read_only)
+                if _LOCK_LOG:  # bench/bench_concurrency.py: how long each connection waited
+                    with open(_LOCK_LOG, "a") as f:
+                        f.write(f"{os.getpid()} {'r' if read_only else 'w'} {time.monotonic() - started:.4f}\n")
+                return con
             except duckdb.IOException as exc:  # another process holds the file, or it is damaged
                 if not _is_lock_error(exc):
                     raise _open_error(path, exc, read_only) from None
