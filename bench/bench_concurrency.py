@@ -64,6 +64,40 @@ while not os.path.exists(stop):
 print(json.dumps({"loops": n, "fails": fails, "waits": waits}))
 """
 
+# The generation's write pattern without the model (so that CPU load from the model does not hide
+# the store's cost): compute for --compute-s, then one transaction per chunk of --chunk units.
+SYNTH = r"""
+import sys, time, json
+import pandas as pd
+from engine import store
+db, n_chunks, chunk, compute_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+waits, fails, t_start = [], 0, time.monotonic()
+for c in range(n_chunks):
+    time.sleep(compute_s)
+    df = pd.DataFrame({"run_id": "synth", "model": "m", "prompt_id": [f"p{c}-{k}" for k in range(chunk)],
+                       "repeat": 0, "mode": "coupled", "seed": 1, "text": "x" * 200, "finish_reason": "eos",
+                       "n_tokens": 8})
+    t0 = time.monotonic()
+    try:
+        with store.transaction(db) as con:
+            waits.append(time.monotonic() - t0)
+            store.insert_df(con, "generations", df, list(df.columns))
+    except Exception as exc:
+        fails += 1
+        waits.append(time.monotonic() - t0)
+        print("chunk:", type(exc).__name__, str(exc)[:200], file=sys.stderr)
+t0 = time.monotonic()
+try:
+    with store.transaction(db) as con:  # the run's final status write
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('synth_status', 'done')")
+    final_ok = True
+except Exception as exc:
+    final_ok = False
+    print("final:", type(exc).__name__, str(exc)[:200], file=sys.stderr)
+print(json.dumps({"waits": waits, "fails": fails, "final_ok": final_ok, "final_wait": time.monotonic() - t0,
+                  "wall": time.monotonic() - t_start}))
+"""
+
 
 def _summ(waits: list[float]) -> dict:
     if not waits:
@@ -87,6 +121,32 @@ def run_once(code: Path, readers: int, second_writer: bool, a) -> dict:
         procs.append(subprocess.Popen(py + ["-c", WRITER, str(db), str(a.writer_gap), str(stop)], env=env, cwd=code,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     time.sleep(1.0 if procs else 0)
+    if a.synthetic:
+        t0 = time.monotonic()
+        try:
+            g = subprocess.run(py + ["-c", SYNTH, str(db), str(a.chunks), str(a.chunk), str(a.compute_s)], env=env,
+                               cwd=code, capture_output=True, text=True, timeout=a.timeout)
+        except subprocess.TimeoutExpired as exc:  # starved: report it rather than crash
+            g = subprocess.CompletedProcess(exc.cmd, -9, "", f"timed out after {a.timeout:.0f} s")
+        wall = time.monotonic() - t0
+        stop.touch()
+        outs = [(json.loads(o.strip().splitlines()[-1]) if o.strip() else {}, e[-300:])
+                for o, e in (p.communicate(timeout=120) for p in procs)]
+        r = json.loads(g.stdout.strip().splitlines()[-1]) if g.stdout.strip() else {}
+        rd = [o for o, _ in outs[:readers]]
+        res = {"mode": "synthetic", "readers": readers, "second_writer": second_writer, "wall_s": round(wall, 2),
+               "chunks": a.chunks, "compute_s": a.compute_s, "chunk_fails": r.get("fails"),
+               "final_status_written": r.get("final_ok"), "final_wait_s": round(r.get("final_wait", -1), 3),
+               "s_per_chunk": round(r.get("wall", wall) / a.chunks, 3), "chunk_lock_waits": _summ(r.get("waits", [])),
+               "reader_loops": sum(o.get("loops", 0) for o in rd),
+               "reader_fails": sum(o.get("fails", 0) for o in rd),
+               "reader_waits": _summ([w for o in rd for w in o.get("waits", [])]),
+               "stderr": g.stderr.strip().splitlines()[-1:] if g.stderr.strip() else []}
+        if second_writer:
+            o = outs[-1][0]
+            res.update({"writer_loops": o.get("loops", 0), "writer_fails": o.get("fails", 0),
+                        "writer_waits": _summ(o.get("waits", []))})
+        return res
     cmd = py + ["-m", "engine", "generate", "--models", "smollm2-135m", "--dataset", "demo", "--limit", str(a.prompts),
                 "--repeats", str(a.repeats), "--max-new-tokens", str(a.tokens), "--batch-size", str(a.batch_size),
                 "--threads", str(a.threads), "--device", "cpu", "--db", str(db)]
@@ -132,6 +192,10 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--synthetic", action="store_true", help="the generation's write pattern without the model")
+    ap.add_argument("--chunks", type=int, default=20)
+    ap.add_argument("--chunk", type=int, default=8, help="units per chunk (synthetic)")
+    ap.add_argument("--compute-s", type=float, default=0.2, help="seconds of 'generation' per chunk (synthetic)")
     ap.add_argument("--baseline", action="store_true", help="also run without readers/writer first")
     a = ap.parse_args()
     code = Path(a.code).resolve()

@@ -227,6 +227,12 @@ def _blocks_problem(con: duckdb.DuckDBPyConnection, path: Path, tables) -> str |
 _BLOCKS_OK: dict[str, tuple[int, int, int]] = {}
 
 
+def _checked_version(path: Path) -> bool:
+    """Whether this version of the file (inode, size, mtime) already passed the checks here."""
+    st = path.stat()
+    return _BLOCKS_OK.get(str(path.resolve())) == (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _check_blocks_cached(con: duckdb.DuckDBPyConnection, path: Path, tables) -> None:
     """:func:`_blocks_problem` once per version of the file (inode, size, mtime) in this process."""
     st = path.stat()
@@ -312,11 +318,12 @@ def reader(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = READER_TIMEO
     con = _connect(path, read_only=True, timeout_s=timeout_s)
     try:
         try:
-            state = schema_state(con)
-            problem = schema_problem(state, path)
-            if problem:
-                raise UserError(problem.replace("nothing was written: ", ""))
-            _check_blocks_cached(con, path, [t for t in state.tables if t in TABLES])
+            if not _checked_version(path):  # once per version of the file: readers stay cheap
+                state = schema_state(con)
+                problem = schema_problem(state, path)
+                if problem:
+                    raise UserError(problem.replace("nothing was written: ", ""))
+                _check_blocks_cached(con, path, [t for t in state.tables if t in TABLES])
         except duckdb.Error as exc:
             raise _open_error(path, exc, True) from None
         try:
