@@ -244,3 +244,10 @@ def test_read_only_file_says_so(tmp_db, monkeypatch):
     with pytest.raises(UserError, match=r"cannot be opened for writing \(the file, its folder or its WAL .*read-only"):
         with store.transaction(tmp_db):
             pass
+
+
+def test_wal_permission_error_at_commit_is_one_clear_line(tmp_db):
+    with pytest.raises(UserError, match="read-only") as info:
+        with store.transaction(tmp_db):
+            raise duckdb.IOException(f'IO Error: Cannot open file "{tmp_db}.wal": Permission denied')
+    assert isinstance(info.value.__cause__, duckdb.IOException)  # the cause is kept, not the rollback's error

@@ -355,10 +355,10 @@ def transaction(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_
                 con.rollback()
             except duckdb.Error:  # already aborted by DuckDB: nothing to undo; keep the cause
                 pass
-            if isinstance(exc, duckdb.IOException) and not isinstance(exc, UserError):
+            if isinstance(exc, duckdb.IOException):  # e.g. the WAL cannot be created: say so in one line
                 low = str(exc).lower()
                 if "permission denied" in low or "read-only" in low or "read only" in low:
-                    raise _open_error(path if isinstance(path, Path) else Path(path), exc, False) from exc
+                    raise _open_error(Path(path), exc, False) from exc
             raise
 
 
