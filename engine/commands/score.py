@@ -18,5 +18,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import sys
+
     from engine.tasks.scoring import score_run
-    return print_json(score_run(args.db, args.run, args.rule))
+    res = score_run(args.db, args.run, args.rule)
+    if res.get("warning"):
+        print(f"warning: {res['warning']}", file=sys.stderr)
+    return print_json(res)
