@@ -40,6 +40,8 @@ def check_backend(backend: str) -> str:
 
 def backend_available(backend: str) -> tuple[bool, str]:
     """(usable here, the reason when not): for the dashboard's selector (no UserError, no import)."""
+    if backend == "hf":
+        return True, ""
     try:
         check_backend(backend)
     except UserError as exc:
