@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from vllm_testlib import VLLM_VERSION, needs_vllm
+from vllm_testlib import ENGINE_KWARGS, VLLM_VERSION, needs_vllm
 
 from engine import store
 from engine.errors import UserError
@@ -25,7 +25,13 @@ def _dataset():
     return datasets.Dataset("toy", "prompts", "memory", ps, "Be brief.")
 
 
-def test_vllm_run_records_backend_and_equals_hf(tmp_path):
+def test_vllm_run_records_backend_and_equals_hf(tmp_path, monkeypatch):
+    from engine.generation import backends
+    from engine.generation.vllm_backend import VllmBackend
+
+    # eager mode, as the other vLLM tests (no torch.compile warm-up); the factory is otherwise the real one
+    monkeypatch.setitem(backends.FACTORIES, "vllm", lambda model, device=None, tensor_parallel=1:
+                        VllmBackend(model, engine_kwargs=ENGINE_KWARGS))
     folder = tmp_path / "tiny-llama"
     m, t = tiny_lm(seed=0, hidden=128)
     m.save_pretrained(folder)
@@ -39,7 +45,7 @@ def test_vllm_run_records_backend_and_equals_hf(tmp_path):
     runs = store.query_df(db, "SELECT run_id, config, status FROM runs").set_index("run_id")
     c = json.loads(runs.loc[vl, "config"])
     assert (c["backend"], c["backend_version"]) == ("vllm", VLLM_VERSION)
-    d = c["backends"]["tiny-llama"]
+    d = c["backends"][str(folder)]  # the run's model name is the path it was given
     assert (d["backend"], d["dtype"], d["device"]) == ("vllm", "float32", "cpu")
     assert json.loads(runs.loc[hf, "config"])["backend"] == "hf"
     q = "SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3"
