@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import duckdb
 import pandas as pd
 import streamlit as st
 
@@ -23,8 +24,10 @@ from engine.analysis import comparisons as _comparisons
 from engine.analysis import multigen as _multigen
 from engine.analysis import overview as _overview
 from engine.analysis import ranksets as _ranksets
+from engine.analysis import summary as _summary
 from engine.analysis import traces as _traces
 from engine.analysis import winrates as _winrates
+from engine.errors import UserError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -64,6 +67,28 @@ def runs() -> pd.DataFrame:
 models_table = _view(_overview.models_table)
 datasets_table = _view(_overview.datasets_table)
 comparison_sets = _view(_comparisons.comparison_sets)
+run_summary = _view(_summary.run_summary)
+latest_scored_run = _view(_summary.latest_scored_run)
+
+
+def overview_live() -> dict[str, int]:
+    """Table counts for the live Home counters; while the writer holds the file (a chunk being
+    committed) the last counts are kept instead of showing zeros."""
+    try:
+        counts = overview()
+    except (duckdb.Error, OSError, UserError):  # a busy database (writer lock) must not blank the counters
+        return st.session_state.get("_last_counts", {})
+    st.session_state["_last_counts"] = counts
+    return counts
+
+
+def latest_summary() -> dict | None:
+    """The headline findings of the newest scored run (None when nothing is scored yet)."""
+    try:
+        run = latest_scored_run()
+        return run_summary(run) if run else None
+    except (duckdb.Error, OSError, UserError):  # a busy database or a run being rescored: next poll
+        return None
 # Token traces
 run_options = _view(_overview.run_options)
 run_prompts = _view(_overview.run_prompts)
@@ -105,6 +130,15 @@ def available_models() -> list[dict]:
             vocab = None
         out.append({"name": s.name, "variant": getattr(s, "variant", ""), "vocab": vocab})
     return out
+
+
+@st.cache_data(show_spinner=False, ttl=600)
+def backends() -> dict[str, str]:
+    """Generation backend -> "" when usable in this environment, else why not (with the install hint)."""
+    from engine import config
+    from engine.generation.backends import backend_available
+
+    return {b: why for b in config.BACKENDS for ok, why in [backend_available(b)]}
 
 
 @st.cache_data(show_spinner=False, ttl=600)

@@ -34,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--run-id", default=None, help="default: derived from the settings (rerun = resume)")
     p.add_argument("--no-resume", action="store_true", help="fail instead of resuming an existing run")
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--backend", choices=list(config.BACKENDS), default=config.DEFAULT_BACKEND,
+                   help="hf (default): our transformers loop; vllm: vLLM with the same keyed noise "
+                        "(needs the vLLM venv: scripts/install_vllm.sh)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is faster on a busy shared CPU)")
     p.add_argument("--drop-long-prompts", "--truncate-prompts", dest="drop_long_prompts", action="store_true",
@@ -84,7 +87,7 @@ def run(args) -> int:
     with executor as ex:
         run_id = run_generation(args.db, args.models, ds, args.repeats, args.modes, args.seed, cfg,
                                 progress_file=args.progress_file, run_id=args.run_id,
-                                resume=not args.no_resume, device=args.device, executor=ex,
+                                resume=not args.no_resume, device=args.device, backend=args.backend, executor=ex,
                                 drop_long_prompts=args.drop_long_prompts,
                                 command=["python", "-m", "engine", *sys.argv[1:]] if sys.argv[1:2] == ["generate"]
                                 else None)

@@ -161,6 +161,7 @@ class Replica:
         import ray
 
         return {"shard_id": shard.shard_id, "results": results, "pieces": pieces, "record": b.record(),
+                "describe": b.describe(),
                 "worker": self.worker, "pid": os.getpid(), "node": ray.util.get_node_ip_address(),
                 "seconds": time.perf_counter() - t0}
 
@@ -339,9 +340,10 @@ class RayExecutor:
                     continue
                 done.add(sh.shard_id)
                 self.worker_info[out["worker"]] = {"pid": out["pid"], "node": out["node"]}
-                rec = None if sh.name in recorded else {**out["record"]}
+                first = sh.name not in recorded
                 recorded.add(sh.name)
-                yield ExecChunk(sh.name, out["results"], _Pieces(out["pieces"]), rec, out["worker"])
+                yield ExecChunk(sh.name, out["results"], _Pieces(out["pieces"]), {**out["record"]} if first else None,
+                                out["worker"], out["describe"] if first else None)
         finally:
             for a in self.actors:
                 _kill(ray, a)

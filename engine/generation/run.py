@@ -28,10 +28,10 @@ import torch
 
 import engine
 from engine import store
-from engine.config import MODES, SEED_MAX, TRACES_AUTO_MAX_UNITS
+from engine.config import DEFAULT_BACKEND, MODES, SEED_MAX, TRACES_AUTO_MAX_UNITS
 from engine.errors import UserError
-from engine.generation.hf import iter_generate
-from engine.generation.types import ExecChunk, GenConfig, GenResult, ModelTask, RunSpec
+from engine.generation.backends import check_run, load_backend
+from engine.generation.types import Backend, ExecChunk, GenConfig, GenResult, ModelTask, RunSpec
 from engine.progress import Progress
 from engine.sampling import noise
 
@@ -111,44 +111,18 @@ def _write_chunk(db, run_id: str, model: str, mode_of: dict[int, str], results: 
                             conflict="OR IGNORE")
 
 
+def _record_backend(con, run_id: str, model: str, desc: dict) -> None:
+    """The run config's ``backends[model]``: backend, its version, dtype and device of this model."""
+    cfg = json.loads(con.execute("SELECT config FROM runs WHERE run_id = ?", [run_id]).fetchone()[0])
+    cfg.setdefault("backends", {})[model] = desc
+    con.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(cfg), run_id])
+
+
 # ---- backends and executors: where the units of a run are generated
 
-class _HFBackend:
-    """Our transformers loop (hf.iter_generate) on one loaded model, behind the backend interface:
-    .generate(prompts, units, seeds, cfg, token_keys, system_prompt) -> Iterator[list[GenResult]],
-    .tokenizer, .record(), .describe(), .close()."""
-
-    def __init__(self, lm):
-        self.lm, self.tokenizer = lm, lm.tokenizer
-        self.vocab_size, self.device = lm.vocab_size, lm.device
-
-    def generate(self, prompts, units, seeds, cfg, token_keys, system_prompt):
-        return iter_generate(self.lm, prompts, units, seeds, cfg, token_keys, system_prompt)
-
-    def record(self) -> dict:
-        return self.lm.record()
-
-    def describe(self) -> dict:
-        return {"backend": "hf", "device": str(self.lm.device)}
-
-    def close(self) -> None:
-        self.lm = None
-
-
-def open_backend(model, *, device: str | None = None, backend: str = "hf", tensor_parallel: int = 1):
-    """The one factory of generation backends (the local executor and each Ray replica call it).
-
-    ``model``: a registry name / path (loaded here) or a models.LoadedModel (used as it is).
-    """
-    from engine import models as models_mod
-
-    if backend != "hf":
-        raise UserError(f"unknown backend {backend!r}; allowed: hf")
-    if tensor_parallel != 1:
-        raise UserError(f"the transformers backend has no tensor parallelism (tensor_parallel={tensor_parallel}); "
-                        "use 1, or a backend with tensor parallelism (vLLM)")
-    lm = models_mod.load_model(model, device=device) if isinstance(model, (str, Path)) else model
-    return _HFBackend(lm)
+def open_backend(model, *, device: str | None = None, backend: str = "hf", tensor_parallel: int = 1) -> Backend:
+    """The backend factory the executors call (this process, each Ray replica): backends.load_backend."""
+    return load_backend(backend, model, device=device, tensor_parallel=tensor_parallel)
 
 
 def token_keys(b, key_mode: str):
@@ -167,7 +141,7 @@ def local_executor(tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecCh
     """The single-process executor: each model loaded here in turn, one in memory at a time."""
     for t in tasks:
         b = open_backend(t.model, device=spec.device, backend=spec.backend)
-        yield ExecChunk(t.name, [], b.tokenizer, b.record())
+        yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
         keys = token_keys(b, spec.key_mode)
         for chunk in b.generate(spec.prompts, [(p, r) for p, r, _ in t.units], [sd for _, _, sd in t.units],
                                 spec.cfg, keys, spec.system_prompt):
@@ -208,7 +182,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                    seed: int = 0, cfg: GenConfig = GenConfig(), progress_file=None, run_id: str | None = None,
                    resume: bool = True, device: str | None = None, show_bar: bool = True,
                    executor=None, drop_long_prompts: bool = False, command: Sequence[str] | None = None,
-                   _after_chunk=None) -> str:
+                   _after_chunk=None, backend: str = DEFAULT_BACKEND) -> str:
     """Generate every (model, prompt, repeat, mode) of a run into ``db``; resumable; returns run_id.
 
     Args:
@@ -231,6 +205,8 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         command: the command line that started the run (stored in its config and lock file: the
             dashboard's resume command for a dead run).
         _after_chunk: test hook called after each stored chunk (e.g. to inject a failure).
+        backend: config.BACKENDS ("hf": our transformers loop; "vllm"). Checked with the models
+            (engine.generation.backends.check_run) before anything is written.
 
     Returns:
         The run id. The run's status is 'done' when every unit is stored, else 'cancelled'
@@ -267,6 +243,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     if len(set(pids)) != len(pids):
         raise UserError(f"dataset {dataset.dataset_id!r} has duplicate prompt ids")
     system_prompt = getattr(dataset, "system_prompt", None)
+    backend_version = check_run(backend, list(model_names), cfg)
 
     # ---- 2. vocabulary check: one shared vocabulary -> token-id keys; else byte-string keys
     vids = _vocab_ids(model_names)
@@ -307,9 +284,12 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                 "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p,
                 "max_new_tokens": cfg.max_new_tokens, "record_traces": cfg.record_traces,
                 "trace_top_k": cfg.trace_top_k, "key_mode": key_mode}
+    if backend != DEFAULT_BACKEND:  # so that runs of the default backend keep their ids
+        settings["backend"] = backend
     run_id = run_id or run_id_for(settings)
     config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
-              "device": str(device or models_mod.default_device()), "n_prompts": len(prompts)}
+              "device": str(device or models_mod.default_device()), "n_prompts": len(prompts),
+              "backend": backend, "backend_version": backend_version}
     if command:
         config["command"] = list(command)
     ds_row, prompt_rows = _dataset_rows(dataset)
@@ -317,15 +297,15 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     # ---- 4. one driver per run (lock file next to the database, with pid, host and heartbeat)
     with RunLock(db, run_id, list(command) if command else None) as lock:
         if executor is not None and hasattr(executor, "prepare"):
-            executor.prepare(list(model_names))  # e.g. Ray reachable, enough resources: before any write
+            executor.prepare(list(model_names), backend)  # e.g. Ray reachable, enough resources: before any write
         return _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, prompts, pids, names,
                       model_names, modes, repeats, seed, cfg, key_mode, warnings, n_units, system_prompt,
-                      device, resume, progress_file, show_bar, executor, _after_chunk)
+                      device, resume, progress_file, show_bar, executor, _after_chunk, backend)
 
 
 def _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, prompts, pids, names, model_names,
            modes, repeats, seed, cfg, key_mode, warnings, n_units, system_prompt, device, resume, progress_file,
-           show_bar, executor, _after_chunk) -> str:
+           show_bar, executor, _after_chunk, backend) -> str:
     """Steps 5-7 of :func:`run_generation`, with the run lock held."""
     # ---- 5. record the run and its prompts; read what is already stored (one transaction)
     with store.transaction(db) as con:
@@ -377,7 +357,7 @@ def _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, pro
                 if units:
                     tasks.append(ModelTask(m, name, units))
             spec = RunSpec({p.prompt_id: p.user_prompt for p in prompts}, system_prompt,
-                           cfg if cfg.record_traces else replace(cfg, trace_top_k=0), key_mode, device)
+                           cfg if cfg.record_traces else replace(cfg, trace_top_k=0), key_mode, device, backend)
             for out in (executor or local_executor)(tasks, spec):
                 if out.record is not None:
                     rec = out.record
@@ -386,6 +366,8 @@ def _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, pro
                                     "config) VALUES (?, ?, ?, ?, ?, ?)",
                                     [rec["name"], rec["source"], rec["variant"], rec["vocab_id"],
                                      rec["vocab_size"], rec["config"]])
+                        if out.describe is not None:
+                            _record_backend(con, run_id, out.name, out.describe)
                 if not out.results:
                     continue
                 _write_chunk(db, run_id, out.name, mode_of[out.name], out.results, out.tokenizer, cfg.record_traces)

@@ -197,13 +197,43 @@ def _run_dataset(con, run: str) -> str | None:
     return None if row is None else row[0]
 
 
-def score_run(db, run: str, rule: str = "paper") -> dict:
+def default_rule(kind: str | None, dataset_id: str | None = None) -> str:
+    """The scoring rule that fits a dataset when none is asked for.
+
+    numeric -> "numeric" (last number / "####"); prompt lists -> "exact"; multiple choice ->
+    "lenient" for the built-in ``demo`` set (its questions were written for this project and a
+    small model answers "1. 17 + 26 = 43" or "B. 43"), else "paper": MMLU files and folders keep
+    the coupled-generation paper's exact rule, so paper reproductions need no flag.
+    """
+    if kind == "numeric":
+        return "numeric"
+    if kind == "prompts":
+        return "exact"
+    base = (dataset_id or "").split(":", 1)[0]
+    return "lenient" if base == "demo" else "paper"
+
+
+def run_default_rule(db, run: str) -> str:
+    """:func:`default_rule` of the dataset of a stored run (UserError for an unknown run)."""
+    with store.reader(db) as con:
+        dataset = _run_dataset(con, run)
+        row = con.execute("SELECT kind FROM datasets WHERE dataset_id = ?", [dataset]).fetchone()
+    return default_rule(None if row is None else row[0], dataset)
+
+
+def score_run(db, run: str, rule: str | None = None) -> dict:
     """Score every generation of ``run`` under ``rule`` and store the scores in ONE transaction.
 
-    Idempotent: the run's earlier scores for the same rule are replaced; other rules are kept.
+    ``rule=None`` picks the rule that fits the run's dataset (:func:`default_rule`).
+
+    Idempotent: the run's earlier scores for the same rule are replaced; other rules are kept, so
+    scoring a run that is still generating stores what exists (``complete`` False, a ``warning``)
+    and scoring it again after it finishes fills in the rest.
     Returns a summary: rule, number scored, mean score per (model, mode), counts of "E"/no answer
     and of prompts without a gold answer.
     """
+    if rule is None:
+        rule = run_default_rule(db, run)
     if rule not in RULES:
         raise UserError(f"unknown scoring rule {rule!r}; allowed: {', '.join(RULES)}")
     with store.reader(db) as con:
@@ -213,6 +243,7 @@ def score_run(db, run: str, rule: str = "paper") -> dict:
         gens = con.execute(
             """SELECT model, prompt_id, repeat, mode, text FROM generations
                WHERE run_id = ? ORDER BY model, mode, prompt_id, repeat""", [run]).df()
+        state = con.execute("SELECT status, n_units FROM runs WHERE run_id = ?", [run]).fetchone()
     if gens.empty:
         raise UserError(f"run {run!r} has no generations to score")
     # Most generations repeat (a bare letter, the same answer over repeats): score each distinct
@@ -239,8 +270,16 @@ def score_run(db, run: str, rule: str = "paper") -> dict:
     means = (out.dropna(subset=["score"]).groupby(["model", "mode"])["score"].mean()
              .round(6).reset_index().to_dict("records"))
     no_answer = int(sum(e is None or e == NO_ANSWER for e in extracted)) if rule in ("paper", "lenient", "numeric") else 0
+    status, n_expected = (state[0], state[1]) if state is not None else (None, None)
+    partial = n_expected is not None and len(out) < int(n_expected)
+    warning = None
+    if partial:
+        what = "is still generating" if status == "running" else f"stopped (status {status})"
+        warning = (f"run {run!r} {what}: scored {len(out)} of its {int(n_expected)} generations; "
+                   "score it again once it has finished to fill in the rest")
     return {
         "run": run, "rule": rule, "n_scored": int(len(out)),
         "n_no_gold": int(out["score"].isna().sum()), "n_no_answer": no_answer,
-        "mean_score": means,
+        "mean_score": means, "run_status": status, "n_expected": None if n_expected is None else int(n_expected),
+        "complete": not partial, "warning": warning,
     }
