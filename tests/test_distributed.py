@@ -139,6 +139,8 @@ def test_two_workers_and_one_worker_give_the_single_process_rows(ray_session, fo
     assert all(w["done"] > 0 and w["tokens"] > 0 for w in p["workers"].values())
     models_rows = store.query_df(tmp_path / "w2.duckdb", "SELECT source FROM models ORDER BY ALL")["source"].tolist()
     assert models_rows == sorted(folders)
+    conf = json.loads(store.query_df(tmp_path / "w2.duckdb", "SELECT CAST(config AS VARCHAR) AS c FROM runs").iloc[0, 0])
+    assert sorted(conf["backends"]) == sorted(folders) and conf["backends"][folders[0]]["backend"] == "hf"
 
 
 @pytest.mark.parametrize("how", ["os.kill", "ray.kill"])
