@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine import config
-from engine.commands._common import add_db, print_json
+from engine.commands._common import add_db, add_output_args, emit, table
 
 
 def register(sub) -> None:
@@ -13,9 +13,19 @@ def register(sub) -> None:
     p.add_argument("--rule", default=config.DEFAULT_RULE, choices=config.RULES,
                    help="paper: the coupled-generation paper's exact rule; lenient: 'Answer: X', '(B)', option "
                         "text; numeric: GSM8K last number; exact: normalised exact match (default: paper)")
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from engine.tasks.scoring import score_run
-    return print_json(score_run(args.db, args.run, args.rule))
+    res = score_run(args.db, args.run, args.rule)
+    return emit(args, res, lambda: summary(res))
+
+
+def summary(res: dict) -> str:
+    """Mean score per model and mode, then the counts."""
+    rows = [{"model": r["model"], "mode": r["mode"], "mean score": r["score"]} for r in res["mean_score"]]
+    return (f"scored {res['n_scored']:,} generations of run {res['run']} with rule {res['rule']} "
+            f"({res['n_no_answer']:,} without an extractable answer, {res['n_no_gold']:,} without a gold answer)\n"
+            + (table(rows) if rows else "no mean score: no generation has a gold answer"))
