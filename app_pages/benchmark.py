@@ -29,6 +29,7 @@ subjects = ["(all)"] + ch["subjects"].get(run, [])
 subject = c4.selectbox("Subject", subjects, key="bm_subject")
 c5, c6, c7 = st.columns(3)
 rule = c5.selectbox("Scoring rule", ch["rules"].get(run, ["paper"]), key="bm_rule")
+ctx = ui.export_context("benchmark", run=run, models=(model_a, model_b))
 target = c6.number_input("Target error (0 = the coupled error at n = 120)", min_value=0.0, max_value=1.0,
                          value=0.0, step=0.005, format="%.4f", key="bm_target",
                          help="0: the error the coupled curve reaches at n = 120 samples, or at n = N/8 when "
@@ -57,26 +58,26 @@ kde = res["kde"]
 with t1:
     ui.chart(figures.kde_figure({"coupled": kde["covariance_coupled"]}, {"coupled": res["mean_covariance_coupled"]},
                                 title="Per-question covariance of the scores (coupled)", xaxis="covariance",
-                                marker_label="mean"), "covariance_kde", key="bm_cov")
+                                marker_label="mean"), "covariance_kde", key="bm_cov", ctx=ctx)
     curves = {m: kde[f"var_diff_{m}"] for m in MODES if f"var_diff_{m}" in kde}
     med = {"coupled": res["median_var_diff_coupled"], "independent": res["median_var_diff_independent"]}
     ui.chart(figures.kde_figure(curves, med, title="Per-question variance of the score difference",
-                                xaxis="Var(R_A − R_B)", marker_label="median"), "var_diff_kde", key="bm_vd")
+                                xaxis="Var(R_A − R_B)", marker_label="median"), "var_diff_kde", key="bm_vd", ctx=ctx)
 with t2:
     ui.chart(figures.error_curve_figure(res["error_curve"], sd["error"], sd),
-             "error_curve", key="bm_err")
+             "error_curve", key="bm_err", ctx=ctx)
     st.caption(res.get("error_curve_band", ""))
-    ui.table(ui.records(res["error_curve"]), "error_curve", key="bm_err_table")
+    ui.table(ui.records(res["error_curve"]), "error_curve", key="bm_err_table", ctx=ctx)
 with t3:
     acc = ui.accuracy_rows(res)
     ui.chart(figures.interval_figure(acc["model"], acc["mu"], acc["ci_low"], acc["ci_high"], acc["mode"],
                                      title="Accuracy with 95% CI (within/between-question variance)",
-                                     yaxis="accuracy"), "accuracy", key="bm_acc")
-    ui.table(acc, "accuracy", key="bm_acc_table")
+                                     yaxis="accuracy"), "accuracy", key="bm_acc", ctx=ctx)
+    ui.table(acc, "accuracy", key="bm_acc_table", ctx=ctx)
     st.markdown("**McNemar test** (majority = per question, correct on most repeats; pairs = every "
                 "(question, repeat), indicative only)")
-    ui.table(ui.mcnemar_rows(res), "mcnemar", key="bm_mcn")
+    ui.table(ui.mcnemar_rows(res), "mcnemar", key="bm_mcn", ctx=ctx)
 with t4:
     st.markdown(f"Target error **{res['planner']['target_error']:.4f}** → standard error "
                 f"{res['planner']['target_se']:.4f}. {res['planner']['formula']}")
-    ui.table(ui.planner_rows(res), "planner", key="bm_plan")
+    ui.table(ui.planner_rows(res), "planner", key="bm_plan", ctx=ctx)

@@ -85,7 +85,8 @@ jobs_panel.job_panel(kind=None, limit=6)
 
 st.subheader("Runs")
 runs = L.runs()
+ctx = ui.export_context("generate")
 if runs.empty:
     st.info("No runs yet. Start one above.")
 else:
-    ui.table(runs, "runs", key="gen_runs")
+    ui.table(runs, "runs", key="gen_runs", ctx=ctx)

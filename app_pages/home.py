@@ -9,6 +9,7 @@ from dashboard import widgets as ui
 ui.header("Coupled Eval", "Evaluate and rank LLMs with coupled token generation and honest uncertainty.")
 
 counts = L.overview()
+ctx = ui.export_context("home")
 cols = st.columns(6)
 for col, (label, key) in zip(cols, [("Runs", "runs"), ("Models", "models"), ("Generations", "generations"),
                                      ("Token traces", "token_traces"), ("Scores", "scores"),
@@ -39,26 +40,26 @@ with t_runs:
         ui.empty_state("No generation runs yet: start one on the Generate page (or run the demo above).",
                        "generate", "Generate")
     else:
-        ui.table(runs, "runs")
+        ui.table(runs, "runs", ctx=ctx)
 with t_models:
     models = L.models_table()
     if models.empty:
         st.info("No models stored yet; models are recorded when a run uses them.")
     else:
-        ui.table(models, "models")
+        ui.table(models, "models", ctx=ctx)
 with t_data:
     ds = L.datasets_table()
     if ds.empty:
         st.info("No datasets stored yet; a run stores the prompts of its dataset.")
     else:
-        ui.table(ds, "datasets")
+        ui.table(ds, "datasets", ctx=ctx)
 with t_sets:
     sets = ui.safe(L.comparison_sets)
     if sets is None or sets.empty:
         ui.empty_state("No comparison sets yet: upload human or judge preferences on the Upload page.",
                        "upload", "Upload")
     else:
-        ui.table(sets, "comparison_sets")
+        ui.table(sets, "comparison_sets", ctx=ctx)
 
 st.subheader("Analyses")
 links = [p for p in navigation.PAGES if p.key != "home"]

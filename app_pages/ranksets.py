@@ -31,6 +31,7 @@ if not all_models:
     st.stop()
 c4, c5, c6 = st.columns([4, 1, 1])
 models = c4.multiselect("Models", all_models, default=default_models(all_models), key=f"rs_models_{source}_{name}")
+ctx = ui.export_context("ranksets", set_name=name, models=models)
 n = c6.number_input("n human comparisons", min_value=10, value=990, step=10, key="rs_n",
                     help="PPR: the human labels of n random comparisons form the labelled set, the judge "
                          "labels of the others the unlabelled set (also the n of the repeated draws)")
@@ -51,8 +52,8 @@ with tab1:
         st.caption(f"method {method} · covariance {r['covariance']} · n = {r['n']:,} human-labelled, "
                    f"N = {r['N']:,} judge-only" + (f" · λ = {r['lambda']:.3f}" if r.get("lambda") is not None else ""))
         ui.chart(figures.rankset_intervals_figure(view["table"], title=f"Rank-sets at α = {alpha}"),
-                 "ranksets", key="rs_int")
-        ui.table(view["table"], "ranksets", key="rs_table")
+                 "ranksets", key="rs_int", ctx=ctx)
+        ui.table(view["table"], "ranksets", key="rs_table", ctx=ctx)
 with tab2:
     st.markdown("Draw **n** human-labelled comparisons (and the rest judge-only) many times; how often is each "
                 "rank position in each model's rank-set? (dot size = probability)")
@@ -70,6 +71,6 @@ with tab2:
                              horizontal=True, key="rs_draw_method")
             ui.chart(figures.rankset_dots_figure(res["position_prob"][which], res["models"],
                                                  title=f"P(rank in rank-set), {which}, α = {alpha}, n = {res['n']}"),
-                     f"rank_positions_{which}", key="rs_dots")
-            ui.chart(figures.tradeoff_figure(dv["curve"]), "size_vs_intersection", key="rs_curve")
-            ui.table(dv["curve"], "size_vs_intersection", key="rs_curve_table")
+                     f"rank_positions_{which}", key="rs_dots", ctx=ctx)
+            ui.chart(figures.tradeoff_figure(dv["curve"]), "size_vs_intersection", key="rs_curve", ctx=ctx)
+            ui.table(dv["curve"], "size_vs_intersection", key="rs_curve_table", ctx=ctx)

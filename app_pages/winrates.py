@@ -21,6 +21,8 @@ if not options:
 c1, c2, c3 = st.columns([3, 1, 1])
 idx = c1.selectbox("Comparisons", range(len(options)), format_func=lambda i: options[i][1], key="wr_source")
 kind, _, obj = options[idx]
+ctx = (ui.export_context("winrates", run=obj["run_id"]) if kind == "judgments"
+       else ui.export_context("winrates", set_name=obj))
 label = c2.radio("Labels", ["human", "judge"], horizontal=True, key="wr_label", disabled=kind == "judgments")
 reps = c3.select_slider("Bootstrap resamples", [50, 100, 200, 500], value=200, key="wr_reps")
 compare = None
@@ -46,24 +48,24 @@ t1, t2, t3, t4 = st.tabs(["Average win-rates", "Matrix", "Per pair", "Bradley-Te
 with t1:
     st.markdown("Average win-rate of each model (mean over opponents) with 95% CI and rank"
                 + (", coupled vs independent (paper, Table 1)" if len(modes) > 1 else ""))
-    ui.table(res["table"], "average_winrates", key="wr_avg")
+    ui.table(res["table"], "average_winrates", key="wr_avg", ctx=ctx)
     t = res["table"]
     ui.chart(figures.interval_figure(*ui.avg_interval_args(t, modes), title="Average win-rate (95% CI)",
-                                     yaxis="average win-rate"), "average_winrates", key="wr_avg_fig")
+                                     yaxis="average win-rate"), "average_winrates", key="wr_avg_fig", ctx=ctx)
 with t2:
     for mode in modes:
         models, W = matrix_of(res["results"][mode], "matrix")
         ui.chart(figures.heatmap_figure(W, models, title=f"Win-rate of row over column ({mode})"),
-                 f"winrate_matrix_{mode}", key=f"wr_mat_{mode}")
+                 f"winrate_matrix_{mode}", key=f"wr_mat_{mode}", ctx=ctx)
         models, T = matrix_of(res["results"][mode], "ties")
         ui.chart(figures.heatmap_figure(T, models, title=f"Tie rate ({mode})", colorscale="Greys"),
-                 f"tie_matrix_{mode}", key=f"wr_tie_{mode}")
+                 f"tie_matrix_{mode}", key=f"wr_tie_{mode}", ctx=ctx)
 with t3:
     pairs = res["pairs"]
-    ui.chart(figures.pair_bars_figure(pairs), "pair_winrates", key="wr_pairs")
+    ui.chart(figures.pair_bars_figure(pairs), "pair_winrates", key="wr_pairs", ctx=ctx)
     if "stars" in pairs:
         st.caption("Two-tailed two-proportion z-test, coupled vs independent: **** p<1e-4, *** <1e-3, ** <1e-2, * <0.05")
-    ui.table(pairs, "pair_winrates", key="wr_pairs_table")
+    ui.table(pairs, "pair_winrates", key="wr_pairs_table", ctx=ctx)
 with t4:
     for mode in modes:
         bt = ui.rating_rows(res["results"][mode])
@@ -71,5 +73,5 @@ with t4:
                     f"{res['results'][mode]['bradley_terry']['ci_method']}")
         ui.chart(figures.interval_figure(bt["model"], bt["bt_beta"], bt["bt_low"], bt["bt_high"],
                                          title=f"Bradley-Terry strength ({mode})", yaxis="log-strength β"),
-                 f"bradley_terry_{mode}", key=f"wr_bt_{mode}")
-        ui.table(bt, f"ratings_{mode}", key=f"wr_bt_table_{mode}")
+                 f"bradley_terry_{mode}", key=f"wr_bt_{mode}", ctx=ctx)
+        ui.table(bt, f"ratings_{mode}", key=f"wr_bt_table_{mode}", ctx=ctx)
