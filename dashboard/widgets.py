@@ -89,6 +89,39 @@ def table(df, name: str, key: str | None = None, ctx: downloads.ExportContext | 
     return shown
 
 
+def unit_from_selection(selection, units) -> tuple[str, int] | None:
+    """(prompt_id, repeat) of the selected row of a table of units (a dataframe selection:
+    ``{"selection": {"rows": [i]}}``), None when nothing is selected."""
+    rows = ((selection or {}).get("selection") or {}).get("rows") or []
+    if not rows or rows[0] >= len(units):
+        return None
+    rec = units.iloc[int(rows[0])]
+    return str(rec["prompt_id"]), int(rec["repeat"])
+
+
+def open_unit_on_select(table_key: str, units, prompt_key: str, repeat_key: str, clear_keys=()) -> Callable[[], None]:
+    """An ``on_select`` callback for ``table(..., key=table_key)``: the selected unit's prompt and
+    repeat go into the unit widgets (callbacks run before the page, so the widgets can be set)."""
+    def select() -> None:
+        unit = unit_from_selection(st.session_state.get(f"table_{table_key}"), units)
+        if unit is None:
+            return
+        for k in clear_keys:
+            st.session_state[k] = ""
+        st.session_state[prompt_key], st.session_state[repeat_key] = unit
+    return select
+
+
+def decision_rows(decisions: pd.DataFrame) -> pd.DataFrame:
+    """engine.analysis.traces.step_decisions as the table the Token traces page shows."""
+    d = decisions
+    return pd.DataFrame({"model": d["model"], "chosen": d["chosen"], "log p": d["logp_chosen"], "g": d["g_chosen"],
+                         "log p + g": d["s_chosen"], "runner-up (top-K)": d["runner_up"],
+                         "runner-up log p": d["logp_runner_up"], "runner-up g": d["g_runner_up"],
+                         "runner-up log p + g": d["s_runner_up"],
+                         "margin": d["margin"]}).round(4)
+
+
 def empty_state(message: str, page: str | None = None, label: str | None = None) -> None:
     """An info box that says what to do next, with a link to the page that does it."""
     st.info(message)

@@ -546,3 +546,33 @@ def test_trace_view_has_the_deciding_quantity(small_db):
     first = view["alignment"]["first_divergence"]
     assert first is not None and list(view["decisions"]["model"]) == list(MODELS)
     assert view["explanation"]["text"].startswith(f"At step {first}")
+
+
+def test_divergence_table_selection_opens_the_unit(app, small_db):
+    from dashboard import widgets
+    units = pd.DataFrame({"prompt_id": ["q0", "q7"], "repeat": [0, 3], "first_divergence": [2, None]})
+    assert widgets.unit_from_selection({"selection": {"rows": [1], "columns": []}}, units) == ("q7", 3)
+    assert widgets.unit_from_selection({"selection": {"rows": []}}, units) is None
+    assert widgets.unit_from_selection(None, units) is None
+    # on the page: what the on_select callback does for a click on row 5 (clear the search, set the
+    # unit widgets) re-renders that unit
+    at = _page(app, navigation.path("traces"))
+    div = traces.divergence_summary(small_db, "run-small", MODELS)
+    prompt, repeat = widgets.unit_from_selection({"selection": {"rows": [5]}}, div)
+    at.session_state["tr_search"], at.session_state["tr_prompt"], at.session_state["tr_repeat"] = "", prompt, repeat
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="tr_prompt").value == prompt and at.selectbox(key="tr_repeat").value == repeat
+    assert "What decided step" in _texts(at)
+
+
+def test_trace_figure_boxes_hold_whole_tokens():
+    from engine import figures
+    steps = _two_model_step()
+    steps = pd.concat([steps, steps.assign(step=5, token_id=9, token_text=" number", gumbel=0.0)], ignore_index=True)
+    fig = figures.trace_figure(steps, ["A", "B"], agree=[False, True], first_divergence=4)
+    for bar in fig.data:
+        assert list(bar.text) == ["·yes" if bar.name == "A" else "·no", "·number"]  # whole, never cut
+        assert all(w >= len(t) + 1 for w, t in zip(bar.x, bar.text))  # each box as wide as its longest token
+        assert bar.base[1] == bar.base[0] + bar.x[0]  # boxes side by side, aligned across models
+    assert fig.layout.shapes[0].x0 == 0  # the first-divergence line at the left edge of step 4

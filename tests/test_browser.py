@@ -138,19 +138,39 @@ def test_every_page_renders(server, page, artifacts_dir):
 
 
 def test_download_a_chart(server, page, artifacts_dir):
+    """Exports are named after the page, the chart, the run, the models and the date: the HTML
+    button, the CSV button and the chart toolbar's camera button (PNG rendered by the browser)."""
+    import datetime
+    today = datetime.date.today().isoformat()
+    stem = "benchmark_covariance_kde_run-small_m-base_vs_m-int4_" + today  # default pair: first two models
     _goto(page, server, "benchmark")
     page.get_by_text("Mean per-question covariance").first.wait_for(timeout=60_000)
     with page.expect_download(timeout=60_000) as dl:
         page.get_by_role("button", name="HTML").first.click()
+    assert dl.value.suggested_filename == f"{stem}.html"
     path = artifacts_dir / "browser_download_covariance.html"
     dl.value.save_as(str(path))
     body = path.read_text()
     assert "plotly" in body.lower() and "covariance" in body.lower()
-    with page.expect_download(timeout=120_000) as dl:
-        page.get_by_role("button", name="PNG").first.click()
+    chart = page.locator(".js-plotly-plot >> visible=true").first
+    chart.hover()
+    t0 = time.monotonic()
+    with page.expect_download(timeout=30_000) as dl:
+        chart.locator(".modebar-btn[data-title^='Download plot']").first.click()
+    seconds = time.monotonic() - t0
+    assert dl.value.suggested_filename == f"{stem}.png"
     png = artifacts_dir / "browser_download_covariance.png"
     dl.value.save_as(str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"camera-button PNG export: {seconds:.2f} s")
+    page.get_by_role("tab", name="Accuracy & McNemar").click()
+    _settle(page)
+    with page.expect_download(timeout=60_000) as dl:
+        page.locator("[data-testid='stDownloadButton'] button >> visible=true", has_text="CSV").first.click()
+    assert dl.value.suggested_filename == f"benchmark_accuracy_run-small_m-base_vs_m-int4_{today}.csv"
+    csv = artifacts_dir / "browser_download_accuracy.csv"
+    dl.value.save_as(str(csv))
+    assert all(len(cell) < 16 for line in csv.read_text().splitlines()[1:] for cell in line.split(","))  # no float noise
 
 
 def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
