@@ -69,7 +69,7 @@ def _step_layout(steps: pd.DataFrame, step_values: Sequence[int]) -> dict[int, t
 
 def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[bool] | None = None,
                  first_divergence: int | None = None, title: str = "Token trace",
-                 token_names: Mapping[int, str] | None = None, chars_shown: int = 150) -> go.Figure:
+                 token_names: Mapping[int, str] | None = None, chars_shown: int = 120) -> go.Figure:
     """Generations of several models side by side, one row per model, one box per step.
 
     Each step's boxes are as wide as its longest token, so tokens are shown whole (never cut);
@@ -85,7 +85,8 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
         agree: per shown step (sorted steps), whether all models agree.
         first_divergence: step index or None.
         token_names: optional id -> text for the alternatives (defaults to ids).
-        chars_shown: the initial x range, in characters (a range slider reaches the rest).
+        chars_shown: the initial x range, in characters (drag to pan to the rest); 120
+            characters of 12 px monospace fit a chart about 1000 px wide.
     """
     if steps.empty:
         return empty_figure("no token traces stored for this unit")
@@ -131,14 +132,18 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
                 f"<b>{html.escape(str(m))}</b>, step {st}<br>token: {html.escape(_tok(rec.token_text))} "
                 f"(id {int(rec.token_id)})<br>p = {float(rec.prob):.4f}{g_txt}"
                 + (f"<br>other models:<br>{others}" if others else "") + alts)
+        left = [pos[int(s)][0] for s in part["step"]]
+        width = [pos[int(s)][1] for s in part["step"]]
         fig.add_trace(go.Bar(
-            y=[str(m)] * len(part), x=[pos[int(s)][1] for s in part["step"]],
-            base=[pos[int(s)][0] for s in part["step"]], orientation="h", width=0.8,
-            text=[_tok(t) for t in part["token_text"]], textposition="inside", insidetextanchor="middle",
-            textangle=0, constraintext="none", cliponaxis=False,
-            textfont=dict(size=12, family="monospace", color="#212529"),
+            y=[str(m)] * len(part), x=width, base=left, orientation="h", width=0.8,
             marker=dict(color=colors, line=dict(color="#adb5bd", width=1)),
             hovertext=hovers, hoverinfo="text", name=str(m), showlegend=False))
+        # the token texts, centred in their boxes (a text trace: never shrunk, moved or cut)
+        fig.add_trace(go.Scatter(
+            y=[str(m)] * len(part), x=[x + w / 2 for x, w in zip(left, width)], mode="text",
+            text=[_tok(t) for t in part["token_text"]], textposition="middle center",
+            textfont=dict(size=12, family="monospace", color="#212529"), hoverinfo="skip", showlegend=False,
+            name=f"{m} tokens"))
     if first_divergence is not None and int(first_divergence) in pos:
         fig.add_vline(x=pos[int(first_divergence)][0], line=dict(color="#c92a2a", dash="dash", width=2),
                       annotation_text=f"first divergence: step {first_divergence}", annotation_position="top")
@@ -146,11 +151,10 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
     every = 5 if len(step_values) <= 200 else 20
     ticks = [s for s in step_values if s % every == 0]
     fig.update_xaxes(title="step", range=[-0.5, min(total, chars_shown) + 0.5], showgrid=False, zeroline=False,
-                     tickvals=[pos[s][0] + pos[s][1] / 2 for s in ticks], ticktext=[str(s) for s in ticks],
-                     rangeslider=dict(visible=total > chars_shown, thickness=0.06))
-    fig.update_yaxes(autorange="reversed", type="category")
-    return _layout(fig, title, height=140 + 55 * len(models), hoverlabel=dict(align="left"), bargap=0.15,
-                   uniformtext=dict(minsize=12, mode="show"))
+                     tickvals=[pos[s][0] + pos[s][1] / 2 for s in ticks], ticktext=[str(s) for s in ticks])
+    fig.update_yaxes(autorange="reversed", type="category", fixedrange=True)
+    return _layout(fig, title + (" · drag to see later steps" if total > chars_shown else ""),
+                   height=140 + 55 * len(models), hoverlabel=dict(align="left"), bargap=0.15, dragmode="pan")
 
 
 def prob_figure(steps: pd.DataFrame, models: Sequence[str], first_divergence: int | None = None,

@@ -571,8 +571,12 @@ def test_trace_figure_boxes_hold_whole_tokens():
     steps = _two_model_step()
     steps = pd.concat([steps, steps.assign(step=5, token_id=9, token_text=" number", gumbel=0.0)], ignore_index=True)
     fig = figures.trace_figure(steps, ["A", "B"], agree=[False, True], first_divergence=4)
-    for bar in fig.data:
-        assert list(bar.text) == ["·yes" if bar.name == "A" else "·no", "·number"]  # whole, never cut
-        assert all(w >= len(t) + 1 for w, t in zip(bar.x, bar.text))  # each box as wide as its longest token
-        assert bar.base[1] == bar.base[0] + bar.x[0]  # boxes side by side, aligned across models
+    bars = [t for t in fig.data if t.type == "bar"]
+    texts = [t for t in fig.data if t.type == "scatter"]
+    assert [b.name for b in bars] == ["A", "B"] and len(texts) == 2
+    for bar, text in zip(bars, texts):
+        assert list(text.text) == ["·yes" if bar.name == "A" else "·no", "·number"]  # whole, never cut
+        assert all(w >= len(t) + 1 for w, t in zip(bar.x, text.text))  # each box as wide as its longest token
+        assert list(bar.base) == [0, 5] and list(bar.x) == [5, 8]  # side by side, aligned across models
+        assert list(text.x) == [2.5, 9]  # each text centred in its box
     assert fig.layout.shapes[0].x0 == 0  # the first-divergence line at the left edge of step 4
