@@ -3,8 +3,8 @@
 Each command lives in a module of ``engine.commands`` named after it, with ``register(subparsers)``;
 the parser it adds sets ``func`` (``args -> int`` exit code). Results go to stdout (a short
 summary; the full result as JSON with ``--json``), messages and errors to stderr. Help text is
-plain: :func:`plain` strips the reStructuredText of docstrings and help strings. A :class:`~engine.errors.UserError` becomes one clear
-line on stderr and exit code 2, never a traceback.
+plain: :func:`plain` strips the reStructuredText of docstrings and help strings. A
+:class:`~engine.errors.UserError` becomes one clear line on stderr and exit code 2, never a traceback.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def run_paper_mmlu(args) -> int:
     out = import_paper_mmlu(args.db, args.responses, args.questions, models=csv_list(args.models),
                             subjects=csv_list(args.subjects), run_id=args.run_id)
     out["seconds"] = round(time.perf_counter() - t0, 2)
-    files = {}
+    files: dict[str, list[str]] = {}
     for f in out["files"]:
         files.setdefault(f["model"], []).append(f"{f['mode']} (seed {f['seed']})")
     rows = [{"model": m, "files": ", ".join(v)} for m, v in files.items()]
