@@ -184,6 +184,10 @@ def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
     page.get_by_text("Rejected", exact=False).first.wait_for(timeout=60_000)
     _settle(page)
     _shot(page, artifacts_dir, "upload_rejected")
+    # the problems name the uploaded file, count the header line, and show whole messages (a static table)
+    problems = page.locator("[data-testid='stTable']").first.inner_text()
+    assert "bad.csv" in problems and "<upload>" not in problems and "line 1 is the header" in problems
+    assert "bad winner value 'maybe'; allowed:" in problems
     page.locator("input[type='file']").first.set_input_files(str(good))
     page.get_by_text("Valid:", exact=False).first.wait_for(timeout=60_000)
     _settle(page)
@@ -230,3 +234,25 @@ def test_tiny_generation_through_the_ui(server, page, artifacts_dir):
     runs = overview.runs(server["db"])
     new = runs[runs.run_id.str.startswith("ui-")]
     assert len(new) == 1 and new.iloc[0]["n_generations"] == 2 * 2 * 1 * 2  # models x prompts x repeats x modes
+
+
+def test_divergence_table_row_opens_the_unit(server, page, artifacts_dir):
+    """Clicking a row of the Token traces page's divergence table selects that unit's prompt and repeat."""
+    from engine.analysis import traces
+    div = traces.divergence_summary(server["db"], "run-small", ("m-base", "m-int4", "m-int8"))
+    _goto(page, server, "traces")
+    page.get_by_text("Where do these models diverge?", exact=False).first.click()
+    _settle(page)
+    grid = page.locator("[data-testid='stExpander'] [data-testid='stDataFrame'] >> visible=true").first
+    grid.wait_for(timeout=60_000)
+    box = grid.bounding_box()
+    row = 5  # the 6th unit: (q1, 1); the page opens on (q0, 0)
+    page.mouse.click(box["x"] + 14, box["y"] + 35 * (row + 1) + 17)  # the row's selection checkbox
+    _settle(page)
+    _no_exception(page)
+    want = div.iloc[row]
+    _shot(page, artifacts_dir, "traces_row_opened")
+    boxes = page.locator("[data-testid='stSelectbox']")
+    shown = {boxes.nth(i).locator("label").inner_text(): boxes.nth(i).locator("input").first.input_value()
+             for i in range(boxes.count())}
+    assert shown["Prompt"].startswith(f"{want['prompt_id']} · ") and shown["Repeat"] == str(int(want["repeat"]))
