@@ -88,7 +88,8 @@ def bootstrap_check(first, second, human, rng, reps: int, balanced: bool) -> dic
     return res
 
 
-def draws(first, second, human, judges, reps: int, seed: int, n_grid, alphas, log=print) -> dict:
+def draws(first, second, human, judges, reps: int, seed: int, n_grid, alphas, log=print,
+          procedure: str = "chi2") -> dict:
     k = len(ARENA_12)
     out = {}
     pos = {}
@@ -97,7 +98,7 @@ def draws(first, second, human, judges, reps: int, seed: int, n_grid, alphas, lo
             t0 = time.time()
             rng = np.random.default_rng([seed, n])  # same draws for both covariances
             res = RS.draws_experiment(first, second, human, judges, k, n, reps, alphas, cov, rng,
-                                              total=66 * 96)
+                                      total=66 * 96, procedure=procedure)
             summ = RS.summarise_draws(res, alphas)
             lam = {m: float(v.mean()) for m, v in res["lambda"].items()}
             out.setdefault(cov, {})[n] = {"N": res["N"], "n": res["n"], "metrics": summ, "lambda_mean": lam}
@@ -233,6 +234,9 @@ def main(argv=None) -> int:
     ap.add_argument("--n", default=",".join(map(str, N_GRID)))
     ap.add_argument("--outdir", default=str(ROOT / "docs" / "figures"))
     ap.add_argument("--no-figures", action="store_true")
+    ap.add_argument("--procedure", default="chi2", choices=R.PROCEDURES,
+                    help="rank-set procedure of the draws: chi2 = the paper's Algorithm 2 (default: reproduction); "
+                         "maxt / marginal = the product's default sets (2,000 normal draws per repetition)")
     ap.add_argument("--from-json", action="store_true", help="re-plot / re-print the saved ppr_arena.json")
     args = ap.parse_args(argv)
     outdir = Path(args.outdir)
@@ -251,12 +255,12 @@ def main(argv=None) -> int:
     first, second, human, judges, n_rows = load(Path(args.arena))
     log(f"loaded {n_rows} comparisons of the 12 models")
     rng = np.random.default_rng(args.seed)
-    res = {"n_comparisons": n_rows, "reps": args.reps, "seed": args.seed,
+    res = {"n_comparisons": n_rows, "reps": args.reps, "seed": args.seed, "procedure": args.procedure,
            "full": full_data_ranksets(first, second, human, judges, 0.05),
            "bootstrap": {"all human comparisons": bootstrap_check(first, second, human, rng, args.boot, False),
                          "one balanced draw": bootstrap_check(first, second, human, rng, args.boot, True)}}
     res["draws"] = draws(first, second, human, judges, args.reps, args.seed, [int(x) for x in args.n.split(",")],
-                         RS.PAPER_ALPHAS, log)
+                         RS.PAPER_ALPHAS, log, procedure=args.procedure)
     res["seconds"] = round(time.time() - t0, 1)
     (outdir / "ppr_arena.json").write_text(json.dumps(res, indent=1, default=str))
     if not args.no_figures:

@@ -71,6 +71,7 @@ cluster_methods = _view(_multigen.cluster_methods)
 prompts_generations = _view(_multigen.prompts_generations)
 # Win-rates and rank-sets
 winrate_sources = _view(_comparisons.winrate_sources)
+comparison_sources = _view(_comparisons.comparison_sources)  # Arena built-in + sets + verdicts, each once
 comparison_models = _view(_comparisons.comparison_models)
 winrates = _view(_winrates.winrates_view)
 ranksets = _view(_ranksets.ranksets_view)

@@ -166,13 +166,30 @@ def accuracy_rows(res: dict):
                          for mode, per in res["accuracy_by_mode"].items() for m, v in per.items()])
 
 
-def mcnemar_rows(res: dict):
-    return pd.DataFrame([{"mode": mode, "outcomes": kind, **v} for mode, per in res["mcnemar"].items()
-                         for kind, v in per.items()])
+def paired_rows(res: dict):
+    """benchmark_compare's paired comparison (METHODS 7.1), one row per noise mode."""
+    rows = []
+    for mode, p in res["paired"].items():
+        bt = p.get("bootstrap") or {}
+        rows.append({"mode": mode, "diff A−B": p["diff"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
+                     "p_value": p["p_value"], "SE": p["se"], "corr": p["corr"], "boot_ci_low": bt.get("ci_low"),
+                     "boot_ci_high": bt.get("ci_high"), "MDE": p["mde"], "questions": p["n_questions"],
+                     "repeats": p["n_repeats"]})
+    return pd.DataFrame(rows)
 
 
-def planner_rows(res: dict):
-    return pd.DataFrame([{"mode": mode, **row} for mode, plans in res["planner"]["plans"].items() for row in plans])
+def mcnemar_majority_rows(res: dict):
+    """McNemar on one majority-vote outcome per question, one row per noise mode."""
+    return pd.DataFrame([{"mode": mode, **v} for mode, v in res["mcnemar_majority"].items()])
+
+
+def planner_rows(res: dict, kind: str = "mde_plans"):
+    """The benchmark planner's rows ('mde_plans' or 'se_plans')."""
+    return pd.DataFrame(res["planner"][kind])
+
+
+def components_rows(res: dict):
+    return pd.DataFrame([{"design": mode, **c} for mode, c in res["planner"]["components"].items()])
 
 
 def unique_by(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:

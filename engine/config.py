@@ -49,10 +49,14 @@ MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 RANK_METHODS = ("human", "judge", "ppr")  # rank-sets from human labels, judge labels, or both (PPR)
 RANK_LABELS = ("human", "judge")          # whose labels a win-rate analysis uses
 COVARIANCES = ("delta", "paper")          # rank-set covariance: valid delta method | the published formula
+RANK_PROCEDURES = ("maxt", "marginal", "chi2")  # rank-sets: simultaneous max-t (default) | marginal | Algorithm 2
+PPR_DEFAULT_HUMAN_LABELS = 990  # PPR on files where every row has both labels: human labels kept (paper, Fig. 1)
 
 # ---------------------------------------------------------------------------------- analyses
 DEFAULT_SAVING_N = 120   # without a target error: the error the coupled curve reaches at n = 120
 DEFAULT_RESAMPLES = 1000
+DEFAULT_PLAN_MDE = 0.05  # benchmark planner: the accuracy difference to detect (80% power, alpha 0.05)
+PLAN_REPEATS = (1, 2, 5, 10)  # benchmark planner: repeats per question to plan for (plus the run's own)
 DEFAULT_P_MAX = 0.1      # data map: flag prompts with P(correct) <= p_max ...
 DEFAULT_S_MIN = -0.8     # ... and semantic consistency >= s_min
 

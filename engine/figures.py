@@ -178,7 +178,10 @@ def prob_figure(steps: pd.DataFrame, models: Sequence[str], first_divergence: in
 
 def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | None = None, title: str = "",
                xaxis: str = "", marker_label: str = "mean") -> go.Figure:
-    """Density curves (``{label: {"x": [...], "density": [...]}}``) with dashed vertical markers."""
+    """Density curves (``{label: {"x": [...], "density": [...]}}``) with dashed vertical markers.
+
+    Curves with a ``lower`` bound (a boundary-corrected KDE, e.g. of a variance) start the x axis there.
+    """
     fig = go.Figure()
     for i, (label, c) in enumerate(curves.items()):
         color = COLORS.get(label, PALETTE[i % len(PALETTE)])
@@ -192,6 +195,9 @@ def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | Non
                                xshift=4, font=dict(color=color), bgcolor="rgba(255,255,255,0.8)",
                                text=f"{marker_label} {label}: {v:.3f}" if len(curves) > 1 else f"{marker_label} = {v:.3f}")
     fig.update_xaxes(title=xaxis)
+    lowers = [c.get("lower") for c in curves.values()]
+    if curves and all(lo is not None for lo in lowers):
+        fig.update_xaxes(range=[min(lowers), max(max(c["x"]) for c in curves.values())])
     fig.update_yaxes(title="density")
     return _layout(fig, title, height=360, legend=dict(orientation="h", y=-0.2))
 
@@ -261,19 +267,28 @@ def heatmap_figure(matrix, models: Sequence[str], title: str = "Win-rate of row 
     return _layout(fig, title, height=160 + 45 * len(models))
 
 
-def pair_bars_figure(pairs: pd.DataFrame, title: str = "Per-pair win-rate, coupled vs independent") -> go.Figure:
-    """Grouped bars per ordered pair (columns pair, coupled, independent, stars)."""
+def pair_bars_figure(pairs: pd.DataFrame, groups: Sequence[str] | None = None,
+                     title: str = "Per-pair win-rate (95% CI)") -> go.Figure:
+    """Bars per ordered pair, one per group, with the CIs as error bars (columns pair, <g>, <g>_low,
+    <g>_high per group; optional stars: drawn above the pair when two groups were compared)."""
+    groups = list(groups) if groups is not None else [g for g in ("coupled", "independent") if g in pairs]
     fig = go.Figure()
-    for mode in ("coupled", "independent"):
-        if mode in pairs:
-            fig.add_trace(go.Bar(x=pairs["pair"], y=pairs[mode], name=mode, marker_color=COLORS[mode]))
-    if "stars" in pairs:
-        top = pairs[[c for c in ("coupled", "independent") if c in pairs]].max(axis=1)
+    for i, g in enumerate(groups):
+        err = None
+        if f"{g}_low" in pairs and f"{g}_high" in pairs:
+            v = pairs[g].astype(float)
+            err = dict(type="data", symmetric=False, array=(pairs[f"{g}_high"].astype(float) - v).clip(lower=0),
+                       arrayminus=(v - pairs[f"{g}_low"].astype(float)).clip(lower=0))
+        fig.add_trace(go.Bar(x=pairs["pair"], y=pairs[g], name=g, error_y=err,
+                             marker_color=COLORS.get(g, PALETTE[i % len(PALETTE)])))
+    if "stars" in pairs and len(groups) > 1:
+        top = pd.concat([pairs[f"{g}_high"] if f"{g}_high" in pairs else pairs[g] for g in groups], axis=1).max(axis=1)
         for x, y, s in zip(pairs["pair"], top, pairs["stars"]):
             if s:
                 fig.add_annotation(x=x, y=y, text=s, showarrow=False, yshift=12)
-    fig.update_yaxes(title="win-rate", range=[0, 1.05])
-    return _layout(fig, title, height=380, barmode="group", legend=dict(orientation="h", y=-0.3))
+    fig.update_yaxes(title="win-rate", range=[0, 1.1])
+    return _layout(fig, title, height=400, barmode="group", showlegend=len(groups) > 1,
+                   legend=dict(orientation="h", y=-0.3))
 
 
 # --------------------------------------------------------------------------- rank-sets
@@ -300,21 +315,29 @@ def rankset_dots_figure(prob, models: Sequence[str], title: str = "P(rank positi
 
 
 def rankset_intervals_figure(table: pd.DataFrame, title: str = "Rank-sets") -> go.Figure:
-    """Horizontal intervals [lower, upper] per model (columns model, lower, upper[, method])."""
+    """Horizontal intervals [lower, upper] per model (columns model, lower, upper[, method][, theta]).
+    With a method column, the methods' sets of a model sit side by side (offset rows), with a legend."""
     fig = go.Figure()
     groups = table["method"].unique().tolist() if "method" in table else [""]
+    models = list(dict.fromkeys(table["model"]))
+    pos = {m: i for i, m in enumerate(models)}
+    G = len(groups)
     for gi, g in enumerate(groups):
         part = table[table["method"] == g] if "method" in table else table
         color = PALETTE[gi % len(PALETTE)]
-        for rec in part.itertuples(index=False):
-            fig.add_trace(go.Scatter(x=[rec.lower, rec.upper], y=[rec.model, rec.model], mode="lines+markers",
+        off = (gi - (G - 1) / 2) * (0.6 / max(G, 1)) if G > 1 else 0.0
+        for ri, rec in enumerate(part.to_dict("records")):
+            theta = f", theta = {rec['theta']:.3f}" if "theta" in rec and rec["theta"] == rec["theta"] else ""
+            y = pos[rec["model"]] + off
+            fig.add_trace(go.Scatter(x=[rec["lower"], rec["upper"]], y=[y, y], mode="lines+markers",
                                      line=dict(color=color, width=6), marker=dict(size=10), name=g or "rank-set",
-                                     legendgroup=g, showlegend=False,
-                                     hovertext=f"{rec.model}: ranks {rec.lower}-{rec.upper}", hoverinfo="text"))
-    k = table["model"].nunique()
+                                     legendgroup=g, showlegend=bool(g) and ri == 0,
+                                     hovertext=f"{g + ': ' if g else ''}{rec['model']}: ranks "
+                                               f"{rec['lower']}-{rec['upper']}{theta}", hoverinfo="text"))
+    k = len(models)
     fig.update_xaxes(title="rank (1 = best)", dtick=1, range=[0.5, k + 0.5])
-    fig.update_yaxes(autorange="reversed", type="category")
-    return _layout(fig, title, height=140 + 35 * k)
+    fig.update_yaxes(tickvals=list(range(k)), ticktext=models, range=[k - 0.5, -0.5])  # best on top
+    return _layout(fig, title, height=140 + (35 + 15 * (G - 1)) * k, legend=dict(orientation="h", y=-0.15))
 
 
 def tradeoff_figure(df: pd.DataFrame, x: str = "size", y: str = "intersection", group: str = "method",
@@ -368,11 +391,16 @@ def histogram_figure(values: Sequence[float], counts: Sequence[int], title: str 
     return _layout(fig, title, height=320)
 
 
-def variance_figure(components: Mapping[str, float], title: str = "Variance of the benchmark score") -> go.Figure:
-    """Stacked bar of the within- and between-prompt variance components."""
+def variance_figure(components: Mapping[str, float], title: str = "Variance of the benchmark score",
+                    total: float | None = None) -> go.Figure:
+    """Stacked bar of the within- and between-prompt variance components; ``total`` (the variance
+    the CI uses, σ̂²/n) as a dashed line: the parts add up to it unless the between part is clipped at 0."""
     fig = go.Figure()
     for i, (k, v) in enumerate(components.items()):
         fig.add_trace(go.Bar(x=["Var(μ̂)"], y=[v], name=k, marker_color=PALETTE[i % len(PALETTE)]))
+    if total is not None:  # a wide horizontal tick across the bar, named in the legend (no label over the bar)
+        fig.add_trace(go.Scatter(x=["Var(μ̂)"], y=[total], mode="markers", name=f"Var̂(μ̂) = σ̂²/n = {total:.3g}",
+                                 marker=dict(symbol="line-ew", size=120, line=dict(color="#212529", width=3))))
     fig.update_yaxes(title="variance", exponentformat="e")
     return _layout(fig, title, height=320, barmode="stack")
 

@@ -175,29 +175,79 @@ def test_benchmark_page_metrics_and_widget(app):
     at = _page(app, navigation.path("benchmark"))
     text = _texts(at)
     assert "Mean per-question covariance" in text and "Sample saving" in text
+    # the saving's interval, error level, n and scoring rule are in the visible text, not only a tooltip
+    assert "95% CI **[" in text and "Sample saving at error ε = " in text and "scoring rule **paper**" in text
+    assert "(n ≈ " in text
     assert _n_charts(at) >= 4
+    tables = [d.value for d in at.dataframe]
+    paired = next(t for t in tables if "diff A−B" in t.columns)
+    assert paired["mode"].tolist() == ["coupled", "independent"]
+    assert {"ci_low", "ci_high", "p_value", "corr", "boot_ci_low", "MDE"} <= set(paired.columns)
+    # McNemar only on one majority-vote outcome per question; never over (question, repeat) pairs
+    assert "one majority-vote outcome per question" in text
+    assert not any("outcomes" in t.columns or (t.get("outcome") is not None and (t["outcome"] == "pairs").any())
+                   for t in tables)
+    # the planner says the dataset is too small for an MDE of 0.05
+    assert any(f"questions; this dataset has {N_PROMPTS}" in w.value for w in at.warning)
+    at.number_input(key="bm_mde").set_value(1.0).run()
+    assert not at.exception and any(f"this dataset has {N_PROMPTS}" in s.value for s in at.success)
+    at.number_input(key="bm_se").set_value(0.5).run()  # a loose SE: every SE plan fits
+    assert not at.exception and "For a target standard error **0.5000** (given)" in _texts(at)
+    se_plans = next(d.value for d in at.dataframe if "fits" in d.value.columns and "power" not in d.value.columns)
+    assert se_plans["fits"].all()
     at.selectbox(key="bm_subject").set_value("algebra").run()
     assert not at.exception
     assert f"{N_PROMPTS // 2} × {N_REPEATS}" in _texts(at)  # the algebra half of the questions
 
 
+def _option(at, key: str, needle: str) -> int:
+    opts = at.selectbox(key=key).options
+    hits = [i for i, o in enumerate(opts) if needle in o]
+    assert hits, opts
+    return hits[0]
+
+
 def test_winrates_page_judgments_and_set(app):
     at = _page(app, navigation.path("winrates"))
+    at.selectbox(key="wr_source").set_value(_option(at, "wr_source", "run run-small")).run()
+    assert not at.exception
     assert _n_charts(at) >= 3
     table = at.dataframe[0].value
-    assert {"coupled_winrate", "independent_winrate", "coupled_rank", "independent_rank"} <= set(table.columns)
-    at.selectbox(key="wr_source").set_value(1).run()  # the uploaded set
+    assert {"coupled_winrate", "independent_winrate", "coupled_rank", "independent_rank",
+            "coupled_rank_set"} <= set(table.columns)
+    text = _texts(at)
+    assert f"intervals clustered by prompt ({N_PROMPTS} prompts" in text and "1000 resamples" in text
+    assert "Position bias (coupled)" in text and "Holm" in text
+    pairs = at.dataframe[1].value
+    assert {"diff", "p", "p_holm", "stars", "coupled_low", "coupled_high"} <= set(pairs.columns)
+    at.selectbox(key="wr_source").set_value(_option(at, "wr_source", "human-small")).run()  # the uploaded set
     assert not at.exception
-    assert "comparisons with human labels" in _texts(at)
+    text = _texts(at)
+    assert "human labels (uploaded preferences" in text and "coupled" not in " ".join(
+        str(c) for c in at.dataframe[0].value.columns)
+    pairs = at.dataframe[1].value
+    assert "diff" not in pairs.columns and {"human-small_low", "human-small_high"} <= set(pairs.columns)
 
 
 def test_ranksets_page_methods_and_covariance(app):
     at = _page(app, navigation.path("ranksets"))
     assert not at.exception
-    at.selectbox(key="rs_source").set_value(0).run()
+    at.selectbox(key="rs_source").set_value(_option(at, "rs_source", "human-small")).run()
     at.radio(key="rs_method").set_value("human").run()
     assert not at.exception
-    assert any("ranksets" in c.value or "human-labelled" in c.value for c in at.caption)
+    assert any("procedure maxt" in c.value and "human-labelled" in c.value for c in at.caption)
+    assert any("strict win-rate" in c.value for c in at.caption)
+    table = at.dataframe[0].value
+    assert {"rank", "lower", "upper", "theta", "theta_low", "theta_high"} <= set(table.columns)
+    assert (table["rank"] == table["lower"]).all()
+    at.radio(key="rs_procedure").set_value("chi2").run()
+    assert any("procedure chi2" in c.value for c in at.caption)
+    at.radio(key="rs_method").set_value("judge").run()
+    assert any("inherit its biases" in w.value for w in at.warning)
+    at.radio(key="rs_method").set_value("ppr").run()
+    assert not at.exception
+    cmp_ = at.dataframe[0].value
+    assert cmp_["method"].nunique() == 2 and any("the same n = 100 human labels" in m for m in cmp_["method"])
     at.radio(key="rs_cov").set_value("paper").run()
     assert any("paper's covariance" in w.value for w in at.warning)
     at.number_input(key="rs_n").set_value(30)
@@ -205,12 +255,14 @@ def test_ranksets_page_methods_and_covariance(app):
     at.toggle(key="rs_run_draws").set_value(True).run()
     assert not at.exception
     assert _n_charts(at) >= 3
+    assert "Baseline" in _texts(at)
 
 
 def test_datamap_page_flags_and_slider(app):
     at = _page(app, navigation.path("datamap"))
     text = _texts(at)
-    assert "Flagged prompts" in text and "Score μ̂" in text
+    assert "Flagged prompts" in text and "Score μ̂" in text and "95% t CI" in text
+    assert "within-prompt" in text and "between-prompt" in text and "σ̂²/n" in text
     assert _n_charts(at) >= 3
     at.slider(key="dm_pmax").set_value(1.0)
     at.slider(key="dm_smin").set_value(-3.0).run()
@@ -432,9 +484,27 @@ def test_ranksets_page_on_the_chatbot_arena_files(small_db, monkeypatch):
     src.set_value(arena[0]).run()
     assert not at.exception
     assert at.dataframe, [m.value for m in list(at.info) + list(at.warning) + list(at.error)]
+    table = at.dataframe[0].value  # PPR vs human-only on the same 990 human labels
+    assert len(table) == 24 and (table["lower"] <= table["upper"]).all()
+    assert any("ppr: n = 990 human-labelled, N = 13,957 judge-only" in c.value and "human: n = 990" in c.value
+               for c in at.caption)
+    assert "the paper's 12 models of the 20" in _texts(at)
+
+
+@pytest.mark.shared
+def test_winrates_page_sees_the_chatbot_arena_files(small_db, monkeypatch):
+    from tests.conftest import shared_path
+    shared_path("data", "arena", "human.json")
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(small_db))
+    monkeypatch.chdir(ROOT)
+    at = _page(AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT), navigation.path("winrates"))
+    at.selectbox(key="wr_source").set_value(_option(at, "wr_source", "Chatbot Arena (built-in) · human + judge gpt-4-0125")).run()
+    assert not at.exception
     table = at.dataframe[0].value
-    assert len(table) == 12 and (table["lower"] <= table["upper"]).all()
-    assert any("n = 990 human-labelled" in c.value for c in at.caption)
+    assert len(table) == 20 and "arena (human)_rank_set" in table.columns
+    assert (table["arena (human)_rank"] == table["arena (human)_rank_set"].str.split("–").str[0].astype(int)).all()
+    text = _texts(at)
+    assert "intervals clustered by prompt (26,910 prompts, 26,919 rows)" in text and "coupled" not in text
 
 
 def test_divergence_summary_sql_matches_alignment_per_unit(small_db):
@@ -466,7 +536,10 @@ def test_benchmark_page_shows_the_papers_numbers_on_its_published_outputs(tmp_pa
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Questions × repeats"] == "100 × 10"
     assert metrics["Mean per-question covariance"] == "0.0850"  # paper: about 0.085
-    assert metrics["Median Var(diff) coupled / independent"] == "0.178 / 0.278"  # paper: 0.178 vs 0.278
+    assert metrics["Median Var(diff) c / i"] == "0.178 / 0.278"  # paper: 0.178 vs 0.278
+    # auto error level (the coupled error at n = 120): the saving with its bootstrap interval
+    assert metrics["Sample saving"].endswith("%")
+    assert any(m.value.startswith("95% CI **[") and m.value.count("%") == 3 for m in at.markdown)
 
 
 def test_upload_helpers_validate_then_import_as_a_job(tmp_path, monkeypatch):

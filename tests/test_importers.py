@@ -16,6 +16,7 @@ from engine.analysis.multigen import multigen_summary
 from engine.cli import main
 from engine.errors import UserError
 from engine.stats import benchmark as bm
+from engine.stats import multigen as mg
 from engine.tasks.importers import PAPER_COUPLED_SEED, import_paper_mmlu
 from engine.tasks.scoring import extract_paper
 from tests.conftest import shared_path
@@ -145,12 +146,47 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     a_sub, _ = score_matrices(tmp_db, "Model-X", "Model-Y", subject="bbb_subject")["coupled"]
     np.testing.assert_array_equal(a_sub, A[3:])
 
-    assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
-                 "--resamples", "50", "--target-error", "0.05"]) == 0
+    cmd = ["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
+           "--resamples", "50", "--target-error", "0.05"]
+    assert main(cmd) == 0  # default: the human summary, not JSON
+    text = capsys.readouterr().out
+    assert text.startswith("benchmark-compare  Model-X − Model-Y") and "Paired difference" in text
+    assert "at error 0.0500 (target_error), rule paper" in text and "(full result: --json or --out FILE)" in text
+    out_file = tmp_db.parent / "bc.json"
+    assert main(cmd + ["--json", "--out", str(out_file)]) == 0
     res = json.loads(capsys.readouterr().out)
+    assert json.loads(out_file.read_text()) == res
     for key in ("mean_covariance_coupled", "median_var_diff_coupled", "median_var_diff_independent",
-                "accuracy", "error_curve", "saving", "mcnemar", "planner"):
+                "accuracy", "error_curve", "saving", "saving_ci", "paired", "mcnemar_majority", "planner"):
         assert key in res
+    assert "mcnemar" not in res and "difference" not in res  # McNemar over (question, repeat) pairs is gone
+    # the paired comparison per mode is paired_diff_ci on the stored matrices (questions as the unit)
+    for mode, (Am, Bm) in mats.items():
+        ref = bm.paired_diff_ci(Am, Bm)
+        got = res["paired"][mode]
+        for k in ("diff", "se", "ci_low", "ci_high", "p_value", "mde", "sigma2_between", "sigma2_within"):
+            assert got[k] == pytest.approx(ref[k]), (mode, k)
+        assert got["bootstrap"]["n_resamples"] == 200
+        assert res["mcnemar_majority"][mode] == bm.mcnemar_majority(Am, Bm)
+        assert res["mcnemar_majority"][mode]["outcome"] == "majority vote per question"
+    # the saving's interval is saving_predicted at the same error; the planner's components are exact
+    Dc, Di = (mats[m][0] - mats[m][1] for m in ("coupled", "independent"))
+    sci = res["saving_ci"]
+    assert sci["error"] == 0.05 and sci["saving"] == pytest.approx(bm.saving_predicted(Dc, Di, 0.05)["saving"])
+    assert sci["ci_low"] <= sci["saving"] <= sci["ci_high"]
+    pl = res["planner"]
+    assert pl["components"]["coupled"] == bm.variance_components_diff(A, B)
+    assert pl["components"]["independent (predicted from coupled)"] == bm.independent_components(A, B)
+    assert pl["target_mde"] == 0.05 and pl["target_se"] == pytest.approx(0.05 / bm.MAE_PER_SE)
+    assert {r["mode"] for r in pl["mde_plans"]} == {"coupled", "independent", "independent (predicted from coupled)"}
+    assert all(r["fits"] == (r["questions"] <= 5) for r in pl["mde_plans"] + pl["se_plans"])
+    assert all(r["note"] == f"needs {r['questions']:,} questions; this dataset has 5"
+               for r in pl["mde_plans"] if not r["fits"])
+    assert pl["headline"].endswith("this dataset has 5") and not pl["headline_fits"]
+    # the variance KDEs are reflected at 0: nothing below 0
+    for mode in ("coupled", "independent"):
+        k = res["kde"][f"var_diff_{mode}"]
+        assert k["lower"] == 0 and min(k["x"]) == 0
     assert res["mean_covariance_coupled"] == pytest.approx(bm.per_question_covariance(A, B).mean())
     assert res["accuracy"]["Model-X"] == pytest.approx(
         (A.mean() + mats["independent"][0].mean()) / 2)
@@ -165,7 +201,12 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     assert json.loads(json.dumps(again)) == res
 
     assert main(["multigen", "--db", str(tmp_db), "--run", "paper-mmlu", "--model", "Model-X"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("multigen  Model-X") and "5 prompts × 10 generations" in text
+    assert "within-prompt" in text and "between-prompt" in text and "95% CI" in text
+    assert main(["multigen", "--db", str(tmp_db), "--run", "paper-mmlu", "--model", "Model-X", "--json"]) == 0
     mgr = json.loads(capsys.readouterr().out)
+    assert mgr["score"] == mg.score_variance(A)  # the fixed CI (σ̂²/n, t) and unbiased components
     assert mgr["n"] == 5 and mgr["k"] == REPEATS and len(mgr["prompts"]) == 5
     assert mgr["score"]["mu"] == pytest.approx(A.mean())
     # consistency from identical extracted answers
@@ -239,3 +280,42 @@ def test_reproduce_paper_other_subjects_all_pairs(paper_db):
             vi = bm.per_question_var_diff(*mats["independent"]).mean()
             assert cov > 0, (subject, a, b)
             assert vc < vi, (subject, a, b)
+
+
+def test_benchmark_planner_exact_tiny():
+    from engine.analysis.benchmark import _planner
+    # D = A − B = [[1, 0], [1, 0]]: d_i = (0.5, 0.5), var(d_i) = 0; σ²_w = mean var_r(D) = 0.5;
+    # σ²_b = max(0, 0 − 0.5/2) = 0. Target SE 0.1: n(k) = ceil(0.5/k / 0.01) = 50, 25, 10, 5.
+    A = np.array([[1, 0], [1, 1]], float)
+    B = np.array([[0, 0], [0, 1]], float)
+    pl = _planner({"coupled": (A, B)}, 0.05, 0.5, 0.1, 0.05, 0.8, 2, 2)
+    assert pl["components"]["coupled"] == {"sigma2_between": 0.0, "sigma2_within": 0.5, "Q": 2, "R": 2}
+    # independent, predicted: mean_i (var A_i + var B_i) = mean(0.5 + 0, 0 + 0.5) = 0.5
+    assert pl["components"]["independent (predicted from coupled)"]["sigma2_within"] == 0.5
+    coupled = [(r["repeats"], r["questions"], r["fits"], r["note"]) for r in pl["se_plans"] if r["mode"] == "coupled"]
+    assert coupled == [(1, 50, False, "needs 50 questions; this dataset has 2"),
+                       (2, 25, False, "needs 25 questions; this dataset has 2"),
+                       (5, 10, False, "needs 10 questions; this dataset has 2"),
+                       (10, 5, False, "needs 5 questions; this dataset has 2")]
+    assert pl["target_se_source"] == "given"
+    # MDE 0.5 with Var(d̄) = 0.5/(n k): k = 10 reaches 80% power with a handful of questions
+    k10 = next(r for r in pl["mde_plans"] if r["mode"] == "coupled" and r["repeats"] == 10)
+    assert k10["power"] >= 0.8 and k10["fits"] == (k10["questions"] <= 2)
+
+
+def test_benchmark_compare_without_an_independent_run(layout, tmp_db, capsys):
+    rdir, qdir, _ = layout
+    import_paper_mmlu(tmp_db, rdir, qdir)
+    with store.writer(tmp_db) as con:
+        con.begin()
+        con.execute("DELETE FROM scores WHERE mode = 'independent'")
+        con.commit()
+    res = benchmark_compare(tmp_db, "Model-X", "Model-Y", target_error=0.05, n_resamples=50)
+    A, B = score_matrices(tmp_db, "Model-X", "Model-Y")["coupled"]
+    assert set(res["paired"]) == set(res["mcnemar_majority"]) == {"coupled"}
+    assert res["saving"] is None and res["saving_ci"] is None  # nothing to save against
+    # the planner still predicts the independent design from the coupled run
+    assert res["planner"]["components"]["independent (predicted from coupled)"] == bm.independent_components(A, B)
+    assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
+                 "--resamples", "50", "--target-error", "0.05"]) == 0
+    assert "resampling curves: - (a curve never reaches this error, or no independent run)" in capsys.readouterr().out

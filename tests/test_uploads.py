@@ -3,6 +3,7 @@ and leaves the database exactly as it was; Arena files round-trip; sets are list
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from engine import store
@@ -180,8 +181,8 @@ def _arena(rows):
 
 
 @pytest.mark.parametrize("human,judge,pattern", [
-    (b'{"num": 0, "model_a": "m1", "model_b": "m2", "winner": "tie"}\nnot json\n', None, r"row 2: not valid JSON"),
-    (b'{"num": 0, "model_a": "m1", "winner": "tie"}\n', None, r"row 1, column 'model_b': missing field"),
+    (b'{"num": 0, "model_a": "m1", "model_b": "m2", "winner": "tie"}\nnot json\n', None, r"line 2: not valid JSON"),
+    (b'{"num": 0, "model_a": "m1", "winner": "tie"}\n', None, r"line 1, column 'model_b': missing field"),
     (b'[1, 2]\n', None, "must be a JSON object"),
     (_arena([("m1", "m2", "model_c")]), None, "bad winner value 'model_c'"),
     (_arena([("m1", "m1", "tie")]), None, "same model 'm1'"),
@@ -189,12 +190,53 @@ def _arena(rows):
     (_arena([("m1", "m2", "tie")]), _arena([("m2", "m1", "tie")]), "disagree on the models"),
     (_arena([("m1", "m2", "tie")]).replace(b"}\n", b"}\n") * 2, None, "duplicate num 0"),
     (b"\n\n", None, "file is empty"),
+    # reliability (issue 13): never a crash, one problem naming the line and the field
+    (_arena([("m1", "m2", "tie")]).replace(b'"num": 0', b'"num": [1, 2]'), None,
+     r"line 1, column 'num': must be an integer or a string, got an array"),
+    (_arena([("m1", "m2", "tie")]).replace(b'"num": 0', b'"num": {"a": 1}'), None,
+     r"line 1, column 'num': must be an integer or a string, got an object"),
+    (b'{"num": 0, "model_a": "m1", "model_b": "m2", "winner": "tie", "x": ' + b"[" * 100_000 + b"]" * 100_000
+     + b"}\n", None, r"line 1: JSON nested too deeply"),
+    (b'{"num": ' + b"9" * 5000 + b', "model_a": "m1", "model_b": "m2", "winner": "tie"}\n', None,
+     r"line 1: a number has too many digits"),
+    ('{"num": 0, "model_a": "caf\xe9", "model_b": "m2", "winner": "tie"}\n'.encode("latin-1"), None,
+     r"not UTF-8 text \(byte 0xe9 at line 1\)"),
+    (b'{"num": 0, "model_a": 3, "model_b": "m2", "winner": "tie"}\n', None,
+     r"line 1, column 'model_a': must be non-blank text, got a number \(3\)"),
+    (b'{"num": 0, "question_id": ["q"], "model_a": "m1", "model_b": "m2", "winner": "tie"}\n', None,
+     r"line 1, column 'question_id': must be an integer or a string, got an array"),
+    (b'{"num": 0, "model_a": "m1", "model_b": "m2", "winner": null}\n', None,
+     r"line 1, column 'winner': must be non-blank text, got null"),
 ])
 def test_malformed_arena_rejected(human, judge, pattern, db_with_set):
     before = dump(db_with_set)
     with pytest.raises(cmp.InvalidUpload, match=pattern):
         cmp.import_comparisons(db_with_set, human, "arena-bad", judge_file=judge, fmt="arena")
     assert dump(db_with_set) == before
+
+
+def test_arena_utf16_with_bom_reads_like_utf8(tmp_path):
+    text = _arena([("m1", "m2", "model_a"), ("m2", "m3", "tie")]).decode()
+    utf8 = tmp_path / "utf8.json"
+    utf8.write_text(text, encoding="utf-8")
+    for enc in ("utf-16", "utf-16-be", "utf-16-le"):
+        raw = text.encode(enc)
+        if enc != "utf-16":
+            raw = ("\ufeff").encode(enc) + raw  # explicit byte-order mark
+        f = tmp_path / f"{enc}.json"
+        f.write_bytes(raw)
+        pd.testing.assert_frame_equal(cmp.read_arena(f), cmp.read_arena(utf8))
+        rows, problems = cmp.validate_arena(raw)
+        assert problems == [] and rows["human_winner"].tolist() == ["a", "tie"]
+
+
+def test_arena_json_string_with_line_separator_is_one_line(tmp_path):
+    """U+2028 inside a JSON string is legal: the file is split on newlines only."""
+    f = tmp_path / "ls.json"
+    f.write_text('{"num": 0, "question_id": "a\u2028b", "model_a": "m1", "model_b": "m2", "winner": "tie"}\n'
+                 .replace("\\u2028", "\u2028"), encoding="utf-8")
+    df = cmp.read_arena(f)
+    assert len(df) == 1 and df.prompt_id[0] == "a\u2028b"
 
 
 @pytest.mark.shared

@@ -2,7 +2,8 @@
 
 Benz et al., "Evaluation of Large Language Models via Coupled Token Generation", Section 4 and
 Fig. 2: per-question covariance, variance of the score difference, estimation error vs number of
-samples, sample saving; plus McNemar and a sample-size planner.
+samples, sample saving; plus (METHODS.md 7.1) the paired comparison with questions as the unit,
+the saving's interval, and a planner from the variance components.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pandas as pd
 
 from engine import store
 from engine.analysis.overview import db_exists
-from engine.config import DEFAULT_SAVING_N, MODES
+from engine.config import DEFAULT_PLAN_MDE, DEFAULT_SAVING_N, MODES, PLAN_REPEATS
 from engine.errors import UserError
 from engine.stats import benchmark as bm
 from engine.stats import multigen as mg
@@ -115,17 +116,26 @@ def score_matrices(db: str | os.PathLike, model_a: str, model_b: str, subject: s
 def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
                       target_error: float | None = None, n_resamples: int = 1000, seed: int = 0,
                       run: str | None = None, rule: str = "paper", step: int = 20,
-                      saving_n: int = DEFAULT_SAVING_N, kde_points: int = 200, max_n: int = 10_000) -> dict:
-    """Coupled vs independent comparison of two models (METHODS.md section 2): the CLI's JSON.
+                      saving_n: int = DEFAULT_SAVING_N, kde_points: int = 200, max_n: int = 10_000,
+                      target_mde: float = DEFAULT_PLAN_MDE, target_se: float | None = None,
+                      alpha: float = 0.05, power: float = 0.8) -> dict:
+    """Coupled vs independent comparison of two models (METHODS.md sections 2 and 7.1): the CLI's JSON.
 
     Keys: run, subject, rule, models, n_questions, n_repeats, mean_covariance_coupled,
     median_var_diff_coupled, median_var_diff_independent, mean_var_diff_{coupled,independent},
     accuracy ({model: pooled accuracy over the modes}), accuracy_by_mode ({mode: {model: score,
-    CI (METHODS 5)}}), difference ({mode: paired bootstrap CI of acc A − acc B}), kde (curves),
+    t CI (METHODS 5)}}), paired ({mode: :func:`bm.paired_diff_ci` of A − B: diff, t CI, p, corr,
+    bootstrap check, MDE; questions are the unit}), mcnemar_majority ({mode: McNemar on ONE
+    majority-vote outcome per question}), kde (curves; the variances reflected at 0),
     error_curve (list of {n, coupled, independent, coupled_low, coupled_high, independent_low,
     independent_high}: mean error and 2.5/97.5 percentiles), truth, saving (float or None: at
-    ``target_error``, else at the error the coupled curve reaches at n = ``saving_n``),
-    saving_detail, saving_at_n (always the latter), mcnemar ({mode: {majority, pairs}}), planner.
+    ``target_error``, else at the error the coupled curve reaches at n = ``saving_n``; interpolated
+    on the resampling curves as in the paper), saving_detail, saving_at_n (always the latter),
+    saving_ci (:func:`bm.saving_predicted` at the same error: the saving predicted from the
+    per-sample variances with a bootstrap CI over questions; None without an independent run),
+    planner (variance components per design, plans for ``target_mde`` at ``power`` and for a
+    target SE, each row with ``fits``: whether this dataset has that many questions, and a note
+    "needs N questions; this dataset has Q" when not).
 
     Both modes are restricted to the questions scored in both, so the two curves compare like
     with like; both error curves use the same random permutations (common random numbers).
@@ -134,6 +144,10 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     """
     if n_resamples < 1:
         raise UserError(f"resamples must be >= 1, got {n_resamples}")
+    if not target_mde > 0:
+        raise UserError(f"target MDE must be > 0, got {target_mde}")
+    if target_se is not None and not target_se > 0:
+        raise UserError(f"target SE must be > 0, got {target_se}")
     if target_error is not None and not target_error > 0:
         raise UserError(f"target error must be > 0, got {target_error}")
     if model_a == model_b:
@@ -175,15 +189,18 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     out["accuracy"] = {m: float(np.mean([mats[mode][i].mean() for mode in mats])) for i, m in enumerate(models)}
     out["accuracy_by_mode"] = {mode: {m: mg.score_variance(ab[i]) for i, m in enumerate(models)}
                                for mode, ab in mats.items()}
-    out["difference"] = {mode: bm.paired_bootstrap_diff(*ab, rng=rng_boot, n_resamples=max(n_resamples, 200))
-                         for mode, ab in mats.items()}
+    # The paired comparison (METHODS 7.1): one mean difference per question, t over questions.
+    out["paired"] = {mode: bm.paired_diff_ci(*ab, rng=rng_boot, alpha=alpha, power=power,
+                                             n_resamples=max(n_resamples, 200))
+                     for mode, ab in mats.items()}
+    # McNemar only on one outcome per question (never on (question, repeat) pairs: size ~40% at 5%).
+    out["mcnemar_majority"] = {mode: bm.mcnemar_majority(*ab) for mode, ab in mats.items()}
 
     out["kde"] = {"covariance_coupled": bm.kde_curve(cov, n_grid=kde_points)}
-    lo = min(float(v.min()) for v in vdiff.values())
     hi = max(float(v.max()) for v in vdiff.values())
-    grid = np.linspace(lo - 0.15, hi + 0.15, kde_points)  # one grid so the curves overlay
+    grid = np.linspace(0.0, hi + 0.15, kde_points)  # one grid so the curves overlay; a variance is >= 0
     for mode, v in vdiff.items():
-        out["kde"][f"var_diff_{mode}"] = bm.kde_curve(v, grid=grid)
+        out["kde"][f"var_diff_{mode}"] = bm.kde_curve(v, grid=grid, lower=0.0)
 
     # Error curves: one set of permutations shared by both modes.
     N = Q * R
@@ -227,27 +244,60 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     at_n = saving_at(bm.error_at(sizes, curves["coupled"]["mean"], n_eff), src)
     detail = saving_at(float(target_error), "target_error") if target_error is not None else at_n
     eps = detail["error"]
+    if not eps > 0:  # the curves are 0 everywhere: no error level to plan or save at (benchmark() explains)
+        raise UserError(f"target error must be > 0, got {eps}")
     out["saving"] = detail["saving"]
     out["saving_detail"] = detail
     out["saving_at_n"] = at_n
 
-    # McNemar: 'majority' = per question, correct iff the model is right on more than half of the
-    # repeats (independent across questions: the test's assumption holds); 'pairs' = every
-    # (question, repeat) pair (repeats of a question are dependent: indicative only).
-    out["mcnemar"] = {mode: {"majority": bm.mcnemar(ab[0].mean(axis=1) > 0.5, ab[1].mean(axis=1) > 0.5),
-                             "pairs": bm.mcnemar(ab[0], ab[1])} for mode, ab in mats.items()}
+    # The saving's interval: predicted from the per-sample variances at the same error, bootstrap
+    # over questions (the interpolated resampling saving above has no interval of its own).
+    if "independent" in mats:
+        Dc, Di = (mats[m][0] - mats[m][1] for m in ("coupled", "independent"))
+        out["saving_ci"] = bm.saving_predicted(Dc, Di, eps, rng=rng_boot, n_resamples=max(n_resamples, 200))
+    else:
+        out["saving_ci"] = None
 
-    components = {mode: bm.variance_components_diff(*ab) for mode, ab in mats.items()}
-    out["planner"] = {
-        "target_error": eps, "target_se": eps / bm.MAE_PER_SE,
-        "formula": "Var(mean diff) = sigma2_between/n + sigma2_within/(n k); n = ceil((sb + sw/k)/se^2), "
-                   "se = error / sqrt(2/pi)",
-        "components": components,
-        "plans": {mode: bm.plan_sample_size(c["sigma2_between"], c["sigma2_within"], target_error=eps,
-                                            repeats=sorted({1, 2, 5, 10, R}))
-                  for mode, c in components.items()},
-    }
+    out["planner"] = _planner(mats, eps, target_mde, target_se, alpha, power, int(Q), int(R))
     return out
+
+
+def _planner(mats: dict, eps: float, target_mde: float, target_se: float | None, alpha: float, power: float,
+             Q: int, R: int) -> dict:
+    """Questions × repeats per design (METHODS 7.1): Var(d̄) = σ²_b/n + σ²_w/(n k), from this run's
+    variance components; independent generation is also predicted from the coupled run."""
+    components = {mode: bm.variance_components_diff(*ab) for mode, ab in mats.items()}
+    components["independent (predicted from coupled)"] = bm.independent_components(*mats["coupled"])
+    repeats = sorted({*PLAN_REPEATS, R})
+    se = target_se if target_se is not None else eps / bm.MAE_PER_SE
+
+    def fits(row: dict) -> dict:
+        q = row["questions"]
+        row["fits"] = q is not None and q <= Q
+        row["note"] = ("" if row["fits"] else
+                       f"needs {q:,} questions; this dataset has {Q}" if q is not None else
+                       "not reachable (over 10 million questions)")
+        return row
+
+    mde_rows = [fits(r) for r in bm.plan_mde(components, target_mde, alpha=alpha, power=power, repeats=repeats)]
+    se_rows = [fits({"mode": mode, **r}) for mode, c in components.items()
+               for r in bm.plan_sample_size(c["sigma2_between"], c["sigma2_within"], target_se=se, repeats=repeats)]
+    current = next(r for r in mde_rows if r["mode"] == "coupled" and r["repeats"] == R)
+    return {
+        "target_mde": target_mde, "alpha": alpha, "power": power, "target_se": se,
+        "target_se_source": "given" if target_se is not None else f"error {eps:.4g} / sqrt(2/pi)",
+        "target_error": eps, "dataset_questions": Q, "dataset_repeats": R,
+        "formula": "Var(mean diff) = sigma2_between/n + sigma2_within/(n k); MDE plans: smallest n with "
+                   "power of the paired t test >= power; SE plans: n = ceil((sb + sw/k)/se^2)",
+        "components": components,
+        "mde_plans": mde_rows,
+        "se_plans": se_rows,
+        "headline_fits": bool(current["fits"]),
+        "headline": (f"coupled, {R} repeats: MDE {target_mde:g} at {power:.0%} power needs "
+                     f"{current['questions']:,} questions; this dataset has {Q}"
+                     if current["questions"] is not None else
+                     f"coupled, {R} repeats: MDE {target_mde:g} is not reachable"),
+    }
 
 
 def benchmark_choices(db: str | os.PathLike) -> dict:
@@ -271,12 +321,14 @@ def benchmark_choices(db: str | os.PathLike) -> dict:
 
 def benchmark(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
               target_error: float | None = None, run: str | None = None, rule: str = "paper",
-              n_resamples: int = 1000, seed: int = 0) -> dict:
+              n_resamples: int = 1000, seed: int = 0, target_mde: float = DEFAULT_PLAN_MDE,
+              target_se: float | None = None) -> dict:
     """The benchmark comparison of two models (:func:`benchmark_compare`), with a clearer message
     when no default error level exists."""
     try:
         return benchmark_compare(db, model_a, model_b, subject=subject, target_error=target_error,
-                                     n_resamples=n_resamples, seed=seed, run=run, rule=rule)
+                                 n_resamples=n_resamples, seed=seed, run=run, rule=rule, target_mde=target_mde,
+                                 target_se=target_se)
     except UserError as exc:
         if target_error is None and "target error must be > 0" in str(exc):
             raise UserError("the estimation error is 0 at every sample size (the pool is too small, or the "

@@ -5,6 +5,9 @@ lines, a stored comparison set, or a run's LLM-judge verdicts. Shared by win-rat
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import math
 import os
 import warnings
@@ -70,7 +73,8 @@ def read_comparisons_file(path: str | Path) -> pd.DataFrame:
     if raw.empty:
         raise UserError(f"{p}: no comparisons in file (header only)")
     out = pd.DataFrame({
-        "prompt_id": raw["prompt_id"] if "prompt_id" in raw.columns else [str(i) for i in range(len(raw))],
+        # no prompt_id column: no clusters known (None), so every row is its own cluster and results say so
+        "prompt_id": raw["prompt_id"].replace("", None) if "prompt_id" in raw.columns else [None] * len(raw),
         "model_a": raw["model_a"].str.strip(), "model_b": raw["model_b"].str.strip()})
     for col in ("human_winner", "judge_winner"):
         vals = raw[col] if col in raw.columns else pd.Series([""] * len(raw))
@@ -152,6 +156,47 @@ def require_models(models: list[str], first, second, what: str) -> None:
                         f"comparison there (restrict with --models)")
 
 
+def cluster_ids(df: pd.DataFrame) -> np.ndarray | None:
+    """The prompt ids of the rows as the cluster ids of METHODS.md 7.2, or None when no row has one
+    (then every row is its own cluster). Rows without an id are each their own cluster."""
+    if "prompt_id" not in df or df["prompt_id"].isna().all():
+        return None
+    return df["prompt_id"].to_numpy(dtype=object)
+
+
+def clustering_note(n_clusters: int, per_row: bool, n_rows: int) -> str:
+    """The one line every clustered result carries."""
+    if per_row:
+        return f"no prompt ids: each row is its own cluster ({n_rows:,} rows)"
+    return f"intervals clustered by prompt ({n_clusters:,} prompts, {n_rows:,} rows)"
+
+
+def comparison_groups(first: np.ndarray, second: np.ndarray, models: list[str]) -> list[list[str]]:
+    """Connected components of the comparison graph (models = nodes, an edge where two models were compared).
+
+    Returns:
+        the groups of model names, largest first; one group when the graph is connected.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    k = len(models)
+    g = coo_matrix((np.ones(len(first)), (np.asarray(first), np.asarray(second))), shape=(k, k))
+    n, lab = connected_components(g, directed=False)
+    groups = [[models[i] for i in np.flatnonzero(lab == c)] for c in range(n)]
+    return sorted(groups, key=lambda x: (-len(x), x))
+
+
+def connectivity_warning(groups: list[list[str]]) -> str | None:
+    """A warning naming the groups when the comparison graph is not connected, else None."""
+    if len(groups) < 2:
+        return None
+    shown = "; ".join("{" + ", ".join(g) + "}" for g in groups)
+    return (f"the comparisons form {len(groups)} groups never compared with each other: {shown}. Strengths, "
+            "win-rates against the field and ranks ACROSS groups are not identified (only within a group); "
+            "compare models across the groups or restrict --models to one group")
+
+
 def json_float(x) -> float | None:
     x = float(x)
     return None if math.isnan(x) or math.isinf(x) else x
@@ -226,8 +271,80 @@ def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.Dat
             raise Unavailable("the Chatbot Arena files (../shared/data/arena) are not present on this machine")
         if name not in ARENA_JUDGES:
             raise UserError(f"unknown Arena judge {name!r}; allowed: {', '.join(ARENA_JUDGES)}")
-        return read_arena(d / "human.json", d / f"{name}.json")
+        h, j = d / "human.json", d / f"{name}.json"
+        return _read_arena_cached(str(h), h.stat().st_mtime, str(j), j.stat().st_mtime).copy()
     raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'arena'")
+
+
+@functools.lru_cache(maxsize=4)
+def _read_arena_cached(human: str, human_mtime: float, judge: str, judge_mtime: float) -> pd.DataFrame:
+    """The built-in Arena files, validated once per process (keyed on path and modification time)."""
+    return read_arena(human, judge)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_sha256(path: str, mtime: float, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _content_key(paths: list[Path]) -> tuple[str, ...]:
+    return tuple(_file_sha256(str(p), p.stat().st_mtime, p.stat().st_size) for p in paths)
+
+
+def comparison_sources(db: str | os.PathLike) -> list[dict]:
+    """Every source of pairwise comparisons, each once: the built-in Chatbot Arena files (human +
+    one judge, when ../shared is present), stored comparison sets, and LLM-judge verdicts of runs.
+
+    A stored set imported from the same files as a built-in Arena source (same SHA-256 of the human
+    and judge files, in the set's metadata), or with the same content as an earlier set, is not
+    listed again: the kept entry names its copies (``also_stored_as``).
+
+    Order: runs' verdicts, stored sets, built-in Arena files.
+
+    Returns:
+        dicts: source ('arena' | 'set' | 'judgments'), name (judge file stem, set name or run id),
+        judge (judgments only), label (for a selector), also_stored_as (list).
+    """
+    out: list[dict] = []
+    by_key: dict[tuple[str, ...], dict] = {}
+    d = arena_dir()
+    if d is not None:
+        for j in ARENA_JUDGES:
+            if not (d / f"{j}.json").exists():
+                continue
+            entry = {"source": "arena", "name": j, "judge": None, "also_stored_as": [],
+                     "label": f"Chatbot Arena (built-in) · human + judge {j}"}
+            by_key[_content_key([d / "human.json", d / f"{j}.json"])] = entry
+            out.append(entry)
+    sets = comparison_sets(db)
+    for rec in sets.to_dict("records"):
+        try:
+            meta = json.loads(rec.get("meta") or "{}")
+        except (TypeError, ValueError):
+            meta = {}
+        key = tuple(meta.get("sha256") or ())
+        if key and key in by_key:
+            by_key[key]["also_stored_as"].append(rec["name"])
+            continue
+        entry = {"source": "set", "name": rec["name"], "judge": None, "also_stored_as": [],
+                 "label": f"stored set · {rec['name']} ({int(rec['n_rows']):,} rows: {int(rec['n_human']):,} human, "
+                          f"{int(rec['n_judge']):,} judge labels)"}
+        if key:
+            by_key[key] = entry
+        out.append(entry)
+    for e in out:
+        if e["also_stored_as"]:
+            e["label"] += f" (also stored as {', '.join(e['also_stored_as'])})"
+    judg = judgment_sources(db)
+    runs = [{"source": "judgments", "name": rec["run_id"], "judge": rec["judge"], "also_stored_as": [],
+             "label": f"run {rec['run_id']} · LLM judge {rec['judge']}"}
+            for rec in judg.drop_duplicates(["run_id", "judge"]).to_dict("records")]
+    # the user's own data first (runs' verdicts, stored sets), the built-in Arena files last
+    return runs + [e for e in out if e["source"] == "set"] + [e for e in out if e["source"] == "arena"]
 
 
 def keep_human_labels(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:

@@ -11,8 +11,13 @@ import os
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from engine.analysis.comparisons import (
+    cluster_ids,
+    clustering_note,
+    comparison_groups,
+    connectivity_warning,
     keep_human_labels,
     model_indices,
     model_list,
@@ -21,6 +26,7 @@ from engine.analysis.comparisons import (
     restrict_models,
     win_indicators,
 )
+from engine.config import PPR_DEFAULT_HUMAN_LABELS
 from engine.config import RANK_METHODS as METHODS
 from engine.errors import UserError
 from engine.stats import ranking as R
@@ -30,16 +36,30 @@ PAPER_ALPHAS = (0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.075, 0.05, 0.025, 0.01)
 
 
 def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = "delta",
-                 lam: float | str = "auto", models: list[str] | None = None) -> dict:
+                 lam: float | str = "auto", models: list[str] | None = None, procedure: str = "maxt",
+                 seed: int = 0, human_labels: int | None = None, n_draws: int = 10_000) -> dict:
     """Rank-sets of one method on a comparisons DataFrame, as the ``ranksets`` CLI JSON.
 
     method "human" / "judge": Algorithm 3 on the rows with that label. "ppr": Algorithm 1 with
     D_n = rows with a human label (they also need a judge label) and D_N = rows with only a judge
-    label. Returns {"models", "theta", "sigma", "lambda", "ranksets", "covariance", "n", "N"}.
+    label. ``human_labels`` = N keeps the human labels of N random rows (seeded by ``seed``), the
+    others become judge-only; for PPR on data where every row carries both labels (the Arena
+    files) the default is ``config.PPR_DEFAULT_HUMAN_LABELS`` (the paper's setting), said in
+    ``notes``. Covariance "delta" is cluster-robust by prompt when the rows carry prompt ids
+    (METHODS.md 7.3: residual columns summed within a prompt). Rank-sets by ``procedure``:
+    "maxt" (simultaneous max-t step-down, default; ``n_draws`` normal draws seeded by ``seed``),
+    "marginal", or "chi2" (the paper's Algorithm 2).
+
+    Returns:
+        {"models", "theta", "theta_ci", "sigma", "lambda", "ranksets", "rank", "procedure",
+         "covariance", "covariance_detail", "clustering", "n_clusters", "per_row_clusters", "alpha",
+         "n", "N", "human_labels", "notes", "warnings", ["critical_values"]}.
     """
     if method not in METHODS:
         raise UserError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
     R._check_covariance(covariance)
+    if procedure not in R.PROCEDURES:
+        raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(R.PROCEDURES)}")
     alpha = parse_alpha(alpha)
     lam = parse_lambda(lam)
     df = restrict_models(df, models)
@@ -47,9 +67,30 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
     k = len(models)
     if k < 2:
         raise UserError(f"need at least two models to rank; found {models}")
+    notes: list[str] = []
     has_h = df.human_winner.notna().to_numpy()
     has_j = df.judge_winner.notna().to_numpy()
+    if human_labels is None and method == "ppr" and has_h.any() and not (has_j & ~has_h).any() \
+            and has_h.sum() > PPR_DEFAULT_HUMAN_LABELS:
+        human_labels = PPR_DEFAULT_HUMAN_LABELS
+        notes.append(f"every comparison carries a human label: kept the human labels of {human_labels:,} random "
+                     f"comparisons (seed {seed}; the paper's setting; change with --human-labels), the other "
+                     f"{int(has_h.sum()) - human_labels:,} are judge-only")
+    if human_labels is not None:
+        if int(human_labels) < 1:
+            raise UserError(f"--human-labels must be >= 1; got {human_labels}")
+        if int(human_labels) < int(has_h.sum()):
+            df = keep_human_labels(df, int(human_labels), seed)
+            has_h = df.human_winner.notna().to_numpy()
+        elif not notes:
+            notes.append(f"{int(human_labels):,} human labels asked for (--human-labels): all {int(has_h.sum()):,} "
+                         "available are kept")
     first, second = model_indices(df, models)
+    cl = cluster_ids(df)
+    if cl is not None and pd.Series(cl).value_counts().max() == 1:
+        cl = None  # one comparison per prompt: the clustered formula IS the plain one (kept bit-exact)
+    if covariance == "paper":
+        cl = None
     lam_out = None
     if method in ("human", "judge"):
         rows = has_h if method == "human" else has_j
@@ -58,8 +99,10 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
         col = "human_winner" if method == "human" else "judge_winner"
         w, w2 = win_indicators(df[col][rows])
         require_models(models, first[rows], second[rows], f"{method}-labelled comparisons")
-        theta, sigma = R.onesource_theta_sigma(first[rows], second[rows], w, w2, k, covariance)
+        theta, sigma = R.onesource_theta_sigma(first[rows], second[rows], w, w2, k, covariance,
+                                               cluster=None if cl is None else cl[rows])
         n, N = (int(rows.sum()), 0) if method == "human" else (0, int(rows.sum()))
+        used = rows
     else:
         bad = has_h & ~has_j
         if bad.any():
@@ -69,22 +112,74 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
         lab, unl = has_h, has_j & ~has_h
         if not lab.any() or not unl.any():
             raise UserError(f"PPR needs human-labelled comparisons (found {int(lab.sum())}) and comparisons "
-                            f"labelled by the judge only (found {int(unl.sum())})")
+                            f"labelled by the judge only (found {int(unl.sum())}); when every row has both labels, "
+                            "keep some human labels with --human-labels N")
         require_models(models, first[lab], second[lab], "labelled set (human labels)")
         require_models(models, first[unl], second[unl], "unlabelled set (judge-only labels)")
         w, w2 = win_indicators(df.human_winner[lab])
         wh, wh2 = win_indicators(df.judge_winner[lab])
         whN, wh2N = win_indicators(df.judge_winner[unl])
         theta, sigma, lam_out = R.ppr_theta_sigma(first[unl], second[unl], whN, wh2N, first[lab], second[lab],
-                                                  w, w2, wh, wh2, k, lam=lam, covariance=covariance)
+                                                  w, w2, wh, wh2, k, lam=lam, covariance=covariance,
+                                                  cluster_N=None if cl is None else cl[unl],
+                                                  cluster_n=None if cl is None else cl[lab])
         n, N = int(lab.sum()), int(unl.sum())
-    lo, up = R.ranksets(theta, sigma, alpha)
-    return {"models": models,
-            "theta": {m: float(t) for m, t in zip(models, theta)},
-            "sigma": sigma.tolist(),
-            "lambda": None if lam_out is None else float(lam_out),
-            "ranksets": {m: [int(a), int(b)] for m, a, b in zip(models, lo, up)},
-            "covariance": covariance, "n": n, "N": N}
+        used = lab | unl
+    rs = R.rank_sets(theta, sigma, alpha, procedure=procedure, rng=np.random.default_rng(seed), n_draws=n_draws)
+    n_rows = int(used.sum())
+    all_ids = cluster_ids(df)
+    n_clusters = n_rows if all_ids is None else int(pd.Series(all_ids[used]).nunique(dropna=False))
+    per_row = all_ids is None
+    if covariance == "paper":
+        detail = "paper: A A^T / n^2 (the published formula, too small; reproduction only), rows independent"
+    elif cl is None:
+        detail = ("delta: count-normalised A A^T / (c c^T), " +
+                  ("no prompt ids: each row is its own cluster" if per_row else "one comparison per prompt"))
+    else:
+        detail = "delta, cluster-robust by prompt: (A G)(A G)^T / (c c^T), residuals summed within each prompt"
+    z = stats.norm.ppf(1 - alpha / 2)
+    se = np.sqrt(np.maximum(np.diag(sigma), 0.0))
+    warn = [w for w in [connectivity_warning(comparison_groups(first[used], second[used], models))] if w]
+    if method == "judge":
+        warn.append("judge-only rank-sets rank the JUDGE's preferences: they inherit its biases and need not cover "
+                    "the human ranking (use PPR with some human labels for that)")
+    out = {"models": models, "method": method,
+           "theta": {m: float(t) for m, t in zip(models, theta)},
+           "theta_ci": {m: [float(t - z * e), float(t + z * e)] for m, t, e in zip(models, theta, se)},
+           "sigma": sigma.tolist(),
+           "lambda": None if lam_out is None else float(lam_out),
+           "ranksets": {m: [int(a), int(b)] for m, a, b in zip(models, rs["lower"], rs["upper"])},
+           "rank": {m: int(x) for m, x in zip(models, R.rank_column(rs["lower"]))},
+           "procedure": procedure, "alpha": alpha,
+           "covariance": covariance, "covariance_detail": detail,
+           "clustering": clustering_note(n_clusters, per_row, n_rows), "n_clusters": n_clusters,
+           "per_row_clusters": per_row, "n": n, "N": N, "human_labels": None if human_labels is None else int(n),
+           "notes": notes, "warnings": warn}
+    if "critical_values" in rs:
+        out["critical_values"] = [float(c) if np.isfinite(c) else None for c in
+                                  (rs["critical_values"] if procedure == "maxt" else [])]
+    return out
+
+
+THETA_TEXT = ("theta = the model's strict win-rate against a uniformly random other model (P(its output is "
+              "preferred); ties count as a non-win); interval = marginal (1 - alpha) normal interval from the "
+              "covariance in use")
+
+
+def summary(res: dict) -> str:
+    """The ``ranksets`` CLI's human summary (no covariance matrix): one line per model, best first."""
+    from engine.commands._common import table
+    head = (f"rank-sets · {res.get('method', '')} · procedure {res['procedure']} at alpha {res['alpha']} · "
+            f"n = {res['n']:,} human-labelled, N = {res['N']:,} judge-only"
+            + (f" · lambda = {res['lambda']:.3f}" if res.get("lambda") is not None else ""))
+    lines = [head, f"covariance: {res['covariance_detail']}", res["clustering"], THETA_TEXT, ""]
+    rows = [{"rank": res["rank"][m], "model": m, "rank_set": f"{res['ranksets'][m][0]}-{res['ranksets'][m][1]}",
+             "theta": res["theta"][m], "theta_low": res["theta_ci"][m][0], "theta_high": res["theta_ci"][m][1]}
+            for m in res["models"]]
+    rows.sort(key=lambda r: (r["rank"], -r["theta"]))
+    lines.append(table(rows))
+    lines += [f"note: {x}" for x in res.get("notes", [])] + [f"WARNING: {x}" for x in res.get("warnings", [])]
+    return "\n".join(lines)
 
 
 def parse_lambda(value: str | float) -> float | str:
@@ -145,12 +240,15 @@ def balanced_draws(pairs: np.ndarray, per_pair: int, labelled_per_pair: int, rep
 def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndarray, np.ndarray],
                      judges: dict[str, tuple[np.ndarray, np.ndarray]], k: int, n: int, reps: int,
                      alphas, covariance: str, rng: np.random.Generator,
-                     total: int | None = None, lam: float | str = "auto") -> dict:
+                     total: int | None = None, lam: float | str = "auto", procedure: str = "chi2",
+                     n_draws: int = 2_000) -> dict:
     """Rank-sets of every method over ``reps`` balanced random draws (paper Section 5 / Fig. 1).
 
     Methods: "baseline" (humans on all N + n), "human" (humans on n), and per judge J:
     "judge:J" (J on all N + n) and "ppr:J" (J on the N unlabelled + humans and J on the n).
     ``total`` = N + n (default: the largest balanced size, n_pairs x the smallest pair count).
+    ``procedure``: "chi2" (Algorithm 2, the paper's experiment; default here) or "maxt" / "marginal"
+    (``n_draws`` standard normals per repetition, shared by every method and alpha of that draw).
 
     Returns:
         {"lower"/"upper": {method: (A, reps, k) int arrays}, "lambda": {method: (reps,)},
@@ -172,13 +270,25 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
     out_up: dict[str, list] = {}
     lams: dict[str, list] = {}
 
+    if procedure not in R.PROCEDURES:
+        raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(R.PROCEDURES)}")
+    normals = None
+
     def add(name, theta, sigma):
-        lo, up = R.ranksets(theta, sigma, alphas)
+        if procedure == "chi2":
+            lo, up = R.ranksets(theta, sigma, alphas)
+        else:
+            fn = R.ranksets_maxt if procedure == "maxt" else R.ranksets_marginal
+            sets = [fn(theta, sigma, float(a), normals=normals) for a in alphas]
+            lo = np.stack([x["lower"] for x in sets])  # (A, k)
+            up = np.stack([x["upper"] for x in sets])
         out_lo.setdefault(name, []).append(lo)
         out_up.setdefault(name, []).append(up)
 
     w, w2 = human
     for r in range(reps):
+        if procedure != "chi2":
+            normals = R.maxt_normals(k, n_draws, rng)
         sel = idx[r]
         f, s = first[sel], second[sel]
         fl, sl, fu, su = f[lab], s[lab], f[~lab], s[~lab]
@@ -215,7 +325,8 @@ def summarise_draws(res: dict, alphas) -> dict:
 
 def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, n: int = 990, reps: int = 200,
                   alpha: float = 0.05, covariance: str = "delta", seed: int = 0,
-                  alphas=PAPER_ALPHAS, models: list[str] | None = None, total: int | None = None) -> dict:
+                  alphas=PAPER_ALPHAS, models: list[str] | None = None, total: int | None = None,
+                  procedure: str = "maxt") -> dict:
     """Dashboard view of repeated draws: per-model rank-position probabilities and size-vs-intersection curves.
 
     ``df_human`` holds the comparisons with human labels (``human_winner``); the judge labels come
@@ -246,11 +357,13 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     first, second = model_indices(df, models)
     alphas_all = sorted(set(float(a) for a in alphas) | {float(alpha)}, reverse=True)
     res = draws_experiment(first, second, win_indicators(df.human_winner), {"judge": win_indicators(df.judge_winner)},
-                           len(models), n, reps, alphas_all, covariance, np.random.default_rng(seed), total)
+                           len(models), n, reps, alphas_all, covariance, np.random.default_rng(seed), total,
+                           procedure=procedure)
     ai = alphas_all.index(float(alpha))
     names = {"baseline": "baseline", "human": "human", "judge:judge": "judge", "ppr:judge": "ppr"}
     curve = summarise_draws(res, alphas_all)
     return {"models": models, "alpha": float(alpha), "n": res["n"], "N": res["N"], "covariance": covariance,
+            "procedure": procedure,
             "position_prob": {names[m]: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).tolist()
                               for m in res["lower"]},
             "rankset_prob": {names[m]: {mod: [{"lower": lo, "upper": up, "prob": pr} for (lo, up), pr in d.items()]
@@ -262,30 +375,54 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
 
 def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, alpha: float,
                   covariance: str = "delta", models: tuple[str, ...] | None = None,
-                  n_human: int | None = None, seed: int = 0) -> dict:
-    """Rank-sets of one method (:func:`ranksets_for`) with a table of the results.
+                  n_human: int | None = None, seed: int = 0, procedure: str = "maxt") -> dict:
+    """Rank-sets of one method (:func:`ranksets_for`) with a table of the results, and for PPR the
+    human-only rank-sets on the SAME human labels (same n, same seeded rows) to compare with.
 
-    ``n_human``: use the human labels of only this many random comparisons (see
-    :func:`keep_human_labels`); None = every human label.
+    ``n_human``: keep the human labels of only this many random comparisons (seeded; see
+    :func:`keep_human_labels`); None = every human label (PPR on rows that all carry both labels:
+    the default of :func:`ranksets_for`).
+
+    Returns:
+        {"result": ranksets_for dict, "table": model, rank, lower, upper, theta, theta_low,
+         theta_high (best first), "compare": the same columns + method for PPR and human-only (PPR
+         only, else None), "counts": {method: {"n": human labels used, "N": judge-only rows}}}.
     """
     df = ranking_comparisons(db, source, name)
     if models:
         df = df[df.model_a.isin(models) & df.model_b.isin(models)].reset_index(drop=True)
-    if n_human is not None:
-        df = keep_human_labels(df, int(n_human), seed)
-    res = ranksets_for(df, method, alpha, covariance=covariance, models=list(models) if models else None)
-    table = pd.DataFrame([{"model": m, "theta": res["theta"][m], "lower": lo, "upper": up}
-                          for m, (lo, up) in res["ranksets"].items()]).sort_values(["lower", "upper", "theta"],
-                                                                                    ascending=[True, True, False])
-    return {"result": res, "table": table}
+    mlist = list(models) if models else None
+    kw = dict(covariance=covariance, models=mlist, procedure=procedure, seed=seed)
+    res = ranksets_for(df, method, alpha, human_labels=n_human if method != "judge" else None, **kw)
+    results = {method: res}
+    if method == "ppr":
+        results["human"] = ranksets_for(df, "human", alpha, human_labels=res["n"], **kw)
+
+    def table(r):
+        return pd.DataFrame([{"model": m, "rank": r["rank"][m], "lower": lo, "upper": up, "theta": r["theta"][m],
+                              "theta_low": r["theta_ci"][m][0], "theta_high": r["theta_ci"][m][1]}
+                             for m, (lo, up) in r["ranksets"].items()]).sort_values(
+            ["lower", "upper", "theta"], ascending=[True, True, False]).reset_index(drop=True)
+
+    main = table(res)
+    compare = None
+    if len(results) > 1:
+        names = {"ppr": f"PPR (n = {res['n']:,} human + N = {res['N']:,} judge-only)",
+                 "human": f"human only (the same n = {results['human']['n']:,} human labels)"}
+        order = main["model"].tolist()
+        compare = pd.concat([table(r).set_index("model").loc[order].reset_index().assign(method=names[m])
+                             for m, r in results.items()], ignore_index=True)
+    return {"result": res, "table": main, "compare": compare,
+            "counts": {m: {"n": r["n"], "N": r["N"]} for m, r in results.items()}}
 
 
 def rankset_draws_view(db: str | os.PathLike, source: str, name: str, n: int, reps: int, alpha: float,
-                       covariance: str = "delta", seed: int = 0, models: tuple[str, ...] | None = None) -> dict:
+                       covariance: str = "delta", seed: int = 0, models: tuple[str, ...] | None = None,
+                       procedure: str = "maxt") -> dict:
     """Repeated draws (:func:`rankset_draws`): rank-position probabilities per method and
     the size vs baseline-intersection curve as a long table (method, alpha, size, intersection, coverage)."""
     df = ranking_comparisons(db, source, name)
     res = rankset_draws(df, n=int(n), reps=int(reps), alpha=float(alpha), covariance=covariance,
-                            seed=int(seed), models=list(models) if models else None)
+                        seed=int(seed), models=list(models) if models else None, procedure=procedure)
     curve = pd.DataFrame([{"method": m, **pt} for m, pts in res["curve"].items() for pt in pts])
     return {"result": res, "curve": curve}

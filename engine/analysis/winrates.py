@@ -1,22 +1,42 @@
-"""Win-rates: pairwise win-rate matrix with Wilson CIs, average win-rates, Bradley-Terry (Davidson
-ties) and Elo with bootstrap CIs, and coupled vs independent per-pair z-tests.
+"""Win-rates: pairwise and average win-rates, Bradley-Terry (Davidson ties) and Elo, every interval a
+prompt-cluster bootstrap; rank columns from rank-sets; two groups (coupled vs independent, or two
+sets) compared per pair by a t test paired by prompt with Holm-adjusted stars; position bias when
+both presentation orders were judged.
 
 Benz et al., "Evaluation of Large Language Models via Coupled Token Generation", Section 5 and
-Table 1 (win-rates of coupled vs independent generations under an LLM judge).
+Table 1, with the clustering and multiplicity rules of METHODS.md 7.2 (the paper's Wilson intervals
+and two-proportion z tests treat rows as independent; they are not used here).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections import OrderedDict
 
 import numpy as np
 import pandas as pd
 
 from engine import store
-from engine.analysis.comparisons import comparisons_for, json_float, model_indices, model_list, restrict_models
+from engine.analysis.comparisons import (
+    cluster_ids,
+    clustering_note,
+    comparison_groups,
+    comparisons_for,
+    connectivity_warning,
+    json_float,
+    model_indices,
+    model_list,
+    ranking_comparisons,
+    restrict_models,
+)
 from engine.config import RANK_LABELS as LABELS
 from engine.errors import UserError
+from engine.stats import clustered as CL
+from engine.stats import ranking as RK
 from engine.stats import winrates as WR
+
+DEFAULT_RESAMPLES = CL.DEFAULT_RESAMPLES  # 1000
 
 
 def _outcome_codes(winners: pd.Series) -> np.ndarray:
@@ -24,146 +44,322 @@ def _outcome_codes(winners: pd.Series) -> np.ndarray:
     return np.where(v == "a", WR.A_WINS, np.where(v == "b", WR.B_WINS, WR.TIE)).astype(np.int64)
 
 
-def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = 200,
-                 models: list[str] | None = None, compare: pd.DataFrame | None = None) -> dict:
-    """The ``winrates`` CLI JSON: win-rate matrix (Wilson 95% CIs), ties, average win-rates (delta-method CI),
-    Bradley-Terry (Davidson ties) and Elo with percentile-bootstrap CIs; with ``compare`` (e.g. the
-    independent-generation set), a per-pair two-proportion z-test of the win-rates of ``df`` vs ``compare``.
+def _draws_cov(draws: np.ndarray) -> np.ndarray:
+    """Covariance (k, k) of bootstrap draws (B, k), resamples with a NaN (a model that lost every
+    opponent in that resample) left out."""
+    ok = ~np.isnan(draws).any(axis=1)
+    return np.cov(draws[ok], rowvar=False)
+
+
+def _rank_sets(theta: np.ndarray, draws: np.ndarray, alpha: float, procedure: str, seed: int) -> dict:
+    """Rank-sets of ``theta`` with the cluster-bootstrap covariance of its draws (METHODS.md 7.3)."""
+    sigma = _draws_cov(draws)
+    if np.isnan(theta).any() or not np.isfinite(sigma).all():
+        k = theta.size
+        return {"lower": np.ones(k, int), "upper": np.full(k, k), "procedure": procedure}
+    return RK.rank_sets(theta, sigma, alpha, procedure=procedure, rng=np.random.default_rng([seed, 7]))
+
+
+def _position_bias(d: pd.DataFrame, col: str, cluster) -> dict | None:
+    """Position bias from rows that carry ``unit`` and ``presented`` ('ab' | 'ba'), when some
+    judgement was shown in both orders; None otherwise."""
+    if "unit" not in d or "presented" not in d:
+        return None
+    units = d["unit"].to_numpy(dtype=object)
+    if pd.Series(units).value_counts().max() < 2:
+        return None
+    ab = d["presented"].to_numpy(dtype=object) == "ab"
+    ma, mb = d.model_a.to_numpy(dtype=object), d.model_b.to_numpy(dtype=object)
+    names = sorted(set(ma) | set(mb))
+    pos = {m: i for i, m in enumerate(names)}
+    first = np.array([pos[x] for x in np.where(ab, ma, mb)], np.int64)
+    second = np.array([pos[x] for x in np.where(ab, mb, ma)], np.int64)
+    out = _outcome_codes(d[col])  # in model_a / model_b terms -> shown-order terms
+    shown = np.where(out == WR.TIE, WR.TIE, np.where((out == WR.A_WINS) == ab, WR.A_WINS, WR.B_WINS))
+    res = CL.position_bias(first, second, shown, units, cluster=cluster)
+    return {k: (json_float(v) if isinstance(v, float) else v) for k, v in res.items()}
+
+
+_BOOT_CACHE: OrderedDict[str, list] = OrderedDict()
+
+
+def _bootstraps(a, b, out, k: int, cluster, seed: int, reps: int, elo: bool) -> tuple:
+    """The three cluster bootstraps (win-rates, Davidson, Elo), each from its own generator seeded
+    by (seed, 0 | 1 | 2); memoised per process on the data's hash, so a page that only changes alpha
+    or the rank-set procedure, or turns Elo on, does not redo what it already has."""
+    h = hashlib.sha1()
+    codes = CL.cluster_codes(cluster, len(a))
+    for x in (a, b, out, codes[0]):
+        h.update(np.ascontiguousarray(x, dtype=np.int64).tobytes())
+    h.update(repr((k, codes[2], seed, reps)).encode())
+    key = h.hexdigest()
+    hit = _BOOT_CACHE.get(key)
+    if hit is None:
+        wr = CL.winrate_cluster_bootstrap(a, b, out, k, np.random.default_rng([seed, 0]), cluster=cluster,
+                                          n_resamples=reps)
+        bt = CL.davidson_cluster_bootstrap(a, b, out, k, np.random.default_rng([seed, 1]), cluster=cluster,
+                                           n_resamples=reps)
+        hit = [wr, bt, None]
+    if elo and hit[2] is None:
+        hit[2] = CL.elo_cluster_bootstrap(a, b, out, k, np.random.default_rng([seed, 2]), cluster=cluster,
+                                          n_resamples=reps)
+    _BOOT_CACHE[key] = hit
+    _BOOT_CACHE.move_to_end(key)
+    while len(_BOOT_CACHE) > 8:
+        _BOOT_CACHE.popitem(last=False)
+    return hit[0], hit[1], hit[2] if elo else None
+
+
+def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = DEFAULT_RESAMPLES,
+                 models: list[str] | None = None, compare: pd.DataFrame | None = None, alpha: float = 0.05,
+                 procedure: str = "maxt", group: str = "this", compare_group: str = "other", elo: bool = True) -> dict:
+    """The ``winrates`` CLI JSON, every interval a prompt-cluster bootstrap (METHODS.md 7.2).
+
+    W_ij = #{i beat j}/#{i vs j} (ties: a non-win for both); avg_i = mean_j W_ij; Davidson BT β;
+    online Elo (K = 4, rows in file order); percentile CIs from ``reps`` resamples of prompts
+    (seeded); rank = lower end of the rank-set (``procedure``, covariance = the bootstrap
+    covariance of the average win-rates). With ``compare`` (a second group of comparisons on the
+    same prompts, e.g. the independent generations' verdicts): per pair, group − compare_group
+    win-rate by a t test paired by prompt, Holm-adjusted over the pairs (stars from the adjusted p).
+    Rows with ``unit`` / ``presented`` columns (judge verdicts in both orders) add position bias.
+    ``elo`` False leaves Elo out (its bootstrap is the slowest part: one pass over the rows).
     """
     if label not in LABELS:
         raise UserError(f"unknown label {label!r}; allowed: {', '.join(LABELS)}")
+    if reps < 1:
+        raise UserError(f"bootstrap resamples must be >= 1; got {reps}")
+    RK._check_alpha(alpha)
+    if procedure not in RK.PROCEDURES:
+        raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(RK.PROCEDURES)}")
     col = f"{label}_winner"
     rows = df[col].notna()
     if not rows.any():
         raise UserError(f"no comparison has a {label} label")
     d = restrict_models(df[rows].reset_index(drop=True), models)
-    if compare is not None and models:
-        compare = compare[compare.model_a.isin(set(models)) & compare.model_b.isin(set(models))]
+    if compare is not None:
+        compare = compare[compare[col].notna()]
+        if compare.empty:
+            raise UserError(f"the comparisons to compare with have no {label} labels")
+        if models:
+            compare = compare[compare.model_a.isin(set(models)) & compare.model_b.isin(set(models))]
+        unknown = sorted((set(compare.model_a) | set(compare.model_b)) - set(model_list(d, models)))
+        if models and unknown:
+            raise UserError(f"model(s) {unknown} of the comparison file are not in --models")
     models = model_list(d if compare is None else pd.concat([d, compare]), models)
     k = len(models)
+    if k < 2:
+        raise UserError(f"need at least two models; found {models}")
     a, b = model_indices(d, models)
     out = _outcome_codes(d[col])
-    W, T, n = WR.winrate_matrix(a, b, out, k)
-    wins, _, _ = WR.pairwise_counts(a, b, out, k)
-    lo, hi = WR.wilson_interval(wins, n)
-    avg, alo, ahi = WR.average_winrate(W, n)
-    rng = np.random.default_rng(seed)
-    beta, nu = WR.davidson_fit(a, b, out, k)
-    blo, bhi, _ = WR.bootstrap_ci(lambda *x: WR.davidson_fit(*x)[0], a, b, out, k, rng, reps=reps)
-    elo = WR.elo_ratings(a, b, out, k)
-    elo_lo, elo_hi, elo_draws = WR.bootstrap_ci(WR.elo_ratings, a, b, out, k, rng, reps=reps)
+    cluster = cluster_ids(d)
+    wr, bt, el = _bootstraps(a, b, out, k, cluster, seed, reps, elo)
+    groups = comparison_groups(a, b, models)
+    warn = [w for w in [connectivity_warning(groups)] if w]
+    absent = [m for m, c in zip(models, np.bincount(a, minlength=k) + np.bincount(b, minlength=k)) if c == 0]
+    if absent:
+        warn.append(f"model(s) {absent} have no {label}-labelled comparison in this group")
+    avg_rs = _rank_sets(wr["avg"], wr["avg_draws"], alpha, procedure, seed)
+    bt_rs = _rank_sets(bt["beta"], bt["draws"], alpha, procedure, seed)
+    W, T, n = wr["W"], wr["T"], wr["n"]
+    note = clustering_note(wr["n_clusters"], wr["per_row_clusters"], len(d))
+    boot = f"prompt-cluster percentile bootstrap, {reps} resamples, seed {seed}, 95%"
+    if wr["per_row_clusters"]:
+        boot = f"percentile bootstrap over rows (no prompt ids), {reps} resamples, seed {seed}, 95%"
 
     def mat(M):
         return {m: {m2: json_float(M[i, j]) for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}
 
+    def rset(rs, i):
+        return [int(rs["lower"][i]), int(rs["upper"][i])]
+
     res = {
-        "models": models, "label": label, "n": int(len(d)),
-        "matrix": mat(W), "ties": mat(T), "counts": {m: {m2: int(n[i, j]) for j, m2 in enumerate(models) if j != i}
-                                                     for i, m in enumerate(models)},
-        "ci": {m: {m2: [json_float(lo[i, j]), json_float(hi[i, j])] for j, m2 in enumerate(models) if j != i}
-               for i, m in enumerate(models)},
-        "ci_method": "wilson 95%",
-        "average": {m: {"winrate": json_float(avg[i]), "ci": [json_float(alo[i]), json_float(ahi[i])]}
+        "models": models, "label": label, "group": group, "n": int(len(d)),
+        "n_clusters": int(wr["n_clusters"]), "per_row_clusters": bool(wr["per_row_clusters"]), "clustering": note,
+        "matrix": mat(W), "ties": mat(T),
+        "counts": {m: {m2: int(n[i, j]) for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)},
+        "ci": {m: {m2: [json_float(wr["W_low"][i, j]), json_float(wr["W_high"][i, j])]
+                   for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)},
+        "ci_method": boot,
+        "average": {m: {"winrate": json_float(wr["avg"][i]),
+                        "ci": [json_float(wr["avg_low"][i]), json_float(wr["avg_high"][i])],
+                        "rank": int(RK.rank_column(avg_rs["lower"])[i]), "rank_set": rset(avg_rs, i)}
                     for i, m in enumerate(models)},
-        "average_ci_method": "delta method (per-pair binomials, independent) 95%",
+        "average_ci_method": boot,
+        "rank_method": f"rank = lower end of the {procedure} rank-set at alpha {alpha} (1 + models significantly "
+                       "better), covariance = cluster-bootstrap covariance of the estimates; tied models share a rank",
+        "procedure": procedure, "alpha": alpha,
         "tie_rate": json_float(np.mean(out == WR.TIE)),
-        "bradley_terry": {"model": "davidson (ties)", "beta": {m: float(x) for m, x in zip(models, beta)},
-                          "nu": nu, "ci": {m: [float(x), float(y)] for m, x, y in zip(models, blo, bhi)},
-                          "ci_method": f"percentile bootstrap over comparisons, {reps} resamples, seed {seed}"},
-        # the online rating depends on the file order; the bootstrap resamples reshuffle it, so the
-        # CI is for the order-free rating (its median is reported next to the in-order one)
-        "elo": {"K": 4.0, "rating": {m: float(x) for m, x in zip(models, elo)},
-                "rating_bootstrap_median": {m: float(x) for m, x in zip(models, np.median(elo_draws, axis=0))},
-                "ci": {m: [float(x), float(y)] for m, x, y in zip(models, elo_lo, elo_hi)},
-                "ci_method": f"percentile bootstrap over comparisons (reshuffled order), {reps} resamples, seed {seed}; "
-                             "'rating' is the online rating in file order"},
+        "bradley_terry": {"model": "davidson (ties)", "beta": {m: float(x) for m, x in zip(models, bt["beta"])},
+                          "nu": float(bt["nu"]),
+                          "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, bt["beta_low"],
+                                                                                        bt["beta_high"])},
+                          "rank": {m: int(x) for m, x in zip(models, RK.rank_column(bt_rs["lower"]))},
+                          "rank_set": {m: rset(bt_rs, i) for i, m in enumerate(models)},
+                          "ci_method": boot},
+        "elo": None if el is None else {
+            "K": 4.0, "rating": {m: float(x) for m, x in zip(models, el["elo"])},
+            "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, el["low"], el["high"])},
+            "ci_method": boot + "; the online rating runs over the rows in file order, a resample repeats a "
+                                "prompt's rows in place (prefer Bradley-Terry for inference)"},
+        "position_bias": _position_bias(d, col, cluster),
+        "warnings": warn,
     }
     if compare is not None:
-        c = compare[compare[col].notna()]
-        if c.empty:
-            raise UserError(f"the comparison file has no {label} labels")
-        unknown = sorted((set(c.model_a) | set(c.model_b)) - set(models))
-        if unknown:
-            raise UserError(f"model(s) {unknown} of the comparison file are not in --models")
-        ca, cb = model_indices(c, models)
-        cw, _, cn = WR.pairwise_counts(ca, cb, _outcome_codes(c[col]), k)
-        z, p = WR.two_proportion_ztest(wins, n, cw, cn)
-        stars = WR.significance_stars(p)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            W2 = np.where(cn > 0, cw / np.maximum(cn, 1), np.nan)
-        res["compare"] = {
-            m: {m2: {"winrate": json_float(W[i, j]), "winrate_other": json_float(W2[i, j]),
-                     "z": json_float(z[i, j]), "p": json_float(p[i, j]), "stars": str(stars[i, j])}
-                for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}
-        res["compare_test"] = "two-tailed pooled two-proportion z-test; stars **** p<1e-4, *** <1e-3, ** <1e-2, * <0.05"
+        res["compare"], res["compare_test"] = _compare(d, compare, col, models, group, compare_group)
+        if res["compare"] is None:
+            warn.append(res["compare_test"])
     return res
 
 
-def _ranks(values: dict) -> dict:
-    order = sorted((v if v is not None else -1.0, m) for m, v in values.items())[::-1]
-    return {m: i + 1 for i, (_, m) in enumerate(order)}
+def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], group: str, other: str):
+    """Per ordered pair: group − other win-rate, t test paired by prompt, Holm over the pairs."""
+    if cluster_ids(d) is None or cluster_ids(c) is None:
+        return None, (f"{group} vs {other}: not tested, the comparisons carry no prompt ids and the test is "
+                      "paired by prompt (an unpaired test would be invalid when the prompts are shared)")
+    both = pd.concat([d, c], ignore_index=True)
+    a, b = model_indices(both, models)
+    mode = np.r_[np.zeros(len(d), np.int64), np.ones(len(c), np.int64)]
+    t = CL.mode_diff_paired_test(a, b, _outcome_codes(both[col]), mode, both["prompt_id"].to_numpy(object),
+                                 len(models))
+    ca, cb = model_indices(c, models)
+    W2, _, _ = WR.winrate_matrix(ca, cb, _outcome_codes(c[col]), len(models))
+    da, db = model_indices(d, models)
+    W1, _, _ = WR.winrate_matrix(da, db, _outcome_codes(d[col]), len(models))
+    stars = WR.significance_stars(np.where(np.isnan(t["p_holm"]), 1.0, t["p_holm"]))
+    out = {m: {m2: {"winrate": json_float(W1[i, j]), "winrate_other": json_float(W2[i, j]),
+                    "diff": json_float(t["diff"][i, j]), "ci": [json_float(t["low"][i, j]), json_float(t["high"][i, j])],
+                    "t": json_float(t["t"][i, j]), "p": json_float(t["p_value"][i, j]),
+                    "p_holm": json_float(t["p_holm"][i, j]), "stars": str(stars[i, j]),
+                    "n_prompts": int(t["n_prompts"][i, j])}
+               for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}
+    text = (f"{group} − {other} win-rate per ordered pair: t test paired by prompt (per prompt, the difference of "
+            f"the two win fractions; {t['n_clusters']:,} prompts), two-sided; stars from Holm-adjusted p over the "
+            f"{len(models) * (len(models) - 1)} ordered pairs: **** p<1e-4, *** <1e-3, ** <1e-2, * <0.05 "
+            "(raw p and Holm p both reported)")
+    return out, text
+
+
+# ----------------------------------------------------------------------------- the dashboard's view
+
+def _table(results: dict[str, dict]) -> pd.DataFrame:
+    first = next(iter(results.values()))
+    rows = []
+    for m in first["models"]:
+        row: dict = {"model": m}
+        for g, res in results.items():
+            a = res["average"][m]
+            row[f"{g}_rank"] = a["rank"]
+            row[f"{g}_rank_set"] = f"{a['rank_set'][0]}–{a['rank_set'][1]}"
+            row[f"{g}_winrate"] = a["winrate"]
+            row[f"{g}_ci_low"], row[f"{g}_ci_high"] = a["ci"]
+        rows.append(row)
+    g0 = next(iter(results))
+    return pd.DataFrame(rows).sort_values([f"{g0}_rank", f"{g0}_winrate"], ascending=[True, False],
+                                          na_position="last").reset_index(drop=True)
+
+
+def _pairs(results: dict[str, dict]) -> pd.DataFrame:
+    first = next(iter(results.values()))
+    rows = []
+    for m in first["models"]:
+        for m2 in first["models"]:
+            if m2 == m:
+                continue
+            row: dict = {"pair": f"{m} > {m2}", "model": m, "opponent": m2}
+            for g, res in results.items():
+                row[g] = res["matrix"][m][m2]
+                row[f"{g}_low"], row[f"{g}_high"] = res["ci"][m][m2]
+                row[f"{g}_n"] = res["counts"][m][m2]
+            cmp_ = first.get("compare")
+            if cmp_:
+                v = cmp_[m][m2]
+                row.update({"diff": v["diff"], "diff_low": v["ci"][0], "diff_high": v["ci"][1], "p": v["p"],
+                            "p_holm": v["p_holm"], "stars": v["stars"], "n_prompts": v["n_prompts"]})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _ratings(res: dict) -> pd.DataFrame:
+    bt, elo = res["bradley_terry"], res["elo"]
+    rows = []
+    for m in res["models"]:
+        row = {"model": m, "bt_rank": bt["rank"][m], "bt_rank_set": f"{bt['rank_set'][m][0]}–{bt['rank_set'][m][1]}",
+               "bt_beta": bt["beta"][m], "bt_low": bt["ci"][m][0], "bt_high": bt["ci"][m][1]}
+        if elo is not None:
+            row.update({"elo": elo["rating"][m], "elo_low": elo["ci"][m][0], "elo_high": elo["ci"][m][1]})
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["bt_rank", "bt_beta"], ascending=[True, False])
+
+
+def _judgment_frame(db, run: str, mode: str, judge: str | None) -> pd.DataFrame:
+    """A run's verdicts in one mode with the judgement unit and presentation order (for position bias)."""
+    sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner, presented,
+                    judge || '|' || prompt_id || '|' || CAST(repeat AS VARCHAR) || '|' || model_a || '|' || model_b
+                    AS unit
+             FROM judgments WHERE run_id = ? AND mode = ?"""
+    params: list = [run, mode]
+    if judge is not None:
+        sql += " AND judge = ?"
+        params.append(judge)
+    return store.query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
 
 
 def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "human",
-                  judge: str | None = None, reps: int = 200, seed: int = 0,
-                  compare_name: str | None = None) -> dict:
-    """Win-rate analysis (:func:`winrates_for`) of a stored set or of a run's judge verdicts.
+                  judge: str | None = None, reps: int = DEFAULT_RESAMPLES, seed: int = 0,
+                  compare_name: str | None = None, alpha: float = 0.05, procedure: str = "maxt",
+                  elo: bool = True) -> dict:
+    """Win-rate analysis (:func:`winrates_for`) of a run's judge verdicts, a stored set or the built-in
+    Chatbot Arena files, groups named honestly.
 
-    For judge verdicts of a run with both modes, ``coupled`` and ``independent`` are each analysed
-    and compared per pair (z-test); the average win-rates and their ranks are returned side by side
-    as ``table`` (like the paper's Table 1). For a stored set, ``coupled`` holds the analysis; with
-    ``compare_name`` (e.g. the set of the independent generations' verdicts) that set is analysed
-    as ``independent`` and compared with it per pair.
+    ``judgments``: the groups are the generation modes present (``coupled`` / ``independent``);
+    with both, the coupled group is compared with the independent one per pair (paired by prompt).
+    ``set`` / ``arena``: one group named after the source (labels: ``label``); with
+    ``compare_name`` (another stored set on the same prompts) a second group, compared per pair.
+
+    Returns:
+        {"results": {group: winrates_for dict}, "table": average win-rates with rank-sets per group,
+         "pairs": per ordered pair (win-rate and CI per group; difference, p, Holm p, stars when
+         compared), "ratings": {group: BT/Elo table}, "label", "groups", "source_note"}.
     """
     out: dict = {}
     if source == "judgments":
         label = "judge"
-        dfs = {m: comparisons_for(db, "judgments", name, mode=m, judge=judge) for m in store.MODES}
+        dfs = {m: _judgment_frame(db, name, m, judge) for m in store.MODES}
         dfs = {m: d for m, d in dfs.items() if not d.empty and d["judge_winner"].notna().any()}
         if not dfs:
             raise UserError(f"run {name!r} has no parsed judge verdicts" + (f" by {judge!r}" if judge else ""))
         models = sorted(set().union(*[set(d.model_a) | set(d.model_b) for d in dfs.values()]))
+        both = len(dfs) == 2
         for m, d in dfs.items():
-            other = [o for o in dfs if o != m]
-            out[m] = winrates_for(d, label=label, seed=seed, reps=reps, models=models,
-                                      compare=dfs[other[0]] if other and m == "coupled" else None)
-    else:
-        d = comparisons_for(db, "set", name)
+            cmp_ = dfs["independent"] if both and m == "coupled" else None
+            out[m] = winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=cmp_, alpha=alpha,
+                                  procedure=procedure, group=m, compare_group="independent", elo=elo)
+        note = f"LLM-judge verdicts of run {name}" + (f" by {judge}" if judge else "") + \
+               f" · generation modes: {', '.join(dfs)}"
+    elif source in ("set", "arena"):
+        d = comparisons_for(db, "set", name) if source == "set" else ranking_comparisons(db, "arena", name)
         if d.empty:
             raise UserError(f"comparison set {name!r} is empty or unknown")
+        g = name if source == "set" else f"arena ({label})"
+        note = (f"stored set {name}" if source == "set" else f"Chatbot Arena files, judge {name}") + \
+               f" · {label} labels (uploaded preferences: no generation mode is implied)"
         if compare_name:
             c = comparisons_for(db, "set", compare_name)
             if c.empty:
                 raise UserError(f"comparison set {compare_name!r} is empty or unknown")
             models = sorted(set(d.model_a) | set(d.model_b) | set(c.model_a) | set(c.model_b))
-            out["coupled"] = winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=c)
-            out["independent"] = winrates_for(c, label=label, seed=seed, reps=reps, models=models)
+            out[g] = winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=c, alpha=alpha,
+                                  procedure=procedure, group=g, compare_group=compare_name, elo=elo)
+            out[compare_name] = winrates_for(c, label=label, seed=seed, reps=reps, models=models, alpha=alpha,
+                                             procedure=procedure, group=compare_name, elo=elo)
         else:
-            out["coupled"] = winrates_for(d, label=label, seed=seed, reps=reps)
-    rows = []
-    first = next(iter(out.values()))
-    for m in first["models"]:
-        row = {"model": m}
-        for mode, res in out.items():
-            a = res["average"][m]
-            row[f"{mode}_winrate"] = a["winrate"]
-            row[f"{mode}_ci_low"], row[f"{mode}_ci_high"] = a["ci"]
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    for mode in out:
-        table[f"{mode}_rank"] = table["model"].map(_ranks(dict(zip(table["model"], table[f"{mode}_winrate"]))))
-    pairs = []
-    if "compare" in first:
-        for m, opp in first["compare"].items():
-            for m2, v in opp.items():
-                pairs.append({"pair": f"{m} > {m2}", "model": m, "opponent": m2, "coupled": v["winrate"],
-                              "independent": v["winrate_other"], "z": v["z"], "p": v["p"], "stars": v["stars"]})
+            out[g] = winrates_for(d, label=label, seed=seed, reps=reps, alpha=alpha, procedure=procedure, group=g,
+                                  elo=elo)
     else:
-        for m, opp in first["matrix"].items():
-            for m2, v in opp.items():
-                pairs.append({"pair": f"{m} > {m2}", "model": m, "opponent": m2, "coupled": v})
-    return {"results": out, "table": table.sort_values(f"{next(iter(out))}_rank"), "pairs": pd.DataFrame(pairs),
-            "label": label}
+        raise UserError(f"unknown comparison source {source!r}; allowed: 'judgments', 'set', 'arena'")
+    return {"results": out, "table": _table(out), "pairs": _pairs(out),
+            "ratings": {g: _ratings(r) for g, r in out.items()}, "label": label, "groups": list(out),
+            "source_note": note}
 
 
 def matrix_of(res: dict, key: str = "matrix") -> tuple[list[str], np.ndarray]:
@@ -176,3 +372,37 @@ def matrix_of(res: dict, key: str = "matrix") -> tuple[list[str], np.ndarray]:
             if i != j and v is not None:
                 M[i, j] = v
     return models, M
+
+
+def summary(res: dict) -> str:
+    """The ``winrates`` CLI's human summary: clustering note, average win-rates with CIs and rank-sets,
+    BT and Elo, the paired comparison's significant pairs, position bias, warnings."""
+    from engine.commands._common import table
+    lines = [f"win-rates · {res['label']} labels · {res['n']:,} comparisons, {len(res['models'])} models · "
+             f"{res['clustering']}", f"CIs: {res['ci_method']}", f"rank: {res['rank_method']}", ""]
+    rows = []
+    for m in res["models"]:
+        a = res["average"][m]
+        rows.append({"rank": a["rank"], "model": m, "rank_set": f"{a['rank_set'][0]}-{a['rank_set'][1]}",
+                     "avg_winrate": a["winrate"], "ci_low": a["ci"][0], "ci_high": a["ci"][1],
+                     "bt_beta": res["bradley_terry"]["beta"][m], "bt_low": res["bradley_terry"]["ci"][m][0],
+                     "bt_high": res["bradley_terry"]["ci"][m][1]})
+        if res["elo"] is not None:
+            rows[-1].update({"elo": res["elo"]["rating"][m], "elo_low": res["elo"]["ci"][m][0],
+                             "elo_high": res["elo"]["ci"][m][1]})
+    rows.sort(key=lambda r: (r["rank"], -(r["avg_winrate"] if r["avg_winrate"] is not None else -1)))
+    lines.append(table(rows))
+    lines.append(f"tie rate {res['tie_rate']:.3f}")
+    pb = res.get("position_bias")
+    if pb:
+        lines.append(f"position bias ({pb['n_judgements']:,} judgements in both orders): verdict flips with the "
+                     f"order {pb['flip_rate']:.3f}; first-shown output wins {pb['first_win_share']:.3f} of decisive "
+                     f"verdicts [{pb['first_win_low']:.3f}, {pb['first_win_high']:.3f}]")
+    if res.get("compare"):
+        sig = [{"pair": f"{m} > {m2}", "diff": v["diff"], "p": v["p"], "p_holm": v["p_holm"], "stars": v["stars"]}
+               for m, opp in res["compare"].items() for m2, v in opp.items() if v["stars"]]
+        lines += ["", res["compare_test"]]
+        lines.append(table(sig) if sig else "no pair differs at Holm-adjusted p < 0.05")
+    for w in res.get("warnings", []):
+        lines.append(f"WARNING: {w}")
+    return "\n".join(lines)

@@ -1,9 +1,13 @@
-"""``python -m engine benchmark-compare``: coupled vs independent comparison of two models, JSON on stdout."""
+"""``python -m engine benchmark-compare``: coupled vs independent comparison of two models.
+
+A short summary by default (paired difference per noise mode, sample saving with its interval,
+planner headline); the full result as JSON with ``--json`` (stdout) or ``--out FILE``.
+"""
 
 from __future__ import annotations
 
 from engine import config
-from engine.commands._common import add_db, print_analysis
+from engine.commands._common import add_db, add_output_args, emit, fmt, table
 
 
 def register(sub) -> None:
@@ -17,6 +21,11 @@ def register(sub) -> None:
     p.add_argument("--rule", default=config.DEFAULT_RULE, help="scoring rule (default: paper)")
     p.add_argument("--target-error", type=float, default=None,
                    help="error level for the sample saving (default: the coupled error at n=120)")
+    p.add_argument("--target-mde", type=float, default=config.DEFAULT_PLAN_MDE,
+                   help="planner: accuracy difference to detect at --power (default %(default)s)")
+    p.add_argument("--target-se", type=float, default=None,
+                   help="planner: standard error of the difference to reach (default: target error / sqrt(2/pi))")
+    p.add_argument("--power", type=float, default=0.8, help="planner and MDE: power 1 - beta (default 0.8)")
     p.add_argument("--resamples", type=int, default=config.DEFAULT_RESAMPLES)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--saving-n", type=int, default=config.DEFAULT_SAVING_N,
@@ -26,17 +35,60 @@ def register(sub) -> None:
     p.add_argument("--figures", default=None, metavar="DIR",
                    help="also write the Fig-2-style plots (covariance KDE, var-of-diff KDEs, error curve) "
                         "as PNG files into DIR (plotly + kaleido; needs Chromium, BROWSER_PATH)")
+    add_output_args(p)
     p.set_defaults(func=run)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def summary(res: dict) -> str:
+    """The human summary of a :func:`engine.analysis.benchmark.benchmark_compare` result."""
+    a, b = res["models"]
+    lines = [f"benchmark-compare  {a} − {b}  run {res['run']}  subject {res['subject'] or '(all)'}  "
+             f"rule {res['rule']}  {res['n_questions']} questions × {res['n_repeats']} repeats", "",
+             "Paired difference of accuracy A − B (questions as the unit; t CI over questions):"]
+    rows = []
+    for mode, p in res["paired"].items():
+        bt = p.get("bootstrap") or {}
+        rows.append({"mode": mode, "diff": p["diff"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
+                     "p_value": p["p_value"], "corr": p["corr"], "boot_low": bt.get("ci_low"),
+                     "boot_high": bt.get("ci_high"), "mde": p["mde"]})
+    lines += [table(rows, digits=4), ""]
+    lines.append(f"Mean per-question covariance (coupled) {fmt(res['mean_covariance_coupled'], 4)}; median "
+                 f"per-question Var(A − B): coupled {fmt(res['median_var_diff_coupled'])}, independent "
+                 f"{fmt(res['median_var_diff_independent'])}")
+    sd, ci = res["saving_detail"], res.get("saving_ci")
+    lines.append(f"Sample saving (coupled vs independent) at error {sd['error']:.4f} ({sd['error_source']}), "
+                 f"rule {res['rule']}:")
+    if res["saving"] is not None:
+        lines.append(f"  resampling curves (paper's method): {res['saving']:.1%}  (n coupled "
+                     f"{fmt(sd['n_coupled'], 0)} vs independent {fmt(sd['n_independent'], 0)} samples)")
+    else:
+        lines.append("  resampling curves: - (a curve never reaches this error, or no independent run)")
+    if ci and ci["saving"] is not None:
+        lines.append(f"  predicted from the variances: {ci['saving']:.1%}, {ci['level']:.0%} CI "
+                     f"[{_pct(ci['ci_low'])}, {_pct(ci['ci_high'])}] (bootstrap over questions; assumes "
+                     "independent questions and E|error| proportional to the SD)")
+    pl = res["planner"]
+    lines.append(f"Planner: {pl['headline']}")
+    mn = res.get("mcnemar_majority") or {}
+    if mn:
+        lines.append("McNemar on one majority-vote outcome per question: "
+                     + ", ".join(f"{mode} p = {fmt(v['p_value'], 4)}" for mode, v in mn.items()))
+    return "\n".join(lines)
 
 
 def run(args) -> int:
     from engine.analysis.benchmark import benchmark_compare
     out = benchmark_compare(args.db, args.model_a, args.model_b, subject=args.subject,
                             target_error=args.target_error, n_resamples=args.resamples, seed=args.seed,
-                            run=args.run, rule=args.rule, max_n=args.max_n, saving_n=args.saving_n)
+                            run=args.run, rule=args.rule, max_n=args.max_n, saving_n=args.saving_n,
+                            target_mde=args.target_mde, target_se=args.target_se, power=args.power)
     if args.figures:
         from engine.figures import write_benchmark_figures
         out["figures"] = write_benchmark_figures(out, args.figures)
     if args.no_kde:
         out.pop("kde", None)
-    return print_analysis(out)
+    return emit(args, out, lambda: summary(out))

@@ -1,9 +1,12 @@
-"""``python -m engine multigen``: the multiple-generation analysis of one model (P(correct), CI, data map)."""
+"""``python -m engine multigen``: the multiple-generation analysis of one model (P(correct), CI, data map).
+
+A short summary by default; the full result as JSON with ``--json`` (stdout) or ``--out FILE``.
+"""
 
 from __future__ import annotations
 
 from engine import config
-from engine.commands._common import add_db, print_analysis
+from engine.commands._common import add_db, add_output_args, emit, fmt
 
 
 def register(sub) -> None:
@@ -19,13 +22,44 @@ def register(sub) -> None:
     p.add_argument("--s-min", type=float, default=config.DEFAULT_S_MIN, help="data-map flag: consistency >= this")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap over prompts")
     p.add_argument("--no-prompts", action="store_true", help="leave the per-prompt list out of the JSON")
+    add_output_args(p)
     p.set_defaults(func=run)
+
+
+def _clipped(sc: dict) -> str:
+    parts = sc["var_within"] + sc["var_between"]
+    return "" if abs(parts - sc["var"]) <= 1e-12 * max(1.0, sc["var"]) else \
+        " [between clipped at 0, so the parts exceed Var(μ̂)]"
+
+
+def summary(res: dict) -> str:
+    """The human summary of a :func:`engine.analysis.multigen.multigen_summary` result."""
+    sc, b, sg = res["score"], res["bootstrap"], res["single_generation"]
+    flagged = [p["prompt_id"] for p in res.get("prompts", []) if p["flagged"]]
+    th = res["thresholds"]
+    lines = [
+        f"multigen  {res['model']}  run {res['run']}  mode {res['mode']}  rule {res['rule']}  "
+        f"subject {res['subject'] or '(all)'}  {res['n']} prompts × {res['k']} generations",
+        f"score μ̂ = {fmt(sc['mu'], 4)}, 95% CI [{fmt(sc['ci_low'], 4)}, {fmt(sc['ci_high'], 4)}] "
+        f"(t, {sc['df']} df; SE = σ̂/√n = {fmt(sc['se'], 4)}); bootstrap over prompts "
+        f"[{fmt(b['ci_low'], 4)}, {fmt(b['ci_high'], 4)}]",
+        f"Var(μ̂) = {fmt(sc['var'], 6)} = within-prompt {fmt(sc['var_within'], 6)} (E[p(1−p)] ≈ "
+        f"{fmt(sc['within'], 4)}, /nk) + between-prompt {fmt(sc['var_between'], 6)} (σ² ≈ "
+        f"{fmt(sc['sigma2_between'], 4)}, /n)" + _clipped(sc),
+        f"single-generation scores: best {fmt(sg['best'])}, worst {fmt(sg['worst'])}, spread {fmt(sg['spread'])}",
+        f"data map: {res['n_flagged']} prompt(s) flagged (P(correct) <= {th['p_max']} and S >= {th['s_min']}); "
+        f"mean consistency {fmt(res['consistency_mean'])}; clusters: {res['clusters_source']}",
+    ]
+    if flagged:
+        lines.append("flagged: " + ", ".join(map(str, flagged[:15])) + (" …" if len(flagged) > 15 else ""))
+    return "\n".join(lines)
 
 
 def run(args) -> int:
     from engine.analysis.multigen import multigen_summary
     out = multigen_summary(args.db, args.run, args.model, mode=args.mode, rule=args.rule, method=args.method,
                            subject=args.subject, p_max=args.p_max, s_min=args.s_min, seed=args.seed)
+    text = summary(out)  # before --no-prompts drops the list the summary names the flagged prompts from
     if args.no_prompts:
         out.pop("prompts", None)
-    return print_analysis(out)
+    return emit(args, out, text)

@@ -1,10 +1,10 @@
-"""``python -m engine ranksets ...``: rank-sets (human-only, judge-only or PPR) as JSON."""
+"""``python -m engine ranksets ...``: rank-sets (human-only, judge-only or PPR); a short summary by
+default, the full JSON (theta, covariance, rank-sets) with --json / --out."""
 
 from __future__ import annotations
 
-import json
-
 from engine import config
+from engine.commands._common import add_output_args, emit
 from engine.commands._comparison_source import add_source, load, models_arg
 
 
@@ -13,10 +13,19 @@ def register(sub) -> None:
     add_source(p)
     p.add_argument("--method", required=True, choices=config.RANK_METHODS)
     p.add_argument("--alpha", default="0.05", help="1 - confidence level, in (0, 1) (default 0.05)")
+    p.add_argument("--procedure", default="maxt", choices=config.RANK_PROCEDURES,
+                   help="maxt: simultaneous max-t step-down (default); marginal: per-model sets; "
+                        "chi2: the paper's Algorithm 2 (valid but loose; for reproduction)")
     p.add_argument("--covariance", default="delta", choices=config.COVARIANCES,
-                   help="delta: valid count-normalised covariance (default); paper: the published, too-small formula")
+                   help="delta: valid count-normalised covariance, cluster-robust by prompt when rows carry prompt "
+                        "ids (default); paper: the published, too-small formula")
     p.add_argument("--lambda", dest="lam", default="auto",
                    help="PPR weight of the judge: auto (Algorithm 4) or a value in [0, 1]")
+    p.add_argument("--human-labels", type=int, metavar="N",
+                   help="keep the human labels of N random comparisons (seeded by --seed), the rest judge-only; "
+                        f"PPR default when every row has both labels: {config.PPR_DEFAULT_HUMAN_LABELS} (the paper's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of --human-labels and of the max-t normal draws")
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
@@ -25,6 +34,6 @@ def run(args) -> int:
     alpha = ranksets.parse_alpha(args.alpha)
     lam = ranksets.parse_lambda(args.lam)
     df = load(args)
-    res = ranksets.ranksets_for(df, args.method, alpha, args.covariance, lam, models=models_arg(args))
-    print(json.dumps(res, indent=2))
-    return 0
+    res = ranksets.ranksets_for(df, args.method, alpha, args.covariance, lam, models=models_arg(args),
+                                procedure=args.procedure, seed=args.seed, human_labels=args.human_labels)
+    return emit(args, res, lambda: ranksets.summary(res))

@@ -8,12 +8,14 @@ Family:
 
 * :func:`per_question_covariance`  Cov_i = sample cov (ddof 1) of (A_ir, B_ir) over r
 * :func:`per_question_var_diff`    V_i  = sample var (ddof 1) of A_ir − B_ir over r
-* :func:`kde_curve`                Gaussian KDE on a grid (degenerate data handled)
+* :func:`kde_curve`                Gaussian KDE on a grid (degenerate data handled; reflection at a bound)
 * :func:`resample_permutations`    the random permutations the error curves share
 * :func:`error_curve`              mean |truth − mean of n samples| + 2.5/97.5 percentile band
 * :func:`error_curve_naive`        the same with explicit loops (the test oracle)
 * :func:`samples_for_error`        n(ε) interpolated on an error curve
 * :func:`sample_saving`            1 − n_coupled(ε) / n_independent(ε)
+* :func:`samples_for_error_fpc`    n(ε) = S²N/(s²N + S²), s = ε/sqrt(2/π) (sampling without replacement)
+* :func:`saving_predicted`         the saving from the per-sample variances, bootstrap CI over questions
 * :func:`paired_diff_ci`           Δ̂ = mean_i d_i, t CI/test over questions, correlation, bootstrap check, MDE
 * :func:`mcnemar_majority`         McNemar on ONE outcome per question (majority vote), labelled as such
 * :func:`mcnemar`                  McNemar on independent paired binary outcomes (never (question, repeat) pairs)
@@ -86,21 +88,30 @@ def per_question_var_diff(A, B) -> np.ndarray:
     return (A - B).var(axis=1, ddof=1)
 
 
-def kde_curve(x, grid=None, n_grid: int = 200, fallback_bw: float = 0.02) -> dict:
-    """Gaussian kernel density estimate of ``x`` on a grid (scipy, Scott's rule).
+def kde_curve(x, grid=None, n_grid: int = 200, fallback_bw: float = 0.02, lower: float | None = None) -> dict:
+    """Gaussian kernel density estimate of ``x`` on a grid (scipy, Scott's rule), optionally
+    boundary-corrected by reflection for a quantity that cannot fall below ``lower``.
 
-    f̂(g) = (1/N) Σ_i φ((g − x_i)/h)/h.  When the data are degenerate (all equal, or fewer than
-    2 points) scipy cannot pick h; the curve then uses h = ``fallback_bw`` and says so.
+    f̂(g) = (1/N) Σ_i φ((g − x_i)/h)/h;  with ``lower`` = L (reflection at L):
+    f̂_L(g) = f̂(g) + f̂(2L − g) for g >= L and 0 for g < L, so the density still integrates to 1
+    on [L, ∞) and puts no mass where the quantity cannot be (a variance below 0). When the data are
+    degenerate (all equal, or fewer than 2 points) scipy cannot pick h; the curve then uses
+    h = ``fallback_bw`` and says so.
 
     Args:
-        x: (N,) values.  grid: (G,) evaluation points (default: data range ± 3 h, ``n_grid`` points).
+        x: (N,) values (all >= ``lower`` when it is given).
+        grid: (G,) evaluation points (default: data range ± 3 h, ``n_grid`` points, starting at
+            ``lower`` when given).
+        lower: the support's lower bound, or None for an unbounded quantity.
     Returns:
-        dict with x (grid list), density (list), bandwidth, degenerate (bool).
+        dict with x (grid list), density (list), bandwidth, degenerate (bool), lower.
     """
     x = np.asarray(x, dtype=np.float64).ravel()
     x = x[np.isfinite(x)]
     if x.size == 0:
         raise UserError("cannot estimate a density from no values")
+    if lower is not None and float(x.min()) < lower:
+        raise UserError(f"values below the lower bound {lower}: min {float(x.min())}")
     degenerate = x.size < 2 or float(np.ptp(x)) == 0.0
     if not degenerate:
         try:
@@ -111,13 +122,21 @@ def kde_curve(x, grid=None, n_grid: int = 200, fallback_bw: float = 0.02) -> dic
     if degenerate:
         h = fallback_bw
     if grid is None:
-        grid = np.linspace(x.min() - 3 * h, x.max() + 3 * h, n_grid)
+        start = x.min() - 3 * h if lower is None else float(lower)
+        grid = np.linspace(start, x.max() + 3 * h, n_grid)
     grid = np.asarray(grid, dtype=np.float64)
-    if degenerate:
-        dens = _st.norm.pdf((grid[:, None] - x[None, :]) / h).mean(axis=1) / h  # (G,)
+
+    def f(g: np.ndarray) -> np.ndarray:
+        if degenerate:
+            return _st.norm.pdf((g[:, None] - x[None, :]) / h).mean(axis=1) / h  # (G,)
+        return kde(g)
+
+    if lower is None:
+        dens = f(grid)
     else:
-        dens = kde(grid)
-    return {"x": grid.tolist(), "density": dens.tolist(), "bandwidth": h, "degenerate": bool(degenerate)}
+        dens = np.where(grid >= lower, f(grid) + f(2 * lower - grid), 0.0)  # reflect the mass below L back
+    return {"x": grid.tolist(), "density": dens.tolist(), "bandwidth": h, "degenerate": bool(degenerate),
+            "lower": lower}
 
 
 def default_sizes(N: int, step: int = 20, max_points: int = 500) -> np.ndarray:
@@ -246,6 +265,80 @@ def sample_saving(sizes, err_coupled, err_independent, eps: float) -> dict:
 def error_at(sizes, errors, n: float) -> float:
     """The error curve linearly interpolated at sample size ``n`` (clamped to its ends)."""
     return float(np.interp(n, np.asarray(sizes, dtype=np.float64), np.asarray(errors, dtype=np.float64)))
+
+
+def samples_for_error_fpc(S2, N: int, eps: float):
+    """n(ε) predicted for the error curve: samples drawn without replacement from a pool of N.
+
+    Var(mean of n) = S² (N − n)/(N n)  (finite-population correction; S² = pool variance, ddof 1);
+    E|error| ≈ sqrt(2/π) sqrt(Var) (normal approximation), so n(ε) = S² N / (s² N + S²) with
+    s = ε / sqrt(2/π). Broadcasts over S2.
+    """
+    s2 = (eps / MAE_PER_SE) ** 2
+    S2 = np.asarray(S2, dtype=np.float64)
+    return S2 * N / (s2 * N + S2)
+
+
+def saving_predicted(Dc, Di, eps: float, rng: np.random.Generator | None = None, n_resamples: int = 2000,
+                     level: float = 0.95) -> dict:
+    """Sample saving at error ε predicted from the per-sample variances, with a bootstrap CI over questions.
+
+    saving(ε) = 1 − n_c(ε)/n_i(ε), n_m(ε) = S²_m N / (s² N + S²_m) (:func:`samples_for_error_fpc`), S²_m the
+    variance (ddof 1) of the N = Q·R per-(question, repeat) differences D_m = A − B of mode m. For
+    n ≪ N it tends to 1 − S²_c/S²_i. CI: percentile bootstrap over questions, the SAME resampled
+    questions in both modes (questions are the unit of independence; the modes are paired by question).
+
+    Guarantee: asymptotically valid (Q → ∞) for independent questions, for the saving one would see
+    on a fresh benchmark of Q questions × R repeats from the same question distribution. Assumes the
+    normal approximation E|error| ∝ SD (what links the variance to the paper's mean-absolute-error curve).
+
+    Args:
+        Dc, Di: (Q, R) score differences A − B, coupled and independent, rows = the same questions.
+        eps: the error level (mean absolute error), > 0.  rng: bootstrap generator (None: no CI).
+    Returns:
+        dict with error, saving, ci_low, ci_high, level, n_coupled, n_independent, s2_coupled,
+        s2_independent, N, n_resamples, n_valid (replicates with S²_i > 0).
+    """
+    Dc = np.asarray(Dc, dtype=np.float64)
+    Di = np.asarray(Di, dtype=np.float64)
+    if Dc.ndim != 2 or Dc.shape != Di.shape:
+        raise UserError(f"difference matrices must both be (questions, repeats) of one shape, got {Dc.shape} and {Di.shape}")
+    if not eps > 0:
+        raise UserError(f"error level must be > 0, got {eps}")
+    Q, R = Dc.shape
+    N = Q * R
+    if N < 2:
+        raise UserError(f"need at least 2 samples, got {N}")
+
+    def saving_of(S2c, S2i):
+        nc, ni = samples_for_error_fpc(S2c, N, eps), samples_for_error_fpc(S2i, N, eps)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(ni > 0, 1.0 - nc / np.where(ni > 0, ni, 1.0), np.nan), nc, ni
+
+    S2c, S2i = float(Dc.var(ddof=1)), float(Di.var(ddof=1))
+    sav, nc, ni = saving_of(S2c, S2i)
+    out = {"error": float(eps), "saving": None if np.isnan(sav) else float(sav), "ci_low": None, "ci_high": None,
+           "level": level, "n_coupled": float(nc), "n_independent": float(ni), "s2_coupled": S2c,
+           "s2_independent": S2i, "N": int(N), "n_resamples": 0, "n_valid": 0}
+    if rng is None:
+        return out
+    # per-question sums of D and D² make each replicate's pool variance one gather + sum
+    sums = np.stack([Dc.sum(axis=1), (Dc ** 2).sum(axis=1), Di.sum(axis=1), (Di ** 2).sum(axis=1)])  # (4, Q)
+    reps = np.empty(n_resamples)
+    chunk = max(1, int(2_000_000 // Q))
+    for s in range(0, n_resamples, chunk):
+        idx = rng.integers(0, Q, size=(min(chunk, n_resamples - s), Q))  # (c, Q)
+        t = sums[:, idx].sum(axis=2)  # (4, c)
+        v_c = (t[1] - t[0] ** 2 / N) / (N - 1)
+        v_i = (t[3] - t[2] ** 2 / N) / (N - 1)
+        reps[s:s + idx.shape[0]] = saving_of(v_c, v_i)[0]
+    ok = reps[np.isfinite(reps)]
+    a = (1 - level) / 2
+    if ok.size:
+        lo, hi = np.quantile(ok, [a, 1 - a])
+        out.update(ci_low=float(lo), ci_high=float(hi))
+    out.update(n_resamples=int(n_resamples), n_valid=int(ok.size))
+    return out
 
 
 def mcnemar(a, b, exact_below: int = 25) -> dict:

@@ -33,54 +33,25 @@ def normalise_winner(value) -> str | None:
     return _WINNER_MAP[v]
 
 
-def _read_arena_lines(path: str | Path) -> list[dict]:
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"file not found: {p}")
-    rows = []
-    with p.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{p}: line {lineno} is not valid JSON ({exc.msg})") from None
-            for key in ("model_a", "model_b", "winner"):
-                if key not in obj:
-                    raise UserError(f"{p}: line {lineno} has no {key!r} field")
-            rows.append(obj)
-    if not rows:
-        raise UserError(f"{p}: no comparisons in file")
-    return rows
-
-
 def read_arena(human: str | Path | None, judge: str | Path | None = None,
                models: list[str] | None = None) -> pd.DataFrame:
     """Read Chatbot Arena JSON-lines files (line-aligned human and judge files) into normalised rows.
 
-    ``models`` keeps only comparisons whose two models are both in the list.
+    The same validation as an upload (:func:`validate_arena`, no size limit): any problem (bad
+    JSON, a field of the wrong type, a non-UTF-8 file, lines that disagree) is ONE UserError naming
+    the file, the line and the field. ``models`` keeps only comparisons whose two models are both in
+    the list.
     """
     if human is None and judge is None:
         raise UserError("give at least one of the human or the judge file")
-    h = _read_arena_lines(human) if human is not None else None
-    j = _read_arena_lines(judge) if judge is not None else None
-    if h is not None and j is not None and len(h) != len(j):
-        raise UserError(f"human and judge files are not line-aligned: {len(h)} vs {len(j)} lines")
-    base = h if h is not None else j
-    out = []
-    for i, row in enumerate(base):
-        if j is not None and h is not None:
-            jr = j[i]
-            if (jr["model_a"], jr["model_b"]) != (row["model_a"], row["model_b"]):
-                raise UserError(f"line {i + 1}: human and judge files disagree on the models")
-        out.append({
-            "prompt_id": str(row.get("question_id", row.get("num", i))),
-            "model_a": row["model_a"], "model_b": row["model_b"],
-            "human_winner": normalise_winner(row["winner"]) if h is not None else None,
-            "judge_winner": normalise_winner(j[i]["winner"]) if j is not None else None,
-        })
-    df = pd.DataFrame(out)
+    for f in (human, judge):
+        if f is not None and not Path(f).is_file():
+            raise UserError(f"file not found: {f}")
+    df, problems = validate_arena(human, judge, max_bytes=2 ** 62)
+    if problems:
+        more = f" ({len(problems)} problems in all; `python -m engine import comparisons` lists them)" \
+            if len(problems) > 1 else ""
+        raise UserError(f"{problems[0]}{more}")
     if models:
         keep = set(models)
         df = df[df.model_a.isin(keep) & df.model_b.isin(keep)].reset_index(drop=True)
@@ -97,7 +68,7 @@ def read_arena(human: str | Path | None, judge: str | Path | None = None,
 import csv  # noqa: E402  (below the shared building blocks above, which keep their form)
 import hashlib  # noqa: E402
 import io  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 
 from engine import config, store  # noqa: E402
 
@@ -119,13 +90,14 @@ class Problem:
     column: str | None
     message: str
     file: str = ""
+    unit: str = "row"  # "line" for JSON-lines files
 
     def __str__(self) -> str:
         where = []
         if self.file:
             where.append(self.file)
         if self.row is not None:
-            where.append(f"row {self.row}")
+            where.append(f"{self.unit} {self.row}")
         if self.column:
             where.append(f"column {self.column!r}")
         return (", ".join(where) + ": " if where else "") + self.message
@@ -303,28 +275,89 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     return df, problems
 
 
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _arena_text(source, max_bytes: int, problems: list[Problem]) -> str | None:
+    """The file's text: UTF-8 (optional BOM), or UTF-16 when it starts with a UTF-16 byte-order mark
+    (what some Windows editors save); anything else that is not UTF-8 is a problem."""
+    label = _label(source)
+    if isinstance(source, (bytes, bytearray)):
+        head = bytes(source[:2])
+    else:
+        p = Path(source)
+        if not p.is_file():
+            raise UserError(f"file not found: {p}")
+        with p.open("rb") as fh:
+            head = fh.read(2)
+    if head not in _UTF16_BOMS:
+        return _read_text(source, max_bytes, problems)
+    size = len(source) if isinstance(source, (bytes, bytearray)) else Path(source).stat().st_size
+    if size > max_bytes:
+        problems.append(Problem(None, None, f"file is {size / 2**20:.1f} MiB, over the limit of "
+                                            f"{max_bytes / 2**20:.0f} MiB; split it into smaller files", label))
+        return None
+    raw = bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
+    try:
+        return raw.decode("utf-16")
+    except UnicodeDecodeError:
+        problems.append(Problem(None, None, "file starts with a UTF-16 byte-order mark but is not valid UTF-16; "
+                                            "save it as UTF-8 text", label))
+        return None
+
+
+def _parse_arena_line(line: str) -> tuple[dict | None, str | None, str | None]:
+    """One JSON line -> (object, None, None) or (None, field, problem). Never raises: deep nesting
+    (RecursionError), numbers over Python's digit limit (ValueError) and wrong types are problems."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return None, None, f"not valid JSON ({exc.msg}, column {exc.colno})"
+    except RecursionError:
+        return None, None, "JSON nested too deeply"
+    except ValueError as exc:  # an integer with more digits than int() accepts (sys.get_int_max_str_digits)
+        if "digits" in str(exc):
+            return None, None, "a number has too many digits (more than Python's integer limit of 4,300)"
+        return None, None, f"not a usable JSON value ({str(exc).splitlines()[0][:120]})"
+    if not isinstance(obj, dict):
+        return None, None, f"each line must be a JSON object, got {type(obj).__name__}"
+    for key in ("model_a", "model_b", "winner"):
+        if key not in obj:
+            return None, key, f"missing field {key!r}"
+        if not isinstance(obj[key], str) or not obj[key].strip():
+            return None, key, f"must be non-blank text, got {_describe(obj[key])}"
+    for key in ("num", "question_id"):  # optional ids: a scalar (their value becomes a key / a prompt id)
+        v = obj.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
+            return None, key, f"must be an integer or a string, got {_describe(v)}"
+    return obj, None, None
+
+
+def _describe(v) -> str:
+    kind = {dict: "an object", list: "an array", bool: "a boolean", type(None): "null",
+            float: "a number", int: "a number", str: "text"}.get(type(v), type(v).__name__)
+    return f"{kind} ({_short(v)})" if isinstance(v, (str, int, float)) and not isinstance(v, bool) else kind
+
+
+def _short(v) -> str:
+    t = repr(v) if not isinstance(v, int) or abs(v) < 10 ** 30 else f"{str(v)[:12]}... ({len(str(abs(v)))} digits)"
+    return t if len(t) <= 40 else t[:37] + "..."
+
+
 def _arena_lines(source, max_bytes: int, problems: list[Problem]) -> list[tuple[int, dict]] | None:
     label = _label(source)
-    text = _read_text(source, max_bytes, problems)
+    text = _arena_text(source, max_bytes, problems)
     if text is None:
         return None
     rows, n_before = [], len(problems)
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # split on "\n" only: JSON strings may hold U+2028 and other characters str.splitlines() breaks on
+    for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(Problem(lineno, None, f"not valid JSON ({exc.msg})", label))
+        obj, field, msg = _parse_arena_line(line)
+        if obj is None:
+            problems.append(Problem(lineno, field, msg or "bad line", label))
             continue
-        if not isinstance(obj, dict):
-            problems.append(Problem(lineno, None, "each line must be a JSON object", label))
-            continue
-        for key in ("model_a", "model_b", "winner"):
-            if key not in obj:
-                problems.append(Problem(lineno, key, f"missing field {key!r}", label))
-            elif not isinstance(obj[key], str) or not obj[key].strip():
-                problems.append(Problem(lineno, key, "blank or non-text value", label))
         rows.append((lineno, obj))
     if not rows and len(problems) == n_before:
         problems.append(Problem(None, None, "no comparisons in file", label))
@@ -350,7 +383,7 @@ def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | 
     h = _arena_lines(human, max_bytes, problems) if human is not None else None
     j = _arena_lines(judge, max_bytes, problems) if judge is not None else None
     if problems:
-        return empty, problems
+        return empty, _as_lines(problems)
     known = set(known_models) if known_models is not None else None
     if h is not None and j is not None and len(h) != len(j):
         return empty, [Problem(None, None, f"human and judge files are not line-aligned: {len(h)} vs {len(j)} "
@@ -375,10 +408,16 @@ def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | 
                                                        f"{seen_num[row['num']]})", base_label))
             else:
                 seen_num[row["num"]] = lineno
-        out.append({"prompt_id": str(row.get("question_id", row.get("num", i))),
+        pid = next((row[key] for key in ("question_id", "num") if row.get(key) is not None), i)
+        out.append({"prompt_id": str(pid),
                     "model_a": row["model_a"], "model_b": row["model_b"],
                     "human_winner": human_w, "judge_winner": judge_w})
-    return pd.DataFrame(out, columns=list(NORMALISED_COLUMNS)), problems
+    return pd.DataFrame(out, columns=list(NORMALISED_COLUMNS)), _as_lines(problems)
+
+
+def _as_lines(problems: list[Problem]) -> list[Problem]:
+    """JSON-lines problems are numbered by line."""
+    return [replace(p, unit="line") for p in problems]
 
 
 def _sha256(source) -> str:
