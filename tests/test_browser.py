@@ -163,12 +163,12 @@ def test_download_a_chart(server, page, artifacts_dir):
     dl.value.save_as(str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"camera-button PNG export: {seconds:.2f} s")
-    page.get_by_role("tab", name="Accuracy & McNemar").click()
+    page.get_by_role("tab", name="Error vs samples").click()
     _settle(page)
     with page.expect_download(timeout=60_000) as dl:
         page.locator("[data-testid='stDownloadButton'] button >> visible=true", has_text="CSV").first.click()
-    assert dl.value.suggested_filename == f"benchmark_accuracy_run-small_m-base_vs_m-int4_{today}.csv"
-    csv = artifacts_dir / "browser_download_accuracy.csv"
+    assert dl.value.suggested_filename == f"benchmark_error_curve_run-small_m-base_vs_m-int4_{today}.csv"
+    csv = artifacts_dir / "browser_download_error_curve.csv"
     dl.value.save_as(str(csv))
     assert all(len(cell) < 16 for line in csv.read_text().splitlines()[1:] for cell in line.split(","))  # no float noise
 
