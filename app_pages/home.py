@@ -1,4 +1,5 @@
-"""Home: what is in the database, links to every analysis, and a one-click first-run demo."""
+"""Home: what is in the database, links to every analysis, a one-click first-run demo and the
+headline findings of the latest scored run (updated live while a job runs, no reload needed)."""
 
 import streamlit as st
 
@@ -8,31 +9,85 @@ from dashboard import widgets as ui
 
 ui.header("Coupled Eval", "Evaluate and rank LLMs with coupled token generation and honest uncertainty.")
 
-counts = L.overview()
-ctx = ui.export_context("home")
-cols = st.columns(6)
-for col, (label, key) in zip(cols, [("Runs", "runs"), ("Models", "models"), ("Generations", "generations"),
-                                     ("Token traces", "token_traces"), ("Scores", "scores"),
-                                     ("Comparison sets", "comparison_sets")]):
-    col.metric(label, f"{counts.get(key, 0):,}")
 
-if counts.get("generations", 0) == 0:
+def _counters(counts: dict) -> None:
+    cols = st.columns(6)
+    for col, (label, key) in zip(cols, [("Runs", "runs"), ("Models", "models"), ("Generations", "generations"),
+                                         ("Token traces", "token_traces"), ("Scores", "scores"),
+                                         ("Comparison sets", "comparison_sets")]):
+        col.metric(label, f"{counts.get(key, 0):,}")
+
+
+def _demo_box(counts: dict, demo_running: bool) -> None:
     with st.container(border=True):
         st.subheader("First run: the demo")
+        if counts.get("generations", 0) == 0 and not demo_running:
+            st.markdown("The database is empty.")
         st.markdown(
-            "The database is empty. The demo generates answers to the built-in multiple-choice questions "
-            "with the packaged **SmolLM2-135M-Instruct** and its **int8** variant, in **coupled** mode "
-            "(both models share the same Gumbel noise) and **independent** mode, 5 repeats each, then "
-            "scores them. It runs in the background (a few minutes on 2 CPU cores); follow it below.")
+            "The demo asks the packaged **SmolLM2-135M-Instruct** and its **int8** variant 40 everyday "
+            "numeric questions (\"How many legs does a spider have?\"), in **coupled** mode (both models "
+            "share the same Gumbel noise) and **independent** mode, 3 repeats each, then scores the answers "
+            "with the numeric rule (the last number in the reply). It runs in the background, about 2 minutes "
+            "on 2 idle CPU cores including the one-time model conversion; follow it below.")
         st.code(" ".join(["python -m engine", *jobs_panel.DEMO_ARGS]), language="bash")
-        if st.button("Run the demo", type="primary", icon=":material/rocket_launch:", key="run_demo"):
+        if st.button("Run the demo", type="primary", icon=":material/rocket_launch:", key="run_demo",
+                     disabled=demo_running, help="a demo is running" if demo_running else None):
             jobs_panel.start_demo()
             st.rerun()
+
+
+def _summary(s: dict) -> None:
+    with st.container(border=True):
+        st.subheader(f"Headline findings: run `{s['run']}`")
+        chance = jobs_panel.chance_text(s)
+        st.caption(f"{', '.join(s['models'])} · dataset `{s['dataset_id']}` · rule `{s['rule']}` · "
+                   f"{s['n_questions']} questions × {s['n_repeats']} repeats · {chance}"
+                   + (f" · {s['n_generations']:,} generations in {ui.fmt_seconds(s['generation_s'])}"
+                      if s.get("generation_s") else ""))
+        st.table(jobs_panel.accuracy_rows(s))  # static: a few rows, readable as text
+        for p in s["pairs"]:
+            c1, c2, c3 = st.columns(3)
+            c1.metric("Agreement, coupled", jobs_panel.pct(p.get("agreement_coupled")),
+                      help="share of units (question, repeat) where both models give the same answer")
+            c2.metric("Agreement, independent", jobs_panel.pct(p.get("agreement_independent")))
+            c3.metric("Variance saving of coupling", jobs_panel.pct(p.get("variance_saving")),
+                      help="1 - SE²(coupled) / SE²(independent) of the paired per-question accuracy "
+                           "difference (METHODS 7.1)")
+            st.caption(jobs_panel.pair_caption(p))
+        st.caption("Accuracy CI: 95% t interval over questions (questions are clusters, repeats dependent). "
+                   "Same numbers from the CLI: `python -m engine summary --run " + s["run"] + "`.")
+        c1, c2, c3 = st.columns(3)
+        for col, key in zip((c1, c2, c3), ("benchmark", "traces", "datamap")):
+            page = navigation.BY_KEY[key]
+            col.page_link(page.path, label=page.link_label, icon=page.icon)
+
+
+# Counters, the demo box and the summary live in one fragment that re-runs every 2 s while a job
+# runs (every 10 s otherwise), so they follow the run with no page reload.
+@st.fragment(run_every=2.0 if jobs_panel.any_job_running() else 10.0)
+def _live() -> None:
+    running = jobs_panel.any_job_running()
+    demo_running = jobs_panel.demo_running()
+    counts = L.overview_live()
+    _counters(counts)
+    if counts.get("generations", 0) == 0 or demo_running:
+        _demo_box(counts, demo_running)
+    s = L.latest_summary()
+    if s is not None:
+        _summary(s)
+    was_running = st.session_state.get("_home_running", False)
+    st.session_state["_home_running"] = running
+    if was_running and not running:
+        st.rerun(scope="app")  # the last job finished: refresh the tables below (and the poll rate)
+
+
+_live()
 
 st.subheader("Jobs")
 jobs_panel.job_panel(limit=3)
 
 st.subheader("What is stored")
+ctx = ui.export_context("home")
 t_runs, t_models, t_data, t_sets = st.tabs(["Runs", "Models", "Datasets", "Comparison sets"])
 with t_runs:
     runs = L.runs()

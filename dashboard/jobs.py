@@ -114,8 +114,14 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-# $1 = the exit-code file, then the command; the wrapper exits with the command's code.
-_WRAPPER = 'rc_file="$1"; shift; "$@"; rc=$?; echo "$rc" > "$rc_file.tmp" && mv "$rc_file.tmp" "$rc_file"; exit "$rc"'
+# $1 = the exit-code file, $2 = the Python that runs follow-ups, $3 = the job id ("" = no follow-up),
+# $4 = the database ("" = default), then the command. The wrapper records the exit code, then (exit 0
+# only) starts the job's follow-ups itself through `python -m dashboard.jobs followup`, so chained
+# work (score after generate) never waits for a page to be opened. It exits with the command's code.
+_WRAPPER = ('rc_file="$1"; py="$2"; job="$3"; db="$4"; shift 4; "$@"; rc=$?; '
+            'echo "$rc" > "$rc_file.tmp" && mv "$rc_file.tmp" "$rc_file"; '
+            'if [ "$rc" -eq 0 ] && [ -n "$job" ]; then "$py" -m dashboard.jobs followup "$job" --db "$db"; fi; '
+            'exit "$rc"')
 
 
 def _reap(proc: subprocess.Popen, rc_path: Path) -> None:
@@ -144,8 +150,10 @@ def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None
         python: the interpreter (default: the current one).
         env: extra environment variables for the child.
         then: follow-up argument lists, started one after the other when this job ends with
-            exit code 0 (e.g. ``score`` after ``generate``); started by whichever process next
-            looks at the job (:func:`job_status`), exactly once.
+            exit code 0 (e.g. ``score`` after ``generate``): the job's own wrapper starts the next
+            one when its command exits (no browser or page needed); an observer
+            (:func:`job_status`) starts it only if the wrapper could not. Exactly once either way
+            (a marker file ``<job_id>.then`` holds the follow-up's job id).
     Returns:
         The job id (``<kind>-<YYYYmmdd-HHMMSS>-<hex>``).
     """
@@ -166,7 +174,8 @@ def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None
     child_env.update(env or {})
     # A tiny sh wrapper records the exit code next to the job files, so the status survives a
     # restart of the process that started the job (its reaper thread would be gone).
-    wrapped = ["/bin/sh", "-c", _WRAPPER, "job", str(paths["rc"]), *command] if os.path.exists("/bin/sh") else command
+    wrapped = (["/bin/sh", "-c", _WRAPPER, "job", str(paths["rc"]), sys.executable, job_id if then else "",
+                "" if db is None else str(db), *command] if os.path.exists("/bin/sh") else command)
     with open(paths["log"], "ab") as log:
         proc = subprocess.Popen(wrapped, cwd=str(config.PROJECT_ROOT), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, env=child_env,
@@ -222,11 +231,25 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
         job_id=job_id, kind=meta.get("kind", ""), status=status, args=tuple(meta.get("args", ())),
         pid=pid, started_at=float(meta.get("started_at", 0.0)), done=int(prog.get("done", 0) or 0),
         total=int(prog.get("total", 0) or 0), tokens=int(prog.get("tokens", 0) or 0),
-        tokens_per_s=float(prog.get("tokens_per_s", 0.0) or 0.0), eta_s=prog.get("eta_s"),
+        tokens_per_s=float(prog.get("tokens_per_s", 0.0) or 0.0),
+        eta_s=smoothed_eta(int(prog.get("done", 0) or 0), int(prog.get("total", 0) or 0),
+                           time.time() - float(meta.get("started_at", time.time())), prog.get("eta_s")),
         message=str(prog.get("message", "") or ""), returncode=returncode,
         resumed_from=meta.get("resumed_from"), log_tail=_log_tail(paths["log"]) if status != "running" else "",
         extra={"followup": followup} if followup else {},
     )
+
+
+def smoothed_eta(done: int, total: int, elapsed_s: float, raw_eta_s: float | None = None) -> float | None:
+    """A stable ETA: remaining units at the job's average pace so far, (total - done) * elapsed / done.
+
+    The engine's own ETA follows the latest chunk's rate, which swings (model loading, the second
+    model's load, short and long chunks); the average over the whole job so far includes those
+    overheads and changes slowly. Before the first unit the engine's estimate (or None) is used.
+    """
+    if total <= 0 or done <= 0 or elapsed_s <= 0:
+        return raw_eta_s
+    return max(total - done, 0) * elapsed_s / done
 
 
 def list_jobs(db: str | os.PathLike | None = None, kind: str | None = None) -> list[JobStatus]:
@@ -277,6 +300,54 @@ def resume_job(job_id: str, db: str | os.PathLike | None = None) -> str:
                      env=meta.get("env") or None)
 
 
+# The one-click demo (Home): the packaged default pair on a task it can partly do (everyday numeric
+# questions, scored by the numeric rule), both modes, 3 repeats, 12 new tokens (the bare number or
+# a short sentence ending in it). Under 3 minutes on 2 CPU cores from a cold model cache
+# (docs/BENCHMARKS.md, "One-click demo").
+DEMO_RUN = "demo-smollm2"
+DEMO_ARGS = ["generate", "--models", "smollm2-135m", "smollm2-135m-int8", "--dataset", "demo-numbers",
+             "--repeats", "3", "--max-new-tokens", "12", "--modes", "coupled", "independent",
+             "--run-id", DEMO_RUN]
+
+
+def score_args(run_id: str, db: str | os.PathLike, rule: str | None = None) -> list[str]:
+    """``python -m engine score`` arguments; no rule = the rule that fits the run's dataset."""
+    return ["score", "--db", str(db), "--run", run_id] + (["--rule", rule] if rule else [])
+
+
+def start_demo(db: str | os.PathLike, python: str | None = None) -> str:
+    """Start the demo chain (generate, then score, started by the job itself); return the generate job id."""
+    return start_job(DEMO_ARGS + ["--db", str(db)], kind="generate", db=db, python=python,
+                     env={"COUPLED_EVAL_DB": str(db)}, then=[score_args(DEMO_RUN, db)])
+
+
+def demo_running(db: str | os.PathLike | None = None) -> bool:
+    """True while a demo step (its generate job or its scoring follow-up) runs."""
+    for j in list_jobs(db):
+        if j.status == "running" and "--run-id" in j.args and DEMO_RUN in j.args:
+            return True
+        if j.status == "running" and j.kind == "score" and DEMO_RUN in j.args:
+            return True
+    return False
+
+
+def run_followup(job_id: str, db: str | os.PathLike | None = None) -> str | None:
+    """Start the follow-up of a job that ended with exit code 0 (exactly once); return its job id.
+
+    Called by the job's own wrapper when its command exits (``python -m dashboard.jobs followup``),
+    so a chain runs to its end with no page open. None when the job has no follow-up.
+    """
+    _check_job_id(job_id)
+    jdir = jobs_dir(db)
+    meta = _read_json(_paths(job_id, jdir)["meta"])
+    if meta is None:
+        raise UserError(f"unknown job id {job_id!r} (no {job_id}.meta.json in {jdir})")
+    if not meta.get("then"):
+        return None
+    marker = jdir / f"{job_id}.then"
+    return _read_followup(marker) if marker.exists() else _start_followup(job_id, meta, jdir, db)
+
+
 def _start_followup(job_id: str, meta: dict, jdir: Path, db) -> str | None:
     # Exactly once, even with several observers: the first to create the marker file wins.
     marker = jdir / f"{job_id}.then"
@@ -314,3 +385,32 @@ def wait_job(job_id: str, db: str | os.PathLike | None = None, timeout_s: float 
         time.sleep(poll_s)
         st = job_status(job_id, db)
     return st
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dashboard.jobs followup JOB_ID [--db DB]``: start a finished job's follow-up;
+    ``python -m dashboard.jobs demo [--db DB]``: start the demo chain (prints the job id)."""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m dashboard.jobs")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("followup", help="start the follow-up of a job that exited 0 (exactly once)")
+    f.add_argument("job_id")
+    f.add_argument("--db", default="")
+    d = sub.add_parser("demo", help="start the one-click demo chain (generate, then score) in the background")
+    d.add_argument("--db", default=str(config.DEFAULT_DB))
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "demo":
+            print(start_demo(args.db))
+            return 0
+        nxt = run_followup(args.job_id, args.db or None)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if nxt:
+        print(f"follow-up job: {nxt}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -12,25 +12,63 @@ from dashboard.loaders import db_path
 from dashboard.widgets import fmt_seconds
 from engine.errors import UserError
 
-DEMO_RUN = "demo-smollm2"
-DEMO_ARGS = ["generate", "--models", "smollm2-135m", "smollm2-135m-int8", "--dataset", "demo",
-             "--repeats", "5", "--modes", "coupled", "independent", "--run-id", DEMO_RUN]
+DEMO_RUN = jobs.DEMO_RUN
+DEMO_ARGS = jobs.DEMO_ARGS
 
 
-def score_args(run_id: str, rule: str = "paper") -> list[str]:
-    return ["score", "--db", str(db_path()), "--run", run_id, "--rule", rule]
+def score_args(run_id: str, rule: str | None = None) -> list[str]:
+    """Score a run; no rule = the rule that fits its dataset (numeric, lenient for the demo MC set, paper)."""
+    return jobs.score_args(run_id, db_path(), rule)
 
 
 def start_demo() -> str | None:
-    """The first-run demo: generation on the packaged default models, then scoring, as one chain."""
+    """The first-run demo: generation on the packaged default models, then scoring, as one chain
+    (the generate job starts the scoring itself when it ends: no page needs to stay open)."""
     try:
-        job_id = jobs.start_job(DEMO_ARGS + ["--db", str(db_path())], kind="generate", db=db_path(),
-                                env={"COUPLED_EVAL_DB": str(db_path())}, then=[score_args(DEMO_RUN)])
+        job_id = jobs.start_demo(db_path())
     except (UserError, OSError) as exc:
         st.error(f"Could not start the demo: {exc}")
         return None
     st.session_state["last_job"] = job_id
     return job_id
+
+
+def any_job_running() -> bool:
+    return any(j.status == "running" for j in jobs.list_jobs(db_path()))
+
+
+def demo_running() -> bool:
+    return jobs.demo_running(db_path())
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def chance_text(s: dict) -> str:
+    if s.get("chance") is None:
+        return "no chance baseline (no gold answers)"
+    how = "a uniform guess" if s.get("kind") == "multiple_choice" else "always giving the most common answer"
+    return f"chance {s['chance']:.3f} ({how})"
+
+
+def accuracy_rows(s: dict) -> list[dict]:
+    """The summary's accuracy table rows: model, mode, accuracy, 95% CI."""
+    return [{"model": r["model"], "mode": r["mode"], "accuracy": round(r["accuracy"], 3),
+             "95% CI": f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"} for r in s["accuracy"]]
+
+
+def pair_caption(p: dict) -> str:
+    """One line on the paired accuracy difference of a model pair in both modes."""
+    parts = []
+    for mode in ("coupled", "independent"):
+        d = p.get(f"diff_{mode}")
+        if d:
+            parts.append(f"{mode}: {d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (SE {d['se']:.3f})")
+    factor = p.get("questions_factor")
+    more = f" Independent sampling needs {factor:.1f}× the questions for the same precision." if factor else ""
+    return (f"Accuracy difference {p['model_a']} − {p['model_b']}, paired over questions, 95% CI: "
+            + "; ".join(parts) + "." + more)
 
 
 def generate_args(models: list[str], dataset: str, repeats: int, temperature: float, max_new_tokens: int,
@@ -60,7 +98,7 @@ def start_generation(args: list[str], score_after: bool) -> str | None:
         args = args + ["--run-id", run_id]
     try:
         job_id = jobs.start_job(args, kind="generate", db=db_path(), env={"COUPLED_EVAL_DB": str(db_path())},
-                                then=[score_args(run_id)] if score_after else None)
+                                then=[score_args(run_id)] if score_after and run_id else None)
     except (UserError, OSError) as exc:
         st.error(f"Could not start the job: {exc}")
         return None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import duckdb
 import streamlit as st
 
 from engine import config
@@ -22,8 +23,10 @@ from engine.analysis import comparisons as _comparisons
 from engine.analysis import multigen as _multigen
 from engine.analysis import overview as _overview
 from engine.analysis import ranksets as _ranksets
+from engine.analysis import summary as _summary
 from engine.analysis import traces as _traces
 from engine.analysis import winrates as _winrates
+from engine.errors import UserError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,6 +59,28 @@ runs = _view(_overview.runs)
 models_table = _view(_overview.models_table)
 datasets_table = _view(_overview.datasets_table)
 comparison_sets = _view(_comparisons.comparison_sets)
+run_summary = _view(_summary.run_summary)
+latest_scored_run = _view(_summary.latest_scored_run)
+
+
+def overview_live() -> dict[str, int]:
+    """Table counts for the live Home counters; while the writer holds the file (a chunk being
+    committed) the last counts are kept instead of showing zeros."""
+    try:
+        counts = overview()
+    except (duckdb.Error, OSError, UserError):  # a busy database (writer lock) must not blank the counters
+        return st.session_state.get("_last_counts", {})
+    st.session_state["_last_counts"] = counts
+    return counts
+
+
+def latest_summary() -> dict | None:
+    """The headline findings of the newest scored run (None when nothing is scored yet)."""
+    try:
+        run = latest_scored_run()
+        return run_summary(run) if run else None
+    except (duckdb.Error, OSError, UserError):  # a busy database or a run being rescored: next poll
+        return None
 # Token traces
 run_options = _view(_overview.run_options)
 run_prompts = _view(_overview.run_prompts)

@@ -136,13 +136,23 @@ def _n_downloads(at: AppTest) -> int:
     return len(at.get("download_button"))
 
 
-def test_home_lists_what_is_stored(app):
+def test_home_lists_what_is_stored(app, small_db):
     at = _page(app, navigation.path("home"))
     labels = {m.label: m.value for m in at.metric}
     assert labels["Runs"] == "1" and labels["Comparison sets"] == "1"
     assert labels["Token traces"] == f"{len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES) * N_STEPS:,}"
-    assert len(at.dataframe) >= 1 and "run-small" in at.dataframe[0].value["run_id"].tolist()
+    tables = [d.value for d in at.dataframe]
+    assert any("run_id" in t and "run-small" in t["run_id"].tolist() for t in tables)
     assert "Run the demo" not in [b.label for b in at.button]  # not an empty database
+    # the headline findings of the newest scored run, with the same numbers as the CLI's summary
+    from engine.analysis.summary import run_summary
+    s = run_summary(small_db, "run-small")
+    assert any("Headline findings" in h.value for h in at.subheader)
+    acc = at.table[0].value
+    assert len(acc) == len(s["accuracy"]) and acc["accuracy"].astype(float).tolist() == [
+        round(r["accuracy"], 3) for r in s["accuracy"]]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Agreement, coupled"] == f"{100 * s['pairs'][-1]['agreement_coupled']:.0f}%"  # last pair shown last
 
 
 def test_generate_page_form_and_validation(app):
@@ -653,3 +663,23 @@ def test_trace_figure_boxes_hold_whole_tokens():
         assert list(bar.base) == [0, 5] and list(bar.x) == [5, 8]  # side by side, aligned across models
         assert list(text.x) == [2.5, 9]  # each text centred in its box
     assert fig.layout.shapes[0].x0 == 0  # the first-divergence line at the left edge of step 4
+
+
+def test_demo_button_is_disabled_while_a_demo_runs(tmp_path, monkeypatch):
+    from dashboard import jobs
+    db = tmp_path / "fresh.duckdb"
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    sleeper = tmp_path / "sleeper"
+    sleeper.write_text("#!/bin/sh\nsleep 30\n")
+    sleeper.chmod(0o755)
+    job = jobs.start_job(jobs.DEMO_ARGS + ["--db", str(db)], kind="generate", db=db, python=str(sleeper))
+    try:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+        assert not at.exception
+        assert at.button(key="run_demo").disabled
+        assert all(m.value == "0" for m in at.metric)  # nothing stored yet, and no error while the job runs
+    finally:
+        jobs.cancel_job(job, db)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert not at.button(key="run_demo").disabled  # the demo stopped: it can be started again

@@ -40,7 +40,17 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("browser")
-    db = build_small_db(tmp / "browser.duckdb")
+    yield from _serve(tmp, build_small_db(tmp / "browser.duckdb"))
+
+
+@pytest.fixture(scope="module")
+def empty_server(tmp_path_factory):
+    """A dashboard on a database that does not exist yet (a first run)."""
+    tmp = tmp_path_factory.mktemp("browser_empty")
+    yield from _serve(tmp, tmp / "first_run.duckdb")
+
+
+def _serve(tmp: Path, db: Path):
     port = _free_port()
     env = dict(os.environ, COUPLED_EVAL_DB=str(db), HF_HUB_OFFLINE="1", BROWSER_PATH=CHROMIUM)
     log = open(tmp / "streamlit.log", "wb")
@@ -256,3 +266,99 @@ def test_divergence_table_row_opens_the_unit(server, page, artifacts_dir):
     shown = {boxes.nth(i).locator("label").inner_text(): boxes.nth(i).locator("input").first.input_value()
              for i in range(boxes.count())}
     assert shown["Prompt"].startswith(f"{want['prompt_id']} · ") and shown["Repeat"] == str(int(want["repeat"]))
+
+
+def _metric(page, label: str) -> str:
+    box = page.locator("[data-testid='stMetric']").filter(has_text=label).first
+    return box.locator("[data-testid='stMetricValue']").inner_text().strip()
+
+
+@pytest.mark.slow
+def test_demo_from_click_to_summary_without_reload(empty_server, page, artifacts_dir):
+    """Home on an empty database: click "Run the demo" once and watch, never reloading: the button
+    is disabled while the demo runs, the counters move, and the headline findings appear at the end
+    with sane numbers (accuracy above chance with its CI; coupled agreement above independent)."""
+    from dashboard import jobs
+    _goto(page, empty_server, "home")
+    page.get_by_text("The database is empty", exact=False).first.wait_for(timeout=60_000)
+    t0 = time.monotonic()
+    page.get_by_role("button", name="Run the demo").click()
+    page.get_by_text("demo-smollm2", exact=False).first.wait_for(timeout=60_000)
+    # while it runs the button stays disabled (a second click cannot start a second demo)
+    button = page.get_by_role("button", name="Run the demo")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (button.count() and button.first.is_disabled()):
+        page.wait_for_timeout(500)
+    assert button.count() and button.first.is_disabled()
+    _shot(page, artifacts_dir, "demo_running")
+    # counters follow the run (no reload): generations appear while the job still runs
+    seen_live = False
+    heading = page.get_by_text("Headline findings", exact=False)
+    deadline = time.monotonic() + 1800  # generous: the CI machine may be loaded
+    while time.monotonic() < deadline and heading.count() == 0:
+        if not seen_live and jobs.demo_running(empty_server["db"]):
+            try:
+                seen_live = int(_metric(page, "Generations").replace(",", "")) > 0
+            except (ValueError, playwright.Error):
+                pass
+        page.wait_for_timeout(2000)
+    elapsed = time.monotonic() - t0
+    assert heading.count() > 0, f"no summary after {elapsed:.0f} s"
+    assert seen_live, "the Generations counter did not move while the demo ran"
+    _settle(page)
+    _no_exception(page)
+    _shot(page, artifacts_dir, "demo_summary")
+    print(f"demo: click to summary in {elapsed:.0f} s (load average {os.getloadavg()[0]:.1f})")
+    # sane headline numbers, read from the page
+    chance = float(re.search(r"chance ([0-9.]+)", page.get_by_text("chance", exact=False).first.inner_text()).group(1))
+    assert 0 < chance < 0.2  # demo-numbers: the most common gold answer covers 3 of 40 questions
+    rows = page.locator("[data-testid='stTable'] tbody tr")
+    assert rows.count() == 4  # 2 models x 2 modes
+    for i in range(rows.count()):
+        cells = [c.strip() for c in rows.nth(i).locator("td").all_inner_texts()]
+        acc = float(cells[-2])
+        lo, hi = (float(x) for x in cells[-1].strip("[]").split(","))
+        assert lo <= acc <= hi
+        assert lo > chance, f"accuracy {acc} [{lo}, {hi}] is not clearly above chance {chance}"
+    coupled = float(_metric(page, "Agreement, coupled").rstrip("%"))
+    independent = float(_metric(page, "Agreement, independent").rstrip("%"))
+    assert coupled > independent + 10
+    saving = float(_metric(page, "Variance saving of coupling").rstrip("%"))
+    assert saving > 0
+    assert page.get_by_role("button", name="Run the demo").count() == 0  # finished: the box is gone
+    assert page.get_by_text("Benchmark comparison", exact=False).count() >= 1  # links to the pages
+
+
+def test_chained_scoring_with_no_browser_open(server, browser, artifacts_dir, tmp_path):
+    """Start generate + score from the command line with no page open: the generate job starts the
+    scoring itself, so the scores are stored before any page is (re)opened."""
+    import json as _json
+    import subprocess as _sp
+
+    from dashboard import jobs
+    from engine import store
+    db = server["db"]
+    for ctx in browser.contexts:  # close every page
+        ctx.close()
+    code = ("import sys, json; from dashboard import jobs; db = sys.argv[1]; "
+            "print(jobs.start_job(['generate', '--models', 'smollm2-135m', '--dataset', 'demo-numbers', '--limit', '2', "
+            "'--repeats', '1', '--max-new-tokens', '4', '--modes', 'coupled', '--run-id', 'cli-chain', '--db', db], "
+            "kind='generate', db=db, then=[jobs.score_args('cli-chain', db)]))")
+    out = _sp.run([sys.executable, "-c", code, str(db)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                  check=True)
+    job = out.stdout.strip()
+    jdir = jobs.jobs_dir(db)
+    deadline = time.monotonic() + 600
+    n_scores = 0
+    while time.monotonic() < deadline and n_scores == 0:  # only files and the database are read
+        time.sleep(2)
+        try:
+            n_scores = int(store.query_df(db, "SELECT count(*) AS n FROM scores WHERE run_id = 'cli-chain'")["n"][0])
+        except Exception:  # noqa: BLE001 -- the writer holds the file for a moment
+            n_scores = 0
+    assert n_scores == 2, (jdir / f"{job}.log").read_text()[-2000:]
+    follow = (jdir / f"{job}.then").read_text().strip()
+    meta = _json.loads((jdir / f"{follow}.meta.json").read_text())
+    assert meta["args"][:1] == ["score"] and "--rule" not in meta["args"]  # the rule that fits the dataset
+    assert store.query_df(db, "SELECT DISTINCT rule FROM scores WHERE run_id = 'cli-chain'")["rule"].tolist() == [
+        "numeric"]

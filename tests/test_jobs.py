@@ -215,3 +215,50 @@ def test_progress_track_records_done_cancelled_and_failed(tmp_path):
         assert (rec["status"], rec["done"], rec["total"]) == (status, 2, 3)
         assert rec["message"] == {"done": "", "cancelled": "interrupted; completed batches are stored",
                                   "failed": "disk full"}[status]
+
+
+def test_followup_starts_with_no_observer(tmp_db, fake_python):
+    """Chained work does not need a page: the job's wrapper starts the follow-up itself. Nothing
+    calls job_status/wait_job until both steps have finished (only the files are watched)."""
+    job = jobs.start_job(["fake", "--units", "2"], kind="fake", db=tmp_db, python=fake_python,
+                         then=[["fake", "--units", "3"], ["fake", "--units", "1"]])
+    jdir = jobs.jobs_dir(tmp_db)
+    deadline = time.monotonic() + 60
+    chain = [job]
+    while len(chain) < 3 and time.monotonic() < deadline:  # follow each marker as it appears
+        marker = jdir / f"{chain[-1]}.then"
+        if marker.exists() and marker.read_text().strip():
+            chain.append(marker.read_text().strip())
+        time.sleep(0.05)
+    assert len(chain) == 3, f"follow-ups were not started by the jobs themselves: {chain}"
+    last_rc = jdir / f"{chain[-1]}.rc"
+    while not last_rc.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [jobs.job_status(j, tmp_db).status for j in chain] == ["done"] * 3
+    assert "finished 3" in jobs.job_status(chain[1], tmp_db).log_tail
+    assert len(jobs.list_jobs(tmp_db)) == 3  # exactly once: observers now add nothing
+
+
+def test_followup_runner_cli(tmp_db, fake_python):
+    job = jobs.start_job(["fake", "--units", "1"], kind="fake", db=tmp_db, python=fake_python)
+    assert jobs.wait_job(job, tmp_db, timeout_s=60).status == "done"
+    assert jobs.run_followup(job, tmp_db) is None  # no follow-up: nothing started
+    assert jobs.main(["followup", "nope/../x", "--db", str(tmp_db)]) == 2
+
+
+def test_smoothed_eta_is_the_average_pace():
+    assert jobs.smoothed_eta(0, 100, 10.0, 42.0) == 42.0   # nothing done yet: the engine's estimate
+    assert jobs.smoothed_eta(25, 100, 10.0, 1.0) == pytest.approx(30.0)
+    assert jobs.smoothed_eta(100, 100, 10.0) == 0.0
+    assert jobs.smoothed_eta(5, 0, 10.0) is None
+
+
+def test_demo_running_covers_the_chain(tmp_db, fake_python):
+    assert not jobs.demo_running(tmp_db)
+    job = jobs.start_job(["fake", "--units", "4", "--sleep", "0.3", "--run-id", jobs.DEMO_RUN], kind="generate",
+                         db=tmp_db, python=fake_python)
+    assert jobs.demo_running(tmp_db)
+    assert jobs.wait_job(job, tmp_db, timeout_s=60).status == "done"
+    assert not jobs.demo_running(tmp_db)
+    assert jobs.DEMO_ARGS[jobs.DEMO_ARGS.index("--dataset") + 1] == "demo-numbers"
+    assert jobs.score_args("r", tmp_db) == ["score", "--db", str(tmp_db), "--run", "r"]  # rule: fits the dataset

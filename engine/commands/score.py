@@ -10,9 +10,10 @@ def register(sub) -> None:
     p = sub.add_parser("score", help="score every generation of a run (answer extraction rule)")
     add_db(p)
     p.add_argument("--run", required=True)
-    p.add_argument("--rule", default=config.DEFAULT_RULE, choices=config.RULES,
+    p.add_argument("--rule", default=None, choices=config.RULES,
                    help="paper: the coupled-generation paper's exact rule; lenient: 'Answer: X', '(B)', option "
-                        "text; numeric: GSM8K last number; exact: normalised exact match (default: paper)")
+                        "text; numeric: GSM8K last number; exact: normalised exact match (default: the rule that "
+                        "fits the run's dataset: numeric sets numeric, the built-in demo lenient, MMLU files paper)")
     add_output_args(p)
     p.set_defaults(func=run)
 

@@ -6,6 +6,9 @@ Built-ins (``list_datasets()``), stored under ``engine/data/`` and written for t
   computing, language), gold answers balanced over A-D (10 each).
 * ``demo-chat``: 10 open questions (kind ``prompts``; no gold answer).
 * ``demo-gsm``: 10 short word problems with numeric gold answers (kind ``numeric``).
+* ``demo-numbers``: 40 everyday numeric questions ("How many legs does a spider have?"; kind
+  ``numeric``, system prompt "Answer with the number only."): the one-click demo, a task the
+  packaged SmolLM2-135M can partly do.
 
 Files (``load_dataset(path)``):
 
@@ -90,7 +93,12 @@ def format_mc_prompt(question: str, choices: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 # Built-ins
 
-_BUILTINS = {"demo": "demo_mcq.jsonl", "demo-chat": "demo_chat.txt", "demo-gsm": "demo_gsm.jsonl"}
+_BUILTINS = {"demo": "demo_mcq.jsonl", "demo-chat": "demo_chat.txt", "demo-gsm": "demo_gsm.jsonl",
+             "demo-numbers": "demo_numbers.jsonl"}
+# Built-ins whose system prompt is not their kind's default: the one-click demo's everyday-numbers set asks
+# for the bare number, so a few new tokens hold the answer (the numeric rule reads the last number).
+ARITH_SYSTEM_PROMPT = "Answer with the number only."
+_BUILTIN_SYSTEM = {"demo-numbers": ARITH_SYSTEM_PROMPT}
 
 
 def list_datasets() -> list[str]:
@@ -120,7 +128,7 @@ def load_dataset(name_or_path: str, *, limit: int | None = None, subject: str | 
         raise UserError(f"limit must be a positive integer, got {limit!r}")
     if name in _BUILTINS:
         ds = _load_file(DATA_DIR / _BUILTINS[name], dataset_id=name)
-        ds = Dataset(name, ds.kind, f"builtin:{name}", ds.prompts, ds.system_prompt)
+        ds = Dataset(name, ds.kind, f"builtin:{name}", ds.prompts, _BUILTIN_SYSTEM.get(name, ds.system_prompt))
     else:
         path = Path(name).expanduser()
         if path.is_dir():

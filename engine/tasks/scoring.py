@@ -197,13 +197,41 @@ def _run_dataset(con, run: str) -> str | None:
     return None if row is None else row[0]
 
 
-def score_run(db, run: str, rule: str = "paper") -> dict:
+def default_rule(kind: str | None, dataset_id: str | None = None) -> str:
+    """The scoring rule that fits a dataset when none is asked for.
+
+    numeric -> "numeric" (last number / "####"); prompt lists -> "exact"; multiple choice ->
+    "lenient" for the built-in ``demo`` set (its questions were written for this project and a
+    small model answers "1. 17 + 26 = 43" or "B. 43"), else "paper": MMLU files and folders keep
+    the coupled-generation paper's exact rule, so paper reproductions need no flag.
+    """
+    if kind == "numeric":
+        return "numeric"
+    if kind == "prompts":
+        return "exact"
+    base = (dataset_id or "").split(":", 1)[0]
+    return "lenient" if base == "demo" else "paper"
+
+
+def run_default_rule(db, run: str) -> str:
+    """:func:`default_rule` of the dataset of a stored run (UserError for an unknown run)."""
+    with store.reader(db) as con:
+        dataset = _run_dataset(con, run)
+        row = con.execute("SELECT kind FROM datasets WHERE dataset_id = ?", [dataset]).fetchone()
+    return default_rule(None if row is None else row[0], dataset)
+
+
+def score_run(db, run: str, rule: str | None = None) -> dict:
     """Score every generation of ``run`` under ``rule`` and store the scores in ONE transaction.
+
+    ``rule=None`` picks the rule that fits the run's dataset (:func:`default_rule`).
 
     Idempotent: the run's earlier scores for the same rule are replaced; other rules are kept.
     Returns a summary: rule, number scored, mean score per (model, mode), counts of "E"/no answer
     and of prompts without a gold answer.
     """
+    if rule is None:
+        rule = run_default_rule(db, run)
     if rule not in RULES:
         raise UserError(f"unknown scoring rule {rule!r}; allowed: {', '.join(RULES)}")
     with store.reader(db) as con:
