@@ -47,7 +47,11 @@ class PlainFormatter(argparse.RawDescriptionHelpFormatter):
         return super()._format_text(plain(text))
 
     def _expand_help(self, action: argparse.Action) -> str:
-        return plain(super()._expand_help(action))
+        try:
+            text = super()._expand_help(action)
+        except (ValueError, TypeError, KeyError):  # a bare '%' ("95% CI") in a help string: show it as written
+            text = action.help or ""
+        return plain(text)
 
 
 class Parser(argparse.ArgumentParser):

@@ -33,6 +33,13 @@ def _helps(parser, prefix=()):
                 yield from _helps(sub, prefix + (name,))
 
 
+def test_a_bare_percent_in_a_help_string_does_not_break_help():
+    parser = cli.Parser(prog="x")
+    sub = parser.add_subparsers(parser_class=cli.Parser)
+    sub.add_parser("acc", help="accuracy with 95% CI, default %(default)s")
+    assert "accuracy with 95% CI" in parser.format_help()
+
+
 def test_every_help_is_plain_and_described():
     helps = list(_helps(cli.build_parser()))
     assert len(helps) > 15  # every command and sub-command
