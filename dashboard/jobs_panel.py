@@ -73,7 +73,7 @@ def pair_caption(p: dict) -> str:
 
 def generate_args(models: list[str], dataset: str, repeats: int, temperature: float, max_new_tokens: int,
                   modes: list[str], seed: int, limit: int | None = None, top_k: int = 0, top_p: float = 1.0,
-                  record_traces: bool = True) -> list[str]:
+                  record_traces: bool = True, backend: str = "hf") -> list[str]:
     """The ``python -m engine generate`` arguments for the Generate form."""
     args = ["generate", "--models", *models, "--dataset", dataset, "--repeats", str(int(repeats)),
             "--temperature", str(float(temperature)), "--max-new-tokens", str(int(max_new_tokens)),
@@ -82,6 +82,8 @@ def generate_args(models: list[str], dataset: str, repeats: int, temperature: fl
     if limit:
         args += ["--limit", str(int(limit))]
     args += ["--traces", "on" if record_traces else "off"]  # explicit: the checkbox is what the user sees
+    if backend != "hf":
+        args += ["--backend", backend]
     return args
 
 

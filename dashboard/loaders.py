@@ -125,6 +125,15 @@ def available_models() -> list[dict]:
 
 
 @st.cache_data(show_spinner=False, ttl=600)
+def backends() -> dict[str, str]:
+    """Generation backend -> "" when usable in this environment, else why not (with the install hint)."""
+    from engine import config
+    from engine.generation.backends import backend_available
+
+    return {b: why for b in config.BACKENDS for ok, why in [backend_available(b)]}
+
+
+@st.cache_data(show_spinner=False, ttl=600)
 def available_datasets() -> list[str]:
     from engine.tasks.datasets import list_datasets
 

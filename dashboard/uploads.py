@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -69,19 +70,27 @@ def uploads_dir() -> Path:
 
 
 def save_upload(filename: str, data: bytes) -> Path:
-    """Save a validated upload under data/uploads/ (timestamped, sanitised name)."""
+    """Save a validated upload under data/uploads/ (timestamped, sanitised name, a random suffix and
+    an exclusive create: two uploads of one name in the same second never overwrite each other)."""
     d = uploads_dir()
     d.mkdir(parents=True, exist_ok=True)
-    p = d / f"{time.strftime('%Y%m%d-%H%M%S')}-{default_set_name(filename)}{Path(filename).suffix.lower()}"
-    p.write_bytes(data)
-    return p
+    while True:
+        p = d / (f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}-{default_set_name(filename)}"
+                 f"{Path(filename).suffix.lower()}")
+        try:
+            with open(p, "xb") as fh:
+                fh.write(data)
+            return p
+        except FileExistsError:  # astronomically unlikely; pick another suffix
+            continue
 
 
 def start_import(fmt: str, main_name: str, main: bytes, judge_name: str | None, judge: bytes | None,
                  name: str, replace: bool) -> str | None:
     """Save the files and run ``python -m engine import comparisons`` as a job."""
     main_path = save_upload(main_name, main)
-    args = ["import", "comparisons", str(main_path), "--db", str(db_path()), "--name", name, "--format", fmt]
+    # --name=VALUE: a name starting with '-' must not be read as an option by the job's parser
+    args = ["import", "comparisons", str(main_path), "--db", str(db_path()), f"--name={name}", "--format", fmt]
     if judge is not None:
         args += ["--judge-file", str(save_upload(judge_name or "judge.json", judge))]
     if replace:

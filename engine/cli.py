@@ -88,10 +88,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_db(args) -> None:
+    """Refuse a damaged, foreign or other-version --db before the command does anything (issue 13);
+    ``db check`` / ``db migrate`` look at the file themselves."""
+    db = getattr(args, "db", None)
+    if db is None or args.command == "db":
+        return
+    from pathlib import Path
+
+    if Path(db).exists():
+        from engine import store
+
+        store.verify(db)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_db(args)
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -31,6 +31,13 @@ DEFAULT_TOP_P = 1.0                        # 1 = off
 DEFAULT_MAX_NEW_TOKENS = 20
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_TRACE_TOP_K = 5
+# A trace stores trace_top_k alternatives per token: beyond 100 a trace is bigger than the rest of the
+# run's data and no view reads it (the Token traces page shows the top 10).
+TRACE_TOP_K_MAX = 100
+# Generation backends: "hf" = our transformers loop; "vllm" = vLLM with our keyed-noise logits
+# processor (a separate venv: scripts/install_vllm.sh). Runs with "hf" keep their pre-backend run ids.
+BACKENDS = ("hf", "vllm")
+DEFAULT_BACKEND = "hf"
 DEFAULT_REPEATS = 10
 DEFAULT_SEED = 0
 

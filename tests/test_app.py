@@ -164,6 +164,20 @@ def test_generate_page_form_and_validation(app):
     at.multiselect(key="gen_modes").set_value(["coupled"]).run()
     assert not at.exception
     assert "Runs" in _texts(at)
+    # the backend selector: without vLLM here it is greyed at "hf" and says how to install vLLM
+    from engine.generation.vllm_backend import installed_vllm_version
+    if installed_vllm_version() is None:
+        sel = at.selectbox(key="gen_backend")
+        assert sel.value == "hf" and sel.disabled
+        assert "scripts/install_vllm.sh" in _texts(at) + " ".join(c.value for c in at.caption)
+
+
+def test_generate_args_pass_the_backend():
+    from dashboard import jobs_panel
+    base = (["m"], "demo", 1, 0.7, 5, ["coupled"], 0)
+    assert "--backend" not in jobs_panel.generate_args(*base)
+    args = jobs_panel.generate_args(*base, backend="vllm")
+    assert args[args.index("--backend") + 1] == "vllm"
 
 
 def test_token_traces_page_shows_alignment_and_reacts(app):

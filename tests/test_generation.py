@@ -334,3 +334,114 @@ def test_auto_traces_on_for_small_runs_off_for_large(tmp_db, monkeypatch):
     assert again == large
     assert store.query_df(
         tmp_db, "SELECT count(*) AS n FROM generations WHERE run_id = ?", [large])["n"][0] == 4
+
+
+# ---------------------------------------------------------------------------------- issue 13: bad settings
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"temperature": float("inf")}, ["temperature", "finite", "inf"]),
+    ({"temperature": float("nan")}, ["temperature", "finite", "nan"]),
+    ({"temperature": -0.1}, ["temperature", ">= 0"]),
+    ({"trace_top_k": 101}, ["trace_top_k", "[0, 100]", "101"]),
+    ({"trace_top_k": -1}, ["trace_top_k", "[0, 100]"]),
+])
+def test_genconfig_rejects_bad_values_naming_the_range(kwargs, words):
+    from engine.errors import UserError
+    with pytest.raises(UserError) as e:
+        G.GenConfig(**kwargs)
+    msg = str(e.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def _run_rows(db) -> int:
+    try:
+        return int(store.query_df(db, "SELECT count(*) AS n FROM runs")["n"].iloc[0])
+    except Exception:  # no database yet: nothing written
+        return 0
+
+
+@pytest.mark.parametrize("cfg, words", [
+    (G.GenConfig(max_new_tokens=512), ["max_new_tokens=512", "context is 512", "1 to 511"]),
+    (G.GenConfig(max_new_tokens=5, trace_top_k=100), ["trace_top_k=100", "99 tokens", "0 to 99"]),
+])
+def test_settings_beyond_the_model_are_refused_before_the_run_is_written(tmp_db, cfg, words):
+    """tiny_lm: 512 positions, 99 tokens. The check reads the model's config before any row is written."""
+    from engine.errors import UserError
+    with pytest.raises(UserError) as e:
+        G.run_generation(tmp_db, [_lm("a")], _dataset(1), 1, ["coupled"], cfg=cfg, show_bar=False)
+    assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+    assert _run_rows(tmp_db) == 0
+
+
+def test_model_limits_read_from_a_folder_config(tmp_path):
+    from engine.generation.backends import model_limits
+    m, t = tiny_lm(0)
+    m.save_pretrained(tmp_path)
+    t.save_pretrained(tmp_path)
+    assert model_limits(str(tmp_path)) == (512, 99) == model_limits(_lm("a"))
+    assert model_limits("org/unknown-hub-id") == (None, None)  # unknown: checked when loaded
+
+
+def test_cli_rejects_inf_temperature_and_too_many_tokens(tmp_db, tmp_path, capsys):
+    m, t = tiny_lm(0)
+    m.save_pretrained(tmp_path / "tiny")
+    t.save_pretrained(tmp_path / "tiny")
+    base = ["generate", "--models", str(tmp_path / "tiny"), "--dataset", "demo", "--limit", "1", "--repeats", "1",
+            "--db", str(tmp_db), "--device", "cpu"]
+    assert cli_main(base + ["--temperature", "inf"]) == 2
+    assert "temperature must be a finite number >= 0" in capsys.readouterr().err
+    assert cli_main(base + ["--max-new-tokens", "100000"]) == 2
+    assert "allowed: 1 to 511" in capsys.readouterr().err
+    assert cli_main(base + ["--trace-top-k", "5000"]) == 2
+    assert "trace_top_k must be an integer in [0, 100]" in capsys.readouterr().err
+    assert _run_rows(tmp_db) == 0
+
+
+# ---------------------------------------------------------------------------------- backends
+
+def test_backend_recorded_and_hf_run_ids_unchanged(tmp_db):
+    """An hf run's id is derived from the pre-backend settings (existing run ids stay); the run
+    config records the backend, its version and each model's dtype and device."""
+    import transformers
+    run = G.run_generation(tmp_db, [_lm("a")], _dataset(2), 1, ["coupled"], seed=3,
+                           cfg=G.GenConfig(max_new_tokens=3), show_bar=False)
+    cfg = json.loads(store.query_df(tmp_db, "SELECT config FROM runs WHERE run_id = ?", [run])["config"].iloc[0])
+    assert (cfg["backend"], cfg["backend_version"]) == ("hf", transformers.__version__)
+    assert cfg["backends"]["a"] == {"backend": "hf", "backend_version": transformers.__version__,
+                                    "dtype": "float32", "device": "cpu"}
+    old_keys = ["models", "dataset_id", "prompt_ids_hash", "system_prompt", "repeats", "modes", "seed", "temperature",
+                "top_k", "top_p", "max_new_tokens", "record_traces", "trace_top_k", "key_mode"]
+    settings = {k: cfg[k] for k in old_keys}
+    settings["models"], settings["modes"] = sorted(settings["models"]), sorted(settings["modes"])
+    assert run == G.run_id_for(settings)
+
+
+def test_hf_backend_matches_iter_generate_and_satisfies_the_protocol():
+    from engine.generation.backends import load_backend
+    from engine.generation.types import Backend
+    lm = _lm("a", seed=1)
+    be = load_backend("hf", lm)
+    assert isinstance(be, Backend)
+    units = [("p0", 0), ("p1", 1)]
+    got = [r for chunk in be.generate(PROMPTS, units, 4, CFG) for r in chunk]
+    want = G.generate_units(lm, PROMPTS, units, 4, CFG)
+    assert sorted(r.token_ids for r in got) == sorted(r.token_ids for r in want)
+    assert set(be.describe()) >= {"backend", "backend_version", "dtype", "device"}
+
+
+def test_vllm_backend_refused_in_one_line_when_missing(tmp_db, monkeypatch, capsys):
+    """The main venv has no vLLM: --backend vllm is one line naming the install script; nothing written."""
+    from engine.errors import UserError
+    from engine.generation import vllm_backend
+    monkeypatch.setattr(vllm_backend, "installed_vllm_version", lambda: None)
+    with pytest.raises(UserError, match="not installed; install it with scripts/install_vllm.sh"):
+        G.run_generation(tmp_db, ["smollm2-135m"], _dataset(1), 1, backend="vllm", show_bar=False)
+    monkeypatch.setattr(vllm_backend, "installed_vllm_version", lambda: "0.31.0")
+    with pytest.raises(UserError, match=r"vLLM 0\.31\.0 is not supported"):
+        G.run_generation(tmp_db, ["smollm2-135m"], _dataset(1), 1, backend="vllm", show_bar=False)
+    with pytest.raises(UserError, match="unknown backend 'tgi'; allowed: hf, vllm"):
+        G.run_generation(tmp_db, [_lm("a")], _dataset(1), 1, backend="tgi", show_bar=False)
+    assert _run_rows(tmp_db) == 0
+    assert cli_main(["generate", "--models", "smollm2-135m", "--backend", "vllm", "--db", str(tmp_db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "vLLM" in err and len(err.splitlines()) == 1

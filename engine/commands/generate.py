@@ -31,6 +31,9 @@ def register(sub) -> None:
     p.add_argument("--run-id", default=None, help="default: derived from the settings (rerun = resume)")
     p.add_argument("--no-resume", action="store_true", help="fail instead of resuming an existing run")
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--backend", choices=list(config.BACKENDS), default=config.DEFAULT_BACKEND,
+                   help="hf (default): our transformers loop; vllm: vLLM with the same keyed noise "
+                        "(needs the vLLM venv: scripts/install_vllm.sh)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is faster on a busy shared CPU)")
     add_db(p, None)
@@ -58,7 +61,7 @@ def run(args) -> int:
     ds = datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject)
     run_id = run_generation(args.db, args.models, ds, args.repeats, args.modes, args.seed, cfg,
                             progress_file=args.progress_file, run_id=args.run_id,
-                            resume=not args.no_resume, device=args.device)
+                            resume=not args.no_resume, device=args.device, backend=args.backend)
     for w in store.run_warnings(args.db, run_id):
         print(f"warning: {w}", file=sys.stderr)
     print(run_id)

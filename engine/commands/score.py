@@ -19,8 +19,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import sys
+
     from engine.tasks.scoring import score_run
     res = score_run(args.db, args.run, args.rule)
+    if res.get("warning"):
+        print(f"warning: {res['warning']}", file=sys.stderr)
     return emit(args, res, lambda: summary(res))
 
 

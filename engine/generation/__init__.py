@@ -1,19 +1,23 @@
 """Compute layer: coupled / independent generation.
 
-* :mod:`.types`   -- GenConfig (sampling and batching settings), GenResult (one generated unit)
-* :mod:`.prompts` -- chat messages and the chat-template string of a prompt
-* :mod:`.hf`      -- our transformers loop (continuous batching, keyed noise, traces)
-* :mod:`.run`     -- the resumable run: plan, resume, store writes, progress
+* :mod:`.types`    -- GenConfig (sampling and batching settings), GenResult (one generated unit),
+  the Backend protocol
+* :mod:`.prompts`  -- chat messages and the chat-template string of a prompt
+* :mod:`.hf`       -- our transformers loop (continuous batching, keyed noise, traces); its parts
+  :mod:`.hf_kv`, :mod:`.hf_prefill`, :mod:`.hf_batch`
+* :mod:`.vllm_backend`, :mod:`.vllm_processor` -- vLLM with the same keyed noise (needs vLLM)
+* :mod:`.backends` -- backend names, pre-run checks, factories
+* :mod:`.run`      -- the resumable run: plan, resume, store writes, progress
 
-A new backend (e.g. vLLM) is a module next to :mod:`.hf` that yields the same GenResult chunks
-for the same (prompt, repeat, seed) units and draws its noise from :mod:`engine.sampling.noise`.
+A new backend is a module next to :mod:`.hf` whose class satisfies :class:`.types.Backend`: the same
+GenResult chunks for the same (prompt, repeat, seed) units, noise from :mod:`engine.sampling.noise`.
 """
 
 from engine.generation.hf import complete, generate_units, iter_generate
 from engine.generation.prompts import chat_text, prompt_messages
 from engine.generation.run import code_version, run_generation, run_id_for
-from engine.generation.types import GenConfig, GenResult
+from engine.generation.types import Backend, GenConfig, GenResult
 from engine.store.runs import run_settings
 
-__all__ = ["GenConfig", "GenResult", "iter_generate", "generate_units", "complete", "run_generation",
+__all__ = ["Backend", "GenConfig", "GenResult", "iter_generate", "generate_units", "complete", "run_generation",
            "run_id_for", "chat_text", "prompt_messages", "code_version", "run_settings"]

@@ -23,9 +23,9 @@ import torch
 
 import engine
 from engine import store
-from engine.config import MODES, SEED_MAX, TRACES_AUTO_MAX_UNITS
+from engine.config import DEFAULT_BACKEND, MODES, SEED_MAX, TRACES_AUTO_MAX_UNITS
 from engine.errors import UserError
-from engine.generation.hf import iter_generate
+from engine.generation.backends import check_run, load_backend
 from engine.generation.types import GenConfig, GenResult
 from engine.progress import Progress
 from engine.sampling import noise
@@ -106,6 +106,13 @@ def _write_chunk(db, run_id: str, model: str, mode_of: dict[int, str], results: 
                             conflict="OR IGNORE")
 
 
+def _record_backend(con, run_id: str, model: str, desc: dict) -> None:
+    """The run config's ``backends[model]``: backend, its version, dtype and device of this model."""
+    cfg = json.loads(con.execute("SELECT config FROM runs WHERE run_id = ?", [run_id]).fetchone()[0])
+    cfg.setdefault("backends", {})[model] = desc
+    con.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(cfg), run_id])
+
+
 class _SigtermAsInterrupt:
     """SIGTERM -> KeyboardInterrupt in the main thread, so a cancelled job unwinds cleanly."""
 
@@ -126,7 +133,7 @@ class _SigtermAsInterrupt:
 def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[str] = ("coupled",),
                    seed: int = 0, cfg: GenConfig = GenConfig(), progress_file=None, run_id: str | None = None,
                    resume: bool = True, device: str | None = None, show_bar: bool = True,
-                   _after_chunk=None) -> str:
+                   _after_chunk=None, backend: str = DEFAULT_BACKEND) -> str:
     """Generate every (model, prompt, repeat, mode) of a run into ``db``; resumable; returns run_id.
 
     Args:
@@ -142,6 +149,8 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         run_id: explicit id; default: derived from the settings, so rerunning resumes.
         resume: when False, refuse to touch a run id that already has rows.
         _after_chunk: test hook called after each stored chunk (e.g. to inject a failure).
+        backend: config.BACKENDS ("hf": our transformers loop; "vllm"). Checked with the models
+            (engine.generation.backends.check_run) before anything is written.
 
     Returns:
         The run id. The run's status is 'done', or 'cancelled' (SIGTERM / Ctrl-C; re-raised as
@@ -173,6 +182,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     if len(set(pids)) != len(pids):
         raise UserError(f"dataset {dataset.dataset_id!r} has duplicate prompt ids")
     system_prompt = getattr(dataset, "system_prompt", None)
+    backend_version = check_run(backend, list(model_names), cfg)
 
     # ---- vocabulary check: one shared vocabulary -> token-id keys; else byte-string keys
     vids = _vocab_ids(model_names)
@@ -198,9 +208,12 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                 "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p,
                 "max_new_tokens": cfg.max_new_tokens, "record_traces": cfg.record_traces,
                 "trace_top_k": cfg.trace_top_k, "key_mode": key_mode}
+    if backend != DEFAULT_BACKEND:  # so that runs of the default backend keep their ids
+        settings["backend"] = backend
     run_id = run_id or run_id_for(settings)
     config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
-              "device": str(device or models_mod.default_device()), "n_prompts": len(prompts)}
+              "device": str(device or models_mod.default_device()), "n_prompts": len(prompts),
+              "backend": backend, "backend_version": backend_version}
     ds_row, prompt_rows = _dataset_rows(dataset)
 
     with store.transaction(db) as con:
@@ -246,23 +259,25 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                 todo = {md: [u for u in all_units if (name, md, *u) not in have] for md in modes}
                 if not any(todo.values()):
                     continue
-                lm = models_mod.load_model(m, device=device) if isinstance(m, str) else m
+                lm = load_backend(backend, m, device=device)
                 rec = lm.record()
                 with store.writer(db) as con:
                     con.execute("INSERT OR REPLACE INTO models (name, source, variant, vocab_id, vocab_size, config) "
                                 "VALUES (?, ?, ?, ?, ?, ?)", [rec["name"], rec["source"], rec["variant"],
                                                               rec["vocab_id"], rec["vocab_size"], rec["config"]])
+                    _record_backend(con, run_id, name, lm.describe())
                 keys = noise.token_keys_for(lm.tokenizer, key_mode, vocab_size=lm.vocab_size, device=lm.device)
                 gen_cfg = cfg if cfg.record_traces else replace(cfg, trace_top_k=0)
                 # both modes in one stream: a prompt's coupled and independent units share a prefill
                 mode_of = {seed if md == "coupled" else noise.independent_seed(seed, name): md for md in modes}
                 units = [(u, sd) for sd, md in mode_of.items() for u in todo[md]]
-                for chunk in iter_generate(lm, {p.prompt_id: p.user_prompt for p in prompts}, [u for u, _ in units],
-                                           [sd for _, sd in units], gen_cfg, keys, system_prompt):
+                for chunk in lm.generate({p.prompt_id: p.user_prompt for p in prompts}, [u for u, _ in units],
+                                         [sd for _, sd in units], gen_cfg, keys, system_prompt):
                     _write_chunk(db, run_id, name, mode_of, chunk, lm.tokenizer, cfg.record_traces)
                     prog.update(len(chunk), tokens=sum(len(r.token_ids) for r in chunk), message=name)
                     if _after_chunk is not None:
                         _after_chunk(chunk)
+                lm.close()
                 del lm, keys  # one model in memory at a time
                 gc.collect()
                 if torch.cuda.is_available():

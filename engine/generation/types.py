@@ -1,8 +1,10 @@
-"""Generation settings and results: plain frozen dataclasses (no torch)."""
+"""Generation settings and results (plain frozen dataclasses) and the backend interface (no torch)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from engine import config
 from engine.errors import UserError
@@ -27,8 +29,20 @@ class GenConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UserError(f"{name} must be an integer >= 1, got {v!r}")
-        if isinstance(self.trace_top_k, bool) or not isinstance(self.trace_top_k, int) or self.trace_top_k < 0:
-            raise UserError(f"trace_top_k must be an integer >= 0, got {self.trace_top_k!r}")
+        t = self.trace_top_k
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= config.TRACE_TOP_K_MAX:
+            raise UserError(f"trace_top_k must be an integer in [0, {config.TRACE_TOP_K_MAX}] (0 = none), got {t!r}")
+
+    def check_model_limits(self, model: str, context_length: int | None, vocab_size: int | None) -> None:
+        """UserError when this config does not fit ``model``: max_new_tokens beyond its context
+        window (the prompt needs at least one position), trace_top_k beyond its vocabulary.
+        None = unknown, not checked."""
+        if context_length is not None and self.max_new_tokens >= context_length:
+            raise UserError(f"max_new_tokens={self.max_new_tokens} does not fit model {model!r}: its context is "
+                            f"{context_length} tokens; allowed: 1 to {context_length - 1} (minus the prompt's length)")
+        if vocab_size is not None and self.trace_top_k > vocab_size:
+            raise UserError(f"trace_top_k={self.trace_top_k} exceeds model {model!r}'s vocabulary of {vocab_size} "
+                            f"tokens; allowed: 0 to {min(vocab_size, config.TRACE_TOP_K_MAX)}")
 
 
 @dataclass(frozen=True)
@@ -45,3 +59,29 @@ class GenResult:
     top_ids: tuple[tuple[int, ...], ...] | None = None   # top-k alternatives per step
     top_probs: tuple[tuple[float, ...], ...] | None = None
     top_gumbels: tuple[tuple[float, ...], ...] | None = None  # None when T = 0 (no noise)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A loaded model that generates units: the transformers loop (:class:`.hf.HFBackend`) or vLLM
+    (:class:`.vllm_backend.VllmBackend`). The run driver only uses these members."""
+
+    name: str            # the model's name in the run
+    tokenizer: Any       # a transformers tokenizer (token keys, traces' token pieces)
+    vocab_size: int      # the logits' width
+    device: Any
+
+    def generate(self, prompts: Mapping[str, str], units: Sequence[tuple[str, int]], seed: int | Sequence[int],
+                 cfg: GenConfig, token_keys: Any = None,
+                 system_prompt: str | None = None) -> Iterator[list[GenResult]]:
+        """Generate these (prompt_id, repeat) units with this config (one seed, or one per unit):
+        lists of GenResult (token ids, finish reason, traces) in completion order."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """{"backend", "backend_version", "dtype", "device", ...}: stored with every run."""
+        ...
+
+    def record(self) -> dict[str, Any]:
+        """A row for the store's ``models`` table."""
+        ...

@@ -18,11 +18,13 @@ from engine.models.loading import (
                                    cache_root,
                                    default_device,
                                    default_dtype,
+                                   ensure_cached,
                                    from_objects,
                                    get_spec,
                                    is_cached,
                                    list_models,
                                    load_model,
+                                   prepare_tokenizer,
                                    resolve_device,
                                    smollm2_gguf_path,
                                    spec_vocab_id,
@@ -39,6 +41,7 @@ from engine.models.quantize import (
 
 __all__ = ["CONVERSIONS", "DEFAULT_FAMILY", "DEFAULT_MODEL", "MANIFEST", "VARIANTS", "INT4_GROUP", "LoadedModel",
            "ModelSpec", "bitsandbytes_available", "cache_dir", "cache_root", "default_device", "default_dtype",
-           "from_objects", "get_spec", "is_cached", "list_models", "load_model", "resolve_device",
+           "ensure_cached", "prepare_tokenizer", "from_objects", "get_spec", "is_cached", "list_models", "load_model",
+           "resolve_device",
            "smollm2_gguf_path", "spec_vocab_id", "vocab_id", "vocab_id_of", "quantize_gguf",
            "quantize_int4_grouped", "quantize_int8_per_channel", "quantize_linear_weights"]

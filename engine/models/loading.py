@@ -484,6 +484,19 @@ def _finish(name: str, model, tok, *, variant: str, source: str, device: torch.d
                        from_cache=from_cache, extra=extra or {})
 
 
+def ensure_cached(spec: ModelSpec) -> Path:
+    """The local Hugging Face folder holding a registry model's float32 weights (converted once).
+
+    Public for other backends (vLLM) that load the same weights from a folder.
+    """
+    return _ensure_cached(spec)[0]
+
+
+def prepare_tokenizer(tok, model=None) -> None:
+    """Left padding and a pad token (the eos token when none), as every loader sets them."""
+    _prepare_tokenizer(tok, model)
+
+
 def _prepare_tokenizer(tok, model=None) -> None:
     tok.padding_side = "left"
     if tok.pad_token is None:

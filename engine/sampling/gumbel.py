@@ -11,6 +11,7 @@ touching which noise value belongs to which token, so coupling survives top-k / 
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -25,11 +26,13 @@ class Sampled(NamedTuple):
 
 def check_params(temperature: float, top_k: int, top_p: float) -> None:
     """Raise UserError naming the bad sampling parameter and its allowed range."""
-    if not (isinstance(temperature, (int, float)) and temperature >= 0 and temperature == temperature):
-        raise UserError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+    # math.isfinite: inf would make every logit 0 (uniform, silently) and nan every comparison false
+    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+            and math.isfinite(temperature) and temperature >= 0):
+        raise UserError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise UserError(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}")
-    if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+    if not (isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and 0 < top_p <= 1):
         raise UserError(f"top_p must be in (0, 1] (1 = off), got {top_p!r}")
 
 

@@ -5,7 +5,19 @@ the task that produces them, always through :func:`transaction`.
 """
 
 from engine.config import DEFAULT_DB, MODES, PROJECT_ROOT, WINNERS
-from engine.store.db import insert_df, query_df, reader, scalar, table_counts, transaction, writer
+from engine.store.db import (
+    check_file,
+    describe,
+    insert_df,
+    migrate,
+    query_df,
+    reader,
+    scalar,
+    table_counts,
+    transaction,
+    verify,
+    writer,
+)
 from engine.store.runs import (
                                generations_for_export,
                                known_runs,
@@ -15,8 +27,9 @@ from engine.store.runs import (
                                set_status,
                                unknown_run,
 )
-from engine.store.schema import SCHEMA, SCHEMA_VERSION, TABLES, init_schema
+from engine.store.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, TABLES, init_schema
 
-__all__ = ["DEFAULT_DB", "MODES", "PROJECT_ROOT", "WINNERS", "SCHEMA", "SCHEMA_VERSION", "TABLES", "init_schema",
+__all__ = ["DEFAULT_DB", "MODES", "PROJECT_ROOT", "WINNERS", "SCHEMA", "SCHEMA_VERSION", "TABLES", "MIGRATIONS", "init_schema",
+           "check_file", "verify", "migrate", "describe",
            "reader", "writer", "transaction", "insert_df", "query_df", "scalar", "table_counts", "known_runs", "unknown_run",
            "require_run", "run_settings", "run_warnings", "set_status", "generations_for_export"]

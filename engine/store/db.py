@@ -2,13 +2,22 @@
 
 Concurrency model (DuckDB lets one process write *or* several read, never both):
 
-* Exactly one process writes: the engine CLI (a generation, scoring, judging, import or upload
-  job). A writer holds the file only for short transactions (:func:`transaction`), so that
+* Exactly one process writes at a time: the engine CLI (a generation, scoring, judging, import or
+  upload job). A writer holds the file only for short transactions (:func:`transaction`), so that
   readers can get in between two chunks of a long job.
 * Readers (the dashboard, ``export``, analyses) open the file read-only for the duration of one
   query batch (:func:`reader`) and retry while a writer holds it. Nobody keeps a connection open.
+* Readers yield to a waiting writer: a writer that finds the file held leaves a *write-intent*
+  file next to the database (``NAME.write-intent-PID``) until it gets in; a reader that sees a fresh
+  one waits (bounded) before connecting. Readers' shared locks overlap, so without this a few
+  dashboard sessions polling in a loop could keep a generation waiting forever (issue 14.2).
 * Live job progress never goes through the database: it is a JSON file next to it
   (see ``dashboard.jobs``), so a dashboard can watch a job without touching the lock.
+
+Damaged files (issue 13): before any connection, :func:`check_file` reads the file's header (the
+DuckDB magic and the block count it records) and compares it with the file's size, so an empty,
+foreign, text or truncated file is refused with one line and never opened read-write; a writer
+also opens the file read-only and reads its catalog once per process before it ever writes.
 
 Queries always use parameters (``?``); never format strings from users or widgets into SQL.
 """
@@ -17,6 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import socket
+import struct
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,7 +38,75 @@ import duckdb
 
 from engine.config import DEFAULT_DB
 from engine.errors import UserError
-from engine.store.schema import TABLES, init_schema
+from engine.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, init_schema, schema_problem, schema_state
+
+# DuckDB's single-file layout: a 4 KiB main header (checksum, b"DUCK", ...), two 4 KiB database
+# headers (checksum, iteration, meta block, free list, block count, block alloc size, ...) that are
+# written alternately, then ``block count`` blocks of ``block alloc size`` bytes.
+_HEADER_SIZE = 4096
+_DATA_START = 3 * _HEADER_SIZE
+_MAGIC = b"DUCK"
+_FIX = "restore it from a backup or pass another --db"
+
+WRITER_TIMEOUT_S = 600.0   # a writer gives up only when one holder keeps the file this long
+READER_TIMEOUT_S = 30.0
+INTENT_STALE_S = 10.0      # a write-intent file not refreshed for this long is from a dead writer
+INTENT_MAX_WAIT_S = 5.0    # the longest a reader yields to waiting writers before it tries anyway
+_LOCK_LOG = os.environ.get("COUPLED_EVAL_LOCK_LOG")  # a file: one line per connection (pid, r/w, seconds waited)
+
+
+def _describe_not_duckdb(head: bytes) -> str:
+    try:
+        text = head[:64].decode("utf-8")
+        if text.isprintable() or all(c.isprintable() or c in "\r\n\t" for c in text):
+            return f"is a text file (starts {text[:24]!r}), not a DuckDB database"
+    except UnicodeDecodeError:
+        pass
+    return "is not a DuckDB database (no DuckDB header)"
+
+
+def file_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` (which exists) is not a healthy DuckDB file, in a few words; None when its header
+    and size agree. Reads 12 KiB: cheap enough for every connection."""
+    p = Path(path)
+    if p.is_dir():
+        return "is a directory, not a database file"
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(_DATA_START)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if size == 0:
+        return "is empty (0 bytes), not a DuckDB database"
+    if len(head) < 12 or head[8:12] != _MAGIC:
+        return _describe_not_duckdb(head)
+    if size < _DATA_START:
+        return f"is truncated ({size:,} bytes; a DuckDB file has at least {_DATA_START:,})"
+    best = None  # the database header with the highest iteration is the live one
+    for off in (_HEADER_SIZE, 2 * _HEADER_SIZE):
+        iteration, _meta, _free, _count, alloc = struct.unpack_from("<5Q", head, off + 8)
+        if best is None or iteration > best[0]:
+            best = (iteration, alloc)
+    assert best is not None
+    alloc = best[1]
+    if not (4096 <= alloc <= 1 << 30):
+        return "has a damaged header (implausible block size)"
+    # DuckDB's file is the headers plus whole blocks (trailing free blocks may be cut off, so the
+    # header's block count is no lower bound: the blocks tables use are checked after opening)
+    if (size - _DATA_START) % alloc:
+        return f"is truncated ({size:,} bytes is not the headers plus whole {alloc // 1024} KiB blocks)"
+    return None
+
+
+def check_file(path: str | os.PathLike) -> None:
+    """UserError (one line: what the file is, what to do) unless ``path`` is absent or looks healthy."""
+    p = Path(path)
+    if not p.exists() and not p.is_symlink():
+        return
+    problem = file_problem(p)
+    if problem:
+        raise UserError(f"database {p} {problem}; nothing was written: {_FIX}")
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -33,64 +114,327 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in msg or "conflicting" in msg or "being used" in msg
 
 
+def _open_error(path: Path, exc: Exception, read_only: bool) -> UserError:
+    """A DuckDB open failure (not a lock) as one line naming the file and what to do."""
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    low = msg.lower()
+    if "permission denied" in low or "read-only file system" in low or "read only" in low:
+        return UserError(f"database {path} cannot be opened for writing (the file, its folder or its WAL "
+                         f"{path.name}.wal is read-only: {msg}); fix the permissions or pass another --db")
+    what = "read" if read_only else "opened"
+    return UserError(f"database {path} cannot be {what} ({msg}); nothing was written: {_FIX}")
+
+
+# ---------------------------------------------------------------------------- write intent
+
+def _intent_prefix(path: Path) -> str:
+    return path.name + ".write-intent-"
+
+
+def _fresh_intents(path: Path) -> list[Path]:
+    """Write-intent files of live writers (refreshed within INTENT_STALE_S)."""
+    prefix, now = _intent_prefix(path), time.time()
+    out = []
+    try:
+        names = [n for n in os.listdir(path.parent or ".") if n.startswith(prefix)]
+    except OSError:
+        return []
+    for n in names:
+        f = path.parent / n
+        with contextlib.suppress(OSError):
+            if now - f.stat().st_mtime < INTENT_STALE_S:
+                out.append(f)
+    return out
+
+
+def _yield_to_writers(path: Path, max_wait_s: float) -> None:
+    """Readers: wait (at most ``max_wait_s``) while a writer has said it is waiting for the file."""
+    deadline = time.monotonic() + max_wait_s
+    while time.monotonic() < deadline and _fresh_intents(path):
+        time.sleep(0.01)
+
+
 def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    """Connect, retrying while another process holds the lock; a writer announces itself (write
+    intent) once it finds the file held, so readers let it in. Any other failure is one line."""
     deadline = time.monotonic() + timeout_s
-    delay = 0.05
-    while True:
+    delay, intent, told = 0.005, None, False
+    started = time.monotonic()
+    last_touch = 0.0
+    try:
+        while True:
+            if read_only:
+                _yield_to_writers(path, min(INTENT_MAX_WAIT_S, max(0.0, deadline - time.monotonic())))
+            try:
+                con = duckdb.connect(str(path), read_only=read_only)
+                if _LOCK_LOG:  # bench/bench_concurrency.py: how long each connection waited
+                    with open(_LOCK_LOG, "a") as f:
+                        f.write(f"{os.getpid()} {'r' if read_only else 'w'} {time.monotonic() - started:.4f}\n")
+                return con
+            except duckdb.IOException as exc:  # another process holds the file, or it is damaged
+                if not _is_lock_error(exc):
+                    raise _open_error(path, exc, read_only) from None
+                if time.monotonic() > deadline:
+                    raise UserError(f"database {path} is busy: {str(exc).splitlines()[0]} (waited {timeout_s:.0f} s); "
+                                    "try again when that process has finished") from None
+                if not read_only:
+                    now = time.time()
+                    if intent is None:
+                        intent = path.parent / f"{_intent_prefix(path)}{os.getpid()}-{id(exc) & 0xFFFF:x}"
+                        intent.write_text(f"{os.getpid()} {socket.gethostname()}\n")
+                        last_touch = now
+                    elif now - last_touch > 1.0:  # refresh: a live writer's intent never looks stale
+                        with contextlib.suppress(OSError):
+                            os.utime(intent)
+                        last_touch = now
+                    if not told and time.monotonic() - started > 10:
+                        print(f"waiting for the database lock on {path}: {str(exc).splitlines()[0]}", file=sys.stderr)
+                        told = True
+            except duckdb.Error as exc:  # e.g. an InternalException / SerializationException on a damaged file
+                raise _open_error(path, exc, read_only) from None
+            time.sleep(delay)
+            # readers yield to a waiting writer, so a writer's wait is one reader's hold: poll often
+            delay = min(delay * 2, 0.02 if not read_only else 0.1)
+    finally:
+        if intent is not None:
+            with contextlib.suppress(OSError):
+                intent.unlink()
+
+
+# ---------------------------------------------------------------------------- verification
+
+def _blocks_problem(con: duckdb.DuckDBPyConnection, path: Path, tables) -> str | None:
+    """The file must hold every block a table's data uses (DuckDB opens a file cut at a block
+    boundary and would write into it; its header's block count includes free blocks, so the
+    segments' block ids are the exact bound). Reads metadata only, not the data."""
+    block_size = con.execute("SELECT block_size FROM pragma_database_size() "
+                             "WHERE database_name = current_database()").fetchone()
+    top = -1
+    for name in tables:  # names from our SCHEMA, checked by the caller
+        row = con.execute(f"SELECT max(greatest(block_id, coalesce(list_max(additional_block_ids), -1))) "
+                          f"FROM pragma_storage_info('{name}') WHERE persistent").fetchone()
+        if row is not None and row[0] is not None:
+            top = max(top, int(row[0]))
+    if block_size is None or top < 0:
+        return None
+    need = _DATA_START + (top + 1) * int(block_size[0])
+    size = path.stat().st_size
+    if size < need:
+        return f"is truncated ({size:,} bytes; its tables use blocks up to byte {need:,})"
+    return None
+
+
+_BLOCKS_OK: dict[str, tuple[int, int, int]] = {}
+
+
+def _checked_version(path: Path) -> bool:
+    """Whether this version of the file (inode, size, mtime) already passed the checks here."""
+    st = path.stat()
+    return _BLOCKS_OK.get(str(path.resolve())) == (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _check_blocks_cached(con: duckdb.DuckDBPyConnection, path: Path, tables) -> None:
+    """:func:`_blocks_problem` once per version of the file (inode, size, mtime) in this process."""
+    st = path.stat()
+    sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+    key = str(path.resolve())
+    if _BLOCKS_OK.get(key) == sig:
+        return
+    problem = _blocks_problem(con, path, tables)
+    if problem:
+        raise UserError(f"database {path} {problem}; nothing was written: {_FIX}")
+    _BLOCKS_OK[key] = sig
+
+
+_VERIFIED: set[tuple[str, int]] = set()
+
+
+def verify(path: str | os.PathLike, timeout_s: float = READER_TIMEOUT_S) -> None:
+    """UserError (one line) unless ``path`` is absent or a healthy database this code may use: the
+    header check, then (once per process and file) a read-only open that reads the catalog, the
+    schema version and every table's row count. The CLI calls it before any command runs."""
+    _verify_before_write(Path(path), timeout_s)
+
+
+def _verify_before_write(path: Path, timeout_s: float) -> None:
+    """Once per process and file: open read-only and read the catalog and every table's row count,
+    so a damaged or foreign file is refused before it is ever opened read-write."""
+    check_file(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return
+    key = (str(path.resolve()), st.st_ino)
+    if key in _VERIFIED:
+        return
+    check_file(path)
+    con = _connect(path, read_only=True, timeout_s=timeout_s)
+    try:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as exc:  # another process holds the file
-            if not _is_lock_error(exc) or time.monotonic() > deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
+            state = schema_state(con)
+            problem = schema_problem(state, path)
+            if problem:
+                raise UserError(problem)
+            ours = [t for t in state.tables if t in TABLES]
+            for name in ours:
+                con.execute(f'SELECT count(*) FROM "{name}"').fetchone()  # name from SCHEMA
+            _check_blocks_cached(con, path, ours)
+        except duckdb.Error as exc:
+            raise _open_error(path, exc, True) from None
+    finally:
+        con.close()
+    _VERIFIED.add(key)
 
 
 @contextlib.contextmanager
-def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = 60.0) -> Iterator[duckdb.DuckDBPyConnection]:
+def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
     """A short-lived read-write connection with the schema ensured; released on exit.
 
+    The file is checked first (:func:`check_file`, and once per process a read-only pass), so a
+    damaged, foreign, older or newer database is refused with one line and never written.
     Writes go through :func:`transaction` (all or nothing); this bare connection is for
     statements that need no transaction.
     """
     path = Path(path)
+    check_file(path)
+    _verify_before_write(path, timeout_s)
     path.parent.mkdir(parents=True, exist_ok=True)
     con = _connect(path, read_only=False, timeout_s=timeout_s)
     try:
-        init_schema(con)
+        init_schema(con, path)
         yield con
     finally:
         con.close()
 
 
 @contextlib.contextmanager
-def reader(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived read-only connection. Raises UserError if the file does not exist."""
+def reader(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = READER_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived read-only connection. UserError if the file does not exist, is damaged, or
+    holds another schema version (an empty database reads as no data)."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"database not found: {path} (run a generation or an import first)")
+    check_file(path)
     con = _connect(path, read_only=True, timeout_s=timeout_s)
     try:
-        yield con
+        try:
+            if not _checked_version(path):  # once per version of the file: readers stay cheap
+                state = schema_state(con)
+                problem = schema_problem(state, path)
+                if problem:
+                    raise UserError(problem.replace("nothing was written: ", ""))
+                _check_blocks_cached(con, path, [t for t in state.tables if t in TABLES])
+        except duckdb.Error as exc:
+            raise _open_error(path, exc, True) from None
+        try:
+            yield con
+        except duckdb.IOException as exc:  # a block the checks could not see is missing: one line
+            if "could not read" in str(exc).lower() or "checksum" in str(exc).lower():
+                raise _open_error(path, exc, True) from None
+            raise
     finally:
         con.close()
 
 
 @contextlib.contextmanager
-def transaction(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = 60.0) -> Iterator[duckdb.DuckDBPyConnection]:
+def transaction(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
     """A :func:`writer` inside BEGIN ... COMMIT: every write of the block is stored, or none.
 
     Any exception, including KeyboardInterrupt (Ctrl-C, a cancelled job's SIGTERM), rolls back,
-    so a killed process never leaves half a chunk, half a score table or half an upload.
+    so a killed process never leaves half a chunk, half a score table or half an upload. The
+    original error is what propagates: when DuckDB has already aborted the transaction (a failed
+    COMMIT), the rollback's own "no transaction is active" is ignored rather than raised over it.
     """
     with writer(path, timeout_s) as con:
         con.begin()
         try:
             yield con
             con.commit()
-        except BaseException:
-            con.rollback()
+        except BaseException as exc:
+            try:
+                con.rollback()
+            except duckdb.Error:  # already aborted by DuckDB: nothing to undo; keep the cause
+                pass
+            if isinstance(exc, duckdb.IOException):  # e.g. the WAL cannot be created: say so in one line
+                low = str(exc).lower()
+                if "permission denied" in low or "read-only" in low or "read only" in low:
+                    raise _open_error(Path(path), exc, False) from exc
             raise
+
+
+def migrate(path: str | os.PathLike) -> dict:
+    """Take a database of an older schema version to :data:`SCHEMA_VERSION`: check the file, copy it
+    to ``NAME.vOLD-YYYYmmdd-HHMMSS.bak`` next to it, then run every step of
+    :data:`~engine.store.schema.MIGRATIONS` in one transaction (all or nothing).
+
+    Returns {"db", "from_version", "to_version", "backup"} (backup None when nothing was to do).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"database not found: {path}")
+    check_file(path)
+    con = _connect(path, read_only=False, timeout_s=WRITER_TIMEOUT_S)
+    try:
+        try:
+            state = schema_state(con)
+        except duckdb.Error as exc:
+            raise _open_error(path, exc, False) from None
+        if state.kind in ("current", "empty"):
+            return {"db": str(path), "from_version": state.version, "to_version": SCHEMA_VERSION, "backup": None}
+        if state.kind != "older":
+            raise UserError(schema_problem(state, path) or f"cannot migrate {path}")
+        assert state.version is not None
+        con.execute("CHECKPOINT")  # the file alone is now the whole database: safe to copy while we hold it
+        backup = path.with_name(f"{path.name}.v{state.version}-{time.strftime('%Y%m%d-%H%M%S')}.bak")
+        n = 1
+        while backup.exists():
+            backup = path.with_name(f"{path.name}.v{state.version}-{time.strftime('%Y%m%d-%H%M%S')}-{n}.bak")
+            n += 1
+        shutil.copy2(path, backup)
+        con.begin()
+        try:
+            for from_version, steps in MIGRATIONS:
+                if from_version >= state.version:
+                    for sql in steps:
+                        con.execute(sql)
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+            con.commit()
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                con.rollback()
+            raise
+    finally:
+        con.close()
+    return {"db": str(path), "from_version": state.version, "to_version": SCHEMA_VERSION, "backup": str(backup)}
+
+
+def describe(path: str | os.PathLike) -> dict:
+    """What ``path`` is (for ``db check``): {"db", "status", "version", "current_version", "message",
+    "tables"}; status is one of missing / damaged / empty / current / older / newer / foreign."""
+    path = Path(path)
+    out: dict = {"db": str(path), "version": None, "current_version": SCHEMA_VERSION, "tables": {}}
+    if not path.exists():
+        return {**out, "status": "missing", "message": f"database {path} does not exist (a writer will create it)"}
+    problem = file_problem(path)
+    if problem:
+        return {**out, "status": "damaged", "message": f"database {path} {problem}: {_FIX}"}
+    try:
+        con = _connect(path, read_only=True, timeout_s=READER_TIMEOUT_S)
+    except UserError as exc:
+        return {**out, "status": "damaged", "message": str(exc)}
+    try:
+        state = schema_state(con)
+        counts = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]  # type: ignore[index]
+                  for t in state.tables if t in TABLES}
+    except duckdb.Error as exc:
+        return {**out, "status": "damaged", "message": str(_open_error(path, exc, True))}
+    finally:
+        con.close()
+    msg = schema_problem(state, path) or (
+        f"database {path}: healthy, schema version {state.version}" if state.kind == "current"
+        else f"database {path}: a DuckDB file with no tables (a writer will create the schema)")
+    return {**out, "status": state.kind, "version": state.version, "message": msg.replace("nothing was written: ", ""),
+            "tables": counts}
 
 
 def insert_df(con: duckdb.DuckDBPyConnection, table: str, df, columns: Sequence[str],

@@ -1,10 +1,22 @@
-"""The schema of every table, in this one place (add columns/tables here only, and bump SCHEMA_VERSION)."""
+"""The schema of every table, in this one place (add columns/tables here only, and bump SCHEMA_VERSION).
+
+A change of schema is a new ``SCHEMA_VERSION`` plus one step in :data:`MIGRATIONS` (the SQL that
+takes a database of the previous version to the new one). :func:`init_schema` never changes a
+database it did not create: an older one is migrated only by ``python -m engine db migrate``
+(:func:`engine.store.db.migrate`: a backup copy first, then every step in one transaction).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from dataclasses import dataclass
+
 import duckdb
 
-SCHEMA_VERSION = 1
+from engine.errors import UserError
+
+SCHEMA_VERSION = 2
 
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS meta (
@@ -21,7 +33,10 @@ SCHEMA: tuple[str, ...] = (
         key_mode VARCHAR,            -- 'token_id' (shared vocabulary) or 'bytes' (hash of token bytes)
         warnings JSON,               -- list of strings (e.g. vocabularies differ)
         status VARCHAR,              -- 'running' | 'done' | 'failed' | 'cancelled'
-        n_units INTEGER              -- expected generations = models x prompts x repeats x modes
+        n_units INTEGER,             -- expected generations = models x prompts x repeats x modes
+        heartbeat_at TIMESTAMP,      -- v2: last sign of life of the generating process (stale-run check)
+        pid INTEGER,                 -- v2: that process's id ...
+        host VARCHAR                 -- v2: ... and host name
         )""",
     """CREATE TABLE IF NOT EXISTS models (
         name VARCHAR PRIMARY KEY,    -- the user-facing name, e.g. 'smollm2-135m' or 'smollm2-135m-int8'
@@ -128,13 +143,79 @@ SCHEMA: tuple[str, ...] = (
 )
 
 
-def init_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every table (idempotent) and record the schema version."""
-    for ddl in SCHEMA:
-        con.execute(ddl)
-    con.execute(
-        "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
-    )
+# (from_version, statements): the SQL taking a database of ``from_version`` to ``from_version + 1``.
+# Append a step when SCHEMA_VERSION is bumped; steps run in order, all in one transaction.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, ("ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMP",
+         "ALTER TABLE runs ADD COLUMN pid INTEGER",
+         "ALTER TABLE runs ADD COLUMN host VARCHAR")),
+)
+assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), "one migration step per older version"
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """What a DuckDB file holds: ``kind`` is 'empty' (no tables), 'current', 'older', 'newer' or
+    'foreign' (tables that are not ours, or no schema version); ``version`` when known."""
+    kind: str
+    version: int | None
+    tables: tuple[str, ...]
+
+
+def schema_state(con: duckdb.DuckDBPyConnection) -> SchemaState:
+    """Read (never write) what the connected database holds."""
+    tables = tuple(sorted(r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_catalog = current_database() AND table_schema = 'main'").fetchall()))
+    if not tables:
+        return SchemaState("empty", None, tables)
+    version = None
+    if "meta" in tables:
+        try:
+            row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row is not None else None
+        except (duckdb.CatalogException, duckdb.BinderException, ValueError, TypeError):  # a meta that is not ours
+            version = None  # (an I/O error - a damaged file - propagates)
+    if version is None or version < 1:
+        return SchemaState("foreign", None, tables)
+    kind = "current" if version == SCHEMA_VERSION else "older" if version < SCHEMA_VERSION else "newer"
+    return SchemaState(kind, version, tables)
+
+
+def schema_problem(state: SchemaState, path: str | os.PathLike) -> str | None:
+    """The one-line reason this code must not use the database, or None when it may."""
+    if state.kind == "older":
+        return (f"database {path} has schema version {state.version} (this code uses {SCHEMA_VERSION}); nothing was "
+                f"written: run `python -m engine db migrate --db {path}` (it makes a backup copy first)")
+    if state.kind == "newer":
+        return (f"database {path} has schema version {state.version}, newer than this code's {SCHEMA_VERSION}; "
+                "nothing was written: update Coupled Eval or pass another --db")
+    if state.kind == "foreign":
+        shown = ", ".join(state.tables[:6]) + (", ..." if len(state.tables) > 6 else "")
+        return (f"{path} is a DuckDB database but not a Coupled Eval one (tables: {shown}; no schema version); "
+                "nothing was written: pass another --db")
+    return None
+
+
+def init_schema(con: duckdb.DuckDBPyConnection, path: str | os.PathLike = "the database") -> None:
+    """Look first: create every table in an empty database, do nothing to one of this version, and
+    raise UserError (one line, nothing written) for an older, newer or unrelated one."""
+    state = schema_state(con)
+    if state.kind == "current":
+        return
+    problem = schema_problem(state, path)
+    if problem:
+        raise UserError(problem)
+    con.begin()
+    try:
+        for ddl in SCHEMA:
+            con.execute(ddl)
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+        con.commit()
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.rollback()
+        raise
 
 
 TABLES: tuple[str, ...] = tuple(ddl.split("EXISTS", 1)[1].split("(", 1)[0].strip() for ddl in SCHEMA)

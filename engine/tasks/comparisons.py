@@ -33,6 +33,15 @@ def normalise_winner(value) -> str | None:
     return _WINNER_MAP[v]
 
 
+def arena_prompt_id(row: dict, i: int) -> str | None:
+    """An Arena line's prompt id: its question_id, else its num, else the line's index; a JSON
+    null stays None (stored as NULL, never as the string "None")."""
+    for key in ("question_id", "num"):
+        if key in row:
+            return None if row[key] is None else str(row[key])
+    return str(i)
+
+
 def read_arena(human: str | Path | None, judge: str | Path | None = None,
                models: list[str] | None = None) -> pd.DataFrame:
     """Read Chatbot Arena JSON-lines files (line-aligned human and judge files) into normalised rows.
@@ -65,7 +74,9 @@ def read_arena(human: str | Path | None, judge: str | Path | None = None,
 # Nothing is written unless the whole file validates; a set is written in ONE transaction.
 # ---------------------------------------------------------------------------------------------
 
-import csv  # noqa: E402  (below the shared building blocks above, which keep their form)
+import array  # noqa: E402  (below the shared building blocks above, which keep their form)
+import codecs  # noqa: E402  (below the shared building blocks above, which keep their form)
+import csv  # noqa: E402
 import hashlib  # noqa: E402
 import io  # noqa: E402
 from dataclasses import dataclass, replace  # noqa: E402
@@ -191,6 +202,60 @@ def _delimiter(text: str) -> str:
     return ","
 
 
+def _open_binary(source):
+    """A binary stream over a path or bytes (a BytesIO shares the bytes' buffer: no copy)."""
+    return io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else Path(source).open("rb")
+
+
+def _precheck_stream(source, max_bytes: int, problems: list[Problem]) -> bool:
+    """:func:`_read_text`'s checks (size before reading, empty, spreadsheet, UTF-8, NUL) in 1 MiB
+    blocks, so a big file is never held in memory as a whole. False after recording a problem."""
+    label = _label(source)
+    if isinstance(source, (bytes, bytearray)):
+        size = len(source)
+    else:
+        p = Path(source)
+        if not p.is_file():
+            raise UserError(f"file not found: {p}")
+        size = p.stat().st_size
+    if size > max_bytes:
+        problems.append(Problem(None, None, f"file is {size / 2**20:.1f} MiB, over the limit of "
+                                            f"{max_bytes / 2**20:.0f} MiB; split it into smaller files", label))
+        return False
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines, nonblank, first = 1, False, True
+    with _open_binary(source) as fh:
+        while True:
+            block = fh.read(1 << 20)
+            if first and (block[:4] == b"PK\x03\x04" or block[:8] == b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):
+                problems.append(Problem(None, None, "this is a spreadsheet (Excel) or zip file, not text; export it as "
+                                                    "CSV (UTF-8) first", label))
+                return False
+            first = False
+            pending = len(decoder.getstate()[0])  # bytes of a character split across two blocks
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as exc:
+                pos = exc.start - pending
+                bad = block[pos] if 0 <= pos < len(block) else 0
+                line = lines + block[:max(pos, 0)].count(b"\n")
+                problems.append(Problem(None, None, f"file is not UTF-8 text (byte 0x{bad:02x} at line {line}); "
+                                                    "save it with UTF-8 encoding", label))
+                return False
+            if not block:
+                break
+            if b"\x00" in block:
+                problems.append(Problem(None, None, "file contains NUL bytes (binary, or UTF-16?); save it as UTF-8 text",
+                                        label))
+                return False
+            nonblank = nonblank or bool(block.strip().lstrip(b"\xef\xbb\xbf"))
+            lines += block.count(b"\n")
+    if not nonblank:
+        problems.append(Problem(None, None, "file is empty", label))
+        return False
+    return True
+
+
 def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] | None = None,
                              max_bytes: int = MAX_UPLOAD_BYTES) -> tuple[pd.DataFrame, list[Problem]]:
     """Validate a CSV of pairwise comparisons; return the normalised rows and EVERY problem.
@@ -204,6 +269,10 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     repeated columns, ragged rows, blank cells, bad winner values, model_a == model_b, unknown
     models (when ``known_models`` is given), duplicate rows.
 
+    The file is streamed row by row (issue 14.5: a 50 MB CSV took 1.6 GB when it was read whole):
+    one pass checks bytes in blocks, one parses rows into column lists (repeated model names and
+    winners share one string object); duplicates are found through 64-bit hashes of the row keys.
+
     Returns:
         (DataFrame with columns prompt_id, model_a, model_b, human_winner, judge_winner, one row
         per data row; list of Problem, empty when the file is valid).
@@ -211,68 +280,93 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     problems: list[Problem] = []
     label = _label(path_or_bytes)
     empty = pd.DataFrame(columns=list(NORMALISED_COLUMNS))
-    text = _read_text(path_or_bytes, max_bytes, problems)
-    if text is None:
+    if not _precheck_stream(path_or_bytes, max_bytes, problems):
         return empty, problems
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=_delimiter(text)))
-    except csv.Error as exc:
-        return empty, [Problem(None, None, f"not a readable CSV file ({exc})", label)]
-    header = [h.strip() for h in rows[0]] if rows else []
-    if not any(header):
-        return empty, [Problem(None, None, "the first line must be a header with columns "
-                                           f"{', '.join(REQUIRED_COLUMNS)}", label)]
-    seen: set[str] = set()
-    for h in header:
-        if h and h in seen:  # blank names (trailing separators) are ignored columns
-            problems.append(Problem(None, h, f"column {h!r} appears more than once in the header", label))
-        seen.add(h)
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    for c in missing:
-        problems.append(Problem(None, c, f"missing column {c!r}; required: {', '.join(REQUIRED_COLUMNS)} "
-                                         f"(found: {', '.join(header)})", label))
-    if missing or problems:
-        return empty, problems
-    col = {h: header.index(h) for h in header if h}
-    sep = _delimiter(text)
-    has_judge = "judge_winner" in col
-    has_id = "id" in col
-    known = set(known_models) if known_models is not None else None
-    data = [(i, r) for i, r in enumerate(rows[1:], 2) if any(c.strip() for c in r)]  # header = row 1; skip blank lines
-    if not data:
+    with _open_binary(path_or_bytes) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        head_line = text.readline()
+        text.seek(0)
+        sep = _delimiter(head_line)
+        reader = csv.reader(text, delimiter=sep)
+        try:
+            header = [h.strip() for h in next(reader, [])]
+            if not any(header):
+                return empty, [Problem(None, None, "the first line must be a header with columns "
+                                                   f"{', '.join(REQUIRED_COLUMNS)}", label)]
+            seen: set[str] = set()
+            for h in header:
+                if h and h in seen:  # blank names (trailing separators) are ignored columns
+                    problems.append(Problem(None, h, f"column {h!r} appears more than once in the header", label))
+                seen.add(h)
+            missing = [c for c in REQUIRED_COLUMNS if c not in header]
+            for c in missing:
+                problems.append(Problem(None, c, f"missing column {c!r}; required: {', '.join(REQUIRED_COLUMNS)} "
+                                                 f"(found: {', '.join(header)})", label))
+            if missing or problems:
+                return empty, problems
+            col = {h: header.index(h) for h in header if h}
+            has_judge, has_id = "judge_winner" in col, "id" in col
+            known = set(known_models) if known_models is not None else None
+            cols: dict[str, list] = {c: [] for c in NORMALISED_COLUMNS}
+            shared: dict[str, str] = {}  # one string object per distinct model name
+            first_seen: dict[int, int] = {}  # hash(row key) -> index of its first row in the column lists
+            exact: dict[tuple | str, int] = {}  # only for keys whose hash another key already has
+            rownum: array.array = array.array("q")  # index in the column lists -> row number
+            ids: list[str] = []
+
+            def key_at(k: int) -> tuple | str:
+                return ids[k] if has_id else (cols["prompt_id"][k], cols["model_a"][k], cols["model_b"][k])
+            n_data = 0
+            for i, r in enumerate(reader, 2):  # header = row 1; blank lines count, as in an editor
+                if not any(c.strip() for c in r):
+                    continue
+                n_data += 1
+                if len(r) != len(header):
+                    problems.append(Problem(i, None, f"has {len(r)} fields, the header has {len(header)} (an unquoted "
+                                                     f"{'comma' if sep == ',' else repr(sep)} in a cell?)", label))
+                    continue
+                v = {h: r[col[h]].strip() for h in col}
+                for c in ("prompt_id", "model_a", "model_b") + (("id",) if has_id else ()):
+                    if v[c] == "":
+                        problems.append(Problem(i, c, "blank cell", label))
+                judge = _winner(v["judge_winner"], i, "judge_winner", label, problems) if has_judge else None
+                if v["winner"] == "":
+                    if not (has_judge and v["judge_winner"] != ""):
+                        problems.append(Problem(i, "winner", "blank cell (a row needs a winner"
+                                                + (" or a judge_winner)" if has_judge else ")"), label))
+                    human = None
+                else:
+                    human = _winner(v["winner"], i, "winner", label, problems)
+                _check_pair(i, v["model_a"], v["model_b"], known, label, problems)
+                key = v["id"] if has_id else (v["prompt_id"], v["model_a"], v["model_b"])
+                if all(key if isinstance(key, tuple) else (key,)):
+                    hk, prev = hash(key), None
+                    k = first_seen.get(hk)
+                    if k is not None and key_at(k) == key:
+                        prev = rownum[k]
+                    elif k is not None:  # two different keys with one hash (rare): compare exactly
+                        prev = exact.setdefault(key, i)
+                        prev = None if prev == i else prev
+                    else:
+                        first_seen[hk] = len(rownum)
+                    if prev is not None:
+                        what = f"id {v['id']!r}" if has_id else "(prompt_id, model_a, model_b)"
+                        hint = "" if has_id else "; add an 'id' column if repeated judgements are intended"
+                        problems.append(Problem(i, "id" if has_id else None,
+                                                f"duplicate of row {prev}: same {what}{hint}", label))
+                rownum.append(i)
+                if has_id:
+                    ids.append(v["id"])
+                cols["prompt_id"].append(v["prompt_id"])
+                cols["model_a"].append(shared.setdefault(v["model_a"], v["model_a"]))
+                cols["model_b"].append(shared.setdefault(v["model_b"], v["model_b"]))
+                cols["human_winner"].append(human)
+                cols["judge_winner"].append(judge)
+        except csv.Error as exc:
+            return empty, [Problem(None, None, f"not a readable CSV file ({exc})", label)]
+    if n_data == 0:
         return empty, [Problem(None, None, "file has a header but no data rows", label)]
-    out, first_seen = [], {}
-    for i, r in data:
-        if len(r) != len(header):
-            problems.append(Problem(i, None, f"has {len(r)} fields, the header has {len(header)} "
-                                             f"(an unquoted {'comma' if sep == ',' else repr(sep)} in a cell?)", label))
-            continue
-        v = {h: r[col[h]].strip() for h in col}
-        for c in ("prompt_id", "model_a", "model_b") + (("id",) if has_id else ()):
-            if v[c] == "":
-                problems.append(Problem(i, c, "blank cell", label))
-        judge = _winner(v["judge_winner"], i, "judge_winner", label, problems) if has_judge else None
-        if v["winner"] == "":
-            if not (has_judge and v["judge_winner"] != ""):
-                problems.append(Problem(i, "winner", "blank cell (a row needs a winner"
-                                        + (" or a judge_winner)" if has_judge else ")"), label))
-            human = None
-        else:
-            human = _winner(v["winner"], i, "winner", label, problems)
-        _check_pair(i, v["model_a"], v["model_b"], known, label, problems)
-        key = v["id"] if has_id else (v["prompt_id"], v["model_a"], v["model_b"])
-        if all(key if isinstance(key, tuple) else (key,)):
-            if key in first_seen:
-                what = f"id {v['id']!r}" if has_id else "(prompt_id, model_a, model_b)"
-                hint = "" if has_id else "; add an 'id' column if repeated judgements are intended"
-                problems.append(Problem(i, "id" if has_id else None,
-                                        f"duplicate of row {first_seen[key]}: same {what}{hint}", label))
-            else:
-                first_seen[key] = i
-        out.append({"prompt_id": v["prompt_id"], "model_a": v["model_a"], "model_b": v["model_b"],
-                    "human_winner": human, "judge_winner": judge})
-    df = pd.DataFrame(out, columns=list(NORMALISED_COLUMNS))
-    return df, problems
+    return pd.DataFrame(cols, columns=list(NORMALISED_COLUMNS)), problems
 
 
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
@@ -408,8 +502,7 @@ def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | 
                                                        f"{seen_num[row['num']]})", base_label))
             else:
                 seen_num[row["num"]] = lineno
-        pid = next((row[key] for key in ("question_id", "num") if row.get(key) is not None), i)
-        out.append({"prompt_id": str(pid),
+        out.append({"prompt_id": arena_prompt_id(row, i),  # a null question_id is NULL, never "None"
                     "model_a": row["model_a"], "model_b": row["model_b"],
                     "human_winner": human_w, "judge_winner": judge_w})
     return pd.DataFrame(out, columns=list(NORMALISED_COLUMNS)), _as_lines(problems)
@@ -437,11 +530,17 @@ def _guess_format(source) -> str:
 
 
 def _check_name(name: str) -> str:
+    """A set name: non-blank, at most 200 characters, no control characters (a leading '-' is fine:
+    jobs pass it as ``--name=VALUE``, so it is never read as an option)."""
     if not isinstance(name, str) or not name.strip():
         raise UserError("a comparison set needs a non-blank --name")
     name = name.strip()
     if len(name) > 200:
         raise UserError(f"set name is {len(name)} characters; at most 200 allowed")
+    bad = sorted({c for c in name if ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise UserError(f"set name {name!r} contains control characters ({', '.join(repr(c) for c in bad)}); "
+                        "use letters, digits, spaces and punctuation")
     return name
 
 

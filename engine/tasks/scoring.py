@@ -226,7 +226,9 @@ def score_run(db, run: str, rule: str | None = None) -> dict:
 
     ``rule=None`` picks the rule that fits the run's dataset (:func:`default_rule`).
 
-    Idempotent: the run's earlier scores for the same rule are replaced; other rules are kept.
+    Idempotent: the run's earlier scores for the same rule are replaced; other rules are kept, so
+    scoring a run that is still generating stores what exists (``complete`` False, a ``warning``)
+    and scoring it again after it finishes fills in the rest.
     Returns a summary: rule, number scored, mean score per (model, mode), counts of "E"/no answer
     and of prompts without a gold answer.
     """
@@ -241,6 +243,7 @@ def score_run(db, run: str, rule: str | None = None) -> dict:
         gens = con.execute(
             """SELECT model, prompt_id, repeat, mode, text FROM generations
                WHERE run_id = ? ORDER BY model, mode, prompt_id, repeat""", [run]).df()
+        state = con.execute("SELECT status, n_units FROM runs WHERE run_id = ?", [run]).fetchone()
     if gens.empty:
         raise UserError(f"run {run!r} has no generations to score")
     # Most generations repeat (a bare letter, the same answer over repeats): score each distinct
@@ -267,8 +270,16 @@ def score_run(db, run: str, rule: str | None = None) -> dict:
     means = (out.dropna(subset=["score"]).groupby(["model", "mode"])["score"].mean()
              .round(6).reset_index().to_dict("records"))
     no_answer = int(sum(e is None or e == NO_ANSWER for e in extracted)) if rule in ("paper", "lenient", "numeric") else 0
+    status, n_expected = (state[0], state[1]) if state is not None else (None, None)
+    partial = n_expected is not None and len(out) < int(n_expected)
+    warning = None
+    if partial:
+        what = "is still generating" if status == "running" else f"stopped (status {status})"
+        warning = (f"run {run!r} {what}: scored {len(out)} of its {int(n_expected)} generations; "
+                   "score it again once it has finished to fill in the rest")
     return {
         "run": run, "rule": rule, "n_scored": int(len(out)),
         "n_no_gold": int(out["score"].isna().sum()), "n_no_answer": no_answer,
-        "mean_score": means,
+        "mean_score": means, "run_status": status, "n_expected": None if n_expected is None else int(n_expected),
+        "complete": not partial, "warning": warning,
     }

@@ -1,0 +1,108 @@
+"""Store/import side of issue 14.5: Arena nulls, set names, upload file names, streaming CSV
+validation (memory), scoring a run that is still generating."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+
+import pytest
+
+from engine import store
+from engine.cli import main
+from engine.errors import UserError
+from engine.tasks import comparisons as cmp
+from engine.tasks import scoring
+
+
+def test_arena_null_question_id_is_stored_as_null(tmp_db):
+    lines = [{"num": 1, "question_id": None, "model_a": "x", "model_b": "y", "winner": "model_a"},
+             {"num": 2, "question_id": "q2", "model_a": "x", "model_b": "y", "winner": "tie"},
+             {"num": None, "model_a": "y", "model_b": "x", "winner": "model_b"}]
+    data = "\n".join(json.dumps(r) for r in lines).encode()
+    df, problems = cmp.validate_arena(data)
+    assert not problems and df["prompt_id"].isna().tolist() == [True, False, True] and df["prompt_id"][1] == "q2"
+    cmp.import_comparisons(tmp_db, data, "arena-nulls", fmt="arena")
+    with store.reader(tmp_db) as con:
+        got = con.execute("SELECT prompt_id FROM comparisons ORDER BY row_idx").fetchall()
+    assert got == [(None,), ("q2",), (None,)]
+    assert cmp.arena_prompt_id({"model_a": "x"}, 7) == "7"
+
+
+def test_set_names_with_a_leading_dash_work_and_control_characters_do_not(tmp_db, tmp_path, capsys):
+    f = tmp_path / "c.csv"
+    f.write_text("prompt_id,model_a,model_b,winner\np1,a,b,a\n")
+    assert main(["import", "comparisons", str(f), "--db", str(tmp_db), "--name=-leading-dash"]) == 0
+    assert "-leading-dash" in cmp.list_comparison_sets(tmp_db)["name"].tolist()
+    capsys.readouterr()
+    with pytest.raises(UserError, match="control characters"):
+        cmp.import_comparisons(tmp_db, f, "bad\nname")
+
+
+def test_upload_job_passes_name_as_one_token_and_files_never_collide(tmp_path, monkeypatch):
+    pytest.importorskip("streamlit")
+    from dashboard import uploads
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "data" / "c.duckdb"))
+    a = uploads.save_upload("same.csv", b"one")
+    b = uploads.save_upload("same.csv", b"two")  # same name, same second
+    assert a != b and a.read_bytes() == b"one" and b.read_bytes() == b"two"
+    seen = {}
+    monkeypatch.setattr(uploads.jobs, "start_job", lambda args, **kw: seen.setdefault("args", args) and "job-1")
+    assert uploads.start_import("csv", "x.csv", b"prompt_id,model_a,model_b,winner\n", None, None, "-x", False)
+    assert "--name=-x" in seen["args"] and "--name" not in seen["args"]
+    from engine.cli import build_parser
+    assert build_parser().parse_args(seen["args"]).name == "-x"
+
+
+def _big_csv(path, n):
+    with open(path, "w") as fh:
+        fh.write("prompt_id,model_a,model_b,winner,judge_winner\n")
+        for i in range(n):
+            fh.write(f"prompt-{i:07d},model-{i % 7},model-{(i % 7) + 1},{'model_a' if i % 3 else 'tie'},model_b\n")
+
+
+def test_csv_validation_streams(tmp_path):
+    """Peak Python memory stays a small multiple of the file (it was ~32x: 1.6 GB for 50 MB)."""
+    f = tmp_path / "big.csv"
+    _big_csv(f, 60_000)
+    size = f.stat().st_size
+    tracemalloc.start()
+    df, problems = cmp.validate_comparisons_csv(f)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert not problems and len(df) == 60_000 and df["human_winner"].iloc[0] == "tie"
+    assert peak < 12 * size, (peak, size)
+
+
+def test_streaming_validation_finds_duplicates_and_bad_bytes_across_blocks(tmp_path):
+    f = tmp_path / "dup.csv"
+    _big_csv(f, 30_000)
+    with open(f, "a") as fh:
+        fh.write("prompt-0000005,model-5,model-6,model_a,\n")  # a duplicate of data row 6 (file row 7)
+    _, problems = cmp.validate_comparisons_csv(f)
+    assert [(p.row, p.message.split(":")[0]) for p in problems] == [(30_002, "duplicate of row 7")]
+    g = tmp_path / "latin1.csv"
+    g.write_bytes(f.read_bytes()[:1_500_000] + "é\n".encode("latin-1"))
+    _, problems = cmp.validate_comparisons_csv(g)
+    assert len(problems) == 1 and "not UTF-8 text (byte 0xe9" in problems[0].message
+
+
+def test_scoring_a_run_still_generating_says_so_and_rescoring_fills_the_rest(tmp_db, capsys):
+    with store.transaction(tmp_db) as con:
+        con.execute("INSERT INTO runs (run_id, dataset_id, config, status, n_units) VALUES "
+                    "('r1', 'ds', '{}', 'running', 4)")
+        con.execute("INSERT INTO prompts (dataset_id, prompt_id, idx, gold) VALUES ('ds', 'p1', 0, 'A'), ('ds', 'p2', 1, 'B')")
+        con.execute("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text) VALUES "
+                    "('r1', 'm', 'p1', 0, 'coupled', 0, 'A'), ('r1', 'm', 'p2', 0, 'coupled', 0, 'A')")
+    assert main(["score", "--run", "r1", "--db", str(tmp_db)]) == 0
+    cap = capsys.readouterr()
+    res = json.loads(cap.out)
+    assert (res["complete"], res["n_scored"], res["n_expected"]) == (False, 2, 4)
+    assert "still generating" in cap.err and "2 of its 4" in cap.err
+    with store.transaction(tmp_db) as con:
+        con.execute("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text) VALUES "
+                    "('r1', 'm', 'p1', 1, 'coupled', 0, 'B'), ('r1', 'm', 'p2', 1, 'coupled', 0, 'B')")
+        con.execute("UPDATE runs SET status = 'done' WHERE run_id = 'r1'")
+    res = scoring.score_run(tmp_db, "r1")
+    assert (res["complete"], res["n_scored"], res["warning"]) == (True, 4, None)
+    assert store.table_counts(tmp_db)["scores"] == 4
