@@ -30,6 +30,7 @@ subjects = ["(all)"] + ch["subjects"].get(run, [])
 subject = c4.selectbox("Subject", subjects, key="bm_subject")
 c5, c6, c7, c7b, c8 = st.columns(5)
 rule = c5.selectbox("Scoring rule", ch["rules"].get(run, ["paper"]), key="bm_rule")
+ctx = ui.export_context("benchmark", run=run, models=(model_a, model_b))
 target = c6.number_input("Target error (0 = auto)", min_value=0.0, max_value=1.0,
                          value=0.0, step=0.005, format="%.4f", key="bm_target",
                          help="The error level of the sample saving. 0: the error the coupled curve reaches at "
@@ -88,32 +89,32 @@ kde = res["kde"]
 with t1:
     ui.chart(figures.kde_figure({"coupled": kde["covariance_coupled"]}, {"coupled": res["mean_covariance_coupled"]},
                                 title="Per-question covariance of the scores (coupled)", xaxis="covariance",
-                                marker_label="mean"), "covariance_kde", key="bm_cov")
+                                marker_label="mean"), "covariance_kde", key="bm_cov", ctx=ctx)
     curves = {m: kde[f"var_diff_{m}"] for m in MODES if f"var_diff_{m}" in kde}
     med = {"coupled": res["median_var_diff_coupled"], "independent": res["median_var_diff_independent"]}
     ui.chart(figures.kde_figure(curves, med, title="Per-question variance of the score difference",
-                                xaxis="Var(R_A − R_B)", marker_label="median"), "var_diff_kde", key="bm_vd")
+                                xaxis="Var(R_A − R_B)", marker_label="median"), "var_diff_kde", key="bm_vd", ctx=ctx)
     st.caption("Variance KDEs are reflected at 0 (a variance cannot be negative), so no density falls below 0.")
 with t2:
     ui.chart(figures.error_curve_figure(res["error_curve"], sd["error"], sd),
-             "error_curve", key="bm_err")
+             "error_curve", key="bm_err", ctx=ctx)
     st.caption(res.get("error_curve_band", ""))
-    ui.table(ui.records(res["error_curve"]), "error_curve", key="bm_err_table")
+    ui.table(ui.records(res["error_curve"]), "error_curve", key="bm_err_table", ctx=ctx)
 with t3:
     st.markdown("**Paired difference of accuracy A − B per noise mode** (METHODS 7.1): one mean difference per "
                 "question, t interval over questions (repeats of a question are not independent samples); the "
                 "paired bootstrap over questions is the check; MDE = smallest difference this design detects "
                 "with 80% power at α = 0.05; corr = correlation of the two models' per-question accuracies.")
-    ui.table(ui.paired_rows(res), "paired_difference", key="bm_paired")
+    ui.table(ui.paired_rows(res), "paired_difference", key="bm_paired", ctx=ctx)
     acc = ui.accuracy_rows(res)
     ui.chart(figures.interval_figure(acc["model"], acc["mu"], acc["ci_low"], acc["ci_high"], acc["mode"],
                                      title="Accuracy with 95% t CI over questions", yaxis="accuracy"),
-             "accuracy", key="bm_acc")
-    ui.table(acc, "accuracy", key="bm_acc_table")
+             "accuracy", key="bm_acc", ctx=ctx)
+    ui.table(acc, "accuracy", key="bm_acc_table", ctx=ctx)
     st.markdown("**McNemar on one majority-vote outcome per question** (a model is correct on a question iff it "
                 "is right on more than half the repeats). It tests equal majority-vote accuracy, not the "
                 "difference above; McNemar over (question, repeat) pairs is not offered (repeats are dependent).")
-    ui.table(ui.mcnemar_majority_rows(res), "mcnemar_majority", key="bm_mcn")
+    ui.table(ui.mcnemar_majority_rows(res), "mcnemar_majority", key="bm_mcn", ctx=ctx)
 with t4:
     pl = res["planner"]
     st.markdown(f"Var(d̄) = σ²_b/n + σ²_w/(n k) from this run's variance components (METHODS 7.1). "
@@ -121,7 +122,7 @@ with t4:
                 f"(α = {pl['alpha']:g}, paired t test), coupled vs independent (measured, and predicted from the "
                 f"coupled run).")
     (st.success if pl["headline_fits"] else st.warning)(pl["headline"])
-    ui.table(ui.planner_rows(res), "planner_mde", key="bm_plan")
+    ui.table(ui.planner_rows(res), "planner_mde", key="bm_plan", ctx=ctx)
     st.markdown(f"For a target standard error **{pl['target_se']:.4f}** ({pl['target_se_source']}):")
-    ui.table(ui.planner_rows(res, "se_plans"), "planner_se", key="bm_plan_se")
-    ui.table(ui.components_rows(res), "variance_components", key="bm_components")
+    ui.table(ui.planner_rows(res, "se_plans"), "planner_se", key="bm_plan_se", ctx=ctx)
+    ui.table(ui.components_rows(res), "variance_components", key="bm_components", ctx=ctx)

@@ -24,6 +24,7 @@ method = c5.selectbox("Clustering", L.cluster_methods(run), key="dm_method",
                       help="answer = identical extracted answers; llm = bidirectional entailment; "
                            "embedding = sentence-embedding similarity (an approximation)")
 subject = c6.selectbox("Subject", ["(all)"] + ch["subjects"].get(run, []), key="dm_subject")
+ctx = ui.export_context("datamap", run=run, models=(model,))
 p_max = c7.slider("Flag: P(correct) ≤", 0.0, 1.0, 0.1, 0.05, key="dm_pmax")
 s_min = c8.slider("Flag: consistency S ≥", -3.0, 0.0, -0.8, 0.05, key="dm_smin")
 
@@ -44,7 +45,7 @@ st.caption(f"Clusters: {res['clusters_source']}")
 
 prompts = ui.records(res["prompts"])
 ui.chart(figures.datamap_figure(prompts, float(p_max), float(s_min),
-                                title=f"Data map: {model}, {mode} (flag region shaded)"), "data_map", key="dm_map")
+                                title=f"Data map: {model}, {mode} (flag region shaded)"), "data_map", key="dm_map", ctx=ctx)
 
 st.subheader("Flagged prompts")
 flagged = ui.flagged_ids(prompts)
@@ -52,17 +53,17 @@ if not flagged:
     st.info("No prompt falls in the flag region; widen it with the sliders above.")
 else:
     gens = L.prompts_generations(run, model, mode, tuple(flagged), rule=rule)
-    ui.table(gens, "flagged_generations", key="dm_flagged")
+    ui.table(gens, "flagged_generations", key="dm_flagged", ctx=ctx)
 
 c1, c2 = st.columns(2)
 with c1:
     dist = res["p_correct_distribution"]
     ui.chart(figures.histogram_figure(dist["values"], dist["counts"], title="Distribution of P(correct)",
-                                      xaxis="P(correct)"), "p_correct_hist", key="dm_hist")
+                                      xaxis="P(correct)"), "p_correct_hist", key="dm_hist", ctx=ctx)
 with c2:
     ui.chart(figures.variance_figure({"within-prompt": sc["var_within"], "between-prompt": sc["var_between"]},
                                      title="Variance of μ̂: within + between prompts", total=sc["var"]),
-             "variance", key="dm_var")
+             "variance", key="dm_var", ctx=ctx)
     st.caption(f"Var̂(μ̂) = σ̂²/n = {sc['var']:.3g} (the CI's variance) = within-prompt "
                f"{sc['var_within']:.3g} (E[p(1−p)] ≈ {ui.fmt(sc['within'], '.4f')}, divided by n·k) + between-prompt "
                f"{sc['var_between']:.3g} (σ² ≈ {ui.fmt(sc['sigma2_between'], '.4f')}, divided by n); each component "
@@ -71,4 +72,4 @@ with c2:
     st.caption(f"Bootstrap over prompts: {ui.bootstrap_text(b)}")
 sg = res["single_generation"]
 st.caption(f"Single-generation scores (each repeat alone): {ui.single_text(sg)}")
-ui.table(prompts, "data_map_prompts", key="dm_prompts")
+ui.table(prompts, "data_map_prompts", key="dm_prompts", ctx=ctx)

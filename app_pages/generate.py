@@ -93,7 +93,8 @@ jobs_panel.job_panel(kind=None, limit=6)
 st.subheader("Runs")
 runs = L.runs()
 jobs_panel.stale_runs_notice(runs)
+ctx = ui.export_context("generate")
 if runs.empty:
     st.info("No runs yet. Start one above.")
 else:
-    ui.table(runs, "runs", key="gen_runs")
+    ui.table(runs, "runs", key="gen_runs", ctx=ctx)

@@ -87,6 +87,7 @@ st.subheader("Jobs")
 jobs_panel.job_panel(limit=3)
 
 st.subheader("What is stored")
+ctx = ui.export_context("home")
 t_runs, t_models, t_data, t_sets = st.tabs(["Runs", "Models", "Datasets", "Comparison sets"])
 with t_runs:
     runs = L.runs()
@@ -95,26 +96,26 @@ with t_runs:
         ui.empty_state("No generation runs yet: start one on the Generate page (or run the demo above).",
                        "generate", "Generate")
     else:
-        ui.table(runs, "runs")
+        ui.table(runs, "runs", ctx=ctx)
 with t_models:
     models = L.models_table()
     if models.empty:
         st.info("No models stored yet; models are recorded when a run uses them.")
     else:
-        ui.table(models, "models")
+        ui.table(models, "models", ctx=ctx)
 with t_data:
     ds = L.datasets_table()
     if ds.empty:
         st.info("No datasets stored yet; a run stores the prompts of its dataset.")
     else:
-        ui.table(ds, "datasets")
+        ui.table(ds, "datasets", ctx=ctx)
 with t_sets:
     sets = ui.safe(L.comparison_sets)
     if sets is None or sets.empty:
         ui.empty_state("No comparison sets yet: upload human or judge preferences on the Upload page.",
                        "upload", "Upload")
     else:
-        ui.table(sets, "comparison_sets")
+        ui.table(sets, "comparison_sets", ctx=ctx)
 
 st.subheader("Analyses")
 links = [p for p in navigation.PAGES if p.key != "home"]

@@ -30,6 +30,7 @@ if not all_models:
     st.stop()
 c4, c5, c6, c7 = st.columns([4, 1, 1, 2])
 models = c4.multiselect("Models", all_models, default=default_models(all_models), key=f"rs_models_{source}_{name}")
+ctx = ui.export_context("ranksets", set_name=name, models=models)
 if set(ARENA_PAPER_MODELS) <= set(all_models):
     c4.caption(f"Default: the paper's {len(ARENA_PAPER_MODELS)} models of the {len(all_models)} in the files "
                "(add the others here).")
@@ -71,12 +72,12 @@ with tab1:
             st.markdown("PPR against human-only **on the same human labels** (the judge-only comparisons are what "
                         "PPR adds):")
             ui.chart(figures.rankset_intervals_figure(view["compare"], title=f"Rank-sets at α = {alpha}"),
-                     "ranksets", key="rs_int")
-            ui.table(view["compare"], "ranksets_compare", key="rs_cmp_table")
+                     "ranksets", key="rs_int", ctx=ctx)
+            ui.table(view["compare"], "ranksets_compare", key="rs_cmp_table", ctx=ctx)
         else:
             ui.chart(figures.rankset_intervals_figure(view["table"], title=f"Rank-sets at α = {alpha}"),
-                     "ranksets", key="rs_int")
-            ui.table(view["table"], "ranksets", key="rs_table")
+                     "ranksets", key="rs_int", ctx=ctx)
+            ui.table(view["table"], "ranksets", key="rs_table", ctx=ctx)
 with tab2:
     st.markdown("Draw **n** human-labelled comparisons (and the rest judge-only) many times, balanced per pair; how "
                 "often is each rank position in each model's rank-set? (dot size = probability). **Baseline** = the "
@@ -99,6 +100,6 @@ with tab2:
                              horizontal=True, key="rs_draw_method")
             ui.chart(figures.rankset_dots_figure(res["position_prob"][which], res["models"],
                                                  title=f"P(rank in rank-set), {which}, α = {alpha}, n = {res['n']}"),
-                     f"rank_positions_{which}", key="rs_dots")
-            ui.chart(figures.tradeoff_figure(dv["curve"]), "size_vs_intersection", key="rs_curve")
-            ui.table(dv["curve"], "size_vs_intersection", key="rs_curve_table")
+                     f"rank_positions_{which}", key="rs_dots", ctx=ctx)
+            ui.chart(figures.tradeoff_figure(dv["curve"]), "size_vs_intersection", key="rs_curve", ctx=ctx)
+            ui.table(dv["curve"], "size_vs_intersection", key="rs_curve_table", ctx=ctx)

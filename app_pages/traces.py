@@ -30,12 +30,16 @@ chosen = st.multiselect("Models", opts["models"], default=opts["models"][:4], ke
 if not chosen:
     st.info("Choose at least one model.")
     st.stop()
+ctx = ui.export_context("traces", run=run, models=chosen)
 
 if len(chosen) >= 2 and "coupled" in opts["modes"]:
     with st.expander("Where do these models diverge? (every unit of the run, coupled mode)"):
         div = L.divergence_summary(run, tuple(chosen))
-        ui.chart(figures.divergence_figure(div), f"divergence_{run}", key="tr_div")
-        ui.table(div, f"divergence_{run}", key="tr_div_table")
+        ui.chart(figures.divergence_figure(div), "divergence", key="tr_div", ctx=ctx)
+        st.caption("Click a row to open that unit below.")
+        ui.table(div, "divergence", key="tr_div_table", ctx=ctx, on_select=ui.open_unit_on_select(
+            "tr_div_table", div, prompt_key="tr_prompt", repeat_key="tr_repeat", clear_keys=("tr_search",)),
+            selection_mode="single-row")
 
 info = L.prompt_info(run, prompt)
 if info:
@@ -63,7 +67,16 @@ for mode in [m for m in MODES if m in opts["modes"]]:
     fig = figures.trace_figure(view["steps"], chosen, al["agree"], al["first_divergence"],
                                title=f"{mode}: tokens by step (green = all agree, red = differ)",
                                token_names=view["token_names"])
-    ui.chart(fig, f"trace_{mode}_{run}_{prompt}_{repeat}", key=f"trace_{mode}")
+    ui.chart(fig, f"trace_{mode}_{prompt}_rep{repeat}", key=f"trace_{mode}", ctx=ctx)
+    if view["decisions"] is not None:
+        first = al["first_divergence"]
+        st.markdown(f"**What decided step {first}.** Each model picks the token with the largest log p + g "
+                    "(log p under its temperature-scaled, masked distribution; g the Gumbel noise of that token, "
+                    + ("shared by the models)." if mode == "coupled" else "drawn independently per model).")
+                    + (f" {view['explanation']['text']}" if view.get("explanation") and view["explanation"]["text"]
+                       else ""))
+        ui.table(ui.decision_rows(view["decisions"]), f"decision_{mode}_{prompt}_rep{repeat}_step{first}",
+                 key=f"tr_decision_{mode}", ctx=ctx)
     if view["gumbel_recomputed"]:
         chk = view["gumbel_check"]
         st.caption("Hover a token: its probability in each model, the top alternatives, and the Gumbel values "
@@ -77,8 +90,8 @@ for mode in [m for m in MODES if m in opts["modes"]]:
                    "the tokenizers); the stored Gumbel values of the top alternatives are shown on hover.")
     with st.expander(f"Probability of the chosen token ({mode})"):
         ui.chart(figures.prob_figure(view["steps"], chosen, al["first_divergence"]),
-                 f"prob_{mode}_{run}_{prompt}_{repeat}", key=f"prob_{mode}")
+                 f"prob_{mode}_{prompt}_rep{repeat}", key=f"prob_{mode}", ctx=ctx)
 
 st.subheader("Generations of this unit")
 gens = L.unit_generations(run, prompt, int(repeat))
-ui.table(gens, f"generations_{run}_{prompt}_{repeat}", key="tr_gens")
+ui.table(gens, f"generations_{prompt}_rep{repeat}", key="tr_gens", ctx=ctx)

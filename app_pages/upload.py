@@ -22,10 +22,15 @@ else:
 if main is not None:
     main_bytes = main.getvalue()
     judge_bytes = judge.getvalue() if judge is not None else None
-    rows, problems = uploads.validate_upload(fmt, main_bytes, judge_bytes)
+    rows, problems = uploads.validate_upload(fmt, main_bytes, judge_bytes, main.name, judge.name if judge else None)
+    ctx = ui.export_context("upload", set_name=uploads.default_set_name(main.name))
     if problems:
-        st.error(f"Rejected: {len(problems)} problem(s); nothing was stored. Fix the file and upload it again.")
-        ui.table(uploads.problems_table(problems), "upload_problems", key="up_problems")
+        st.error(f"Rejected: {len(problems)} problem(s) in {main.name}{' / ' + judge.name if judge else ''}; "
+                 "nothing was stored. Fix the file and upload it again.")
+        if fmt == "csv":
+            st.caption("Line numbers count the header: line 1 is the header, the first comparison is line 2 "
+                       "(as an editor or spreadsheet shows them).")
+        ui.table(uploads.problems_table(problems, fmt), "problems", key="up_problems", ctx=ctx, wrap=200)
     else:
         st.success(f"Valid: {len(rows):,} comparisons between {uploads.n_models(rows)} models.")
         st.dataframe(rows.head(20), hide_index=True, key="up_preview")
@@ -44,7 +49,7 @@ sets = ui.safe(L.comparison_sets)
 if sets is None or sets.empty:
     st.info("No comparison sets stored yet.")
 else:
-    ui.table(sets, "comparison_sets", key="up_sets")
+    ui.table(sets, "comparison_sets", key="up_sets", ctx=ui.export_context("upload"))
     c1, c2, c3 = st.columns([2, 2, 1])
     victim = c1.selectbox("Delete a set", sets["name"].tolist(), key="up_delete_name")
     sure = c2.checkbox(f"Yes, delete {victim}", key="up_delete_sure")

@@ -19,6 +19,8 @@ if not sources:
 c1, c2, c3 = st.columns([3, 1, 1])
 idx = c1.selectbox("Comparisons", range(len(sources)), format_func=lambda i: sources[i]["label"], key="wr_source")
 src = sources[idx]
+ctx = (ui.export_context("winrates", run=src["name"]) if src["source"] == "judgments"
+       else ui.export_context("winrates", set_name=src["name"]))
 label = c2.radio("Labels", list(config.RANK_LABELS), horizontal=True, key="wr_label",
                  disabled=src["source"] == "judgments")
 reps = c3.select_slider("Bootstrap resamples", [200, 500, 1000, 2000], value=1000, key="wr_reps",
@@ -59,25 +61,25 @@ with t1:
     st.markdown("Average win-rate of each model (mean over opponents) with 95% CI; **rank** = lower end of the "
                 "rank-set (statistically tied models share a rank)"
                 + (", coupled vs independent (paper, Table 1)" if groups == ["coupled", "independent"] else ""))
-    ui.table(res["table"], "average_winrates", key="wr_avg")
+    ui.table(res["table"], "average_winrates", key="wr_avg", ctx=ctx)
     ui.chart(figures.interval_figure(*ui.avg_interval_args(res["table"], groups), title="Average win-rate (95% CI)",
-                                     yaxis="average win-rate"), "average_winrates", key="wr_avg_fig")
+                                     yaxis="average win-rate"), "average_winrates", key="wr_avg_fig", ctx=ctx)
 with t2:
     for g in groups:
         models, W = matrix_of(res["results"][g], "matrix")
         ui.chart(figures.heatmap_figure(W, models, title=f"Win-rate of row over column ({g})"),
-                 f"winrate_matrix_{g}", key=f"wr_mat_{g}")
+                 f"winrate_matrix_{g}", key=f"wr_mat_{g}", ctx=ctx)
         models, T = matrix_of(res["results"][g], "ties")
         ui.chart(figures.heatmap_figure(T, models, title=f"Tie rate ({g})", colorscale="Greys"),
-                 f"tie_matrix_{g}", key=f"wr_tie_{g}")
+                 f"tie_matrix_{g}", key=f"wr_tie_{g}", ctx=ctx)
 with t3:
     pairs = res["pairs"]
     title = (f"Per-pair win-rate, {groups[0]} vs {groups[1]} (95% CI; stars: Holm-adjusted paired test)"
              if len(groups) > 1 else f"Per-pair win-rate ({groups[0]}, 95% CI)")
-    ui.chart(figures.pair_bars_figure(pairs, groups, title=title), "pair_winrates", key="wr_pairs")
+    ui.chart(figures.pair_bars_figure(pairs, groups, title=title), "pair_winrates", key="wr_pairs", ctx=ctx)
     if first.get("compare_test"):
         st.caption(first["compare_test"])
-    ui.table(pairs, "pair_winrates", key="wr_pairs_table")
+    ui.table(pairs, "pair_winrates", key="wr_pairs_table", ctx=ctx)
     for g in groups:
         pb = res["results"][g]["position_bias"]
         if pb:
@@ -92,5 +94,5 @@ with t4:
                     + (" and Elo" if "elo" in bt else "") + f", {res['results'][g]['bradley_terry']['ci_method']}")
         ui.chart(figures.interval_figure(bt["model"], bt["bt_beta"], bt["bt_low"], bt["bt_high"],
                                          title=f"Bradley-Terry strength ({g})", yaxis="log-strength β"),
-                 f"bradley_terry_{g}", key=f"wr_bt_{g}")
-        ui.table(bt, f"ratings_{g}", key=f"wr_bt_table_{g}")
+                 f"bradley_terry_{g}", key=f"wr_bt_{g}", ctx=ctx)
+        ui.table(bt, f"ratings_{g}", key=f"wr_bt_table_{g}", ctx=ctx)

@@ -15,19 +15,45 @@ from dashboard.loaders import db_path
 from engine.errors import UserError
 
 
+class NamedBytes(bytes):
+    """An upload's bytes that carry its file name (validation problems name the file)."""
+
+    name: str | None = None
+
+
+def named(data: bytes | None, name: str | None) -> bytes | None:
+    if data is None:
+        return None
+    out = NamedBytes(data)
+    out.name = name
+    return out
+
+
 @st.cache_data(show_spinner="Validating…", max_entries=8)
-def validate_upload(fmt: str, main: bytes, judge: bytes | None):
-    """(normalised rows, problems as dicts) from engine.tasks.comparisons' validators (a pure read)."""
+def validate_upload(fmt: str, main: bytes, judge: bytes | None, main_name: str | None = None,
+                    judge_name: str | None = None):
+    """(normalised rows, problems as dicts) from engine.tasks.comparisons' validators (a pure read);
+    problems name the uploaded files (``main_name`` / ``judge_name``)."""
     from engine.tasks import comparisons
     if fmt == "csv":
-        rows, problems = comparisons.validate_comparisons_csv(main)
+        rows, problems = comparisons.validate_comparisons_csv(named(main, main_name))
     else:
-        rows, problems = comparisons.validate_arena(main, judge)
+        rows, problems = comparisons.validate_arena(named(main, main_name), named(judge, judge_name))
     return rows, [{"file": p.file, "row": p.row, "column": p.column, "problem": p.message} for p in problems]
 
 
-def problems_table(problems: list[dict]):
-    return pd.DataFrame(problems)
+def line_column(fmt: str) -> str:
+    """The heading of the line-number column: CSV line numbers count the header line."""
+    return "line (line 1 is the header)" if fmt == "csv" else "line"
+
+
+def problems_table(problems: list[dict], fmt: str = "csv") -> pd.DataFrame:
+    """The problems as a table: file, line (CSV: counting the header as line 1, as an editor
+    does), column, problem; whole-file problems have no line."""
+    df = pd.DataFrame(problems, columns=["file", "row", "column", "problem"])
+    lines = df["row"].map(lambda r: "" if r is None or pd.isna(r) else str(int(r)))
+    return pd.DataFrame({"file": df["file"], line_column(fmt): lines,
+                         "column": df["column"].fillna(""), "problem": df["problem"]})
 
 
 def n_models(rows) -> int:

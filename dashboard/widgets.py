@@ -17,6 +17,7 @@ R = TypeVar("R")
 
 
 def header(title: str, caption: str | None = None) -> None:
+    image_format_choice()
     st.title(title)
     if caption:
         st.caption(caption)
@@ -37,33 +38,88 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", s).strip("_")[:80] or "figure"
 
 
-def chart(fig, name: str, key: str | None = None) -> None:
-    """Draw a Plotly figure with PNG / SVG / interactive-HTML downloads (generated on click)."""
-    key = key or _slug(name)
-    st.plotly_chart(fig, key=f"chart_{key}", config={"displaylogo": False})
-    ok, why = downloads.static_export_status()
-    row = st.container(horizontal=True, gap="small")
-    cols = [row, row, row, row]
-    base = _slug(name)
-    cols[0].download_button("PNG", data=lambda: downloads.figure_bytes(fig, "png"), file_name=f"{base}.png",
-                            mime=downloads.MIME["png"], key=f"png_{key}", on_click="ignore", disabled=not ok,
-                            help=None if ok else why, icon=":material/image:")
-    cols[1].download_button("SVG", data=lambda: downloads.figure_bytes(fig, "svg"), file_name=f"{base}.svg",
-                            mime=downloads.MIME["svg"], key=f"svg_{key}", on_click="ignore", disabled=not ok,
-                            help=None if ok else why, icon=":material/draw:")
-    cols[2].download_button("HTML", data=lambda: downloads.figure_bytes(fig, "html"), file_name=f"{base}.html",
-                            mime=downloads.MIME["html"], key=f"html_{key}", on_click="ignore",
-                            icon=":material/code:")
-    if not ok:
-        cols[3].caption(why)
+ExportContext = downloads.ExportContext
+IMAGE_FORMAT_KEY = "export_image_format"
 
 
-def table(df, name: str, key: str | None = None, **kwargs) -> None:
-    """Draw a table with a CSV download."""
+def export_context(page: str, run: str | None = None, set_name: str | None = None,
+                   models=()) -> downloads.ExportContext:
+    """What this page's downloads are about (run or set, models), from the page's widgets."""
+    return downloads.ExportContext(page, run=run, set_name=set_name,
+                                   models=tuple(str(m) for m in (models or ()) if m))
+
+
+def image_format_choice() -> None:
+    """The sidebar choice of the chart camera button's format (PNG or SVG), one per page."""
+    st.sidebar.segmented_control("Chart camera button saves", ["png", "svg"], default="png",
+                                 format_func=str.upper, key=IMAGE_FORMAT_KEY,
+                                 help="The camera icon in a chart's toolbar downloads the chart as an image, "
+                                      "named after the run, models and date.")
+
+
+def chart(fig, name: str, key: str | None = None, ctx: downloads.ExportContext | None = None) -> None:
+    """Draw a Plotly figure. Its toolbar's camera button saves a PNG / SVG (the browser renders
+    it: fast); an HTML button downloads the interactive figure. Files are named by
+    :func:`dashboard.downloads.export_name` (``name``, then run / set, models, date)."""
     key = key or _slug(name)
-    st.dataframe(df, key=f"table_{key}", hide_index=True, **kwargs)
-    st.download_button("CSV", data=lambda: downloads.table_csv(df), file_name=f"{_slug(name)}.csv",
+    stem = downloads.export_name(name, "", ctx)
+    fmt = st.session_state.get(IMAGE_FORMAT_KEY) or "png"
+    st.plotly_chart(fig, key=f"chart_{key}", config=downloads.modebar_config(stem, fmt))
+    row = st.container(horizontal=True, gap="small", vertical_alignment="center")
+    row.download_button("HTML", data=lambda: downloads.figure_bytes(fig, "html"), file_name=f"{stem}.html",
+                        mime=downloads.MIME["html"], key=f"html_{key}", on_click="ignore", icon=":material/code:",
+                        help="the interactive chart as one HTML file (works offline)")
+    row.caption(f"{fmt.upper()}: the camera icon in the chart's toolbar")
+
+
+def table(df, name: str, key: str | None = None, ctx: downloads.ExportContext | None = None, wrap: int = 0,
+          **kwargs):
+    """Draw a table with a CSV download (named like the charts; floats without noise). Returns
+    what ``st.dataframe`` returns (the selection, with ``on_select``). ``wrap=N``: a static table
+    of the first N rows whose long cells wrap instead of being cut (the CSV has every row)."""
+    key = key or _slug(name)
+    if wrap:
+        shown = st.table(df.head(wrap).reset_index(drop=True).style.hide(axis="index"))
+        if len(df) > wrap:
+            st.caption(f"First {wrap:,} of {len(df):,} rows; the CSV has all of them.")
+    else:
+        shown = st.dataframe(df, key=f"table_{key}", hide_index=True, **kwargs)
+    st.download_button("CSV", data=lambda: downloads.table_csv(df), file_name=downloads.export_name(name, "csv", ctx),
                        mime=downloads.MIME["csv"], key=f"csv_{key}", on_click="ignore", icon=":material/download:")
+    return shown
+
+
+def unit_from_selection(selection, units) -> tuple[str, int] | None:
+    """(prompt_id, repeat) of the selected row of a table of units (a dataframe selection:
+    ``{"selection": {"rows": [i]}}``), None when nothing is selected."""
+    rows = ((selection or {}).get("selection") or {}).get("rows") or []
+    if not rows or rows[0] >= len(units):
+        return None
+    rec = units.iloc[int(rows[0])]
+    return str(rec["prompt_id"]), int(rec["repeat"])
+
+
+def open_unit_on_select(table_key: str, units, prompt_key: str, repeat_key: str, clear_keys=()) -> Callable[[], None]:
+    """An ``on_select`` callback for ``table(..., key=table_key)``: the selected unit's prompt and
+    repeat go into the unit widgets (callbacks run before the page, so the widgets can be set)."""
+    def select() -> None:
+        unit = unit_from_selection(st.session_state.get(f"table_{table_key}"), units)
+        if unit is None:
+            return
+        for k in clear_keys:
+            st.session_state[k] = ""
+        st.session_state[prompt_key], st.session_state[repeat_key] = unit
+    return select
+
+
+def decision_rows(decisions: pd.DataFrame) -> pd.DataFrame:
+    """engine.analysis.traces.step_decisions as the table the Token traces page shows."""
+    d = decisions
+    return pd.DataFrame({"model": d["model"], "chosen": d["chosen"], "log p": d["logp_chosen"], "g": d["g_chosen"],
+                         "log p + g": d["s_chosen"], "runner-up (top-K)": d["runner_up"],
+                         "runner-up log p": d["logp_runner_up"], "runner-up g": d["g_runner_up"],
+                         "runner-up log p + g": d["s_runner_up"],
+                         "margin": d["margin"]}).round(4)
 
 
 def empty_state(message: str, page: str | None = None, label: str | None = None) -> None:

@@ -1,27 +1,90 @@
 """The command line: ``python -m engine <command> ...``.
 
 Each command lives in a module of ``engine.commands`` named after it, with ``register(subparsers)``;
-the parser it adds sets ``func`` (``args -> int`` exit code). Results go to stdout (JSON for
-analyses), messages and errors to stderr. A :class:`~engine.errors.UserError` becomes one clear
-line on stderr and exit code 2, never a traceback.
+the parser it adds sets ``func`` (``args -> int`` exit code). Results go to stdout (a short
+summary; the full result as JSON with ``--json``), messages and errors to stderr. Help text is
+plain: :func:`plain` strips the reStructuredText of docstrings and help strings. A
+:class:`~engine.errors.UserError` becomes one clear line on stderr and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from engine.commands import COMMANDS
 from engine.errors import UserError
 
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")  # :func:`~a.b.c` / :ref:`text <t>`
+_LITERAL = re.compile(r"``(.+?)``")
+_DEFAULT = re.compile(r"(?<![`\w])`([^`\n]+)`(?![`\w])")  # `text` (the default role)
+_EMPH = re.compile(r"(?<![\w*])\*{1,2}([^*\s][^*]*?)\*{1,2}(?![\w*])")
+
+
+def plain(text: str | None) -> str:
+    """reStructuredText markup -> plain text for ``--help``: ``code`` -> code,
+    :func:`~engine.x.f` -> f (the last component when ``~``), :role:`text <target>` -> text,
+    `text` -> text, *emphasis* / **strong** -> the words."""
+    if not text:
+        return text or ""
+
+    def role(m: re.Match) -> str:
+        body = m.group(1)
+        return body.rsplit(".", 1)[-1] if m.group(0).split("`", 1)[1].startswith("~") else body
+
+    text = _ROLE.sub(role, text)
+    text = _LITERAL.sub(r"\1", text)
+    text = _DEFAULT.sub(r"\1", text)
+    return _EMPH.sub(r"\1", text)
+
+
+class PlainFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help without reStructuredText markup; descriptions keep their line breaks (docstrings)."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain(text))
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        try:
+            text = super()._expand_help(action)
+        except (ValueError, TypeError, KeyError):  # a bare '%' ("95% CI") in a help string: show it as written
+            text = action.help or ""
+        return plain(text)
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose help (and every sub-parser's) is plain text."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", PlainFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def _describe(sub: argparse._SubParsersAction, names: list[str], doc: str | None) -> None:
+    """Give the command parsers ``names`` a description: the module docstring (plain text on
+    output), else the command's help line."""
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    for name in names:
+        p = sub.choices[name]
+        if p.description is None:
+            p.description = (doc or "").strip() or helps.get(name)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser = Parser(prog="python -m engine",
+                    description="Coupled Eval from the command line. python -m engine COMMAND --help "
+                                "describes one command.",
+                    epilog="Commands print a short summary by default; --json prints the full result "
+                           "(and --out FILE writes it, where offered).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMANDS:
-        importlib.import_module(f"engine.commands.{name}").register(sub)
+        module = importlib.import_module(f"engine.commands.{name}")
+        before = set(sub.choices)
+        module.register(sub)
+        _describe(sub, [k for k in sub.choices if k not in before], module.__doc__)
     return parser
 
 

@@ -55,15 +55,28 @@ def _seq(x) -> list:
     return list(x)
 
 
+def _step_layout(steps: pd.DataFrame, step_values: Sequence[int]) -> dict[int, tuple[float, float]]:
+    """step -> (left edge, width) on a character axis: each step's column is as wide as its longest
+    shown token (at least 2 characters) plus one, so every box holds its whole token."""
+    lengths = steps.assign(_n=steps["token_text"].map(lambda t: len(_tok(t)))).groupby("step")["_n"].max()
+    out, x = {}, 0.0
+    for s in step_values:
+        w = max(int(lengths.get(s, 1)), 2) + 1.0
+        out[int(s)] = (x, w)
+        x += w
+    return out
+
+
 def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[bool] | None = None,
                  first_divergence: int | None = None, title: str = "Token trace",
-                 token_names: Mapping[int, str] | None = None) -> go.Figure:
-    """Generations of several models side by side, one row per model, one column per step.
+                 token_names: Mapping[int, str] | None = None, chars_shown: int = 120) -> go.Figure:
+    """Generations of several models side by side, one row per model, one box per step.
 
-    Cells are green where all models chose the same token at that step, red where they differ;
-    a dashed line marks the first divergence. Hover: token, its probability in this model,
-    the top alternatives with probabilities and Gumbel values, and the recomputed Gumbel value of
-    the chosen token (``steps['gumbel']``, when present).
+    Each step's boxes are as wide as its longest token, so tokens are shown whole (never cut);
+    green where all models chose the same token at that step, red where they differ; a dashed
+    line marks the first divergence. Hover: token, its probability in this model, log p + g of
+    the chosen token (when its Gumbel value is known), the top alternatives with probabilities
+    and Gumbel values.
 
     Args:
         steps: rows of (model, step, token_id, token_text, prob, top_ids, top_probs, top_gumbels
@@ -72,13 +85,16 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
         agree: per shown step (sorted steps), whether all models agree.
         first_divergence: step index or None.
         token_names: optional id -> text for the alternatives (defaults to ids).
+        chars_shown: the initial x range, in characters (drag to pan to the rest); 120
+            characters of 12 px monospace fit a chart about 1000 px wide.
     """
     if steps.empty:
         return empty_figure("no token traces stored for this unit")
-    step_values = sorted(steps["step"].unique().tolist())
+    step_values = sorted(int(s) for s in steps["step"].unique())
     agree_map = dict(zip(step_values, agree)) if agree is not None and len(agree) == len(step_values) else {}
     by_step_text = steps.pivot_table(index="step", columns="model", values="token_text", aggfunc="first")
     by_step_prob = steps.pivot_table(index="step", columns="model", values="prob", aggfunc="first")
+    pos = _step_layout(steps, step_values)
     fig = go.Figure()
     names = dict(token_names or {})
     for m in models:
@@ -101,29 +117,44 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
                 # prefer the Gumbel values recomputed from the noise key; else the stored ones
                 tg = _seq(getattr(rec, "top_gumbels_recomputed", None)) or _seq(getattr(rec, "top_gumbels", None)) \
                     or [None] * len(top_ids)
-                alts = "<br>top alternatives:<br>" + "<br>".join(
+                alts = "<br>top alternatives (p, g, log p + g):<br>" + "<br>".join(
                     f"  {html.escape(_tok(names.get(int(i), f'#{int(i)}')))}: p={p:.3f}"
-                    + (f", g={g:.3f}" if g is not None and not pd.isna(g) else "")
+                    + (f", g={g:.3f}, log p + g={math.log(p) + g:.3f}" if g is not None and not pd.isna(g) and p > 0
+                       else "")
                     for i, p, g in list(zip(top_ids, tp, tg))[:8])
             g_chosen = getattr(rec, "gumbel", None)
-            g_txt = f"<br>Gumbel (recomputed from key): {g_chosen:.4f}" if g_chosen is not None and not pd.isna(g_chosen) else ""
+            g_txt = ""
+            if g_chosen is not None and not pd.isna(g_chosen):
+                g_txt = f"<br>Gumbel (recomputed from key): {g_chosen:.4f}"
+                if float(rec.prob) > 0:
+                    g_txt += f"<br>log p + g = {math.log(float(rec.prob)) + g_chosen:.4f} (the largest wins)"
             hovers.append(
                 f"<b>{html.escape(str(m))}</b>, step {st}<br>token: {html.escape(_tok(rec.token_text))} "
                 f"(id {int(rec.token_id)})<br>p = {float(rec.prob):.4f}{g_txt}"
                 + (f"<br>other models:<br>{others}" if others else "") + alts)
-        fig.add_trace(go.Scatter(
-            x=part["step"], y=[m] * len(part), mode="markers+text", text=[_tok(t)[:6] for t in part["token_text"]],
-            textfont=dict(size=11, family="monospace"),
-            marker=dict(symbol="square", size=30, color=colors, line=dict(color="#adb5bd", width=1)),
+        left = [pos[int(s)][0] for s in part["step"]]
+        width = [pos[int(s)][1] for s in part["step"]]
+        fig.add_trace(go.Bar(
+            y=[str(m)] * len(part), x=width, base=left, orientation="h", width=0.8,
+            marker=dict(color=colors, line=dict(color="#adb5bd", width=1)),
             hovertext=hovers, hoverinfo="text", name=str(m), showlegend=False))
-    if first_divergence is not None:
-        fig.add_vline(x=first_divergence - 0.5, line=dict(color="#c92a2a", dash="dash", width=2),
+        # the token texts, centred in their boxes (a text trace: never shrunk, moved or cut)
+        fig.add_trace(go.Scatter(
+            y=[str(m)] * len(part), x=[x + w / 2 for x, w in zip(left, width)], mode="text",
+            text=[_tok(t) for t in part["token_text"]], textposition="middle center",
+            textfont=dict(size=12, family="monospace", color="#212529"), hoverinfo="skip", showlegend=False,
+            name=f"{m} tokens"))
+    if first_divergence is not None and int(first_divergence) in pos:
+        fig.add_vline(x=pos[int(first_divergence)][0], line=dict(color="#c92a2a", dash="dash", width=2),
                       annotation_text=f"first divergence: step {first_divergence}", annotation_position="top")
-    n = len(step_values)
-    fig.update_xaxes(title="step", range=[step_values[0] - 0.7, step_values[0] + min(n, 40) - 0.3],
-                     rangeslider=dict(visible=n > 40, thickness=0.06), dtick=5)
-    fig.update_yaxes(autorange="reversed", type="category")
-    return _layout(fig, title, height=140 + 55 * len(models), hoverlabel=dict(align="left"))
+    total = sum(w for _, w in pos.values())
+    every = 5 if len(step_values) <= 200 else 20
+    ticks = [s for s in step_values if s % every == 0]
+    fig.update_xaxes(title="step", range=[-0.5, min(total, chars_shown) + 0.5], showgrid=False, zeroline=False,
+                     tickvals=[pos[s][0] + pos[s][1] / 2 for s in ticks], ticktext=[str(s) for s in ticks])
+    fig.update_yaxes(autorange="reversed", type="category", fixedrange=True)
+    return _layout(fig, title + (" · drag to see later steps" if total > chars_shown else ""),
+                   height=140 + 55 * len(models), hoverlabel=dict(align="left"), bargap=0.15, dragmode="pan")
 
 
 def prob_figure(steps: pd.DataFrame, models: Sequence[str], first_divergence: int | None = None,

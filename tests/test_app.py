@@ -386,6 +386,56 @@ def test_export_html_and_csv_and_bad_format():
     assert isinstance(ok, bool) and why
 
 
+def test_export_names_carry_run_models_and_date():
+    import datetime
+
+    from dashboard import downloads as export
+    from engine.errors import UserError
+    day = datetime.date(2026, 11, 24)
+    ctx = export.ExportContext("benchmark", run="run-ab12", models=("smollm2-135m", "smollm2-135m-int8"))
+    assert export.export_name("covariance_kde", "png", ctx, day) == \
+        "benchmark_covariance_kde_run-ab12_smollm2-135m_vs_int8_2026-11-24.png"
+    # a comparison set; unrelated model names stay whole; more than three -> "+N"; unsafe characters go
+    ctx = export.ExportContext("ranksets", set_name="arena gpt/4", models=("gpt-4", "claude-v1", "vicuna", "alpaca"))
+    assert export.export_name("ranksets", "csv", ctx, day) == \
+        "ranksets_ranksets_set-arena-gpt-4_gpt-4_vs_claude-v1_vs_vicuna_+1_2026-11-24.csv"
+    assert export.export_name("runs", "csv", None, day) == "runs_2026-11-24.csv"
+    assert export.export_name("accuracy", "", export.ExportContext("benchmark", run="my run_1"), day) == \
+        "benchmark_accuracy_run-my-run-1_2026-11-24"
+    cfg = export.modebar_config("benchmark_accuracy_2026-11-24", "svg")
+    assert cfg["toImageButtonOptions"] == {"format": "svg", "filename": "benchmark_accuracy_2026-11-24", "scale": 1}
+    with pytest.raises(UserError, match="allowed: png, svg"):
+        export.modebar_config("x", "jpeg")
+
+
+def test_csv_export_has_no_float_noise():
+    from dashboard import downloads as export
+    df = pd.DataFrame({"mu": [0.16999999999999998, 0.1 + 0.2, 1 / 3], "n": [1200, 3, 7],
+                       "big": [123456789.125, 1e-12, float("nan")], "name": ["a", "b", "c"]})
+    lines = export.table_csv(df).decode().splitlines()
+    assert lines == ["mu,n,big,name", "0.17,1200,123456789.1,a", "0.3,3,1e-12,b", "0.3333333333,7,,c"]
+    back = pd.read_csv(__import__("io").StringIO("\n".join(lines)))
+    assert np.allclose(back["mu"], df["mu"], rtol=1e-9) and back["n"].tolist() == [1200, 3, 7]
+
+
+def test_upload_problems_table_names_the_file_and_counts_the_header(tmp_path):
+    from dashboard import uploads
+    bad = b"prompt_id,model_a,model_b,winner\np1,x,x,model_a\np2,x,y,maybe\n"
+    _, problems = uploads.validate_upload("csv", bad, None, "my prefs.csv")
+    t = uploads.problems_table(problems, "csv")
+    assert list(t.columns) == ["file", "line (line 1 is the header)", "column", "problem"]
+    assert t["file"].tolist() == ["my prefs.csv"] * 2 and t.iloc[:, 1].tolist() == ["2", "3"]
+    long = "x" * 300
+    _, problems = uploads.validate_upload("csv", f"prompt_id,model_a,model_b,winner\np1,{long},{long},a\n".encode(),
+                                          None, "long.csv")
+    assert long in uploads.problems_table(problems, "csv")["problem"].iloc[0]  # never cut
+    _, problems = uploads.validate_upload("arena", b"{not json\n", None, "human.jsonl")
+    t = uploads.problems_table(problems, "arena")
+    assert t["file"].tolist() == ["human.jsonl"] and t["line"].tolist() == ["1"]
+    _, problems = uploads.validate_upload("csv", b"", None)
+    assert uploads.problems_table(problems)["file"].tolist() == ["<upload>"]  # no name given: the old label
+
+
 def test_demo_button_starts_the_demo_job_on_an_empty_database(tmp_path, monkeypatch):
     from dashboard import jobs
     db = tmp_path / "fresh.duckdb"
@@ -540,6 +590,93 @@ def test_upload_helpers_validate_then_import_as_a_job(tmp_path, monkeypatch):
     delete = jobs.start_job(["comparisons", "delete", "arena-mini", "--db", str(db)], kind="delete", db=db, progress=False)
     assert jobs.wait_job(delete, db, timeout_s=120).status == "done"
     assert comparisons.list_comparison_sets(db).empty
+
+
+# --------------------------------------------------------------------------- the deciding quantity
+
+def _two_model_step():
+    """One coupled step: model A picks token 1, model B token 2; shared noise g(1)=0.2, g(2)=0.6, g(3)=-1."""
+    return pd.DataFrame([
+        {"model": "A", "step": 4, "token_id": 1, "token_text": "·yes", "prob": 0.5, "top_ids": [1, 2, 3],
+         "top_probs": [0.5, 0.3, 0.2], "top_gumbels": [0.2, 0.6, -1.0], "gumbel": 0.2},
+        {"model": "B", "step": 4, "token_id": 2, "token_text": "·no", "prob": 0.4, "top_ids": [2, 1, 3],
+         "top_probs": [0.4, 0.4, 0.2], "top_gumbels": [0.6, 0.2, -1.0], "gumbel": 0.6}])
+
+
+def test_step_decisions_exact_tiny_case():
+    import math
+    d = traces.step_decisions(_two_model_step(), 4, ["A", "B"], temperature=0.7).set_index("model")
+    # A: s(1) = log .5 + .2, s(2) = log .3 + .6, s(3) = log .2 - 1 -> chosen 1, runner-up 2
+    assert d.loc["A", "chosen"] == "·yes" and d.loc["A", "runner_up"] == "·no"
+    assert d.loc["A", "s_chosen"] == pytest.approx(math.log(0.5) + 0.2)
+    assert d.loc["A", "s_runner_up"] == pytest.approx(math.log(0.3) + 0.6)
+    assert d.loc["A", "margin"] == pytest.approx(math.log(0.5 / 0.3) - 0.4)
+    # B: s(2) = log .4 + .6 beats s(1) = log .4 + .2 by exactly the noise gap 0.4
+    assert d.loc["B", "runner_up_id"] == 1 and d.loc["B", "margin"] == pytest.approx(0.4)
+    assert d["consistent"].all()
+    # greedy (T = 0): no noise, the margin is the log-probability gap
+    g = traces.step_decisions(_two_model_step(), 4, ["A"], temperature=0).set_index("model")
+    assert g.loc["A", "g_chosen"] == 0 and g.loc["A", "margin"] == pytest.approx(math.log(0.5 / 0.3))
+
+
+def test_divergence_explanation_exact_tiny_case():
+    import math
+    e = traces.divergence_explanation(_two_model_step(), 4, ["A", "B"], temperature=0.7)
+    assert e["models"] == ("A", "B") and e["tokens"] == ("·yes", "·no") and e["complete"]
+    assert e["threshold"] == pytest.approx(0.4)  # g(no) - g(yes)
+    assert e["log_odds"] == pytest.approx((math.log(0.5 / 0.3), 0.0))
+    assert e["margins"] == pytest.approx((math.log(0.5 / 0.3) - 0.4, 0.4))
+    assert e["probability_shift"] == pytest.approx(0.1)  # p(yes): 0.5 in A, 0.4 in B
+    assert "A probability shift of 0.1 in p(·yes)" in e["text"] and "crossed a margin of 0.111" in e["text"]
+    # B's probability of A's token is not stored: the text says what is missing instead of guessing
+    steps = _two_model_step()
+    steps.at[1, "top_ids"], steps.at[1, "top_probs"], steps.at[1, "top_gumbels"] = [2, 3], [0.4, 0.2], [0.6, -1.0]
+    e = traces.divergence_explanation(steps, 4, ["A", "B"], temperature=0.7)
+    assert not e["complete"] and "p_B(·yes)" in e["text"] and "--trace-top-k" in e["text"]
+    # no divergence at that step
+    assert traces.divergence_explanation(steps[steps.model == "A"], 4, ["A"])["models"] is None
+
+
+def test_trace_view_has_the_deciding_quantity(small_db):
+    view = traces.trace_view(small_db, "run-small", "q1", 0, "coupled", MODELS)
+    assert view["temperature"] == 0.7
+    first = view["alignment"]["first_divergence"]
+    assert first is not None and list(view["decisions"]["model"]) == list(MODELS)
+    assert view["explanation"]["text"].startswith(f"At step {first}")
+
+
+def test_divergence_table_selection_opens_the_unit(app, small_db):
+    from dashboard import widgets
+    units = pd.DataFrame({"prompt_id": ["q0", "q7"], "repeat": [0, 3], "first_divergence": [2, None]})
+    assert widgets.unit_from_selection({"selection": {"rows": [1], "columns": []}}, units) == ("q7", 3)
+    assert widgets.unit_from_selection({"selection": {"rows": []}}, units) is None
+    assert widgets.unit_from_selection(None, units) is None
+    # on the page: what the on_select callback does for a click on row 5 (clear the search, set the
+    # unit widgets) re-renders that unit
+    at = _page(app, navigation.path("traces"))
+    div = traces.divergence_summary(small_db, "run-small", MODELS)
+    prompt, repeat = widgets.unit_from_selection({"selection": {"rows": [5]}}, div)
+    at.session_state["tr_search"], at.session_state["tr_prompt"], at.session_state["tr_repeat"] = "", prompt, repeat
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="tr_prompt").value == prompt and at.selectbox(key="tr_repeat").value == repeat
+    assert "What decided step" in _texts(at)
+
+
+def test_trace_figure_boxes_hold_whole_tokens():
+    from engine import figures
+    steps = _two_model_step()
+    steps = pd.concat([steps, steps.assign(step=5, token_id=9, token_text=" number", gumbel=0.0)], ignore_index=True)
+    fig = figures.trace_figure(steps, ["A", "B"], agree=[False, True], first_divergence=4)
+    bars = [t for t in fig.data if t.type == "bar"]
+    texts = [t for t in fig.data if t.type == "scatter"]
+    assert [b.name for b in bars] == ["A", "B"] and len(texts) == 2
+    for bar, text in zip(bars, texts):
+        assert list(text.text) == ["·yes" if bar.name == "A" else "·no", "·number"]  # whole, never cut
+        assert all(w >= len(t) + 1 for w, t in zip(bar.x, text.text))  # each box as wide as its longest token
+        assert list(bar.base) == [0, 5] and list(bar.x) == [5, 8]  # side by side, aligned across models
+        assert list(text.x) == [2.5, 9]  # each text centred in its box
+    assert fig.layout.shapes[0].x0 == 0  # the first-divergence line at the left edge of step 4
 
 
 def test_demo_button_is_disabled_while_a_demo_runs(tmp_path, monkeypatch):

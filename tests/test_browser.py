@@ -148,19 +148,39 @@ def test_every_page_renders(server, page, artifacts_dir):
 
 
 def test_download_a_chart(server, page, artifacts_dir):
+    """Exports are named after the page, the chart, the run, the models and the date: the HTML
+    button, the CSV button and the chart toolbar's camera button (PNG rendered by the browser)."""
+    import datetime
+    today = datetime.date.today().isoformat()
+    stem = "benchmark_covariance_kde_run-small_m-base_vs_m-int4_" + today  # default pair: first two models
     _goto(page, server, "benchmark")
     page.get_by_text("Mean per-question covariance").first.wait_for(timeout=60_000)
     with page.expect_download(timeout=60_000) as dl:
         page.get_by_role("button", name="HTML").first.click()
+    assert dl.value.suggested_filename == f"{stem}.html"
     path = artifacts_dir / "browser_download_covariance.html"
     dl.value.save_as(str(path))
     body = path.read_text()
     assert "plotly" in body.lower() and "covariance" in body.lower()
-    with page.expect_download(timeout=120_000) as dl:
-        page.get_by_role("button", name="PNG").first.click()
+    chart = page.locator(".js-plotly-plot >> visible=true").first
+    chart.hover()
+    t0 = time.monotonic()
+    with page.expect_download(timeout=30_000) as dl:
+        chart.locator(".modebar-btn[data-title^='Download plot']").first.click()
+    seconds = time.monotonic() - t0
+    assert dl.value.suggested_filename == f"{stem}.png"
     png = artifacts_dir / "browser_download_covariance.png"
     dl.value.save_as(str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"camera-button PNG export: {seconds:.2f} s")
+    page.get_by_role("tab", name="Error vs samples").click()
+    _settle(page)
+    with page.expect_download(timeout=60_000) as dl:
+        page.locator("[data-testid='stDownloadButton'] button >> visible=true", has_text="CSV").first.click()
+    assert dl.value.suggested_filename == f"benchmark_error_curve_run-small_m-base_vs_m-int4_{today}.csv"
+    csv = artifacts_dir / "browser_download_error_curve.csv"
+    dl.value.save_as(str(csv))
+    assert all(len(cell) < 16 for line in csv.read_text().splitlines()[1:] for cell in line.split(","))  # no float noise
 
 
 def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
@@ -174,6 +194,10 @@ def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
     page.get_by_text("Rejected", exact=False).first.wait_for(timeout=60_000)
     _settle(page)
     _shot(page, artifacts_dir, "upload_rejected")
+    # the problems name the uploaded file, count the header line, and show whole messages (a static table)
+    problems = page.locator("[data-testid='stTable']").first.inner_text()
+    assert "bad.csv" in problems and "<upload>" not in problems and "line 1 is the header" in problems
+    assert "bad winner value 'maybe'; allowed:" in problems
     page.locator("input[type='file']").first.set_input_files(str(good))
     page.get_by_text("Valid:", exact=False).first.wait_for(timeout=60_000)
     _settle(page)
@@ -220,6 +244,28 @@ def test_tiny_generation_through_the_ui(server, page, artifacts_dir):
     runs = overview.runs(server["db"])
     new = runs[runs.run_id.str.startswith("ui-")]
     assert len(new) == 1 and new.iloc[0]["n_generations"] == 2 * 2 * 1 * 2  # models x prompts x repeats x modes
+
+
+def test_divergence_table_row_opens_the_unit(server, page, artifacts_dir):
+    """Clicking a row of the Token traces page's divergence table selects that unit's prompt and repeat."""
+    from engine.analysis import traces
+    div = traces.divergence_summary(server["db"], "run-small", ("m-base", "m-int4", "m-int8"))
+    _goto(page, server, "traces")
+    page.get_by_text("Where do these models diverge?", exact=False).first.click()
+    _settle(page)
+    grid = page.locator("[data-testid='stExpander'] [data-testid='stDataFrame'] >> visible=true").first
+    grid.wait_for(timeout=60_000)
+    box = grid.bounding_box()
+    row = 5  # the 6th unit: (q1, 1); the page opens on (q0, 0)
+    page.mouse.click(box["x"] + 14, box["y"] + 35 * (row + 1) + 17)  # the row's selection checkbox
+    _settle(page)
+    _no_exception(page)
+    want = div.iloc[row]
+    _shot(page, artifacts_dir, "traces_row_opened")
+    boxes = page.locator("[data-testid='stSelectbox']")
+    shown = {boxes.nth(i).locator("label").inner_text(): boxes.nth(i).locator("input").first.input_value()
+             for i in range(boxes.count())}
+    assert shown["Prompt"].startswith(f"{want['prompt_id']} · ") and shown["Repeat"] == str(int(want["repeat"]))
 
 
 def _metric(page, label: str) -> str:

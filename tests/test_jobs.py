@@ -120,7 +120,7 @@ def test_killed_from_outside_without_exit_code_is_killed(tmp_db, fake_python):
 def test_real_engine_command_runs_as_job(tmp_db):
     with store.writer(tmp_db) as con:
         con.execute("INSERT INTO models (name, variant) VALUES ('m1', 'base')")
-    job = jobs.start_job(["info", "--db", str(tmp_db)], kind="info", db=tmp_db, progress=False)
+    job = jobs.start_job(["info", "--db", str(tmp_db), "--json"], kind="info", db=tmp_db, progress=False)
     st = jobs.wait_job(job, tmp_db, timeout_s=120)
     assert st.status == "done", st.log_tail
     assert '"models": 1' in st.log_tail

@@ -222,16 +222,30 @@ def test_cli_score_judge_cluster_and_from_judge(tmp_db, tmp_path, capsys):
     script = tmp_path / "judge.py"
     script.write_text("import sys, json\nfor line in sys.stdin:\n    print(json.dumps('Tie'))\n")
     assert main(["judge", "--db", str(tmp_db), "--run", "r1", "--judge", "ext",
-                 "--judge-command", f"{sys.executable} {script}"]) == 0
+                 "--judge-command", f"{sys.executable} {script}", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n_judged_now"] == 8 and out["stored_verdicts"]["tie"] == 8
     assert main(["comparisons", "from-judge", "--db", str(tmp_db), "--run", "r1", "--judge", "ext",
-                 "--mode", "coupled", "--name", "j"]) == 0
+                 "--mode", "coupled", "--name", "j", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_rows"] == 8
-    assert main(["score", "--db", str(tmp_db), "--run", "r1", "--rule", "exact"]) == 0
+    assert main(["score", "--db", str(tmp_db), "--run", "r1", "--rule", "exact", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_scored"] == 8
-    assert main(["cluster", "--db", str(tmp_db), "--run", "r1", "--method", "answer", "--rule", "exact"]) == 0
+    assert main(["cluster", "--db", str(tmp_db), "--run", "r1", "--method", "answer", "--rule", "exact",
+                 "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_groups"] == 4
+    # the default output is a short human summary (a table), and --out writes the full JSON
+    out_file = tmp_path / "score.json"
+    assert main(["score", "--db", str(tmp_db), "--run", "r1", "--rule", "exact", "--out", str(out_file)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("scored 8 generations of run r1 with rule exact")
+    assert "no mean score: no generation has a gold answer" in text and "{" not in text
+    assert json.loads(out_file.read_text())["n_scored"] == 8
+    assert main(["judge", "--db", str(tmp_db), "--run", "r1", "--judge", "ext",
+                 "--judge-command", f"{sys.executable} {script}"]) == 0
+    text = capsys.readouterr().out
+    assert "0 judged now, 8 already stored" in text and "coupled" in text and "{" not in text
+    assert main(["cluster", "--db", str(tmp_db), "--run", "r1", "--method", "answer", "--rule", "exact"]) == 0
+    assert "into 4 groups" in capsys.readouterr().out
     assert main(["score", "--db", str(tmp_db), "--run", "nope"]) == 2
     assert "unknown run 'nope'" in capsys.readouterr().err
     bad = tmp_path / "bad.txt"

@@ -156,3 +156,15 @@ def test_score_run_reproduces_the_paper_importers_scores(tmp_db):
     summary = scoring.score_run(tmp_db, run, "paper")
     assert summary["n_scored"] == len(imported) == 3 * 2 * 100 * 10
     assert store.query_df(tmp_db, sql).equals(imported)
+
+
+def test_score_command_summary_is_a_table():
+    from engine.commands import score as cmd
+    text = cmd.summary({"run": "r", "rule": "paper", "n_scored": 1200, "n_no_gold": 0, "n_no_answer": 3,
+                        "mean_score": [{"model": "a", "mode": "coupled", "score": 0.16999999999999998},
+                                       {"model": "bb", "mode": "independent", "score": 0.5}]})
+    lines = text.splitlines()
+    assert lines[0] == "scored 1,200 generations of run r with rule paper (3 without an extractable answer, " \
+                       "0 without a gold answer)"
+    assert lines[1:] == ["model  mode         mean score", "-----  -----------  ----------",
+                         "a      coupled           0.170", "bb     independent       0.500"]

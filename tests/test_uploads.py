@@ -257,7 +257,8 @@ def test_cli_import_list_export_delete(tmp_db, tmp_path, capsys):
     from engine.cli import main
     good = tmp_path / "good.csv"
     good.write_text(GOOD)
-    assert main(["import", "comparisons", str(good), "--db", str(tmp_db), "--name", "s", "--models", "m1,m2,m3"]) == 0
+    assert main(["import", "comparisons", str(good), "--db", str(tmp_db), "--name", "s", "--models", "m1,m2,m3",
+                 "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_rows"] == 3
     before = dump(tmp_db)
     bad = tmp_path / "bad.csv"
@@ -266,11 +267,15 @@ def test_cli_import_list_export_delete(tmp_db, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "2 problems" in err and "row 2, column 'model_b'" in err and "row 3, column 'winner'" in err
     assert dump(tmp_db) == before
-    assert main(["comparisons", "list", "--db", str(tmp_db)]) == 0
+    assert main(["comparisons", "list", "--db", str(tmp_db), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in listed] == ["s"] and listed[0]["meta"]["format"] == "csv"
+    assert main(["comparisons", "list", "--db", str(tmp_db)]) == 0
+    summary = capsys.readouterr().out.splitlines()
+    assert summary[0].split()[:3] == ["name", "n_rows", "n_models"] and summary[2].split()[:3] == ["s", "3", "3"]
     assert main(["comparisons", "export", "s", "--db", str(tmp_db)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "id,prompt_id,model_a,model_b,winner,judge_winner"
     assert main(["comparisons", "delete", "s", "--db", str(tmp_db)]) == 0
+    assert capsys.readouterr().out.startswith("deleted comparison set s (3 rows)")
     assert main(["comparisons", "delete", "s", "--db", str(tmp_db)]) == 2
     assert "unknown comparison set 's'" in capsys.readouterr().err

@@ -7,7 +7,10 @@ models share the noise of every step, so they agree until their distributions di
 
 from __future__ import annotations
 
+import json
+import math
 import os
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -152,6 +155,161 @@ def token_names(db: str | os.PathLike, run_id: str, steps: pd.DataFrame, limit: 
     return names
 
 
+# --------------------------------------------------------------------------- the deciding quantity
+
+def _cells(x) -> list:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return []
+    return list(x)
+
+
+def _num(x) -> float:
+    return float("nan") if x is None or pd.isna(x) else float(x)
+
+
+def _candidates(rec: Mapping, greedy: bool) -> dict[int, tuple[float, float]]:
+    """token id -> (log p, g) for the chosen token and the stored top-K alternatives of one
+    (model, step) trace row. log p = log(prob) as stored: the probability under the temperature-
+    scaled, top-k/top-p masked distribution the sampler drew from (engine.sampling.gumbel.
+    masked_logprobs). g: recomputed from the noise key where available, else as stored; 0 when
+    greedy (T = 0: no noise)."""
+    ids = [int(i) for i in _cells(rec.get("top_ids"))]
+    probs = _cells(rec.get("top_probs"))
+    gs = _cells(rec.get("top_gumbels_recomputed")) or _cells(rec.get("top_gumbels"))
+    out: dict[int, tuple[float, float]] = {}
+    for j, i in enumerate(ids):
+        p = _num(probs[j]) if j < len(probs) else float("nan")
+        g = 0.0 if greedy else (_num(gs[j]) if j < len(gs) else float("nan"))
+        out[i] = (math.log(p) if p > 0 else -math.inf, g)
+    c = int(rec["token_id"])
+    p = _num(rec.get("prob"))
+    g_c = 0.0 if greedy else _num(rec.get("gumbel"))
+    if math.isnan(g_c):
+        g_c = out.get(c, (0.0, float("nan")))[1]
+    out[c] = (math.log(p) if p > 0 else -math.inf, g_c)
+    return out
+
+
+def step_decisions(steps: pd.DataFrame, step: int, models: Sequence[str], temperature: float | None = None,
+                   names: Mapping[int, str] | None = None) -> pd.DataFrame:
+    """The Gumbel-max decision of each model at one step: s(t) = log p(t) + g(t) of the chosen
+    token and of the runner-up, and the margin s(chosen) - s(runner-up) > 0.
+
+    Gumbel-max (Benz et al., Section 3) picks argmax_t log p(t) + g(t); the runner-up here is the
+    best other token among the K stored alternatives (a token outside the top-K can only be
+    runner-up through a large g; it is not stored). Greedy runs (temperature 0) have g = 0.
+
+    Args:
+        steps: trace rows (model, step, token_id, token_text, prob, top_ids, top_probs, top_gumbels
+            [, gumbel, top_gumbels_recomputed]) as from :func:`trace_view`.
+        step: the step (e.g. the first divergence). models: row order.
+        temperature: the run's temperature (0 = greedy); None = sampled.
+        names: token id -> text for the runner-up (default ``#id``).
+
+    Returns:
+        One row per model with a trace at ``step``: model, chosen, chosen_id, logp_chosen, g_chosen,
+        s_chosen, runner_up, runner_up_id, logp_runner_up, g_runner_up, s_runner_up, margin,
+        consistent (no stored alternative scores above the chosen token: the trace agrees with
+        Gumbel-max).
+    """
+    greedy = temperature is not None and temperature == 0
+    names = dict(names or {})
+    at = steps[steps["step"] == step]
+    for i, t in zip(at["token_id"], at["token_text"]):  # every model's chosen token is named
+        names.setdefault(int(i), str(t))
+    rows = []
+    for m in models:
+        part = at[at["model"] == m]
+        if part.empty:
+            continue
+        rec = part.iloc[0].to_dict()
+        cand = _candidates(rec, greedy)
+        c = int(rec["token_id"])
+        score = {i: lp + g for i, (lp, g) in cand.items()}
+        others = {i: v for i, v in score.items() if i != c and not math.isnan(v)}
+        r = max(others, key=lambda i: (others[i], -i)) if others else None
+        lp_c, g_c = cand[c]
+        lp_r, g_r = cand[r] if r is not None else (float("nan"), float("nan"))
+        s_c, s_r = lp_c + g_c, lp_r + g_r
+        rows.append({"model": m, "chosen": names.get(c, f"#{c}"), "chosen_id": c, "logp_chosen": lp_c,
+                     "g_chosen": g_c, "s_chosen": s_c,
+                     "runner_up": None if r is None else names.get(r, f"#{r}"), "runner_up_id": r,
+                     "logp_runner_up": lp_r, "g_runner_up": g_r, "s_runner_up": s_r, "margin": s_c - s_r,
+                     "consistent": bool(math.isnan(s_c) or not others or s_c >= max(others.values()))})
+    return pd.DataFrame(rows, columns=["model", "chosen", "chosen_id", "logp_chosen", "g_chosen", "s_chosen",
+                                       "runner_up", "runner_up_id", "logp_runner_up", "g_runner_up",
+                                       "s_runner_up", "margin", "consistent"])
+
+
+def divergence_explanation(steps: pd.DataFrame, step: int, models: Sequence[str], temperature: float | None = None,
+                           names: Mapping[int, str] | None = None) -> dict:
+    """Why two coupled models chose different tokens a (model A) and b (model B) at ``step``.
+
+    Both share the noise, so each picks a over b iff its log-odds L = log p(a) - log p(b)
+    exceeds the noise threshold d = g(b) - g(a). A's margin is L_A - d, B's is d - L_B; the
+    shift L_A - L_B between the models crossed the threshold. In probabilities: p(a) moved from
+    p_A(a) to p_B(a).
+
+    Returns:
+        dict with ``models`` (A, B), ``tokens`` (a, b), ``threshold`` d, ``log_odds`` (L_A, L_B),
+        ``margins`` (A's, B's), ``log_odds_shift`` L_A - L_B, ``p_a`` (p_A(a), p_B(a)),
+        ``probability_shift`` p_A(a) - p_B(a), ``text`` (one sentence) and ``complete`` (False
+        when a probability or Gumbel value is not among the stored top-K; the text then says so);
+        None-valued entries when no two models differ at ``step``.
+    """
+    greedy = temperature is not None and temperature == 0
+    names = dict(names or {})
+    at = steps[steps["step"] == step]
+    recs = {m: at[at["model"] == m].iloc[0].to_dict() for m in models if (at["model"] == m).any()}
+    pair = next(((x, y) for i, x in enumerate(recs) for y in list(recs)[i + 1:]
+                 if int(recs[x]["token_id"]) != int(recs[y]["token_id"])), None)
+    if pair is None:
+        return {"models": None, "tokens": None, "text": None, "complete": False}
+    A, B = pair
+    a, b = int(recs[A]["token_id"]), int(recs[B]["token_id"])
+    for m in (A, B):
+        names.setdefault(int(recs[m]["token_id"]), str(recs[m].get("token_text")))
+    cand = {m: _candidates(recs[m], greedy) for m in (A, B)}
+    nan = float("nan")
+
+    def lp(m, t):
+        return cand[m].get(t, (nan, nan))[0]
+
+    def g(t):  # the noise is shared: take it from whichever model stored it
+        vals = [cand[m][t][1] for m in (A, B) if t in cand[m] and not math.isnan(cand[m][t][1])]
+        return vals[0] if vals else nan
+
+    d = g(b) - g(a)
+    L = {m: lp(m, a) - lp(m, b) for m in (A, B)}
+    margins = (L[A] - d, d - L[B])
+    p_a = (math.exp(lp(A, a)), math.exp(lp(B, a)))
+    shift = p_a[0] - p_a[1]
+    complete = all(math.isfinite(v) for v in (d, L[A], L[B]))
+    ta, tb = names.get(a, f"#{a}"), names.get(b, f"#{b}")
+    if complete and min(margins) < 0:
+        text = (f"At step {step} {A} picks {ta!r} and {B} picks {tb!r}, but the stored probabilities and "
+                f"Gumbel values do not reproduce these choices (margins {margins[0]:.3g}, {margins[1]:.3g}): "
+                "the trace was not produced with this noise key (imported or synthetic data?).")
+    elif complete:
+        text = (f"At step {step} the shared noise favours {tb!r} over {ta!r} by g({tb}) - g({ta}) = {d:.3g}"
+                + (" (greedy: no noise)" if greedy else "") + ". "
+                f"{A} gives {ta!r} log-odds {L[A]:.3g} over {tb!r} (p {math.exp(lp(A, a)):.3g} vs "
+                f"{math.exp(lp(A, b)):.3g}) and picks {ta!r} by a margin of {margins[0]:.3g}; {B}'s log-odds "
+                f"{L[B]:.3g} (p {math.exp(lp(B, a)):.3g} vs {math.exp(lp(B, b)):.3g}) fall {margins[1]:.3g} short, "
+                f"so it picks {tb!r}. A probability shift of {abs(shift):.3g} in p({ta}) (log-odds shift "
+                f"{L[A] - L[B]:.3g}) crossed a margin of {min(margins):.3g}.")
+    else:
+        missing = [f"p_{m}({t})" for m in (A, B) for t, tt in ((a, ta), (b, tb)) if math.isnan(lp(m, t))]
+        missing = [x.replace(f"({a})", f"({ta})").replace(f"({b})", f"({tb})") for x in missing]
+        missing += [f"g({tt})" for t, tt in ((a, ta), (b, tb)) if math.isnan(g(t))]
+        text = (f"At step {step} {A} picks {ta!r} and {B} picks {tb!r}; the comparison needs "
+                f"{', '.join(missing)}, which are not among the stored top-K alternatives (store more with "
+                "--trace-top-k). Each model's own margin over its runner-up is in the table.")
+    return {"models": (A, B), "tokens": (ta, tb), "threshold": d, "log_odds": (L[A], L[B]), "margins": margins,
+            "log_odds_shift": L[A] - L[B], "p_a": p_a, "probability_shift": shift, "text": text,
+            "complete": complete}
+
+
 def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, mode: str,
                models: tuple[str, ...], step_offset: int = 0, max_steps: int = 120) -> dict:
     """Everything the token-trace view draws for one unit and mode: the steps (with recomputed
@@ -161,11 +319,27 @@ def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, 
                         step_offset=step_offset)
     with_g = recompute_gumbels(db, run_id, prompt_id, repeat, steps)
     al = align_traces(steps, list(models))
-    return {"steps": with_g if with_g is not None else steps, "alignment": al,
+    shown = with_g if with_g is not None else steps
+    names = token_names(db, run_id, steps)
+    temperature = _run_temperature(db, run_id)
+    first = al["first_divergence"]
+    return {"steps": shown, "alignment": al,
             "gumbel_recomputed": with_g is not None,
             "gumbel_check": gumbel_check(with_g) if with_g is not None else None,
             "length": unit_trace_length(db, run_id, prompt_id, repeat, mode),
-            "token_names": token_names(db, run_id, steps)}
+            "token_names": names, "temperature": temperature,
+            "decisions": None if first is None else step_decisions(shown, first, list(models), temperature, names),
+            "explanation": None if first is None or mode != "coupled" else
+            divergence_explanation(shown, first, list(models), temperature, names)}
+
+
+def _run_temperature(db, run_id: str) -> float | None:
+    """The run's sampling temperature from its stored config (None when unknown)."""
+    df = store.query_df(db, "SELECT config FROM runs WHERE run_id = ?", [run_id])
+    if df.empty or df.iloc[0, 0] is None:
+        return None
+    t = json.loads(df.iloc[0, 0]).get("temperature")
+    return None if t is None else float(t)
 
 
 def divergence_summary(db: str | os.PathLike, run_id: str, models: tuple[str, ...], mode: str = "coupled") -> pd.DataFrame:

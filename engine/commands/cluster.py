@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine import config
-from engine.commands._common import add_db, print_json
+from engine.commands._common import add_db, add_output_args, emit
 
 
 def register(sub) -> None:
@@ -18,10 +18,21 @@ def register(sub) -> None:
     p.add_argument("--threshold", type=float, default=config.DEFAULT_EMBEDDING_THRESHOLD,
                    help="for --method embedding: cosine threshold (default %(default)s)")
     p.add_argument("--progress-file", help="for --method llm: write live progress (JSON) to this file")
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from engine.tasks.clustering import cluster_run
-    return print_json(cluster_run(args.db, args.run, args.method, rule=args.rule, model=args.model,
-                              threshold=args.threshold, progress_file=args.progress_file))
+    res = cluster_run(args.db, args.run, args.method, rule=args.rule, model=args.model,
+                      threshold=args.threshold, progress_file=args.progress_file)
+    return emit(args, res, lambda: summary(res))
+
+
+def summary(res: dict) -> str:
+    extra = ", ".join(f"{k} {res[k]}" for k in ("rule", "threshold") if k in res)
+    text = (f"clustered {res['n_generations']:,} generations of run {res['run']} into {res['n_groups']:,} groups "
+            f"(prompt x model x mode) with method {res['method']}" + (f" ({extra})" if extra else ""))
+    text += (f"\nclusters per group: mean {res['mean_clusters']:.2f}, max {res['max_clusters']}; "
+             f"mean semantic consistency S = {res['mean_consistency']:.3f}")
+    return text + (f"\nnote: {res['note']}" if res.get("note") else "")

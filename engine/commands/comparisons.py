@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from engine import config
-from engine.commands._common import add_db, print_json
+from engine.commands._common import add_db, add_output_args, emit, table
 
 
 def register(sub) -> None:
@@ -16,10 +16,12 @@ def register(sub) -> None:
     inner.required = True
     q = inner.add_parser("list", help="every stored set with its row and label counts")
     add_db(q)
+    add_output_args(q)
     q.set_defaults(func=run_list)
     q = inner.add_parser("delete", help="delete a set")
     q.add_argument("name")
     add_db(q)
+    add_output_args(q)
     q.set_defaults(func=run_delete)
     q = inner.add_parser("export", help="a set as CSV in the upload format (stdout or --out)")
     q.add_argument("name")
@@ -34,30 +36,36 @@ def register(sub) -> None:
     q.add_argument("--name", required=True)
     q.add_argument("--combine", default="separate", choices=config.JUDGE_COMBINE)
     q.add_argument("--replace", action="store_true")
+    add_output_args(q)
     q.set_defaults(func=run_from_judge)
 
 
 def run_list(args) -> int:
     from engine.tasks.comparisons import list_comparison_sets
     if not Path(args.db).exists():
-        return print_json([])
+        return emit(args, [], f"no database at {args.db}: no comparison sets")
     df = list_comparison_sets(args.db)
     rows = df.to_dict("records")
     for r in rows:
         r["meta"] = json.loads(r["meta"]) if r.get("meta") else None
-    return print_json(rows)
+        for k, v in r.items():  # timestamps -> text, so --json stays strict JSON
+            if hasattr(v, "isoformat"):
+                r[k] = v.isoformat(sep=" ", timespec="seconds")
+    cols = [c for c in ("name", "n_rows", "n_models", "n_human", "n_judge", "created_at", "source") if c in df.columns]
+    return emit(args, rows, lambda: table(rows, cols) if rows else "no comparison sets stored")
 
 
 def run_delete(args) -> int:
     from engine.tasks.comparisons import delete_comparison_set
-    return print_json({"deleted": args.name, "n_rows": delete_comparison_set(args.db, args.name)})
+    res = {"deleted": args.name, "n_rows": delete_comparison_set(args.db, args.name)}
+    return emit(args, res, f"deleted comparison set {args.name} ({res['n_rows']:,} rows)")
 
 
 def run_export(args) -> int:
     from engine.tasks.comparisons import export_comparison_set
     text = export_comparison_set(args.db, args.name, args.out)
     if args.out:
-        print(json.dumps({"exported": args.name, "out": args.out}), file=sys.stderr)
+        print(f"exported comparison set {args.name} to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -65,5 +73,8 @@ def run_export(args) -> int:
 
 def run_from_judge(args) -> int:
     from engine.tasks.judge import judgments_to_set
-    return print_json(judgments_to_set(args.db, args.run, args.judge, args.mode, args.name,
-                                   combine=args.combine, replace=args.replace))
+    res = judgments_to_set(args.db, args.run, args.judge, args.mode, args.name,
+                           combine=args.combine, replace=args.replace)
+    return emit(args, res, f"{'replaced' if res['replaced'] else 'stored'} comparison set {res['name']}: "
+                           f"{res['n_rows']:,} rows from judge {args.judge} on run {args.run} ({args.mode}), "
+                           f"{res['n_unlabelled']:,} without a label")

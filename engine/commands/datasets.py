@@ -3,8 +3,7 @@ datasets, or a check of one dataset file (kind, size, subjects, gold balance, fi
 
 from __future__ import annotations
 
-import json
-
+from engine.commands._common import add_output_args, emit
 from engine.tasks import datasets
 
 
@@ -14,7 +13,7 @@ def register(sub) -> None:
                    help="built-in name, NAME:subject, a CSV/JSONL/TXT file or a folder of MMLU CSVs")
     d.add_argument("--subject", default=None)
     d.add_argument("--limit", type=int, default=None)
-    d.add_argument("--json", action="store_true")
+    add_output_args(d)
     d.set_defaults(func=run)
 
 
@@ -38,16 +37,18 @@ def run(args) -> int:
         data = [dataset_summary(datasets.load_dataset(n)) for n in datasets.list_datasets()]
     else:
         data = [dataset_summary(datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject))]
-    if args.json:
-        print(json.dumps(data if args.dataset is None else data[0], indent=2, ensure_ascii=False))
-        return 0
+    return emit(args, data if args.dataset is None else data[0], lambda: summary(data))
+
+
+def summary(data: list[dict]) -> str:
+    lines = []
     for r in data:
         subs = ", ".join(f"{k} ({v})" for k, v in list(r["subjects"].items())[:8])
         more = f" ... {len(r['subjects'])} subjects" if len(r["subjects"]) > 8 else ""
-        print(f"{r['dataset_id']}: {r['kind']}, {r['n_prompts']} prompts ({r['source']})")
+        lines.append(f"{r['dataset_id']}: {r['kind']}, {r['n_prompts']} prompts ({r['source']})")
         if subs:
-            print(f"  subjects: {subs}{more}")
+            lines.append(f"  subjects: {subs}{more}")
         if r["gold_counts"]:
-            print(f"  gold answers: {', '.join(f'{k}={v}' for k, v in r['gold_counts'].items())}")
-        print("  first prompt: " + (r["first_prompt"] or "").replace("\n", "\n    "))
-    return 0
+            lines.append(f"  gold answers: {', '.join(f'{k}={v}' for k, v in r['gold_counts'].items())}")
+        lines.append("  first prompt: " + (r["first_prompt"] or "").replace("\n", "\n    "))
+    return "\n".join(lines)

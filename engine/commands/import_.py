@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 from engine import config
-from engine.commands._common import add_db, csv_list, print_analysis, print_json
+from engine.commands._common import add_db, add_output_args, csv_list, emit, table
 from engine.errors import UserError
 
 
@@ -21,6 +20,7 @@ def register(sub) -> None:
     p.add_argument("--models", default=None, help="comma-separated model folder names (default: all)")
     p.add_argument("--subjects", default=None, help="comma-separated subjects (default: all)")
     p.add_argument("--run-id", default="paper-mmlu")
+    add_output_args(p)
     p.set_defaults(func=run_paper_mmlu)
 
     q = imp.add_parser("comparisons", help="validate and import pairwise comparisons (CSV or Arena JSON lines)")
@@ -31,6 +31,7 @@ def register(sub) -> None:
     q.add_argument("--format", choices=config.COMPARISON_FORMATS, help="default: arena for .json/.jsonl, else csv")
     q.add_argument("--models", help="comma-separated known models: any other model is a problem")
     q.add_argument("--replace", action="store_true", help="replace an existing set of that name")
+    add_output_args(q)
     q.set_defaults(func=run_comparisons)
 
 
@@ -40,9 +41,14 @@ def run_paper_mmlu(args) -> int:
     out = import_paper_mmlu(args.db, args.responses, args.questions, models=csv_list(args.models),
                             subjects=csv_list(args.subjects), run_id=args.run_id)
     out["seconds"] = round(time.perf_counter() - t0, 2)
-    print(f"imported {out['n_generations']} generations of {len(out['models'])} models "
-          f"({out['n_prompts']} prompts) into {args.db} as run {out['run_id']}", file=sys.stderr)
-    return print_analysis(out)
+    files: dict[str, list[str]] = {}
+    for f in out["files"]:
+        files.setdefault(f["model"], []).append(f"{f['mode']} (seed {f['seed']})")
+    rows = [{"model": m, "files": ", ".join(v)} for m, v in files.items()]
+    return emit(args, out, lambda: (
+        f"imported {out['n_generations']:,} generations of {len(out['models'])} models ({out['n_prompts']:,} prompts, "
+        f"{len(out['subjects'])} subjects) into {args.db} as run {out['run_id']} in {out['seconds']} s\n"
+        + table(rows)))
 
 
 def run_comparisons(args) -> int:
@@ -50,5 +56,9 @@ def run_comparisons(args) -> int:
     if args.file is None and args.judge_file is None:
         raise UserError("give the file to import (and/or --judge-file for the Arena format)")
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
-    return print_json(import_comparisons(args.db, args.file, args.name, judge_file=args.judge_file, fmt=args.format,
-                                         known_models=models, replace=args.replace))
+    res = import_comparisons(args.db, args.file, args.name, judge_file=args.judge_file, fmt=args.format,
+                             known_models=models, replace=args.replace)
+    return emit(args, res, lambda: (
+        f"{'replaced' if res['replaced'] else 'stored'} comparison set {res['name']} ({res['format']}): "
+        f"{res['n_rows']:,} comparisons between {len(res['models'])} models, {res['n_human_labels']:,} human "
+        f"labels, {res['n_judge_labels']:,} judge labels\nmodels: {', '.join(res['models'])}"))

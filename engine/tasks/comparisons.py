@@ -127,7 +127,11 @@ class InvalidUpload(UserError):
 
 
 def _label(source) -> str:
-    return "<upload>" if isinstance(source, (bytes, bytearray)) else str(source)
+    """How problems name the file: its path, or for bytes their ``name`` attribute (an upload's
+    file name, e.g. ``dashboard.uploads.NamedBytes``), else ``<upload>``."""
+    if isinstance(source, (bytes, bytearray)):
+        return getattr(source, "name", None) or "<upload>"
+    return str(source)
 
 
 def _read_text(source, max_bytes: int, problems: list[Problem]) -> str | None:
