@@ -94,7 +94,7 @@ def test_scoring_a_run_still_generating_says_so_and_rescoring_fills_the_rest(tmp
         con.execute("INSERT INTO prompts (dataset_id, prompt_id, idx, gold) VALUES ('ds', 'p1', 0, 'A'), ('ds', 'p2', 1, 'B')")
         con.execute("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text) VALUES "
                     "('r1', 'm', 'p1', 0, 'coupled', 0, 'A'), ('r1', 'm', 'p2', 0, 'coupled', 0, 'A')")
-    assert main(["score", "--run", "r1", "--db", str(tmp_db)]) == 0
+    assert main(["score", "--run", "r1", "--db", str(tmp_db), "--json"]) == 0
     cap = capsys.readouterr()
     res = json.loads(cap.out)
     assert (res["complete"], res["n_scored"], res["n_expected"]) == (False, 2, 4)

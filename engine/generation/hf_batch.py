@@ -26,9 +26,21 @@ from engine.generation.hf_prefill import PrefillCache
 from engine.generation.types import GenConfig
 from engine.sampling import noise
 from engine.sampling.gumbel import sample
-from engine.sampling.triton_noise import gumbel_fused
 
 Unit = tuple[str, int, int]  # (prompt_id, repeat, seed)
+
+
+def _gumbel(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor, token_keys: torch.Tensor) -> torch.Tensor:
+    """Keyed noise (m, V): the fused Triton kernel on CUDA, the torch reference (same bits) elsewhere.
+
+    triton_noise is imported only on CUDA: importing triton fixes its compiled/interpreted mode for
+    the whole process, and a CPU run gains nothing from it.
+    """
+    if token_keys.device.type == "cuda":
+        from engine.sampling.triton_noise import gumbel_fused
+
+        return gumbel_fused(seed, unit_keys, step, token_keys)
+    return noise.gumbel(seed, unit_keys, step, token_keys)
 
 
 @dataclass
@@ -160,8 +172,7 @@ class BatchState:
         that stop (EOS or max_new_tokens). Returns (tokens (m,), the rows that finished)."""
         cfg, k = self.cfg, self.cfg.trace_top_k
         sd, ky, st = self.seed_t[idx], self.keys[idx], self.step_t[idx]
-        # gumbel_fused: the Triton kernel on CUDA, the torch reference (same bits) elsewhere
-        g = gumbel_fused(sd, ky, st, self.token_keys) if cfg.temperature > 0 else None  # (m, V)
+        g = _gumbel(sd, ky, st, self.token_keys) if cfg.temperature > 0 else None  # (m, V)
         s = sample(self.logits[idx], g, cfg.temperature, cfg.top_k, cfg.top_p)
         tokens = s.tokens  # (m,)
         p_tok = s.logprobs.gather(1, tokens[:, None]).squeeze(1).exp()  # (m,)
