@@ -57,7 +57,7 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
     """
     if method not in METHODS:
         raise UserError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
-    R._check_covariance(covariance)
+    R.check_covariance(covariance)
     if procedure not in R.PROCEDURES:
         raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(R.PROCEDURES)}")
     alpha = parse_alpha(alpha)
@@ -255,7 +255,7 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
          "N": int, "n": int} for the alphas in order.
     """
     alphas = np.atleast_1d(np.asarray(alphas, float))
-    R._check_alpha(alphas)
+    R.check_alpha(alphas)
     pairs = pair_ids(first, second, k)
     counts = np.unique(pairs, return_counts=True)[1]
     n_pairs = len(counts)
@@ -340,7 +340,7 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
          "curve": {method: [{"alpha", "size", "intersection", "coverage"}, ...]}} with methods
          baseline, human, judge, ppr.
     """
-    R._check_covariance(covariance)
+    R.check_covariance(covariance)
     if df_judge is not None:
         if len(df_judge) != len(df_human) or not (
                 (df_judge.model_a.to_numpy() == df_human.model_a.to_numpy()).all()

@@ -128,7 +128,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
         raise UserError(f"unknown label {label!r}; allowed: {', '.join(LABELS)}")
     if reps < 1:
         raise UserError(f"bootstrap resamples must be >= 1; got {reps}")
-    RK._check_alpha(alpha)
+    RK.check_alpha(alpha)
     if procedure not in RK.PROCEDURES:
         raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(RK.PROCEDURES)}")
     col = f"{label}_winner"

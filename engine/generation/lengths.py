@@ -79,12 +79,12 @@ def tokenizer_and_context(model, trust_remote_code: bool = False):
         return model.tokenizer, _context_of(model.model.config)
     name = str(model).strip()
     specs = {s.name: s for s in loading.list_models()}
-    with loading._quiet_hub():
+    with loading.quiet_hub():
         if name in specs:
             spec = specs[name]
-            base = loading.cache_dir(spec.family)
-            tok = loading._family_tokenizer(spec)
-            if loading._cache_valid(base, loading._base_spec(spec)):
+            tok = loading.family_tokenizer(spec)
+            base = loading.converted_folder(spec)
+            if base is not None:
                 return tok, _context_of(AutoConfig.from_pretrained(str(base)))
             return tok, gguf_context(spec.source)
         path = Path(name).expanduser()

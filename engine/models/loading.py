@@ -503,6 +503,23 @@ def prepare_tokenizer(tok, model=None) -> None:
     _prepare_tokenizer(tok, model)
 
 
+def family_tokenizer(spec: ModelSpec):
+    """The tokenizer every variant of a registry model's family shares (no weights are loaded)."""
+    with _quiet_hub():
+        return _family_tokenizer(spec)
+
+
+def converted_folder(spec: ModelSpec) -> Path | None:
+    """The family's converted float32 folder when its cache is valid, else None (nothing converted)."""
+    base = cache_dir(spec.family)
+    return base if _cache_valid(base, _base_spec(spec)) else None
+
+
+def quiet_hub():
+    """Context manager: transformers' warnings and progress bars off while loading local files."""
+    return _quiet_hub()
+
+
 def _prepare_tokenizer(tok, model=None) -> None:
     tok.padding_side = "left"
     if tok.pad_token is None:

@@ -28,12 +28,12 @@ COVARIANCES = ("delta", "paper")
 
 # ----------------------------------------------------------------------------- validation
 
-def _check_covariance(covariance: str) -> None:
+def check_covariance(covariance: str) -> None:
     if covariance not in COVARIANCES:
         raise UserError(f"unknown covariance {covariance!r}; allowed: {', '.join(COVARIANCES)}")
 
 
-def _check_alpha(alpha) -> np.ndarray:
+def check_alpha(alpha) -> np.ndarray:
     a = np.asarray(alpha, dtype=float)
     if np.any(~np.isfinite(a)) or np.any(a <= 0) or np.any(a >= 1):
         raise UserError(f"alpha must be in (0, 1); got {alpha!r}")
@@ -136,7 +136,7 @@ def residual_covariance(A: np.ndarray, c: np.ndarray, n: int, covariance: str = 
     Returns:
         (k, k) covariance.
     """
-    _check_covariance(covariance)
+    check_covariance(covariance)
     S = A @ A.T  # (k, k)
     if covariance == "paper":
         return S / n ** 2
@@ -175,7 +175,7 @@ def onesource_theta_sigma(first, second, w, w2, k: int, covariance: str = "delta
     Returns:
         theta (k,), sigma (k, k).
     """
-    _check_covariance(covariance)
+    check_covariance(covariance)
     first, second, w, w2 = _as_design(first, second, w, w2, k)
     theta = winrate_pointestimate(first, second, w, w2, k)
     A = winrate_residuals(first, second, w, w2, theta, k)
@@ -241,7 +241,7 @@ def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n
     Returns:
         theta (k,), sigma (k, k), lambda (float).
     """
-    _check_covariance(covariance)
+    check_covariance(covariance)
     first_N, second_N, wh_N, wh2_N = _as_design(first_N, second_N, wh_N, wh2_N, k)
     first_n, second_n, w_n, w2_n = _as_design(first_n, second_n, w_n, w2_n, k)
     _, _, wh_n, wh2_n = _as_design(first_n, second_n, wh_n, wh2_n, k)
@@ -297,7 +297,7 @@ def ranksets(theta: np.ndarray, sigma: np.ndarray, alpha) -> tuple[np.ndarray, n
     Returns:
         lower, upper: int arrays of shape (..., k) for a scalar alpha, (A, ..., k) for an array.
     """
-    a = _check_alpha(alpha)
+    a = check_alpha(alpha)
     theta = np.asarray(theta, float)
     sigma = np.asarray(sigma, float)
     k = theta.shape[-1]
@@ -393,7 +393,7 @@ def ranksets_maxt(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: np.ra
         dict: lower (k,), upper (k,) ints (rank 1 = best), better (k, k) bool (better[i, j]:
         "i better than j" established), critical_values (list, one per step), procedure.
     """
-    a = float(_check_alpha(alpha))
+    a = float(check_alpha(alpha))
     theta = np.asarray(theta, float)
     k = theta.shape[-1]
     if normals is None:
@@ -418,7 +418,7 @@ def ranksets_marginal(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: n
     Returns:
         dict: lower (k,), upper (k,), critical_values (list of k lists), procedure "marginal".
     """
-    a = float(_check_alpha(alpha))
+    a = float(check_alpha(alpha))
     theta = np.asarray(theta, float)
     k = theta.shape[-1]
     if normals is None:
@@ -447,7 +447,7 @@ def rank_sets(theta: np.ndarray, sigma: np.ndarray, alpha: float, procedure: str
     if procedure not in PROCEDURES:
         raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(PROCEDURES)}")
     if procedure == "chi2":
-        lo, up = ranksets(theta, sigma, float(_check_alpha(alpha)))
+        lo, up = ranksets(theta, sigma, float(check_alpha(alpha)))
         return {"lower": lo, "upper": up, "procedure": "chi2"}
     fn = ranksets_maxt if procedure == "maxt" else ranksets_marginal
     return fn(theta, sigma, alpha, rng=rng, n_draws=n_draws)
