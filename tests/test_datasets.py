@@ -123,7 +123,7 @@ def test_numeric_and_prompt_lists(tmp_path):
     ("missing.csv", "question,A,B,answer\nq,1,2,A\n", "missing choice columns C, D"),
     ("nocols.jsonl", '{"text": "a"}\n', "cannot tell the layout"),
     ("badjson.jsonl", '{"prompt": "a"}\n{oops\n', "line 2: not valid JSON"),
-    ("list.jsonl", "[1, 2]\n", "line 1: expected a JSON object"),
+    ("list.jsonl", "[1, 2]\n", "line 1: each line must be a JSON object"),
     ("num.csv", "question,answer\nq1,4\nq2,many\n", "row 3: answer 'many' is not a number"),
     ("emptyq.csv", "question,A,B,C,D,answer\n,1,2,3,4,A\n", "row 2: empty 'question'"),
     ("dup.jsonl", '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n', "duplicate prompt id 'a'"),
@@ -224,3 +224,18 @@ def test_datasets_command(tmp_path, capsys):
     bad = _write(tmp_path / "bad.csv", "q1,a,b,c,d,Z\n")
     assert main(["datasets", str(bad)]) == 2
     assert "row 1: answer 'Z' is not one of A, B, C, D" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"question": "q", "A": ' + "9" * 5000 + "}", "too many digits"),
+    ("[1, 2]", "must be a JSON object, got list"),
+    ("{not json", "not valid JSON"),
+])
+def test_jsonl_dataset_bad_lines_are_one_line_errors(tmp_path, line, problem):
+    """Datasets share the Arena files' JSON-lines parser: deep nesting, huge numbers and non-objects
+    are one UserError with the line number, never a traceback."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"question": "What is 2+2?", "answer": "4"}\n' + line + "\n")
+    with pytest.raises(UserError, match=rf"line 2: .*{problem}"):
+        D.load_dataset(str(path))

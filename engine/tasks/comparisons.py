@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine.errors import UserError
+from engine.tasks.jsonl import parse_object
 
 _WINNER_MAP = {
     "a": "a", "model_a": "a",
@@ -403,18 +404,9 @@ def _arena_text(source, max_bytes: int, problems: list[Problem]) -> str | None:
 def _parse_arena_line(line: str) -> tuple[dict | None, str | None, str | None]:
     """One JSON line -> (object, None, None) or (None, field, problem). Never raises: deep nesting
     (RecursionError), numbers over Python's digit limit (ValueError) and wrong types are problems."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return None, None, f"not valid JSON ({exc.msg}, column {exc.colno})"
-    except RecursionError:
-        return None, None, "JSON nested too deeply"
-    except ValueError as exc:  # an integer with more digits than int() accepts (sys.get_int_max_str_digits)
-        if "digits" in str(exc):
-            return None, None, "a number has too many digits (more than Python's integer limit of 4,300)"
-        return None, None, f"not a usable JSON value ({str(exc).splitlines()[0][:120]})"
-    if not isinstance(obj, dict):
-        return None, None, f"each line must be a JSON object, got {type(obj).__name__}"
+    obj, problem = parse_object(line)
+    if obj is None:
+        return None, None, problem
     for key in ("model_a", "model_b", "winner"):
         if key not in obj:
             return None, key, f"missing field {key!r}"

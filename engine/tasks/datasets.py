@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import UserError
+from engine.tasks.jsonl import parse_object
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 KINDS = ("multiple_choice", "numeric", "prompts")
@@ -244,12 +245,9 @@ def _jsonl_rows(text: str, path: Path) -> list[tuple[int, dict]]:
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{str(path)!r} line {n}: not valid JSON ({exc.msg})") from exc
-        if not isinstance(obj, dict):
-            raise UserError(f"{str(path)!r} line {n}: expected a JSON object, got {type(obj).__name__}")
+        obj, problem = parse_object(line)
+        if obj is None:
+            raise UserError(f"{str(path)!r} line {n}: {problem}")
         rows.append((n, obj))
     return rows
 
