@@ -251,6 +251,11 @@ def test_divergence_table_row_opens_the_unit(server, page, artifacts_dir):
     from engine.analysis import traces
     div = traces.divergence_summary(server["db"], "run-small", ("m-base", "m-int4", "m-int8"))
     _goto(page, server, "traces")
+    # the page opens on the newest run (an earlier test may have added one): pick the fixture's run
+    run_box = page.locator("[data-testid='stSelectbox']").filter(has=page.get_by_text("Run", exact=True)).first
+    run_box.click()
+    page.get_by_role("option").filter(has_text="run-small").first.click()
+    _settle(page)
     page.get_by_text("Where do these models diverge?", exact=False).first.click()
     _settle(page)
     grid = page.locator("[data-testid='stExpander'] [data-testid='stDataFrame'] >> visible=true").first
