@@ -158,30 +158,32 @@ def test_followup_starts_exactly_once_after_success(tmp_db, fake_python):
     assert len(jobs.list_jobs(tmp_db)) == 3
 
 
-def test_observer_that_loses_the_followup_race_waits_for_the_id(tmp_db, fake_python, monkeypatch):
-    """Two observers (the dashboard tab and the CLI) see a job finish at once: the one whose marker
-    creation fails must report the follow-up the winner is still starting, not None."""
+def test_observer_that_loses_the_followup_race_waits_for_the_id(tmp_db, fake_python):
+    """Several observers (the job's own wrapper, a dashboard tab, the CLI) may see a job finish at
+    once: one claims the marker and starts the follow-up; the others must report the id it writes,
+    not None, even while the winner is still starting it (the marker still empty)."""
+    import os
     import threading
+    import time
 
-    job = jobs.start_job(["fake", "--units", "1"], kind="fake", db=tmp_db, python=fake_python,
+    jdir = jobs.jobs_dir(tmp_db)
+    job = jobs.start_job(["fake", "--units", "1", "--sleep", "0.5"], kind="fake", db=tmp_db, python=fake_python,
                          then=[["fake", "--units", "1"]])
-    real_start, started, release = jobs.start_job, threading.Event(), threading.Event()
-
-    def slow_start(*a, **kw):  # the winner is slow to start the follow-up (marker still empty)
-        started.set()
-        release.wait(10)
-        return real_start(*a, **kw)
-
-    monkeypatch.setattr(jobs, "start_job", slow_start)
-    first: dict = {}
-    winner = threading.Thread(target=lambda: first.update(st=jobs.wait_job(job, tmp_db, timeout_s=60)))
-    winner.start()
-    assert started.wait(30)
-    threading.Timer(0.5, release.set).start()
-    late = jobs.job_status(job, tmp_db)  # the marker exists and is empty for another 0.5 s
-    winner.join(30)
-    assert late.extra.get("followup") and late.extra["followup"] == first["st"].extra["followup"]
-    assert jobs.wait_job(late.extra["followup"], tmp_db, timeout_s=60).status == "done"
+    fd = os.open(jdir / f"{job}.then", os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # this test: the slow winner
+    seen: dict = {}
+    observer = threading.Thread(target=lambda: seen.update(st=jobs.wait_job(job, tmp_db, timeout_s=60)))
+    observer.start()
+    deadline = time.monotonic() + 60
+    while not (jdir / f"{job}.rc").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the job is done: the observer (and the job's own wrapper) wait on the empty marker
+    nxt = jobs.start_job(["fake", "--units", "1"], kind="fake", db=tmp_db, python=fake_python)
+    os.write(fd, nxt.encode())
+    os.close(fd)
+    observer.join(30)
+    assert seen["st"].status == "done" and seen["st"].extra.get("followup") == nxt
+    assert jobs.wait_job(nxt, tmp_db, timeout_s=60).status == "done"
+    assert len(jobs.list_jobs(tmp_db)) == 2  # the job's own wrapper lost the race too: no third job
 
 
 @pytest.mark.parametrize("fail", ["0", "1"])

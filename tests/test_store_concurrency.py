@@ -145,13 +145,13 @@ def test_generation_with_readers_and_a_second_writer_completes(tmp_path):
         _wait_for_readers(db)
         cmd = [sys.executable, "-m", "engine", "generate", "--models", "smollm2-135m", "--dataset", "demo",
                "--limit", "2", "--repeats", "1", "--max-new-tokens", "3", "--batch-size", "1", "--device", "cpu",
-               "--db", str(db)]
+               "--db", str(db), "--json"]
         g = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1200,
                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
     finally:
         res = _finish(procs, stop)
     assert g.returncode == 0, g.stderr[-2000:]
-    run = g.stdout.strip().splitlines()[-1]
+    run = json.loads(g.stdout)["run_id"]
     with store.reader(db) as con:
         assert con.execute("SELECT status FROM runs WHERE run_id = ?", [run]).fetchone()[0] == "done"
         assert con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run]).fetchone()[0] == 4
