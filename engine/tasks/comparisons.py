@@ -135,12 +135,9 @@ def _label(source) -> str:
     return str(source)
 
 
-def _read_text(source, max_bytes: int, problems: list[Problem]) -> str | None:
-    """The file's text, or None after recording a problem (too big, empty, not UTF-8).
-
-    The size is checked BEFORE reading, so a huge file is never loaded into memory.
-    """
-    label = _label(source)
+def _size_within(source, max_bytes: int, problems: list[Problem], label: str) -> bool:
+    """The file's size checked BEFORE reading: False (a problem recorded) when over ``max_bytes``;
+    UserError when the path is not a file."""
     if isinstance(source, (bytes, bytearray)):
         size = len(source)
     else:
@@ -151,6 +148,17 @@ def _read_text(source, max_bytes: int, problems: list[Problem]) -> str | None:
     if size > max_bytes:
         problems.append(Problem(None, None, f"file is {size / 2**20:.1f} MiB, over the limit of "
                                             f"{max_bytes / 2**20:.0f} MiB; split it into smaller files", label))
+        return False
+    return True
+
+
+def _read_text(source, max_bytes: int, problems: list[Problem]) -> str | None:
+    """The file's text, or None after recording a problem (too big, empty, not UTF-8).
+
+    The size is checked BEFORE reading, so a huge file is never loaded into memory.
+    """
+    label = _label(source)
+    if not _size_within(source, max_bytes, problems, label):
         return None
     raw = bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
     if not raw.strip():
@@ -212,16 +220,7 @@ def _precheck_stream(source, max_bytes: int, problems: list[Problem]) -> bool:
     """:func:`_read_text`'s checks (size before reading, empty, spreadsheet, UTF-8, NUL) in 1 MiB
     blocks, so a big file is never held in memory as a whole. False after recording a problem."""
     label = _label(source)
-    if isinstance(source, (bytes, bytearray)):
-        size = len(source)
-    else:
-        p = Path(source)
-        if not p.is_file():
-            raise UserError(f"file not found: {p}")
-        size = p.stat().st_size
-    if size > max_bytes:
-        problems.append(Problem(None, None, f"file is {size / 2**20:.1f} MiB, over the limit of "
-                                            f"{max_bytes / 2**20:.0f} MiB; split it into smaller files", label))
+    if not _size_within(source, max_bytes, problems, label):
         return False
     decoder = codecs.getincrementaldecoder("utf-8")()
     lines, nonblank, first = 1, False, True
@@ -387,10 +386,7 @@ def _arena_text(source, max_bytes: int, problems: list[Problem]) -> str | None:
             head = fh.read(2)
     if head not in _UTF16_BOMS:
         return _read_text(source, max_bytes, problems)
-    size = len(source) if isinstance(source, (bytes, bytearray)) else Path(source).stat().st_size
-    if size > max_bytes:
-        problems.append(Problem(None, None, f"file is {size / 2**20:.1f} MiB, over the limit of "
-                                            f"{max_bytes / 2**20:.0f} MiB; split it into smaller files", label))
+    if not _size_within(source, max_bytes, problems, label):
         return None
     raw = bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
     try:
