@@ -34,7 +34,7 @@ from engine.generation.hf_batch import BatchState, Continuous, Row, Static
 from engine.generation.hf_kv import PreallocLayer as _PreallocLayer  # noqa: F401  (tests patch it here)
 from engine.generation.hf_prefill import PrefillCache
 from engine.generation.hf_prefill import common_prefix as _common_prefix  # noqa: F401
-from engine.generation.prompts import chat_text, prompt_messages, stop_token_ids
+from engine.generation.prompts import chat_text, group_units, prompt_messages, stop_token_ids
 from engine.generation.types import GenConfig, GenResult
 from engine.sampling import noise
 
@@ -114,25 +114,14 @@ def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[
         token_keys: LongTensor (V,) (default: token ids over the model's logit width).
         system_prompt: prepended as a system message when given.
     """
-    if not isinstance(prompts, dict):
-        prompts = {p.prompt_id: p.user_prompt for p in prompts}
-    missing = sorted({p for p, _ in units} - set(prompts))
-    if missing:
-        raise UserError(f"units refer to unknown prompt ids: {missing[:5]}")
+    prompts, todo = group_units(prompts, units, seed)
     V = int(lm.model.get_output_embeddings().weight.shape[0])  # the logits' width
     if token_keys is None:
         token_keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=V)
     token_keys = token_keys.to(lm.device)
     if token_keys.shape[0] != V:
         raise UserError(f"token_keys has {token_keys.shape[0]} entries but the model's logits are {V} wide")
-    seeds = [int(seed)] * len(units) if isinstance(seed, int) else [int(x) for x in seed]
-    if len(seeds) != len(units):
-        raise UserError(f"got {len(seeds)} seeds for {len(units)} units")
-    order: dict[str, list[tuple[str, int, int]]] = {}
-    for u, sd in zip(units, seeds):
-        order.setdefault(u[0], []).append((u[0], int(u[1]), sd))
-    todo = [u for us in order.values() for u in us]
-    texts = {p: chat_text(lm.tokenizer, prompt_messages(prompts[p], system_prompt)) for p in order}
+    texts = {p: chat_text(lm.tokenizer, prompt_messages(prompts[p], system_prompt)) for p in dict.fromkeys(u[0] for u in todo)}
     stop_ids = stop_token_ids(lm)
     bs, buf, done = cfg.batch_size, [], set()
     while todo:

@@ -36,3 +36,30 @@ def stop_token_ids(lm) -> set[int]:
         elif isinstance(src, (list, tuple)):
             ids.update(int(i) for i in src)
     return ids
+
+
+def group_units(prompts, units, seed) -> tuple[dict[str, str], list[tuple[str, int, int]]]:
+    """Check a backend call's inputs and order its units by prompt (first appearance), so a
+    prompt's units run together and share its prefill / cached prefix.
+
+    Args:
+        prompts: prompt_id -> user prompt, or objects with .prompt_id and .user_prompt.
+        units: (prompt_id, repeat) pairs.
+        seed: one noise seed for every unit, or one per unit.
+    Returns:
+        (prompt_id -> user prompt, [(prompt_id, repeat, seed), ...] grouped by prompt).
+    """
+    from engine.errors import UserError
+
+    if not isinstance(prompts, dict):
+        prompts = {p.prompt_id: p.user_prompt for p in prompts}
+    missing = sorted({p for p, _ in units} - set(prompts))
+    if missing:
+        raise UserError(f"units refer to unknown prompt ids: {missing[:5]}")
+    seeds = [int(seed)] * len(units) if isinstance(seed, int) else [int(x) for x in seed]
+    if len(seeds) != len(units):
+        raise UserError(f"got {len(seeds)} seeds for {len(units)} units")
+    order: dict[str, list[tuple[str, int, int]]] = {}
+    for u, sd in zip(units, seeds):
+        order.setdefault(u[0], []).append((u[0], int(u[1]), sd))
+    return prompts, [u for us in order.values() for u in us]

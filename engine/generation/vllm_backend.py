@@ -431,30 +431,19 @@ class VllmBackend:
         """
         from vllm import SamplingParams
 
-        from engine.generation.prompts import chat_text, prompt_messages
+        from engine.generation.prompts import chat_text, group_units, prompt_messages
         from engine.generation.types import GenResult
 
-        if not isinstance(prompts, dict):
-            prompts = {p.prompt_id: p.user_prompt for p in prompts}
-        missing = sorted({p for p, _ in units} - set(prompts))
-        if missing:
-            raise UserError(f"units refer to unknown prompt ids: {missing[:5]}")
+        # grouped by prompt, as the transformers loop: a prompt's requests arrive together and share
+        # its cached prefix
+        prompts, todo = group_units(prompts, units, seed)
         V = self.vocab_size
         if token_keys is None:
             token_keys = torch.arange(V, dtype=torch.int64)
         if token_keys.shape[0] != V:
             raise UserError(f"token_keys has {token_keys.shape[0]} entries but the model's logits are {V} wide")
-        seeds = [int(seed)] * len(units) if isinstance(seed, int) else [int(x) for x in seed]
-        if len(seeds) != len(units):
-            raise UserError(f"got {len(seeds)} seeds for {len(units)} units")
-        # grouped by prompt, as the transformers loop: a prompt's requests arrive together and share
-        # its cached prefix
-        order: dict[str, list[tuple[str, int, int]]] = {}
-        for u, sd in zip(units, seeds):
-            order.setdefault(u[0], []).append((u[0], int(u[1]), sd))
-        todo = [u for us in order.values() for u in us]
         ids = {p: self.tokenizer(chat_text(self.tokenizer, prompt_messages(prompts[p], system_prompt)),
-                                 add_special_tokens=False)["input_ids"] for p in order}
+                                 add_special_tokens=False)["input_ids"] for p in dict.fromkeys(u[0] for u in todo)}
         too_long = [p for p, x in ids.items() if len(x) + cfg.max_new_tokens > self.max_model_len]
         if too_long:
             raise UserError(f"prompt {too_long[0]!r} has {len(ids[too_long[0]])} tokens; with max_new_tokens="
