@@ -155,14 +155,20 @@ def test_download_a_chart(server, page, artifacts_dir):
     stem = "benchmark_covariance_kde_run-small_m-base_vs_m-int4_" + today  # default pair: first two models
     _goto(page, server, "benchmark")
     page.get_by_text("Mean per-question covariance").first.wait_for(timeout=60_000)
+    # the covariance chart's own button (the class of its key), not "the first HTML button on the
+    # page": Streamlit keeps a hidden copy of buttons in a horizontal row, and on a busy machine the
+    # first visible match was once the next chart's (CI: var_diff_kde)
+    html_button = page.locator(".st-key-html_bm_cov button >> visible=true", has_text="HTML").first
+    html_button.wait_for(state="visible", timeout=60_000)
     with page.expect_download(timeout=60_000) as dl:
-        page.get_by_role("button", name="HTML").first.click()
+        html_button.click()
     assert dl.value.suggested_filename == f"{stem}.html"
     path = artifacts_dir / "browser_download_covariance.html"
     dl.value.save_as(str(path))
     body = path.read_text()
     assert "plotly" in body.lower() and "covariance" in body.lower()
-    chart = page.locator(".js-plotly-plot >> visible=true").first
+    chart = page.locator(".st-key-chart_bm_cov .js-plotly-plot >> visible=true").first
+    chart.wait_for(state="visible", timeout=60_000)
     chart.hover()
     t0 = time.monotonic()
     with page.expect_download(timeout=30_000) as dl:
