@@ -48,6 +48,12 @@ with st.form("generate_form", border=True):
                                     + " ".join(why for why in backends.values() if why))
         if backends.get("vllm"):
             a1.caption(f"vLLM unavailable here: {backends['vllm']}")
+        workers = a2.number_input("Ray workers (0 = this process)", min_value=0, max_value=256, value=0,
+                                  key="gen_workers", help="engine replicas on a local Ray cluster (needs `ray`); "
+                                  "the results are identical to a single-process run")
+        tensor_parallel = a2.number_input("Tensor parallel (vLLM)", min_value=1, max_value=64, value=1,
+                                          key="gen_tp", help="devices one model copy is split over; > 1 needs "
+                                          "the vllm backend")
     submitted = st.form_submit_button("Start generation", type="primary", icon=":material/play_arrow:")
 
 if submitted:
@@ -59,11 +65,14 @@ if submitted:
         st.error("Choose at least one mode (coupled, independent).")
     elif not ds:
         st.error("Choose a dataset or give a dataset file.")
+    elif tensor_parallel > 1 and backend != "vllm":
+        st.error(f"Tensor parallel {tensor_parallel} needs the vllm backend; the {backend} backend runs each "
+                 "model on one device (allowed: 1).")
     else:
         if len(all_models) < 2:
             st.warning("One model only: coupled mode needs two or more models to compare.")
         args = jobs_panel.generate_args(all_models, ds, repeats, temperature, max_tokens, modes, seed, limit or None,
-                                top_k, top_p, traces, backend)
+                                top_k, top_p, traces, backend, workers, tensor_parallel)
         job = jobs_panel.start_generation(args, score_after)
         if job:
             st.success(f"Started job `{job}`.")

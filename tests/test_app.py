@@ -172,12 +172,33 @@ def test_generate_page_form_and_validation(app):
         assert "scripts/install_vllm.sh" in _texts(at) + " ".join(c.value for c in at.caption)
 
 
+def test_generate_page_refuses_tensor_parallel_without_vllm(app, small_db):
+    """Tensor parallel > 1 with the transformers backend: an error naming the allowed value, no job."""
+    from dashboard import jobs
+    at = _page(app, navigation.path("generate"))
+    at.multiselect(key="gen_models").set_value([at.multiselect(key="gen_models").options[0]])
+    at.number_input(key="gen_tp").set_value(2)
+    n_jobs = len(jobs.list_jobs(small_db))
+    next(b for b in at.button if b.label == "Start generation").click().run()
+    assert not at.exception
+    errors = " ".join(e.value for e in at.error)
+    assert "Tensor parallel 2 needs the vllm backend" in errors and "allowed: 1" in errors
+    assert len(jobs.list_jobs(small_db)) == n_jobs
+
+
 def test_generate_args_pass_the_backend():
     from dashboard import jobs_panel
     base = (["m"], "demo", 1, 0.7, 5, ["coupled"], 0)
     assert "--backend" not in jobs_panel.generate_args(*base)
     args = jobs_panel.generate_args(*base, backend="vllm")
     assert args[args.index("--backend") + 1] == "vllm"
+    assert "--workers" not in args and "--tensor-parallel" not in args
+    args = jobs_panel.generate_args(*base, backend="vllm", workers=2, tensor_parallel=4)
+    assert args[args.index("--workers") + 1] == "2" and args[args.index("--tensor-parallel") + 1] == "4"
+    # the command line the job runs parses (same parser as the CLI)
+    from engine.cli import build_parser
+    ns = build_parser().parse_args(args)
+    assert (ns.workers, ns.tensor_parallel, ns.backend) == (2, 4, "vllm")
 
 
 def test_token_traces_page_shows_alignment_and_reacts(app):

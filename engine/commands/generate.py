@@ -53,7 +53,8 @@ def register(sub) -> None:
     p.add_argument("--gpus-per-worker", type=float, default=None,
                    help="default: --tensor-parallel on GPU clusters, else 0")
     p.add_argument("--tensor-parallel", type=int, default=1,
-                   help="GPUs per model copy (backends with tensor parallelism)")
+                   help="devices one model copy is split over (--backend vllm: its tensor parallelism; with "
+                        "--workers, inside each replica)")
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -81,14 +82,13 @@ def run(args) -> int:
         from engine.generation.distributed import RayConfig, RayExecutor
         executor = RayExecutor(RayConfig(
             workers=1 if args.workers is None else args.workers, address=args.ray_address,
-            shard_units=args.shard_size, gpus_per_worker=args.gpus_per_worker,
-            tensor_parallel=args.tensor_parallel, threads_per_worker=args.threads))
+            shard_units=args.shard_size, gpus_per_worker=args.gpus_per_worker, threads_per_worker=args.threads))
     t0 = time.perf_counter()
     with executor as ex:
         run_id = run_generation(args.db, args.models, ds, args.repeats, args.modes, args.seed, cfg,
                                 progress_file=args.progress_file, run_id=args.run_id,
                                 resume=not args.no_resume, device=args.device, backend=args.backend, executor=ex,
-                                drop_long_prompts=args.drop_long_prompts,
+                                drop_long_prompts=args.drop_long_prompts, tensor_parallel=args.tensor_parallel,
                                 command=["python", "-m", "engine", *sys.argv[1:]] if sys.argv[1:2] == ["generate"]
                                 else None)
     seconds = time.perf_counter() - t0

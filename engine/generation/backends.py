@@ -12,6 +12,7 @@ one line and nothing is written to the run (issue 10 item 2, issue 13).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,14 +88,22 @@ def model_limits(model: Any) -> tuple[int | None, int | None]:
     return ctx, int(vocab) if isinstance(vocab, int) and vocab > 0 else None
 
 
-def check_run(backend: str, model_list: list, cfg: GenConfig) -> str:
+def check_run(backend: str, model_list: list, cfg: GenConfig, tensor_parallel: int = 1) -> str:
     """Everything about the backend and the models that can be checked before a run is written.
 
     Returns the backend's version. UserError (one line) for: an unknown or missing backend, an
     unsupported vLLM, a model vLLM cannot load (unknown architecture, bitsandbytes, not local),
-    ``max_new_tokens`` beyond a model's context window, ``trace_top_k`` beyond its vocabulary.
+    tensor parallelism without vLLM, a malformed ``$COUPLED_EVAL_VLLM_ARGS``, ``max_new_tokens``
+    beyond a model's context window, ``trace_top_k`` beyond its vocabulary.
     """
+    if isinstance(tensor_parallel, bool) or not isinstance(tensor_parallel, int) or tensor_parallel < 1:
+        raise UserError(f"tensor_parallel must be an integer >= 1, got {tensor_parallel!r}")
+    if tensor_parallel != 1 and backend != "vllm":
+        raise UserError(f"tensor_parallel={tensor_parallel} needs a backend with tensor parallelism: --backend "
+                        f"vllm; the {backend} backend runs each model on one device (allowed: 1)")
     version = check_backend(backend)
+    if backend == "vllm":
+        vllm_engine_args(tensor_parallel)  # $COUPLED_EVAL_VLLM_ARGS: parsed and checked before any write
     for m in model_list:
         name = m if isinstance(m, str) else m.name
         if backend == "vllm":
@@ -115,13 +124,35 @@ def _hf_factory(model: Any, *, device: str | None = None, tensor_parallel: int =
     return HFBackend(models.load_model(model, device=device) if isinstance(model, str) else model)
 
 
+VLLM_ARGS_ENV = "COUPLED_EVAL_VLLM_ARGS"  # JSON object of further vllm.LLM arguments (forwarded to Ray replicas)
+
+
+def vllm_engine_args(tensor_parallel: int = 1) -> dict:
+    """The ``vllm.LLM`` arguments of a run: ``$COUPLED_EVAL_VLLM_ARGS`` (a JSON object, e.g.
+    ``{"enforce_eager": true, "gpu_memory_utilization": 0.85}``) plus ``tensor_parallel_size``;
+    UserError for malformed JSON or an argument that breaks coupling (check_engine_kwargs)."""
+    from engine.generation.vllm_backend import check_engine_kwargs
+
+    raw = os.environ.get(VLLM_ARGS_ENV, "").strip()
+    try:
+        kw = json.loads(raw) if raw else {}
+    except ValueError as exc:
+        raise UserError(f"${VLLM_ARGS_ENV} is not valid JSON ({exc}): {raw[:80]!r}") from exc
+    if not isinstance(kw, dict):
+        raise UserError(f"${VLLM_ARGS_ENV} must be a JSON object of vllm.LLM arguments, got {raw[:80]!r}")
+    if "tensor_parallel_size" in kw:
+        raise UserError(f"set tensor parallelism with --tensor-parallel, not in ${VLLM_ARGS_ENV}")
+    if tensor_parallel != 1:
+        kw["tensor_parallel_size"] = tensor_parallel
+    return check_engine_kwargs(kw)
+
+
 def _vllm_factory(model: Any, *, device: str | None = None, tensor_parallel: int = 1) -> Backend:
     from engine.generation.vllm_backend import VllmBackend
 
     if not isinstance(model, str):
         raise UserError("--backend vllm loads models by name or path, not an already loaded model")
-    kw = {"tensor_parallel_size": tensor_parallel} if tensor_parallel != 1 else {}
-    return VllmBackend(model, engine_kwargs=kw)
+    return VllmBackend(model, engine_kwargs=vllm_engine_args(tensor_parallel))
 
 
 FACTORIES: dict[str, Callable[..., Backend]] = {"hf": _hf_factory, "vllm": _vllm_factory}

@@ -13,8 +13,9 @@ token), never by batch layout, worker or time, so units can run anywhere, in any
   prompt's units (every repeat, both modes) stay in one shard so that they share one prefill.
 * Each replica loads its own copy of a model through the one backend factory
   (:func:`engine.generation.run.open_backend`, the backend named in the RunSpec: our transformers
-  loop, or vLLM) and keeps one model in memory; ``gpus_per_worker`` GPUs each (tensor
-  parallelism inside a replica is the backend's business: ``tensor_parallel``).
+  loop, or vLLM) and keeps one model in memory; ``gpus_per_worker`` GPUs each. A model too big
+  for one GPU is split inside its replica by vLLM's tensor parallelism (the run's
+  ``tensor_parallel``, default GPUs per replica); vLLM's rank workers run on the replica's machine.
 * Failures: a replica that dies is restarted by Ray and its in-flight shards retried
   (``max_restarts`` / ``max_task_retries``); a replica that is gone for good is replaced and its
   shards go back to the queue. A shard's results are yielded once (a set of done shards), so
@@ -40,7 +41,7 @@ from engine.generation.types import ExecChunk, ModelTask, RunSpec
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 # environment a replica on another machine needs to load models like the driver would
-_FORWARD_ENV = ("HF_", "TRANSFORMERS_", "COUPLED_EVAL_")
+_FORWARD_ENV = ("HF_", "TRANSFORMERS_", "COUPLED_EVAL_", "VLLM_")
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,7 @@ class RayConfig:
     address: str | None = None            # None: start a local cluster; "auto" / "host:port" / "ray://host:port"
     shard_units: int = 256                # units per shard (a prompt's units are never split)
     cpus_per_worker: float | None = None  # None: local cluster -> its CPUs / workers; existing cluster -> 1
-    gpus_per_worker: float | None = None  # None: tensor_parallel when the cluster has GPUs, else 0
-    tensor_parallel: int = 1              # GPUs one model copy is split over (backend's tensor parallelism)
+    gpus_per_worker: float | None = None  # None: the run's tensor_parallel when the cluster has GPUs, else 0
     threads_per_worker: int | None = None  # torch intra-op threads per replica (None: its CPUs)
     queue_depth: int = 2                  # shards in flight per replica (one running, one waiting)
     max_restarts: int = 3                 # Ray restarts of a dead replica (then it is replaced, as often)
@@ -61,7 +61,7 @@ class RayConfig:
     object_store_mb: int = 256            # local cluster only: shard results are small
 
     def __post_init__(self) -> None:
-        for name in ("workers", "shard_units", "tensor_parallel", "queue_depth"):
+        for name in ("workers", "shard_units", "queue_depth"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UserError(f"{name} must be an integer >= 1, got {v!r}")
@@ -124,13 +124,13 @@ class _Pieces:
 class Replica:
     """One engine replica (a Ray actor): one model in memory at a time, shards run in order."""
 
-    def __init__(self, worker: str, spec: RunSpec, device: str | None, tensor_parallel: int, threads: int | None):
+    def __init__(self, worker: str, spec: RunSpec, device: str | None, threads: int | None):
         import torch
 
         if threads:  # Ray sets OMP_NUM_THREADS to the actor's CPUs; torch's own pool is set here
             torch.set_num_threads(threads)
         self.worker, self.spec = worker, spec
-        self.device, self.tp = device, tensor_parallel
+        self.device = device
         self.name, self.backend, self.keys = None, None, None
 
     def _load(self, model: str):
@@ -142,7 +142,7 @@ class Replica:
             self.name, self.backend, self.keys = None, None, None
             free_memory()
             self.backend = open_backend(model, device=self.device, backend=self.spec.backend,
-                                        tensor_parallel=self.tp)
+                                        tensor_parallel=self.spec.tensor_parallel)
             self.keys = token_keys(self.backend, self.spec.key_mode)
             self.name = model
         return self.backend
@@ -213,19 +213,21 @@ class RayExecutor:
         self.ray = None
         self._owns_cluster = False
         self.cpus_per_worker = self.gpus_per_worker = self.threads = None
+        self.tensor_parallel = 1  # the run's (prepare)
         self.worker_info: dict[str, dict] = {}
         self.actors: list = []
 
     # ---- 0. connect and validate (before run_generation writes anything)
-    def prepare(self, models: Sequence = (), backend: str = "hf") -> None:
+    def prepare(self, models: Sequence = (), backend: str = "hf", tensor_parallel: int = 1) -> None:
         cfg = self.cfg
         mem = [getattr(m, "name", repr(m)) for m in models if not isinstance(m, (str, os.PathLike))]
         if mem:
             raise UserError(f"a distributed run loads models by name or path on each worker; got in-memory "
                             f"model(s) {mem}: save them with save_pretrained and pass the folder")
-        if cfg.tensor_parallel != 1 and backend == "hf":
-            raise UserError(f"tensor_parallel={cfg.tensor_parallel} needs a backend with tensor parallelism "
+        if tensor_parallel != 1 and backend == "hf":
+            raise UserError(f"tensor_parallel={tensor_parallel} needs a backend with tensor parallelism "
                             "(vLLM); the transformers backend allows 1")
+        self.tensor_parallel = tensor_parallel
         if self.ray is not None:
             return
         ray = _import_ray()
@@ -259,7 +261,10 @@ class RayExecutor:
     def _check_resources(self) -> None:
         cfg, res = self.cfg, self.ray.cluster_resources()
         cpus, gpus = float(res.get("CPU", 0)), float(res.get("GPU", 0))
-        gpw = cfg.gpus_per_worker if cfg.gpus_per_worker is not None else (cfg.tensor_parallel if gpus else 0)
+        gpw = cfg.gpus_per_worker if cfg.gpus_per_worker is not None else (self.tensor_parallel if gpus else 0)
+        if gpus and gpw < self.tensor_parallel:
+            raise UserError(f"tensor_parallel={self.tensor_parallel} splits each model over {self.tensor_parallel} GPUs "
+                            f"but --gpus-per-worker is {gpw:g}; allowed: >= {self.tensor_parallel}")
         cpw = cfg.cpus_per_worker if cfg.cpus_per_worker is not None else \
             (max(1, int(cpus // cfg.workers)) if self._owns_cluster and not gpw else 1)
         where = "the local Ray cluster" if self._owns_cluster and cfg.address is None else "the Ray cluster"
@@ -275,7 +280,7 @@ class RayExecutor:
     def describe(self) -> dict[str, Any]:
         return {"executor": "ray", "workers": self.cfg.workers, "shard_units": self.cfg.shard_units,
                 "cpus_per_worker": self.cpus_per_worker, "gpus_per_worker": self.gpus_per_worker,
-                "threads_per_worker": self.threads, "tensor_parallel": self.cfg.tensor_parallel}
+                "threads_per_worker": self.threads, "tensor_parallel": self.tensor_parallel}
 
     def _new_actor(self, i: int, spec: RunSpec, device):
         env = {k: v for k, v in os.environ.items() if k.startswith(_FORWARD_ENV)}
@@ -283,12 +288,12 @@ class RayExecutor:
         actor = self.ray.remote(Replica).options(
             num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker, max_restarts=self.cfg.max_restarts,
             max_task_retries=self.cfg.max_task_retries, runtime_env={"env_vars": env})
-        return actor.remote(f"w{i}", spec, device, self.cfg.tensor_parallel, self.threads)
+        return actor.remote(f"w{i}", spec, device, self.threads)
 
     # ---- 1-4. plan, submit, collect, hand to the driver
     def __call__(self, tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecChunk]:
         if self.ray is None:
-            self.prepare([t.model for t in tasks], spec.backend)
+            self.prepare([t.model for t in tasks], spec.backend, spec.tensor_parallel)
         ray, cfg = self.ray, self.cfg
         shards = plan_shards(tasks, cfg.shard_units)
         if not shards:

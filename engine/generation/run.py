@@ -140,7 +140,7 @@ def free_memory() -> None:
 def local_executor(tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecChunk]:
     """The single-process executor: each model loaded here in turn, one in memory at a time."""
     for t in tasks:
-        b = open_backend(t.model, device=spec.device, backend=spec.backend)
+        b = open_backend(t.model, device=spec.device, backend=spec.backend, tensor_parallel=spec.tensor_parallel)
         yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
         keys = token_keys(b, spec.key_mode)
         for chunk in b.generate(spec.prompts, [(p, r) for p, r, _ in t.units], [sd for _, _, sd in t.units],
@@ -182,7 +182,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                    seed: int = 0, cfg: GenConfig = GenConfig(), progress_file=None, run_id: str | None = None,
                    resume: bool = True, device: str | None = None, show_bar: bool = True,
                    executor=None, drop_long_prompts: bool = False, command: Sequence[str] | None = None,
-                   _after_chunk=None, backend: str = DEFAULT_BACKEND) -> str:
+                   _after_chunk=None, backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1) -> str:
     """Generate every (model, prompt, repeat, mode) of a run into ``db``; resumable; returns run_id.
 
     Args:
@@ -199,7 +199,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         resume: when False, refuse to touch a run id that already has rows.
         executor: where units are generated: None = :func:`local_executor` (this process), or a
             callable (tasks, spec) -> ExecChunk iterator, e.g. generation.distributed.RayExecutor;
-            its ``prepare(models)`` (if any) runs before anything is written.
+            its ``prepare(models, backend, tensor_parallel)`` (if any) runs before anything is written.
         drop_long_prompts: leave out the prompts whose chat-templated length + max_new_tokens exceeds
             a model's context (listed in the run's warnings); default: such prompts are a UserError.
         command: the command line that started the run (stored in its config and lock file: the
@@ -207,6 +207,9 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         _after_chunk: test hook called after each stored chunk (e.g. to inject a failure).
         backend: config.BACKENDS ("hf": our transformers loop; "vllm"). Checked with the models
             (engine.generation.backends.check_run) before anything is written.
+        tensor_parallel: devices each model copy is split over (vLLM only; in every Ray replica
+            too). Recorded in the run's config, not in its id: like the device, it changes the
+            arithmetic, not the design.
 
     Returns:
         The run id. The run's status is 'done' when every unit is stored, else 'cancelled'
@@ -243,7 +246,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     if len(set(pids)) != len(pids):
         raise UserError(f"dataset {dataset.dataset_id!r} has duplicate prompt ids")
     system_prompt = getattr(dataset, "system_prompt", None)
-    backend_version = check_run(backend, list(model_names), cfg)
+    backend_version = check_run(backend, list(model_names), cfg, tensor_parallel)
 
     # ---- 2. vocabulary check: one shared vocabulary -> token-id keys; else byte-string keys
     vids = _vocab_ids(model_names)
@@ -289,7 +292,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     run_id = run_id or run_id_for(settings)
     config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
               "device": str(device or models_mod.default_device()), "n_prompts": len(prompts),
-              "backend": backend, "backend_version": backend_version}
+              "backend": backend, "backend_version": backend_version, "tensor_parallel": tensor_parallel}
     if command:
         config["command"] = list(command)
     ds_row, prompt_rows = _dataset_rows(dataset)
@@ -297,7 +300,8 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     # ---- 4. one driver per run (lock file next to the database, with pid, host and heartbeat)
     with RunLock(db, run_id, list(command) if command else None) as lock:
         if executor is not None and hasattr(executor, "prepare"):
-            executor.prepare(list(model_names), backend)  # e.g. Ray reachable, enough resources: before any write
+            # e.g. Ray reachable, enough resources: before any write
+            executor.prepare(list(model_names), backend, tensor_parallel)
         return _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, prompts, pids, names,
                       model_names, modes, repeats, seed, cfg, key_mode, warnings, n_units, system_prompt,
                       device, resume, progress_file, show_bar, executor, _after_chunk, backend)
@@ -357,7 +361,8 @@ def _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, pro
                 if units:
                     tasks.append(ModelTask(m, name, units))
             spec = RunSpec({p.prompt_id: p.user_prompt for p in prompts}, system_prompt,
-                           cfg if cfg.record_traces else replace(cfg, trace_top_k=0), key_mode, device, backend)
+                           cfg if cfg.record_traces else replace(cfg, trace_top_k=0), key_mode, device, backend,
+                           config.get("tensor_parallel", 1))
             for out in (executor or local_executor)(tasks, spec):
                 if out.record is not None:
                     rec = out.record

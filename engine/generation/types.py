@@ -110,6 +110,7 @@ class RunSpec:
     key_mode: str                              # 'token_id' | 'bytes' (engine.sampling.noise)
     device: str | None
     backend: str = "hf"                        # run.open_backend's name for the generation backend
+    tensor_parallel: int = 1                   # devices one model copy is split over (vLLM's tensor parallelism)
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,21 @@ with a step that is not the committed token count), vLLM's own temperature/top-k
 
 Traces. vLLM returns no per-step view of *our* distribution, so the processor records, per request
 and step, the chosen token, its probability and the top-k alternatives with their probabilities and
-Gumbel values (recomputed from the keys, as in the transformers loop) in an in-process table
-(:data:`TRACES`) read when the request finishes. This needs the engine core in this process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by :class:`VllmBackend`; one device, no tensor
-parallelism). The chosen tokens recorded by the processor are checked against vLLM's output: a
-mismatch would mean the step count or the row mapping went wrong, and raises.
+Gumbel values (recomputed from the keys, as in the transformers loop). Where the processor runs
+decides how the records reach the backend, which reads them when the request finishes:
+
+* in this process (one device, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the default set by
+  :func:`require_vllm`): straight into the table :data:`TRACES`;
+* in vLLM's worker processes (tensor parallelism, or a separate engine-core process): the worker of
+  tensor-parallel rank 0 appends length-prefixed frames to segment files in the backend's private
+  trace directory (:class:`TraceSink`), and the backend reads them. Why files and not a queue: the
+  worker writes a step's records before it returns that step's tokens, so when vLLM reports a request
+  finished its records are already in the file; a plain read needs no thread and no wait. Read
+  segments are deleted, so the directory stays a few MiB however long the run.
+
+The token keys travel the same way (a file per ``generate`` call, read once per worker). The chosen
+tokens recorded by the processor are checked against vLLM's output: a mismatch would mean the step
+count or the row mapping went wrong, and raises.
 
 This module imports neither vLLM nor transformers at import time, so the main environment (which has
 no vLLM) can import it, run its checks, and get a one-line UserError from :func:`require_vllm`.
@@ -38,6 +48,11 @@ import importlib.metadata
 import itertools
 import json
 import os
+import pickle
+import shutil
+import struct
+import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -61,9 +76,12 @@ EXTRA_KEY = "coupled_eval"  # SamplingParams.extra_args[EXTRA_KEY]: this request
 
 # In-process tables shared with the logits processor (engine.generation.vllm_processor), which vLLM builds
 # itself inside the engine core: token keys by id (a (V,) tensor is too big for every request's
-# extra_args), and per request tag {step: StepTrace}.
+# extra_args), and per request tag {step: StepTrace}. In a vLLM worker process TOKEN_KEYS caches the
+# keys read from the trace directory and TRACES stays empty (records go to the directory).
 TOKEN_KEYS: dict[str, torch.Tensor] = {}
 TRACES: dict[str, dict[int, StepTrace]] = {}
+SEGMENT_BYTES = 8 << 20  # a worker starts a new trace segment file after this many bytes
+_KEYS_CACHE_MAX = 8      # token keys a worker process keeps (one entry per generate call)
 
 
 # --------------------------------------------------------------------------- the sampler, as a logits transform
@@ -138,6 +156,8 @@ class RowArgs:
     top_p: float
     trace_k: int
     keys: str       # id in TOKEN_KEYS
+    sink: str = ""  # the backend's trace directory ("" : record in this process only)
+    origin: int = 0  # pid of the backend's process: a processor there records into TRACES directly
 
     @classmethod
     def from_params(cls, params) -> RowArgs | None:
@@ -146,27 +166,130 @@ class RowArgs:
         if a is None:
             return None
         return cls(str(a["tag"]), int(a["seed"]), int(a["unit"]), float(a["temperature"]), int(a["top_k"]),
-                   float(a["top_p"]), int(a["trace_k"]), str(a["keys"]))
+                   float(a["top_p"]), int(a["trace_k"]), str(a["keys"]), str(a.get("sink", "")),
+                   int(a.get("origin", 0)))
 
     def group(self) -> tuple:
-        return (self.temperature, self.top_k, self.top_p, self.keys, self.trace_k)
+        return (self.temperature, self.top_k, self.top_p, self.keys, self.trace_k, self.sink, self.origin)
+
+    def in_origin(self) -> bool:
+        """True where the records go straight into TRACES (the backend's own process)."""
+        return not self.sink or self.origin == os.getpid()
 
 
-def apply_rows(logits: torch.Tensor, rows: Sequence[int], args: Sequence[RowArgs], steps: Sequence[int]) -> torch.Tensor:
+# --------------------------------------------------------------------------- traces across processes
+
+def _keys_file(sink: str | Path, kid: str) -> Path:
+    return Path(sink) / ("keys-" + kid.replace(":", "_") + ".pt")
+
+
+def _token_keys(kid: str, sink: str) -> torch.Tensor | None:
+    """The token keys ``kid``: this process's table, else (a vLLM worker) read once from the sink."""
+    keys = TOKEN_KEYS.get(kid)
+    if keys is None and sink:
+        path = _keys_file(sink, kid)
+        if not path.exists():
+            return None
+        keys = torch.load(path, weights_only=True)
+        while len(TOKEN_KEYS) >= _KEYS_CACHE_MAX:  # one entry per generate call: keep the latest few
+            TOKEN_KEYS.pop(next(iter(TOKEN_KEYS)))
+        TOKEN_KEYS[kid] = keys
+    return keys
+
+
+class _SegmentWriter:
+    """A worker's append-only trace segments: ``<pid>-<segment>.trace``, frames of
+    (8-byte little-endian length, pickled list of (tag, step, StepTrace fields))."""
+
+    def __init__(self, sink: str):
+        self.sink, self.seg, self.size = Path(sink), 0, 0
+        self.f: Any = None
+
+    def write(self, records: list[tuple]) -> None:
+        payload = pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
+        frame = memoryview(struct.pack("<Q", len(payload)) + payload)
+        if self.f is None or self.size >= SEGMENT_BYTES:
+            if self.f is not None:
+                self.f.close()  # the reader deletes a segment once a newer one exists and it is read
+            self.seg += 1
+            self.f = open(self.sink / f"{os.getpid():010d}-{self.seg:08d}.trace", "ab", buffering=0)
+            self.size = 0
+        while frame:  # unbuffered: the frame is in the file before the step's tokens leave the worker
+            frame = frame[self.f.write(frame):]
+        self.size += len(payload) + 8
+
+
+_WRITERS: dict[str, _SegmentWriter] = {}
+
+
+def _write_records(sink: str, records: list[tuple]) -> None:
+    w = _WRITERS.get(sink)
+    if w is None:
+        w = _WRITERS[sink] = _SegmentWriter(sink)
+    w.write(records)
+
+
+class TraceSink:
+    """The backend's side of the trace directory: token-key files out, step records in."""
+
+    def __init__(self) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="coupled-eval-vllm-"))  # 0700: only this user
+        self.offsets: dict[str, int] = {}
+
+    def put_keys(self, kid: str, keys: torch.Tensor) -> None:
+        tmp = _keys_file(self.path, kid).with_suffix(".tmp")
+        torch.save(keys, tmp)
+        tmp.replace(_keys_file(self.path, kid))  # atomic: a worker never reads half a file
+
+    def drop_keys(self, kid: str) -> None:
+        _keys_file(self.path, kid).unlink(missing_ok=True)
+
+    def poll(self) -> int:
+        """Read every complete frame written since the last poll into TRACES; returns frames read."""
+        files = sorted(self.path.glob("*.trace"))  # by (pid, segment): a worker's segments in order
+        n = 0
+        for i, path in enumerate(files):
+            off = self.offsets.get(path.name, 0)
+            with open(path, "rb") as f:
+                f.seek(off)
+                data = f.read()
+            pos = 0
+            while pos + 8 <= len(data):
+                size = struct.unpack_from("<Q", data, pos)[0]
+                if pos + 8 + size > len(data):
+                    break  # a frame still being written: read it next time
+                for tag, step, *fields in pickle.loads(data[pos + 8:pos + 8 + size]):
+                    TRACES.setdefault(tag, {})[step] = StepTrace(*fields)
+                pos += 8 + size
+                n += 1
+            self.offsets[path.name] = off + pos
+            newer = i + 1 < len(files) and files[i + 1].name.split("-")[0] == path.name.split("-")[0]
+            if newer and pos == len(data):  # the worker moved on and everything is read
+                path.unlink(missing_ok=True)
+                self.offsets.pop(path.name, None)
+        return n
+
+    def close(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def apply_rows(logits: torch.Tensor, rows: Sequence[int], args: Sequence[RowArgs], steps: Sequence[int],
+               write_traces: bool = True) -> torch.Tensor:
     """Replace ``logits[rows]`` in place by their keyed scores and record their step traces.
 
     The shared core of both processor interfaces: each interface only maps its batch layout to
     (row, RowArgs, step). Rows are grouped by sampler settings (normally one group) so that each
-    group is one vectorised call.
+    group is one vectorised call. Records go to TRACES in the backend's process, else to its trace
+    directory when ``write_traces`` (tensor-parallel rank 0; the other ranks sample the same rows).
     """
     groups: dict[tuple, list[int]] = {}
     for j, a in enumerate(args):
         groups.setdefault(a.group(), []).append(j)
-    for (temp, top_k, top_p, kid, trace_k), js in groups.items():
-        keys = TOKEN_KEYS.get(kid)
+    for (temp, top_k, top_p, kid, trace_k, sink, _), js in groups.items():
+        keys = _token_keys(kid, sink)
         if keys is None:
-            raise RuntimeError(f"token keys {kid!r} are not registered in this process: the vLLM engine core "
-                               "must run in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+            raise RuntimeError(f"token keys {kid!r} are neither registered in this process nor in the trace "
+                               f"directory {sink!r}: was the backend closed while its requests ran?")
         if keys.shape[0] != logits.shape[1]:
             raise RuntimeError(f"token keys have {keys.shape[0]} entries but vLLM's logits are {logits.shape[1]} wide")
         idx = torch.tensor([rows[j] for j in js], dtype=torch.long, device=logits.device)  # (R,)
@@ -177,8 +300,13 @@ def apply_rows(logits: torch.Tensor, rows: Sequence[int], args: Sequence[RowArgs
         scores, logp, g = keyed_scores(logits[idx], seeds, units, st, keys.to(dev), temp, top_k, top_p)
         # keyed by step, so a row computed twice (a chunked prefill's discarded sample, a recompute
         # after preemption) ends with the value of the step that was committed last
-        for j, tr in zip(js, step_traces(scores, logp, g, trace_k)):
-            TRACES.setdefault(args[j].tag, {})[int(steps[j])] = tr
+        traces = step_traces(scores, logp, g, trace_k)
+        if args[js[0]].in_origin():
+            for j, tr in zip(js, traces):
+                TRACES.setdefault(args[j].tag, {})[int(steps[j])] = tr
+        elif write_traces:
+            _write_records(sink, [(args[j].tag, int(steps[j]), tr.token, tr.prob, tr.top_ids, tr.top_probs,
+                                   tr.top_gumbels) for j, tr in zip(js, traces)])
         logits[idx] = scores.to(logits.dtype)
     return logits
 
@@ -215,8 +343,8 @@ def check_sampling_params(params) -> None:
 _REFUSED_ENGINE_KWARGS = {
     "speculative_config": "speculative decoding samples draft rows whose step is not the committed token count",
     "logits_processors": "the backend installs its own logits processor",
-    "tensor_parallel_size": "traces are recorded in-process; run one device per engine (scale out with more runs)",
-    "pipeline_parallel_size": "traces are recorded in-process; run one device per engine",
+    "pipeline_parallel_size": "not tested with the coupled processor; split a model with tensor_parallel_size",
+    "data_parallel_size": "scale out with more replicas (--workers), each its own engine",
     "enable_prefix_caching": "prefix caching is always on (repeats share their prompt)",
 }
 
@@ -227,7 +355,42 @@ def check_engine_kwargs(kwargs: dict | None) -> dict:
     for k, why in _REFUSED_ENGINE_KWARGS.items():
         if k in kwargs and not (k.endswith("_parallel_size") and kwargs[k] in (None, 1)):
             raise UserError(f"vLLM engine argument {k}={kwargs[k]!r} is not supported by the coupled backend: {why}")
+    tp = kwargs.get("tensor_parallel_size", 1)
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
+        raise UserError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
+    ex = kwargs.get("distributed_executor_backend")
+    if ex not in (None, "mp", "uni"):
+        raise UserError(f"vLLM engine argument distributed_executor_backend={ex!r} is not supported by the coupled "
+                        "backend: its workers write traces to a local directory, so they run on this machine; "
+                        "allowed: 'mp' (default with tensor parallelism), 'uni'")
     return kwargs
+
+
+def cpu_threads_bind(tensor_parallel: int, cpus: Sequence[int], numa_nodes: int) -> str | None:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``tensor_parallel`` CPU ranks, or None to keep vLLM's "auto".
+
+    vLLM's auto binding gives each rank its own NUMA node and refuses more ranks than nodes (a
+    one-node machine cannot run TP = 2); then the allowed ``cpus`` are split into contiguous,
+    near-equal groups, one per rank: ``"0,1|2,3"``. UserError when there are fewer CPUs than ranks.
+    """
+    if tensor_parallel <= 1 or numa_nodes >= tensor_parallel:
+        return None
+    cpus = sorted(cpus)
+    if len(cpus) < tensor_parallel:
+        raise UserError(f"tensor_parallel={tensor_parallel} on CPU needs one core per rank but this process may use "
+                        f"{len(cpus)} ({cpus}); allowed: tensor_parallel <= {len(cpus)}")
+    q, r = divmod(len(cpus), tensor_parallel)
+    groups, start = [], 0
+    for i in range(tensor_parallel):
+        n = q + (i < r)
+        groups.append(",".join(map(str, cpus[start:start + n])))
+        start += n
+    return "|".join(groups)
+
+
+def _numa_nodes() -> int:
+    nodes = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
+    return max(1, len(nodes))
 
 
 def _version_tuple(v: str) -> tuple[int, int, int]:
@@ -262,12 +425,10 @@ def check_vllm_version(version: str | None) -> str:
 def require_vllm():
     """Import vLLM after checking it is installed and supported (UserError otherwise)."""
     version = check_vllm_version(installed_vllm_version())
-    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") not in ("0", "false", "False"):
-        raise UserError("VLLM_ENABLE_V1_MULTIPROCESSING must be 0 for the coupled backend (its logits processor "
-                        "records traces in this process); unset it")
-    # Why here, before the import: vLLM reads its environment when the engine is built, and a
-    # separate engine-core process would not see our processor's tables.
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # Why here, before the import: vLLM reads its environment when the engine is built. The engine
+    # core in this process is the cheap default for one device (records go straight into TRACES);
+    # a user who sets 1 gets a separate engine-core process, whose records come through the sink.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     try:
         import vllm
     except Exception as exc:  # a broken install (e.g. torch ABI mismatch): say so in one line
@@ -342,11 +503,16 @@ class VllmBackend:
                 (engine.models.default_dtype: float32 on CPU and for the SmolLM2 family).
             max_model_len: vLLM's context limit (default: the model's).
             kv_cache_gib: CPU only: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE); default vLLM's.
-            engine_kwargs: further ``vllm.LLM`` arguments (checked by :func:`check_engine_kwargs`).
+            engine_kwargs: further ``vllm.LLM`` arguments (checked by :func:`check_engine_kwargs`), e.g.
+                ``tensor_parallel_size`` to split the model over that many devices of this machine
+                (vLLM's multiprocessing workers; rank 0 sends the traces back through a TraceSink).
         Raises:
             UserError: vLLM missing or unsupported, an unknown model, or one vLLM cannot load.
         """
         extra = check_engine_kwargs(engine_kwargs)
+        self.tensor_parallel = int(extra.get("tensor_parallel_size") or 1)
+        if self.tensor_parallel > 1:
+            extra.setdefault("distributed_executor_backend", "mp")  # workers on this machine (the sink is local)
         vllm = require_vllm()
         from vllm.platforms import current_platform
 
@@ -360,6 +526,10 @@ class VllmBackend:
         self.dtype = str(dtype)
         if kv_cache_gib is not None and self.device.type == "cpu":
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
+        if self.device.type == "cpu" and os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") == "auto":
+            bind = cpu_threads_bind(self.tensor_parallel, sorted(os.sched_getaffinity(0)), _numa_nodes())
+            if bind is not None:  # else vLLM's auto binding (one NUMA node per rank) is the better one
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
         from transformers import AutoTokenizer, GenerationConfig
 
         from engine.generation.vllm_processor import KeyedGumbelProcessor
@@ -375,13 +545,16 @@ class VllmBackend:
         except OSError:
             gen_cfg = None
         self.stop_ids = _stop_token_ids(self.tokenizer, gen_cfg)
+        self.sink = TraceSink()
         try:
             self.llm = vllm.LLM(model=str(self.path), tokenizer=str(self.path), dtype=self.dtype,
                                 enable_prefix_caching=True, logits_processors=[KeyedGumbelProcessor],
                                 max_model_len=max_model_len, seed=0, **extra)
         except UserError:
+            self.sink.close()
             raise
         except Exception as exc:
+            self.sink.close()
             raise UserError(f"vLLM could not load model {self.name!r} from {str(self.path)!r}: "
                             f"{_one_line(exc)}; use the transformers backend for this model") from exc
         mc = self.llm.llm_engine.model_config
@@ -399,7 +572,7 @@ class VllmBackend:
         cfg = self.llm.llm_engine.vllm_config
         v2 = bool(getattr(cfg, "use_v2_model_runner", False))
         return {"backend": BACKEND_NAME, "backend_version": str(vllm.__version__), "dtype": self.dtype,
-                "device": str(self.device), "model_runner": "v2" if v2 else "v1",
+                "device": str(self.device), "tensor_parallel": self.tensor_parallel, "model_runner": "v2" if v2 else "v1",
                 "logits_processor": "v2" if v2 else "v1", "prefix_caching": True, "model_path": str(self.path)}
 
     def record(self) -> dict[str, Any]:
@@ -418,6 +591,9 @@ class VllmBackend:
             except Exception:
                 pass
             del llm
+        sink = self.__dict__.pop("sink", None)
+        if sink is not None:
+            sink.close()
 
     # ---- generation
     def generate(self, prompts: dict[str, str] | Sequence, units: Sequence[tuple[str, int]],
@@ -449,9 +625,12 @@ class VllmBackend:
             raise UserError(f"prompt {too_long[0]!r} has {len(ids[too_long[0]])} tokens; with max_new_tokens="
                             f"{cfg.max_new_tokens} it exceeds the model length {self.max_model_len}")
 
-        kid = f"{self._tag}:keys:{self._n}"
-        TOKEN_KEYS[kid] = token_keys.to(torch.int64).cpu()
+        call = self._n
         self._n += 1
+        kid = f"{self._tag}:keys:{call}"
+        TOKEN_KEYS[kid] = token_keys.to(torch.int64).cpu()
+        self.sink.put_keys(kid, TOKEN_KEYS[kid])  # for processors in vLLM's worker processes
+        route = {"keys": kid, "sink": str(self.sink.path), "origin": os.getpid()}
         engine = self.llm.llm_engine
         stop = sorted(self.stop_ids)
         inflight: dict[str, tuple[str, int, int]] = {}  # tag -> unit
@@ -465,21 +644,22 @@ class VllmBackend:
             while pos < len(todo) or inflight:
                 while pos < len(todo) and len(inflight) < window:
                     p, r, sd = todo[pos]
-                    tag = f"{self._tag}:{self._n}:{pos}"
+                    tag = f"{self._tag}:{call}:{pos}"
                     sp = SamplingParams(
                         n=1, temperature=0.0, max_tokens=cfg.max_new_tokens, stop_token_ids=stop,
                         detokenize=False, skip_special_tokens=True,
                         extra_args={EXTRA_KEY: {
                             "tag": tag, "seed": noise.as_int64(sd), "unit": noise.unit_key(p, r),
                             "temperature": float(cfg.temperature), "top_k": int(cfg.top_k),
-                            "top_p": float(cfg.top_p), "trace_k": int(cfg.trace_top_k), "keys": kid}})
+                            "top_p": float(cfg.top_p), "trace_k": int(cfg.trace_top_k), **route}})
                     check_sampling_params(sp)
                     alias[str(engine.add_request(tag, {"prompt_token_ids": ids[p]}, sp))] = tag
                     inflight[tag] = todo[pos]
                     pos += 1
-                for out in engine.step():
-                    if not out.finished:
-                        continue
+                finished = [out for out in engine.step() if out.finished]
+                if finished:
+                    self.sink.poll()  # records of out-of-process processors (written before these outputs)
+                for out in finished:
                     tag = alias.pop(out.request_id, out.request_id)
                     unit = inflight.pop(tag)
                     buf.append(self._result(tag, unit, list(out.outputs[0].token_ids), cfg, GenResult))
@@ -490,16 +670,26 @@ class VllmBackend:
                 yield buf
         finally:
             TOKEN_KEYS.pop(kid, None)
-            for tag in inflight:  # an interrupted generation: drop its requests and traces
+            self.sink.drop_keys(kid)
+            for tag in inflight:  # an interrupted generation: drop its requests
                 try:
                     engine.abort_request([tag])
                 except Exception:
                     pass
+            prefix = f"{self._tag}:{call}:"
+            for tag in [t for t in TRACES if t.startswith(prefix)]:  # and every record left of this call
                 TRACES.pop(tag, None)
 
     def _result(self, tag: str, unit: tuple[str, int, int], tokens: list[int], cfg, GenResult):
         """One finished request -> GenResult, with the processor's per-step records checked."""
         steps = TRACES.pop(tag, {})
+        deadline = time.monotonic() + 5.0
+        while len(steps) < len(tokens) and time.monotonic() < deadline:
+            # out-of-process records are written before the tokens leave the worker, so this is a
+            # safety net (e.g. a slow shared file system), not the normal path
+            time.sleep(0.01)
+            self.sink.poll()
+            steps.update(TRACES.pop(tag, {}))
         recs = [steps.get(s) for s in range(len(tokens))]
         bad = [s for s, (t, rec) in enumerate(zip(tokens, recs)) if rec is None or rec.token != t]
         if bad:

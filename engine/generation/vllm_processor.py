@@ -17,6 +17,9 @@ each runner's loader checks that the class derives from *its* base. So one class
 and implements both entry points; they share :func:`engine.generation.vllm_backend.apply_rows`, which does the
 sampling math. Both run before vLLM's temperature/top-k/top-p, which our requests leave off (T = 0).
 
+With tensor parallelism every rank gathers the full logits and runs this processor on the same rows
+(vLLM samples on every rank); only rank 0 writes the step records (:func:`writes_traces`).
+
 This module imports vLLM: it is only imported by :class:`engine.generation.vllm_backend.VllmBackend`.
 """
 
@@ -41,6 +44,16 @@ from engine.generation.vllm_backend import RowArgs, apply_rows, check_sampling_p
 APPLY_CALLS: Counter[str] = Counter()
 
 
+def writes_traces() -> bool:
+    """True in the process whose step records reach the backend: tensor-parallel rank 0 (of the last
+    pipeline stage); also True where vLLM's process groups do not exist (one device, a test)."""
+    try:
+        from vllm.distributed import parallel_state as ps
+        return ps.get_tensor_model_parallel_rank() == 0 and ps.get_pp_group().is_last_rank
+    except (AssertionError, AttributeError, ImportError):  # groups not initialised
+        return True
+
+
 class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
     """Replaces our requests' logits by log D + keyed Gumbel noise (engine.generation.vllm_backend.keyed_scores).
 
@@ -52,6 +65,7 @@ class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
         self.interface = "v2" if len(args) == 1 else "v1"
         self.req_states = args[0] if self.interface == "v2" else None
         self.slots: dict[int, tuple[RowArgs, list[int] | None]] = {}  # batch index / slot -> (args, output ids)
+        self.writer: bool | None = None  # writes_traces(), asked at the first apply (process groups exist then)
         if vllm_config is not None and getattr(vllm_config, "speculative_config", None) is not None:
             raise ValueError("speculative decoding breaks coupled sampling (draft rows are sampled with a step "
                              "that is not the committed token count); turn it off")
@@ -122,5 +136,7 @@ class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
                 if step >= 0:  # < 0: a chunk of a prompt still being prefilled (its sample is dropped)
                     rows.append(r); args.append(hit[0]); steps.append(step)
         if rows:
-            apply_rows(logits, rows, args, steps)
+            if self.writer is None:
+                self.writer = writes_traces()
+            apply_rows(logits, rows, args, steps, write_traces=self.writer)
         return logits

@@ -51,7 +51,7 @@ def test_coupling_breaking_params_refused(name, value):
 
 
 @pytest.mark.parametrize("kw", [{"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}},
-                                {"tensor_parallel_size": 2}, {"logits_processors": ["x:Y"]}])
+                                {"pipeline_parallel_size": 2}, {"logits_processors": ["x:Y"]}])
 def test_engine_kwargs_refused(kw):
     with pytest.raises(UserError) as e:
         check_engine_kwargs(kw)
@@ -142,3 +142,146 @@ def test_row_args_ignore_foreign_requests():
     a = RowArgs.from_params(SimpleNamespace(extra_args={EXTRA_KEY: dict(
         tag="x", seed=-3, unit=9, temperature=0.5, top_k=2, top_p=0.9, trace_k=0, keys="k")}))
     assert a == RowArgs("x", -3, 9, 0.5, 2, 0.9, 0, "k")
+
+
+# --------------------------------------------------------------------------- traces from vLLM's worker processes
+
+def _sink_rows(sink, V, n_rows=3, seed=5):
+    logits = torch.randn(n_rows, V, generator=torch.Generator().manual_seed(seed))
+    args = [RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", str(sink.path), -1)
+            for i in range(n_rows)]
+    return logits, args
+
+
+def _worker_apply(sink_path: str, seed: int, steps: list[int], V: int) -> None:
+    """What a tensor-parallel rank-0 worker does: keys from the sink, records into it."""
+    logits = torch.randn(len(steps), V, generator=torch.Generator().manual_seed(seed))
+    args = [RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", sink_path, -1)
+            for i in range(len(steps))]
+    apply_rows(logits, list(range(len(steps))), args, steps)
+
+
+def test_trace_sink_carries_records_from_another_process():
+    """A processor in another process (origin pid differs) reads the keys from the sink and writes
+    its records there; the backend's poll gives exactly what an in-process processor records."""
+    import multiprocessing
+
+    from engine.generation.vllm_backend import TraceSink
+    V = 50
+    sink = TraceSink()
+    try:
+        sink.put_keys("k", torch.arange(V) * 3)
+        ctx = multiprocessing.get_context("spawn")  # as vLLM starts its workers: nothing inherited
+        p = ctx.Process(target=_worker_apply, args=(str(sink.path), 5, [0, 4, 9], V))
+        p.start()
+        p.join(120)
+        assert p.exitcode == 0
+        assert sink.poll() == 1 and set(TRACES) == {"r0", "r1", "r2"}
+        got = {t: TRACES.pop(t) for t in ("r0", "r1", "r2")}
+        # the same rows in this process, straight into TRACES (origin = this pid)
+        TOKEN_KEYS["k"] = torch.arange(V) * 3
+        logits = torch.randn(3, V, generator=torch.Generator().manual_seed(5))
+        import os
+        args = [RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", str(sink.path), os.getpid())
+                for i in range(3)]
+        apply_rows(logits, [0, 1, 2], args, [0, 4, 9])
+        assert {t: TRACES.pop(t) for t in ("r0", "r1", "r2")} == got
+        assert got["r1"][4].top_gumbels and len(got["r1"][4].top_ids) == 4
+    finally:
+        TOKEN_KEYS.pop("k", None)
+        TRACES.clear()
+        sink.close()
+    assert not sink.path.exists()
+
+
+def test_trace_sink_frames_segments_and_non_writers(monkeypatch):
+    """Half-written frames wait for the next poll; full segments are deleted once the worker moved
+    on; the last record of a step wins; a non-writer rank (write_traces=False) records nothing."""
+    from engine.generation import vllm_backend as vb
+    V = 20
+    monkeypatch.setattr(vb, "SEGMENT_BYTES", 600)  # a few frames per segment
+    monkeypatch.setattr(vb, "_WRITERS", {})
+    sink = vb.TraceSink()
+    try:
+        sink.put_keys("k", torch.arange(V))
+        monkeypatch.setattr(vb, "TOKEN_KEYS", {})  # as in a worker: keys only in the sink
+        logits, args = _sink_rows(sink, V)
+        apply_rows(logits.clone(), [0, 1, 2], args, [0, 0, 0], write_traces=False)
+        assert sink.poll() == 0 and not TRACES
+        for step in range(12):
+            apply_rows(torch.randn(3, V, generator=torch.Generator().manual_seed(step)), [0, 1, 2], args,
+                       [step] * 3)
+        n_files = len(list(sink.path.glob("*.trace")))
+        assert n_files > 2  # rotated
+        assert sink.poll() == 12
+        assert sorted(TRACES) == ["r0", "r1", "r2"] and sorted(TRACES["r0"]) == list(range(12))
+        assert len(list(sink.path.glob("*.trace"))) == 1  # read segments the worker left are gone
+        # a recomputed step (preemption): the later record wins
+        first = TRACES["r2"][11]
+        apply_rows(torch.full((3, V), 0.0), [0, 1, 2], args, [11] * 3)
+        assert sink.poll() == 1 and TRACES["r2"][11] != first
+        # a frame cut in the middle is not read until it is complete
+        seg = sorted(sink.path.glob("*.trace"))[-1]
+        import pickle
+        import struct
+        payload = pickle.dumps([("r9", 0, 3, 0.5, (), (), ())])
+        frame = struct.pack("<Q", len(payload)) + payload
+        with open(seg, "ab") as f:
+            f.write(frame[:10])
+        assert sink.poll() == 0 and "r9" not in TRACES
+        with open(seg, "ab") as f:
+            f.write(frame[10:])
+        assert sink.poll() == 1 and TRACES["r9"][0].token == 3
+    finally:
+        TRACES.clear()
+        sink.close()
+
+
+def test_engine_kwargs_tensor_parallel_and_executor():
+    assert check_engine_kwargs({"tensor_parallel_size": 2}) == {"tensor_parallel_size": 2}
+    for bad in ({"tensor_parallel_size": 0}, {"tensor_parallel_size": "2"},
+                {"distributed_executor_backend": "ray"}, {"pipeline_parallel_size": 2}):
+        with pytest.raises(UserError):
+            check_engine_kwargs(bad)
+    assert check_engine_kwargs({"distributed_executor_backend": "mp"})
+
+
+def test_cpu_threads_bind_splits_the_allowed_cpus():
+    from engine.generation.vllm_backend import cpu_threads_bind
+    assert cpu_threads_bind(1, [0, 1], 1) is None
+    assert cpu_threads_bind(2, [0, 1, 2, 3], 2) is None  # one NUMA node per rank: vLLM's auto binding
+    assert cpu_threads_bind(2, [0, 1], 1) == "0|1"
+    assert cpu_threads_bind(2, [3, 0, 1, 2, 4], 1) == "0,1,2|3,4"
+    assert cpu_threads_bind(3, [4, 5, 6, 7], 1) == "4,5|6|7"
+    with pytest.raises(UserError) as e:
+        cpu_threads_bind(4, [0, 1], 1)
+    assert "allowed: tensor_parallel <= 2" in str(e.value)
+
+
+def test_vllm_engine_args_from_the_environment(monkeypatch):
+    """$COUPLED_EVAL_VLLM_ARGS: a JSON object of vllm.LLM arguments, checked like the others."""
+    from engine.generation.backends import VLLM_ARGS_ENV, vllm_engine_args
+    monkeypatch.delenv(VLLM_ARGS_ENV, raising=False)
+    assert vllm_engine_args() == {} and vllm_engine_args(2) == {"tensor_parallel_size": 2}
+    monkeypatch.setenv(VLLM_ARGS_ENV, '{"enforce_eager": true, "gpu_memory_utilization": 0.8}')
+    assert vllm_engine_args(4) == {"enforce_eager": True, "gpu_memory_utilization": 0.8, "tensor_parallel_size": 4}
+    for raw, words in (("{nope", "not valid JSON"), ("[1, 2]", "must be a JSON object"),
+                       ('{"tensor_parallel_size": 2}', "--tensor-parallel"),
+                       ('{"speculative_config": {}}', "speculative_config")):
+        monkeypatch.setenv(VLLM_ARGS_ENV, raw)
+        with pytest.raises(UserError) as e:
+            vllm_engine_args()
+        assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_tensor_parallel_needs_vllm_before_anything_is_written(tmp_path):
+    from engine import models
+    from engine.generation import GenConfig, run_generation
+    from engine.testing import tiny_lm
+    db = tmp_path / "x.duckdb"
+    lm = models.from_objects("tiny", *tiny_lm(0))
+    for tp, words in ((2, "needs a backend with tensor parallelism"), (0, "integer >= 1")):
+        with pytest.raises(UserError) as e:
+            run_generation(db, [lm], "demo", 1, cfg=GenConfig(max_new_tokens=2), tensor_parallel=tp, show_bar=False)
+        assert words in str(e.value)
+    assert not db.exists()

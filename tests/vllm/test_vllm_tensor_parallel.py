@@ -1,0 +1,100 @@
+"""Tensor parallelism inside one engine (issue 11): vLLM with ``tensor_parallel_size=2`` on CPU (two
+rank processes, one core each, bound by engine.generation.vllm_backend.cpu_threads_bind).
+
+The logits processor then runs in vLLM's rank processes, not in ours: the keys reach it and its
+step records come back through the backend's TraceSink (only rank 0 writes). Checked here:
+
+(a) the TP = 2 backend against the transformers loop, unit by unit (token ids, texts, trace
+    alternatives and Gumbel values; probabilities to float tolerance) on a tiny fp32 Llama; the same
+    for TP = 1 with vLLM's engine core in its own process (VLLM_ENABLE_V1_MULTIPROCESSING=1), the
+    other way the processor can end up outside our process;
+(b) a whole run on a Ray replica whose engine is split over 2 ranks equals the single-process
+    transformers run of the same settings (rows), and records tensor_parallel = 2.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from vllm_testlib import ENGINE_KWARGS, needs_vllm
+
+from engine import models, store
+from engine.generation import GenConfig, generate_units, run_generation
+from engine.sampling import noise
+from engine.tasks import datasets
+from engine.testing import tiny_lm
+
+pytestmark = [pytest.mark.vllm, needs_vllm]
+
+PROMPTS = {f"t{i}": "Hello there! " * (i + 1) + "What is " + str(i) * (i % 3 + 1) + "?" for i in range(6)}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    f = tmp_path_factory.mktemp("tiny-llama-tp")
+    model, tok = tiny_lm(seed=0, hidden=128)  # 4 heads, 2 KV heads: split over 2 ranks
+    model.save_pretrained(f)
+    tok.save_pretrained(f)
+    return f
+
+
+@pytest.mark.parametrize("tp, engine_core_process", [(2, "0"), (1, "1")])
+def test_out_of_process_processor_equals_the_transformers_loop(folder, monkeypatch, tp, engine_core_process):
+    from engine.generation.vllm_backend import VllmBackend
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", engine_core_process)
+    lm = models.load_model(str(folder), device="cpu")
+    cfg = GenConfig(temperature=1.0, top_k=8, max_new_tokens=12, batch_size=8, trace_top_k=4)
+    base = [(p, r) for p in PROMPTS for r in range(2)]
+    units, seeds = base + base, [77] * len(base) + [noise.independent_seed(77, lm.name)] * len(base)
+    hf = generate_units(lm, PROMPTS, units, seeds, cfg)
+    be = VllmBackend(str(folder), dtype="float32", max_model_len=512,
+                     engine_kwargs={**ENGINE_KWARGS, "tensor_parallel_size": tp})
+    sink = be.sink.path
+    try:
+        assert be.describe()["tensor_parallel"] == tp
+        got = {}
+        for chunk in be.generate(PROMPTS, units, seeds, cfg):
+            got.update({(r.prompt_id, r.repeat, r.seed): r for r in chunk})
+        writers = {p.name.split("-")[0] for p in sink.glob("*.trace")}
+    finally:
+        be.close()
+    assert not sink.exists()  # the trace directory goes with the backend
+    assert len(writers) == 1  # one process wrote (with TP = 2 both ranks run the processor: rank 0 writes)
+    assert len(got) == len(units)
+    for h in hf:
+        v = got[(h.prompt_id, h.repeat, h.seed)]
+        key = (h.prompt_id, h.repeat, h.seed)
+        assert (v.token_ids, v.text, v.finish_reason) == (h.token_ids, h.text, h.finish_reason), key
+        assert v.top_ids == h.top_ids and v.top_gumbels == h.top_gumbels, key
+        np.testing.assert_allclose(v.probs, h.probs, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(np.array(v.top_probs), np.array(h.top_probs), rtol=1e-4, atol=1e-6)
+
+
+def test_run_on_a_ray_replica_with_tensor_parallel_2_equals_single_process(folder, tmp_path, monkeypatch):
+    pytest.importorskip("ray", reason="needs ray in the vLLM venv (scripts/install_vllm.sh installs it)")
+    from engine.generation.distributed import RayConfig, RayExecutor
+
+    # eager engines in the replica too ($COUPLED_EVAL_VLLM_ARGS is forwarded to Ray replicas)
+    monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
+    ps = tuple(datasets.Prompt(prompt_id=f"toy/{i}", user_prompt=f"Question {i}: " + "ab" * i + "?") for i in range(4))
+    ds = datasets.Dataset("toy", "prompts", "memory", ps, "Be brief.")
+    db = tmp_path / "tp.duckdb"
+    cfg = GenConfig(temperature=1.0, max_new_tokens=6, batch_size=8, trace_top_k=3)
+    kw = dict(repeats=2, modes=["coupled", "independent"], seed=5, cfg=cfg, show_bar=False, device="cpu")
+    hf = run_generation(db, [str(folder)], ds, backend="hf", **kw)
+    with RayExecutor(RayConfig(workers=1, num_cpus=2)) as ex:
+        vl = run_generation(db, [str(folder)], ds, backend="vllm", tensor_parallel=2, executor=ex, **kw)
+    runs = store.query_df(db, "SELECT run_id, config, status FROM runs").set_index("run_id")
+    assert runs.loc[vl, "status"] == "done"
+    c = json.loads(runs.loc[vl, "config"])
+    assert c["tensor_parallel"] == 2 and c["backends"][str(folder)]["tensor_parallel"] == 2
+    q = ("SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3")
+    a, b = store.query_df(db, q, [hf]), store.query_df(db, q, [vl])
+    assert len(a) == len(b) == 16
+    assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
+    assert list(a["text"]) == list(b["text"])
+    t = store.query_df(db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY run_id").set_index("run_id")
+    assert t.loc[vl, "n"] == t.loc[hf, "n"] > 0
