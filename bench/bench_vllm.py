@@ -5,6 +5,9 @@
         --dataset demo --repeats 10 --max-new-tokens 20 --out vllm_bench.json
     # on a GPU machine (vllm==0.32.x CUDA build in the venv), e.g. a 1B-8B HF folder:
     $VLLM_VENV/bin/python bench/bench_vllm.py --models /models/Llama-3.2-1B-Instruct --device cuda
+    # tensor parallelism (the processor then runs in vLLM's rank processes; traces via TraceSink):
+    $VLLM_VENV/bin/python bench/bench_vllm.py --models /models/Llama-3.1-70B-Instruct --device cuda \
+        --tensor-parallel 4 --skip-hf
 
 Per model: both backends generate the same (prompt, repeat, mode) units with the same seed; the
 script reports wall seconds, generated tokens/s, the share of units whose tokens are identical and,
@@ -43,6 +46,7 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu", help="transformers backend device (vLLM uses its build's)")
     ap.add_argument("--kv-cache-gib", type=float, default=2.0, help="CPU only")
     ap.add_argument("--eager", action="store_true", help="vLLM enforce_eager (no torch.compile / CUDA graphs)")
+    ap.add_argument("--tensor-parallel", type=int, default=1, help="vLLM tensor_parallel_size")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--out", default=None, help="write the JSON report here")
     a = ap.parse_args(argv)
@@ -76,8 +80,10 @@ def main(argv=None) -> None:
             del lm
             gc.collect()
         t = time.perf_counter()
-        be = VllmBackend(name, dtype=a.dtype, kv_cache_gib=a.kv_cache_gib,
-                         engine_kwargs={"enforce_eager": True} if a.eager else None)
+        kw = {"enforce_eager": True} if a.eager else {}
+        if a.tensor_parallel != 1:
+            kw["tensor_parallel_size"] = a.tensor_parallel
+        be = VllmBackend(name, dtype=a.dtype, kv_cache_gib=a.kv_cache_gib, engine_kwargs=kw)
         row["vllm_build_s"] = time.perf_counter() - t
         t = time.perf_counter()
         got = {(r.prompt_id, r.repeat, r.seed): r

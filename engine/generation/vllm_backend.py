@@ -47,6 +47,7 @@ from __future__ import annotations
 import importlib.metadata
 import itertools
 import json
+import math
 import os
 import pickle
 import shutil
@@ -502,7 +503,8 @@ class VllmBackend:
             dtype: "float32" / "bfloat16" / "float16"; default as the transformers backend
                 (engine.models.default_dtype: float32 on CPU and for the SmolLM2 family).
             max_model_len: vLLM's context limit (default: the model's).
-            kv_cache_gib: CPU only: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE); default vLLM's.
+            kv_cache_gib: CPU only: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE, whole GiB: rounded up);
+                default vLLM's.
             engine_kwargs: further ``vllm.LLM`` arguments (checked by :func:`check_engine_kwargs`), e.g.
                 ``tensor_parallel_size`` to split the model over that many devices of this machine
                 (vLLM's multiprocessing workers; rank 0 sends the traces back through a TraceSink).
@@ -525,7 +527,7 @@ class VllmBackend:
             dtype = str(dt).removeprefix("torch.")
         self.dtype = str(dtype)
         if kv_cache_gib is not None and self.device.type == "cpu":
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(kv_cache_gib)))  # vLLM reads whole GiB
         if self.device.type == "cpu" and os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") == "auto":
             bind = cpu_threads_bind(self.tensor_parallel, sorted(os.sched_getaffinity(0)), _numa_nodes())
             if bind is not None:  # else vLLM's auto binding (one NUMA node per rank) is the better one
@@ -555,8 +557,11 @@ class VllmBackend:
             raise
         except Exception as exc:
             self.sink.close()
+            hint = ("use the transformers backend for this model" if self.tensor_parallel == 1 else
+                    f"tensor_parallel={self.tensor_parallel} must divide the model's attention heads and fit "
+                    "the devices; try another --tensor-parallel")
             raise UserError(f"vLLM could not load model {self.name!r} from {str(self.path)!r}: "
-                            f"{_one_line(exc)}; use the transformers backend for this model") from exc
+                            f"{_one_line(exc)}; {hint}") from exc
         mc = self.llm.llm_engine.model_config
         self.vocab_size = int(mc.get_vocab_size())
         self.max_model_len = int(mc.max_model_len)
