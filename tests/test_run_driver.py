@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -57,6 +58,23 @@ def test_run_lock_is_exclusive_and_released(tmp_path):
     assert runlock.read_lock(db, "run-x") is None and runlock.is_stale(db, "run-x")  # emptied on exit
     with runlock.RunLock(db, "run-x"):  # free again
         pass
+
+
+def test_a_reused_pid_does_not_keep_a_dead_run_alive(tmp_path):
+    """Same host: the lock decides, not the pid. A lock file naming a live pid (here this test's
+    own, as if the system had reused the dead driver's) but held by nobody is stale."""
+    db = tmp_path / "x.duckdb"
+    p = runlock.lock_path(db, "run-z")
+    p.parent.mkdir()
+    p.write_text(json.dumps({"run_id": "run-z", "pid": os.getpid(), "host": socket.gethostname()}))
+    assert runlock.is_stale(db, "run-z")
+    with runlock.RunLock(db, "run-z"):
+        assert not runlock.is_stale(db, "run-z")
+        # the probe does not disturb the holder, and a second driver is still refused
+        assert runlock.read_lock(db, "run-z")["pid"] == os.getpid()
+        with pytest.raises(UserError, match="already being generated"):
+            runlock.RunLock(db, "run-z").__enter__()
+    assert runlock.is_stale(db, "run-z")
 
 
 def test_heartbeat_decides_for_a_driver_on_another_host(tmp_path):
