@@ -230,11 +230,39 @@ def _write_records(sink: str, records: list[tuple]) -> None:
     w.write(records)
 
 
+SINK_PREFIX = "coupled-eval-vllm-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def remove_orphan_sinks(root: str | Path | None = None) -> list[Path]:
+    """Delete the trace directories of backends whose process is gone (a SIGKILLed run leaves its
+    directory behind: token keys and unread segments, a few MiB). Returns what was removed; a
+    directory whose pid is alive (or reused) is left alone."""
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob(SINK_PREFIX + "*"):
+        pid = d.name[len(SINK_PREFIX):].split("-")[0]
+        if d.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 class TraceSink:
     """The backend's side of the trace directory: token-key files out, step records in."""
 
-    def __init__(self) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix="coupled-eval-vllm-"))  # 0700: only this user
+    def __init__(self, root: str | Path | None = None) -> None:
+        remove_orphan_sinks(root)
+        # 0700: only this user; the pid in the name lets a later backend remove it if we are killed
+        self.path = Path(tempfile.mkdtemp(prefix=f"{SINK_PREFIX}{os.getpid()}-", dir=root))
         self.offsets: dict[str, int] = {}
 
     def put_keys(self, kid: str, keys: torch.Tensor) -> None:

@@ -285,3 +285,24 @@ def test_tensor_parallel_needs_vllm_before_anything_is_written(tmp_path):
             run_generation(db, [lm], "demo", 1, cfg=GenConfig(max_new_tokens=2), tensor_parallel=tp, show_bar=False)
         assert words in str(e.value)
     assert not db.exists()
+
+
+def test_orphan_trace_directories_are_removed(tmp_path):
+    """A killed backend's directory (its pid gone) is removed by the next backend's sink; a live
+    one's is not."""
+    import subprocess
+    import sys
+
+    from engine.generation.vllm_backend import SINK_PREFIX, TraceSink
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / f"{SINK_PREFIX}{int(dead.stdout)}-abc"
+    orphan.mkdir()
+    (orphan / "keys-x.pt").write_bytes(b"0" * 100)
+    live = TraceSink(root=tmp_path)
+    try:
+        assert not orphan.exists() and live.path.exists() and live.path.parent == tmp_path
+        other = TraceSink(root=tmp_path)  # this process is alive: its first sink stays
+        assert live.path.exists()
+        other.close()
+    finally:
+        live.close()
