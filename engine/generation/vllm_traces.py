@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from engine.store.runlock import pid_alive
+
 # In-process tables shared with the logits processor (engine.generation.vllm_processor), which vLLM builds
 # itself inside the engine core: token keys by id (a (V,) tensor is too big for every request's
 # extra_args), and per request tag {step: StepTrace}. In a vLLM worker process TOKEN_KEYS caches the
@@ -105,16 +107,6 @@ def write_records(sink: str, records: list[tuple]) -> None:
 SINK_PREFIX = "coupled-eval-vllm-"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
 def remove_orphan_sinks(root: str | Path | None = None) -> list[Path]:
     """Delete the trace directories of backends whose process is gone (a SIGKILLed run leaves its
     directory behind: token keys and unread segments, a few MiB). Returns what was removed; a
@@ -122,7 +114,7 @@ def remove_orphan_sinks(root: str | Path | None = None) -> list[Path]:
     removed = []
     for d in Path(root or tempfile.gettempdir()).glob(SINK_PREFIX + "*"):
         pid = d.name[len(SINK_PREFIX):].split("-")[0]
-        if d.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+        if d.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed

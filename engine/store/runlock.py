@@ -40,12 +40,13 @@ def lock_path(db: str | os.PathLike, run_id: str) -> Path:
     return db.with_name(db.name + ".runs") / f"{run_id}.lock"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True when a process ``pid`` exists on this machine (possibly another user's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # exists, another user's
+    except (PermissionError, OverflowError):  # exists, another user's / not a pid we can ask about
         return True
     return True
 
@@ -94,7 +95,7 @@ def is_stale(db: str | os.PathLike, run_id: str, now: float | None = None) -> bo
         return True
     if info.get("host") == socket.gethostname():
         held = _lock_held(lock_path(db, run_id))
-        return not held if held is not None else not _pid_alive(int(info.get("pid", -1)))
+        return not held if held is not None else not pid_alive(int(info.get("pid", -1)))
     return (now or time.time()) - float(info["heartbeat_at"]) > STALE_AFTER_S
 
 
@@ -155,4 +156,4 @@ class RunLock:
             self.fd = None
 
 
-__all__ = ["RunLock", "lock_path", "read_lock", "is_stale", "HEARTBEAT_S", "STALE_AFTER_S"]
+__all__ = ["RunLock", "lock_path", "read_lock", "is_stale", "pid_alive", "HEARTBEAT_S", "STALE_AFTER_S"]
