@@ -42,6 +42,7 @@ no vLLM) can import it, run its checks, and get a one-line UserError from :func:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import itertools
 import json
@@ -412,12 +413,15 @@ class VllmBackend:
             dt = models.default_dtype(self.variant if self.variant != "gguf" else "gguf", self.device, family)
             dtype = str(dt).removeprefix("torch.")
         self.dtype = str(dtype)
+        # this engine's environment, set while it is built (its workers are spawned then) and restored
+        # after, so that the next engine in this process starts from the user's settings
+        env: dict[str, str] = {}
         if kv_cache_gib is not None and self.device.type == "cpu":
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(kv_cache_gib)))  # vLLM reads whole GiB
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(kv_cache_gib)))  # vLLM reads whole GiB
         if self.device.type == "cpu" and os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") == "auto":
             bind = cpu_threads_bind(self.tensor_parallel, sorted(os.sched_getaffinity(0)), _numa_nodes())
             if bind is not None:  # else vLLM's auto binding (one NUMA node per rank) is the better one
-                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
+                env["VLLM_CPU_OMP_THREADS_BIND"] = bind
         from transformers import AutoTokenizer, GenerationConfig
 
         from engine.generation.vllm_processor import KeyedGumbelProcessor
@@ -435,9 +439,10 @@ class VllmBackend:
         self.stop_ids = _stop_token_ids(self.tokenizer, gen_cfg)
         self.sink = TraceSink()
         try:
-            self.llm = vllm.LLM(model=str(self.path), tokenizer=str(self.path), dtype=self.dtype,
-                                enable_prefix_caching=True, logits_processors=[KeyedGumbelProcessor],
-                                max_model_len=max_model_len, seed=0, **extra)
+            with _scoped_env(env):
+                self.llm = vllm.LLM(model=str(self.path), tokenizer=str(self.path), dtype=self.dtype,
+                                    enable_prefix_caching=True, logits_processors=[KeyedGumbelProcessor],
+                                    max_model_len=max_model_len, seed=0, **extra)
         except UserError:
             self.sink.close()
             raise
@@ -597,6 +602,21 @@ class VllmBackend:
             top_ids=tuple(rec.top_ids for rec in recs) if k else None,
             top_probs=tuple(rec.top_probs for rec in recs) if k else None,
             top_gumbels=tuple(rec.top_gumbels for rec in recs) if k and cfg.temperature > 0 else None)
+
+
+@contextlib.contextmanager
+def _scoped_env(overrides: dict[str, str]) -> Iterator[None]:
+    """Set ``overrides`` in os.environ for the block, then restore the previous values."""
+    before = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _one_line(exc: BaseException) -> str:

@@ -306,3 +306,16 @@ def test_orphan_trace_directories_are_removed(tmp_path):
         other.close()
     finally:
         live.close()
+
+
+def test_scoped_env_restores_what_was_there(monkeypatch):
+    import os
+
+    from engine.generation.vllm_backend import _scoped_env
+    monkeypatch.setenv("CE_TEST_A", "user")
+    monkeypatch.delenv("CE_TEST_B", raising=False)
+    with pytest.raises(RuntimeError):
+        with _scoped_env({"CE_TEST_A": "0|1", "CE_TEST_B": "4"}):
+            assert (os.environ["CE_TEST_A"], os.environ["CE_TEST_B"]) == ("0|1", "4")
+            raise RuntimeError("engine build failed")
+    assert os.environ["CE_TEST_A"] == "user" and "CE_TEST_B" not in os.environ
