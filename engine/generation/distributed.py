@@ -168,6 +168,12 @@ class Replica:
     def pid(self) -> int:
         return os.getpid()
 
+    def close(self) -> None:
+        """Free the backend (a vLLM engine: its rank workers and its trace directory)."""
+        if self.backend is not None:
+            self.backend.close()
+        self.name, self.backend, self.keys = None, None, None
+
 
 # --------------------------------------------------------------------------- the executor (driver side)
 
@@ -350,14 +356,12 @@ class RayExecutor:
                 yield ExecChunk(sh.name, out["results"], _Pieces(out["pieces"]), {**out["record"]} if first else None,
                                 out["worker"], out["describe"] if first else None)
         finally:
-            for a in self.actors:
-                _kill(ray, a)
+            _release(ray, self.actors)
             self.actors = []
 
     def close(self) -> None:
         if self.ray is not None:
-            for a in self.actors:
-                _kill(self.ray, a)
+            _release(self.ray, self.actors)
             self.actors = []
             if self._owns_cluster:
                 self.ray.shutdown()
@@ -369,6 +373,24 @@ class RayExecutor:
     def __exit__(self, *exc) -> bool:
         self.close()
         return False
+
+
+def _release(ray, actors, timeout_s: float = 30.0) -> None:
+    """Ask every replica to close its backend (bounded wait: a dead or stuck one is not waited
+    for), then end them."""
+    refs = []
+    for a in actors:
+        try:
+            refs.append(a.close.remote())
+        except Exception:  # already gone
+            pass
+    if refs:
+        try:
+            ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        except Exception:
+            pass
+    for a in actors:
+        _kill(ray, a)
 
 
 def _kill(ray, actor) -> None:

@@ -87,6 +87,13 @@ def test_run_on_a_ray_replica_with_tensor_parallel_2_equals_single_process(folde
     hf = run_generation(db, [str(folder)], ds, backend="hf", **kw)
     with RayExecutor(RayConfig(workers=1, num_cpus=2)) as ex:
         vl = run_generation(db, [str(folder)], ds, backend="vllm", tensor_parallel=2, executor=ex, **kw)
+        replica_pid = next(iter(ex.worker_info.values()))["pid"]
+    # the executor closed the replica's backend before ending it: its trace directory is gone
+    import tempfile
+    from pathlib import Path
+
+    from engine.generation.vllm_traces import SINK_PREFIX
+    assert not list(Path(tempfile.gettempdir()).glob(f"{SINK_PREFIX}{replica_pid}-*"))
     runs = store.query_df(db, "SELECT run_id, config, status FROM runs").set_index("run_id")
     assert runs.loc[vl, "status"] == "done"
     c = json.loads(runs.loc[vl, "config"])
@@ -98,3 +105,45 @@ def test_run_on_a_ray_replica_with_tensor_parallel_2_equals_single_process(folde
     assert list(a["text"]) == list(b["text"])
     t = store.query_df(db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY run_id").set_index("run_id")
     assert t.loc[vl, "n"] == t.loc[hf, "n"] > 0
+
+
+def test_killed_tensor_parallel_replica_is_recovered(folder, tmp_path, monkeypatch):
+    """SIGKILL the Ray replica (the process that owns the vLLM engine and its trace directory) after
+    the first stored shard: Ray restarts it, the new engine (2 ranks again) redoes the lost shards,
+    and the run ends with the rows of the single-process transformers run, none duplicated; the
+    killed backend's orphaned trace directory is removed by the next one."""
+    import os
+    import signal
+    import tempfile
+    from pathlib import Path
+
+    pytest.importorskip("ray", reason="needs ray in the vLLM venv (scripts/install_vllm.sh installs it)")
+    from engine.generation.distributed import RayConfig, RayExecutor
+    from engine.generation.vllm_traces import SINK_PREFIX
+
+    monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
+    ps = tuple(datasets.Prompt(prompt_id=f"k/{i}", user_prompt=f"Item {i}: " + "xy" * i + "?") for i in range(6))
+    ds = datasets.Dataset("kill", "prompts", "memory", ps, None)
+    db = tmp_path / "kill.duckdb"
+    cfg = GenConfig(temperature=1.0, max_new_tokens=5, batch_size=4, trace_top_k=2)
+    kw = dict(repeats=2, modes=["coupled", "independent"], seed=3, cfg=cfg, show_bar=False, device="cpu")
+    hf = run_generation(db, [str(folder)], ds, backend="hf", **kw)
+    ex = RayExecutor(RayConfig(workers=1, shard_units=4, num_cpus=2))
+    killed: dict = {}
+
+    def kill_once(results):
+        if not killed:
+            w = sorted(ex.worker_info)[0]
+            killed.update(pid=ex.worker_info[w]["pid"], stored=store.table_counts(db)["generations"])
+            os.kill(killed["pid"], signal.SIGKILL)
+
+    with ex:
+        vl = run_generation(db, [str(folder)], ds, backend="vllm", tensor_parallel=2, executor=ex,
+                            _after_chunk=kill_once, **kw)
+    assert killed and 0 < killed["stored"] - 24 < 24  # vLLM rows stored at the kill: after the first shard, before the last
+    q = ("SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3")
+    a, b = store.query_df(db, q, [hf]), store.query_df(db, q, [vl])
+    assert len(a) == len(b) == 24  # nothing lost, nothing twice
+    assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
+    assert store.query_df(db, "SELECT status FROM runs WHERE run_id = ?", [vl]).iloc[0, 0] == "done"
+    assert not list(Path(tempfile.gettempdir()).glob(f"{SINK_PREFIX}{killed['pid']}-*"))
