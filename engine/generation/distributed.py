@@ -20,6 +20,8 @@ token), never by batch layout, worker or time, so units can run anywhere, in any
   (``max_restarts`` / ``max_task_retries``); a replica that is gone for good is replaced and its
   shards go back to the queue. A shard's results are yielded once (a set of done shards), so
   progress is never counted twice; the store's INSERT OR IGNORE makes a re-write harmless anyway.
+  A replica whose backend's engine died (:class:`~engine.generation.types.EngineDead`: one of
+  vLLM's tensor-parallel rank workers was killed) ends its own process, so the same path applies.
 * Resume: the run id does not depend on the executor or the number of workers; a rerun after a
   killed driver, worker or cluster generates only what is not stored.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
@@ -37,11 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.generation.types import ExecChunk, ModelTask, RunSpec
+from engine.generation.types import EngineDead, ExecChunk, ModelTask, RunSpec
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 # environment a replica on another machine needs to load models like the driver would
 _FORWARD_ENV = ("HF_", "TRANSFORMERS_", "COUPLED_EVAL_", "VLLM_")
+EXIT_ENGINE_DEAD = 75  # a replica's exit status when its backend's engine died (Ray restarts it)
 
 
 @dataclass(frozen=True)
@@ -151,9 +155,15 @@ class Replica:
         """Generate one shard (``prompts``: its prompts' texts) -> results, token texts, model row."""
         t0 = time.perf_counter()
         b, s = self._load(shard.model), self.spec
-        results = [r for chunk in b.generate(prompts, [(p, r) for p, r, _ in shard.units],
-                                             [sd for _, _, sd in shard.units], s.cfg, self.keys, s.system_prompt)
-                   for r in chunk]
+        try:
+            results = [r for chunk in b.generate(prompts, [(p, r) for p, r, _ in shard.units],
+                                                 [sd for _, _, sd in shard.units], s.cfg, self.keys, s.system_prompt)
+                       for r in chunk]
+        except EngineDead as exc:
+            # a dead engine (one of vLLM's rank workers died) makes this replica useless: end the
+            # process, so that Ray treats it as a dead worker (restart it, retry the shard)
+            print(f"replica {self.worker}: {exc}; exiting so that Ray restarts it", file=sys.stderr, flush=True)
+            os._exit(EXIT_ENGINE_DEAD)
         pieces = {}
         if self.spec.cfg.record_traces:
             ids = sorted({t for r in results for t in r.token_ids})

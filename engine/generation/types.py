@@ -61,6 +61,12 @@ class GenResult:
     top_gumbels: tuple[tuple[float, ...], ...] | None = None  # None when T = 0 (no noise)
 
 
+class EngineDead(RuntimeError):
+    """The backend's engine is gone (e.g. one of vLLM's tensor-parallel worker processes died): this
+    backend cannot generate again. A Ray replica ends its process on it, so that Ray restarts the
+    replica and retries its shard, as for any other crash (engine.generation.distributed)."""
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A loaded model that generates units: the transformers loop (:class:`.hf.HFBackend`) or vLLM

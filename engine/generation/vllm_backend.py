@@ -552,7 +552,13 @@ class VllmBackend:
                     alias[str(engine.add_request(tag, {"prompt_token_ids": ids[p]}, sp))] = tag
                     inflight[tag] = todo[pos]
                     pos += 1
-                finished = [out for out in engine.step() if out.finished]
+                try:
+                    finished = [out for out in engine.step() if out.finished]
+                except Exception as exc:
+                    if self._engine_dead(exc):
+                        from engine.generation.types import EngineDead
+                        raise EngineDead(f"the vLLM engine of model {self.name!r} died: {_one_line(exc)}") from exc
+                    raise
                 if finished:
                     self.sink.poll()  # records of out-of-process processors (written before these outputs)
                 for out in finished:
@@ -575,6 +581,15 @@ class VllmBackend:
             prefix = f"{self._tag}:{call}:"
             for tag in [t for t in TRACES if t.startswith(prefix)]:  # and every record left of this call
                 TRACES.pop(tag, None)
+
+    def _engine_dead(self, exc: BaseException) -> bool:
+        """Whether ``exc`` from ``engine.step()`` means the engine is gone, not a bad request: vLLM's
+        EngineDeadError (a separate engine-core process), or its in-process executor marked failed
+        (a rank worker died: vLLM 0.32 then raises a bare RuntimeError("cancelled"))."""
+        if type(exc).__name__ == "EngineDeadError":
+            return True
+        core = getattr(getattr(self.llm.llm_engine, "engine_core", None), "engine_core", None)
+        return bool(getattr(getattr(core, "model_executor", None), "is_failed", False))
 
     def _result(self, tag: str, unit: tuple[str, int, int], tokens: list[int], cfg, GenResult):
         """One finished request -> GenResult, with the processor's per-step records checked."""

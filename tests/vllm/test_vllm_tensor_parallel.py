@@ -147,3 +147,60 @@ def test_killed_tensor_parallel_replica_is_recovered(folder, tmp_path, monkeypat
     assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
     assert store.query_df(db, "SELECT status FROM runs WHERE run_id = ?", [vl]).iloc[0, 0] == "done"
     assert not list(Path(tempfile.gettempdir()).glob(f"{SINK_PREFIX}{killed['pid']}-*"))
+
+
+def _descendants(pid: int) -> set[int]:
+    out, frontier = set(), [pid]
+    while frontier:
+        p = frontier.pop()
+        try:
+            kids = open(f"/proc/{p}/task/{p}/children").read().split()
+        except OSError:
+            continue
+        for k in map(int, kids):
+            if k not in out:
+                out.add(k)
+                frontier.append(k)
+    return out
+
+
+def test_killed_rank_worker_is_recovered(folder, tmp_path, monkeypatch):
+    """SIGKILL one of vLLM's rank workers inside the Ray replica after the first stored shard: the
+    engine dies, the backend says so (EngineDead), the replica ends its process, Ray restarts it,
+    and the run ends with the single-process rows, none lost or duplicated."""
+    import os
+    import signal
+
+    pytest.importorskip("ray", reason="needs ray in the vLLM venv (scripts/install_vllm.sh installs it)")
+    from engine.generation.distributed import RayConfig, RayExecutor
+
+    monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
+    ps = tuple(datasets.Prompt(prompt_id=f"r/{i}", user_prompt=f"Entry {i}: " + "zw" * i + "?") for i in range(6))
+    ds = datasets.Dataset("rank-kill", "prompts", "memory", ps, None)
+    db = tmp_path / "rank.duckdb"
+    cfg = GenConfig(temperature=1.0, max_new_tokens=5, batch_size=4, trace_top_k=2)
+    kw = dict(repeats=2, modes=["coupled", "independent"], seed=4, cfg=cfg, show_bar=False, device="cpu")
+    hf = run_generation(db, [str(folder)], ds, backend="hf", **kw)
+    ex = RayExecutor(RayConfig(workers=1, shard_units=4, num_cpus=2))
+    killed: dict = {}
+
+    def kill_a_rank(results):
+        if killed:
+            return
+        replica = next(iter(ex.worker_info.values()))["pid"]
+        ranks = [p for p in _descendants(replica) if "Worker_TP" in open(f"/proc/{p}/comm").read()]
+        assert len(ranks) == 2, ranks  # the replica's engine: 2 tensor-parallel rank processes
+        killed.update(replica=replica, rank=ranks[0], stored=store.table_counts(db)["generations"])
+        os.kill(ranks[0], signal.SIGKILL)
+
+    with ex:
+        vl = run_generation(db, [str(folder)], ds, backend="vllm", tensor_parallel=2, executor=ex,
+                            _after_chunk=kill_a_rank, **kw)
+        after = {w["pid"] for w in ex.worker_info.values()}
+    assert killed and 0 < killed["stored"] - 24 < 24
+    assert killed["replica"] not in after  # later shards came from the restarted replica
+    q = ("SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3")
+    a, b = store.query_df(db, q, [hf]), store.query_df(db, q, [vl])
+    assert len(a) == len(b) == 24
+    assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
+    assert store.query_df(db, "SELECT status FROM runs WHERE run_id = ?", [vl]).iloc[0, 0] == "done"
