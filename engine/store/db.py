@@ -38,7 +38,15 @@ import duckdb
 
 from engine.config import DEFAULT_DB
 from engine.errors import UserError
-from engine.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, init_schema, schema_problem, schema_state
+from engine.store.schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    TABLES,
+    atomic,
+    init_schema,
+    schema_problem,
+    schema_state,
+)
 
 # DuckDB's single-file layout: a 4 KiB main header (checksum, b"DUCK", ...), two 4 KiB database
 # headers (checksum, iteration, meta block, free list, block count, block alloc size, ...) that are
@@ -358,19 +366,13 @@ def transaction(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_
     COMMIT), the rollback's own "no transaction is active" is ignored rather than raised over it.
     """
     with writer(path, timeout_s) as con:
-        con.begin()
         try:
-            yield con
-            con.commit()
-        except BaseException as exc:
-            try:
-                con.rollback()
-            except duckdb.Error:  # already aborted by DuckDB: nothing to undo; keep the cause
-                pass
-            if isinstance(exc, duckdb.IOException):  # e.g. the WAL cannot be created: say so in one line
-                low = str(exc).lower()
-                if "permission denied" in low or "read-only" in low or "read only" in low:
-                    raise _open_error(Path(path), exc, False) from exc
+            with atomic(con):
+                yield con
+        except duckdb.IOException as exc:  # e.g. the WAL cannot be created: say so in one line
+            low = str(exc).lower()
+            if "permission denied" in low or "read-only" in low or "read only" in low:
+                raise _open_error(Path(path), exc, False) from exc
             raise
 
 
@@ -403,18 +405,12 @@ def migrate(path: str | os.PathLike) -> dict:
             backup = path.with_name(f"{path.name}.v{state.version}-{time.strftime('%Y%m%d-%H%M%S')}-{n}.bak")
             n += 1
         shutil.copy2(path, backup)
-        con.begin()
-        try:
+        with atomic(con):
             for from_version, steps in MIGRATIONS:
                 if from_version >= state.version:
                     for sql in steps:
                         con.execute(sql)
             con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-            con.commit()
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                con.rollback()
-            raise
     finally:
         con.close()
     return {"db": str(path), "from_version": state.version, "to_version": SCHEMA_VERSION, "backup": str(backup)}

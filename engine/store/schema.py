@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import duckdb
@@ -197,6 +198,24 @@ def schema_problem(state: SchemaState, path: str | os.PathLike) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def atomic(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """BEGIN ... COMMIT on ``con``: every statement of the block is stored, or none.
+
+    Any exception, KeyboardInterrupt included, rolls back, and the original error is what
+    propagates: when DuckDB has already aborted the transaction (a failed COMMIT), the rollback's
+    own "no transaction is active" is ignored rather than raised over it.
+    """
+    con.begin()
+    try:
+        yield con
+        con.commit()
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.rollback()
+        raise
+
+
 def init_schema(con: duckdb.DuckDBPyConnection, path: str | os.PathLike = "the database") -> None:
     """Look first: create every table in an empty database, do nothing to one of this version, and
     raise UserError (one line, nothing written) for an older, newer or unrelated one."""
@@ -206,16 +225,10 @@ def init_schema(con: duckdb.DuckDBPyConnection, path: str | os.PathLike = "the d
     problem = schema_problem(state, path)
     if problem:
         raise UserError(problem)
-    con.begin()
-    try:
+    with atomic(con):
         for ddl in SCHEMA:
             con.execute(ddl)
         con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-        con.commit()
-    except BaseException:
-        with contextlib.suppress(duckdb.Error):
-            con.rollback()
-        raise
 
 
 TABLES: tuple[str, ...] = tuple(ddl.split("EXISTS", 1)[1].split("(", 1)[0].strip() for ddl in SCHEMA)
