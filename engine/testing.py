@@ -4,12 +4,14 @@
 a chat template, so every code path of the engine (chat templates, left padding, KV cache, EOS,
 vocab checks, byte-string keys) runs on it exactly as on a real model. ``vocab_perm_seed``
 shuffles the vocabulary order, giving a model with a *different* tokenizer over the same strings
-(for cross-tokenizer coupling tests).
+(for cross-tokenizer coupling tests). ``descendants(pid)`` lists a process's live descendants (for
+tests that kill or clean up what they started).
 """
 
 from __future__ import annotations
 
 import string
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -57,3 +59,19 @@ def tiny_lm(seed: int = 0, vocab_perm_seed: int | None = None, hidden: int = 64,
             p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
     model = model.to(dtype).eval()
     return model, tok
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (Linux /proc; empty elsewhere)."""
+    out, frontier = set(), [pid]
+    while frontier:
+        p = frontier.pop()
+        try:
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        for k in map(int, kids):
+            if k not in out:
+                out.add(k)
+                frontier.append(k)
+    return out

@@ -31,7 +31,7 @@ from engine.errors import UserError
 from engine.generation.types import ModelTask
 from engine.progress import read_progress
 from engine.tasks import datasets
-from engine.testing import tiny_lm
+from engine.testing import descendants, tiny_lm
 
 ray = pytest.importorskip("ray", reason="the ray package is not installed (pip install ray)")
 from engine.generation.distributed import RayConfig, RayExecutor, plan_shards  # noqa: E402
@@ -177,22 +177,6 @@ _KILL_CMD = ["generate", "--dataset", "demo", "--limit", "4", "--repeats", "2", 
              "--batch-size", "4", "--device", "cpu", "--seed", "5"]
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (Linux /proc), so that the test can end what it started."""
-    out, frontier = set(), [pid]
-    while frontier:
-        p = frontier.pop()
-        try:
-            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        for k in map(int, kids):
-            if k not in out:
-                out.add(k)
-                frontier.append(k)
-    return out
-
-
 def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path):
     """The CLI with --workers 2 (its own local Ray cluster) SIGKILLed after its first committed
     shard; the same command rerun finishes with the rows of a plain single-process run."""
@@ -206,7 +190,7 @@ def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            family |= _descendants(child.pid)
+            family |= descendants(child.pid)
             p = read_progress(prog)
             if p and p["done"] >= 4:
                 # a reader (the dashboard) gets in while the distributed driver writes
@@ -220,7 +204,7 @@ def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=60) == -signal.SIGKILL
     finally:
-        for pid in family | _descendants(child.pid):  # the cluster it started (raylet, gcs, replicas)
+        for pid in family | descendants(child.pid):  # the cluster it started (raylet, gcs, replicas)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -107,19 +107,12 @@ def test_run_on_a_ray_replica_with_tensor_parallel_2_equals_single_process(folde
     assert t.loc[vl, "n"] == t.loc[hf, "n"] > 0
 
 
-def test_killed_tensor_parallel_replica_is_recovered(folder, tmp_path, monkeypatch):
-    """SIGKILL the Ray replica (the process that owns the vLLM engine and its trace directory) after
-    the first stored shard: Ray restarts it, the new engine (2 ranks again) redoes the lost shards,
-    and the run ends with the rows of the single-process transformers run, none duplicated; the
-    killed backend's orphaned trace directory is removed by the next one."""
-    import os
-    import signal
-    import tempfile
-    from pathlib import Path
-
+def _run_with_a_kill(folder, tmp_path, monkeypatch, kill) -> tuple[dict, set[int]]:
+    """A TP = 2 run on one Ray replica with ``kill(ex, killed)`` called after the first stored
+    shard; checks that it ends ``done`` with the single-process transformers rows (24, none lost
+    or duplicated) and returns (what ``kill`` recorded, the replica pids of the later shards)."""
     pytest.importorskip("ray", reason="needs ray in the vLLM venv (scripts/install_vllm.sh installs it)")
     from engine.generation.distributed import RayConfig, RayExecutor
-    from engine.generation.vllm_traces import SINK_PREFIX
 
     monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
     ps = tuple(datasets.Prompt(prompt_id=f"k/{i}", user_prompt=f"Item {i}: " + "xy" * i + "?") for i in range(6))
@@ -133,35 +126,40 @@ def test_killed_tensor_parallel_replica_is_recovered(folder, tmp_path, monkeypat
 
     def kill_once(results):
         if not killed:
-            w = sorted(ex.worker_info)[0]
-            killed.update(pid=ex.worker_info[w]["pid"], stored=store.table_counts(db)["generations"])
-            os.kill(killed["pid"], signal.SIGKILL)
+            killed["stored"] = store.table_counts(db)["generations"]
+            kill(ex, killed)
 
     with ex:
         vl = run_generation(db, [str(folder)], ds, backend="vllm", tensor_parallel=2, executor=ex,
                             _after_chunk=kill_once, **kw)
+        after = {w["pid"] for w in ex.worker_info.values()}
     assert killed and 0 < killed["stored"] - 24 < 24  # vLLM rows stored at the kill: after the first shard, before the last
     q = ("SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3")
     a, b = store.query_df(db, q, [hf]), store.query_df(db, q, [vl])
     assert len(a) == len(b) == 24  # nothing lost, nothing twice
     assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
     assert store.query_df(db, "SELECT status FROM runs WHERE run_id = ?", [vl]).iloc[0, 0] == "done"
+    return killed, after
+
+
+def test_killed_tensor_parallel_replica_is_recovered(folder, tmp_path, monkeypatch):
+    """SIGKILL the Ray replica (the process that owns the vLLM engine and its trace directory) after
+    the first stored shard: Ray restarts it, the new engine (2 ranks again) redoes the lost shards,
+    and the run ends with the rows of the single-process transformers run, none duplicated; the
+    killed backend's orphaned trace directory is removed by the next one."""
+    import os
+    import signal
+    import tempfile
+    from pathlib import Path
+
+    from engine.generation.vllm_traces import SINK_PREFIX
+
+    def kill_replica(ex, killed):
+        killed["pid"] = ex.worker_info[sorted(ex.worker_info)[0]]["pid"]
+        os.kill(killed["pid"], signal.SIGKILL)
+
+    killed, _ = _run_with_a_kill(folder, tmp_path, monkeypatch, kill_replica)
     assert not list(Path(tempfile.gettempdir()).glob(f"{SINK_PREFIX}{killed['pid']}-*"))
-
-
-def _descendants(pid: int) -> set[int]:
-    out, frontier = set(), [pid]
-    while frontier:
-        p = frontier.pop()
-        try:
-            kids = open(f"/proc/{p}/task/{p}/children").read().split()
-        except OSError:
-            continue
-        for k in map(int, kids):
-            if k not in out:
-                out.add(k)
-                frontier.append(k)
-    return out
 
 
 def test_killed_rank_worker_is_recovered(folder, tmp_path, monkeypatch):
@@ -171,36 +169,14 @@ def test_killed_rank_worker_is_recovered(folder, tmp_path, monkeypatch):
     import os
     import signal
 
-    pytest.importorskip("ray", reason="needs ray in the vLLM venv (scripts/install_vllm.sh installs it)")
-    from engine.generation.distributed import RayConfig, RayExecutor
+    from engine.testing import descendants
 
-    monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
-    ps = tuple(datasets.Prompt(prompt_id=f"r/{i}", user_prompt=f"Entry {i}: " + "zw" * i + "?") for i in range(6))
-    ds = datasets.Dataset("rank-kill", "prompts", "memory", ps, None)
-    db = tmp_path / "rank.duckdb"
-    cfg = GenConfig(temperature=1.0, max_new_tokens=5, batch_size=4, trace_top_k=2)
-    kw = dict(repeats=2, modes=["coupled", "independent"], seed=4, cfg=cfg, show_bar=False, device="cpu")
-    hf = run_generation(db, [str(folder)], ds, backend="hf", **kw)
-    ex = RayExecutor(RayConfig(workers=1, shard_units=4, num_cpus=2))
-    killed: dict = {}
-
-    def kill_a_rank(results):
-        if killed:
-            return
+    def kill_a_rank(ex, killed):
         replica = next(iter(ex.worker_info.values()))["pid"]
-        ranks = [p for p in _descendants(replica) if "Worker_TP" in open(f"/proc/{p}/comm").read()]
+        ranks = [p for p in descendants(replica) if "Worker_TP" in open(f"/proc/{p}/comm").read()]
         assert len(ranks) == 2, ranks  # the replica's engine: 2 tensor-parallel rank processes
-        killed.update(replica=replica, rank=ranks[0], stored=store.table_counts(db)["generations"])
+        killed.update(replica=replica, rank=ranks[0])
         os.kill(ranks[0], signal.SIGKILL)
 
-    with ex:
-        vl = run_generation(db, [str(folder)], ds, backend="vllm", tensor_parallel=2, executor=ex,
-                            _after_chunk=kill_a_rank, **kw)
-        after = {w["pid"] for w in ex.worker_info.values()}
-    assert killed and 0 < killed["stored"] - 24 < 24
+    killed, after = _run_with_a_kill(folder, tmp_path, monkeypatch, kill_a_rank)
     assert killed["replica"] not in after  # later shards came from the restarted replica
-    q = ("SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3")
-    a, b = store.query_df(db, q, [hf]), store.query_df(db, q, [vl])
-    assert len(a) == len(b) == 24
-    assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
-    assert store.query_df(db, "SELECT status FROM runs WHERE run_id = ?", [vl]).iloc[0, 0] == "done"
