@@ -438,6 +438,10 @@ class VllmBackend:
             gen_cfg = None
         self.stop_ids = _stop_token_ids(self.tokenizer, gen_cfg)
         self.sink = TraceSink()
+        # where the processor runs: vLLM's rank processes (TP > 1) or a separate engine core write
+        # through the sink; else it records into TRACES directly and the step loop need not poll
+        self.remote_records = (self.tensor_parallel > 1
+                               or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0")
         try:
             with _scoped_env(env):
                 self.llm = vllm.LLM(model=str(self.path), tokenizer=str(self.path), dtype=self.dtype,
@@ -559,7 +563,7 @@ class VllmBackend:
                         from engine.generation.types import EngineDead
                         raise EngineDead(f"the vLLM engine of model {self.name!r} died: {_one_line(exc)}") from exc
                     raise
-                if finished:
+                if finished and self.remote_records:
                     self.sink.poll()  # records of out-of-process processors (written before these outputs)
                 for out in finished:
                     tag = alias.pop(out.request_id, out.request_id)
