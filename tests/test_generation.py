@@ -437,7 +437,7 @@ def test_hf_backend_matches_iter_generate_and_satisfies_the_protocol():
 def test_vllm_backend_refused_in_one_line_when_missing(tmp_db, monkeypatch, capsys):
     """The main venv has no vLLM: --backend vllm is one line naming the install script; nothing written."""
     from engine.errors import UserError
-    from engine.generation import vllm_backend
+    from engine.generation import vllm_checks as vllm_backend
     monkeypatch.setattr(vllm_backend, "installed_vllm_version", lambda: None)
     with pytest.raises(UserError, match="not installed; install it with scripts/install_vllm.sh"):
         G.run_generation(tmp_db, ["smollm2-135m"], _dataset(1), 1, backend="vllm", show_bar=False)

@@ -55,6 +55,7 @@ import torch
 from engine.config import PROJECT_ROOT
 from engine.errors import UserError
 from engine.models.quantize import INT4_GROUP, quantize_linear_weights
+from engine.models.refs import resolve
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -199,23 +200,20 @@ def vocab_id_of(name_or_path: str, *, trust_remote_code: bool = False) -> str:
     tokenizer (never the weights). UserError as :func:`load_model` for unknown names/paths."""
     from transformers import AutoTokenizer
 
-    name_or_path = str(name_or_path).strip()
-    specs = {s.name: s for s in list_models()}
-    if name_or_path in specs:
-        return spec_vocab_id(specs[name_or_path])
-    path = Path(name_or_path).expanduser()
+    ref = resolve(name_or_path)
+    if ref.kind == "registry":
+        return spec_vocab_id(ref.spec)
+    if ref.kind == "hub":  # the full loader's checks and messages
+        return load_model(ref.name, device="cpu", trust_remote_code=trust_remote_code).vocab_id
+    path = Path(ref.source)
     try:
         with _quiet_hub():
-            if path.is_file() and path.suffix.lower() == ".gguf":
+            if ref.kind == "gguf":
                 tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-            elif path.is_dir() and (path / "config.json").exists():
-                tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
             else:
-                tok = None
+                tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
-        raise UserError(f"could not load the tokenizer of {name_or_path!r}: {exc}") from exc
-    if tok is None:  # hub ids, unknown names and bad paths: the full loader's checks and messages
-        return load_model(name_or_path, device="cpu", trust_remote_code=trust_remote_code).vocab_id
+        raise UserError(f"could not load the tokenizer of {str(name_or_path).strip()!r}: {exc}") from exc
     _prepare_tokenizer(tok)
     return vocab_id(tok)
 
@@ -549,14 +547,11 @@ def load_model(name_or_path: str, *, device: str | None = None, trust_remote_cod
     t0 = time.perf_counter()
     dev = resolve_device(device)
     want = _parse_dtype(dtype)
-    name_or_path = str(name_or_path).strip()
-    if not name_or_path:
-        raise UserError(f"empty model name; available: {', '.join(s.name for s in list_models())}")
-    specs = {s.name: s for s in list_models()}
-    if name_or_path in specs:
-        spec = specs[name_or_path]
+    ref = resolve(name_or_path)
+    dt = want or ref.default_dtype(dev)
+    if ref.kind == "registry":
+        spec = ref.spec
         folder, cached = _ensure_cached(spec)
-        dt = want or default_dtype(spec.variant, dev, spec.family)
         with _quiet_hub():
             try:
                 tok, model = _load_from_cache(folder, spec, dt, dev, t0, cached)
@@ -569,39 +564,25 @@ def load_model(name_or_path: str, *, device: str | None = None, trust_remote_cod
         return _finish(spec.name, model, tok, variant=spec.variant, source=spec.source,
                        device=dev, dtype=dt, t0=t0, from_cache=cached,
                        extra={"family": spec.family, "cache": str(folder)})
-
-    path = Path(name_or_path).expanduser()
-    if path.is_file() and path.suffix.lower() == ".gguf":
+    if ref.kind == "gguf":
         # Any GGUF file is dequantized once and cached like the registry's base (15 s -> < 1 s).
-        spec = ModelSpec(name=path.stem, source=str(path.resolve()), variant="gguf",
-                         family=path.stem, description=f"GGUF file {path.name}")
-        folder, cached = _ensure_cached(spec)
-        dt = want or default_dtype("gguf", dev)
+        folder, cached = _ensure_cached(ref.spec)
         with _quiet_hub():
             tok = AutoTokenizer.from_pretrained(str(folder))
             model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dt)
-        return _finish(path.stem, model, tok, variant="gguf", source=spec.source, device=dev,
+        return _finish(ref.name, model, tok, variant="gguf", source=ref.source, device=dev,
                        dtype=dt, t0=t0, from_cache=cached, extra={"cache": str(folder)})
-    if path.is_dir():
-        if not (path / "config.json").exists():
-            raise UserError(f"folder {str(path)!r} has no config.json: not a Hugging Face model folder")
-        dt = want or default_dtype("hf", dev)
+    if ref.kind == "folder":
         try:
             with _quiet_hub():
-                tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
-                model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dt,
+                tok = AutoTokenizer.from_pretrained(ref.source, trust_remote_code=trust_remote_code)
+                model = AutoModelForCausalLM.from_pretrained(ref.source, dtype=dt,
                                                              trust_remote_code=trust_remote_code)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise UserError(f"could not load model folder {str(path)!r}: {exc}") from exc
-        return _finish(path.name, model, tok, variant="hf", source=str(path.resolve()),
+            raise UserError(f"could not load model folder {ref.source!r}: {exc}") from exc
+        return _finish(ref.name, model, tok, variant="hf", source=ref.source,
                        device=dev, dtype=dt, t0=t0, from_cache=False)
-    if path.suffix.lower() == ".gguf" or name_or_path.startswith((".", "/", "~")) or path.exists():
-        raise UserError(f"model file or folder {name_or_path!r} not found (or not a .gguf file / "
-                        "model folder)")
-    if _looks_like_hub_id(name_or_path):
-        return _load_hub(name_or_path, dev, want, trust_remote_code, t0)
-    get_spec(name_or_path)  # raises the UserError listing the registry
-    raise AssertionError("unreachable")
+    return _load_hub(ref.name, dev, dt, trust_remote_code, t0)
 
 
 class _BrokenCache(Exception):
@@ -632,15 +613,9 @@ def _discard_cache(folder: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def _looks_like_hub_id(s: str) -> bool:
-    parts = s.split("/")
-    return len(parts) == 2 and all(parts) and " " not in s
-
-
-def _load_hub(hub_id: str, dev: torch.device, want, trust_remote_code: bool, t0: float) -> LoadedModel:
+def _load_hub(hub_id: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool, t0: float) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dt = want or default_dtype("hf", dev)
     names = ", ".join(s.name for s in list_models())
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     kw = {"trust_remote_code": trust_remote_code}
