@@ -41,7 +41,7 @@ class ModelRef:
     @property
     def spec(self):
         """The conversion-cache entry (registry and GGUF references), else None."""
-        from engine.models.loading import ModelSpec, get_spec
+        from engine.models.registry import ModelSpec, get_spec
 
         if self.kind == "registry":
             return get_spec(self.name)
@@ -58,7 +58,7 @@ class ModelRef:
         spec = self.spec
         if spec is None:
             return None
-        from engine.models.loading import ensure_cached
+        from engine.models.cache import ensure_cached
 
         return ensure_cached(spec)
 
@@ -104,7 +104,7 @@ def resolve(ref: str | Path) -> ModelRef:
         UserError: empty, a path that does not exist or is not a model, or an unknown name (the
             message lists the registry).
     """
-    from engine.models.loading import get_spec, list_models
+    from engine.models.registry import get_spec, list_models
 
     s = str(ref).strip()
     specs = {sp.name: sp for sp in list_models()}

@@ -25,9 +25,9 @@ from engine.generation.vllm_sampler import (
     forget_device_keys,
 )
 from engine.generation.vllm_traces import TOKEN_KEYS, TRACES, flush_pending
-from engine.sampling.keyed import keyed_scores
 from engine.sampling import noise
 from engine.sampling.gumbel import sample
+from engine.sampling.keyed import keyed_scores
 
 
 def _apply(logits, rows, args, steps, write_traces=True):
