@@ -187,9 +187,14 @@ def apply_rows(logits: torch.Tensor, table: SlotTable, rows: np.ndarray, slots: 
         sel = gids == gid
         a = table.groups[int(gid)]
         keys = _device_keys(a.keys, a.sink, dev, V)
-        packed = _to_device(np.stack([rows[sel], table.seed[slots[sel]], table.unit[slots[sel]], steps[sel]]), dev)
+        r = rows[sel]
+        packed = _to_device(np.stack([r, table.seed[slots[sel]], table.unit[slots[sel]], steps[sel]]), dev)
         idx, seeds, units, st = packed  # (R,) each, int64 on the device
-        d = draw(logits, seeds, units, st, keys, a.temperature, a.top_k, a.top_p, a.trace_k, rows=idx)
+        if r[-1] - r[0] + 1 == len(r) and np.all(np.diff(r) == 1):  # consecutive rows (known on the host):
+            x, pick = logits[int(r[0]):int(r[-1]) + 1], None        # a view, no gathered copy
+        else:
+            x, pick = logits, idx
+        d = draw(x, seeds, units, st, keys, a.temperature, a.top_k, a.top_p, a.trace_k, rows=pick)
         logits[idx, d.tokens] = WINNER  # O(R) write: vLLM's argmax (T = 0) now picks the sampled token
         rec = PendingRecords(table.tag[slots[sel]], steps[sel], _records(d, int(sel.sum())), a.trace_k,
                              d.top_gumbels is not None)
