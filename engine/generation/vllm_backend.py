@@ -52,9 +52,9 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -74,6 +74,9 @@ from engine.generation.vllm_sampler import EXTRA_KEY, RowArgs, apply_rows, check
 from engine.generation.vllm_traces import TOKEN_KEYS, TRACES, TraceSink, flush_pending
 from engine.sampling import noise
 from engine.sampling.keyed import keyed_scores
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.generation.types import GenResult
 
 BACKEND_NAME = "vllm"
 
@@ -212,9 +215,9 @@ class VllmBackend:
             sink.close()
 
     # ---- generation
-    def generate(self, prompts: dict[str, str] | Sequence, units: Sequence[tuple],
+    def generate(self, prompts: Mapping[str, str] | Sequence, units: Sequence[tuple],
                  seed: int | Sequence[int], cfg, token_keys: torch.Tensor | None = None,
-                 system_prompt: str | None = None) -> Iterator[list]:
+                 system_prompt: str | None = None) -> Iterator[list[GenResult]]:
         """Generate ``units``, yielding GenResult chunks of about ``cfg.batch_size`` in completion order.
 
         Same arguments and results as ``engine.generation.iter_generate`` (token ids with the stop
@@ -347,12 +350,13 @@ class VllmBackend:
             self.sink.poll()
             flush_pending()
             steps.update(TRACES.pop(tag, {}))
-        recs = [steps.get(s) for s in range(len(tokens))]
-        bad = [s for s, (t, rec) in enumerate(zip(tokens, recs)) if rec is None or rec.token != t]
+        got = [steps.get(s) for s in range(len(tokens))]
+        bad = [s for s, (t, rec) in enumerate(zip(tokens, got)) if rec is None or rec.token != t]
         if bad:
             s = bad[0]
             raise RuntimeError(f"vLLM chose token {tokens[s]} at step {s} of {unit} but the coupled logits "
-                               f"processor recorded {recs[s]}: the step count or row mapping is wrong")
+                               f"processor recorded {got[s]}: the step count or row mapping is wrong")
+        recs = [rec for rec in got if rec is not None]  # all of them (checked above)
         p, r, sd = unit
         eos = bool(tokens) and tokens[-1] in self.stop_ids
         text = self.tokenizer.decode([t for t in tokens if t not in self.stop_ids], skip_special_tokens=True)

@@ -86,7 +86,8 @@ def _version_tuple(v: str) -> tuple[int, int, int]:
     for p in v.split("+")[0].split(".")[:3]:
         digits = "".join(itertools.takewhile(str.isdigit, p))
         parts.append(int(digits or 0))
-    return tuple((parts + [0, 0, 0])[:3])
+    major, minor, patch = (parts + [0, 0, 0])[:3]
+    return major, minor, patch
 
 
 def installed_vllm_version() -> str | None:

@@ -74,7 +74,9 @@ def _cache_name(spec: ModelSpec) -> str:
 
 def _cache_valid(path: Path, spec: ModelSpec) -> bool:
     m = read_manifest(path)
-    return bool(m) and m.get("format") == CACHE_FORMAT and m.get("variant") == spec.variant \
+    if not m:
+        return False
+    return m.get("format") == CACHE_FORMAT and m.get("variant") == spec.variant \
         and m.get("source_size") == _source_size(spec) and m.get("source_mtime") == _source_mtime(spec) \
         and (path / "config.json").exists() and any(path.glob("*.safetensors"))
 

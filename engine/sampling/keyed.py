@@ -139,7 +139,12 @@ def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: 
     if R <= n:
         return chunk(0)
     parts = [chunk(a) for a in range(0, R, n)]
-    return Draw(*(torch.cat(col) if col[0] is not None else None for col in zip(*parts)))
+    def cat(col: tuple) -> torch.Tensor | None:
+        return torch.cat(col) if col[0] is not None else None
+
+    tokens, probs, top_ids, top_probs, top_gumbels = (cat(col) for col in zip(*parts))
+    assert tokens is not None and probs is not None  # every chunk has them
+    return Draw(tokens, probs, top_ids, top_probs, top_gumbels)
 
 
 def keyed_scores(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
