@@ -17,7 +17,7 @@ from engine.models.cache import (
     is_cached,
     quiet_hub,
 )
-from engine.models.devices import default_device, default_dtype, parse_dtype, resolve_device
+from engine.models.devices import default_device, parse_dtype, resolve_device
 from engine.models.loading import LoadedModel, from_objects, load_model
 from engine.models.quantize import (
     INT4_GROUP,
@@ -41,7 +41,7 @@ from engine.models.vocab import family_tokenizer, prepare_tokenizer, spec_vocab_
 
 __all__ = ["CONVERSIONS", "DEFAULT_FAMILY", "DEFAULT_MODEL", "MANIFEST", "VARIANTS", "INT4_GROUP", "LoadedModel",
            "ModelRef", "ModelSpec", "bitsandbytes_available", "cache_dir", "cache_root", "converted_folder",
-           "default_device", "default_dtype", "ensure_cached", "family_tokenizer", "from_objects", "get_spec",
+           "default_device", "ensure_cached", "family_tokenizer", "from_objects", "get_spec",
            "is_cached", "list_models", "quiet_hub", "load_model", "parse_dtype", "prepare_tokenizer", "resolve", "resolve_device",
            "smollm2_gguf_path", "spec_vocab_id", "vocab_id", "vocab_id_of", "quantize_gguf",
            "quantize_int4_grouped", "quantize_int8_per_channel", "quantize_linear_weights"]

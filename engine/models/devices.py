@@ -32,19 +32,6 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
            "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def default_dtype(variant: str, device: torch.device, family: str | None = None) -> torch.dtype:
-    """float32 on CPU unless the variant is bf16; bf16 on CUDA for external models.
-
-    The default family is kept in float32 on CUDA too (135M parameters: memory is no issue), so
-    that its bf16 variant stays a different model from its base on every device.
-    """
-    if variant == "bf16":
-        return torch.bfloat16
-    if device.type == "cuda" and family is None:
-        return torch.bfloat16
-    return torch.float32
-
-
 def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     """A ``--dtype`` value as a torch.dtype (None for "auto"/None); UserError naming the allowed ones."""
     if dtype is None or isinstance(dtype, torch.dtype):
