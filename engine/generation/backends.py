@@ -140,7 +140,9 @@ def _vllm_factory(model: Any, *, device: str | None = None, tensor_parallel: int
 
     if not isinstance(model, str):
         raise UserError("--backend vllm loads models by name or path, not an already loaded model")
-    return VllmBackend(model, engine_kwargs=vllm_engine_args(tensor_parallel))
+    kw = vllm_engine_args(tensor_parallel)
+    # a "dtype" in $COUPLED_EVAL_VLLM_ARGS overrides the models' default dtype (ModelRef.default_dtype)
+    return VllmBackend(model, dtype=kw.pop("dtype", None), engine_kwargs=kw)
 
 
 FACTORIES: dict[str, Callable[..., Backend]] = {"hf": _hf_factory, "vllm": _vllm_factory}
