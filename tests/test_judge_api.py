@@ -224,3 +224,20 @@ def test_v1_database_migrates_to_v3_keeping_verdicts(tmp_path):
     cols = lambda p: store.query_df(p, "SELECT column_name FROM information_schema.columns "  # noqa: E731
                                        "WHERE table_name = 'judgments' ORDER BY ordinal_position").column_name.tolist()
     assert cols(db) == cols(fresh)  # the migrated table has the fresh table's columns, in order
+
+
+def test_arena_hard_format_end_to_end(tmp_db, key_env, capsys):
+    make_judge_run(tmp_db, n_prompts=2, repeats=1, models=("m1", "m2"), modes=("coupled",))
+    seen = []
+
+    def script(body, n):
+        seen.append(body["messages"][0]["content"])
+        return Action(text="Long reasoning...\nMy final verdict is " + ("[[A>>B]]" if verdict_by_rank(body) == "A" else "[[B>A]]"))
+
+    with FakeOpenAI(key=KEY, script=script) as srv:
+        assert main(["judge", "--db", str(tmp_db), "--run", "r1", "--judge", "openai:judge-1", "--base-url", srv.url,
+                     "--api-key-env", key_env, "--judge-format", "arena-hard", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["judge_format"] == "arena-hard" and set(seen) == {J.ARENA_HARD_PROMPT}
+    df = store.query_df(tmp_db, "SELECT parsed, winner FROM judgments")
+    assert (df.winner == "a").all() and set(df.parsed) == {"A", "B"}

@@ -24,7 +24,7 @@ import json
 import shlex
 import string
 import subprocess
-import time
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations, islice
@@ -190,7 +190,8 @@ def plan_tasks(generations: pd.DataFrame, models: Sequence[str], orders: str, se
     """
     have = set(zip(generations["model"], generations["prompt_id"], generations["repeat"].astype(int), generations["mode"]))
     units = sorted({(p, int(r), mo) for _, p, r, mo in have}, key=lambda u: (u[2], u[0], u[1]))
-    tasks, missing = [], 0
+    tasks: list[JudgeTask] = []
+    missing = 0
     for pid, rep, mode in units:
         for ma, mb in combinations(models, 2):
             if (ma, pid, rep, mode) not in have or (mb, pid, rep, mode) not in have:
@@ -298,38 +299,40 @@ def message_stream(db, plan: JudgePlan, chunk: int = 256) -> Iterator[tuple[Judg
 
 
 class _Writer:
-    """Phase 5: parse each reply and store verdicts in small transactions as they arrive (every
-    ``every`` verdicts or ``every_s`` seconds): a kill loses at most the replies not yet flushed."""
+    """Phase 5: parse each reply and store verdicts in small transactions as they arrive. A batch
+    judge flushes after each batch; an API judge's flushes run in a worker thread every 0.25 s
+    (Ctrl-C stores what arrived): a SIGKILL loses the requests in flight and at most the last
+    0.25 s of replies. Thread-safe: ``add`` from the event loop, ``flush`` from the worker."""
 
-    def __init__(self, db, plan: JudgePlan, progress: Progress, api: ApiJudge | None,
-                 every: int = 32, every_s: float = 0.5):
+    def __init__(self, db, plan: JudgePlan, progress: Progress, api: ApiJudge | None):
         self.db, self.plan, self.progress, self.api = db, plan, progress, api
-        self.every, self.every_s, self.last = every, every_s, time.monotonic()
         self.buf: list[VerdictRow] = []
         self.verdicts: dict[str | None, int] = {"A": 0, "B": 0, "tie": 0, None: 0}
         self.judged = self.errors = 0
+        self._buf_lock, self._write_lock = threading.Lock(), threading.Lock()
 
     def add(self, t: JudgeTask, r: Reply) -> None:
         p = self.plan
         parsed = parse_verdict(r.text, p.cfg.judge_format) if r.error is None else None
-        self.verdicts[parsed] += 1
-        self.errors += r.error is not None
-        self.buf.append(VerdictRow(p.run, p.judge, t.prompt_id, t.repeat, t.mode, t.model_a, t.model_b, t.presented,
-                                   p.cfg.prompt_hash, r.text, parsed, winner_from_verdict(parsed, t.presented),
-                                   r.model, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, r.error))
-        if len(self.buf) >= self.every or time.monotonic() - self.last >= self.every_s:
-            self.flush()
+        row = VerdictRow(p.run, p.judge, t.prompt_id, t.repeat, t.mode, t.model_a, t.model_b, t.presented,
+                         p.cfg.prompt_hash, r.text, parsed, winner_from_verdict(parsed, t.presented),
+                         r.model, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, r.error)
+        with self._buf_lock:
+            self.verdicts[parsed] += 1
+            self.errors += r.error is not None
+            self.buf.append(row)
 
     def flush(self) -> None:
-        self.last = time.monotonic()
-        if not self.buf:
-            return
-        vstore.insert_verdicts(self.db, self.buf)
-        if self.api is not None:
-            self.progress.stats = self.api.stats.as_dict()
-        self.judged += len(self.buf)
-        self.progress.update(len(self.buf), tokens=sum((v.completion_tokens or 0) for v in self.buf))
-        self.buf = []
+        with self._write_lock:  # one writer at a time (the ticker's last flush may overlap the final one)
+            with self._buf_lock:
+                rows, self.buf = self.buf, []
+            if not rows:
+                return
+            vstore.insert_verdicts(self.db, rows)
+            if self.api is not None:
+                self.progress.stats = self.api.stats.as_dict()
+            self.judged += len(rows)
+            self.progress.update(len(rows), tokens=sum((v.completion_tokens or 0) for v in rows))
 
 
 def _judge_batches(complete_fn: CompleteFn, items: Iterator[tuple[JudgeTask, list[dict]]], batch_size: int,
@@ -381,7 +384,7 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
     with progress.track("interrupted; the verdicts received are stored"):
         try:
             if api is not None:
-                api.run(items, writer.add)
+                api.run(items, writer.add, writer.flush)
             elif complete_fn is not None:
                 _judge_batches(complete_fn, items, cfg.batch_size, writer)
         finally:

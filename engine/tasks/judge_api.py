@@ -205,12 +205,15 @@ class ApiJudge:
             self.stats.retries += 1
             await asyncio.sleep(backoff_s(attempt, self.cfg, self._rng, wait))
 
-    def run(self, items: Iterable[tuple[Any, list[dict]]], on_reply: Callable[[Any, Reply], None]) -> None:
+    def run(self, items: Iterable[tuple[Any, list[dict]]], on_reply: Callable[[Any, Reply], None],
+            flush: Callable[[], None] | None = None, flush_every_s: float = 0.25) -> None:
         """Judge every (key, messages) of ``items`` with ``concurrency`` requests in flight, calling
-        ``on_reply(key, reply)`` (in this thread) as each finishes. Ctrl-C cancels what is in flight."""
-        asyncio.run(self._drive(iter(items), on_reply))
+        ``on_reply(key, reply)`` (in this thread) as each finishes, and ``flush()`` in a worker thread
+        every ``flush_every_s`` seconds (the store's writes never stall the requests). Ctrl-C cancels
+        what is in flight."""
+        asyncio.run(self._drive(iter(items), on_reply, flush, flush_every_s))
 
-    async def _drive(self, items, on_reply) -> None:
+    async def _drive(self, items, on_reply, flush, every_s: float) -> None:
         n = int(self.cfg.concurrency)
         queue: asyncio.Queue = asyncio.Queue(maxsize=2 * n)  # back-pressure: prompts built just ahead
 
@@ -224,13 +227,28 @@ class ApiJudge:
             while (item := await queue.get()) is not None:
                 on_reply(item[0], await self.complete(client, item[1]))
 
+        async def tick():
+            while flush is not None:
+                await asyncio.sleep(every_s)
+                await asyncio.to_thread(flush)
+
         async with self._client(True) as client:
             tasks = [asyncio.create_task(produce())] + [asyncio.create_task(work(client)) for _ in range(n)]
+            ticker = asyncio.create_task(tick())
             try:
-                await asyncio.gather(*tasks)
+                await _until_done(tasks, ticker)
             finally:
-                for t in tasks:
+                for t in [*tasks, ticker]:
                     t.cancel()
+
+
+async def _until_done(tasks: list[asyncio.Task], ticker: asyncio.Task) -> None:
+    """Wait for every task; an error in any of them (or in the ticker's flush) is raised at once."""
+    pending = {*tasks, ticker}
+    while pending - {ticker}:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            t.result()
 
 
 def _message(exc: Exception) -> str:

@@ -76,7 +76,7 @@ def parse_verdict(raw: str | None, fmt: str = "paper") -> str | None:
     whole = text.strip(_STRIP)
     if whole.lower() in ("a", "b", "tie", "tied", "draw"):
         return _norm(whole)
-    marks = [(m.start(), _norm(m.group(1))) for m in _BRACKET.finditer(text)]
+    marks: list[tuple[int, str | None]] = [(m.start(), _norm(m.group(1))) for m in _BRACKET.finditer(text)]
     marks += [(m.start(), _label_verdict(m)) for m in _LABEL.finditer(text)]
     if marks:
         return max(marks, key=lambda sv: sv[0])[1]
