@@ -145,3 +145,35 @@ def verdict_by_rank(body: dict) -> str:
     if not first or not second:
         return "Tie"
     return "A" if first.group(1) < second.group(1) else "B"
+
+
+class FakeOpenAIProcess:
+    """:class:`FakeOpenAI` in a forked process (its own interpreter and GIL: a benchmark then times
+    the client alone, as with a remote server). ``n_chat`` and ``max_inflight`` are read at exit."""
+
+    def __init__(self, **kwargs):
+        import multiprocessing as mp
+        self._ctx = mp.get_context("fork")
+        self._parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=self._serve, args=(child, kwargs), daemon=True)
+        self.url, self.n_chat, self.max_inflight = "", 0, 0
+
+    @staticmethod
+    def _serve(conn, kwargs) -> None:
+        with FakeOpenAI(**kwargs) as srv:
+            conn.send(srv.url)
+            conn.recv()  # stop
+            conn.send((srv.n_chat, srv.max_inflight))
+
+    def __enter__(self) -> FakeOpenAIProcess:
+        self._proc.start()
+        if not self._parent.poll(30):
+            raise RuntimeError("the fake OpenAI server process did not start")
+        self.url = self._parent.recv()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._parent.send("stop")
+        if self._parent.poll(30):
+            self.n_chat, self.max_inflight = self._parent.recv()
+        self._proc.join(timeout=15)

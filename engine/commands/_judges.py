@@ -57,17 +57,20 @@ def model_complete_fn(name: str, *, max_new_tokens: int = 8, batch_size: int = 1
 def vllm_complete_fn(model: str, *, max_new_tokens: int = 8, engine_kwargs: dict | None = None) -> CompleteFn:
     """Greedy completion on our vLLM backend: one request per comparison, the whole batch handed to
     vLLM at once (its scheduler batches them), prefix caching on (the shared system prompt and the
-    question are computed once). The coupled-noise processor is idle: these requests carry no keys."""
+    question are computed once). The coupled-noise processor is idle: these requests carry no keys.
+    The prompt text is the transformers judge's (``chat_text``). ``engine_kwargs`` default:
+    ``$COUPLED_EVAL_VLLM_ARGS``, as for generation runs."""
+    from engine.generation.backends import vllm_engine_args
+    from engine.generation.prompts import chat_text
     from engine.generation.vllm_backend import VllmBackend
 
-    backend = VllmBackend(model, engine_kwargs=engine_kwargs)
+    backend = VllmBackend(model, engine_kwargs=vllm_engine_args() if engine_kwargs is None else engine_kwargs)
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=int(max_new_tokens))
 
     def complete(messages_list: list[list[dict]]) -> list[str]:
-        prompts = [backend.tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-                   for m in messages_list]
+        prompts = [chat_text(backend.tokenizer, m) for m in messages_list]
         outs = backend.llm.generate(prompts, params, use_tqdm=False)
         return [o.outputs[0].text if o.outputs else "" for o in outs]
 

@@ -19,6 +19,7 @@ The judge comes from the caller (dependency injection): a batch function
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shlex
@@ -286,13 +287,16 @@ def plan_judging(db, run: str, judge: str, cfg: JudgeConfig, *, replace: bool = 
     return JudgePlan(run, judge, cfg, models, tasks, pending, missing, len(todo) - len(pending))
 
 
-def message_stream(db, plan: JudgePlan, chunk: int = 256) -> Iterator[tuple[JudgeTask, list[dict]]]:
+def message_stream(db, plan: JudgePlan, chunk: int = 256,
+                   db_lock: threading.Lock | None = None) -> Iterator[tuple[JudgeTask, list[dict]]]:
     """Phase 3: (task, chat messages) for every pending task, texts read a chunk at a time (a long
-    run never sits in memory; an API judge pulls only as fast as it sends)."""
+    run never sits in memory; an API judge pulls only as fast as it sends). ``db_lock``: held while
+    reading (DuckDB refuses a read connection while this process's writer thread holds one)."""
     for start in range(0, len(plan.pending), chunk):
         part = plan.pending[start:start + chunk]
         keys = {(m, t.prompt_id, t.repeat, t.mode) for t in part for m in (t.model_a, t.model_b)}
-        texts, questions = vstore.texts_for(db, plan.run, keys, sorted({t.prompt_id for t in part}))
+        with db_lock or contextlib.nullcontext():
+            texts, questions = vstore.texts_for(db, plan.run, keys, sorted({t.prompt_id for t in part}))
         for t in part:
             yield t, build_messages(plan.cfg, questions.get(t.prompt_id, ""), texts[(t.model_a, t.prompt_id, t.repeat, t.mode)],
                                     texts[(t.model_b, t.prompt_id, t.repeat, t.mode)], t.presented)
@@ -309,7 +313,7 @@ class _Writer:
         self.buf: list[VerdictRow] = []
         self.verdicts: dict[str | None, int] = {"A": 0, "B": 0, "tie": 0, None: 0}
         self.judged = self.errors = 0
-        self._buf_lock, self._write_lock = threading.Lock(), threading.Lock()
+        self._buf_lock, self.db_lock = threading.Lock(), threading.Lock()
 
     def add(self, t: JudgeTask, r: Reply) -> None:
         p = self.plan
@@ -323,7 +327,7 @@ class _Writer:
             self.buf.append(row)
 
     def flush(self) -> None:
-        with self._write_lock:  # one writer at a time (the ticker's last flush may overlap the final one)
+        with self.db_lock:  # one connection at a time (the ticker's last flush may overlap the final one)
             with self._buf_lock:
                 rows, self.buf = self.buf, []
             if not rows:
@@ -380,7 +384,7 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
     progress = Progress(len(plan.tasks), kind="judge", job=f"{run}:{judge}", path=progress_file,
                         done=plan.n_stored, show_bar=show_bar)
     writer = _Writer(db, plan, progress, api)
-    items = message_stream(db, plan)
+    items = message_stream(db, plan, db_lock=writer.db_lock)
     with progress.track("interrupted; the verdicts received are stored"):
         try:
             if api is not None:
