@@ -48,8 +48,8 @@ class FakeOpenAI:
 
     def __init__(self, *, key: str = "sk-test-key", models: tuple[str, ...] = ("judge-1",),
                  script: Callable[[dict, int], Action] | None = None, latency_s: float = 0.0,
-                 reported_model: str | None = None):
-        self.key, self.models, self.latency_s = key, models, latency_s
+                 reported_model: str | None = None, list_models: bool = True):
+        self.key, self.models, self.latency_s, self.list_models = key, models, latency_s, list_models
         self.script = script or (lambda body, n: Action())
         self.reported_model = reported_model
         self.n_chat = self.n_models = 0
@@ -92,6 +92,8 @@ class FakeOpenAI:
     async def _models(self, request: Request) -> Response:
         with self.lock:
             self.n_models += 1
+        if not self.list_models:
+            return self._error(404, "Not Found")
         if not self._authorised(request):
             return self._error(401, "Incorrect API key provided")
         return JSONResponse({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fake"}
@@ -116,6 +118,8 @@ class FakeOpenAI:
     async def _answer(self, request: Request, body: dict, n: int) -> Response:
         if not self._authorised(request):
             return self._error(401, "Incorrect API key provided")
+        if body.get("model") not in self.models:
+            return self._error(404, f"The model {body.get('model')!r} does not exist")
         act = self.script(body, n)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)

@@ -17,6 +17,7 @@ import pytest
 
 from engine import store
 from engine.cli import main
+from engine.errors import UserError
 from engine.progress import read_progress
 from engine.tasks import judge as J
 from engine.tasks.judge_api import ApiJudge, ApiJudgeConfig
@@ -241,3 +242,11 @@ def test_arena_hard_format_end_to_end(tmp_db, key_env, capsys):
     assert res["judge_format"] == "arena-hard" and set(seen) == {J.ARENA_HARD_PROMPT}
     df = store.query_df(tmp_db, "SELECT parsed, winner FROM judgments")
     assert (df.winner == "a").all() and set(df.parsed) == {"A", "B"}
+
+
+def test_preflight_without_models_endpoint_uses_one_tiny_chat_request(key_env):
+    with FakeOpenAI(key=KEY, list_models=False) as srv:
+        assert api(srv.url).preflight() == srv.url and srv.n_chat == 1
+        bad = ApiJudge(ApiJudgeConfig("gpt-9", srv.url, key_env, max_retries=0))
+        with pytest.raises(UserError, match="does not serve model 'gpt-9' \\(404\\)"):
+            bad.preflight()

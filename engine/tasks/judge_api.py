@@ -141,7 +141,8 @@ class ApiJudge:
         return " ".join(str(text).replace(self._key, "***").split())[:500]
 
     def preflight(self) -> str:
-        """List the server's models (one cheap request) and check the judge model is among them.
+        """List the server's models (one cheap request) and check the judge model is among them;
+        a server without ``GET /models`` (404) gets one 1-token chat request instead.
 
         Raises UserError (one line) for an unreachable server, a refused key (401/403), or a model
         the server does not list. Returns the base URL used (for the summary).
@@ -149,7 +150,16 @@ class ApiJudge:
         o, where = self._openai, self.base_url or "the default OpenAI endpoint"
         try:
             with self._client(False) as client:
-                listed = [m.id for m in client.models.list()]
+                try:
+                    listed = [m.id for m in client.models.list()]
+                except o.NotFoundError:  # a gateway without GET /models: one 1-token chat request instead
+                    client.post("/chat/completions", cast_to=o.types.chat.ChatCompletion,
+                                body={"model": self.cfg.model, "max_tokens": 1,
+                                      "messages": [{"role": "user", "content": "Reply with OK."}]})
+                    listed = [self.cfg.model]
+        except o.NotFoundError as exc:
+            raise UserError(f"the judge server at {where} does not serve model {self.cfg.model!r} (404): "
+                            f"{self.scrub(_message(exc))}") from None
         except o.AuthenticationError as exc:
             raise UserError(f"the judge server at {where} refused the key in ${self.cfg.api_key_env} "
                             f"(401): {self.scrub(_message(exc))}") from None
