@@ -103,6 +103,8 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
                                                cluster=None if cl is None else cl[rows])
         n, N = (int(rows.sum()), 0) if method == "human" else (0, int(rows.sum()))
         used = rows
+        wild = (lambda rng: R.wild_draws_onesource(first[rows], second[rows], w, w2, k,
+                                                   None if cl is None else cl[rows], rng, n_draws))
     else:
         bad = has_h & ~has_j
         if bad.any():
@@ -125,12 +127,21 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
                                                   cluster_n=None if cl is None else cl[lab])
         n, N = int(lab.sum()), int(unl.sum())
         used = lab | unl
-    rs = R.rank_sets(theta, sigma, alpha, procedure=procedure, rng=np.random.default_rng(seed), n_draws=n_draws)
+        wild = (lambda rng: R.wild_draws_ppr(first[unl], second[unl], whN, wh2N, first[lab], second[lab], w, w2, wh,
+                                             wh2, k, float(lam_out), None if cl is None else cl[unl],
+                                             None if cl is None else cl[lab], rng, n_draws))
+    rng = np.random.default_rng(seed)
+    null, n_cl = None, int(used.sum()) if cl is None else int(pd.Series(cl[used]).nunique())
+    if (procedure != "chi2" and covariance == "delta" and n_cl <= R.WILD_MAX_CLUSTERS
+            and k <= R.WILD_MAX_MODELS):
+        null = wild(np.random.default_rng([seed, 3]))  # small C: calibrate for estimating Sigma (docs/REPRODUCTION.md)
+    rs = R.rank_sets(theta, sigma, alpha, procedure=procedure, rng=rng, n_draws=n_draws, null_draws=null)
     n_rows = int(used.sum())
     all_ids = cluster_ids(df)
     n_clusters = n_rows if all_ids is None else int(pd.Series(all_ids[used]).nunique(dropna=False))
-    per_row = all_ids is None
-    if covariance == "paper":
+    per_row = all_ids is None or covariance == "paper"
+    if covariance == "paper":  # the paper's formula ignores prompts: say so, not "clustered by prompt"
+        n_clusters = n_rows
         detail = "paper: A A^T / n^2 (the published formula, too small; reproduction only), rows independent"
     elif cl is None:
         detail = ("delta: count-normalised A A^T / (c c^T), " +
@@ -150,9 +161,11 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
            "lambda": None if lam_out is None else float(lam_out),
            "ranksets": {m: [int(a), int(b)] for m, a, b in zip(models, rs["lower"], rs["upper"])},
            "rank": {m: int(x) for m, x in zip(models, R.rank_column(rs["lower"]))},
-           "procedure": procedure, "alpha": alpha,
+           "procedure": procedure, "alpha": alpha, "calibration": rs.get("calibration"),
            "covariance": covariance, "covariance_detail": detail,
-           "clustering": clustering_note(n_clusters, per_row, n_rows), "n_clusters": n_clusters,
+           "clustering": (f"rows treated as independent ({n_rows:,} rows; the paper's covariance ignores prompt ids)"
+                          if covariance == "paper" else clustering_note(n_clusters, per_row, n_rows)),
+           "n_clusters": n_clusters,
            "per_row_clusters": per_row, "n": n, "N": N, "human_labels": None if human_labels is None else int(n),
            "notes": notes, "warnings": warn}
     if "critical_values" in rs:
