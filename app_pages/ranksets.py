@@ -93,8 +93,8 @@ with tab2:
                          seed=int(seed), models=tuple(models), procedure=procedure)
         if dv is not None:
             res = dv["result"]
-            st.caption(f"procedure {res['procedure']} · per draw n = {res['n']:,} human-labelled, "
-                       f"N = {res['N']:,} judge-only")
+            st.caption(f"procedure {res['procedure']} · each draw resamples {res['unit']} · per draw n ≈ "
+                       f"{res['n']:,} human-labelled, N ≈ {res['N']:,} judge-only")
             shown = [m for m in ("baseline", "human", "judge", "ppr") if m in res["position_prob"]]
             which = st.radio("Method shown", shown, index=shown.index(method) if method in shown else 0,
                              horizontal=True, key="rs_draw_method")

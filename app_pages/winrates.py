@@ -74,7 +74,7 @@ with t2:
                  f"tie_matrix_{g}", key=f"wr_tie_{g}", ctx=ctx)
 with t3:
     pairs = res["pairs"]
-    title = (f"Per-pair win-rate, {groups[0]} vs {groups[1]} (95% CI; stars: Holm-adjusted paired test)"
+    title = (f"Per-pair win-rate, {groups[0]} vs {groups[1]} (95% CI; stars: max-T adjusted paired test, Holm also listed)"
              if len(groups) > 1 else f"Per-pair win-rate ({groups[0]}, 95% CI)")
     ui.chart(figures.pair_bars_figure(pairs, groups, title=title), "pair_winrates", key="wr_pairs", ctx=ctx)
     if first.get("compare_test"):

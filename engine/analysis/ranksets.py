@@ -30,6 +30,7 @@ from engine.config import PPR_DEFAULT_HUMAN_LABELS
 from engine.config import RANK_METHODS as METHODS
 from engine.errors import UserError
 from engine.stats import ranking as R
+from engine.stats.clusters import cluster_codes
 
 # the paper's alpha grid (Appendix D, footnote 8)
 PAPER_ALPHAS = (0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.075, 0.05, 0.025, 0.01)
@@ -250,11 +251,39 @@ def balanced_draws(pairs: np.ndarray, per_pair: int, labelled_per_pair: int, rep
     return np.concatenate(cols, axis=1), np.concatenate(lab)
 
 
+def prompt_draws(codes: np.ndarray, total: int, labelled: int, reps: int,
+                 rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``reps`` random draws of whole prompts (clusters): prompts in random order until ``total`` rows,
+    the first prompts until ``labelled`` rows human-labelled (all comparisons of a prompt stay together).
+
+    Args:
+        codes: (P,) prompt code of every pool comparison.
+    Returns:
+        per draw (idx, labelled mask), both of the draw's length.
+    """
+    C = int(codes.max()) + 1
+    order = np.argsort(codes, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=C))])
+    out = []
+    for _ in range(reps):
+        perm = rng.permutation(C)
+        size = np.diff(starts)[perm]
+        cum = np.cumsum(size)
+        m = int(np.searchsorted(cum, total)) + 1  # prompts needed to reach ``total`` rows
+        nl = int(np.searchsorted(cum, labelled)) + 1
+        if nl >= m:
+            raise UserError(f"n = {labelled} human-labelled rows leave no judge-only prompt in a draw of {total} rows")
+        idx = np.concatenate([order[starts[c]:starts[c + 1]] for c in perm[:m]])
+        lab = np.repeat(np.arange(m) < nl, size[:m])
+        out.append((idx, lab))
+    return out
+
+
 def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndarray, np.ndarray],
                      judges: dict[str, tuple[np.ndarray, np.ndarray]], k: int, n: int, reps: int,
                      alphas, covariance: str, rng: np.random.Generator,
                      total: int | None = None, lam: float | str = "auto", procedure: str = "chi2",
-                     n_draws: int = 2_000) -> dict:
+                     n_draws: int = 10_000, cluster=None) -> dict:
     """Rank-sets of every method over ``reps`` balanced random draws (paper Section 5 / Fig. 1).
 
     Methods: "baseline" (humans on all N + n), "human" (humans on n), and per judge J:
@@ -278,7 +307,12 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
         raise UserError(f"n = {n} means {lab_per_pair} human-labelled comparisons per pair, but each draw has only "
                         f"{per_pair} per pair (N + n = {per_pair * n_pairs}; the least compared pair has "
                         f"{counts.min()}): lower n or restrict the models")
-    idx, lab = balanced_draws(pairs, int(per_pair), lab_per_pair, reps, rng)
+    if cluster is None:  # rows independent: the paper's balanced draws of comparisons
+        idx, lab0 = balanced_draws(pairs, int(per_pair), lab_per_pair, reps, rng)
+        draws = [(idx[r], lab0) for r in range(reps)]
+    else:  # prompts are the unit: draw whole prompts (METHODS.md 7.2), about the same sizes
+        codes = cluster_codes(cluster, first.shape[0])[0]  # a row without a prompt id is its own prompt
+        draws = prompt_draws(codes, int(per_pair * n_pairs), lab_per_pair * n_pairs, reps, rng)
     out_lo: dict[str, list] = {}
     out_up: dict[str, list] = {}
     lams: dict[str, list] = {}
@@ -299,26 +333,30 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
         out_up.setdefault(name, []).append(up)
 
     w, w2 = human
-    for r in range(reps):
+    ids = None if cluster is None or covariance == "paper" else np.asarray(cluster, object)
+    for sel, lab in draws:
         if procedure != "chi2":
             normals = R.maxt_normals(k, n_draws, rng)
-        sel = idx[r]
         f, s = first[sel], second[sel]
         fl, sl, fu, su = f[lab], s[lab], f[~lab], s[~lab]
         hw, hw2 = w[sel], w2[sel]
-        add("baseline", *R.onesource_theta_sigma(f, s, hw, hw2, k, covariance))
-        add("human", *R.onesource_theta_sigma(fl, sl, hw[lab], hw2[lab], k, covariance))
+        cs = None if ids is None else ids[sel]
+        cl_l, cl_u = (None, None) if cs is None else (cs[lab], cs[~lab])
+        add("baseline", *R.onesource_theta_sigma(f, s, hw, hw2, k, covariance, cluster=cs))
+        add("human", *R.onesource_theta_sigma(fl, sl, hw[lab], hw2[lab], k, covariance, cluster=cl_l))
         for name, (jw, jw2) in judges.items():
             jw_s, jw2_s = jw[sel], jw2[sel]
-            add(f"judge:{name}", *R.onesource_theta_sigma(f, s, jw_s, jw2_s, k, covariance))
+            add(f"judge:{name}", *R.onesource_theta_sigma(f, s, jw_s, jw2_s, k, covariance, cluster=cs))
             t, sg, lm = R.ppr_theta_sigma(fu, su, jw_s[~lab], jw2_s[~lab], fl, sl, hw[lab], hw2[lab],
-                                          jw_s[lab], jw2_s[lab], k, lam=lam, covariance=covariance)
+                                          jw_s[lab], jw2_s[lab], k, lam=lam, covariance=covariance,
+                                          cluster_N=cl_u, cluster_n=cl_l)
             add(f"ppr:{name}", t, sg)
             lams.setdefault(f"ppr:{name}", []).append(lm)
     return {"lower": {m: np.stack(v, axis=1) for m, v in out_lo.items()},  # (A, reps, k)
             "upper": {m: np.stack(v, axis=1) for m, v in out_up.items()},
             "lambda": {m: np.asarray(v) for m, v in lams.items()},
-            "N": int((~lab).sum()), "n": int(lab.sum())}
+            "N": int(np.mean([(~lb).sum() for _, lb in draws])), "n": int(np.mean([lb.sum() for _, lb in draws])),
+            "unit": "rows (balanced per pair)" if cluster is None else "prompts (all comparisons of a prompt together)"}
 
 
 def summarise_draws(res: dict, alphas) -> dict:
@@ -371,12 +409,12 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     alphas_all = sorted(set(float(a) for a in alphas) | {float(alpha)}, reverse=True)
     res = draws_experiment(first, second, win_indicators(df.human_winner), {"judge": win_indicators(df.judge_winner)},
                            len(models), n, reps, alphas_all, covariance, np.random.default_rng(seed), total,
-                           procedure=procedure)
+                           procedure=procedure, cluster=cluster_ids(df))
     ai = alphas_all.index(float(alpha))
     names = {"baseline": "baseline", "human": "human", "judge:judge": "judge", "ppr:judge": "ppr"}
     curve = summarise_draws(res, alphas_all)
     return {"models": models, "alpha": float(alpha), "n": res["n"], "N": res["N"], "covariance": covariance,
-            "procedure": procedure,
+            "procedure": procedure, "unit": res["unit"],
             "position_prob": {names[m]: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).tolist()
                               for m in res["lower"]},
             "rankset_prob": {names[m]: {mod: [{"lower": lo, "upper": up, "prob": pr} for (lo, up), pr in d.items()]

@@ -1,6 +1,6 @@
 """Win-rates: pairwise and average win-rates, Bradley-Terry (Davidson ties) and Elo, every interval a
 prompt-cluster bootstrap; rank columns from rank-sets; two groups (coupled vs independent, or two
-sets) compared per pair by a t test paired by prompt with Holm-adjusted stars; position bias when
+sets) compared per pair by a t test paired by prompt with Westfall-Young max-T adjusted stars; position bias when
 both presentation orders were judged.
 
 Benz et al., "Evaluation of Large Language Models via Coupled Token Generation", Section 5 and
@@ -120,7 +120,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     (seeded); rank = lower end of the rank-set (``procedure``, covariance = the bootstrap
     covariance of the average win-rates). With ``compare`` (a second group of comparisons on the
     same prompts, e.g. the independent generations' verdicts): per pair, group − compare_group
-    win-rate by a t test paired by prompt, Holm-adjusted over the pairs (stars from the adjusted p).
+    win-rate by a t test paired by prompt, Westfall-Young max-T adjusted over the pairs (stars from it; Holm also reported).
     Rows with ``unit`` / ``presented`` columns (judge verdicts in both orders) add position bias.
     ``elo`` False leaves Elo out (its bootstrap is the slowest part: one pass over the rows).
     """
@@ -205,14 +205,15 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
         "warnings": warn,
     }
     if compare is not None:
-        res["compare"], res["compare_test"] = _compare(d, compare, col, models, group, compare_group)
+        res["compare"], res["compare_test"] = _compare(d, compare, col, models, group, compare_group, seed, reps)
         if res["compare"] is None:
             warn.append(res["compare_test"])
     return res
 
 
-def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], group: str, other: str):
-    """Per ordered pair: group − other win-rate, t test paired by prompt, Holm over the pairs."""
+def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], group: str, other: str,
+             seed: int = 0, reps: int = DEFAULT_RESAMPLES):
+    """Per ordered pair: group − other win-rate, t test paired by prompt, Westfall–Young max-T over the pairs."""
     if cluster_ids(d) is None or cluster_ids(c) is None:
         return None, (f"{group} vs {other}: not tested, the comparisons carry no prompt ids and the test is "
                       "paired by prompt (an unpaired test would be invalid when the prompts are shared)")
@@ -220,22 +221,24 @@ def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], grou
     a, b = model_indices(both, models)
     mode = np.r_[np.zeros(len(d), np.int64), np.ones(len(c), np.int64)]
     t = CL.mode_diff_paired_test(a, b, _outcome_codes(both[col]), mode, both["prompt_id"].to_numpy(object),
-                                 len(models))
+                                 len(models), rng=np.random.default_rng([seed, 4]), n_resamples=reps)
     ca, cb = model_indices(c, models)
     W2, _, _ = WR.winrate_matrix(ca, cb, _outcome_codes(c[col]), len(models))
     da, db = model_indices(d, models)
     W1, _, _ = WR.winrate_matrix(da, db, _outcome_codes(d[col]), len(models))
-    stars = WR.significance_stars(np.where(np.isnan(t["p_holm"]), 1.0, t["p_holm"]))
+    stars = WR.significance_stars(np.where(np.isnan(t["p_maxt"]), 1.0, t["p_maxt"]))
     out = {m: {m2: {"winrate": json_float(W1[i, j]), "winrate_other": json_float(W2[i, j]),
                     "diff": json_float(t["diff"][i, j]), "ci": [json_float(t["low"][i, j]), json_float(t["high"][i, j])],
                     "t": json_float(t["t"][i, j]), "p": json_float(t["p_value"][i, j]),
-                    "p_holm": json_float(t["p_holm"][i, j]), "stars": str(stars[i, j]),
+                    "p_holm": json_float(t["p_holm"][i, j]), "p_maxt": json_float(t["p_maxt"][i, j]),
+                    "stars": str(stars[i, j]),
                     "n_prompts": int(t["n_prompts"][i, j])}
                for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}
     text = (f"{group} − {other} win-rate per ordered pair: t test paired by prompt (per prompt, the difference of "
-            f"the two win fractions; {t['n_clusters']:,} prompts), two-sided; stars from Holm-adjusted p over the "
-            f"{len(models) * (len(models) - 1)} ordered pairs: **** p<1e-4, *** <1e-3, ** <1e-2, * <0.05 "
-            "(raw p and Holm p both reported)")
+            f"the two win fractions; {t['n_clusters']:,} prompts), two-sided; stars from the Westfall-Young step-down "
+            f"max-T adjusted p over the {len(models) * (len(models) - 1)} ordered pairs ({reps} prompt-cluster "
+            "bootstrap resamples, seeded): **** p<1e-4, *** <1e-3, ** <1e-2, * <0.05 (raw p, max-T p and Holm p "
+            "reported)")
     return out, text
 
 
@@ -274,7 +277,7 @@ def _pairs(results: dict[str, dict]) -> pd.DataFrame:
             if cmp_:
                 v = cmp_[m][m2]
                 row.update({"diff": v["diff"], "diff_low": v["ci"][0], "diff_high": v["ci"][1], "p": v["p"],
-                            "p_holm": v["p_holm"], "stars": v["stars"], "n_prompts": v["n_prompts"]})
+                            "p_holm": v["p_holm"], "p_maxt": v["p_maxt"], "stars": v["stars"], "n_prompts": v["n_prompts"]})
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -399,10 +402,10 @@ def summary(res: dict) -> str:
                      f"order {pb['flip_rate']:.3f}; first-shown output wins {pb['first_win_share']:.3f} of decisive "
                      f"verdicts [{pb['first_win_low']:.3f}, {pb['first_win_high']:.3f}]")
     if res.get("compare"):
-        sig = [{"pair": f"{m} > {m2}", "diff": v["diff"], "p": v["p"], "p_holm": v["p_holm"], "stars": v["stars"]}
+        sig = [{"pair": f"{m} > {m2}", "diff": v["diff"], "p": v["p"], "p_maxt": v["p_maxt"], "stars": v["stars"]}
                for m, opp in res["compare"].items() for m2, v in opp.items() if v["stars"]]
         lines += ["", res["compare_test"]]
-        lines.append(table(sig) if sig else "no pair differs at Holm-adjusted p < 0.05")
+        lines.append(table(sig) if sig else "no pair differs at max-T adjusted p < 0.05")
     for w in res.get("warnings", []):
         lines.append(f"WARNING: {w}")
     return "\n".join(lines)
