@@ -66,23 +66,20 @@ st.caption(f"Paired difference {model_a} − {model_b}, coupled: {pc['diff']:+.3
            f"95% CI [{pc['ci_low']:+.3f}, {pc['ci_high']:+.3f}] (t over {pc['n_questions']} questions), p = {pc['p_value']:.2g}")
 
 s1, s2 = st.columns([1, 3])
-if sci is not None and sci["saving"] is not None:
-    s1.metric("Sample saving", f"{sci['saving']:.1%}",
-              help="Predicted from the per-sample variances of the difference; 95% CI: bootstrap over questions")
-    s1.markdown(f"95% CI **[{ui.fmt(sci['ci_low'], '.1%')}, {ui.fmt(sci['ci_high'], '.1%')}]**")
+vs, defs = res["variance_saving"], res["saving_definitions"]
+if vs is not None and vs["saving"] is not None:
+    s1.metric("Sample saving", f"{vs['saving']:.1%}", help=defs["variance_saving"])
+    s1.markdown(f"{vs['level']:.0%} CI **[{ui.fmt(vs['ci_low'], '.1%')}, {ui.fmt(vs['ci_high'], '.1%')}]**")
     s2.markdown(
-        f"**Sample saving at error ε = {sd['error']:.4f}** ({sd['error_source']}), scoring rule **{rule}**: "
-        f"coupled generation needs **{sci['saving']:.1%}** fewer (question, repeat) samples than independent "
-        f"(n ≈ {sci['n_coupled']:.0f} vs {sci['n_independent']:.0f} of {sci['N']}), 95% CI "
-        f"[{ui.fmt(sci['ci_low'], '.1%')}, {ui.fmt(sci['ci_high'], '.1%')}]: percentile bootstrap over questions "
-        f"(both modes resample the same questions). Assumes independent questions and E|error| ∝ SD "
-        f"(n(ε) = S²N/(s²N + S²), s = ε/√(2/π)). The paper's interpolation on the resampling curves "
-        f"gives {ui.fmt(res['saving'], '.1%')} (n {ui.fmt(sd['n_coupled'], '.0f')} vs "
-        f"{ui.fmt(sd['n_independent'], '.0f')}), without an interval.")
+        f"**Sample saving {vs['saving']:.1%}** = {defs['variance_saving']}; CI {vs['method']}. "
+        f"Other figures, scoring rule **{rule}**, at error ε = {sd['error']:.4f} ({sd['error_source']}): "
+        f"*{defs['saving_ci']}*: {ui.fmt(sci['saving'], '.1%')} [{ui.fmt(sci['ci_low'], '.1%')}, "
+        f"{ui.fmt(sci['ci_high'], '.1%')}]; *{defs['saving']}*: {ui.fmt(res['saving'], '.1%')} "
+        f"(n {ui.fmt(sd['n_coupled'], '.0f')} vs {ui.fmt(sd['n_independent'], '.0f')}), without an interval.")
 else:
-    s1.metric("Sample saving", ui.fmt(res["saving"], ".1%"))
+    s1.metric("Sample saving", "–", help=defs["variance_saving"])
     s2.markdown(f"At error ε = {sd['error']:.4f} ({sd['error_source']}), scoring rule **{rule}**. "
-                "No interval: the run has no independent scores to compare with.")
+                "No saving: the run has no independent scores to compare with (or their difference never varies).")
 
 t1, t2, t3, t4 = st.tabs(["Covariance & variance", "Error vs samples", "Paired comparison", "Sample-size planner"])
 kde = res["kde"]

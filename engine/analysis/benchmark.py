@@ -20,6 +20,16 @@ from engine.errors import UserError
 from engine.stats import benchmark as bm
 from engine.stats import multigen as mg
 
+# one headline saving everywhere (Home, Benchmark page, CLI); the others are always shown with their label
+SAVING_DEFINITIONS = {
+    "variance_saving": "headline: 1 − SE²_coupled / SE²_independent of the paired difference over questions "
+                       "(the share of questions coupling saves for the same precision, at this many repeats)",
+    "saving": "paper's method: 1 − n_coupled(ε) / n_independent(ε), interpolated on the resampling error curves "
+              "of (question, repeat) samples",
+    "saving_ci": "predicted at error ε from the per-sample variances: 1 − n_c(ε)/n_i(ε), n(ε) = S²N/(s²N + S²)",
+    "questions_factor": "1 / (1 − headline saving) = SE²_independent / SE²_coupled",
+}
+
 
 def list_runs_with_scores(db: str | os.PathLike) -> pd.DataFrame:
     """Which (run, model, mode, rule) have scores, with counts and the run's dataset."""
@@ -132,7 +142,9 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     ``target_error``, else at the error the coupled curve reaches at n = ``saving_n``; interpolated
     on the resampling curves as in the paper), saving_detail, saving_at_n (always the latter),
     saving_ci (:func:`bm.saving_predicted` at the same error: the saving predicted from the
-    per-sample variances with a bootstrap CI over questions; None without an independent run),
+    per-sample variances with a studentised CI over questions; None without an independent run),
+    variance_saving (the HEADLINE saving, :func:`bm.variance_saving`: 1 − SE²_c/SE²_i of the paired
+    difference, studentised CI; None without an independent run), saving_definitions (label per figure),
     planner (variance components per design, plans for ``target_mde`` at ``power`` and for a
     target SE, each row with ``fits``: whether this dataset has that many questions, and a note
     "needs N questions; this dataset has Q" when not).
@@ -255,8 +267,11 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     if "independent" in mats:
         Dc, Di = (mats[m][0] - mats[m][1] for m in ("coupled", "independent"))
         out["saving_ci"] = bm.saving_predicted(Dc, Di, eps, rng=rng_boot, n_resamples=max(n_resamples, 200))
+        out["variance_saving"] = bm.variance_saving(Dc, Di, level=1 - alpha)  # the headline saving
     else:
         out["saving_ci"] = None
+        out["variance_saving"] = None
+    out["saving_definitions"] = SAVING_DEFINITIONS
 
     out["planner"] = _planner(mats, eps, target_mde, target_se, alpha, power, int(Q), int(R))
     return out

@@ -198,9 +198,12 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
                           "ci_method": boot},
         "elo": None if el is None else {
             "K": 4.0, "rating": {m: float(x) for m, x in zip(models, el["elo"])},
+            "online_rating": {m: float(x) for m, x in zip(models, el["online"])},
             "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, el["low"], el["high"])},
-            "ci_method": boot + "; the online rating runs over the rows in file order, a resample repeats a "
-                                "prompt's rows in place (prefer Bradley-Terry for inference)"},
+            "estimator": el["estimator"],
+            "ci_method": boot + "; rating = the Elo-scale maximum likelihood (the fixed point of online Elo's "
+                                "expected update); online_rating = online Elo (K = 4, rows in file order), shown "
+                                "without an interval: its recency term is not covered by a prompt bootstrap"},
         "position_bias": _position_bias(d, col, cluster),
         "warnings": warn,
     }
