@@ -6,6 +6,7 @@ from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import config, figures
 from engine.analysis.comparisons import ARENA_PAPER_MODELS, default_models
+from engine.analysis.notices import Notice
 from engine.analysis.ranksets import PAPER_ALPHAS, THETA_TEXT
 
 ui.header("Rank-sets", "A rank-set is the set of ranks a model could hold; with probability ≥ 1 − α every model's "
@@ -66,7 +67,7 @@ with tab1:
         for note in r["notes"]:
             st.caption(note)
         for w in r["warnings"]:
-            if method != "judge" or "JUDGE" not in w:
+            if getattr(w, "kind", None) is not Notice.JUDGE_ONLY:  # the judge-only warning is shown above
                 st.warning(w)
         if view["compare"] is not None:
             st.markdown("PPR against human-only **on the same human labels** (the judge-only comparisons are what "

@@ -49,8 +49,10 @@ if res is None:
 
 groups = res["groups"]
 first = res["results"][groups[0]]
+parse_note = "".join(f" · {m}: {v['unparseable']} of {v['total']} verdicts unparseable"
+                     for m, v in (res.get("verdicts") or {}).items())
 st.caption(f"{res['source_note']} · {first['n']:,} comparisons · overall tie rate "
-           f"{ui.fmt(first['tie_rate'], '.1%')}")
+           f"{ui.fmt(first['tie_rate'], '.1%')}{parse_note}")
 st.info(f"**{first['clustering']}** · {first['ci_method']} · {first['rank_method']}")
 for g in groups:
     for w in res["results"][g]["warnings"]:

@@ -26,6 +26,7 @@ from engine.analysis.comparisons import (
     restrict_models,
     win_indicators,
 )
+from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
 from engine.config import PPR_DEFAULT_HUMAN_LABELS
 from engine.config import RANK_METHODS as METHODS
 from engine.errors import UserError
@@ -151,10 +152,15 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
         detail = "delta, cluster-robust by prompt: (A G)(A G)^T / (c c^T), residuals summed within each prompt"
     z = stats.norm.ppf(1 - alpha / 2)
     se = np.sqrt(np.maximum(np.diag(sigma), 0.0))
-    warn = [w for w in [connectivity_warning(comparison_groups(first[used], second[used], models))] if w]
+    conn = connectivity_warning(comparison_groups(first[used], second[used], models))
+    warn = [AnalysisWarning(Notice.CONNECTIVITY, conn)] if conn else []
+    small = None if covariance == "paper" else small_sample_warning(n_clusters)
+    if small:
+        warn.append(small)
     if method == "judge":
-        warn.append("judge-only rank-sets rank the JUDGE's preferences: they inherit its biases and need not cover "
-                    "the human ranking (use PPR with some human labels for that)")
+        warn.append(AnalysisWarning(Notice.JUDGE_ONLY, "judge-only rank-sets rank the JUDGE's preferences: they inherit "
+                                    "its biases and need not cover the human ranking (use PPR with some human labels "
+                                    "for that)"))
     out = {"models": models, "method": method,
            "theta": {m: float(t) for m, t in zip(models, theta)},
            "theta_ci": {m: [float(t - z * e), float(t + z * e)] for m, t, e in zip(models, theta, se)},

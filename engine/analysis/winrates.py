@@ -30,6 +30,7 @@ from engine.analysis.comparisons import (
     ranking_comparisons,
     restrict_models,
 )
+from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
 from engine.config import RANK_LABELS as LABELS
 from engine.errors import UserError
 from engine.stats import clustered as CL
@@ -154,10 +155,20 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     cluster = cluster_ids(d)
     wr, bt, el = _bootstraps(a, b, out, k, cluster, seed, reps, elo)
     groups = comparison_groups(a, b, models)
-    warn = [w for w in [connectivity_warning(groups)] if w]
+    conn = connectivity_warning(groups)
+    warn = [AnalysisWarning(Notice.CONNECTIVITY, conn)] if conn else []
     absent = [m for m, c in zip(models, np.bincount(a, minlength=k) + np.bincount(b, minlength=k)) if c == 0]
     if absent:
-        warn.append(f"model(s) {absent} have no {label}-labelled comparison in this group")
+        warn.append(AnalysisWarning(Notice.ABSENT_MODEL, f"model(s) {absent} have no {label}-labelled comparison "
+                                                         "in this group"))
+    small = small_sample_warning(int(wr["n_clusters"]), "rows" if wr["per_row_clusters"] else "prompts")
+    if small:
+        warn.append(small)
+    deg = int(np.sum(wr["W_fallback"]))
+    if deg:
+        warn.append(AnalysisWarning(Notice.DEGENERATE, f"{deg} pairwise win-rate(s) have a zero-variance bootstrap "
+                                    "(e.g. 0 wins): their interval is the Wilson interval with one observation per "
+                                    "prompt"))
     avg_rs = _rank_sets(wr["avg"], wr["avg_draws"], alpha, procedure, seed)
     bt_rs = _rank_sets(bt["beta"], bt["draws"], alpha, procedure, seed)
     W, T, n = wr["W"], wr["T"], wr["n"]
@@ -210,7 +221,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     if compare is not None:
         res["compare"], res["compare_test"] = _compare(d, compare, col, models, group, compare_group, seed, reps)
         if res["compare"] is None:
-            warn.append(res["compare_test"])
+            warn.append(AnalysisWarning(Notice.NOT_TESTED, res["compare_test"]))
     return res
 
 
@@ -325,9 +336,11 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
     Returns:
         {"results": {group: winrates_for dict}, "table": average win-rates with rank-sets per group,
          "pairs": per ordered pair (win-rate and CI per group; difference, p, Holm p, stars when
-         compared), "ratings": {group: BT/Elo table}, "label", "groups", "source_note"}.
+         compared), "ratings": {group: BT/Elo table}, "label", "groups", "source_note",
+         "verdicts": {mode: {"total", "unparseable"}} for judge verdicts (None for other sources)}.
     """
     out: dict = {}
+    verdicts: dict | None = None
     if source == "judgments":
         label = "judge"
         dfs = {m: _judgment_frame(db, name, m, judge) for m in store.MODES}
@@ -336,10 +349,17 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
             raise UserError(f"run {name!r} has no parsed judge verdicts" + (f" by {judge!r}" if judge else ""))
         models = sorted(set().union(*[set(d.model_a) | set(d.model_b) for d in dfs.values()]))
         both = len(dfs) == 2
+        verdicts = {m: {"total": int(len(d)), "unparseable": int(d["judge_winner"].isna().sum())}
+                    for m, d in dfs.items()}
         for m, d in dfs.items():
             cmp_ = dfs["independent"] if both and m == "coupled" else None
             out[m] = winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=cmp_, alpha=alpha,
                                   procedure=procedure, group=m, compare_group="independent", elo=elo)
+            v = verdicts[m]
+            if v["unparseable"]:
+                out[m]["warnings"].append(AnalysisWarning(
+                    Notice.UNPARSEABLE, f"{v['unparseable']} of {v['total']} verdicts unparseable (left out of "
+                                        "every number here)"))
         note = f"LLM-judge verdicts of run {name}" + (f" by {judge}" if judge else "") + \
                f" · generation modes: {', '.join(dfs)}"
     elif source in ("set", "arena"):
@@ -365,7 +385,7 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
         raise UserError(f"unknown comparison source {source!r}; allowed: 'judgments', 'set', 'arena'")
     return {"results": out, "table": _table(out), "pairs": _pairs(out),
             "ratings": {g: _ratings(r) for g, r in out.items()}, "label": label, "groups": list(out),
-            "source_note": note}
+            "source_note": note, "verdicts": verdicts}
 
 
 def matrix_of(res: dict, key: str = "matrix") -> tuple[list[str], np.ndarray]:

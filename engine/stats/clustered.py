@@ -32,15 +32,17 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy import sparse, stats
+from scipy import sparse
 
 from engine.errors import UserError
+from engine.stats import winrates as WR
 from engine.stats.clusters import (  # noqa: F401  (re-exported)
     DEFAULT_RESAMPLES,
     check_conf,
     cluster_codes,
     cluster_multiplicities,
     cluster_pair_counts,
+    pair_cluster_counts,
     percentile,
     resampled_pair_counts,
     split_counts,
@@ -83,7 +85,9 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
             None (each row its own cluster); n_resamples: B (>= 1000 recommended); conf: level.
     Returns:
         dict: W, T, n (k, k); W_low, W_high (k, k); avg, avg_low, avg_high (k,);
-        W_draws (B, k, k), avg_draws (B, k); n_clusters, per_row_clusters, n_resamples, conf.
+        W_draws (B, k, k), avg_draws (B, k); W_fallback (k, k), avg_fallback (k,) (True where the
+        bootstrap was degenerate and the prompt-level Wilson interval is used); n_clusters_pair
+        (k, k); n_clusters, per_row_clusters, n_resamples, conf.
     """
     check_conf(conf, n_resamples)
     a, b, outcome = _check(a, b, outcome, k)
@@ -102,8 +106,20 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
         avg_b = np.nanmean(Wb_avg, axis=-1)  # (B, k)
     W_lo, W_hi = percentile(Wb, conf)
     a_lo, a_hi = percentile(avg_b, conf)
+    # a degenerate bootstrap (every resample the same value, e.g. 0 wins of 12) would give [x, x]:
+    # fall back to the Wilson interval with one observation per prompt (METHODS.md 7)
+    Cij, Cm = pair_cluster_counts(X, k)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        W_deg = (n > 0) & ~(np.nanmax(Wb, axis=0) > np.nanmin(Wb, axis=0))
+        a_deg = np.isfinite(avg) & ~(np.nanmax(avg_b, axis=0) > np.nanmin(avg_b, axis=0))
+    wl, wh = WR.cluster_wilson(W, Cij, conf)
+    al, ah = WR.cluster_wilson(avg, Cm, conf)
+    W_lo, W_hi = np.where(W_deg, wl, W_lo), np.where(W_deg, wh, W_hi)
+    a_lo, a_hi = np.where(a_deg, al, a_lo), np.where(a_deg, ah, a_hi)
     return {"W": W, "T": T, "n": n.astype(np.int64), "W_low": W_lo, "W_high": W_hi,
             "avg": avg, "avg_low": a_lo, "avg_high": a_hi, "W_draws": Wb, "avg_draws": avg_b,
+            "W_fallback": W_deg, "avg_fallback": a_deg, "n_clusters_pair": Cij,
             "n_clusters": C, "per_row_clusters": per_row, "n_resamples": int(n_resamples), "conf": conf}
 
 
@@ -115,7 +131,8 @@ def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
     with ``small_sample`` the CR1 factor sqrt(C_ij/(C_ij − 1)) (C_ij = prompts with that pair).
 
     Guarantee: consistent for the SE of Ŵ_ij with independent prompts (any within-prompt
-    dependence); the Wald interval is asymptotic (prefer the bootstrap near 0 or 1).
+    dependence); interval = Wilson at n_eff = Ŵ(1 − Ŵ)/SE² (the prompts' count where that is
+    undefined), so it stays in [0, 1] (asymptotic).
 
     Args:
         a, b, outcome: (n,); k; cluster: (n,) ids or None; conf; small_sample.
@@ -151,8 +168,8 @@ def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
         corr = np.where(Cij > 1, Cij / np.maximum(Cij - 1, 1), np.nan) if small_sample else 1.0
         se = np.sqrt(meat * corr) / N
     W = np.where(np.eye(k, dtype=bool), np.nan, W)
-    z = stats.norm.ppf(0.5 + conf / 2)
-    return {"W": W, "se": se, "low": W - z * se, "high": W + z * se, "n": N.astype(np.int64),
+    low, high = WR.cluster_wilson(W, WR.n_eff_clustered(W, se, Cij), conf)  # inside [0, 1], never [0, 0]
+    return {"W": W, "se": se, "low": low, "high": high, "n": N.astype(np.int64),
             "n_clusters_pair": Cij, "n_clusters": C, "per_row_clusters": per_row}
 
 
@@ -329,11 +346,12 @@ def elo_fit_counts(wins, ties, scale: float = 400.0, base: float = 10.0, init: f
     c = np.log(base) / scale
     r = np.zeros((Bn, k))
     ones = np.ones((k, k))
+    ridge = 1e-4 * c * c  # a 1e-4-comparison prior: keeps a resample whose comparison graph falls apart solvable
     for _ in range(max_iter):
         E = 1 / (1 + np.exp(-c * (r[:, :, None] - r[:, None, :])))  # (B, k, k)
-        g = c * (score - (n * E).sum(axis=2))  # (B, k) gradient of the log-likelihood
+        g = c * (score - (n * E).sum(axis=2)) - ridge * r  # (B, k) gradient of the log-likelihood
         Hw = n * E * (1 - E) * c * c
-        H = Hw - np.einsum("bij->bi", Hw)[:, :, None] * np.eye(k)  # (B, k, k) negative semidefinite
+        H = Hw - (np.einsum("bij->bi", Hw)[:, :, None] + ridge) * np.eye(k)  # (B, k, k) negative definite
         step = np.linalg.solve(H - ones, g[:, :, None])[:, :, 0]  # Newton step, mean-zero
         step = np.clip(step, -400.0, 400.0)  # damped far from the optimum (separated data)
         r = np.clip(r - step, -3000.0, 3000.0)

@@ -111,3 +111,24 @@ def check_conf(conf: float, n_resamples: int) -> None:
         raise UserError(f"n_resamples must be >= 1, got {n_resamples}")
 
 
+
+
+def pair_cluster_counts(X: sparse.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """How many prompts hold each pair, and each model: C_ij (k, k) and C_m (k,), from :func:`cluster_pair_counts`' X."""
+    Xc = X.tocoo()
+    cell = Xc.col
+    tie = cell >= k * k
+    i = np.where(tie, (cell - k * k) // k, cell // k)
+    j = np.where(tie, (cell - k * k) % k, cell % k)
+    C = X.shape[0]
+    pair = np.zeros((C, k, k), bool) if C * k * k <= 50_000_000 else None
+    if pair is None:  # very many prompts: count unique (prompt, pair) keys instead of a dense cube
+        keys = np.unique(np.stack([Xc.row, np.minimum(i, j), np.maximum(i, j)]), axis=1)
+        Cij = np.zeros((k, k), np.int64)
+        np.add.at(Cij, (keys[1], keys[2]), 1)
+        Cij = Cij + Cij.T
+        mk = np.unique(np.concatenate([np.stack([keys[0], keys[1]]), np.stack([keys[0], keys[2]])], axis=1), axis=1)
+        return Cij, np.bincount(mk[1], minlength=k)
+    pair[Xc.row, i, j] = True
+    pair |= pair.transpose(0, 2, 1)
+    return pair.sum(axis=0), pair.any(axis=2).sum(axis=0)

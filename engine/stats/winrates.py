@@ -102,6 +102,35 @@ def wilson_interval(x, n, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+def cluster_wilson(p, n_eff, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval of a proportion at an effective sample size: :func:`wilson_interval` of (p n_eff, n_eff).
+
+    With clustered rows n_eff = p(1 − p)/SE²_cluster (the rows' count divided by the design effect);
+    where that is undefined (p = 0 or 1, or a zero cluster-robust SE: every prompt says the same)
+    the caller passes the number of prompts, the most conservative count that still treats prompts as
+    independent. Always inside [0, 1] and never of zero width for finite n_eff (METHODS.md 7: a
+    degenerate bootstrap falls back to an interval that does not collapse).
+
+    Args:
+        p: proportions; n_eff: effective sample sizes (> 0; NaN/0 give NaN); conf.
+    Returns:
+        lower, upper (broadcast shape).
+    """
+    p = np.asarray(p, float)
+    n = np.asarray(n_eff, float)
+    lo, hi = wilson_interval(p * n, n, conf)
+    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)  # rounding at p = 0 or 1
+
+
+def n_eff_clustered(p, se, n_clusters):
+    """n_eff = p(1 − p)/SE² (cluster-robust SE), or the number of clusters where p ∈ {0, 1} or SE = 0."""
+    p = np.asarray(p, float)
+    se = np.asarray(se, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = np.where((se > 0) & (p > 0) & (p < 1), p * (1 - p) / se ** 2, np.asarray(n_clusters, float))
+    return n
+
+
 def average_winrate(W: np.ndarray, n: np.ndarray, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """avg_m = mean_{j != m, n_mj > 0} W[m, j], with a delta-method normal CI, Var = sum_j W(1-W)/n_mj / K_m^2.
 
