@@ -119,7 +119,7 @@ def cluster_wilson(p, n_eff, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray
     p = np.asarray(p, float)
     n = np.asarray(n_eff, float)
     lo, hi = wilson_interval(p * n, n, conf)
-    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)  # rounding at p = 0 or 1
+    return np.where(p <= 0, 0.0, np.clip(lo, 0.0, 1.0)), np.where(p >= 1, 1.0, np.clip(hi, 0.0, 1.0))  # exact ends
 
 
 def n_eff_clustered(p, se, n_clusters):
