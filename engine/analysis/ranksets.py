@@ -186,22 +186,6 @@ THETA_TEXT = ("theta = the model's strict win-rate against a uniformly random ot
               "covariance in use")
 
 
-def summary(res: dict) -> str:
-    """The ``ranksets`` CLI's human summary (no covariance matrix): one line per model, best first."""
-    from engine.commands._common import table
-    head = (f"rank-sets · {res.get('method', '')} · procedure {res['procedure']} at alpha {res['alpha']} · "
-            f"n = {res['n']:,} human-labelled, N = {res['N']:,} judge-only"
-            + (f" · lambda = {res['lambda']:.3f}" if res.get("lambda") is not None else ""))
-    lines = [head, f"covariance: {res['covariance_detail']}", res["clustering"], THETA_TEXT, ""]
-    rows = [{"rank": res["rank"][m], "model": m, "rank_set": f"{res['ranksets'][m][0]}-{res['ranksets'][m][1]}",
-             "theta": res["theta"][m], "theta_low": res["theta_ci"][m][0], "theta_high": res["theta_ci"][m][1]}
-            for m in res["models"]]
-    rows.sort(key=lambda r: (r["rank"], -r["theta"]))
-    lines.append(table(rows))
-    lines += [f"note: {x}" for x in res.get("notes", [])] + [f"WARNING: {x}" for x in res.get("warnings", [])]
-    return "\n".join(lines)
-
-
 def parse_lambda(value: str | float) -> float | str:
     """'auto' or a number in [0, 1] (UserError otherwise)."""
     if isinstance(value, str) and value.strip().lower() == "auto":
