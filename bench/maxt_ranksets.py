@@ -149,8 +149,8 @@ def few_prompts(reps, seed, n_draws, prompts=(40, 60)):
                         (bool(R.rankset_covers(m["lower"], m["upper"], tl, tu)), float(R.rankset_size(m["lower"], m["upper"]))))
     print(f"\n### E. Few prompts, least favourable (5 tied models, C prompts x 4 repeats, both orders), {reps} reps: "
           "simultaneous coverage ± MC SE | mean size\n")
-    print("| prompts | alpha | max-t, normal calibration | max-t, wild cluster bootstrap-t (default) |")
-    print("|---|---|---|---|")
+    print("| prompts | alpha | normal: coverage | size | wild bootstrap-t (default): coverage | size |")
+    print("|---|---|---|---|---|---|")
     for C in prompts:
         for a in ALPHAS:
             print(f"| {C} | {a} | {summary(acc[C, a, 'normal'], reps)} | {summary(acc[C, a, 'wild'], reps)} |")
@@ -254,7 +254,7 @@ def main(argv=None) -> int:
         few_prompts(args.reps, args.seed + 5, args.draws)
     if "C" in args.parts:
         arena(args.arena_reps, args.seed + 2, args.draws, Path(args.arena))
-    print(f"\n({time.time() - t0:.0f} s, max-t with {args.draws} normal draws)")
+    print(f"\n({time.time() - t0:.0f} s, max-t with {args.draws} normal / wild draws)")
     return 0
 
 
