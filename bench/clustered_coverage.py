@@ -178,9 +178,17 @@ def main(argv=None) -> int:
         for key, v in sc.items():
             if not key.startswith("truth"):
                 print(f"- {key}: coverage {fmt(v.mean(), R)}")
-    if "J" not in args.parts:
-        print(f"\n({time.time() - t0:.0f} s)")
-        return 0
+    if "J" in args.parts:
+        _judge_part(R, args)
+    if "M" in args.parts:
+        _mode_part(R, args)
+    if "B" in args.parts:
+        _bench_part(R, args)
+    print(f"\n({time.time() - t0:.0f} s)")
+    return 0
+
+
+def _judge_part(R, args):
     cov = judge_coverage(R, args.resamples, args.seed, not args.no_elo)
     print(f"## Clustered judge design, coupled mode: {R} data sets, B = {args.resamples} cluster resamples; "
           f"judge consistency across orders {cov['consistency']:.3f}\n")
@@ -194,6 +202,9 @@ def main(argv=None) -> int:
         if key in cov:
             m = cov[key]
             print(f"| {name} | {fmt(m.mean(), R)} | {', '.join(f'{x:.3f}' for x in m.mean(axis=0))} |")
+
+
+def _mode_part(R, args):
     mt = mode_test_size(R, args.seed + 1)
     print(f"\n## Coupled vs independent under a true null (coupling = 0), {R} data sets, 6 pairs\n")
     print(f"- paired-by-prompt t test, size at 5%: {fmt(mt['paired'].mean(), R)} (per pair "
@@ -201,6 +212,9 @@ def main(argv=None) -> int:
     print(f"- Holm over all 12 cells, P(any rejection) (FWER): {fmt(mt['holm_any'].mean(), R)}")
     print(f"- Westfall-Young max-T over all 12 cells (500 cluster resamples), FWER: {fmt(mt['maxt_any'].mean(), R)}")
     print(f"- two-proportion z test (modes as independent samples): {fmt(mt['z'].mean(), R)}")
+
+
+def _bench_part(R, args):
     bs = benchmark_size_power(R, args.seed + 2)
     print(f"\n## Paired benchmark t test (100 questions x 5 repeats, clustered), {R} data sets\n")
     print(f"- size at 5% under Delta = 0: {fmt(bs['size'].mean(), R)}; McNemar over (question, repeat) pairs: "
@@ -208,8 +222,6 @@ def main(argv=None) -> int:
     pl = bs["plan"]
     print(f"- planner: Delta = {bs['delta']:.4f}, k = 3 repeats -> n = {pl['questions']} questions for power 0.8 "
           f"(predicted {pl['power']:.3f}); simulated power {fmt(bs['power'].mean(), R)}")
-    print(f"\n({time.time() - t0:.0f} s)")
-    return 0
 
 
 if __name__ == "__main__":
