@@ -13,12 +13,12 @@ import os
 import numpy as np
 import pandas as pd
 
-from engine import store
 from engine.analysis.overview import db_exists
 from engine.config import DEFAULT_PLAN_MDE, DEFAULT_SAVING_N, MODES, PLAN_REPEATS
 from engine.errors import UserError
 from engine.stats import benchmark as bm
 from engine.stats import multigen as mg
+from engine.store import benchmark_scores
 
 # one headline saving everywhere (Home, Benchmark page, CLI); the others are always shown with their label
 SAVING_DEFINITIONS = {
@@ -33,29 +33,7 @@ SAVING_DEFINITIONS = {
 
 def list_runs_with_scores(db: str | os.PathLike) -> pd.DataFrame:
     """Which (run, model, mode, rule) have scores, with counts and the run's dataset."""
-    return store.query_df(db, """
-        SELECT s.run_id, r.dataset_id, s.model, s.mode, s.rule, count(*) AS n
-        FROM scores s LEFT JOIN runs r USING (run_id)
-        GROUP BY ALL ORDER BY s.run_id, s.model, s.mode, s.rule""")
-
-
-def _resolve_run(con, models: list[str], rule: str, run: str | None) -> str:
-    """The run to analyse: ``run`` if given (checked), else the most recent run scoring all models."""
-    rows = con.execute(
-        """SELECT s.run_id, max(r.created_at) AS t, count(DISTINCT s.model) AS m
-           FROM scores s LEFT JOIN runs r USING (run_id)
-           WHERE s.rule = ? AND list_contains(?, s.model)
-           GROUP BY s.run_id ORDER BY t DESC NULLS LAST, s.run_id""",
-        [rule, models]).fetchall()
-    complete = [r[0] for r in rows if r[2] == len(set(models))]
-    if run is not None:
-        if run not in complete:
-            raise UserError(f"run {run!r} has no '{rule}' scores for all of {models}; runs that do: {complete}")
-        return run
-    if not complete:
-        known = [r[0] for r in con.execute("SELECT DISTINCT model FROM scores ORDER BY 1").fetchall()]
-        raise UserError(f"no run has '{rule}' scores for all of {models}; scored models: {known}")
-    return complete[0]
+    return benchmark_scores.runs_with_scores(db)
 
 
 def _matrices(df: pd.DataFrame, models: list[str]) -> dict[str, tuple[list[str], list[np.ndarray]]]:
@@ -82,25 +60,7 @@ def _matrices(df: pd.DataFrame, models: list[str]) -> dict[str, tuple[list[str],
 
 
 def _load_scores(db, models: list[str], subject, run, rule) -> tuple[str, pd.DataFrame]:
-    with store.reader(db) as con:
-        run_id = _resolve_run(con, models, rule, run)
-        sql = """SELECT s.mode, s.model, s.prompt_id, s.repeat, s.score,
-                        coalesce(p.idx, 0) AS idx, p.subject
-                 FROM scores s
-                 LEFT JOIN runs r ON r.run_id = s.run_id
-                 LEFT JOIN prompts p ON p.dataset_id = r.dataset_id AND p.prompt_id = s.prompt_id
-                 WHERE s.run_id = ? AND s.rule = ? AND list_contains(?, s.model)"""
-        params: list = [run_id, rule, models]
-        if subject is not None:
-            sql += " AND p.subject = ?"
-            params.append(subject)
-        df = con.execute(sql, params).df()
-        if df.empty and subject is not None:
-            subjects = [r[0] for r in con.execute(
-                """SELECT DISTINCT p.subject FROM prompts p JOIN runs r ON r.dataset_id = p.dataset_id
-                   WHERE r.run_id = ? AND p.subject IS NOT NULL ORDER BY 1""", [run_id]).fetchall()]
-            raise UserError(f"unknown subject {subject!r} for run {run_id!r}; allowed: {subjects}")
-    return run_id, df
+    return benchmark_scores.pair_scores(db, models, subject, run, rule)
 
 
 def score_matrices(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
@@ -319,14 +279,7 @@ def benchmark_choices(db: str | os.PathLike) -> dict:
     """Options for the benchmark page: runs with scores, their models, rules and subjects."""
     if not db_exists(db):
         return {"runs": [], "models": {}, "rules": {}, "subjects": {}}
-    df = store.query_df(db, """
-        SELECT s.run_id, list(DISTINCT s.model ORDER BY s.model) AS models,
-               list(DISTINCT s.rule ORDER BY s.rule) AS rules, list(DISTINCT s.mode ORDER BY s.mode) AS modes
-        FROM scores s GROUP BY s.run_id ORDER BY s.run_id""")
-    subj = store.query_df(db, """
-        SELECT r.run_id, p.subject, count(*) AS n FROM runs r JOIN prompts p ON p.dataset_id = r.dataset_id
-        WHERE r.run_id IN (SELECT DISTINCT run_id FROM scores) AND p.subject IS NOT NULL
-        GROUP BY ALL ORDER BY r.run_id, p.subject""")
+    df, subj = benchmark_scores.scored_run_choices(db)
     return {"runs": df["run_id"].tolist(),
             "models": {r: list(m) for r, m in zip(df["run_id"], df["models"])},
             "rules": {r: list(m) for r, m in zip(df["run_id"], df["rules"])},

@@ -17,7 +17,6 @@ from collections import OrderedDict
 import numpy as np
 import pandas as pd
 
-from engine import store
 from engine.analysis.comparisons import (
     cluster_ids,
     clustering_note,
@@ -31,11 +30,13 @@ from engine.analysis.comparisons import (
     restrict_models,
 )
 from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
+from engine.config import MODES
 from engine.config import RANK_LABELS as LABELS
 from engine.errors import UserError
 from engine.stats import clustered as CL
 from engine.stats import ranking as RK
 from engine.stats import winrates as WR
+from engine.store.judgment_rows import judgment_frame
 
 DEFAULT_RESAMPLES = CL.DEFAULT_RESAMPLES  # 1000
 
@@ -308,19 +309,6 @@ def _ratings(res: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["bt_rank", "bt_beta"], ascending=[True, False])
 
 
-def _judgment_frame(db, run: str, mode: str, judge: str | None) -> pd.DataFrame:
-    """A run's verdicts in one mode with the judgement unit and presentation order (for position bias)."""
-    sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner, presented,
-                    judge || '|' || prompt_id || '|' || CAST(repeat AS VARCHAR) || '|' || model_a || '|' || model_b
-                    AS unit
-             FROM judgments WHERE run_id = ? AND mode = ?"""
-    params: list = [run, mode]
-    if judge is not None:
-        sql += " AND judge = ?"
-        params.append(judge)
-    return store.query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
-
-
 def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "human",
                   judge: str | None = None, reps: int = DEFAULT_RESAMPLES, seed: int = 0,
                   compare_name: str | None = None, alpha: float = 0.05, procedure: str = "maxt",
@@ -343,7 +331,7 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
     verdicts: dict | None = None
     if source == "judgments":
         label = "judge"
-        dfs = {m: _judgment_frame(db, name, m, judge) for m in store.MODES}
+        dfs = {m: judgment_frame(db, name, m, judge) for m in MODES}
         dfs = {m: d for m, d in dfs.items() if not d.empty and d["judge_winner"].notna().any()}
         if not dfs:
             raise UserError(f"run {name!r} has no parsed judge verdicts" + (f" by {judge!r}" if judge else ""))

@@ -12,10 +12,8 @@ Family:
 * :func:`resample_permutations`    the random permutations the error curves share
 * :func:`error_curve`              mean |truth − mean of n samples| + 2.5/97.5 percentile band
 * :func:`error_curve_naive`        the same with explicit loops (the test oracle)
-* :func:`samples_for_error`        n(ε) interpolated on an error curve
-* :func:`sample_saving`            1 − n_coupled(ε) / n_independent(ε)
-* :func:`samples_for_error_fpc`    n(ε) = S²N/(s²N + S²), s = ε/sqrt(2/π) (sampling without replacement)
-* :func:`saving_predicted`         the saving from the per-sample variances, bootstrap CI over questions
+* the savings (:mod:`engine.stats.saving`, re-exported): the headline variance saving, the paper's
+  resampling-curve saving, the saving predicted from the per-sample variances
 * :func:`paired_diff_ci`           Δ̂ = mean_i d_i, t CI/test over questions, correlation, bootstrap check, MDE
 * :func:`mcnemar_majority`         McNemar on ONE outcome per question (majority vote), labelled as such
 * :func:`mcnemar`                  McNemar on independent paired binary outcomes (never (question, repeat) pairs)
