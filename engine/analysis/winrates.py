@@ -112,20 +112,9 @@ def _bootstraps(a, b, out, k: int, cluster, seed: int, reps: int, elo: bool) -> 
     return hit[0], hit[1], hit[2] if elo else None
 
 
-def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = DEFAULT_RESAMPLES,
-                 models: list[str] | None = None, compare: pd.DataFrame | None = None, alpha: float = 0.05,
-                 procedure: str = "maxt", group: str = "this", compare_group: str = "other", elo: bool = True) -> dict:
-    """The ``winrates`` CLI JSON, every interval a prompt-cluster bootstrap (METHODS.md 7.2).
-
-    W_ij = #{i beat j}/#{i vs j} (ties: a non-win for both); avg_i = mean_j W_ij; Davidson BT β;
-    online Elo (K = 4, rows in file order); percentile CIs from ``reps`` resamples of prompts
-    (seeded); rank = lower end of the rank-set (``procedure``, covariance = the bootstrap
-    covariance of the average win-rates). With ``compare`` (a second group of comparisons on the
-    same prompts, e.g. the independent generations' verdicts): per pair, group − compare_group
-    win-rate by a t test paired by prompt, Westfall-Young max-T adjusted over the pairs (stars from it; Holm also reported).
-    Rows with ``unit`` / ``presented`` columns (judge verdicts in both orders) add position bias.
-    ``elo`` False leaves Elo out (its bootstrap is the slowest part: one pass over the rows).
-    """
+def _prepare(df: pd.DataFrame, label: str, reps: int, alpha: float, procedure: str, models: list[str] | None,
+             compare: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str], str]:
+    """Checked arguments: the labelled rows, the comparison group's labelled rows, the models, the label column."""
     if label not in LABELS:
         raise UserError(f"unknown label {label!r}; allowed: {', '.join(LABELS)}")
     if reps < 1:
@@ -147,16 +136,13 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
         unknown = sorted((set(compare.model_a) | set(compare.model_b)) - set(model_list(d, models)))
         if models and unknown:
             raise UserError(f"model(s) {unknown} of the comparison file are not in --models")
-    models = model_list(d if compare is None else pd.concat([d, compare]), models)
+    return d, compare, model_list(d if compare is None else pd.concat([d, compare]), models), col
+
+
+def _warnings(a: np.ndarray, b: np.ndarray, models: list[str], label: str, wr: dict) -> list[AnalysisWarning]:
+    """Connectivity, absent models, small sample and degenerate-bootstrap warnings (typed)."""
     k = len(models)
-    if k < 2:
-        raise UserError(f"need at least two models; found {models}")
-    a, b = model_indices(d, models)
-    out = _outcome_codes(d[col])
-    cluster = cluster_ids(d)
-    wr, bt, el = _bootstraps(a, b, out, k, cluster, seed, reps, elo)
-    groups = comparison_groups(a, b, models)
-    conn = connectivity_warning(groups)
+    conn = connectivity_warning(comparison_groups(a, b, models))
     warn = [AnalysisWarning(Notice.CONNECTIVITY, conn)] if conn else []
     absent = [m for m, c in zip(models, np.bincount(a, minlength=k) + np.bincount(b, minlength=k)) if c == 0]
     if absent:
@@ -170,6 +156,44 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
         warn.append(AnalysisWarning(Notice.DEGENERATE, f"{deg} pairwise win-rate(s) have a zero-variance bootstrap "
                                     "(e.g. 0 wins): their interval is the Wilson interval with one observation per "
                                     "prompt"))
+    return warn
+
+
+def _elo_json(el: dict | None, models: list[str], boot: str) -> dict | None:
+    if el is None:
+        return None
+    return {"K": 4.0, "rating": {m: float(x) for m, x in zip(models, el["elo"])},
+            "online_rating": {m: float(x) for m, x in zip(models, el["online"])},
+            "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, el["low"], el["high"])},
+            "estimator": el["estimator"],
+            "ci_method": boot + "; rating = the Elo-scale maximum likelihood (the fixed point of online Elo's "
+                                "expected update); online_rating = online Elo (K = 4, rows in file order), shown "
+                                "without an interval: its recency term is not covered by a prompt bootstrap"}
+
+
+def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = DEFAULT_RESAMPLES,
+                 models: list[str] | None = None, compare: pd.DataFrame | None = None, alpha: float = 0.05,
+                 procedure: str = "maxt", group: str = "this", compare_group: str = "other", elo: bool = True) -> dict:
+    """The ``winrates`` CLI JSON, every interval a prompt-cluster bootstrap (METHODS.md 7.2).
+
+    W_ij = #{i beat j}/#{i vs j} (ties: a non-win for both); avg_i = mean_j W_ij; Davidson BT β;
+    online Elo (K = 4, rows in file order); percentile CIs from ``reps`` resamples of prompts
+    (seeded); rank = lower end of the rank-set (``procedure``, covariance = the bootstrap
+    covariance of the average win-rates). With ``compare`` (a second group of comparisons on the
+    same prompts, e.g. the independent generations' verdicts): per pair, group − compare_group
+    win-rate by a t test paired by prompt, Westfall-Young max-T adjusted over the pairs (stars from it; Holm also reported).
+    Rows with ``unit`` / ``presented`` columns (judge verdicts in both orders) add position bias.
+    ``elo`` False leaves Elo out (its bootstrap is the slowest part: one pass over the rows).
+    """
+    d, compare, models, col = _prepare(df, label, reps, alpha, procedure, models, compare)
+    k = len(models)
+    if k < 2:
+        raise UserError(f"need at least two models; found {models}")
+    a, b = model_indices(d, models)
+    out = _outcome_codes(d[col])
+    cluster = cluster_ids(d)
+    wr, bt, el = _bootstraps(a, b, out, k, cluster, seed, reps, elo)
+    warn = _warnings(a, b, models, label, wr)
     avg_rs = _rank_sets(wr["avg"], wr["avg_draws"], alpha, procedure, seed)
     bt_rs = _rank_sets(bt["beta"], bt["draws"], alpha, procedure, seed)
     W, T, n = wr["W"], wr["T"], wr["n"]
@@ -208,14 +232,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
                           "rank": {m: int(x) for m, x in zip(models, RK.rank_column(bt_rs["lower"]))},
                           "rank_set": {m: rset(bt_rs, i) for i, m in enumerate(models)},
                           "ci_method": boot},
-        "elo": None if el is None else {
-            "K": 4.0, "rating": {m: float(x) for m, x in zip(models, el["elo"])},
-            "online_rating": {m: float(x) for m, x in zip(models, el["online"])},
-            "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, el["low"], el["high"])},
-            "estimator": el["estimator"],
-            "ci_method": boot + "; rating = the Elo-scale maximum likelihood (the fixed point of online Elo's "
-                                "expected update); online_rating = online Elo (K = 4, rows in file order), shown "
-                                "without an interval: its recency term is not covered by a prompt bootstrap"},
+        "elo": _elo_json(el, models, boot),
         "position_bias": _position_bias(d, col, cluster),
         "warnings": warn,
     }

@@ -1,8 +1,7 @@
 """Benchmark comparison of two models, coupled vs independent generation (METHODS.md section 2).
 
-Pure, vectorised functions over ``(Q, R)`` score matrices (``Q`` questions, ``R`` repeats) of two
-models ``A`` and ``B`` under one noise mode. Paper: Benz et al., *Evaluation of Large Language
-Models via Coupled Token Generation*, Proposition 1, Fig. 2 and Appendix D.
+Pure, vectorised functions over ``(Q, R)`` score matrices (``Q`` questions, ``R`` repeats) of two models
+``A``, ``B`` in one noise mode. Paper: Benz et al. 2025, Proposition 1, Fig. 2 and Appendix D.
 
 Family:
 

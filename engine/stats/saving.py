@@ -189,7 +189,7 @@ def saving_predicted(Dc, Di, eps: float, rng: np.random.Generator | None = None,
 
     S2c, S2i = float(Dc.var(ddof=1)), float(Di.var(ddof=1))
     sav, nc, ni = saving_of(S2c, S2i)
-    out = {"error": float(eps), "saving": None if np.isnan(sav) else float(sav), "ci_low": None, "ci_high": None,
+    out: dict = {"error": float(eps), "saving": None if np.isnan(sav) else float(sav), "ci_low": None, "ci_high": None,
            "level": level, "n_coupled": float(nc), "n_independent": float(ni), "s2_coupled": S2c,
            "s2_independent": S2i, "N": int(N), "n_resamples": 0, "n_valid": 0}
     if rng is None:
