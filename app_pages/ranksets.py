@@ -62,12 +62,12 @@ with tab1:
         r = view["result"]
         counts = " · ".join(f"{m}: n = {c['n']:,} human-labelled, N = {c['N']:,} judge-only"
                             for m, c in view["counts"].items())
-        st.caption(f"method {method} · procedure {r['procedure']} · covariance {r['covariance_detail']} · "
-                   f"{r['clustering']} · {counts}" + (f" · λ = {r['lambda']:.3f}" if r.get("lambda") is not None else ""))
-        for note in r["notes"]:
+        st.caption(f"method {method} · procedure {r.procedure} · covariance {r.covariance_detail} · "
+                   f"{r.clustering} · {counts}" + (f" · λ = {r.lam:.3f}" if r.lam is not None else ""))
+        for note in r.notes:
             st.caption(note)
-        for w in r["warnings"]:
-            if getattr(w, "kind", None) is not Notice.JUDGE_ONLY:  # the judge-only warning is shown above
+        for w in r.warnings:
+            if w.kind is not Notice.JUDGE_ONLY:  # the judge-only warning is shown above
                 st.warning(w)
         if view["compare"] is not None:
             st.markdown("PPR against human-only **on the same human labels** (the judge-only comparisons are what "

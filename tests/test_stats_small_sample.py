@@ -100,10 +100,11 @@ def test_ranksets_for_reports_the_wild_calibration_on_few_prompts():
     df = pd.DataFrame({"prompt_id": [f"p{x}" for x in r["prompt"]], "model_a": names[r["a"]],
                        "model_b": names[r["b"]], "human_winner": win, "judge_winner": None})
     res = ranksets_for(df, "human", 0.1, n_draws=2000)
-    assert res["calibration"] == "wild" and any(w.kind is Notice.SMALL_SAMPLE for w in res["warnings"])
+    assert res.calibration == "wild" and any(w.kind is Notice.SMALL_SAMPLE for w in res.warnings)
+    assert res.to_dict()["calibration"] == "wild" and "lam" not in res.to_dict()
     paper = ranksets_for(df, "human", 0.1, covariance="paper", n_draws=2000)
-    assert paper["calibration"] == "normal" and "clustered by prompt" not in paper["clustering"]
-    assert paper["per_row_clusters"] and paper["n_clusters"] == len(df)
+    assert paper.calibration == "normal" and "clustered by prompt" not in paper.clustering
+    assert paper.per_row_clusters and paper.n_clusters == len(df)
 
 
 # ----------------------------------------------------------------------------- item 16: Westfall-Young

@@ -8,6 +8,7 @@ balanced draws, Fig. 1, 3, 9, 10).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
@@ -41,6 +42,40 @@ from engine.config import PPR_DEFAULT_HUMAN_LABELS
 from engine.config import RANK_METHODS as METHODS
 from engine.errors import UserError
 from engine.stats import ranking as R
+
+
+@dataclass(frozen=True)
+class RankSets:
+    """Rank-sets of one method (:func:`ranksets_for`); ``to_dict()`` gives the ``ranksets --json`` keys
+    (``lam`` is written as "lambda"; ``critical_values`` only for max-t / marginal)."""
+    models: list[str]
+    method: str
+    theta: dict[str, float]  # strict win-rate against a uniformly random other model
+    theta_ci: dict[str, list[float]]  # marginal (1 - alpha) normal interval from the covariance in use
+    sigma: list[list[float]]
+    lam: float | None  # PPR's lambda
+    ranksets: dict[str, list[int]]  # [lower, upper], rank 1 = best
+    rank: dict[str, int]  # lower end of the rank-set
+    procedure: str
+    alpha: float
+    calibration: str | None  # max-t critical value: "wild" (bootstrap-t) | "normal"; None for chi2
+    covariance: str
+    covariance_detail: str
+    clustering: str
+    n_clusters: int
+    per_row_clusters: bool
+    n: int  # human-labelled comparisons used
+    N: int  # judge-only comparisons used
+    human_labels: int | None
+    notes: list[str]
+    warnings: list[AnalysisWarning]
+    critical_values: list[float | None] | None = None
+
+    def to_dict(self) -> dict:
+        d = {("lambda" if f.name == "lam" else f.name): getattr(self, f.name) for f in fields(self)}
+        if d["critical_values"] is None:
+            del d["critical_values"]
+        return d
 
 
 def _keep_human_labels(df: pd.DataFrame, method: str, human_labels: int | None,
@@ -144,7 +179,7 @@ def _warnings(method: str, covariance: str, n_clusters: int, connectivity: str |
 
 def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = "delta",
                  lam: float | str = "auto", models: list[str] | None = None, procedure: str = "maxt",
-                 seed: int = 0, human_labels: int | None = None, n_draws: int = 10_000) -> dict:
+                 seed: int = 0, human_labels: int | None = None, n_draws: int = 10_000) -> RankSets:
     """Rank-sets of one method on a comparisons DataFrame, as the ``ranksets`` CLI JSON.
 
     method "human" / "judge": Algorithm 3 on the rows with that label. "ppr": Algorithm 1 with
@@ -158,9 +193,7 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
     "marginal", or "chi2" (the paper's Algorithm 2).
 
     Returns:
-        {"models", "theta", "theta_ci", "sigma", "lambda", "ranksets", "rank", "procedure",
-         "covariance", "covariance_detail", "clustering", "n_clusters", "per_row_clusters", "alpha",
-         "n", "N", "human_labels", "notes", "warnings", ["critical_values"]}.
+        :class:`RankSets` (``to_dict()`` is the CLI's JSON).
     """
     if method not in METHODS:
         raise UserError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
@@ -200,24 +233,21 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
     se = np.sqrt(np.maximum(np.diag(sigma), 0.0))
     warn = _warnings(method, covariance, n_clusters, connectivity_warning(
         comparison_groups(first[used], second[used], models)))
-    out = {"models": models, "method": method,
-           "theta": {m: float(t) for m, t in zip(models, theta)},
-           "theta_ci": {m: [float(t - z * e), float(t + z * e)] for m, t, e in zip(models, theta, se)},
-           "sigma": sigma.tolist(),
-           "lambda": None if lam_out is None else float(lam_out),
-           "ranksets": {m: [int(a), int(b)] for m, a, b in zip(models, rs["lower"], rs["upper"])},
-           "rank": {m: int(x) for m, x in zip(models, R.rank_column(rs["lower"]))},
-           "procedure": procedure, "alpha": alpha, "calibration": rs.get("calibration"),
-           "covariance": covariance, "covariance_detail": detail,
-           "clustering": (f"rows treated as independent ({n_rows:,} rows; the paper's covariance ignores prompt ids)"
-                          if covariance == "paper" else clustering_note(n_clusters, per_row, n_rows)),
-           "n_clusters": n_clusters,
-           "per_row_clusters": per_row, "n": n, "N": N, "human_labels": None if human_labels is None else int(n),
-           "notes": notes, "warnings": warn}
+    crit = None
     if "critical_values" in rs:
-        out["critical_values"] = [float(c) if np.isfinite(c) else None for c in
-                                  (rs["critical_values"] if procedure == "maxt" else [])]
-    return out
+        crit = [float(c) if np.isfinite(c) else None for c in (rs["critical_values"] if procedure == "maxt" else [])]
+    return RankSets(
+        models=models, method=method, theta={m: float(t) for m, t in zip(models, theta)},
+        theta_ci={m: [float(t - z * e), float(t + z * e)] for m, t, e in zip(models, theta, se)},
+        sigma=sigma.tolist(), lam=None if lam_out is None else float(lam_out),
+        ranksets={m: [int(a), int(b)] for m, a, b in zip(models, rs["lower"], rs["upper"])},
+        rank={m: int(x) for m, x in zip(models, R.rank_column(rs["lower"]))},
+        procedure=procedure, alpha=alpha, calibration=rs.get("calibration"), covariance=covariance,
+        covariance_detail=detail,
+        clustering=(f"rows treated as independent ({n_rows:,} rows; the paper's covariance ignores prompt ids)"
+                    if covariance == "paper" else clustering_note(n_clusters, per_row, n_rows)),
+        n_clusters=n_clusters, per_row_clusters=per_row, n=n, N=N,
+        human_labels=None if human_labels is None else int(n), notes=notes, warnings=warn, critical_values=crit)
 
 
 THETA_TEXT = ("theta = the model's strict win-rate against a uniformly random other model (P(its output is "
@@ -260,7 +290,7 @@ def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, al
     the default of :func:`ranksets_for`).
 
     Returns:
-        {"result": ranksets_for dict, "table": model, rank, lower, upper, theta, theta_low,
+        {"result": :class:`RankSets`, "table": model, rank, lower, upper, theta, theta_low,
          theta_high (best first), "compare": the same columns + method for PPR and human-only (PPR
          only, else None), "counts": {method: {"n": human labels used, "N": judge-only rows}}}.
     """
@@ -272,21 +302,21 @@ def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, al
     res = ranksets_for(df, method, alpha, human_labels=n_human if method != "judge" else None, **kw)
     results = {method: res}
     if method == "ppr":
-        results["human"] = ranksets_for(df, "human", alpha, human_labels=res["n"], **kw)
+        results["human"] = ranksets_for(df, "human", alpha, human_labels=res.n, **kw)
 
-    def table(r):
-        return pd.DataFrame([{"model": m, "rank": r["rank"][m], "lower": lo, "upper": up, "theta": r["theta"][m],
-                              "theta_low": r["theta_ci"][m][0], "theta_high": r["theta_ci"][m][1]}
-                             for m, (lo, up) in r["ranksets"].items()]).sort_values(
+    def table(r: RankSets) -> pd.DataFrame:
+        return pd.DataFrame([{"model": m, "rank": r.rank[m], "lower": lo, "upper": up, "theta": r.theta[m],
+                              "theta_low": r.theta_ci[m][0], "theta_high": r.theta_ci[m][1]}
+                             for m, (lo, up) in r.ranksets.items()]).sort_values(
             ["lower", "upper", "theta"], ascending=[True, True, False]).reset_index(drop=True)
 
     main = table(res)
     compare = None
     if len(results) > 1:
-        names = {"ppr": f"PPR (n = {res['n']:,} human + N = {res['N']:,} judge-only)",
-                 "human": f"human only (the same n = {results['human']['n']:,} human labels)"}
+        names = {"ppr": f"PPR (n = {res.n:,} human + N = {res.N:,} judge-only)",
+                 "human": f"human only (the same n = {results['human'].n:,} human labels)"}
         order = main["model"].tolist()
         compare = pd.concat([table(r).set_index("model").loc[order].reset_index().assign(method=names[m])
                              for m, r in results.items()], ignore_index=True)
     return {"result": res, "table": main, "compare": compare,
-            "counts": {m: {"n": r["n"], "N": r["N"]} for m, r in results.items()}}
+            "counts": {m: {"n": r.n, "N": r.N} for m, r in results.items()}}
