@@ -171,12 +171,10 @@ def test_westfall_young_keeps_the_family_wise_error_and_beats_holm():
 # ----------------------------------------------------------------------------- item 15: Elo
 
 def test_elo_fit_counts_is_the_fixed_point_batched_and_single():
-    rng = np.random.default_rng(4)
-    wins = rng.integers(1, 30, size=(3, 4, 4)).astype(float)
-    ties = rng.integers(0, 5, size=(3, 4, 4)).astype(float)
-    ties = np.triu(ties, 1) + np.triu(ties, 1).transpose(0, 2, 1)
-    for b in range(3):
-        wins[b][np.eye(4, dtype=bool)] = 0
+    r = S.simulate_judge_design(S.JudgeDesign(n_prompts=25, n_repeats=1, modes=("coupled",)), np.random.default_rng(4))
+    codes, C, _ = CL.cluster_codes(r["prompt"], r["a"].size)
+    X = CL.cluster_pair_counts(r["a"], r["b"], r["outcome"], codes, C, 4)
+    wins, ties = CL.resampled_pair_counts(X, CL.cluster_multiplicities(C, 3, np.random.default_rng(0)), 4)  # 3 resamples
     got = CL.elo_fit_counts(wins, ties)
     for b in range(3):
         n = wins[b] + wins[b].T + ties[b]

@@ -175,6 +175,16 @@ def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
 
 # ----------------------------------------------------------------------------- Bradley-Terry / Davidson, batched
 
+def _count_batch(wins, ties) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(k, k) or (B, k, k) win / tie counts as float batches, the pair totals n, and whether one was given."""
+    wins = np.asarray(wins, float)
+    ties = np.asarray(ties, float)
+    single = wins.ndim == 2
+    if single:
+        wins, ties = wins[None], ties[None]
+    return wins, ties, wins + wins.transpose(0, 2, 1) + ties, single
+
+
 def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, init=None) -> tuple[Any, Any]:
     """Bradley–Terry with Davidson ties for a batch of count matrices, by MM (Hunter 2004).
 
@@ -190,13 +200,8 @@ def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, in
     Returns:
         beta (B, k) (or (k,)), nu (B,) (or scalar).
     """
-    wins = np.asarray(wins, float)
-    ties = np.asarray(ties, float)
-    single = wins.ndim == 2
-    if single:
-        wins, ties = wins[None], ties[None]
+    wins, ties, n, single = _count_batch(wins, ties)
     B, k, _ = wins.shape
-    n = wins + wins.transpose(0, 2, 1) + ties  # (B, k, k)
     score = 2 * wins.sum(axis=2) + ties.sum(axis=2)  # (B, k)
     Ttot = ties.sum(axis=(1, 2)) / 2  # (B,)
     pi = np.ones((B, k)) if init is None else np.exp(np.broadcast_to(np.asarray(init, float), (B, k))).copy()
@@ -335,13 +340,8 @@ def elo_fit_counts(wins, ties, scale: float = 400.0, base: float = 10.0, init: f
     Returns:
         (B, k) (or (k,)) ratings.
     """
-    wins = np.asarray(wins, float)
-    ties = np.asarray(ties, float)
-    single = wins.ndim == 2
-    if single:
-        wins, ties = wins[None], ties[None]
+    wins, ties, n, single = _count_batch(wins, ties)
     Bn, k, _ = wins.shape
-    n = wins + wins.transpose(0, 2, 1) + ties  # (B, k, k)
     score = (wins + ties / 2).sum(axis=2)  # (B, k) observed points
     c = np.log(base) / scale
     r = np.zeros((Bn, k))
