@@ -25,6 +25,7 @@ Queries always use parameters (``?``); never format strings from users or widget
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import socket
@@ -93,18 +94,45 @@ def file_problem(path: str | os.PathLike) -> str | None:
         return f"is truncated ({size:,} bytes; a DuckDB file has at least {_DATA_START:,})"
     best = None  # the database header with the highest iteration is the live one
     for off in (_HEADER_SIZE, 2 * _HEADER_SIZE):
-        iteration, _meta, _free, _count, alloc = struct.unpack_from("<5Q", head, off + 8)
+        iteration, _meta, _free, count, alloc = struct.unpack_from("<5Q", head, off + 8)
         if best is None or iteration > best[0]:
-            best = (iteration, alloc)
+            best = (iteration, alloc, count)
     assert best is not None
-    alloc = best[1]
+    _, alloc, count = best
     if not (4096 <= alloc <= 1 << 30):
         return "has a damaged header (implausible block size)"
     # DuckDB's file is the headers plus whole blocks (trailing free blocks may be cut off, so the
-    # header's block count is no lower bound: the blocks tables use are checked after opening)
-    if (size - _DATA_START) % alloc:
+    # header's block count is no lower bound: the blocks tables use are checked after opening).
+    # A checkpoint that failed part-way (the disk full, issue 21.1) leaves a torn tail BEYOND every
+    # block the live header counts, with the committed data still in the WAL: that file is healthy
+    # (the next writer replays the WAL and checkpoints), not truncated.
+    if (size - _DATA_START) % alloc and size < _DATA_START + count * alloc:
         return f"is truncated ({size:,} bytes is not the headers plus whole {alloc // 1024} KiB blocks)"
     return None
+
+
+def pending_wal(path: str | os.PathLike) -> str | None:
+    """A note when ``path`` has a WAL of committed writes not yet checkpointed into the file (the
+    last writer was stopped, or its checkpoint failed, e.g. on a full disk); None otherwise."""
+    p = Path(path)
+    wal = p.with_name(p.name + ".wal")
+    try:
+        n = wal.stat().st_size
+        torn = (p.stat().st_size - _DATA_START) % _block_alloc(p)
+    except (OSError, ZeroDivisionError):
+        return None
+    if n == 0:
+        return None
+    why = " after a checkpoint that did not finish (was the disk full?)" if torn else ""
+    return f"has a pending WAL ({wal.name}, {n:,} bytes of committed writes{why}); the next write replays it"
+
+
+def _block_alloc(p: Path) -> int:
+    with open(p, "rb") as f:
+        head = f.read(_DATA_START)
+    best = max((struct.unpack_from("<5Q", head, off + 8) for off in (_HEADER_SIZE, 2 * _HEADER_SIZE)),
+               key=lambda h: h[0])
+    return int(best[4])
 
 
 def check_file(path: str | os.PathLike) -> None:
@@ -122,13 +150,34 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in msg or "conflicting" in msg or "being used" in msg
 
 
+_DISK_FULL = ("no space left on device", "file too large", "disk quota exceeded")
+_READ_ONLY = ("permission denied", "read-only file system", "read only")
+
+
+def write_failure(path: str | os.PathLike, exc: BaseException) -> UserError | None:
+    """A write that the file system refused, as one line (None for any other error): a full disk
+    (ENOSPC, EFBIG from a file-size limit, EDQUOT) or a read-only / unwritable file, folder or WAL.
+    DuckDB reports these as IOException, or TransactionException ("Failed to commit: ...")."""
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    low, path = msg.lower(), Path(path)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or any(
+            k in low for k in _DISK_FULL):
+        return UserError(f"the disk is full: database {path} could not be written ({msg}); what was stored "
+                         "before is kept: free some space and rerun the same command")
+    if isinstance(exc, (PermissionError, OSError)) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) or any(
+            k in low for k in _READ_ONLY):
+        return UserError(f"database {path} cannot be opened for writing (the file, its folder or its WAL "
+                         f"{path.name}.wal is read-only: {msg}); nothing was changed: fix the permissions or pass "
+                         "another --db")
+    return None
+
+
 def _open_error(path: Path, exc: Exception, read_only: bool) -> UserError:
     """A DuckDB open failure (not a lock) as one line naming the file and what to do."""
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    low = msg.lower()
-    if "permission denied" in low or "read-only file system" in low or "read only" in low:
-        return UserError(f"database {path} cannot be opened for writing (the file, its folder or its WAL "
-                         f"{path.name}.wal is read-only: {msg}); fix the permissions or pass another --db")
+    refused = write_failure(path, exc)
+    if refused is not None:
+        return refused
     what = "read" if read_only else "opened"
     return UserError(f"database {path} cannot be {what} ({msg}); nothing was written: {_FIX}")
 
@@ -321,7 +370,13 @@ def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEO
     _verify_before_write(path, timeout_s)
     con = _connect(path, read_only=False, timeout_s=timeout_s)
     try:
-        init_schema(con, path)
+        try:
+            init_schema(con, path)
+        except (duckdb.IOException, duckdb.TransactionException) as exc:
+            refused = write_failure(path, exc)
+            if refused is not None:
+                raise refused from exc
+            raise
         yield con
     finally:
         con.close()
@@ -369,10 +424,12 @@ def transaction(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_
         try:
             with atomic(con):
                 yield con
-        except duckdb.IOException as exc:  # e.g. the WAL cannot be created: say so in one line
-            low = str(exc).lower()
-            if "permission denied" in low or "read-only" in low or "read only" in low:
-                raise _open_error(Path(path), exc, False) from exc
+        except (duckdb.IOException, duckdb.TransactionException) as exc:
+            # the WAL cannot be created or written (read-only, disk full): one line; the failed
+            # transaction was rolled back and the file holds what it held before
+            refused = write_failure(path, exc)
+            if refused is not None:
+                raise refused from exc
             raise
 
 
@@ -441,8 +498,11 @@ def describe(path: str | os.PathLike) -> dict:
     msg = schema_problem(state, path) or (
         f"database {path}: healthy, schema version {state.version}" if state.kind == "current"
         else f"database {path}: a DuckDB file with no tables (a writer will create the schema)")
+    wal = pending_wal(path)
+    if wal:
+        msg += f"; it {wal}"
     return {**out, "status": state.kind, "version": state.version, "message": msg.replace("nothing was written: ", ""),
-            "tables": counts}
+            "tables": counts, "pending_wal": wal}
 
 
 def insert_df(con: duckdb.DuckDBPyConnection, table: str, df, columns: Sequence[str],
