@@ -151,7 +151,7 @@ def _is_lock_error(exc: Exception) -> bool:
 
 
 _DISK_FULL = ("no space left on device", "file too large", "disk quota exceeded")
-_READ_ONLY = ("permission denied", "read-only file system", "read only")
+_READ_ONLY = ("permission denied", "operation not permitted", "read-only file system", "read only")
 
 
 def write_failure(path: str | os.PathLike, exc: BaseException) -> UserError | None:
@@ -343,11 +343,46 @@ def _verify_before_write(path: Path, timeout_s: float) -> None:
     _VERIFIED.add(key)
 
 
+_WAL_MAGIC = b"d\x00b"  # a DuckDB WAL opens with its WAL_VERSION entry (field 100, entry type 98 = 'b')
+
+
+def set_aside_foreign_wal(path: str | os.PathLike) -> Path | None:
+    """Before a write: a ``NAME.wal`` that is not a DuckDB write-ahead log (DuckDB would silently
+    overwrite it on the first commit) is renamed to ``NAME.wal.unreadable-TIMESTAMP`` with one line
+    on stderr, so its bytes are kept and the database, which never used it, is written as usual.
+    Returns the new name, or None when there was nothing to set aside."""
+    path = Path(path)
+    wal = path.with_name(path.name + ".wal")
+    try:
+        with open(wal, "rb") as f:
+            head = f.read(len(_WAL_MAGIC))
+        size = wal.stat().st_size
+    except OSError:
+        return None
+    if not head or head == _WAL_MAGIC:
+        return None
+    aside = wal.with_name(f"{wal.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        os.replace(wal, aside)
+    except OSError as exc:
+        raise write_failure(path, exc) or UserError(f"{wal} is not a DuckDB write-ahead log and cannot be moved "
+                                                    f"aside ({exc.strerror}); move it yourself") from None
+    print(f"warning: {wal} is not a DuckDB write-ahead log ({size:,} bytes, starts {head!r}); moved it to "
+          f"{aside} (nothing deleted); database {path} itself is unchanged", file=sys.stderr)
+    return aside
+
+
 def ensure_db_folder(path: str | os.PathLike) -> Path:
     """The folder of a database about to be written: created only for the default location
     (``config.DEFAULT_DB``'s folder); elsewhere a missing folder is a UserError, so a mistyped
     ``--db`` never creates directories."""
     path = Path(path)
+    for up in (path.parent, *path.parent.parents):  # `--db some-file.txt/x.duckdb`: say so, not NotADirectoryError
+        if up.exists():
+            if not up.is_dir():
+                raise UserError(f"database {str(path)!r} is under {str(up)!r}, which is a file, not a folder; "
+                                "pass a --db inside a folder")
+            break
     if not path.parent.exists():
         if path.parent.resolve() != Path(DEFAULT_DB).parent.resolve():
             raise UserError(f"the folder of database {str(path)!r} does not exist; create it first or use "
@@ -367,6 +402,7 @@ def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEO
     """
     path = ensure_db_folder(path)  # only the default folder is ever created
     check_file(path)
+    set_aside_foreign_wal(path)
     _verify_before_write(path, timeout_s)
     con = _connect(path, read_only=False, timeout_s=timeout_s)
     try:
@@ -444,6 +480,7 @@ def migrate(path: str | os.PathLike) -> dict:
     if not path.exists():
         raise UserError(f"database not found: {path}")
     check_file(path)
+    set_aside_foreign_wal(path)
     con = _connect(path, read_only=False, timeout_s=WRITER_TIMEOUT_S)
     try:
         try:
