@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.store.runlock import RunLock
 from engine.errors import UserError
+from engine.store.runlock import RunLock
 from tests.test_scoring import CHOICES, make_run
 
 
