@@ -19,6 +19,7 @@ from engine import store
 from engine.analysis.overview import db_exists
 from engine.errors import Unavailable, UserError
 from engine.stats import ranking as R
+from engine.stats.comparisons import A_WINS, B_WINS, Comparisons, outcome_codes
 from engine.store import comparisons as SC
 from engine.tasks.comparisons import read_arena, read_comparisons_file
 
@@ -85,10 +86,18 @@ def model_indices(df: pd.DataFrame, models: list[str]) -> tuple[np.ndarray, np.n
     return (df.model_a.map(pos).to_numpy(dtype=np.int64), df.model_b.map(pos).to_numpy(dtype=np.int64))
 
 
+def to_comparisons(df: pd.DataFrame, models: list[str] | None = None) -> Comparisons:
+    """The normalised table (prompt_id, model_a, model_b, human_winner, judge_winner) as the one
+    comparison type of engine.stats (models: ``models`` or every model of ``df``, sorted)."""
+    return Comparisons.from_labels(model_list(df, models), df.model_a.tolist(), df.model_b.tolist(),
+                                   df.human_winner.tolist(), df.judge_winner.tolist(),
+                                   df.prompt_id.tolist() if "prompt_id" in df else None)
+
+
 def win_indicators(winners: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """'a' -> (w, w') = (1, 0); 'b' -> (0, 1); 'tie' -> (0, 0)."""
-    v = winners.to_numpy(dtype=object)
-    return (v == "a").astype(float), (v == "b").astype(float)
+    """'a' -> (w, w') = (1, 0); 'b' -> (0, 1); 'tie' or none -> (0, 0) (engine.stats.comparisons' codes)."""
+    c = outcome_codes(winners.tolist())
+    return (c == A_WINS).astype(float), (c == B_WINS).astype(float)
 
 
 def require_models(models: list[str], first, second, what: str) -> None:
