@@ -12,6 +12,7 @@ from engine import store
 from engine.cli import main
 from engine.errors import UserError
 from engine.store import db as dbmod
+from engine.store import files
 from engine.store import runlock
 
 
@@ -40,7 +41,7 @@ def test_a_duckdb_wal_is_recognised_and_left_alone(tmp_db, capsys):
     con.execute("INSERT INTO meta VALUES ('pending', 'yes')")
     wal = tmp_db.with_name(tmp_db.name + ".wal")
     copy = wal.read_bytes()
-    assert copy[:3] == dbmod._WAL_MAGIC  # what this DuckDB writes first
+    assert copy[:3] == files._WAL_MAGIC  # what this DuckDB writes first
     assert dbmod.set_aside_foreign_wal(tmp_db) is None  # while the writer holds it
     con.close()
     assert capsys.readouterr().err == ""

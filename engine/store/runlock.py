@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from engine.errors import UserError
-from engine.store.db import write_failure
+from engine.store.files import write_failure
 
 try:  # POSIX; without it (Windows) runs are not locked and staleness uses the heartbeat alone
     import fcntl
