@@ -12,8 +12,7 @@ from engine import store
 from engine.cli import main
 from engine.errors import UserError
 from engine.store import db as dbmod
-from engine.store import files
-from engine.store import runlock
+from engine.store import files, runlock
 
 
 def test_garbage_wal_is_moved_aside_with_one_line_and_nothing_is_lost(tmp_db, capsys):
