@@ -83,3 +83,21 @@ def test_a_waiter_never_keeps_a_removed_lock_file(tmp_path):
     os.close(stale_fd)
     with waiter:
         assert waiter._same_file(waiter.fd) and runlock.read_lock(db, "run-w")["pid"] == os.getpid()
+
+
+def test_a_refused_distributed_run_leaves_nothing(tmp_path):
+    """run_generation with an executor whose prepare() refuses (as RayExecutor does when Ray is not
+    reachable or has too few resources): one UserError, no database, no run-lock folder."""
+    from tests.test_resume import _run
+
+    class Refusing:
+        def prepare(self, models, backend, tensor_parallel):
+            raise UserError("Ray cluster not reachable (refused for the test)")
+
+        def __call__(self, tasks, spec):  # pragma: no cover - never reached
+            raise AssertionError("a refused run must not generate")
+
+    db = tmp_path / "r.duckdb"
+    with pytest.raises(UserError, match="not reachable"):
+        _run(db, executor=Refusing())
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
