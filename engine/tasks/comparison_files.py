@@ -7,7 +7,7 @@ with winners in {"a", "b", "tie"} or None (no label).
 
 CSV columns: ``model_a``, ``model_b`` and at least one label column: the human label as ``winner``
 (the upload spelling) or ``human_winner`` (the analysis spelling; not both), and/or ``judge_winner``;
-optional ``prompt_id`` (the cluster of METHODS.md 7.2: without the column every row is its own
+optional ``prompt_id`` (the cluster of docs/METHODS.md section 7.2: without the column every row is its own
 cluster and results say so; with it every row needs one) and ``id`` (a row key: repeated
 (prompt_id, model_a, model_b) are then allowed). Each row needs at least one label.
 
