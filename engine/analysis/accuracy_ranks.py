@@ -57,6 +57,14 @@ class AccuracyRankSets:
                 "critical_values": list(self.critical_values), "imported": self.imported,
                 "models": [vars(m).copy() for m in self.models]}
 
+    def frame(self):
+        """One row per model (best first): accuracy, CI, rank-set and the harness's number when imported."""
+        import pandas as pd
+        return pd.DataFrame([{"model": m.model, "accuracy": m.accuracy, "ci_low": m.ci_low, "ci_high": m.ci_high,
+                              "rank-set": f"[{m.rank_low}, {m.rank_high}]",
+                              **({"harness reported": m.harness_accuracy} if self.imported else {})}
+                             for m in self.models])
+
 
 def per_question_matrix(db: str | os.PathLike, run: str, mode: str | None = None,
                         rule: str | None = None) -> tuple[list[str], np.ndarray, int, str]:
