@@ -142,3 +142,35 @@ def test_cli_preview_counts_questions(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["n_prompts"] == 3 and out["kind"] == "numeric"
+
+
+def test_more_registry_layouts(tmp_path):
+    hs = pd.DataFrame({"ind": [14, 15], "activity_label": ["Cooking", "Sports"], "ctx": ["He cuts", "She runs"],
+                       "endings": [["a", "b", "c", "d"], ["e", "f", "g", "h"]], "label": ["2", "0"]})
+    tq = pd.DataFrame({"question": ["Is the sky green?"],
+                       "mc1_targets": [{"choices": ["No", "Yes", "Maybe"], "labels": [1, 0, 0]}]})
+    mt = pd.DataFrame({"prompt": [["Write a poem.", "Shorter."]], "category": ["writing"], "prompt_id": [81]})
+    write_hub_folder(tmp_path / "hellaswag", {"default": {"validation": hs}})
+    write_hub_folder(tmp_path / "truthful_qa", {"multiple_choice": {"validation": tq}})
+    write_hub_folder(tmp_path / "mt_bench_prompts", {"default": {"train": mt}})
+    h = load_hf(f"hf:{tmp_path / 'hellaswag'}")
+    assert h.kind == "multiple_choice" and [p.gold for p in h.prompts] == ["C", "A"]
+    assert h.prompts[0].prompt_id.endswith("/14") and h.prompts[0].subject == "Cooking"
+    t = load_hf(f"hf:{tmp_path / 'truthful_qa'}")
+    assert t.prompts[0].gold == "A" and list(t.prompts[0].choices) == ["A", "B", "C"]
+    m = load_hf(f"hf:{tmp_path / 'mt_bench_prompts'}")
+    assert m.kind == "prompts" and m.prompts[0].user_prompt == "Write a poem." and m.prompts[0].gold is None
+    from engine.tasks.scoring import default_rule
+    assert default_rule(m.kind, m.dataset_id) == "exact"  # open-ended: judged, not scored by a rule
+    # the same file loaded twice gives the same ids (resume / pairing across models)
+    assert [p.prompt_id for p in load_hf(f"hf:{tmp_path / 'truthful_qa'}").prompts] == [p.prompt_id for p in t.prompts]
+
+
+def test_generate_and_datasets_parse_the_column_flags():
+    from engine.cli import build_parser
+    from engine.commands.datasets import columns_from_args
+    for argv in (["datasets", "hf:x/y", "--prompt-column", "q", "--id-column", "k"],
+                 ["generate", "--models", "m", "--dataset", "hf:x/y", "--prompt-column", "q", "--id-column", "k"]):
+        args = build_parser().parse_args(argv)
+        assert columns_from_args(args) == Columns(prompt="q", id="k")
+    assert columns_from_args(build_parser().parse_args(["datasets", "demo"])) is None

@@ -10,7 +10,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from engine.store.db import insert_df, reader, transaction
+from engine.errors import UserError
+from engine.store.db import insert_df, reader, scalar, transaction
 from engine.store.runs import require_run
 
 SCORE_COLUMNS = ["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted", "score"]
@@ -98,10 +99,10 @@ def store_import(db: str | os.PathLike, rows: ImportRows) -> int:
         insert_df(con, "scores", rows.scores, SCORE_COLUMNS)
         insert_df(con, "models", rows.models, ["name", "source", "variant", "vocab_id", "config"],
                   casts={"config": "JSON"}, conflict="OR IGNORE")
-        n_prompts = con.execute("SELECT count(*) FROM prompts WHERE dataset_id = ?", [rows.dataset_id]).fetchone()[0]
+        n_prompts = scalar(con, "SELECT count(*) FROM prompts WHERE dataset_id = ?", [rows.dataset_id])
         con.execute("INSERT OR REPLACE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
                     [rows.dataset_id, rows.dataset_source, rows.kind, n_prompts])
-        n_units = con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [rows.run_id]).fetchone()[0]
+        n_units = scalar(con, "SELECT count(*) FROM generations WHERE run_id = ?", [rows.run_id])
         con.execute("INSERT OR REPLACE INTO runs (run_id, dataset_id, config, code_version, key_mode, "
                     "warnings, status, n_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [rows.run_id, rows.dataset_id, json.dumps(rows.config), rows.code_version, rows.key_mode,
@@ -113,7 +114,7 @@ def run_exists(db: str | os.PathLike, run: str) -> bool:
     if not os.path.exists(db):
         return False
     with reader(db) as con:
-        return bool(con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run]).fetchone()[0])
+        return bool(scalar(con, "SELECT count(*) FROM runs WHERE run_id = ?", [run]))
 
 
 def imported_facts(db: str | os.PathLike, run: str) -> dict | None:
@@ -136,7 +137,6 @@ def per_question_scores(db: str | os.PathLike, run: str, rule: str | None = None
         if rule is None:
             rule = "harness" if "harness" in rules else rules[0] if len(rules) == 1 else None
         if rule is None or rule not in rules:
-            from engine.errors import UserError
             raise UserError(f"run {run!r} has scores for rules {rules or '(none)'}; pick one with --rule")
         return con.execute("""SELECT model, prompt_id, repeat, mode, score FROM scores
                               WHERE run_id = ? AND rule = ? AND score IS NOT NULL

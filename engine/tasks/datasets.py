@@ -292,6 +292,7 @@ def _from_rows(rows: list[tuple[int, dict]], path: Path, *, dataset_id: str,
     for idx, (line, raw) in enumerate(rows):
         row = _norm_keys(raw)
         pid = str(row["id"]).strip() if row.get("id") not in (None, "") else f"{dataset_id}/{idx}"
+        sub: str | None
         if subject is not None:
             sub = subject
         elif row.get("subject") not in (None, ""):

@@ -106,7 +106,7 @@ def _lm_eval_samples(path: Path, task: str, metric: str, filt: str) -> list[Harn
         if "doc_id" not in line or metric not in line:
             raise UserError(f"{str(path)!r} line {n}: no 'doc_id' or no {metric!r} (an lm-eval --log_samples file?)")
         args = line.get("arguments") or {}
-        first = next(iter(args.values()), {}) if isinstance(args, dict) else {}
+        first: dict = next(iter(args.values()), {}) if isinstance(args, dict) else {}
         conts = tuple(str(a.get("arg_1", "")).strip() for a in args.values()) if len(args) > 1 else None
         out.append(HarnessSample(f"{task}/{line['doc_id']}", 0, float(line[metric]), _lm_eval_text(line),
                                  first.get("arg_0"), None if line.get("target") is None else str(line["target"]),

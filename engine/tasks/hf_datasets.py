@@ -141,6 +141,7 @@ def open_split(spec: Spec, cache_dir: str | None = None) -> tuple[Any, str, str]
     ``test``, else the only split, else an error listing them.
     """
     import datasets
+    datasets.disable_progress_bars()  # stderr belongs to our own messages
     repo = str(Path(spec.repo).expanduser()) if _is_path(spec.repo) else spec.repo
     if _is_path(spec.repo) and not Path(repo).is_dir():
         raise UserError(f"no dataset folder {repo!r} (hf:PATH needs a folder with the hub layout)")
@@ -159,7 +160,7 @@ def open_split(spec: Spec, cache_dir: str | None = None) -> tuple[Any, str, str]
         raise UserError(f"dataset {spec.repo!r} has no config {config!r}; available: {', '.join(configs)}")
     splits = list(datasets.get_dataset_split_names(repo, config))
     split = spec.split or ("test" if "test" in splits else splits[0] if len(splits) == 1 else None)
-    if split not in splits:
+    if split is None or split not in splits:
         raise UserError(f"dataset {spec.repo!r} config {config!r} has no split {spec.split!r}; available: "
                         f"{', '.join(splits)}")
     return datasets.load_dataset(repo, config, split=split, cache_dir=cache_dir), config, split

@@ -258,11 +258,11 @@ def score_run(db, run: str, rule: str | None = None) -> dict:
              .round(6).reset_index().to_dict("records"))
     no_answer = int(sum(e is None or e == NO_ANSWER for e in extracted)) if rule in ("paper", "lenient", "numeric") else 0
     status, n_expected = data.status, data.n_units
-    partial = n_expected is not None and len(out) < int(n_expected)
+    partial = n_expected is not None and len(out) < n_expected
     warning = None
-    if partial:
+    if partial and n_expected is not None:
         what = "is still generating" if status == "running" else f"stopped (status {status})"
-        warning = (f"run {run!r} {what}: scored {len(out)} of its {int(n_expected)} generations; "
+        warning = (f"run {run!r} {what}: scored {len(out)} of its {n_expected} generations; "
                    "score it again once it has finished to fill in the rest")
     return {
         "run": run, "rule": rule, "n_scored": int(len(out)),
