@@ -111,6 +111,7 @@ winrates = _view(_winrates.winrates_view)
 ranksets = _view(_ranksets.ranksets_view)
 rankset_draws = _view(_ranksets.rankset_draws_view)
 accuracy_ranksets = _view(_accuracy_ranks.accuracy_ranksets)
+paired_accuracy = _view(_accuracy_ranks.paired_accuracy)
 
 
 def arena_available() -> bool:

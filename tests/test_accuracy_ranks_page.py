@@ -64,3 +64,17 @@ def test_harness_upload_save_preview_and_job_args(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="not a readable .eval zip"):
         harness_upload.preview(bad)
     assert not bad.exists()  # a rejected upload leaves nothing behind
+
+
+def test_benchmark_page_on_an_imported_run_shows_the_paired_comparison(harness_db, monkeypatch):
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(harness_db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page(navigation.path("benchmark")).run()
+    at.selectbox(key="bm_run").set_value("insp").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("no coupled scores" in i.value for i in at.info)
+    acc = at.dataframe[0].value
+    assert acc["accuracy"].tolist() == acc["harness reported"].tolist()
+    assert {m.label for m in at.metric} >= {"Diff A − B", "MDE (80% power)"}

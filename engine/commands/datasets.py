@@ -64,7 +64,7 @@ def summary(data: list[dict]) -> str:
     for r in data:
         subs = ", ".join(f"{k} ({v})" for k, v in list(r["subjects"].items())[:8])
         more = f" ... {len(r['subjects'])} subjects" if len(r["subjects"]) > 8 else ""
-        lines.append(f"{r['dataset_id']}: {r['kind']}, {r['n_prompts']} questions ({r['source']})")
+        lines.append(f"{r['dataset_id']}: {r['kind']}, {r['n_prompts']} prompts ({r['source']})")
         if subs:
             lines.append(f"  subjects: {subs}{more}")
         if r["gold_counts"]:
