@@ -22,13 +22,18 @@ def harness_db(tmp_path_factory):
     return db
 
 
-def test_accuracy_ranks_page_shows_the_harness_numbers(harness_db, monkeypatch):
-    monkeypatch.setenv("COUPLED_EVAL_DB", str(harness_db))
+def _open(db, monkeypatch, page: str) -> AppTest:
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
     monkeypatch.chdir(ROOT)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
-    at.switch_page(navigation.path("accuracy_ranks")).run()
+    at.switch_page(navigation.path(page)).run()
     assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_accuracy_ranks_page_shows_the_harness_numbers(harness_db, monkeypatch):
+    at = _open(harness_db, monkeypatch, "accuracy_ranks")
     assert at.selectbox(key="ar_run").value == "insp"
     df = at.dataframe[0].value
     assert df["model"].tolist() == ["mockllm/alpha", "mockllm/beta"]
@@ -67,11 +72,7 @@ def test_harness_upload_save_preview_and_job_args(tmp_path, monkeypatch):
 
 
 def test_benchmark_page_on_an_imported_run_shows_the_paired_comparison(harness_db, monkeypatch):
-    monkeypatch.setenv("COUPLED_EVAL_DB", str(harness_db))
-    monkeypatch.chdir(ROOT)
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page(navigation.path("benchmark")).run()
+    at = _open(harness_db, monkeypatch, "benchmark")
     at.selectbox(key="bm_run").set_value("insp").run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("no coupled scores" in i.value for i in at.info)
