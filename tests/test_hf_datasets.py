@@ -174,3 +174,23 @@ def test_generate_and_datasets_parse_the_column_flags():
         args = build_parser().parse_args(argv)
         assert columns_from_args(args) == Columns(prompt="q", id="k")
     assert columns_from_args(build_parser().parse_args(["datasets", "demo"])) is None
+
+
+@pytest.mark.slow
+def test_generate_and_score_an_hf_dataset_end_to_end(tmp_path):
+    from engine import generation as G
+    from engine import models
+    from engine.store.scores import per_question_scores
+    from engine.tasks.scoring import score_run
+    from engine.testing import tiny_lm
+    df = pd.DataFrame({"question": ["2+2?", "3+3?", "4+4?"], "answer": ["#### 4", "#### 6", "#### 8"]})
+    write_hub_folder(tmp_path / "gsm8k", {"main": {"test": df}})
+    ds = ds_mod.load_dataset(f"hf:{tmp_path / 'gsm8k'}:main:test", limit=2)
+    db = tmp_path / "g.duckdb"
+    cfg = G.GenConfig(temperature=1.0, max_new_tokens=3, batch_size=2)
+    run = G.run_generation(db, [models.from_objects("a", *tiny_lm(0)), models.from_objects("b", *tiny_lm(1))], ds, 2,
+                           ["coupled"], cfg=cfg, show_bar=False)
+    res = score_run(db, run)  # the registry's rule for GSM8K
+    assert res["rule"] == "numeric" and res["n_scored"] == 2 * 2 * 2
+    got = per_question_scores(db, run)
+    assert sorted(got["prompt_id"].unique()) == sorted(p.prompt_id for p in ds.prompts)
