@@ -81,6 +81,18 @@ def per_question_matrix(db: str | os.PathLike, run: str, mode: str | None = None
     return [str(c) for c in wide.columns], wide.to_numpy(dtype=float), int(df["repeat"].nunique()), mode
 
 
+def rank_accuracies(M: np.ndarray, alpha: float, rng: np.random.Generator,
+                    n_draws: int = 10_000) -> tuple[np.ndarray, np.ndarray, dict]:
+    """theta = column means of M (Q, k); Sigma = Cov(M) / Q (questions as clusters); max-t rank-sets.
+
+    Returns:
+        theta (k,), sigma (k, k), and engine.stats.ranking.ranksets_maxt's dict (lower, upper, ...).
+    """
+    theta = M.mean(axis=0)                                          # (k,)
+    sigma = np.atleast_2d(np.cov(M, rowvar=False, ddof=1)) / M.shape[0]  # (k, k)
+    return theta, sigma, ranksets_maxt(theta, sigma, alpha, rng=rng, n_draws=n_draws)
+
+
 def accuracy_ranksets(db: str | os.PathLike, run: str, alpha: float = 1 - LEVEL, mode: str | None = None,
                       rule: str | None = None, n_draws: int = 10_000, seed: int = 0) -> AccuracyRankSets:
     """Accuracy per model with a question-clustered t interval, and max-t rank-sets over the models.
@@ -99,9 +111,7 @@ def accuracy_ranksets(db: str | os.PathLike, run: str, alpha: float = 1 - LEVEL,
         raise UserError(f"run {run!r} has {k} model(s) with scores; rank-sets need at least 2")
     if Q < 2:
         raise UserError(f"run {run!r}: only {Q} question(s) scored for every model; need at least 2")
-    theta = M.mean(axis=0)                                # (k,)
-    sigma = np.atleast_2d(np.cov(M, rowvar=False, ddof=1)) / Q  # (k, k)
-    rs = ranksets_maxt(theta, sigma, alpha, rng=np.random.default_rng(seed), n_draws=n_draws)
+    theta, sigma, rs = rank_accuracies(M, alpha, np.random.default_rng(seed), n_draws)
     se = np.sqrt(np.diag(sigma))
     tq = float(_st.t.ppf(1 - (1 - LEVEL) / 2, Q - 1))
     facts = imported_facts(db, run) or {}
