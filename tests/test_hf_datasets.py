@@ -194,3 +194,29 @@ def test_generate_and_score_an_hf_dataset_end_to_end(tmp_path):
     assert res["rule"] == "numeric" and res["n_scored"] == 2 * 2 * 2
     got = per_question_scores(db, run)
     assert sorted(got["prompt_id"].unique()) == sorted(p.prompt_id for p in ds.prompts)
+
+
+def test_a_hub_id_loads_offline_from_the_datasets_cache(tmp_path):
+    """What a download leaves in the datasets cache (<owner>___<name>/<config>/<version>/<hash>/: the
+    arrow file per split + dataset_info.json) is found offline, configs and splits listed from it. The cache
+    entry is made here by loading a hub-layout folder (no network) and filing it under the hub id."""
+    import shutil
+
+    import datasets
+    df = pd.DataFrame({"question": ["q1", "q2"], "subject": ["astronomy"] * 2, "choices": [list("abcd")] * 2,
+                       "answer": [0, 3]})
+    folder = write_hub_folder(tmp_path / "mmlu", {"astronomy": {"test": df, "validation": df}})
+    datasets.load_dataset(str(folder), "astronomy", split="test", cache_dir=str(tmp_path / "tmpcache"))
+    (built,) = (tmp_path / "tmpcache" / "mmlu" / "astronomy").glob("*/*/dataset_info.json")
+    target = datasets.config.HF_DATASETS_CACHE / "cais___mmlu" / "astronomy" / built.parent.parent.name / built.parent.name
+    target.mkdir(parents=True)
+    for f in built.parent.iterdir():
+        if f.suffix in (".arrow", ".json"):
+            shutil.copy(f, target / f.name)  # mmlu-<split>.arrow: the builder names files after the repo
+    d = load_hf("hf:cais/mmlu:astronomy")
+    assert d.dataset_id == "mmlu:astronomy" and [p.prompt_id for p in d.prompts] == ["mmlu/astronomy/0",
+                                                                                    "mmlu/astronomy/1"]
+    with pytest.raises(UserError, match="no config 'nope'; available: astronomy"):
+        load_hf("hf:cais/mmlu:nope")
+    with pytest.raises(UserError, match="no split 'train'; available: test, validation"):
+        load_hf("hf:cais/mmlu:astronomy:train")

@@ -130,6 +130,22 @@ def _where(repo: str) -> str:
             f"{datasets.config.HF_DATASETS_CACHE} and the hub cache {hc.HF_HUB_CACHE}")
 
 
+def cached_configs(repo: str, cache_dir: str | None = None) -> dict[str, list[str]]:
+    """{config: splits} of a hub dataset in the ``datasets`` cache (``<owner>___<name>/<config>/<version>/<hash>/
+    dataset_info.json``), what ``load_dataset`` falls back to offline; {} when it is not there."""
+    import datasets
+    root = Path(cache_dir or datasets.config.HF_DATASETS_CACHE) / repo.replace("/", "___")
+    out: dict[str, list[str]] = {}
+    for info in sorted(root.glob("*/*/*/dataset_info.json")) if root.is_dir() else []:
+        try:
+            splits = sorted((json.loads(info.read_text()).get("splits") or {}).keys())
+        except (OSError, json.JSONDecodeError):
+            continue
+        out.setdefault(info.relative_to(root).parts[0], [])
+        out[info.relative_to(root).parts[0]] = sorted(set(out[info.relative_to(root).parts[0]]) | set(splits))
+    return out
+
+
 def _is_path(repo: str) -> bool:
     return repo.startswith(("/", ".", "~")) or Path(repo).expanduser().exists()
 
@@ -142,14 +158,24 @@ def open_split(spec: Spec, cache_dir: str | None = None) -> tuple[Any, str, str]
     """
     import datasets
     datasets.disable_progress_bars()  # stderr belongs to our own messages
+    datasets.logging.set_verbosity_error()
     repo = str(Path(spec.repo).expanduser()) if _is_path(spec.repo) else spec.repo
     if _is_path(spec.repo) and not Path(repo).is_dir():
         raise UserError(f"no dataset folder {repo!r} (hf:PATH needs a folder with the hub layout)")
+    cached: dict[str, list[str]] = {}
     try:
         configs = list(datasets.get_dataset_config_names(repo))
     except (ConnectionError, FileNotFoundError, OSError) as exc:
-        raise UserError(f"cannot open dataset {spec.repo!r} (offline or unknown): {_where(spec.repo)}; "
-                        f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}") from None
+        # No hub (offline): what an earlier download left in the datasets cache, {config: splits}.
+        cached = {} if _is_path(spec.repo) else cached_configs(repo, cache_dir)
+        if not cached:
+            raise UserError(f"cannot open dataset {spec.repo!r} (offline or unknown): {_where(spec.repo)}; "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}") from None
+        configs = sorted(cached)
+    if not _is_path(spec.repo) and not cached and set(configs) <= {"default"}:
+        # offline with a cached download, the library answers "default": the cache knows the real configs
+        cached = {c: v for c, v in cached_configs(repo, cache_dir).items() if c != "default"}
+        configs = sorted(cached) or configs
     config = spec.config
     if config is None:
         config = configs[0] if len(configs) == 1 else "all" if "all" in configs else None
@@ -158,7 +184,7 @@ def open_split(spec: Spec, cache_dir: str | None = None) -> tuple[Any, str, str]
                             f"{', '.join(configs)}")
     if config not in configs:
         raise UserError(f"dataset {spec.repo!r} has no config {config!r}; available: {', '.join(configs)}")
-    splits = list(datasets.get_dataset_split_names(repo, config))
+    splits = cached[config] if cached else list(datasets.get_dataset_split_names(repo, config))
     split = spec.split or ("test" if "test" in splits else splits[0] if len(splits) == 1 else None)
     if split is None or split not in splits:
         raise UserError(f"dataset {spec.repo!r} config {config!r} has no split {spec.split!r}; available: "
