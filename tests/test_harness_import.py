@@ -164,3 +164,17 @@ def test_accuracy_rank_sets_cover_the_true_ranks_in_a_seeded_simulation():
         true = np.arange(1, 5)
         covered += bool(np.all((rs["lower"] <= true) & (true <= rs["upper"])))
     assert covered / sims >= 0.95 - 2.5 * np.sqrt(0.05 * 0.95 / sims)
+
+
+def test_accuracy_interval_exact_cases():
+    from scipy import stats as st
+
+    from engine.analysis.accuracy_ranks import accuracy_interval
+    tq = float(st.t.ppf(0.975, 7))
+    assert accuracy_interval(np.zeros(8), tq) == pytest.approx((0.0, 1 - 0.025 ** (1 / 8)), rel=1e-12)  # 0 of 8
+    assert accuracy_interval(np.ones(8), tq) == pytest.approx((0.025 ** (1 / 8), 1.0), rel=1e-12)
+    lo, hi = accuracy_interval(np.array([0, 1] * 4, float), tq)
+    se = np.std([0, 1] * 4, ddof=1) / np.sqrt(8)
+    assert (lo, hi) == (max(0.5 - tq * se, 0.0), min(0.5 + tq * se, 1.0))
+    # Clopper-Pearson upper bound for 0 successes equals the beta quantile
+    assert 1 - 0.025 ** (1 / 8) == pytest.approx(st.beta.ppf(0.975, 1, 8), rel=1e-12)

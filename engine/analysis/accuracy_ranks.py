@@ -81,6 +81,19 @@ def per_question_matrix(db: str | os.PathLike, run: str, mode: str | None = None
     return [str(c) for c in wide.columns], wide.to_numpy(dtype=float), int(df["repeat"].nunique()), mode
 
 
+def accuracy_interval(y: np.ndarray, tq: float, level: float = LEVEL) -> tuple[float, float]:
+    """The t interval over questions of mean(y), clipped to [0, 1]; when every question scores the same 0 or 1
+    (SE 0: the t interval collapses to a point) the exact Clopper-Pearson interval for Q questions instead,
+    [0, 1 - (a/2)^(1/Q)] or [(a/2)^(1/Q), 1], so a perfect or a zero score still says how few questions it had."""
+    Q, mu = len(y), float(np.mean(y))
+    se = float(np.std(y, ddof=1) / np.sqrt(Q))
+    a = 1 - level
+    if se == 0 and mu in (0.0, 1.0):
+        edge = float((a / 2) ** (1 / Q))
+        return (0.0, 1 - edge) if mu == 0.0 else (edge, 1.0)
+    return max(mu - tq * se, 0.0), min(mu + tq * se, 1.0)
+
+
 def rank_accuracies(M: np.ndarray, alpha: float, rng: np.random.Generator,
                     n_draws: int = 10_000) -> tuple[np.ndarray, np.ndarray, dict]:
     """theta = column means of M (Q, k); Sigma = Cov(M) / Q (questions as clusters); max-t rank-sets.
@@ -116,10 +129,11 @@ def accuracy_ranksets(db: str | os.PathLike, run: str, alpha: float = 1 - LEVEL,
     tq = float(_st.t.ppf(1 - (1 - LEVEL) / 2, Q - 1))
     facts = imported_facts(db, run) or {}
     headline = facts.get("headline") or {}
-    rows = [ModelAccuracy(m, float(theta[i]), max(float(theta[i] - tq * se[i]), 0.0),
-                          min(float(theta[i] + tq * se[i]), 1.0), float(se[i]), int(rs["lower"][i]),
-                          int(rs["upper"][i]), None if m not in headline else float(headline[m]))
-            for i, m in enumerate(models)]
+    rows = []
+    for i, m in enumerate(models):
+        lo, hi = accuracy_interval(M[:, i], tq)
+        rows.append(ModelAccuracy(m, float(theta[i]), lo, hi, float(se[i]), int(rs["lower"][i]), int(rs["upper"][i]),
+                                  None if m not in headline else float(headline[m])))
     rows.sort(key=lambda r: (-r.accuracy, r.model))
     return AccuracyRankSets(run, mode, float(alpha), int(Q), repeats, int(n_draws), int(seed),
                             tuple(float(c) for c in rs["critical_values"]), tuple(rows), bool(facts.get("harness")))
