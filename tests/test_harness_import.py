@@ -178,3 +178,21 @@ def test_accuracy_interval_exact_cases():
     assert (lo, hi) == (max(0.5 - tq * se, 0.0), min(0.5 + tq * se, 1.0))
     # Clopper-Pearson upper bound for 0 successes equals the beta quantile
     assert 1 - 0.025 ** (1 / 8) == pytest.approx(st.beta.ppf(0.975, 1, 8), rel=1e-12)
+
+
+def test_cli_summary_benchmark_compare_and_accuracy_ranks_on_an_import(tmp_db, capsys):
+    from engine.cli import main
+    assert main(["import", "harness", str(LM_QA), "--db", str(tmp_db), "--name", "h"]) == 0
+    capsys.readouterr()
+    assert main(["summary", "--run", "h", "--db", str(tmp_db)]) == 0
+    out = capsys.readouterr().out
+    assert "imported from lm-eval (not coupled, not generated here)" in out and "harness reported" in out
+    assert main(["benchmark-compare", "--run", "h", "--db", str(tmp_db), "--json"]) == 0  # picks the two models
+    res = json.loads(capsys.readouterr().out)
+    assert res["models"] == ["dummy-a", "dummy-b"] and res["harness_accuracy"] == [0.0, 0.25]
+    assert res["paired"]["diff"] == -0.25 and res["plan"][0]["repeats"] == 1
+    assert main(["accuracy-ranks", "--run", "h", "--db", str(tmp_db), "--json"]) == 0
+    ranks = json.loads(capsys.readouterr().out)
+    assert [m["model"] for m in ranks["models"]] == ["dummy-b", "dummy-a"] and ranks["imported"]
+    assert main(["benchmark-compare", "--db", str(tmp_db)]) == 2
+    assert "give --model-a and --model-b, or --run RUN" in capsys.readouterr().err
