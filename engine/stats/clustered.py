@@ -47,6 +47,7 @@ from engine.stats.clusters import (  # noqa: F401  (re-exported)
     resampled_pair_counts,
     split_counts,
 )
+from engine.stats.comparisons import Comparisons, Who
 from engine.stats.paired_tests import holm_adjust, maxt_adjust, mode_diff_paired_test, position_bias  # noqa: F401
 from engine.stats.winrates import A_WINS, B_WINS, _check
 
@@ -430,3 +431,7 @@ def elo_fixed_point(W: np.ndarray, T: np.ndarray, n: np.ndarray, scale: float = 
     return r - r.mean() + init
 
 
+def winrate_cluster_bootstrap_of(c: Comparisons, who: Who, rng: np.random.Generator, **kw) -> dict:
+    """:func:`winrate_cluster_bootstrap` of the rows of ``c`` labelled by ``who``, clustered by its
+    prompts (engine.stats.comparisons)."""
+    return winrate_cluster_bootstrap(*c.outcomes(who), c.k, rng, cluster=c.clusters(who), **kw)
