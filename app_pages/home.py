@@ -50,9 +50,9 @@ def _summary(s: dict) -> None:
             c1.metric("Agreement, coupled", jobs_panel.pct(p.get("agreement_coupled")),
                       help="share of units (question, repeat) where both models give the same answer")
             c2.metric("Agreement, independent", jobs_panel.pct(p.get("agreement_independent")))
+            ci = p.get("variance_saving_ci") or [None, None]
             c3.metric("Variance saving of coupling", jobs_panel.pct(p.get("variance_saving")),
-                      help="1 - SE²(coupled) / SE²(independent) of the paired per-question accuracy "
-                           "difference (METHODS 7.1)")
+                      help=f"{p.get('saving_definition', '')}; 95% CI [{jobs_panel.pct(ci[0])}, {jobs_panel.pct(ci[1])}]")
             st.caption(jobs_panel.pair_caption(p))
         st.caption("Accuracy CI: 95% t interval over questions (questions are clusters, repeats dependent). "
                    "Same numbers from the CLI: `python -m engine summary --run " + s["run"] + "`.")

@@ -21,6 +21,7 @@ from engine import store
 from engine.errors import UserError
 from engine.stats.benchmark import paired_diff_ci
 from engine.stats.multigen import score_variance
+from engine.stats.saving import variance_saving
 
 LEVEL = 0.95
 
@@ -149,8 +150,14 @@ def run_summary(db: str | os.PathLike, run: str, rule: str | None = None) -> dic
                 out[f"diff_{mode}"] = {k: pd_[k] for k in ("diff", "se", "ci_low", "ci_high", "n_questions")}
                 se2[mode] = pd_["se"] ** 2
             if "coupled" in se2 and "independent" in se2 and se2["independent"] > 0:
-                out["variance_saving"] = 1.0 - se2["coupled"] / se2["independent"]
-                out["questions_factor"] = (se2["independent"] / se2["coupled"]) if se2["coupled"] > 0 else None
+                # the one headline saving (engine.stats.saving.variance_saving), on the questions of both modes
+                (Ac, _), (Bc, _), (Ai, _), (Bi, _) = (mats[(m, mo)] for mo in ("coupled", "independent") for m in (a, b))
+                both_q = _complete_rows(Ac, Bc, Ai, Bi)
+                if both_q.sum() >= 2:
+                    vs = variance_saving(Ac[both_q] - Bc[both_q], Ai[both_q] - Bi[both_q], level=LEVEL)
+                    out["variance_saving"], out["questions_factor"] = vs["saving"], vs["questions_factor"]
+                    out["variance_saving_ci"] = [vs["ci_low"], vs["ci_high"]]
+                    out["saving_definition"] = vs["definition"]
             pairs.append(out)
 
     n_gen, n_tok, gen_s = gen_stats if gen_stats else (0, 0, None)
