@@ -4,11 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from engine import config
 from engine.errors import UserError
 from engine.sampling.gumbel import check_params
+
+
+class Unit(NamedTuple):
+    """One generation of a run: a prompt, a repeat index and the noise seed it is drawn with.
+
+    A unit's noise depends on exactly these three (and the step and token): never on the batch,
+    the backend, the worker or the time. A tuple, so ``p, r, sd = unit`` keeps working.
+    """
+
+    prompt_id: str
+    repeat: int
+    seed: int
+
+
+def as_units(pairs: Sequence[tuple[str, int]], seed: int | Sequence[int]) -> tuple[Unit, ...]:
+    """Units from (prompt_id, repeat) pairs and one noise seed for all of them, or one per pair."""
+    seeds = [int(seed)] * len(pairs) if isinstance(seed, int) else [int(x) for x in seed]
+    if len(seeds) != len(pairs):
+        raise UserError(f"got {len(seeds)} seeds for {len(pairs)} units")
+    return tuple(Unit(str(p), int(r), sd) for (p, r), sd in zip(pairs, seeds))
 
 
 @dataclass(frozen=True)
