@@ -28,7 +28,7 @@ from engine import generation as G
 from engine import models, store
 from engine.cli import main as cli_main
 from engine.errors import UserError
-from engine.generation.types import ModelTask
+from engine.generation.types import ModelTask, Unit
 from engine.progress import read_progress
 from engine.tasks import datasets
 from engine.testing import descendants, tiny_lm
@@ -109,7 +109,7 @@ def _assert_same_rows(db, ref_db, exact_probs: bool = False, rtol: float = 1e-5)
 
 
 def test_plan_shards_keeps_prompts_whole_and_is_deterministic():
-    units = tuple((f"p{i}", r, sd) for sd in (7, 9) for i in range(5) for r in range(3))  # mode-major, 30 units
+    units = tuple(Unit(f"p{i}", r, sd) for sd in (7, 9) for i in range(5) for r in range(3))  # mode-major, 30 units
     tasks = [ModelTask("m", "m", units), ModelTask("n", "n", units[:6])]
     shards = plan_shards(tasks, shard_units=13)
     assert shards == plan_shards(tasks, shard_units=13)
@@ -117,7 +117,7 @@ def test_plan_shards_keeps_prompts_whole_and_is_deterministic():
     assert [s.name for s in shards] == ["m", "m", "m", "n"]
     assert sorted(u for s in shards[:3] for u in s.units) == sorted(units)
     for i in range(5):  # each prompt's 6 units (3 repeats x 2 seeds) lie in exactly one shard of m
-        assert sum(any(u[0] == f"p{i}" for u in s.units) for s in shards[:3]) == 1
+        assert sum(any(u.prompt_id == f"p{i}" for u in s.units) for s in shards[:3]) == 1
     assert [len(s.units) for s in plan_shards(tasks, shard_units=1)] == [6] * 5 + [3, 3]  # a prompt alone > shard
 
 

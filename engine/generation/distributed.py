@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.generation.types import EngineDead, ExecChunk, ModelTask, RunSpec
+from engine.generation.types import EngineDead, ExecChunk, ModelTask, RunSpec, Unit
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 # environment a replica on another machine needs to load models like the driver would
@@ -87,7 +87,7 @@ class Shard:
     shard_id: str                             # "<model>#<k>": k-th shard of that model in this plan
     name: str                                 # the run's model name
     model: str                                # what the replica loads (registry name / path)
-    units: tuple[tuple[str, int, int], ...]   # (prompt_id, repeat, seed)
+    units: tuple[Unit, ...]
 
 
 def plan_shards(tasks: Sequence[ModelTask], shard_units: int) -> list[Shard]:
@@ -99,10 +99,10 @@ def plan_shards(tasks: Sequence[ModelTask], shard_units: int) -> list[Shard]:
     """
     shards = []
     for t in tasks:
-        by_prompt: dict[str, list] = {}
+        by_prompt: dict[str, list[Unit]] = {}
         for u in t.units:  # prompt-major, each prompt's units in their given (mode-major) order
-            by_prompt.setdefault(u[0], []).append(u)
-        cur: list = []
+            by_prompt.setdefault(u.prompt_id, []).append(u)
+        cur: list[Unit] = []
         for us in by_prompt.values():
             if cur and len(cur) + len(us) > shard_units:
                 shards.append(Shard(f"{t.name}#{len(shards)}", t.name, t.model, tuple(cur)))
@@ -156,8 +156,7 @@ class Replica:
         t0 = time.perf_counter()
         b, s = self._load(shard.model), self.spec
         try:
-            results = [r for chunk in b.generate(prompts, [(p, r) for p, r, _ in shard.units],
-                                                 [sd for _, _, sd in shard.units], s.cfg, self.keys, s.system_prompt)
+            results = [r for chunk in b.generate(prompts, shard.units, s.cfg, self.keys, s.system_prompt)
                        for r in chunk]
         except EngineDead as exc:
             # a dead engine (one of vLLM's rank workers died) makes this replica useless: end the
@@ -331,7 +330,7 @@ class RayExecutor:
                 for i, a in enumerate(self.actors):
                     while queue and load[i] < cfg.queue_depth:
                         sh = queue.popleft()
-                        texts = {p: spec.prompts[p] for p in dict.fromkeys(u[0] for u in sh.units)}
+                        texts = {p: spec.prompts[p] for p in dict.fromkeys(u.prompt_id for u in sh.units)}
                         inflight[a.run.remote(sh, texts)] = (sh, i, a)
                         load[i] += 1
                 [ref], _ = ray.wait(list(inflight), num_returns=1)

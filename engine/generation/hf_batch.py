@@ -23,11 +23,10 @@ import torch
 
 from engine.generation.hf_kv import PreallocLayer, pack
 from engine.generation.hf_prefill import PrefillCache
-from engine.generation.types import GenConfig
+from engine.generation.types import GenConfig, Unit
 from engine.sampling import noise
 from engine.sampling.gumbel import sample
 
-Unit = tuple[str, int, int]  # (prompt_id, repeat, seed)
 
 
 def _gumbel(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor, token_keys: torch.Tensor) -> torch.Tensor:
@@ -57,9 +56,9 @@ class Row:
 
 
 def unit_tensors(units: Sequence[Unit], dev) -> tuple[torch.Tensor, torch.Tensor]:
-    """(unit keys, seeds as int64 bits), both (n,), for units (prompt_id, repeat, seed)."""
-    keys = noise.unit_keys([(p, r) for p, r, _ in units]).to(dev)
-    seeds = noise.seed_tensor([sd for _, _, sd in units], device=dev)
+    """(unit keys, seeds as int64 bits), both (n,), for these units."""
+    keys = noise.unit_keys([(u.prompt_id, u.repeat) for u in units]).to(dev)
+    seeds = noise.seed_tensor([u.seed for u in units], device=dev)
     return keys, seeds
 
 

@@ -12,6 +12,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.generation.hf_kv import repackable
+from engine.generation.types import Unit
 
 PromptKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (K, V), each (1, H, Lp, D)
 
@@ -84,7 +85,7 @@ class PrefillCache:
     def length(self, pid: str) -> int:
         return self.kv[pid][2]
 
-    def joined(self, units: Iterable[tuple[str, int, int]]) -> None:
+    def joined(self, units: Iterable[Unit]) -> None:
         """Units joined the batch; a prompt whose every unit has joined drops its KV."""
         for p, _, _ in units:
             self.pending[p] -= 1

@@ -143,8 +143,7 @@ def local_executor(tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecCh
         b = open_backend(t.model, device=spec.device, backend=spec.backend, tensor_parallel=spec.tensor_parallel)
         yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
         keys = token_keys(b, spec.key_mode)
-        for chunk in b.generate(spec.prompts, [(p, r) for p, r, _ in t.units], [sd for _, _, sd in t.units],
-                                spec.cfg, keys, spec.system_prompt):
+        for chunk in b.generate(spec.prompts, t.units, spec.cfg, keys, spec.system_prompt):
             yield ExecChunk(t.name, chunk, b.tokenizer)
         b.close()
         del b, keys

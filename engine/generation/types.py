@@ -80,6 +80,10 @@ class GenResult:
     top_probs: tuple[tuple[float, ...], ...] | None = None
     top_gumbels: tuple[tuple[float, ...], ...] | None = None  # None when T = 0 (no noise)
 
+    @property
+    def unit(self) -> Unit:
+        return Unit(self.prompt_id, self.repeat, self.seed)
+
 
 class EngineDead(RuntimeError):
     """The backend's engine is gone (e.g. one of vLLM's tensor-parallel worker processes died): this
@@ -97,11 +101,10 @@ class Backend(Protocol):
     vocab_size: int      # the logits' width
     device: Any
 
-    def generate(self, prompts: Mapping[str, str], units: Sequence[tuple[str, int]], seed: int | Sequence[int],
-                 cfg: GenConfig, token_keys: Any = None,
+    def generate(self, prompts: Mapping[str, str], units: Sequence[Unit], cfg: GenConfig, token_keys: Any = None,
                  system_prompt: str | None = None) -> Iterator[list[GenResult]]:
-        """Generate these (prompt_id, repeat) units with this config (one seed, or one per unit):
-        lists of GenResult (token ids, finish reason, traces) in completion order."""
+        """Generate these units (each with its own noise seed) with this config: lists of GenResult
+        (token ids, finish reason, traces) in completion order."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -123,7 +126,7 @@ class ModelTask:
 
     model: Any                                 # registry name / path, or a models.LoadedModel
     name: str                                  # the run's name for it (generations.model)
-    units: tuple[tuple[str, int, int], ...]    # (prompt_id, repeat, seed); one seed per mode
+    units: tuple[Unit, ...]                    # one seed per mode
 
 
 @dataclass(frozen=True)
