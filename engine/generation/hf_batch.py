@@ -28,7 +28,6 @@ from engine.sampling import noise
 from engine.sampling.gumbel import sample
 
 
-
 def _gumbel(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor, token_keys: torch.Tensor) -> torch.Tensor:
     """Keyed noise (m, V): the fused Triton kernel on CUDA, the torch reference (same bits) elsewhere.
 
