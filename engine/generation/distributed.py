@@ -19,7 +19,7 @@ token), never by batch layout, worker or time, so units can run anywhere, in any
 * Failures: a replica that dies is restarted by Ray and its in-flight shards retried
   (``max_restarts`` / ``max_task_retries``); a replica that is gone for good is replaced and its
   shards go back to the queue. A shard's results are yielded once (a set of done shards), so
-  progress is never counted twice; the store's INSERT OR IGNORE makes a re-write harmless anyway.
+  progress is never counted twice; the store ignores a row written twice anyway.
   A replica whose backend's engine died (:class:`~engine.generation.types.EngineDead`: one of
   vLLM's tensor-parallel rank workers was killed) ends its own process, so the same path applies.
 * Resume: the run id does not depend on the executor or the number of workers; a rerun after a

@@ -115,6 +115,10 @@ class Backend(Protocol):
         """A row for the store's ``models`` table."""
         ...
 
+    def close(self) -> None:
+        """Free the model (and any engine processes or files it holds)."""
+        ...
+
 
 # ---- the executor seam (engine.generation.run): where a run's units are generated, in this
 # process (run.local_executor) or on Ray replicas (engine.generation.distributed). Either way the
