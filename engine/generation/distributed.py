@@ -28,9 +28,11 @@ token), never by batch layout, worker or time, so units can run anywhere, in any
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections import Counter, deque
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
+from engine.generation import ray_cluster
 from engine.generation.types import EngineDead, ExecChunk, ModelTask, RunSpec, Unit
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
@@ -231,6 +234,8 @@ class RayExecutor:
         self.tensor_parallel = 1  # the run's (prepare)
         self.worker_info: dict[str, dict] = {}
         self.actors: list = []
+        self._record = self._watchdog = None  # the local cluster's record and watchdog (ray_cluster)
+        self._stdout = None                   # sys.stdout -> sys.stderr while Ray is connected
 
     # ---- 0. connect and validate (before run_generation writes anything)
     def prepare(self, models: Sequence = (), backend: str = "hf", tensor_parallel: int = 1) -> None:
@@ -247,6 +252,7 @@ class RayExecutor:
             return
         ray = _import_ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network calls home
+        ray_cluster.reap_dead()  # what a killed driver's local cluster left (its watchdog died too)
         if cfg.address is not None:
             _check_reachable(cfg.address)
         if not ray.is_initialized():  # else: this process's session (e.g. a test's) is used as it is
@@ -261,8 +267,15 @@ class RayExecutor:
             else:
                 ray.init(address="local", num_cpus=cfg.num_cpus, object_store_memory=cfg.object_store_mb * 2 ** 20,
                          **quiet)
+                # its agents outlive a SIGKILLed driver: record the cluster, a watchdog reaps it
+                self._record = ray_cluster.record_cluster()
+                self._watchdog = ray_cluster.start_watchdog(self._record)
             self._owns_cluster = True
         self.ray = ray
+        # Ray's driver prints raylet messages (e.g. a retried task's "worker died") on sys.stdout from a
+        # thread: stdout is for our own output (--json), so they go to stderr while Ray is connected
+        self._stdout = contextlib.redirect_stdout(sys.stderr)
+        self._stdout.__enter__()
         try:
             self._check_resources()
         except UserError:
@@ -369,12 +382,21 @@ class RayExecutor:
             self.actors = []
 
     def close(self) -> None:
-        if self.ray is not None:
-            _release(self.ray, self.actors)
-            self.actors = []
-            if self._owns_cluster:
-                self.ray.shutdown()
-        self.ray, self._owns_cluster = None, False
+        try:
+            if self.ray is not None:
+                _release(self.ray, self.actors)
+                self.actors = []
+                if self._owns_cluster:
+                    self.ray.shutdown()
+        finally:
+            ray_cluster.release(self._record)  # anything of our cluster that shutdown left (its agents)
+            if self._watchdog is not None:  # it sees the record gone and exits (reaped here, no zombie)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._watchdog.wait(timeout=10)
+            if self._stdout is not None:
+                self._stdout.__exit__(None, None, None)
+            self.ray, self._owns_cluster = None, False
+            self._record = self._watchdog = self._stdout = None
 
     def __enter__(self) -> RayExecutor:
         return self
