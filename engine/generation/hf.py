@@ -89,7 +89,7 @@ def _detok(lm, rows: list[Row], stop_ids: set[int]) -> list[str]:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    oom: Any = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
     return isinstance(exc, oom) or "out of memory" in str(exc).lower()
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -69,8 +70,16 @@ class BatchState:
     def __init__(self, cfg: GenConfig, token_keys: torch.Tensor, stop: torch.Tensor, dev):
         self.cfg, self.token_keys, self.stop, self.dev = cfg, token_keys, stop, dev
         self.rows: list[Row] = []
-        self.cache = None
-        self.logits = self.mask = self.lens = self.keys = self.seed_t = self.step_t = self.last_pos = self.live = None
+        # set by start() (None while no batch runs): the KV cache, and tensors as in the docstring
+        self.cache: Any = None
+        self.logits: Any = None
+        self.mask: Any = None
+        self.lens: Any = None
+        self.keys: Any = None
+        self.seed_t: Any = None
+        self.step_t: Any = None
+        self.last_pos: Any = None
+        self.live: Any = None
 
     @property
     def n_live(self) -> int:
@@ -174,14 +183,14 @@ class BatchState:
         s = sample(self.logits[idx], g, cfg.temperature, cfg.top_k, cfg.top_p)
         tokens = s.tokens  # (m,)
         p_tok = s.logprobs.gather(1, tokens[:, None]).squeeze(1).exp()  # (m,)
-        parts = [tokens, p_tok]
+        parts: list[torch.Tensor | None] = [tokens, p_tok]
         if k:
             tv, ti = torch.topk(s.logprobs, min(k, s.logprobs.shape[-1]), dim=-1)  # (m, k)
             parts += [ti, tv.exp(), g.gather(1, ti) if g is not None else None]
         eos = torch.isin(tokens, self.stop)  # (m,)
         done = (eos | (st >= cfg.max_new_tokens - 1)) & self.live[idx]  # (m,)
         # one device->host copy per tensor per step (no .item() per row)
-        host = [t.tolist() if t is not None else None for t in parts]
+        host: list[Any] = [t.tolist() if t is not None else None for t in parts]
         live_h, done_h, eos_h = self.live[idx].tolist(), done.tolist(), eos.tolist()
         finished = []
         for j, r in enumerate(idx.tolist()):
