@@ -203,12 +203,12 @@ def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path
         else:
             pytest.fail("the distributed driver made no progress in time")
         family |= descendants(child.pid)
+        agents = {p for p in family if ray_cluster._is_ray(p) and "Agent" in _title(p)}
+        assert len(agents) >= 2  # ray::DashboardAgent, ray::RuntimeEnvAgent
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=60) == -signal.SIGKILL
-        # its local cluster does not outlive it: raylet and gcs die with it, and its watchdog
-        # (engine.generation.ray_cluster) ends the agents (ray::DashboardAgent, ray::RuntimeEnvAgent)
-        agents = {p for p in family if ray_cluster._is_ray(p) and "Agent" in _title(p)}
-        assert len(agents) >= 2
+        # its local cluster does not outlive it: raylet and gcs die with it (Ray's fate sharing), and
+        # its watchdog (engine.generation.ray_cluster) ends the agents, which would outlive it
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (left := {p for p in family if ray_cluster.alive(p, None)}):
             time.sleep(0.2)

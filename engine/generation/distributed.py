@@ -43,7 +43,7 @@ from typing import Any
 
 from engine.errors import UserError
 from engine.generation import ray_cluster
-from engine.generation.types import EngineDead, ExecChunk, ModelTask, RunSpec, Unit
+from engine.generation.types import Backend, EngineDead, ExecChunk, ModelTask, RunSpec, Unit
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 # environment a replica on another machine needs to load models like the driver would
@@ -100,7 +100,7 @@ def plan_shards(tasks: Sequence[ModelTask], shard_units: int) -> list[Shard]:
     Deterministic: the same tasks give the same shards (a resumed run has fewer units, so its
     shards are those of what is left).
     """
-    shards = []
+    shards: list[Shard] = []
     for t in tasks:
         by_prompt: dict[str, list[Unit]] = {}
         for u in t.units:  # prompt-major, each prompt's units in their given (mode-major) order
@@ -138,21 +138,24 @@ class Replica:
             torch.set_num_threads(threads)
         self.worker, self.spec = worker, spec
         self.device = device
-        self.name, self.backend, self.keys = None, None, None
+        self.name: str | None = None
+        self.backend: Backend | None = None
+        self.keys: Any = None
 
-    def _load(self, model: str):
+    def _load(self, model: str) -> Backend:
         from engine.generation.run import free_memory, open_backend, token_keys
 
-        if self.name != model:
-            if self.backend is not None:  # one model at a time: free the previous one first
-                self.backend.close()
-            self.name, self.backend, self.keys = None, None, None
-            free_memory()
-            self.backend = open_backend(model, device=self.device, backend=self.spec.backend,
-                                        tensor_parallel=self.spec.tensor_parallel)
-            self.keys = token_keys(self.backend, self.spec.key_mode)
-            self.name = model
-        return self.backend
+        if self.name == model and self.backend is not None:
+            return self.backend
+        if self.backend is not None:  # one model at a time: free the previous one first
+            self.backend.close()
+        self.name, self.backend, self.keys = None, None, None
+        free_memory()
+        backend = open_backend(model, device=self.device, backend=self.spec.backend,
+                               tensor_parallel=self.spec.tensor_parallel)
+        self.keys = token_keys(backend, self.spec.key_mode)
+        self.name, self.backend = model, backend
+        return backend
 
     def run(self, shard: Shard, prompts: dict[str, str]) -> dict:
         """Generate one shard (``prompts``: its prompts' texts) -> results, token texts, model row."""
@@ -228,14 +231,17 @@ class RayExecutor:
 
     def __init__(self, cfg: RayConfig = RayConfig()):
         self.cfg = cfg
-        self.ray = None
+        self.ray: Any = None  # the ray module once connected
         self._owns_cluster = False
-        self.cpus_per_worker = self.gpus_per_worker = self.threads = None
+        self.cpus_per_worker: float | None = None
+        self.gpus_per_worker: float | None = None
+        self.threads: int | None = None
         self.tensor_parallel = 1  # the run's (prepare)
         self.worker_info: dict[str, dict] = {}
         self.actors: list = []
-        self._record = self._watchdog = None  # the local cluster's record and watchdog (ray_cluster)
-        self._stdout = None                   # sys.stdout -> sys.stderr while Ray is connected
+        self._record: Path | None = None  # the local cluster's record and watchdog (ray_cluster)
+        self._watchdog: subprocess.Popen | None = None
+        self._stdout: contextlib.AbstractContextManager | None = None  # sys.stdout -> sys.stderr while connected
 
     # ---- 0. connect and validate (before run_generation writes anything)
     def prepare(self, models: Sequence = (), backend: str = "hf", tensor_parallel: int = 1) -> None:
@@ -332,10 +338,11 @@ class RayExecutor:
         spec_small = replace(spec, prompts={})
         n = min(cfg.workers, len(shards))
         self.actors = [self._new_actor(i, spec_small, device) for i in range(n)]
-        replaced, attempts = Counter(), Counter()
+        replaced: Counter[int] = Counter()
+        attempts: Counter[str] = Counter()
         queue = deque(shards)
         inflight: dict = {}  # ObjectRef -> (shard, slot, the actor handle it went to)
-        load = Counter()      # shards in flight per slot
+        load: Counter[int] = Counter()  # shards in flight per slot
         done: set[str] = set()
         recorded: set[str] = set()
         try:
@@ -401,9 +408,8 @@ class RayExecutor:
     def __enter__(self) -> RayExecutor:
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self.close()
-        return False
 
 
 def _release(ray, actors, timeout_s: float = 30.0) -> None:
