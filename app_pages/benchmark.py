@@ -4,6 +4,7 @@ independent (covariance, variance, sample saving with its interval) and the samp
 import streamlit as st
 
 from dashboard import loaders as L
+from dashboard import paired_view
 from dashboard import widgets as ui
 from engine import figures
 from engine.config import DEFAULT_PLAN_MDE, MODES
@@ -43,6 +44,9 @@ se = c7b.number_input("Planner SE (0 = auto)", min_value=0.0, max_value=1.0, val
                       format="%.4f", key="bm_se",
                       help="Standard error of the difference the SE plans aim for; 0: the target error / √(2/π)")
 resamples = c8.select_slider("Resamples per size", [100, 200, 500, 1000], value=1000, key="bm_resamples")
+if "coupled" not in ch["modes"].get(run, ["coupled"]):  # imported / independent-only runs: no coupling to show
+    paired_view.render(run, model_a, model_b, rule, float(mde))
+    st.stop()
 
 with st.spinner("Computing the comparison…"):
     res = ui.safe(L.benchmark, model_a, model_b, subject=None if subject == "(all)" else subject,

@@ -25,7 +25,10 @@ with st.form("generate_form", border=True):
     extra = c1.text_input("Other models (space-separated HF folders, .gguf files or hub ids)", key="gen_extra")
     dataset_opts = datasets + ["(file path)"] if datasets else ["(file path)"]
     dataset = c2.selectbox("Dataset", dataset_opts, key="gen_dataset")
-    dataset_path = c2.text_input("Dataset file (CSV/JSONL in MMLU layout, or a prompt list)", key="gen_dataset_path",
+    dataset_path = c2.text_input("Dataset file (CSV/JSONL in MMLU layout, or a prompt list) or hf:REPO[:CONFIG][:SPLIT]",
+                                 key="gen_dataset_path",
+                                 help="e.g. hf:cais/mmlu:college_computer_science:test or hf:/data/gsm8k:main:test "
+                                      "(a hub id from the local cache or the hub, or a folder in the hub layout)",
                                  disabled=dataset != "(file path)")
     limit = c2.number_input("First N prompts (0 = all)", min_value=0, value=0, step=1, key="gen_limit")
     c3, c4, c5, c6 = st.columns(4)
@@ -87,9 +90,8 @@ with st.expander("Score, judge or cluster a stored run (background jobs)"):
         rule = a2.selectbox("Scoring rule", list(config.RULES), key="act_rule")
         if a2.button("Score", key="act_score", icon=":material/grading:"):
             jobs_panel.start_job(jobs_panel.score_args(act_run, rule), kind="score")
-        judge = a3.selectbox("Judge model", names or ["(none)"], key="act_judge")
-        if a3.button("Judge pairs", key="act_judge_btn", icon=":material/gavel:", disabled=not names):
-            jobs_panel.start_job(["judge", "--db", str(L.db_path()), "--run", act_run, "--judge", judge], kind="judge")
+        with a3:
+            jobs_panel.judge_form(act_run, names)
         method = a4.selectbox("Clustering", list(config.CLUSTER_METHODS), key="act_method")
         if a4.button("Cluster", key="act_cluster", icon=":material/bubble_chart:"):
             extra_args = ["--model", names[0]] if method == "llm" and names else []

@@ -212,7 +212,7 @@ def test_cli_export_csv_and_parquet(tmp_db, tmp_path):
                            cfg=G.GenConfig(max_new_tokens=4), show_bar=False)
     buf = io.StringIO()
     with redirect_stdout(buf):
-        assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "csv", "--run", run]) == 0
+        assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "csv", "--run", run, "--out", "-"]) == 0
     df = pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False)
     assert {"model", "prompt_id", "repeat", "mode", "text"} <= set(df.columns) and len(df) == 8
     out = tmp_path / "g.parquet"

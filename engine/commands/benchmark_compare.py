@@ -14,8 +14,8 @@ def register(sub) -> None:
     p = sub.add_parser("benchmark-compare",
                        help="coupled vs independent comparison of two models on stored benchmark scores")
     add_db(p, None)
-    p.add_argument("--model-a", required=True)
-    p.add_argument("--model-b", required=True)
+    p.add_argument("--model-a", default=None, help="default: with --run, the run's models when it has two")
+    p.add_argument("--model-b", default=None)
     p.add_argument("--subject", default=None, help="restrict to one subject (prompts.subject)")
     p.add_argument("--run", default=None, help="run id (default: the latest run scoring both models)")
     p.add_argument("--rule", default=config.DEFAULT_RULE, help="scoring rule (default: paper)")
@@ -81,6 +81,11 @@ def summary(res: dict) -> str:
 
 
 def run(args) -> int:
+    from engine.analysis.accuracy_ranks import imported_pair
+    paired = imported_pair(args)  # --run with two models picks them; an imported run has no coupled scores
+    if paired is not None:
+        from engine.commands.accuracy_ranks import paired_text
+        return emit(args, paired.to_dict(), lambda: paired_text(paired))
     from engine.analysis.benchmark import benchmark_compare
     out = benchmark_compare(args.db, args.model_a, args.model_b, subject=args.subject,
                             target_error=args.target_error, n_resamples=args.resamples, seed=args.seed,

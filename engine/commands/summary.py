@@ -24,8 +24,12 @@ def summary_text(s: dict) -> str:
             f"{s['n_questions']} questions x {s['n_repeats']} repeats  chance {chance}")
     if s.get("generation_s"):
         head += f"\n{s['n_generations']:,} generations, {s['n_tokens']:,} tokens in {s['generation_s']:.0f} s"
+    harness = (s.get("imported") or {}).get("headline") or {}  # imported runs: the harness's own number
+    if s.get("imported"):
+        head += f"\nimported from {s['imported']['harness']} (not coupled, not generated here)"
     acc = [{"model": r["model"], "mode": r["mode"], "accuracy": r["accuracy"],
-            "95% CI": f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"} for r in s["accuracy"]]
+            "95% CI": f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
+            **({"harness reported": harness.get(r["model"])} if harness else {})} for r in s["accuracy"]]
     pairs = []
     for p in s["pairs"]:
         pairs.append({"pair": f"{p['model_a']} vs {p['model_b']}",
@@ -43,5 +47,9 @@ def summary_text(s: dict) -> str:
 
 def run(args) -> int:
     from engine.analysis.summary import run_summary
+    from engine.store.scores import imported_facts
     s = run_summary(args.db, args.run, args.rule)
+    facts = imported_facts(args.db, args.run)
+    if facts and facts.get("harness"):
+        s["imported"] = facts
     return emit(args, s, lambda: summary_text(s))

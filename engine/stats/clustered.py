@@ -35,6 +35,7 @@ import numpy as np
 from scipy import sparse, stats
 
 from engine.errors import UserError
+from engine.stats.comparisons import Comparisons, Who
 from engine.stats.winrates import A_WINS, B_WINS, TIE, _check
 
 DEFAULT_RESAMPLES = 1000
@@ -585,3 +586,9 @@ def holm_adjust(p) -> np.ndarray:
     res[order] = adj
     out[ok] = res
     return out
+
+
+def winrate_cluster_bootstrap_of(c: Comparisons, who: Who, rng: np.random.Generator, **kw) -> dict:
+    """:func:`winrate_cluster_bootstrap` of the rows of ``c`` labelled by ``who``, clustered by its
+    prompts (engine.stats.comparisons)."""
+    return winrate_cluster_bootstrap(*c.outcomes(who), c.k, rng, cluster=c.clusters(who), **kw)

@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats
 
 from engine.errors import UserError
+from engine.stats.comparisons import Comparisons, Who
 
 COVARIANCES = ("delta", "paper")
 
@@ -612,3 +613,11 @@ def synthetic_outcomes(first: np.ndarray, theta: np.ndarray, theta_judge: np.nda
     """
     x = rng.random(first.shape[0])  # (n,)
     return (x < 2 * theta[first]).astype(float), (x < 2 * theta_judge[first]).astype(float)
+
+
+def onesource_of(c: Comparisons, who: Who, covariance: str = "delta"):
+    """:func:`onesource_theta_sigma` of the rows of ``c`` labelled by ``who`` ('human' | 'judge'),
+    clustered by ``c``'s prompts when it has them (the one comparison type, engine.stats.comparisons)."""
+    s = c.subset(c.labelled(who))
+    return onesource_theta_sigma(s.first, s.second, *s.indicators(who), s.k, covariance,
+                                 cluster=s.cluster)

@@ -15,6 +15,7 @@ import numpy as np
 from scipy import stats
 
 from engine.errors import UserError
+from engine.stats.comparisons import Comparisons, Who
 
 A_WINS, B_WINS, TIE = 0, 1, 2
 
@@ -297,3 +298,8 @@ def bootstrap_ci(statistic, a, b, outcome, k: int, rng: np.random.Generator, rep
         draws[r] = statistic(a[idx], b[idx], outcome[idx], k)
     tail = (1 - conf) / 2
     return np.quantile(draws, tail, axis=0), np.quantile(draws, 1 - tail, axis=0), draws
+
+
+def pairwise_counts_of(c: Comparisons, who: Who) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`pairwise_counts` of the rows of ``c`` labelled by ``who`` (engine.stats.comparisons)."""
+    return pairwise_counts(*c.outcomes(who), c.k)
