@@ -79,7 +79,7 @@ def main(argv=None) -> None:
     import numpy as np
 
     from engine import models
-    from engine.generation import GenConfig, generate_units
+    from engine.generation import GenConfig, as_units, generate_units
     from engine.generation.vllm_backend import VllmBackend
     from engine.sampling import noise
     from engine.tasks import datasets
@@ -112,7 +112,7 @@ def main(argv=None) -> None:
         row["vllm_build_s"] = time.perf_counter() - t
         t = time.perf_counter()
         got = {(r.prompt_id, r.repeat, r.seed): r
-               for ch in be.generate(prompts, units, seeds, cfg, system_prompt=ds.system_prompt) for r in ch}
+               for ch in be.generate(prompts, as_units(units, seeds), cfg, system_prompt=ds.system_prompt) for r in ch}
         vl = [got[(p, r, s)] for (p, r), s in zip(units, seeds)]
         row["vllm_s"] = time.perf_counter() - t
         row["vllm_tok_s"] = sum(len(r.token_ids) for r in vl) / row["vllm_s"]
