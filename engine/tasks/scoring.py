@@ -40,10 +40,8 @@ from typing import Any  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from engine import store  # noqa: E402
-from engine.config import RULES  # noqa: E402
+from engine.config import NO_ANSWER, RULES, rule_for_dataset  # noqa: E402,F401
 from engine.errors import UserError  # noqa: E402
-
-NO_ANSWER = "E"  # what the multiple-choice rules extract when they find no option (always wrong)
 
 # "answer" in any case, the letter itself upper case ("the answer is a bit..." is not "A").
 _ANSWER_IS = re.compile(r"(?i:answer)\s*(?:(?i:is)|:)\s*[:\-]?\s*\(?\s*([A-Z])\s*\)?(?![A-Za-z])")
@@ -198,19 +196,8 @@ def _run_dataset(con, run: str) -> str | None:
 
 
 def default_rule(kind: str | None, dataset_id: str | None = None) -> str:
-    """The scoring rule that fits a dataset when none is asked for.
-
-    numeric -> "numeric" (last number / "####"); prompt lists -> "exact"; multiple choice ->
-    "lenient" for the built-in ``demo`` set (its questions were written for this project and a
-    small model answers "1. 17 + 26 = 43" or "B. 43"), else "paper": MMLU files and folders keep
-    the coupled-generation paper's exact rule, so paper reproductions need no flag.
-    """
-    if kind == "numeric":
-        return "numeric"
-    if kind == "prompts":
-        return "exact"
-    base = (dataset_id or "").split(":", 1)[0]
-    return "lenient" if base == "demo" else "paper"
+    """The scoring rule that fits a dataset when none is asked for (:func:`engine.config.rule_for_dataset`)."""
+    return rule_for_dataset(kind, dataset_id)
 
 
 def run_default_rule(db, run: str) -> str:
