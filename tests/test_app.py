@@ -143,16 +143,51 @@ def test_home_lists_what_is_stored(app, small_db):
     assert labels["Token traces"] == f"{len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES) * N_STEPS:,}"
     tables = [d.value for d in at.dataframe]
     assert any("run_id" in t and "run-small" in t["run_id"].tolist() for t in tables)
-    assert "Run the demo" not in [b.label for b in at.button]  # not an empty database
+    # not an empty database: the demo stays reachable (in an expander), not the first-run box
+    assert "First run: the demo" not in [h.value for h in at.subheader]
+    assert at.button(key="run_demo").label == "Run the demo"
     # the headline findings of the newest scored run, with the same numbers as the CLI's summary
     from engine.analysis.summary import run_summary
     s = run_summary(small_db, "run-small")
     assert any("Headline findings" in h.value for h in at.subheader)
+    assert at.selectbox(key="home_run").value == "run-small"
     acc = at.table[0].value
-    assert len(acc) == len(s["accuracy"]) and acc["accuracy"].astype(float).tolist() == [
-        round(r["accuracy"], 3) for r in s["accuracy"]]
+    assert len(acc) == len(s.accuracy) and acc["accuracy"].astype(float).tolist() == [
+        round(r.accuracy, 3) for r in s.accuracy]
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Agreement, coupled"] == f"{100 * s['pairs'][-1]['agreement_coupled']:.0f}%"  # last pair shown last
+    assert metrics["Agreement, coupled"] == f"{100 * s.pairs[-1].agreement['coupled'].mean:.0f}%"  # last pair last
+    assert not at.warning  # 40 questions, intervals that vary: nothing to warn about
+
+
+def test_home_chooses_the_run_and_warns_on_a_small_sample(tmp_path, monkeypatch, small_db):
+    """Issue 21 item 7: Home shows the newest scored run by default, lets the user choose another,
+    and a 5-question run's collapsed interval and 100% saving come with the analysis' warnings."""
+    import shutil
+
+    import numpy as np
+
+    from engine.tasks import scoring
+    from tests.test_summary import make_numeric_run
+    db = tmp_path / "two.duckdb"
+    shutil.copy(small_db, db)
+    same = np.array([["4", "4"], ["7", "1"], ["2", "2"], ["9", "3"], ["5", "5"]])
+    other = np.array([["4", "1"], ["7", "7"], ["1", "2"], ["9", "9"], ["5", "0"]])
+    make_numeric_run(db, {("m1", "coupled"): same, ("m2", "coupled"): same, ("m1", "independent"): same,
+                          ("m2", "independent"): other}, {f"p{i}": g for i, g in enumerate("47295")}, run="tiny")
+    scoring.score_run(db, "tiny")
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    sel = at.selectbox(key="home_run")
+    assert sel.options[:2] == ["tiny (newest scored)", "run-small"] and sel.value == "tiny"
+    warnings = [w.value for w in at.warning]
+    assert warnings[0].startswith("**Small sample.** Small sample: 5 questions")
+    assert any("interval [+0.000, +0.000] (SE 0) is a single point" in w for w in warnings)
+    assert any("variance saving reads 100%" in w for w in warnings)
+    sel.set_value("run-small").run()
+    assert not at.exception
+    assert any("run `run-small`" in h.value for h in at.subheader) and not at.warning
 
 
 def test_generate_page_form_and_validation(app):

@@ -1,0 +1,36 @@
+"""Text pieces of the Home page's headline findings (:class:`engine.analysis.summary.RunSummary`)."""
+
+from __future__ import annotations
+
+from engine.analysis.summary import PairSummary, RunSummary
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def chance_text(s: RunSummary) -> str:
+    if s.chance is None:
+        return "no chance baseline (no gold answers)"
+    how = "a uniform guess" if s.kind == "multiple_choice" else "always giving the most common answer"
+    return f"chance {s.chance:.3f} ({how})"
+
+
+def accuracy_rows(s: RunSummary) -> list[dict]:
+    """The summary's accuracy table rows: model, mode, accuracy, 95% CI."""
+    return [{"model": r.model, "mode": r.mode, "accuracy": round(r.accuracy, 3),
+             "95% CI": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]"} for r in s.accuracy]
+
+
+def agreement(p: PairSummary, mode: str) -> float | None:
+    return p.agreement[mode].mean if mode in p.agreement else None
+
+
+def pair_caption(p: PairSummary) -> str:
+    """One line on the paired accuracy difference of a model pair in both modes."""
+    parts = [f"{mode}: {d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] (SE {d.se:.3f})"
+             for mode in ("coupled", "independent") for d in [p.diff.get(mode)] if d]
+    more = (f" Independent sampling needs {p.questions_factor:.1f}× the questions for the same precision."
+            if p.questions_factor else "")
+    return (f"Accuracy difference {p.model_a} − {p.model_b}, paired over questions, 95% CI: "
+            + "; ".join(parts) + "." + more)
