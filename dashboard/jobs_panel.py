@@ -68,15 +68,16 @@ def run_id_for_args(args: list[str]) -> str | None:
     return args[args.index("--run-id") + 1] if "--run-id" in args else None
 
 
-def start_generation(args: list[str], score_after: bool) -> str | None:
-    """Start a generate job; with ``score_after``, score the run (its id from ``--run-id`` or derived) after."""
+def start_generation(args: list[str], score_after: bool, rule: str | None = None) -> str | None:
+    """Start a generate job; with ``score_after``, score the run (its id from ``--run-id`` or derived)
+    after, with ``rule`` (None: the rule that fits the dataset)."""
     run_id = run_id_for_args(args)
     if score_after and run_id is None:
         run_id = f"ui-{time.strftime('%Y%m%d-%H%M%S')}"
         args = args + ["--run-id", run_id]
     try:
         job_id = jobs.start_job(args, kind="generate", db=db_path(), env={"COUPLED_EVAL_DB": str(db_path())},
-                                then=[score_args(run_id)] if score_after and run_id else None)
+                                then=[score_args(run_id, rule)] if score_after and run_id else None)
     except (UserError, OSError) as exc:
         st.error(f"Could not start the job: {exc}")
         return None

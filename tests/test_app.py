@@ -221,6 +221,50 @@ def test_generate_page_refuses_tensor_parallel_without_vllm(app, small_db):
     assert len(jobs.list_jobs(small_db)) == n_jobs
 
 
+def test_generate_page_refuses_ray_workers_without_ray(app, small_db, monkeypatch):
+    """Issue 21 item 10: Ray workers without `ray` installed are refused before a job starts."""
+    from dashboard import jobs
+    monkeypatch.setattr(jobs, "ray_unavailable", lambda: "Ray workers need the `ray` package (test)")
+    at = _page(app, navigation.path("generate"))
+    at.multiselect(key="gen_models").set_value([at.multiselect(key="gen_models").options[0]])
+    at.number_input(key="gen_workers").set_value(2)
+    n_jobs = len(jobs.list_jobs(small_db))
+    next(b for b in at.button if b.label == "Start generation").click().run()
+    assert not at.exception
+    errors = " ".join(e.value for e in at.error)
+    assert "Ray workers 2: Ray workers need the `ray` package" in errors and "allowed here: 0" in errors
+    assert len(jobs.list_jobs(small_db)) == n_jobs
+
+
+@pytest.mark.parametrize("rule", ["the dataset's rule", "numeric"])
+def test_generate_page_scores_with_the_rule_its_label_names(app, small_db, rule):
+    """Issue 21 item 10: "Score when done" scores with the rule the page names: the dataset's own
+    rule (as `score` without --rule) or the one chosen."""
+    from dashboard import jobs
+    at = _page(app, navigation.path("generate"))
+    assert at.checkbox(key="gen_score").label == "Score when done"
+    at.multiselect(key="gen_models").set_value([at.multiselect(key="gen_models").options[0]])
+    at.selectbox(key="gen_dataset").set_value("demo-numbers")
+    at.selectbox(key="gen_score_rule").set_value(rule)
+    before = {j.job_id for j in jobs.list_jobs(small_db)}
+    next(b for b in at.button if b.label == "Start generation").click().run()
+    assert not at.exception
+    started = [j for j in jobs.list_jobs(small_db) if j.job_id not in before]
+    try:
+        assert len(started) == 1
+        meta = json.loads((jobs.jobs_dir(small_db) / f"{started[0].job_id}.meta.json").read_text())
+        score = meta["then"][0]
+        assert score[0] == "score"
+        success = " ".join(m.value for m in at.success)
+        if rule == "numeric":
+            assert score[score.index("--rule") + 1] == "numeric" and "with the numeric rule" in success
+        else:
+            assert "--rule" not in score and "the rule that fits the dataset" in success
+    finally:
+        for j in started:
+            jobs.cancel_job(j.job_id, small_db)
+
+
 def test_generate_args_pass_the_backend():
     from dashboard import jobs_panel
     base = (["m"], "demo", 1, 0.7, 5, ["coupled"], 0)
@@ -338,7 +382,7 @@ def test_ranksets_page_methods_and_covariance(app):
     assert "Baseline" in _texts(at)
 
 
-def test_datamap_page_flags_and_slider(app):
+def test_datamap_page_flags_and_slider(app, small_db):
     at = _page(app, navigation.path("datamap"))
     text = _texts(at)
     assert "Flagged prompts" in text and "Score μ̂" in text and "95% t CI" in text
@@ -348,7 +392,14 @@ def test_datamap_page_flags_and_slider(app):
     at.slider(key="dm_smin").set_value(-3.0).run()
     assert not at.exception
     flagged = {m.label: m.value for m in at.metric}["Flagged prompts"]
-    assert int(flagged) == N_PROMPTS  # the whole square is flagged
+    # the whole square is flagged, except prompts without a repeated answer: generations with no
+    # extractable answer ("E" here) are each their own category, never a label-error candidate
+    sel = {k: at.selectbox(key=k).value for k in ("dm_model", "dm_mode", "dm_rule")}
+    repeated = store.query_df(small_db, """
+        SELECT count(*) FROM (SELECT prompt_id FROM scores WHERE run_id = 'run-small' AND model = ? AND mode = ?
+                              AND rule = ? AND extracted <> 'E' GROUP BY prompt_id, extracted HAVING count(*) >= 2)""",
+                              [sel["dm_model"], sel["dm_mode"], sel["dm_rule"]]).iloc[0, 0]
+    assert 0 < int(flagged) == int(repeated) < N_PROMPTS
 
 
 def test_upload_page_lists_sets(app):

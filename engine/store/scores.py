@@ -89,10 +89,10 @@ def run_facts(db: str | os.PathLike, run: str) -> RunFacts:
         dataset_id, kind, status, created = row if row else (None, None, None, None)
         rules = [r[0] for r in con.execute(
             "SELECT DISTINCT rule FROM scores WHERE run_id = ? ORDER BY rule", [run]).fetchall()]
-        n_gen, n_tok, gen_s = con.execute("""SELECT count(*), coalesce(sum(n_tokens), 0),
-                                                    epoch(max(g.created_at)) - epoch(min(r.created_at))
-                                             FROM generations g JOIN runs r USING (run_id) WHERE g.run_id = ?""",
-                                          [run]).fetchone()
+        gen = con.execute("""SELECT count(*), coalesce(sum(n_tokens), 0),
+                                    epoch(max(g.created_at)) - epoch(min(r.created_at))
+                             FROM generations g JOIN runs r USING (run_id) WHERE g.run_id = ?""", [run]).fetchone()
+        n_gen, n_tok, gen_s = gen if gen else (0, 0, None)
         prompt_rows = con.execute("""SELECT CAST(p.choices AS VARCHAR), p.gold FROM prompts p
                                      WHERE p.dataset_id = ? AND p.prompt_id IN
                                            (SELECT DISTINCT prompt_id FROM generations WHERE run_id = ?)""",
