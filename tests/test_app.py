@@ -431,10 +431,10 @@ def test_align_traces_matches_a_naive_loop(small_db):
     for s in sorted(steps["step"].unique()):
         toks = [steps[(steps.step == s) & (steps.model == m)]["token_id"].iloc[0] for m in MODELS]
         naive_agree.append(len(set(toks)) == 1)
-    assert al["agree"] == naive_agree
+    assert al.agree == naive_agree
     first = next((i for i, a in enumerate(naive_agree) if not a), None)
-    assert al["first_divergence"] == first
-    assert al["n_agree"] == sum(naive_agree)
+    assert al.first_divergence == first
+    assert al.n_agree == sum(naive_agree)
 
 
 def test_trace_paging_covers_every_step_once(small_db):
@@ -643,7 +643,7 @@ def test_divergence_summary_sql_matches_alignment_per_unit(small_db):
     assert len(summary) == N_PROMPTS * N_REPEATS
     for rec in summary.sample(12, random_state=0).itertuples():
         steps = traces.trace_steps(small_db, "run-small", rec.prompt_id, int(rec.repeat), "coupled", list(MODELS))
-        first = traces.align_traces(steps, list(MODELS))["first_divergence"]
+        first = traces.align_traces(steps, list(MODELS)).first_divergence
         assert (None if pd.isna(rec.first_divergence) else int(rec.first_divergence)) == first
         assert rec.n_steps == N_STEPS
     with pytest.raises(Exception, match="at least two models"):
@@ -746,10 +746,10 @@ def test_divergence_explanation_exact_tiny_case():
 
 def test_trace_view_has_the_deciding_quantity(small_db):
     view = traces.trace_view(small_db, "run-small", "q1", 0, "coupled", MODELS)
-    assert view["temperature"] == 0.7
-    first = view["alignment"]["first_divergence"]
-    assert first is not None and list(view["decisions"]["model"]) == list(MODELS)
-    assert view["explanation"]["text"].startswith(f"At step {first}")
+    assert view.temperature == 0.7
+    first = view.alignment.first_divergence
+    assert first is not None and list(view.decisions["model"]) == list(MODELS)
+    assert view.explanation["text"].startswith(f"At step {first}")
 
 
 def test_divergence_table_selection_opens_the_unit(app, small_db):

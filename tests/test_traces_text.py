@@ -28,9 +28,9 @@ def test_trace_view_names_tokens_by_their_text(tmp_db):
                         "[0.1, 0.2])", [m, step, tok, piece, top])
         con.commit()
     view = trace_view(tmp_db, "r", "p", 0, "coupled", ("m1", "m2"))
-    assert view["steps"]["token_text"].tolist() == ["I", "I", " actually", " really"]
+    assert view.steps["token_text"].tolist() == ["I", "I", " actually", " really"]
     # an alternative another model generated is named by its text, not "#2631" or "Ġreally"
-    assert view["token_names"][2631] == " really" and view["token_names"][1200] == " actually"
-    assert view["alignment"]["first_divergence"] == 1
-    dec = view["decisions"]
+    assert view.token_names[2631] == " really" and view.token_names[1200] == " actually"
+    assert view.alignment.first_divergence == 1
+    dec = view.decisions
     assert dec["chosen"].tolist() == [" actually", " really"] and dec["runner_up"].tolist() == [" really", " actually"]

@@ -11,6 +11,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -131,18 +132,41 @@ def gumbel_check(steps: pd.DataFrame) -> float | None:
     return float(max(diffs)) if diffs else None
 
 
-def align_traces(steps: pd.DataFrame, models: list[str]) -> dict:
+@dataclass(frozen=True)
+class Alignment:
+    """Several models' traces of one unit aligned by step (:func:`align_traces`)."""
+    table: pd.DataFrame            # step, then per model <m> (token text) and <m>:prob, then agree
+    agree: list[bool]              # per step: every model generated the same token id
+    first_divergence: int | None   # the first step where they differ (None: never, in the shown steps)
+    n_agree: int
+    n_steps: int
+
+
+@dataclass(frozen=True)
+class TraceView:
+    """Everything the token-trace view draws for one unit and mode (:func:`trace_view`)."""
+    steps: pd.DataFrame                  # trace rows, decoded text, recomputed Gumbel values where possible
+    alignment: Alignment
+    gumbel_recomputed: bool
+    gumbel_check: float | None           # largest |stored - recomputed| Gumbel value
+    length: int                          # the unit's longest trace (for paging)
+    token_names: dict[int, str]
+    temperature: float | None
+    decisions: pd.DataFrame | None       # step_decisions at the first divergence
+    explanation: dict | None             # divergence_explanation (coupled mode)
+
+
+def align_traces(steps: pd.DataFrame, models: list[str]) -> Alignment:
     """Align the traces of several models of one unit by step.
 
     Returns:
-        dict with ``table`` (one row per step: step, then per model ``<m>`` token text and
+        :class:`Alignment`: ``table`` (one row per step: step, then per model ``<m>`` token text and
         ``<m>:prob``), ``agree`` (bool per step: every model generated the same token id at that
         step), ``first_divergence`` (the first step where they differ, None if never within the
         shown steps), ``n_agree`` and ``n_steps``.
     """
     if steps.empty:
-        return {"table": pd.DataFrame(columns=["step"]), "agree": [], "first_divergence": None,
-                "n_agree": 0, "n_steps": 0}
+        return Alignment(pd.DataFrame(columns=["step"]), [], None, 0, 0)
     tok = steps.pivot_table(index="step", columns="model", values="token_id", aggfunc="first")
     txt = steps.pivot_table(index="step", columns="model", values="token_text", aggfunc="first")
     prob = steps.pivot_table(index="step", columns="model", values="prob", aggfunc="first")
@@ -155,8 +179,7 @@ def align_traces(steps: pd.DataFrame, models: list[str]) -> dict:
         table[f"{m}:prob"] = prob[m].reindex(tok.index).to_numpy()
     table["agree"] = agree.to_numpy()
     first = None if bool(agree.all()) else int(tok.index[~agree.to_numpy()][0])
-    return {"table": table, "agree": agree.tolist(), "first_divergence": first,
-            "n_agree": int(agree.sum()), "n_steps": int(len(agree))}
+    return Alignment(table, agree.tolist(), first, int(agree.sum()), int(len(agree)))
 
 
 def token_names(db: str | os.PathLike, run_id: str, steps: pd.DataFrame, limit: int = 2000) -> dict[int, str]:
@@ -332,10 +355,10 @@ def divergence_explanation(steps: pd.DataFrame, step: int, models: Sequence[str]
 
 
 def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, mode: str,
-               models: tuple[str, ...], step_offset: int = 0, max_steps: int = 120) -> dict:
-    """Everything the token-trace view draws for one unit and mode: the steps (with recomputed
-    Gumbel values where possible), the alignment, the total trace length and whether the Gumbel
-    values were recomputed."""
+               models: tuple[str, ...], step_offset: int = 0, max_steps: int = 120) -> TraceView:
+    """Everything the token-trace view draws for one unit and mode: the steps (decoded text, with
+    recomputed Gumbel values where possible), the alignment, the total trace length, and at the
+    first divergence each model's decision and (coupled) why they differ."""
     steps = trace_steps(db, run_id, prompt_id, repeat, mode, list(models), max_steps=max_steps,
                         step_offset=step_offset)
     with_g = recompute_gumbels(db, run_id, prompt_id, repeat, steps)
@@ -343,15 +366,14 @@ def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, 
     shown = with_g if with_g is not None else steps
     names = token_names(db, run_id, steps)
     temperature = _run_temperature(db, run_id)
-    first = al["first_divergence"]
-    return {"steps": shown, "alignment": al,
-            "gumbel_recomputed": with_g is not None,
-            "gumbel_check": gumbel_check(with_g) if with_g is not None else None,
-            "length": unit_trace_length(db, run_id, prompt_id, repeat, mode),
-            "token_names": names, "temperature": temperature,
-            "decisions": None if first is None else step_decisions(shown, first, list(models), temperature, names),
-            "explanation": None if first is None or mode != "coupled" else
-            divergence_explanation(shown, first, list(models), temperature, names)}
+    first = al.first_divergence
+    return TraceView(
+        steps=shown, alignment=al, gumbel_recomputed=with_g is not None,
+        gumbel_check=gumbel_check(with_g) if with_g is not None else None,
+        length=unit_trace_length(db, run_id, prompt_id, repeat, mode), token_names=names, temperature=temperature,
+        decisions=None if first is None else step_decisions(shown, first, list(models), temperature, names),
+        explanation=None if first is None or mode != "coupled" else
+        divergence_explanation(shown, first, list(models), temperature, names))
 
 
 def _run_temperature(db, run_id: str) -> float | None:
