@@ -207,32 +207,24 @@ def test_generate_page_form_and_validation(app):
         assert "scripts/install_vllm.sh" in _texts(at) + " ".join(c.value for c in at.caption)
 
 
-def test_generate_page_refuses_tensor_parallel_without_vllm(app, small_db):
-    """Tensor parallel > 1 with the transformers backend: an error naming the allowed value, no job."""
-    from dashboard import jobs
-    at = _page(app, navigation.path("generate"))
-    at.multiselect(key="gen_models").set_value([at.multiselect(key="gen_models").options[0]])
-    at.number_input(key="gen_tp").set_value(2)
-    n_jobs = len(jobs.list_jobs(small_db))
-    next(b for b in at.button if b.label == "Start generation").click().run()
-    assert not at.exception
-    errors = " ".join(e.value for e in at.error)
-    assert "Tensor parallel 2 needs the vllm backend" in errors and "allowed: 1" in errors
-    assert len(jobs.list_jobs(small_db)) == n_jobs
-
-
-def test_generate_page_refuses_ray_workers_without_ray(app, small_db, monkeypatch):
-    """Issue 21 item 10: Ray workers without `ray` installed are refused before a job starts."""
+@pytest.mark.parametrize("field,value,expected", [
+    # tensor parallel > 1 with the transformers backend: an error naming the allowed value
+    ("gen_tp", 2, ("Tensor parallel 2 needs the vllm backend", "allowed: 1")),
+    # issue 21 item 10: Ray workers without `ray` installed are refused before a job starts
+    ("gen_workers", 2, ("Ray workers 2: Ray workers need the `ray` package", "allowed here: 0")),
+])
+def test_generate_page_refuses_before_a_job_starts(app, small_db, monkeypatch, field, value, expected):
+    """A setting this environment cannot run: one error, and no job is started."""
     from dashboard import jobs
     monkeypatch.setattr(jobs, "ray_unavailable", lambda: "Ray workers need the `ray` package (test)")
     at = _page(app, navigation.path("generate"))
     at.multiselect(key="gen_models").set_value([at.multiselect(key="gen_models").options[0]])
-    at.number_input(key="gen_workers").set_value(2)
+    at.number_input(key=field).set_value(value)
     n_jobs = len(jobs.list_jobs(small_db))
     next(b for b in at.button if b.label == "Start generation").click().run()
     assert not at.exception
     errors = " ".join(e.value for e in at.error)
-    assert "Ray workers 2: Ray workers need the `ray` package" in errors and "allowed here: 0" in errors
+    assert all(e in errors for e in expected), errors
     assert len(jobs.list_jobs(small_db)) == n_jobs
 
 
