@@ -93,9 +93,7 @@ def _summary(s) -> None:
             c1.metric("Agreement, coupled", sv.pct(sv.agreement(p, "coupled")),
                       help="share of units (question, repeat) where both models give the same answer")
             c2.metric("Agreement, independent", sv.pct(sv.agreement(p, "independent")))
-            c3.metric("Variance saving of coupling", sv.pct(p.variance_saving),
-                      help="1 - SE²(coupled) / SE²(independent) of the paired per-question accuracy "
-                           "difference (METHODS 7.1)")
+            c3.metric("Variance saving of coupling", sv.pct(p.variance_saving), help=sv.saving_help(p))
             st.caption(sv.pair_caption(p))
         st.caption("Accuracy CI: 95% t interval over questions (questions are clusters, repeats dependent). "
                    "Same numbers from the CLI: `python -m engine summary --run " + s.run + "`.")

@@ -88,6 +88,8 @@ class PairSummary:
     diff: dict[str, Diff] = field(default_factory=dict)            # mode -> paired difference
     variance_saving: float | None = None
     questions_factor: float | None = None
+    variance_saving_ci: tuple[float, float] | None = None  # when the saving's analysis gives one
+    saving_definition: str | None = None
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"model_a": self.model_a, "model_b": self.model_b}
@@ -101,6 +103,10 @@ class PairSummary:
         if self.variance_saving is not None:
             out["variance_saving"] = self.variance_saving
             out["questions_factor"] = self.questions_factor
+        if self.variance_saving_ci is not None:
+            out["variance_saving_ci"] = list(self.variance_saving_ci)
+        if self.saving_definition is not None:
+            out["saving_definition"] = self.saving_definition
         return out
 
 
