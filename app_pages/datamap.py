@@ -18,7 +18,9 @@ c1, c2, c3, c4 = st.columns(4)
 run = c1.selectbox("Run", ch["runs"], key="dm_run")
 model = c2.selectbox("Model", ch["models"].get(run, []), key="dm_model")
 mode = c3.selectbox("Mode", ch["modes"].get(run, ["coupled"]), key="dm_mode")
-rule = c4.selectbox("Scoring rule", ch["rules"].get(run, ["paper"]), key="dm_rule")
+rules = ch["rules"].get(run, ["paper"])
+run_rule = L.default_rule(run)  # the rule the run was scored with comes first
+rule = c4.selectbox("Scoring rule", rules, index=rules.index(run_rule) if run_rule in rules else 0, key="dm_rule")
 c5, c6, c7, c8 = st.columns(4)
 method = c5.selectbox("Clustering", L.cluster_methods(run), key="dm_method",
                       help="answer = identical extracted answers; llm = bidirectional entailment; "

@@ -115,6 +115,7 @@ benchmark_choices = _view(_benchmark.benchmark_choices)
 benchmark = _view(_benchmark.benchmark)
 multigen = _view(_multigen.multigen)
 cluster_methods = _view(_multigen.cluster_methods)
+default_rule = _view(_multigen.default_rule)
 prompts_generations = _view(_multigen.prompts_generations)
 # Win-rates and rank-sets
 winrate_sources = _view(_comparisons.winrate_sources)

@@ -174,7 +174,8 @@ def test_home_chooses_the_run_and_warns_on_a_small_sample(tmp_path, monkeypatch,
     other = np.array([["4", "1"], ["7", "7"], ["1", "2"], ["9", "9"], ["5", "0"]])
     make_numeric_run(db, {("m1", "coupled"): same, ("m2", "coupled"): same, ("m1", "independent"): same,
                           ("m2", "independent"): other}, {f"p{i}": g for i, g in enumerate("47295")}, run="tiny")
-    scoring.score_run(db, "tiny")
+    scoring.score_run(db, "tiny", "exact")
+    scoring.score_run(db, "tiny")  # numeric: the dataset's rule
     monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
     monkeypatch.chdir(ROOT)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
@@ -188,6 +189,11 @@ def test_home_chooses_the_run_and_warns_on_a_small_sample(tmp_path, monkeypatch,
     sel.set_value("run-small").run()
     assert not at.exception
     assert any("run `run-small`" in h.value for h in at.subheader) and not at.warning
+    # the Data map starts from the rule the run was scored with (issue 21 item 6), not the first listed
+    at.switch_page(navigation.path("datamap")).run()
+    at.selectbox(key="dm_run").set_value("tiny").run()
+    assert not at.exception
+    assert at.selectbox(key="dm_rule").options == ["exact", "numeric"] and at.selectbox(key="dm_rule").value == "numeric"
 
 
 def test_generate_page_form_and_validation(app):

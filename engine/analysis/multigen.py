@@ -159,6 +159,11 @@ def multigen(db: str | os.PathLike, run: str, model: str, mode: str = "coupled",
                             p_max=p_max, s_min=s_min, seed=seed)
 
 
+def default_rule(db: str | os.PathLike, run: str) -> str:
+    """The rule the run was scored with (its dataset's rule when scored with it): the Data map's default."""
+    return score_store.run_rule(db, run)
+
+
 def cluster_methods(db: str | os.PathLike, run: str) -> list[str]:
     """Clustering methods stored for a run ('answer' is always possible from the scores)."""
     return sorted({"answer", *score_store.cluster_methods(db, run)})
