@@ -25,14 +25,14 @@ if prompts.empty:
     st.stop()
 labels = ui.prompt_labels(prompts)
 prompt = c2.selectbox("Prompt", prompts["prompt_id"].tolist(), format_func=lambda p: labels.get(p, p), key="tr_prompt")
-repeat = c3.selectbox("Repeat", opts["repeats"], key="tr_repeat")
-chosen = st.multiselect("Models", opts["models"], default=opts["models"][:4], key=f"tr_models_{run}")
+repeat = c3.selectbox("Repeat", opts.repeats, key="tr_repeat")
+chosen = st.multiselect("Models", opts.models, default=opts.models[:4], key=f"tr_models_{run}")
 if not chosen:
     st.info("Choose at least one model.")
     st.stop()
 ctx = ui.export_context("traces", run=run, models=chosen)
 
-if len(chosen) >= 2 and "coupled" in opts["modes"]:
+if len(chosen) >= 2 and "coupled" in opts.modes:
     with st.expander("Where do these models diverge? (every unit of the run, coupled mode)"):
         div = L.divergence_summary(run, tuple(chosen))
         ui.chart(figures.divergence_figure(div), "divergence", key="tr_div", ctx=ctx)
@@ -52,7 +52,7 @@ if info:
 page = st.number_input("Steps page (120 steps each)", min_value=1, value=1, step=1, key="tr_page")
 offset = ui.page_offset(page, 120)
 
-for mode in [m for m in MODES if m in opts["modes"]]:
+for mode in [m for m in MODES if m in opts.modes]:
     view = L.trace_view(run, prompt, int(repeat), mode, tuple(chosen), offset, 120)
     al = view.alignment
     st.subheader(f"{mode.capitalize()} generation")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -105,13 +106,24 @@ def datasets_table(db: str | os.PathLike) -> pd.DataFrame:
     return catalog.datasets_with_counts(db)
 
 
-def run_options(db: str | os.PathLike, run_id: str) -> dict:
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run holds (sorted): its models, modes and repeats, and the number of prompts."""
+    models: list[str]
+    modes: list[str]
+    repeats: list[int]
+    n_prompts: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_options(db: str | os.PathLike, run_id: str) -> RunOptions:
     """What a run holds: models, modes, repeats (sorted list) and the number of prompts."""
     contents = catalog.run_contents(db, run_id)
     if contents is None:
         raise UserError(f"unknown run {run_id!r}; stored runs: {catalog.some_runs(db)}")
-    models, modes, repeats, n_prompts = contents
-    return {"models": models, "modes": modes, "repeats": repeats, "n_prompts": n_prompts}
+    return RunOptions(*contents)
 
 
 def run_prompts(db: str | os.PathLike, run_id: str, search: str | None = None, limit: int = 500,
