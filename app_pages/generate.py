@@ -99,9 +99,8 @@ with st.expander("Score, judge or cluster a stored run (background jobs)"):
         rule = a2.selectbox("Scoring rule", list(config.RULES), key="act_rule")
         if a2.button("Score", key="act_score", icon=":material/grading:"):
             jobs_panel.start_job(jobs_panel.score_args(act_run, rule), kind="score")
-        judge = a3.selectbox("Judge model", names or ["(none)"], key="act_judge")
-        if a3.button("Judge pairs", key="act_judge_btn", icon=":material/gavel:", disabled=not names):
-            jobs_panel.start_job(["judge", "--db", str(L.db_path()), "--run", act_run, "--judge", judge], kind="judge")
+        with a3:
+            jobs_panel.judge_form(act_run, names)
         method = a4.selectbox("Clustering", list(config.CLUSTER_METHODS), key="act_method")
         if a4.button("Cluster", key="act_cluster", icon=":material/bubble_chart:"):
             extra_args = ["--model", names[0]] if method == "llm" and names else []

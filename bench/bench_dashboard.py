@@ -67,7 +67,8 @@ def build(db: Path, n_traces: int) -> None:
                               CASE WHEN hash(m, p, r, md) % 100 < 70 - 10 * m THEN 1.0 ELSE 0.0 END
                        FROM range(?) a(m), range(?) b(p), range(?) c(r), (VALUES ('coupled'), ('independent')) d(md)""",
                     [run, models, prompts, repeats])
-        con.execute("""INSERT INTO judgments SELECT ?, 'judge', 'q' || p, r, md, 'model-' || a, 'model-' || b, o, 'h', 'raw',
+        con.execute("""INSERT INTO judgments (run_id, judge, prompt_id, repeat, mode, model_a, model_b, presented,
+                                     judge_prompt_hash, raw, parsed, winner) SELECT ?, 'judge', 'q' || p, r, md, 'model-' || a, 'model-' || b, o, 'h', 'raw',
                               w, w
                        FROM (SELECT *, CASE hash(a, b, p, r, md, o) % 10 WHEN 0 THEN 'tie' WHEN 1 THEN 'b' WHEN 2 THEN 'b'
                                                                              WHEN 3 THEN 'b' ELSE 'a' END AS w

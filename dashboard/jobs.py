@@ -252,7 +252,8 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
         message=str(prog.get("message", "") or ""), returncode=returncode,
         resumed_from=meta.get("resumed_from"), log_tail=_log_tail(paths["log"]) if status != "running" else "",
         extra={**({"followup": followup} if followup else {}),
-               **({"workers": prog["workers"]} if isinstance(prog.get("workers"), dict) else {})},
+               **({"workers": prog["workers"]} if isinstance(prog.get("workers"), dict) else {}),
+               **({"stats": prog["stats"]} if isinstance(prog.get("stats"), dict) else {})},
     )
 
 

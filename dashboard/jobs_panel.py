@@ -3,6 +3,7 @@ job panel (progress, tokens/s, ETA, cancel / resume). The jobs themselves: :mod:
 
 from __future__ import annotations
 
+import os
 import time
 
 import streamlit as st
@@ -11,6 +12,11 @@ from dashboard import jobs
 from dashboard.loaders import db_path
 from dashboard.widgets import fmt_seconds
 from engine.errors import UserError
+from engine.tasks.judge_parse import ARENA_HARD_HELP, FORMATS
+
+JUDGE_KINDS = {"local": "Local model (transformers)", "vllm": "Local model (vLLM)",
+               "openai": "API (OpenAI-compatible)"}
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
 DEMO_RUN = jobs.DEMO_RUN
 DEMO_ARGS = jobs.DEMO_ARGS
@@ -98,6 +104,8 @@ def _job_row(j: jobs.JobStatus, allow_control: bool) -> None:
                                      + (f" · {j.message}" if j.message else ""))
     elif j.status == "running":
         st.caption("starting… (loading models)" if j.kind == "generate" else "running…")
+    if j.extra.get("stats"):  # an API judge: requests/s, retries, token totals (never the key)
+        st.caption(judge_stats_text(j.extra["stats"]))
     if j.extra.get("workers"):  # a distributed run (--workers): what each Ray replica has made
         st.caption("workers: " + " · ".join(f"{w} {v.get('done', 0)} units, {v.get('tokens_per_s', 0.0):.1f} tok/s"
                                             for w, v in sorted(j.extra["workers"].items())))
@@ -172,3 +180,59 @@ def default_models(names: list[str]) -> list[str]:
     """The packaged model and its int8 variant when registered (the demo pair), else the first two."""
     pair = [n for n in ("smollm2-135m", "smollm2-135m-int8") if n in names]
     return pair if len(pair) == 2 else names[:2]
+
+
+# ------------------------------------------------------------------------------ judge form ----
+
+def judge_args(run_id: str, kind: str, model: str, *, base_url: str = "", key_env: str = DEFAULT_KEY_ENV,
+               concurrency: int = 8, judge_format: str = "paper") -> list[str]:
+    """The ``python -m engine judge`` arguments of the judge form. The API key itself never appears:
+    only the NAME of the variable holding it (the job inherits the dashboard's environment)."""
+    if kind not in JUDGE_KINDS:
+        raise UserError(f"unknown judge kind {kind!r}; allowed: {', '.join(JUDGE_KINDS)}")
+    args = ["judge", "--db", str(db_path()), "--run", run_id, "--judge", model if kind == "local" else f"{kind}:{model}"]
+    if kind == "openai":
+        args += (["--base-url", base_url.strip()] if base_url.strip() else []) + [
+            "--api-key-env", key_env, "--concurrency", str(int(concurrency))]
+    if judge_format != "paper":
+        args += ["--judge-format", judge_format]
+    return args
+
+
+def judge_stats_text(stats: dict) -> str:
+    """One line of an API judge's live counters from its progress file."""
+    return (f"requests {int(stats.get('requests', 0)):,} ({float(stats.get('requests_per_s', 0.0)):.1f}/s) · "
+            f"retries {int(stats.get('retries', 0)):,} · failed {int(stats.get('failed', 0)):,} · tokens "
+            f"{int(stats.get('prompt_tokens', 0)):,} in / {int(stats.get('completion_tokens', 0)):,} out")
+
+
+def judge_form(run_id: str, model_names: list[str]) -> str | None:
+    """The judge job form: a local model (transformers or vLLM) or an OpenAI-compatible API judge
+    (base URL, model, the NAME of the key variable, concurrency); the verdict format. Starts the job."""
+    kind = st.radio("Judge", list(JUDGE_KINDS), format_func=JUDGE_KINDS.get, key="judge_kind", horizontal=True)
+    base_url, key_env, concurrency = "", DEFAULT_KEY_ENV, 8
+    if kind == "openai":
+        base_url = st.text_input("Base URL", key="judge_base_url",
+                                 placeholder="http://127.0.0.1:8000/v1 (empty: $OPENAI_BASE_URL, else OpenAI)")
+        model = st.text_input("Judge model (as the server names it)", key="judge_api_model")
+        key_env = st.text_input("API key variable (its name; the key stays in the environment)",
+                                value=DEFAULT_KEY_ENV, key="judge_key_env").strip()
+        if key_env.isidentifier():
+            st.caption(f"${key_env} is {'set' if os.environ.get(key_env) else 'not set'} in the dashboard's environment.")
+        concurrency = int(st.number_input("Concurrency (requests in flight)", 1, 256, 8, key="judge_concurrency"))
+    else:
+        model = st.selectbox("Judge model", model_names or ["(none)"], key="act_judge")
+    fmt = st.selectbox("Verdict format", list(FORMATS), key="judge_format",
+                       help=f"paper: A / B / Tie. arena-hard: [[A>B]]-style labels ({ARENA_HARD_HELP}).")
+    if not st.button("Judge pairs", key="act_judge_btn", icon=":material/gavel:",
+                     disabled=kind != "openai" and not model_names):
+        return None
+    if kind == "openai" and not (model or "").strip():
+        st.error("Name the judge model the server serves.")
+        return None
+    if kind == "openai" and not key_env.isidentifier():
+        st.error(f"The API key variable must be a variable name (letters, digits, _), got {key_env!r}: "
+                 "type the variable's name, not the key.")
+        return None
+    return start_job(judge_args(run_id, kind, str(model).strip(), base_url=base_url, key_env=key_env,
+                                concurrency=concurrency, judge_format=fmt), kind="judge")

@@ -49,6 +49,7 @@ class Progress:
         self.started = time.time()
         self._done_at_start = int(done)
         self.workers: dict[str, dict] = {}  # per replica of a distributed run: units and tokens it made
+        self.stats: dict = {}  # job-specific live counters (an API judge: requests/s, retries, tokens)
         self._last_write = 0.0
         self.min_interval_s = min_interval_s
         self.bar = tqdm(total=total, initial=done, desc=kind, unit="unit", file=sys.stderr,
@@ -105,6 +106,8 @@ class Progress:
         dt = max(now - self.started, 1e-9)
         extra = {"workers": {k: {**w, "tokens_per_s": w["tokens"] / dt} for k, w in self.workers.items()}} \
             if self.workers else {}
+        if self.stats:
+            extra["stats"] = dict(self.stats)
         write_json_atomic(self.path, {
             "job": self.job, "kind": self.kind, "status": status, "done": self.done,
             "total": self.total, "tokens": self.tokens, "tokens_per_s": self.tokens_per_s(),

@@ -84,7 +84,8 @@ def build_small_db(path: Path, seed: int = 0) -> Path:
                                 w = rng.choice(["a", "b", "tie"], p=[0.5, 0.3, 0.2])
                                 judg.append((run, "judge-x", f"q{i}", r, mode, MODELS[a], MODELS[b], order, "h",
                                              "raw", w, w))
-        con.executemany("INSERT INTO judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", judg)
+        con.executemany("INSERT INTO judgments (run_id, judge, prompt_id, repeat, mode, model_a, model_b, presented, "
+                        "judge_prompt_hash, raw, parsed, winner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", judg)
         con.commit()
     # An uploaded set, through the engine's own importer: 400 rows, 100 with human labels.
     rows = []

@@ -267,3 +267,27 @@ def test_position_bias_cancels_with_both_orders_and_averages_out_with_random(tmp
                 complete_fn=always_a, show_bar=False)
     rand = J.judgments_to_comparisons(tmp_db, "r1", "rand")
     assert len(rand) == 60 and 15 <= (rand.winner == "a").sum() <= 45  # P(outside) < 1e-4 under Bin(60, 1/2)
+
+
+@pytest.mark.parametrize("raw,expected", [
+    # reasoning first, the final verdict last (the last mark / statement / line counts)
+    ("Assistant A is longer, but Assistant B is correct.\n\nFinal verdict: B", "B"),
+    ("A makes an error; B does not. So the answer is B.\n\n[[B]]", "B"),
+    ("At first [[A]] seemed right, but on reflection [[B]]", "B"),
+    ("Both are fine.\n\n**Tie**", "tie"), ("Comparing the two...\n\nAssistant A", "A"), ("A.", "A"),
+    ("**Tie**", "tie"), ("Assistant A", "A"), ("[[Tie]]", "tie"), ("My verdict is Assistant B.", "B"),
+    ("Reasoning about A and B here.\nMy final verdict is [[A=B]].", "tie"),
+])
+def test_parse_final_verdict_after_reasoning(raw, expected):
+    assert J.parse_verdict(raw) == expected
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("...\nMy final verdict is [[A>>B]]", "A"), ("[[A>B]]", "A"), ("[[A=B]]", "tie"), ("[[B>A]]", "B"),
+    ("[[B>>A]]", "B"), ("[[A<B]]", "B"), ("first [[A>B]], then after all [[B>A]]", "B"),
+    ("A", None), ("[[A]]", None), ("Tie", None), (None, None),
+])
+def test_arena_hard_format_maps_five_labels_to_win_tie(raw, expected):
+    assert J.parse_verdict(raw, "arena-hard") == expected
+    with pytest.raises(UserError, match="unknown judge format 'x'; allowed: paper, arena-hard"):
+        J.parse_verdict("A", "x")

@@ -10,7 +10,7 @@ in the interpreter, libdevice on CUDA) and may differ from torch CPU's in the la
 (measured: numpy vs torch CPU differ on ~0.3% of float64 logs of 53-bit uniforms). That survives
 the float32 rounding only where the float64 value lies within a float64 ulp or two of a float32
 rounding midpoint; the comparison allows a difference there and nowhere else, and counts them
-(measured: 0 of 51,302,400 values over a 128,256 vocabulary, docs/BENCHMARKS_gpu_plan.md).
+(measured: 0 of 51,302,400 values over a 128,256 vocabulary, docs/BENCHMARKS.md, "Keyed noise on GPU").
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from engine import config
 from engine.commands._common import add_db, add_output_args, emit
+from engine.commands._judges import model_complete_fn
 
 
 def register(sub) -> None:
@@ -24,7 +25,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from engine.tasks.clustering import cluster_run
-    res = cluster_run(args.db, args.run, args.method, rule=args.rule, model=args.model,
+    fn = model_complete_fn(args.model, max_new_tokens=8, batch_size=16) if args.method == "llm" and args.model else None
+    res = cluster_run(args.db, args.run, args.method, rule=args.rule, complete_fn=fn,
                       threshold=args.threshold, progress_file=args.progress_file)
     return emit(args, res, lambda: summary(res))
 

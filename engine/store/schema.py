@@ -17,7 +17,7 @@ import duckdb
 
 from engine.errors import UserError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS meta (
@@ -115,6 +115,12 @@ SCHEMA: tuple[str, ...] = (
         raw VARCHAR,                 -- raw judge output
         parsed VARCHAR,              -- 'A' | 'B' | 'tie' | NULL (unparseable), in presentation terms
         winner VARCHAR,              -- 'a' | 'b' | 'tie' | NULL, in model_a/model_b terms
+        reported_model VARCHAR,      -- v3: the judge model as the server reported it (API judges)
+        prompt_tokens INTEGER,       -- v3: token usage of the request, as reported (NULL: unknown)
+        completion_tokens INTEGER,   -- v3
+        latency_s DOUBLE,            -- v3: seconds from the first attempt to the reply (all attempts)
+        attempts INTEGER,            -- v3: requests sent for this verdict (1 = no retry)
+        error VARCHAR,               -- v3: why a request failed for good (its verdict is then unparseable)
         PRIMARY KEY (run_id, judge, prompt_id, repeat, mode, model_a, model_b, presented))""",
     # Named sets of pairwise comparisons (human uploads, Arena imports, exported judge verdicts).
     """CREATE TABLE IF NOT EXISTS comparison_sets (
@@ -150,6 +156,9 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, ("ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMP",
          "ALTER TABLE runs ADD COLUMN pid INTEGER",
          "ALTER TABLE runs ADD COLUMN host VARCHAR")),
+    (2, tuple(f"ALTER TABLE judgments ADD COLUMN {col}" for col in (
+        "reported_model VARCHAR", "prompt_tokens INTEGER", "completion_tokens INTEGER", "latency_s DOUBLE",
+        "attempts INTEGER", "error VARCHAR"))),
 )
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), "one migration step per older version"
 

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine import store
 from engine.config import CLUSTER_METHODS, DEFAULT_EMBEDDING_THRESHOLD
 from engine.errors import UserError
 from engine.progress import Progress
+from engine.store import clusters as cluster_store
 from engine.tasks import scoring
 
 METHODS = CLUSTER_METHODS
@@ -199,9 +199,9 @@ def _default_rule(kind: str | None) -> str:
     return {"multiple_choice": "lenient", "numeric": "numeric"}.get(kind or "", "exact")
 
 
-def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: str | None = None,
+def cluster_run(db, run: str, method: str, *, rule: str | None = None,
                 complete_fn: CompleteFn | None = None, entail_fn: EntailFn | None = None,
-                embedder=None, threshold: float = DEFAULT_EMBEDDING_THRESHOLD, batch_size: int = 16,
+                embedder=None, threshold: float = DEFAULT_EMBEDDING_THRESHOLD,
                 progress_file=None, show_bar: bool = True) -> dict:
     """Cluster the generations of every (model, prompt, mode) group of ``run`` and store the ids.
 
@@ -211,7 +211,8 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: st
         method: 'answer' | 'llm' | 'embedding'.
         rule: for 'answer', the extraction rule (default by dataset kind: multiple_choice ->
             lenient, numeric -> numeric, else exact).
-        model: for 'llm' without ``complete_fn``/``entail_fn``: the local model to ask.
+        complete_fn: for 'llm', ``messages_list -> list[str]`` from the caller (e.g. greedy
+            completion with a local model, built by ``engine.commands.cluster``).
         threshold: for 'embedding', the cosine threshold (default 0.85).
         progress_file: for 'llm', live progress (JSON) over the k-1 lock steps.
 
@@ -222,15 +223,7 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: st
         raise UserError(f"unknown clustering method {method!r}; allowed: {', '.join(METHODS)}")
     if method == "embedding" and not -1.0 <= threshold <= 1.0:
         raise UserError(f"embedding threshold must be in [-1, 1], got {threshold}")
-    with store.reader(db) as con:
-        row = con.execute("""SELECT r.dataset_id, d.kind FROM runs r LEFT JOIN datasets d USING (dataset_id)
-                             WHERE r.run_id = ?""", [run]).fetchone()
-        dataset, kind = (row if row else (None, None))
-        gens = con.execute(
-            """SELECT g.model, g.prompt_id, g.repeat, g.mode, g.text, p.gold, CAST(p.choices AS VARCHAR) AS choices,
-                      coalesce(p.question, p.user_prompt) AS question
-               FROM generations g LEFT JOIN prompts p ON p.prompt_id = g.prompt_id AND p.dataset_id = ?
-               WHERE g.run_id = ? ORDER BY g.model, g.mode, g.prompt_id, g.repeat""", [dataset, run]).df()
+    kind, gens = cluster_store.cluster_inputs(db, run)
     if gens.empty:
         raise UserError(f"run {run!r} has no generations to cluster")
     gens = gens.astype(object).where(gens.notna(), None)
@@ -250,9 +243,7 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: st
     else:
         if entail_fn is None:
             if complete_fn is None:
-                if not model:
-                    raise UserError("the llm method needs --model (the local model asked about entailment)")
-                complete_fn = _model_complete_fn(model, batch_size)
+                raise UserError("the llm method needs --model (the local model asked about entailment)")
             entail_fn = llm_entail_fn(complete_fn)
         groups = [(df.question.iloc[0] or "", list(df.text)) for _, df in grouped]
         n_steps = max(max(len(r) for _, r in groups) - 1, 0)
@@ -263,9 +254,7 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None, model: st
     out = pd.concat(parts, ignore_index=True).assign(run_id=run, method=method)
     out["repeat"] = out["repeat"].astype("int64")
     out["cluster_id"] = out["cluster_id"].astype("int64")
-    with store.transaction(db) as con:
-        con.execute("DELETE FROM clusters WHERE run_id = ? AND method = ?", [run, method])
-        store.insert_df(con, "clusters", out, ["run_id", "model", "prompt_id", "repeat", "mode", "method", "cluster_id"])
+    cluster_store.replace_clusters(db, run, method, out)
     n_clusters = np.array([len(set(c.tolist())) for c in ids])
     S = np.array([_consistency(c) for c in ids])
     summary = {"run": run, "method": method, "n_groups": len(ids), "n_generations": int(len(out)),
@@ -290,11 +279,3 @@ def _answer(text, gold, choices, rule: str) -> str | None:
     e, _ = scoring.score_generation(text, {"gold": None, "choices": choices}, rule)
     return e if e != "" else None  # an empty response (exact rule) agrees with nothing
 
-
-def _model_complete_fn(name: str, batch_size: int) -> CompleteFn:
-    from engine import generation, models  # heavy imports only when a real model is asked
-    lm = models.load_model(name)
-
-    def complete(messages_list):
-        return generation.complete(lm, messages_list, max_new_tokens=8, temperature=0.0, batch_size=batch_size)
-    return complete

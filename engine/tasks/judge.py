@@ -1,38 +1,48 @@
-"""LLM-as-judge pairwise comparisons of generations (METHODS.md section 3).
+"""LLM-as-judge pairwise comparisons of generations (docs/METHODS.md section 3).
 
 For every unit (prompt, repeat), noise mode and pair of models of a run, a judge model sees the
 prompt and the two responses and answers A, B or tie. By default both presentation orders are
 judged (position bias cancels in aggregate); ``orders="random"`` judges one seeded random order.
 Every raw output is stored with its parse ('A'|'B'|'tie'|NULL, in presentation terms), the
-order shown ('ab' = model_a first) and the winner in model terms ('a'|'b'|'tie'|NULL).
-Unparseable outputs are stored with NULL and counted, never dropped.
+order shown ('ab' = model_a first), the winner in model terms ('a'|'b'|'tie'|NULL) and, for API
+judges, the model the server reported, token usage, latency, attempts and any error. Unparseable
+outputs and failed requests are stored with NULL and counted, never dropped.
 
 Phases of :func:`judge_run`: 1. plan the tasks  2. skip those already stored (resume)
-3. build prompts  4. call the judge in batches  5. parse + store each batch in one transaction.
+3. build prompts  4. call the judge  5. parse + store verdicts in small transactions as they arrive.
 
-The judge is any callable ``complete_fn(messages_list) -> list[str]`` (dependency injection):
-by default a local model loaded with ``engine.models.load_model`` and greedy
-``engine.generation.complete``; :func:`command_complete_fn` wraps an external command (e.g. a
-script that calls a judge service) as an optional hook.
+The judge comes from the caller (dependency injection): a batch function
+``complete_fn(messages_list) -> list[str]`` (a local transformers or vLLM model, built by
+``engine.commands.judge``; :func:`command_complete_fn` wraps an external command), or an
+:class:`~engine.tasks.judge_api.ApiJudge` (OpenAI-compatible server, concurrent, retried).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import re
 import shlex
 import string
 import subprocess
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from itertools import combinations
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import combinations, islice
 
 import pandas as pd
 
 from engine import config, store
 from engine.errors import UserError
 from engine.progress import Progress
+from engine.store import verdicts as vstore
+from engine.store.verdicts import VerdictRow
+from engine.tasks.judge_api import ApiJudge, Reply
+from engine.tasks.judge_parse import ARENA_HARD_HELP, ARENA_HARD_LABELS, FORMATS, parse_arena_hard, parse_verdict
+
+__all__ = ["ARENA_HARD_HELP", "ARENA_HARD_LABELS", "FORMATS", "parse_arena_hard", "parse_verdict", "JudgeConfig",
+           "judge_run", "plan_tasks", "build_messages", "winner_from_verdict", "random_order", "command_complete_fn",
+           "judgments_to_comparisons", "judgments_to_set", "ARENA_HARD_PROMPT", "PAPER_JUDGE_PROMPT"]
 
 CompleteFn = Callable[[list[list[dict]]], list[str]]
 
@@ -64,6 +74,17 @@ JUDGE_USER_TEMPLATE = (
     "<|The Start of Assistant A's Answer|>\n{answer_a}\n<|The End of Assistant A's Answer|>\n\n"
     "<|The Start of Assistant B's Answer|>\n{answer_b}\n<|The End of Assistant B's Answer|>"
 )
+# For --judge-format arena-hard: the five Arena-Hard-Auto labels (our wording of its instruction;
+# the judge reasons first, then ends with one label). The label -> verdict map: judge_parse.
+ARENA_HARD_PROMPT = (
+    "Please act as an impartial judge and evaluate the quality of the responses provided by two AI assistants to "
+    "the user prompt displayed below. Begin by generating your own answer to the prompt, then compare both "
+    "assistants' answers with yours: identify any mistakes or inaccurate information, and consider whether the "
+    "answers are helpful, relevant and concise, and whether important information is missing. After your "
+    "explanation, output your final verdict as exactly one label: [[A>>B]] if assistant A is significantly "
+    "better, [[A>B]] if assistant A is slightly better, [[A=B]] for a tie, [[B>A]] if assistant B is slightly "
+    "better, [[B>>A]] if assistant B is significantly better. Example: \"My final verdict is [[A>B]]\"."
+)
 USER_FIELDS = ("question", "answer_a", "answer_b")
 ORDERS = config.JUDGE_ORDERS
 VERDICTS = ("A", "B", "tie")
@@ -82,10 +103,13 @@ class JudgeConfig:
     seed: int = 0
     max_new_tokens: int = 8
     batch_size: int = 8
+    judge_format: str = "paper"
 
     def __post_init__(self):
         if not isinstance(self.judge_model, str) or not self.judge_model.strip():
             raise UserError("a judge needs a model name (--judge)")
+        if self.judge_format not in FORMATS:
+            raise UserError(f"unknown judge format {self.judge_format!r}; allowed: {', '.join(FORMATS)}")
         if self.orders not in ORDERS:
             raise UserError(f"unknown orders {self.orders!r}; allowed: {', '.join(ORDERS)}")
         if int(self.batch_size) < 1:
@@ -110,53 +134,6 @@ class JudgeConfig:
 
 
 # --------------------------------------------------------------------------------- parsing ---
-
-_ARENA_HARD = re.compile(r"\[\[\s*([AB])\s*(>>|>|=|<<|<)\s*([AB])\s*\]\]")
-_VERDICT_IS = re.compile(r"(?i:verdict|winner|answer|better)\s*(?i:is)?\s*[:\-]?\s*[\"'‘“\[(*]*\s*(A|B|(?i:tie))(?![A-Za-z])")
-_ASSISTANT = re.compile(r"(?i:assistant)\s+([AB])(?![A-Za-z])")
-_STANDALONE = re.compile(r"(?<![A-Za-z0-9'’])(A|B)(?![A-Za-z0-9'’])")
-_TIE = re.compile(r"(?i)(?<![a-z])(tie|tied|tie\s*\(bothbad\)|draw|equal(ly good)?)(?![a-z])")
-_STRIP = " \t\r\n\"'‘’“”`*[](){}.,:;!"
-
-
-def _norm_verdict(v: str) -> str:
-    return "tie" if v.lower() in ("tie", "tied", "draw", "=") else v.upper()
-
-
-def parse_verdict(raw: str | None) -> str | None:
-    """The judge's verdict in presentation terms: 'A', 'B', 'tie' or None (unparseable/ambiguous).
-
-    In order: the whole output is a verdict ("A", "‘B’", "[[Tie]]", "b", "tie."); its first word is
-    "A"/"B" (upper case) or "tie"; Arena-Hard marks ("[[A>B]]", "[[A=B]]"); "verdict/winner/answer
-    is X"; the only one of "Assistant A"/"Assistant B" named; the only verdict word present
-    (standalone capital A or B, or tie/tied/draw). Anything naming two verdicts is None.
-    """
-    if raw is None or not isinstance(raw, str):
-        return None
-    text = raw.strip()
-    whole = text.strip(_STRIP)
-    if whole.lower() in ("a", "b", "tie", "tied", "draw"):
-        return _norm_verdict(whole)
-    first = re.split(r"[\s,.:;!]+", whole, maxsplit=1)[0].strip(_STRIP) if whole else ""
-    if first in ("A", "B") or first.lower() in ("tie", "tied"):
-        return _norm_verdict(first)
-    m = _ARENA_HARD.search(text)
-    if m:
-        left, op, right = m.groups()
-        if op == "=":
-            return "tie"
-        better = left if op.startswith(">") else right
-        return better if left != right else None
-    for m in _VERDICT_IS.finditer(text):
-        return _norm_verdict(m.group(1))
-    named = {m.group(1) for m in _ASSISTANT.finditer(text)}
-    if len(named) == 1 and not _TIE.search(text):
-        return named.pop()
-    found = {m.group(1) for m in _STANDALONE.finditer(text)} | {"tie" for _ in _TIE.finditer(text)}
-    if len(found) == 1:
-        return found.pop()
-    return None
-
 
 def winner_from_verdict(parsed: str | None, presented: str) -> str | None:
     """Map a verdict in presentation terms to model terms: with 'ba' (model_b shown first as
@@ -198,18 +175,9 @@ def random_order(seed: int, prompt_id: str, repeat: int, mode: str, model_a: str
     return "ab" if hashlib.sha256(key.encode()).digest()[0] & 1 == 0 else "ba"
 
 
-def _run_models(con, run: str, present: list[str]) -> list[str]:
+def _run_models(db, run: str, present: list[str]) -> list[str]:
     """The run's models in its configured order (pairs are (earlier, later)), else sorted."""
-    row = con.execute("SELECT CAST(config AS VARCHAR) FROM runs WHERE run_id = ?", [run]).fetchone()
-    order: list[str] = []
-    if row and row[0]:
-        try:
-            cfg = json.loads(row[0])
-            models = cfg.get("models", []) if isinstance(cfg, dict) else []
-            order = [m if isinstance(m, str) else (m.get("name") if isinstance(m, dict) else str(m)) for m in models]
-        except (json.JSONDecodeError, AttributeError):
-            order = []
-    ranked = [m for m in order if m in present]
+    ranked = [m for m in vstore.configured_models(db, run) if m in present]
     return ranked + sorted(m for m in present if m not in ranked)
 
 
@@ -223,7 +191,8 @@ def plan_tasks(generations: pd.DataFrame, models: Sequence[str], orders: str, se
     """
     have = set(zip(generations["model"], generations["prompt_id"], generations["repeat"].astype(int), generations["mode"]))
     units = sorted({(p, int(r), mo) for _, p, r, mo in have}, key=lambda u: (u[2], u[0], u[1]))
-    tasks, missing = [], 0
+    tasks: list[JudgeTask] = []
+    missing = 0
     for pid, rep, mode in units:
         for ma, mb in combinations(models, 2):
             if (ma, pid, rep, mode) not in have or (mb, pid, rep, mode) not in have:
@@ -242,18 +211,6 @@ def build_messages(cfg: JudgeConfig, question: str, response_a: str, response_b:
 
 
 # ------------------------------------------------------------------------------ judges -------
-
-def model_complete_fn(cfg: JudgeConfig) -> CompleteFn:
-    """Greedy completion with a local model the engine can load (``engine.models``)."""
-    from engine import generation, models  # heavy imports only when a real model judges
-
-    lm = models.load_model(cfg.judge_model)
-
-    def complete(messages_list: list[list[dict]]) -> list[str]:
-        return generation.complete(lm, messages_list, max_new_tokens=cfg.max_new_tokens, temperature=0.0, seed=cfg.seed)
-
-    return complete
-
 
 def command_complete_fn(command: str, timeout_s: float = 600.0) -> CompleteFn:
     """Optional hook for an external judge: run ``command`` (no shell) once per batch, writing one
@@ -288,118 +245,173 @@ def command_complete_fn(command: str, timeout_s: float = 600.0) -> CompleteFn:
 
 # --------------------------------------------------------------------------------- run -------
 
-@dataclass
-class _Counts:
-    judged: int = 0
-    verdicts: dict = field(default_factory=lambda: {"A": 0, "B": 0, "tie": 0, None: 0})
+@dataclass(frozen=True)
+class JudgePlan:
+    """What a judge run will do: every task, those still to send (after resume and --max-requests)."""
+
+    run: str
+    judge: str
+    cfg: JudgeConfig
+    models: list[str]
+    tasks: list[JudgeTask]
+    pending: list[JudgeTask]
+    n_missing_generation: int
+    n_capped: int                 # pending tasks left for a later run by --max-requests
+
+    @property
+    def n_stored(self) -> int:
+        return len(self.tasks) - len(self.pending) - self.n_capped
+
+
+def plan_judging(db, run: str, judge: str, cfg: JudgeConfig, *, replace: bool = False,
+                 max_requests: int | None = None) -> JudgePlan:
+    """Phases 1-2: plan every (unit, mode, pair, order) with both generations present, then drop
+    what is stored (all is to redo with ``replace``) and cap at ``max_requests``. Reads only."""
+    gens = vstore.generation_keys(db, run)
+    if gens.empty:
+        with store.reader(db) as con:
+            known = store.known_runs(con)
+        raise UserError(f"run {run!r} has no generations; known runs: {', '.join(known) or '(none)'}")
+    models = _run_models(db, run, sorted(set(gens["model"])))
+    if len(models) < 2:
+        raise UserError(f"run {run!r} has generations of one model only ({models[0]}); judging needs two or more")
+    if vstore.prompt_hashes(db, run, judge) - {cfg.prompt_hash} and not replace:
+        raise UserError(f"run {run!r} already has judgments by {judge!r} made with a different judge prompt; "
+                        "pass --replace to redo them, or judge under another --judge-name")
+    if max_requests is not None and int(max_requests) < 0:
+        raise UserError(f"--max-requests must be >= 0, got {max_requests}")
+    tasks, missing = plan_tasks(gens, models, cfg.orders, cfg.seed)
+    done = set() if replace else vstore.stored_keys(db, run, judge)
+    todo = [t for t in tasks if t.key not in done]
+    pending = todo if max_requests is None else todo[:int(max_requests)]
+    return JudgePlan(run, judge, cfg, models, tasks, pending, missing, len(todo) - len(pending))
+
+
+def message_stream(db, plan: JudgePlan, chunk: int = 256,
+                   db_lock: threading.Lock | None = None) -> Iterator[tuple[JudgeTask, list[dict]]]:
+    """Phase 3: (task, chat messages) for every pending task, texts read a chunk at a time (a long
+    run never sits in memory; an API judge pulls only as fast as it sends). ``db_lock``: held while
+    reading (DuckDB refuses a read connection while this process's writer thread holds one)."""
+    for start in range(0, len(plan.pending), chunk):
+        part = plan.pending[start:start + chunk]
+        keys = {(m, t.prompt_id, t.repeat, t.mode) for t in part for m in (t.model_a, t.model_b)}
+        with db_lock or contextlib.nullcontext():
+            texts, questions = vstore.texts_for(db, plan.run, keys, sorted({t.prompt_id for t in part}))
+        for t in part:
+            yield t, build_messages(plan.cfg, questions.get(t.prompt_id, ""), texts[(t.model_a, t.prompt_id, t.repeat, t.mode)],
+                                    texts[(t.model_b, t.prompt_id, t.repeat, t.mode)], t.presented)
+
+
+class _Writer:
+    """Phase 5: parse each reply and store verdicts in small transactions as they arrive. A batch
+    judge flushes after each batch; an API judge's flushes run in a worker thread every 0.25 s
+    (Ctrl-C stores what arrived): a SIGKILL loses the requests in flight and at most the last
+    0.25 s of replies. Thread-safe: ``add`` from the event loop, ``flush`` from the worker."""
+
+    def __init__(self, db, plan: JudgePlan, progress: Progress, api: ApiJudge | None):
+        self.db, self.plan, self.progress, self.api = db, plan, progress, api
+        self.buf: list[VerdictRow] = []
+        self.verdicts: dict[str | None, int] = {"A": 0, "B": 0, "tie": 0, None: 0}
+        self.judged = self.errors = 0
+        self._buf_lock, self.db_lock = threading.Lock(), threading.Lock()
+
+    def add(self, t: JudgeTask, r: Reply) -> None:
+        p = self.plan
+        parsed = parse_verdict(r.text, p.cfg.judge_format) if r.error is None else None
+        row = VerdictRow(p.run, p.judge, t.prompt_id, t.repeat, t.mode, t.model_a, t.model_b, t.presented,
+                         p.cfg.prompt_hash, r.text, parsed, winner_from_verdict(parsed, t.presented),
+                         r.model, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, r.error)
+        with self._buf_lock:
+            self.verdicts[parsed] += 1
+            self.errors += r.error is not None
+            self.buf.append(row)
+
+    def flush(self) -> None:
+        with self.db_lock:  # one connection at a time (the ticker's last flush may overlap the final one)
+            with self._buf_lock:
+                rows, self.buf = self.buf, []
+            if not rows:
+                return
+            vstore.insert_verdicts(self.db, rows)
+            if self.api is not None:
+                self.progress.stats = self.api.stats.as_dict()
+            self.judged += len(rows)
+            self.progress.update(len(rows), tokens=sum((v.completion_tokens or 0) for v in rows))
+
+
+def _judge_batches(complete_fn: CompleteFn, items: Iterator[tuple[JudgeTask, list[dict]]], batch_size: int,
+                   writer: _Writer) -> None:
+    """Phase 4 for a batch judge: one call per ``batch_size`` prompts, each batch stored in one transaction."""
+    while batch := list(islice(items, batch_size)):
+        raws = list(complete_fn([m for _, m in batch]))
+        if len(raws) != len(batch):
+            raise UserError(f"the judge returned {len(raws)} outputs for {len(batch)} prompts")
+        for (t, _), raw in zip(batch, raws):
+            writer.add(t, Reply(raw))
+        writer.flush()
 
 
 def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | None = None,
-              complete_fn: CompleteFn | None = None, *, progress_file=None, replace: bool = False,
-              show_bar: bool = True) -> dict:
+              complete_fn: CompleteFn | None = None, *, api: ApiJudge | None = None, progress_file=None,
+              replace: bool = False, show_bar: bool = True, max_requests: int | None = None) -> dict:
     """Judge every pair of models on every unit and mode of ``run``; resumable.
 
     Args:
         db: database path. run: the run id.
         judge_model: the judge's name (stored in ``judgments.judge``); defaults to cfg.judge_model.
         cfg: :class:`JudgeConfig` (default: the paper's prompt, both orders).
-        complete_fn: ``messages_list -> list[str]``; default loads ``judge_model`` locally.
+        complete_fn: a batch judge ``messages_list -> list[str]`` (a local model, a command), or
+        api: an :class:`ApiJudge` (concurrent requests; call its ``preflight()`` first).
         replace: delete this run's earlier judgments by this judge first (e.g. after editing the
             prompt); without it, judgments already stored are skipped (resume), and stored rows
             made with a different prompt are a UserError.
+        max_requests: judge at most this many of the missing tasks now (the rest on a later run).
 
     Returns:
         Summary dict: tasks planned, judged now, skipped (already stored), pairs without both
-        generations, verdict counts and the number of unparseable outputs over all stored rows.
+        generations, verdict counts, failed requests, token and attempt totals.
     """
     if cfg is None:
         if judge_model is None:
             raise UserError("give a judge model")
         cfg = JudgeConfig(judge_model=judge_model)
     judge = judge_model or cfg.judge_model
-    # 1. plan: every (unit, mode, pair, order) with both generations present
-    with store.reader(db) as con:
-        gens = con.execute("SELECT model, prompt_id, repeat, mode FROM generations WHERE run_id = ?", [run]).df()
-        if gens.empty:
-            raise UserError(f"run {run!r} has no generations; known runs: {', '.join(store.known_runs(con)) or '(none)'}")
-        models = _run_models(con, run, sorted(set(gens["model"])))
-        old_hashes = {r[0] for r in con.execute(
-            "SELECT DISTINCT judge_prompt_hash FROM judgments WHERE run_id = ? AND judge = ?", [run, judge]).fetchall()}
-    if len(models) < 2:
-        raise UserError(f"run {run!r} has generations of one model only ({models[0]}); judging needs two or more")
-    if old_hashes - {cfg.prompt_hash} and not replace:
-        raise UserError(f"run {run!r} already has judgments by {judge!r} made with a different judge prompt; "
-                        "pass --replace to redo them, or judge under another --judge-name")
-    tasks, missing = plan_tasks(gens, models, cfg.orders, cfg.seed)
+    plan = plan_judging(db, run, judge, cfg, replace=replace, max_requests=max_requests)
+    if plan.pending and complete_fn is None and api is None:
+        raise UserError("no judge to call: pass a completion function or an API judge")
     if replace:
-        with store.transaction(db) as con:
-            con.execute("DELETE FROM judgments WHERE run_id = ? AND judge = ?", [run, judge])
-    # 2. resume: skip what is stored
-    with store.reader(db) as con:
-        done = {tuple(r) for r in con.execute(
-            "SELECT prompt_id, repeat, mode, model_a, model_b, presented FROM judgments WHERE run_id = ? AND judge = ?",
-            [run, judge]).fetchall()}
-    pending = [t for t in tasks if t.key not in done]
-    progress = Progress(len(tasks), kind="judge", job=f"{run}:{judge}", path=progress_file,
-                        done=len(tasks) - len(pending), show_bar=show_bar)
-    if complete_fn is None and pending:
-        complete_fn = model_complete_fn(cfg)
-    counts = _Counts()
-    with progress.track("interrupted; completed batches are stored"):
-        for start in range(0, len(pending), cfg.batch_size):
-            batch = pending[start:start + cfg.batch_size]
-            # 3. build the prompts of this batch (texts read per batch: a long run never sits in memory)
-            texts, questions = _batch_texts(db, run, batch)
-            messages = [build_messages(cfg, questions.get(t.prompt_id, ""),
-                                       texts[(t.model_a, t.prompt_id, t.repeat, t.mode)],
-                                       texts[(t.model_b, t.prompt_id, t.repeat, t.mode)], t.presented) for t in batch]
-            # 4. call the judge
-            raws = list(complete_fn(messages))
-            if len(raws) != len(batch):
-                raise UserError(f"the judge returned {len(raws)} outputs for {len(batch)} prompts")
-            # 5. parse and store the batch in one transaction
-            rows = []
-            for t, raw in zip(batch, raws):
-                parsed = parse_verdict(raw)
-                counts.verdicts[parsed] += 1
-                rows.append([run, judge, t.prompt_id, t.repeat, t.mode, t.model_a, t.model_b, t.presented,
-                             cfg.prompt_hash, raw, parsed, winner_from_verdict(parsed, t.presented)])
-            with store.transaction(db) as con:
-                con.executemany("INSERT OR REPLACE INTO judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            counts.judged += len(batch)
-            progress.update(len(batch))
-    with store.reader(db) as con:
-        stored = con.execute("""SELECT mode, coalesce(parsed, 'unparseable') AS v, count(*) FROM judgments
-                                WHERE run_id = ? AND judge = ? GROUP BY 1, 2""", [run, judge]).fetchall()
-    empty = {k: 0 for k in ("A", "B", "tie", "unparseable")}
-    totals, by_mode = dict(empty), {}
-    for mode, v, n in stored:
-        totals[v] += int(n)
-        by_mode.setdefault(mode, dict(empty))[v] += int(n)
-    return {
-        "run": run, "judge": judge, "orders": cfg.orders, "prompt_hash": cfg.prompt_hash, "models": models,
-        "n_tasks": len(tasks), "n_judged_now": counts.judged, "n_skipped_existing": len(tasks) - len(pending),
-        "n_pairs_missing_generation": missing,
-        "n_unparseable_now": counts.verdicts[None],
-        "stored_verdicts": totals, "stored_verdicts_by_mode": by_mode, "n_unparseable": totals["unparseable"],
+        vstore.delete_verdicts(db, run, judge)
+    progress = Progress(len(plan.tasks), kind="judge", job=f"{run}:{judge}", path=progress_file,
+                        done=plan.n_stored, show_bar=show_bar)
+    writer = _Writer(db, plan, progress, api)
+    items = message_stream(db, plan, db_lock=writer.db_lock)
+    with progress.track("interrupted; the verdicts received are stored"):
+        try:
+            if api is not None:
+                api.run(items, writer.add, writer.flush)
+            elif complete_fn is not None:
+                _judge_batches(complete_fn, items, cfg.batch_size, writer)
+        finally:
+            writer.flush()
+    return _summary(db, plan, writer)
+
+
+def _summary(db, plan: JudgePlan, writer: _Writer) -> dict:
+    tot = vstore.verdict_totals(db, plan.run, plan.judge)
+    out = {
+        "run": plan.run, "judge": plan.judge, "orders": plan.cfg.orders, "judge_format": plan.cfg.judge_format,
+        "prompt_hash": plan.cfg.prompt_hash, "models": plan.models, "n_tasks": len(plan.tasks),
+        "n_judged_now": writer.judged, "n_skipped_existing": plan.n_stored, "n_capped": plan.n_capped,
+        "n_pairs_missing_generation": plan.n_missing_generation, "n_unparseable_now": writer.verdicts[None],
+        "n_failed_now": writer.errors,
+        "stored_verdicts": tot.counts, "stored_verdicts_by_mode": tot.by_mode, "n_unparseable": tot.counts["unparseable"],
+        "stored_usage": {"prompt_tokens": tot.prompt_tokens, "completion_tokens": tot.completion_tokens,
+                         "attempts": tot.attempts, "n_failed_requests": tot.n_errors,
+                         "mean_latency_s": tot.mean_latency_s},
     }
-
-
-def _batch_texts(db, run: str, batch: list[JudgeTask]) -> tuple[dict, dict]:
-    keys = {(m, t.prompt_id, t.repeat, t.mode) for t in batch for m in (t.model_a, t.model_b)}
-    pids = sorted({t.prompt_id for t in batch})
-    with store.reader(db) as con:
-        con.execute("CREATE TEMP TABLE _want (model VARCHAR, prompt_id VARCHAR, repeat INTEGER, mode VARCHAR)")
-        con.executemany("INSERT INTO _want VALUES (?, ?, ?, ?)", [list(k) for k in keys])
-        rows = con.execute("""SELECT g.model, g.prompt_id, g.repeat, g.mode, g.text FROM generations g
-                              JOIN _want w USING (model, prompt_id, repeat, mode) WHERE g.run_id = ?""", [run]).fetchall()
-        q = con.execute(f"""SELECT p.prompt_id, coalesce(p.user_prompt, p.question) FROM prompts p
-                            JOIN runs r ON r.dataset_id = p.dataset_id
-                            WHERE r.run_id = ? AND p.prompt_id IN ({', '.join('?' * len(pids))})""",
-                        [run, *pids]).fetchall()  # placeholders only; values are parameters
-    texts = {(m, p, int(r), mo): t for m, p, r, mo, t in rows}
-    return texts, {p: q for p, q in q}
-
+    if writer.api is not None:
+        out["requests_now"] = writer.api.stats.as_dict()
+    return out
 
 # ------------------------------------------------------------------------ comparisons --------
 
@@ -423,10 +435,7 @@ def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
         raise UserError(f"unknown combine {combine!r}; allowed: {', '.join(COMBINE)}")
     if mode is not None and mode not in store.MODES:
         raise UserError(f"unknown mode {mode!r}; allowed: {', '.join(store.MODES)}")
-    sql = """SELECT prompt_id, repeat, mode, model_a, model_b, presented, winner FROM judgments
-             WHERE run_id = ? AND judge = ?""" + (" AND mode = ?" if mode else "") + \
-          " ORDER BY mode, prompt_id, repeat, model_a, model_b, presented"
-    df = store.query_df(db, sql, [run, judge] + ([mode] if mode else []))
+    df = vstore.verdict_winners(db, run, judge, mode)
     df = df.astype({"winner": object}).where(df.notna(), None)
     if combine == "separate" or df.empty:
         return _with_label_columns(df.reset_index(drop=True))

@@ -1,0 +1,87 @@
+"""The dashboard's judge job form (AppTest): local and API judges, the key never on the page or in
+the job; the live request counters of an API judge's job row."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def _form():
+    from dashboard import jobs_panel
+    jobs_panel.judge_form("r1", ["m1", "m2"])
+
+
+def _row():
+    from dashboard import jobs, jobs_panel
+    stats = {"requests": 130, "requests_per_s": 42.5, "retries": 7, "failed": 1, "prompt_tokens": 12345,
+             "completion_tokens": 678}
+    jobs_panel._job_row(jobs.JobStatus("j1", "judge", "running", ("judge", "--run", "r1"), 1, 0.0, done=10,
+                                       total=20, extra={"stats": stats}), allow_control=False)
+
+
+def _page_text(at: AppTest) -> str:
+    parts = [e.value for kind in ("markdown", "caption", "error", "text", "code") for e in getattr(at, kind)]
+    parts += [str(w.value) for w in at.text_input] + [w.label for w in at.text_input]
+    return " ".join(str(p) for p in parts)
+
+
+@pytest.fixture
+def started(monkeypatch, tmp_path):
+    from dashboard import jobs
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "x.duckdb"))
+    monkeypatch.setenv("MY_JUDGE_KEY", SECRET)
+    calls = []
+    monkeypatch.setattr(jobs, "start_job", lambda args, **kw: calls.append((args, kw)) or "job-1")
+    return calls
+
+
+def test_api_judge_form_starts_the_job_with_the_key_variable_name_only(started, tmp_path):
+    from engine.cli import build_parser
+    at = AppTest.from_function(_form, default_timeout=60).run()
+    assert not at.exception
+    at.radio(key="judge_kind").set_value("openai").run()
+    at.text_input(key="judge_base_url").set_value("http://127.0.0.1:8000/v1")
+    at.text_input(key="judge_api_model").set_value("judge-1")
+    at.text_input(key="judge_key_env").set_value("MY_JUDGE_KEY").run()
+    assert "$MY_JUDGE_KEY is set" in _page_text(at)
+    at.number_input(key="judge_concurrency").set_value(16)
+    at.selectbox(key="judge_format").set_value("arena-hard")
+    at.button(key="act_judge_btn").click().run()
+    assert not at.exception and len(started) == 1
+    args, kw = started[0]
+    assert args == ["judge", "--db", str(tmp_path / "x.duckdb"), "--run", "r1", "--judge", "openai:judge-1",
+                    "--base-url", "http://127.0.0.1:8000/v1", "--api-key-env", "MY_JUDGE_KEY", "--concurrency", "16",
+                    "--judge-format", "arena-hard"]
+    assert kw["kind"] == "judge" and SECRET not in repr(kw) and SECRET not in _page_text(at)
+    ns = build_parser().parse_args(args)  # the job's command line parses with the CLI's parser
+    assert (ns.judge, ns.concurrency, ns.api_key_env) == ("openai:judge-1", 16, "MY_JUDGE_KEY")
+
+
+def test_judge_form_refuses_a_pasted_key_and_a_missing_model(started):
+    at = AppTest.from_function(_form, default_timeout=60).run()
+    at.radio(key="judge_kind").set_value("openai").run()
+    at.button(key="act_judge_btn").click().run()
+    assert "Name the judge model" in _page_text(at) and not started
+    at.text_input(key="judge_api_model").set_value("judge-1")
+    at.text_input(key="judge_key_env").set_value("sk-pasted-key-value").run()
+    at.button(key="act_judge_btn").click().run()
+    assert "must be a variable name" in _page_text(at) and not started
+
+
+@pytest.mark.parametrize("kind,spec", [("local", "m2"), ("vllm", "vllm:m2")])
+def test_local_judge_kinds(started, kind, spec):
+    at = AppTest.from_function(_form, default_timeout=60).run()
+    at.radio(key="judge_kind").set_value(kind).run()
+    at.selectbox(key="act_judge").set_value("m2")
+    at.button(key="act_judge_btn").click().run()
+    args = started[0][0]
+    assert args[args.index("--judge") + 1] == spec and "--api-key-env" not in args
+
+
+def test_job_row_shows_live_request_counters():
+    at = AppTest.from_function(_row, default_timeout=60).run()
+    assert not at.exception
+    assert "requests 130 (42.5/s) · retries 7 · failed 1 · tokens 12,345 in / 678 out" in _page_text(at)
