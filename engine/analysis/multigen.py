@@ -22,6 +22,7 @@ import pandas as pd
 from engine.config import MODES, NO_ANSWER
 from engine.errors import UserError
 from engine.stats import multigen as mg
+from engine.store import clusters as cluster_store
 from engine.store import scores as score_store
 
 MC_RULES = ("paper", "lenient")  # the rules whose "no answer" is the letter NO_ANSWER
@@ -166,7 +167,7 @@ def default_rule(db: str | os.PathLike, run: str) -> str:
 
 def cluster_methods(db: str | os.PathLike, run: str) -> list[str]:
     """Clustering methods stored for a run ('answer' is always possible from the scores)."""
-    return sorted({"answer", *score_store.cluster_methods(db, run)})
+    return sorted({"answer", *cluster_store.cluster_methods(db, run)})
 
 
 def prompts_generations(db: str | os.PathLike, run: str, model: str, mode: str, prompt_ids: list[str],

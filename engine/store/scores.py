@@ -136,12 +136,6 @@ def model_scores(db: str | os.PathLike, run: str, model: str, mode: str, rule: s
     return df
 
 
-def cluster_methods(db: str | os.PathLike, run: str) -> list[str]:
-    """Clustering methods stored for ``run``."""
-    df = query_df(db, "SELECT DISTINCT method FROM clusters WHERE run_id = ? ORDER BY method", [run])
-    return [str(m) for m in df["method"]]
-
-
 def scored_generations(db: str | os.PathLike, run: str, model: str, mode: str, prompt_ids: list[str],
                        rule: str, limit: int = 2000) -> pd.DataFrame:
     """Generations of ``prompt_ids`` (one model and mode) with gold answer, extraction and score:
