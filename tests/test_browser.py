@@ -339,7 +339,7 @@ def test_demo_from_click_to_summary_without_reload(empty_server, page, artifacts
     # finished: the first-run box is gone, the demo stays reachable (issue 21 item 7) in an expander
     assert page.get_by_text("First run: the demo", exact=True).count() == 0
     assert page.get_by_text("The demo: SmolLM2 vs its int8 variant", exact=False).count() >= 1
-    assert "demo-smollm2" in page.get_by_text("Headline findings", exact=False).first.inner_text()
+    assert "demo-smollm2" in page.get_by_text("Headline findings: run", exact=False).first.inner_text()
     assert page.get_by_text("Benchmark comparison", exact=False).count() >= 1  # links to the pages
 
 
