@@ -4,6 +4,7 @@ independent (covariance, variance, sample saving with its interval) and the samp
 import streamlit as st
 
 from dashboard import loaders as L
+from dashboard import paired_view
 from dashboard import widgets as ui
 from engine import figures
 from engine.config import DEFAULT_PLAN_MDE, MODES
@@ -43,6 +44,9 @@ se = c7b.number_input("Planner SE (0 = auto)", min_value=0.0, max_value=1.0, val
                       format="%.4f", key="bm_se",
                       help="Standard error of the difference the SE plans aim for; 0: the target error / √(2/π)")
 resamples = c8.select_slider("Resamples per size", [100, 200, 500, 1000], value=1000, key="bm_resamples")
+if "coupled" not in ch["modes"].get(run, ["coupled"]):  # imported / independent-only runs: no coupling to show
+    paired_view.render(run, model_a, model_b, rule, float(mde))
+    st.stop()
 
 with st.spinner("Computing the comparison…"):
     res = ui.safe(L.benchmark, model_a, model_b, subject=None if subject == "(all)" else subject,
@@ -66,23 +70,20 @@ st.caption(f"Paired difference {model_a} − {model_b}, coupled: {pc['diff']:+.3
            f"95% CI [{pc['ci_low']:+.3f}, {pc['ci_high']:+.3f}] (t over {pc['n_questions']} questions), p = {pc['p_value']:.2g}")
 
 s1, s2 = st.columns([1, 3])
-if sci is not None and sci["saving"] is not None:
-    s1.metric("Sample saving", f"{sci['saving']:.1%}",
-              help="Predicted from the per-sample variances of the difference; 95% CI: bootstrap over questions")
-    s1.markdown(f"95% CI **[{ui.fmt(sci['ci_low'], '.1%')}, {ui.fmt(sci['ci_high'], '.1%')}]**")
+vs, defs = res["variance_saving"], res["saving_definitions"]
+if vs is not None and vs["saving"] is not None:
+    s1.metric("Sample saving", f"{vs['saving']:.1%}", help=defs["variance_saving"])
+    s1.markdown(f"{vs['level']:.0%} CI **[{ui.fmt(vs['ci_low'], '.1%')}, {ui.fmt(vs['ci_high'], '.1%')}]**")
     s2.markdown(
-        f"**Sample saving at error ε = {sd['error']:.4f}** ({sd['error_source']}), scoring rule **{rule}**: "
-        f"coupled generation needs **{sci['saving']:.1%}** fewer (question, repeat) samples than independent "
-        f"(n ≈ {sci['n_coupled']:.0f} vs {sci['n_independent']:.0f} of {sci['N']}), 95% CI "
-        f"[{ui.fmt(sci['ci_low'], '.1%')}, {ui.fmt(sci['ci_high'], '.1%')}]: percentile bootstrap over questions "
-        f"(both modes resample the same questions). Assumes independent questions and E|error| ∝ SD "
-        f"(n(ε) = S²N/(s²N + S²), s = ε/√(2/π)). The paper's interpolation on the resampling curves "
-        f"gives {ui.fmt(res['saving'], '.1%')} (n {ui.fmt(sd['n_coupled'], '.0f')} vs "
-        f"{ui.fmt(sd['n_independent'], '.0f')}), without an interval.")
+        f"**Sample saving {vs['saving']:.1%}** = {defs['variance_saving']}; CI {vs['method']}. "
+        f"Other figures, scoring rule **{rule}**, at error ε = {sd['error']:.4f} ({sd['error_source']}): "
+        f"*{defs['saving_ci']}*: {ui.fmt(sci['saving'], '.1%')} [{ui.fmt(sci['ci_low'], '.1%')}, "
+        f"{ui.fmt(sci['ci_high'], '.1%')}]; *{defs['saving']}*: {ui.fmt(res['saving'], '.1%')} "
+        f"(n {ui.fmt(sd['n_coupled'], '.0f')} vs {ui.fmt(sd['n_independent'], '.0f')}), without an interval.")
 else:
-    s1.metric("Sample saving", ui.fmt(res["saving"], ".1%"))
+    s1.metric("Sample saving", "–", help=defs["variance_saving"])
     s2.markdown(f"At error ε = {sd['error']:.4f} ({sd['error_source']}), scoring rule **{rule}**. "
-                "No interval: the run has no independent scores to compare with.")
+                "No saving: the run has no independent scores to compare with (or their difference never varies).")
 
 t1, t2, t3, t4 = st.tabs(["Covariance & variance", "Error vs samples", "Paired comparison", "Sample-size planner"])
 kde = res["kde"]

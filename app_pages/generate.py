@@ -27,7 +27,10 @@ with st.form("generate_form", border=True):
     extra = c1.text_input("Other models (space-separated HF folders, .gguf files or hub ids)", key="gen_extra")
     dataset_opts = datasets + ["(file path)"] if datasets else ["(file path)"]
     dataset = c2.selectbox("Dataset", dataset_opts, key="gen_dataset")
-    dataset_path = c2.text_input("Dataset file (CSV/JSONL in MMLU layout, or a prompt list)", key="gen_dataset_path",
+    dataset_path = c2.text_input("Dataset file (CSV/JSONL in MMLU layout, or a prompt list) or hf:REPO[:CONFIG][:SPLIT]",
+                                 key="gen_dataset_path",
+                                 help="e.g. hf:cais/mmlu:college_computer_science:test or hf:/data/gsm8k:main:test "
+                                      "(a hub id from the local cache or the hub, or a folder in the hub layout)",
                                  disabled=dataset != "(file path)")
     limit = c2.number_input("First N prompts (0 = all)", min_value=0, value=0, step=1, key="gen_limit")
     c3, c4, c5, c6 = st.columns(4)

@@ -6,6 +6,7 @@ from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import config, figures
 from engine.analysis.comparisons import ARENA_PAPER_MODELS, default_models
+from engine.analysis.notices import Notice
 from engine.analysis.ranksets import PAPER_ALPHAS, THETA_TEXT
 
 ui.header("Rank-sets", "A rank-set is the set of ranks a model could hold; with probability ≥ 1 − α every model's "
@@ -61,12 +62,12 @@ with tab1:
         r = view["result"]
         counts = " · ".join(f"{m}: n = {c['n']:,} human-labelled, N = {c['N']:,} judge-only"
                             for m, c in view["counts"].items())
-        st.caption(f"method {method} · procedure {r['procedure']} · covariance {r['covariance_detail']} · "
-                   f"{r['clustering']} · {counts}" + (f" · λ = {r['lambda']:.3f}" if r.get("lambda") is not None else ""))
-        for note in r["notes"]:
+        st.caption(f"method {method} · procedure {r.procedure} · covariance {r.covariance_detail} · "
+                   f"{r.clustering} · {counts}" + (f" · λ = {r.lam:.3f}" if r.lam is not None else ""))
+        for note in r.notes:
             st.caption(note)
-        for w in r["warnings"]:
-            if method != "judge" or "JUDGE" not in w:
+        for w in r.warnings:
+            if w.kind is not Notice.JUDGE_ONLY:  # the judge-only warning is shown above
                 st.warning(w)
         if view["compare"] is not None:
             st.markdown("PPR against human-only **on the same human labels** (the judge-only comparisons are what "
@@ -93,8 +94,8 @@ with tab2:
                          seed=int(seed), models=tuple(models), procedure=procedure)
         if dv is not None:
             res = dv["result"]
-            st.caption(f"procedure {res['procedure']} · per draw n = {res['n']:,} human-labelled, "
-                       f"N = {res['N']:,} judge-only")
+            st.caption(f"procedure {res['procedure']} · each draw resamples {res['unit']} · per draw n ≈ "
+                       f"{res['n']:,} human-labelled, N ≈ {res['N']:,} judge-only")
             shown = [m for m in ("baseline", "human", "judge", "ppr") if m in res["position_prob"]]
             which = st.radio("Method shown", shown, index=shown.index(method) if method in shown else 0,
                              horizontal=True, key="rs_draw_method")

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from dashboard import harness_upload_ui as harness_ui
 from dashboard import jobs_panel, uploads
 from dashboard import loaders as L
 from dashboard import widgets as ui
@@ -40,6 +41,9 @@ if main is not None:
             job = uploads.start_import(fmt, main.name, main_bytes, judge.name if judge else None, judge_bytes, name, replace)
             if job:
                 st.success(f"Import started as job `{job}`; the set appears below when it is done.")
+
+st.subheader("Harness results (lm-evaluation-harness, Inspect AI)")
+harness_ui.section()
 
 st.subheader("Import and delete jobs")
 jobs_panel.job_panel(kind=None, limit=4)

@@ -49,8 +49,10 @@ if res is None:
 
 groups = res["groups"]
 first = res["results"][groups[0]]
+parse_note = "".join(f" · {m}: {v['unparseable']} of {v['total']} verdicts unparseable"
+                     for m, v in (res.get("verdicts") or {}).items())
 st.caption(f"{res['source_note']} · {first['n']:,} comparisons · overall tie rate "
-           f"{ui.fmt(first['tie_rate'], '.1%')}")
+           f"{ui.fmt(first['tie_rate'], '.1%')}{parse_note}")
 st.info(f"**{first['clustering']}** · {first['ci_method']} · {first['rank_method']}")
 for g in groups:
     for w in res["results"][g]["warnings"]:
@@ -74,7 +76,7 @@ with t2:
                  f"tie_matrix_{g}", key=f"wr_tie_{g}", ctx=ctx)
 with t3:
     pairs = res["pairs"]
-    title = (f"Per-pair win-rate, {groups[0]} vs {groups[1]} (95% CI; stars: Holm-adjusted paired test)"
+    title = (f"Per-pair win-rate, {groups[0]} vs {groups[1]} (95% CI; stars: max-T adjusted paired test, Holm also listed)"
              if len(groups) > 1 else f"Per-pair win-rate ({groups[0]}, 95% CI)")
     ui.chart(figures.pair_bars_figure(pairs, groups, title=title), "pair_winrates", key="wr_pairs", ctx=ctx)
     if first.get("compare_test"):

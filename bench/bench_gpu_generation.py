@@ -7,10 +7,10 @@ and the paper's MMLU workload extrapolated to wall time on one GPU.
 
 Backends (each (model, backend) runs in its own child process, so GPU memory and failures stay apart):
 
-* ``hf``          engine.generation.iter_generate (our transformers loop, keyed noise = the torch
+* ``hf``          engine.generation.iter_generate (our transformers loop, keyed noise forced to the torch
                   reference engine.sampling.noise.gumbel), LoadedModel from engine.models.from_objects
-* ``hf-triton``   the same loop with the Triton kernel (engine.sampling.triton_noise.gumbel_triton, the
-                  loop's default on CUDA via gumbel_fused) for the run: the kernel's end-to-end effect
+* ``hf-triton``   the same loop as it runs on CUDA by default (engine.sampling.keyed.draw: the fused
+                  Gumbel-argmax kernel, no (B, V) noise tensor): the kernel's end-to-end effect
 * ``vllm``        the coupled vLLM backend (engine.generation.vllm_backend.VllmBackend, imported lazily; skipped
                   with a message when it or vLLM is missing), weights random (load_format="dummy")
 * ``vllm-plain``  plain vLLM sampling without our logits processor: the overhead of coupling
@@ -97,15 +97,14 @@ def _child(args) -> dict:
            "gpu": torch.cuda.get_device_name(dev) if cuda else None, "torch": torch.__version__}
 
     if args.backend in ("hf", "hf-triton"):
-        from engine.generation import hf_batch
+        from engine.sampling import keyed
         if args.backend == "hf-triton":
             from engine.sampling import triton_noise as nt
             if not (cuda and nt.triton_importable()):
                 return {**out, "skipped": "hf-triton needs CUDA and triton"}
-            hf_batch.gumbel_fused = nt.gumbel_triton  # the loop's noise call (seed, keys, step, token_keys)
-        else:  # the loop's default (gumbel_fused) is Triton on CUDA: force the torch reference
-            hf_batch.gumbel_fused = lambda seed, unit_keys, step, token_keys: noise.gumbel(seed, unit_keys, step,
-                                                                                            token_keys)
+            # the loop's default on CUDA: engine.sampling.keyed.draw's fused Gumbel-argmax
+        else:  # force the torch reference noise (the pre-kernel path) for the run
+            keyed._fused_available = lambda device: False  # type: ignore[assignment]
         dtype = torch.bfloat16 if cuda else torch.float32
         model = random_model(shape, dev, dtype, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                              pad_token_id=tok.pad_token_id)
@@ -163,7 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="llama-3.2-1b,llama-3.2-3b,llama-3.1-8b")
     ap.add_argument("--backends", default="hf,hf-triton,vllm,vllm-plain",
                     help=f"comma list of {', '.join(BACKENDS)}; missing ones are skipped with a message")
-    ap.add_argument("--tiny", action="store_true",
+    ap.add_argument("--tiny", "--smoke", dest="tiny", action="store_true",
                     help="CPU smoke test: the tiny shape, few units, small batch (overrides sizes)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--batch", type=int, default=256)
@@ -205,7 +204,7 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"unknown backend/model {bad}; backends: {', '.join(BACKENDS)}; models: {', '.join(SHAPES)}")
     rows = []
-    passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if a not in ("--tiny",)]
+    passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if a not in ("--tiny", "--smoke")]
     for m in models:
         for b in backends:
             cmd = [sys.executable, __file__, *passthrough, "--model", m, "--backend", b,

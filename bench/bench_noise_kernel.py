@@ -104,12 +104,15 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 50 CUDA, 7 CPU)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: checks the script runs (seconds)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.batch, args.vocab, args.reps, args.warmup, args.measure_model = args.batch or 4, args.vocab or 1000, 1, 0, None
 
     import torch
     from llama_shapes import SHAPES, roofline_step_s
 
-    from engine.sampling import noise
+    from engine.sampling import keyed, noise
     from engine.sampling import triton_noise as nt
     from engine.sampling.gumbel import masked_logprobs, sample
 
@@ -136,10 +139,16 @@ def main(argv=None) -> int:
         return p_tok
 
     g_ref = noise.gumbel(0, uk, steps, keys)
+    seeds_t = noise.seed_tensor([0] * B, device=dev)  # (B,) the same seed as the int 0 above
+    assert torch.equal(keyed.draw(logits, seeds_t, uk, steps, keys, T).tokens, sample(logits, g_ref, T).tokens)
     variants = {
         "noise torch (reference)": lambda: noise.gumbel(0, uk, steps, keys),
         "sample torch (masked log-softmax, argmax, chosen prob)": lambda: extras(sample(logits, g_ref, T), g_ref),
         "step torch = noise torch + sample torch": lambda: extras(sample(logits, g := noise.gumbel(0, uk, steps, keys), T), g),
+        # what both backends call (engine.sampling.keyed.draw): fused kernel on CUDA, reference elsewhere,
+        # rows in chunks within keyed.TEMP_BUDGET_BYTES
+        "step draw = engine.sampling.keyed.draw (both backends)": lambda: keyed.draw(
+            logits, seeds_t, uk, steps, keys, T, trace_k=k),
     }
     if use_triton:
         buf = torch.empty(B, V, dtype=torch.float32, device=dev)

@@ -15,6 +15,19 @@ per differing unit, the first differing step (the near-tie evidence is computed 
 tests/vllm/test_vllm_equivalence.py; here only counts). With two models or more it also reports
 each backend's coupled and independent agreement rates between the first two models.
 ``--skip-hf`` times vLLM alone (large models on GPU, where the transformers loop is the slow side).
+
+``--overhead`` (issue 18 item 7): coupled vs plain vLLM on the first model (a local folder, e.g. a
+random Llama from bench/make_random_llama.py), like with like: the same process mode (engine core
+in this process), dtype, ``max_num_seqs = --batch``, prompts (the same token ids) and new tokens;
+reports tokens/s of each, the coupled processor's time per step (CUDA events on a GPU) and its
+share of the generation, and peak GPU memory.
+
+    .venv-vllm/bin/python bench/make_random_llama.py /tmp/llama-oh --hidden 512 --intermediate 1024 \
+        --layers 4 --heads 8 --kv-heads 4      # head size 64: vLLM's CPU attention supports it
+    .venv-vllm/bin/python bench/bench_vllm.py --overhead --models /tmp/llama-oh --batch 64 --max-new-tokens 8 --eager
+
+``--smoke``: the overhead mode on a throw-away 1-layer random Llama, 4 rows, 3 tokens (seconds of
+generation after the engine build); prints "skipped" where vLLM is not installed.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
@@ -49,7 +63,18 @@ def main(argv=None) -> None:
     ap.add_argument("--tensor-parallel", type=int, default=1, help="vLLM tensor_parallel_size")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--out", default=None, help="write the JSON report here")
+    ap.add_argument("--overhead", action="store_true", help="coupled vs plain vLLM (see the module docstring)")
+    ap.add_argument("--batch", type=int, default=64, help="--overhead: rows (max_num_seqs and prompts)")
+    ap.add_argument("--smoke", action="store_true", help="tiny --overhead run; skipped without vLLM")
     a = ap.parse_args(argv)
+    if a.smoke:
+        return smoke(a)
+    if a.overhead:
+        report = overhead(a)
+        print(json.dumps(report, indent=1))
+        if a.out:
+            Path(a.out).write_text(json.dumps(report, indent=1))
+        return
 
     import numpy as np
 
@@ -116,6 +141,114 @@ def main(argv=None) -> None:
     print(json.dumps({k: v for k, v in report.items() if k != "models"}, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1))
+
+
+def _apply_timer(cuda: bool):
+    """Wrap the processor's apply with a timer: CUDA events on a GPU (no host sync in the step),
+    perf_counter on CPU. Returns (per-call seconds getter, restore)."""
+    import torch
+
+    from engine.generation import vllm_processor as VP
+
+    orig, marks = VP.KeyedGumbelProcessor.apply, []
+
+    def timed(self, logits, ctx=None):
+        if cuda:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            out = orig(self, logits, ctx)
+            e.record()
+            marks.append((s, e))
+        else:
+            t = time.perf_counter()
+            out = orig(self, logits, ctx)
+            marks.append(time.perf_counter() - t)
+        return out
+
+    def seconds() -> list[float]:
+        if cuda:
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) / 1e3 for s, e in marks]
+        return list(marks)
+
+    def restore() -> None:
+        VP.KeyedGumbelProcessor.apply = orig
+
+    VP.KeyedGumbelProcessor.apply = timed
+    return seconds, marks.clear, restore
+
+
+def overhead(a) -> dict:
+    """Coupled vs plain vLLM, like with like (see the module docstring)."""
+    import torch
+    import vllm
+    from vllm import SamplingParams
+
+    from engine.generation import GenConfig
+    from engine.generation.vllm_backend import VllmBackend, _scoped_env
+
+    folder, B, N = a.models[0], a.batch, a.max_new_tokens
+    cuda = torch.cuda.is_available()
+    prompts = {f"p{i}": f"Question {i}: what is {i} plus {2 * i}? Answer briefly." for i in range(B)}
+    units = [(p, 0) for p in prompts]
+    cfg = GenConfig(temperature=a.temperature, max_new_tokens=N, batch_size=B, trace_top_k=0)
+    kw = {"max_num_seqs": B, **({"enforce_eager": True} if a.eager else {})}
+    seconds, clear, restore = _apply_timer(cuda)
+    try:
+        be = VllmBackend(folder, dtype=a.dtype, kv_cache_gib=a.kv_cache_gib, engine_kwargs=kw)
+        dtype, ids = be.dtype, be._prompt_ids(prompts, [(p, 0, 0) for p in prompts], cfg, None)
+        list(be.generate(prompts, units[:2], a.seed, GenConfig(max_new_tokens=2)))  # warm-up
+        clear()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        t = time.perf_counter()
+        tokens = sum(len(r.token_ids) for ch in be.generate(prompts, units, a.seed, cfg) for r in ch)
+        coupled_s = time.perf_counter() - t
+        proc = seconds()
+        peak_coupled = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+        be.close()
+        del be
+        gc.collect()
+    finally:
+        restore()
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(a.kv_cache_gib)))} if not cuda else {}
+    with _scoped_env(env):
+        llm = vllm.LLM(model=str(folder), dtype=dtype, enable_prefix_caching=True, seed=0, **kw)
+    reqs = [{"prompt_token_ids": ids[p]} for p, _ in units]
+    llm.generate(reqs[:2], SamplingParams(max_tokens=2), use_tqdm=False)  # warm-up
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    res = llm.generate(reqs, SamplingParams(temperature=a.temperature, max_tokens=N), use_tqdm=False)
+    plain_s = time.perf_counter() - t
+    plain_tokens = sum(len(o.outputs[0].token_ids) for o in res)
+    peak_plain = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    return {"machine": f"{platform.node()} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.1f}",
+            "gpu": torch.cuda.get_device_name() if cuda else None, "vllm": vllm.__version__, "dtype": dtype,
+            "batch": B, "max_new_tokens": N, "temperature": a.temperature, "command": " ".join(sys.argv),
+            "coupled": {"tokens": tokens, "seconds": coupled_s, "tok_s": tokens / coupled_s,
+                        "processor_calls": len(proc), "processor_ms_per_step": 1e3 * sum(proc) / max(1, len(proc)),
+                        "processor_share": sum(proc) / coupled_s, "peak_gib": peak_coupled},
+            "plain": {"tokens": plain_tokens, "seconds": plain_s, "tok_s": plain_tokens / plain_s, "peak_gib": peak_plain},
+            "coupled_over_plain": (tokens / coupled_s) / (plain_tokens / plain_s)}
+
+
+def smoke(a) -> None:
+    """A tiny --overhead run (checks the script end to end); skipped where vLLM is not installed."""
+    import tempfile
+
+    from engine.generation.vllm_checks import installed_vllm_version
+
+    if installed_vllm_version() is None:
+        print("skipped: vLLM is not installed here (scripts/install_vllm.sh)")
+        return
+    import make_random_llama
+
+    with tempfile.TemporaryDirectory() as d:
+        make_random_llama.main([d, "--hidden", "128", "--intermediate", "256", "--layers", "1", "--heads", "2",
+                                "--kv-heads", "1"])
+        a.models, a.batch, a.max_new_tokens, a.eager, a.kv_cache_gib = [d], 4, 3, True, 1.0
+        print(json.dumps(overhead(a), indent=1))
 
 
 if __name__ == "__main__":

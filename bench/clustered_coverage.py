@@ -76,17 +76,66 @@ def mode_test_size(reps: int, seed: int) -> dict:
     k = len(d.quality)
     iu = np.triu_indices(k, 1)
     rng = np.random.default_rng(seed)
-    rej, rej_z, rej_holm_any = [], [], []
+    rej, rej_z, rej_holm_any, rej_maxt_any = [], [], [], []
     for _ in range(reps):
         r = S.simulate_judge_design(d, rng)
-        t = CL.mode_diff_paired_test(r["a"], r["b"], r["outcome"], r["mode"], r["prompt"], k)
+        t = CL.mode_diff_paired_test(r["a"], r["b"], r["outcome"], r["mode"], r["prompt"], k, rng=rng,
+                                     n_resamples=500)
         rej.append(t["p_value"][iu] < 0.05)
         rej_holm_any.append(np.any(t["p_holm"][~np.eye(k, dtype=bool)] < 0.05))
+        rej_maxt_any.append(np.any(t["p_maxt"][~np.eye(k, dtype=bool)] < 0.05))
         c = [wr.pairwise_counts(r["a"][r["mode"] == m], r["b"][r["mode"] == m], r["outcome"][r["mode"] == m], k)
              for m in (0, 1)]
         _, pz = wr.two_proportion_ztest(c[0][0], c[0][2], c[1][0], c[1][2])
         rej_z.append(pz[iu] < 0.05)
-    return {"paired": np.asarray(rej, float), "z": np.asarray(rej_z, float), "holm_any": np.asarray(rej_holm_any, float)}
+    return {"paired": np.asarray(rej, float), "z": np.asarray(rej_z, float), "holm_any": np.asarray(rej_holm_any, float),
+            "maxt_any": np.asarray(rej_maxt_any, float)}
+
+
+def multiplicity_power(reps: int, seed: int, n_prompts: int = 60) -> dict:
+    """Coupled vs independent with a real shift (coupling 0.9, gen_sd 1, spread qualities): per-cell
+    rejection rate at 5% of the raw paired test, Holm and Westfall-Young max-T (12 cells)."""
+    d = S.JudgeDesign(n_prompts=n_prompts, n_repeats=3, coupling=0.9, gen_sd=1.0, quality=(0.6, 0.2, 0.0, -0.4))
+    k = len(d.quality)
+    off = ~np.eye(k, dtype=bool)
+    rng = np.random.default_rng(seed)
+    out: dict = {"raw": [], "holm": [], "maxt": []}
+    for _ in range(reps):
+        r = S.simulate_judge_design(d, rng)
+        t = CL.mode_diff_paired_test(r["a"], r["b"], r["outcome"], r["mode"], r["prompt"], k, rng=rng,
+                                     n_resamples=500)
+        for key, col in (("raw", "p_value"), ("holm", "p_holm"), ("maxt", "p_maxt")):
+            out[key].append(np.nan_to_num(t[col][off], nan=1.0) < 0.05)
+    tr = S.judge_design_truth(d, "coupled")["W"] - S.judge_design_truth(d, "independent")["W"]
+    return {key: np.asarray(v, float) for key, v in out.items()} | {"shift": tr[off]}
+
+
+def saving_coverage(reps: int, seed: int, Q: int = 40, eps: float = 0.05) -> dict:
+    """Coverage of the two saving intervals (studentised, and the old percentile bootstrap) at Q questions."""
+    from engine.stats import saving as SV
+    rng = np.random.default_rng(seed)
+    base = dict(n_repeats=5, a=(0.3, 0.0))
+    big = [S.simulate_benchmark(S.BenchmarkDesign(n_questions=400_000, coupled=c, **base), rng) for c in (True, False)]
+    Dc, Di = (A - B for A, B in big)
+    tv = 1 - Dc.mean(1).var() / Di.mean(1).var()
+    N = Q * base["n_repeats"]
+    tp = 1 - SV.samples_for_error_fpc(Dc.var(), N, eps) / SV.samples_for_error_fpc(Di.var(), N, eps)
+    acc: dict = {"headline": [], "predicted": [], "predicted_percentile": []}
+    for _ in range(reps):
+        (Ac, Bc), (Ai, Bi) = (S.simulate_benchmark(S.BenchmarkDesign(n_questions=Q, coupled=c, **base), rng)
+                              for c in (True, False))
+        v = SV.variance_saving(Ac - Bc, Ai - Bi)
+        p = SV.saving_predicted(Ac - Bc, Ai - Bi, eps, rng=rng, n_resamples=1000)
+        acc["headline"].append(v["ci_low"] <= tv <= v["ci_high"])
+        acc["predicted"].append(p["ci_low"] <= tp <= p["ci_high"])
+        # the percentile interval the product used before (same bootstrap, n_valid replicates)
+        idx = rng.integers(0, Q, size=(1000, Q))
+        Dcb, Dib = (Ac - Bc)[idx].reshape(1000, -1), (Ai - Bi)[idx].reshape(1000, -1)
+        nc = SV.samples_for_error_fpc(Dcb.var(axis=1, ddof=1), N, eps)
+        ni = SV.samples_for_error_fpc(Dib.var(axis=1, ddof=1), N, eps)
+        lo, hi = np.quantile(1 - nc / ni, [0.025, 0.975])
+        acc["predicted_percentile"].append(lo <= tp <= hi)
+    return {key: np.asarray(v, float) for key, v in acc.items()} | {"truth_headline": tv, "truth_predicted": tp}
 
 
 def benchmark_size_power(reps: int, seed: int) -> dict:
@@ -115,11 +164,36 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-elo", action="store_true")
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    ap.add_argument("--parts", default="JMBWS", help="J judge intervals, M mode-test size, B benchmark test, "
+                                                     "W Westfall-Young power, S saving intervals")
     args = ap.parse_args(argv)
     if args.smoke:  # a few data sets, few resamples
         args.reps, args.resamples = 4, 30
     t0 = time.time()
     R = args.reps
+    if "W" in args.parts:
+        mp = multiplicity_power(R, args.seed + 4)
+        print(f"## Pairwise coupled-vs-independent tests with a real shift, {R} data sets (60 prompts x 3 repeats, "
+              f"12 cells, |shift| {np.abs(mp['shift']).min():.3f}-{np.abs(mp['shift']).max():.3f})\n")
+        for key in ("raw", "holm", "maxt"):
+            print(f"- {key}: per-cell power {fmt(mp[key].mean(), R)}, P(any rejection) {fmt(mp[key].any(1).mean(), R)}")
+    if "S" in args.parts:
+        sc = saving_coverage(R, args.seed + 5)
+        print(f"\n## Saving intervals at 40 questions x 5 repeats, {R} data sets (95%)\n")
+        for key, v in sc.items():
+            if not key.startswith("truth"):
+                print(f"- {key}: coverage {fmt(v.mean(), R)}")
+    if "J" in args.parts:
+        _judge_part(R, args)
+    if "M" in args.parts:
+        _mode_part(R, args)
+    if "B" in args.parts:
+        _bench_part(R, args)
+    print(f"\n({time.time() - t0:.0f} s)")
+    return 0
+
+
+def _judge_part(R, args):
     cov = judge_coverage(R, args.resamples, args.seed, not args.no_elo)
     print(f"## Clustered judge design, coupled mode: {R} data sets, B = {args.resamples} cluster resamples; "
           f"judge consistency across orders {cov['consistency']:.3f}\n")
@@ -128,17 +202,24 @@ def main(argv=None) -> int:
     names = {"W": "pairwise win-rate, cluster bootstrap", "sandwich": "pairwise win-rate, cluster sandwich (Wald)",
              "wilson": "pairwise win-rate, Wilson (rows independent)", "avg": "average win-rate, cluster bootstrap",
              "row_boot_avg": "average win-rate, row bootstrap", "bt": "BT/Davidson beta_i - beta_4, cluster bootstrap",
-             "elo": "Elo rating, cluster bootstrap (truth: fixed point)"}
+             "elo": "Elo rating (Elo-scale MLE), cluster bootstrap (truth: fixed point)"}
     for key, name in names.items():
         if key in cov:
             m = cov[key]
             print(f"| {name} | {fmt(m.mean(), R)} | {', '.join(f'{x:.3f}' for x in m.mean(axis=0))} |")
+
+
+def _mode_part(R, args):
     mt = mode_test_size(R, args.seed + 1)
     print(f"\n## Coupled vs independent under a true null (coupling = 0), {R} data sets, 6 pairs\n")
     print(f"- paired-by-prompt t test, size at 5%: {fmt(mt['paired'].mean(), R)} (per pair "
           f"{', '.join(f'{x:.3f}' for x in mt['paired'].mean(0))})")
     print(f"- Holm over all 12 cells, P(any rejection) (FWER): {fmt(mt['holm_any'].mean(), R)}")
+    print(f"- Westfall-Young max-T over all 12 cells (500 cluster resamples), FWER: {fmt(mt['maxt_any'].mean(), R)}")
     print(f"- two-proportion z test (modes as independent samples): {fmt(mt['z'].mean(), R)}")
+
+
+def _bench_part(R, args):
     bs = benchmark_size_power(R, args.seed + 2)
     print(f"\n## Paired benchmark t test (100 questions x 5 repeats, clustered), {R} data sets\n")
     print(f"- size at 5% under Delta = 0: {fmt(bs['size'].mean(), R)}; McNemar over (question, repeat) pairs: "
@@ -146,8 +227,6 @@ def main(argv=None) -> int:
     pl = bs["plan"]
     print(f"- planner: Delta = {bs['delta']:.4f}, k = 3 repeats -> n = {pl['questions']} questions for power 0.8 "
           f"(predicted {pl['power']:.3f}); simulated power {fmt(bs['power'].mean(), R)}")
-    print(f"\n({time.time() - t0:.0f} s)")
-    return 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ C. Chatbot Arena (12 models of the paper, balanced draws of N + n = 6,336, n = 9
    Figure 1 metrics (mean size, baseline intersection, baseline coverage) per method and judge,
    both procedures. Skipped cleanly without ../shared/data/arena.
 D. Least-favourable configuration (all 8 models equal): coverage should be close to 1 - alpha.
+E. Few prompts (issue 21 item 14): 5 tied models, 40 / 60 prompts x 4 repeats, prompt-clustered
+   covariance: the normal calibration vs the wild cluster bootstrap-t (the default at <= 2,000 prompts).
 MC SE of a proportion p over R reps: sqrt(p (1 - p) / R); of a mean size: sd / sqrt(R).
 
     .venv/bin/python bench/maxt_ranksets.py --reps 300 --arena-reps 150
@@ -125,6 +127,36 @@ def least_favourable(reps, seed, n_draws):
         print(f"| {a} | {summary(acc[a, 'maxt_gauss'], reps)} | {summary(acc[a, 'chi2_gauss'], reps)} |")
 
 
+def few_prompts(reps, seed, n_draws, prompts=(40, 60)):
+    """E. Issue 21 item 14's least-favourable design: 5 tied models, C prompts x 4 repeats, both orders,
+    prompt-clustered covariance; simultaneous coverage of the normal calibration (Sigma_hat treated as
+    known) and the wild cluster bootstrap-t (Sigma re-estimated per draw), same data and draws."""
+    k = 5
+    tl, tu = R.true_ranksets(np.zeros(k))
+    rng = np.random.default_rng(seed)
+    acc = {}
+    for C in prompts:
+        d = S.JudgeDesign(n_prompts=C, n_repeats=4, quality=(0.0,) * k, modes=("coupled",))
+        for _ in range(reps):
+            r = S.simulate_judge_design(d, rng, shuffle=False)
+            w, w2 = (r["outcome"] == 0).astype(float), (r["outcome"] == 1).astype(float)
+            t, sg = R.onesource_theta_sigma(r["a"], r["b"], w, w2, k, cluster=r["prompt"])
+            nd = R.wild_draws_onesource(r["a"], r["b"], w, w2, k, r["prompt"], rng, n_draws)
+            normals = R.maxt_normals(k, n_draws, rng)
+            for a in ALPHAS:
+                for cal, kw in (("normal", {"normals": normals}), ("wild", {"null_draws": nd})):
+                    m = R.ranksets_maxt(t, sg, a, **kw)
+                    acc.setdefault((C, a, cal), []).append(
+                        (bool(R.rankset_covers(m["lower"], m["upper"], tl, tu)), float(R.rankset_size(m["lower"], m["upper"]))))
+    print(f"\n### E. Few prompts, least favourable (5 tied models, C prompts x 4 repeats, both orders), {reps} reps: "
+          "simultaneous coverage ± MC SE | mean size\n")
+    print("| prompts | alpha | normal: coverage | size | wild bootstrap-t (default): coverage | size |")
+    print("|---|---|---|---|---|---|")
+    for C in prompts:
+        for a in ALPHAS:
+            print(f"| {C} | {a} | {summary(acc[C, a, 'normal'], reps)} | {summary(acc[C, a, 'wild'], reps)} |")
+
+
 def clustered(reps, seed, n_draws):
     d = S.JudgeDesign(modes=("coupled",))
     truth = S.judge_design_truth(d, "coupled")["avg"]
@@ -210,8 +242,8 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--arena", default=str(ROOT.parent / "shared" / "data" / "arena"))
-    ap.add_argument("--parts", default="ABDC")
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    ap.add_argument("--parts", default="ABDEC")
     args = ap.parse_args(argv)
     if args.smoke:  # a few repetitions and draws on every part, synthetic Arena-layout data
         from _smoke import synthetic_arena
@@ -223,9 +255,11 @@ def main(argv=None) -> int:
         clustered(args.reps, args.seed + 1, args.draws)
     if "D" in args.parts:
         least_favourable(args.reps, args.seed + 3, args.draws)
+    if "E" in args.parts:
+        few_prompts(args.reps, args.seed + 5, args.draws)
     if "C" in args.parts:
         arena(args.arena_reps, args.seed + 2, args.draws, Path(args.arena))
-    print(f"\n({time.time() - t0:.0f} s, max-t with {args.draws} normal draws)")
+    print(f"\n({time.time() - t0:.0f} s, max-t with {args.draws} normal / wild draws)")
     return 0
 
 

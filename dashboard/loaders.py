@@ -19,6 +19,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import config
+from engine.analysis import accuracy_ranks as _accuracy_ranks
 from engine.analysis import benchmark as _benchmark
 from engine.analysis import comparisons as _comparisons
 from engine.analysis import multigen as _multigen
@@ -124,6 +125,8 @@ comparison_models = _view(_comparisons.comparison_models)
 winrates = _view(_winrates.winrates_view)
 ranksets = _view(_ranksets.ranksets_view)
 rankset_draws = _view(_ranksets.rankset_draws_view)
+accuracy_ranksets = _view(_accuracy_ranks.accuracy_ranksets)
+paired_accuracy = _view(_accuracy_ranks.paired_accuracy)
 
 
 def arena_available() -> bool:

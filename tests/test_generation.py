@@ -212,7 +212,7 @@ def test_cli_export_csv_and_parquet(tmp_db, tmp_path):
                            cfg=G.GenConfig(max_new_tokens=4), show_bar=False)
     buf = io.StringIO()
     with redirect_stdout(buf):
-        assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "csv", "--run", run]) == 0
+        assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "csv", "--run", run, "--out", "-"]) == 0
     df = pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False)
     assert {"model", "prompt_id", "repeat", "mode", "text"} <= set(df.columns) and len(df) == 8
     out = tmp_path / "g.parquet"
@@ -437,7 +437,7 @@ def test_hf_backend_matches_iter_generate_and_satisfies_the_protocol():
 def test_vllm_backend_refused_in_one_line_when_missing(tmp_db, monkeypatch, capsys):
     """The main venv has no vLLM: --backend vllm is one line naming the install script; nothing written."""
     from engine.errors import UserError
-    from engine.generation import vllm_backend
+    from engine.generation import vllm_checks as vllm_backend
     monkeypatch.setattr(vllm_backend, "installed_vllm_version", lambda: None)
     with pytest.raises(UserError, match="not installed; install it with scripts/install_vllm.sh"):
         G.run_generation(tmp_db, ["smollm2-135m"], _dataset(1), 1, backend="vllm", show_bar=False)

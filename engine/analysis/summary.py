@@ -27,6 +27,7 @@ import pandas as pd
 from engine.errors import UserError
 from engine.stats.benchmark import paired_diff_ci
 from engine.stats.multigen import score_variance
+from engine.stats.saving import variance_saving
 from engine.store import scores as score_store
 
 LEVEL = 0.95
@@ -131,6 +132,7 @@ class RunSummary:
     accuracy: list[Accuracy]
     pairs: list[PairSummary]
     warnings: list[SummaryWarning] = field(default_factory=list)
+    imported: dict | None = None  # an imported harness run's facts (engine.store.scores.imported_facts)
 
     @property
     def small_sample(self) -> bool:
@@ -141,7 +143,7 @@ class RunSummary:
                                            "models", "modes", "n_questions", "n_repeats", "n_generations",
                                            "n_tokens", "generation_s", "chance", "level")}
         return {**d, "accuracy": [asdict(a) for a in self.accuracy], "pairs": [p.to_dict() for p in self.pairs],
-                "warnings": [w.to_dict() for w in self.warnings]}
+                "warnings": [w.to_dict() for w in self.warnings], **({"imported": self.imported} if self.imported else {})}
 
 
 def _matrix(df: pd.DataFrame, col: str, prompts: list[str], repeats: list[int]) -> np.ndarray:
@@ -209,12 +211,16 @@ def _pair(a: str, b: str, modes: list[str], mats: dict, prompts: list[str], repe
             agreement[mode] = ag
         r = paired_diff_ci(A[keep], B[keep], alpha=1 - LEVEL)
         diffs[mode] = Diff(r["diff"], r["se"], r["ci_low"], r["ci_high"], r["n_questions"])
-    saving = factor = None
-    if "coupled" in diffs and "independent" in diffs and diffs["independent"].se > 0:
-        se2c, se2i = diffs["coupled"].se ** 2, diffs["independent"].se ** 2
-        saving = 1.0 - se2c / se2i
-        factor = (se2i / se2c) if se2c > 0 else None
-    return PairSummary(a, b, agreement, diffs, saving, factor)
+    if not ("coupled" in diffs and "independent" in diffs and diffs["independent"].se > 0):
+        return PairSummary(a, b, agreement, diffs)
+    # the one headline saving (engine.stats.saving.variance_saving), on the questions of both modes
+    (Ac, _), (Bc, _), (Ai, _), (Bi, _) = (mats[(m, mo)] for mo in ("coupled", "independent") for m in (a, b))
+    both_q = _complete_rows(Ac, Bc, Ai, Bi)
+    if both_q.sum() < 2:
+        return PairSummary(a, b, agreement, diffs)
+    vs = variance_saving(Ac[both_q] - Bc[both_q], Ai[both_q] - Bi[both_q], level=LEVEL)
+    ci = None if vs["ci_low"] is None else (vs["ci_low"], vs["ci_high"])
+    return PairSummary(a, b, agreement, diffs, vs["saving"], vs["questions_factor"], ci, vs["definition"])
 
 
 def _warnings(n_questions: int, pairs: list[PairSummary]) -> list[SummaryWarning]:

@@ -1,6 +1,6 @@
 """Win-rates: pairwise and average win-rates, Bradley-Terry (Davidson ties) and Elo, every interval a
 prompt-cluster bootstrap; rank columns from rank-sets; two groups (coupled vs independent, or two
-sets) compared per pair by a t test paired by prompt with Holm-adjusted stars; position bias when
+sets) compared per pair by a t test paired by prompt with Westfall-Young max-T adjusted stars; position bias when
 both presentation orders were judged.
 
 Benz et al., "Evaluation of Large Language Models via Coupled Token Generation", Section 5 and
@@ -17,7 +17,6 @@ from collections import OrderedDict
 import numpy as np
 import pandas as pd
 
-from engine import store
 from engine.analysis.comparisons import (
     cluster_ids,
     clustering_note,
@@ -30,11 +29,14 @@ from engine.analysis.comparisons import (
     ranking_comparisons,
     restrict_models,
 )
+from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
+from engine.config import MODES
 from engine.config import RANK_LABELS as LABELS
 from engine.errors import UserError
 from engine.stats import clustered as CL
 from engine.stats import ranking as RK
 from engine.stats import winrates as WR
+from engine.store.judgment_rows import judgment_frame
 
 DEFAULT_RESAMPLES = CL.DEFAULT_RESAMPLES  # 1000
 
@@ -110,20 +112,9 @@ def _bootstraps(a, b, out, k: int, cluster, seed: int, reps: int, elo: bool) -> 
     return hit[0], hit[1], hit[2] if elo else None
 
 
-def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = DEFAULT_RESAMPLES,
-                 models: list[str] | None = None, compare: pd.DataFrame | None = None, alpha: float = 0.05,
-                 procedure: str = "maxt", group: str = "this", compare_group: str = "other", elo: bool = True) -> dict:
-    """The ``winrates`` CLI JSON, every interval a prompt-cluster bootstrap (METHODS.md 7.2).
-
-    W_ij = #{i beat j}/#{i vs j} (ties: a non-win for both); avg_i = mean_j W_ij; Davidson BT β;
-    online Elo (K = 4, rows in file order); percentile CIs from ``reps`` resamples of prompts
-    (seeded); rank = lower end of the rank-set (``procedure``, covariance = the bootstrap
-    covariance of the average win-rates). With ``compare`` (a second group of comparisons on the
-    same prompts, e.g. the independent generations' verdicts): per pair, group − compare_group
-    win-rate by a t test paired by prompt, Holm-adjusted over the pairs (stars from the adjusted p).
-    Rows with ``unit`` / ``presented`` columns (judge verdicts in both orders) add position bias.
-    ``elo`` False leaves Elo out (its bootstrap is the slowest part: one pass over the rows).
-    """
+def _prepare(df: pd.DataFrame, label: str, reps: int, alpha: float, procedure: str, models: list[str] | None,
+             compare: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str], str]:
+    """Checked arguments: the labelled rows, the comparison group's labelled rows, the models, the label column."""
     if label not in LABELS:
         raise UserError(f"unknown label {label!r}; allowed: {', '.join(LABELS)}")
     if reps < 1:
@@ -145,7 +136,56 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
         unknown = sorted((set(compare.model_a) | set(compare.model_b)) - set(model_list(d, models)))
         if models and unknown:
             raise UserError(f"model(s) {unknown} of the comparison file are not in --models")
-    models = model_list(d if compare is None else pd.concat([d, compare]), models)
+    return d, compare, model_list(d if compare is None else pd.concat([d, compare]), models), col
+
+
+def _warnings(a: np.ndarray, b: np.ndarray, models: list[str], label: str, wr: dict) -> list[AnalysisWarning]:
+    """Connectivity, absent models, small sample and degenerate-bootstrap warnings (typed)."""
+    k = len(models)
+    conn = connectivity_warning(comparison_groups(a, b, models))
+    warn = [AnalysisWarning(Notice.CONNECTIVITY, conn)] if conn else []
+    absent = [m for m, c in zip(models, np.bincount(a, minlength=k) + np.bincount(b, minlength=k)) if c == 0]
+    if absent:
+        warn.append(AnalysisWarning(Notice.ABSENT_MODEL, f"model(s) {absent} have no {label}-labelled comparison "
+                                                         "in this group"))
+    small = small_sample_warning(int(wr["n_clusters"]), "rows" if wr["per_row_clusters"] else "prompts")
+    if small:
+        warn.append(small)
+    deg = int(np.sum(wr["W_fallback"]))
+    if deg:
+        warn.append(AnalysisWarning(Notice.DEGENERATE, f"{deg} pairwise win-rate(s) have a zero-variance bootstrap "
+                                    "(e.g. 0 wins): their interval is the Wilson interval with one observation per "
+                                    "prompt"))
+    return warn
+
+
+def _elo_json(el: dict | None, models: list[str], boot: str) -> dict | None:
+    if el is None:
+        return None
+    return {"K": 4.0, "rating": {m: float(x) for m, x in zip(models, el["elo"])},
+            "online_rating": {m: float(x) for m, x in zip(models, el["online"])},
+            "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, el["low"], el["high"])},
+            "estimator": el["estimator"],
+            "ci_method": boot + "; rating = the Elo-scale maximum likelihood (the fixed point of online Elo's "
+                                "expected update); online_rating = online Elo (K = 4, rows in file order), shown "
+                                "without an interval: its recency term is not covered by a prompt bootstrap"}
+
+
+def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = DEFAULT_RESAMPLES,
+                 models: list[str] | None = None, compare: pd.DataFrame | None = None, alpha: float = 0.05,
+                 procedure: str = "maxt", group: str = "this", compare_group: str = "other", elo: bool = True) -> dict:
+    """The ``winrates`` CLI JSON, every interval a prompt-cluster bootstrap (METHODS.md 7.2).
+
+    W_ij = #{i beat j}/#{i vs j} (ties: a non-win for both); avg_i = mean_j W_ij; Davidson BT β;
+    online Elo (K = 4, rows in file order); percentile CIs from ``reps`` resamples of prompts
+    (seeded); rank = lower end of the rank-set (``procedure``, covariance = the bootstrap
+    covariance of the average win-rates). With ``compare`` (a second group of comparisons on the
+    same prompts, e.g. the independent generations' verdicts): per pair, group − compare_group
+    win-rate by a t test paired by prompt, Westfall-Young max-T adjusted over the pairs (stars from it; Holm also reported).
+    Rows with ``unit`` / ``presented`` columns (judge verdicts in both orders) add position bias.
+    ``elo`` False leaves Elo out (its bootstrap is the slowest part: one pass over the rows).
+    """
+    d, compare, models, col = _prepare(df, label, reps, alpha, procedure, models, compare)
     k = len(models)
     if k < 2:
         raise UserError(f"need at least two models; found {models}")
@@ -153,11 +193,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     out = _outcome_codes(d[col])
     cluster = cluster_ids(d)
     wr, bt, el = _bootstraps(a, b, out, k, cluster, seed, reps, elo)
-    groups = comparison_groups(a, b, models)
-    warn = [w for w in [connectivity_warning(groups)] if w]
-    absent = [m for m, c in zip(models, np.bincount(a, minlength=k) + np.bincount(b, minlength=k)) if c == 0]
-    if absent:
-        warn.append(f"model(s) {absent} have no {label}-labelled comparison in this group")
+    warn = _warnings(a, b, models, label, wr)
     avg_rs = _rank_sets(wr["avg"], wr["avg_draws"], alpha, procedure, seed)
     bt_rs = _rank_sets(bt["beta"], bt["draws"], alpha, procedure, seed)
     W, T, n = wr["W"], wr["T"], wr["n"]
@@ -196,23 +232,20 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
                           "rank": {m: int(x) for m, x in zip(models, RK.rank_column(bt_rs["lower"]))},
                           "rank_set": {m: rset(bt_rs, i) for i, m in enumerate(models)},
                           "ci_method": boot},
-        "elo": None if el is None else {
-            "K": 4.0, "rating": {m: float(x) for m, x in zip(models, el["elo"])},
-            "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, el["low"], el["high"])},
-            "ci_method": boot + "; the online rating runs over the rows in file order, a resample repeats a "
-                                "prompt's rows in place (prefer Bradley-Terry for inference)"},
+        "elo": _elo_json(el, models, boot),
         "position_bias": _position_bias(d, col, cluster),
         "warnings": warn,
     }
     if compare is not None:
-        res["compare"], res["compare_test"] = _compare(d, compare, col, models, group, compare_group)
+        res["compare"], res["compare_test"] = _compare(d, compare, col, models, group, compare_group, seed, reps)
         if res["compare"] is None:
-            warn.append(res["compare_test"])
+            warn.append(AnalysisWarning(Notice.NOT_TESTED, res["compare_test"]))
     return res
 
 
-def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], group: str, other: str):
-    """Per ordered pair: group − other win-rate, t test paired by prompt, Holm over the pairs."""
+def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], group: str, other: str,
+             seed: int = 0, reps: int = DEFAULT_RESAMPLES):
+    """Per ordered pair: group − other win-rate, t test paired by prompt, Westfall–Young max-T over the pairs."""
     if cluster_ids(d) is None or cluster_ids(c) is None:
         return None, (f"{group} vs {other}: not tested, the comparisons carry no prompt ids and the test is "
                       "paired by prompt (an unpaired test would be invalid when the prompts are shared)")
@@ -220,22 +253,24 @@ def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], grou
     a, b = model_indices(both, models)
     mode = np.r_[np.zeros(len(d), np.int64), np.ones(len(c), np.int64)]
     t = CL.mode_diff_paired_test(a, b, _outcome_codes(both[col]), mode, both["prompt_id"].to_numpy(object),
-                                 len(models))
+                                 len(models), rng=np.random.default_rng([seed, 4]), n_resamples=reps)
     ca, cb = model_indices(c, models)
     W2, _, _ = WR.winrate_matrix(ca, cb, _outcome_codes(c[col]), len(models))
     da, db = model_indices(d, models)
     W1, _, _ = WR.winrate_matrix(da, db, _outcome_codes(d[col]), len(models))
-    stars = WR.significance_stars(np.where(np.isnan(t["p_holm"]), 1.0, t["p_holm"]))
+    stars = WR.significance_stars(np.where(np.isnan(t["p_maxt"]), 1.0, t["p_maxt"]))
     out = {m: {m2: {"winrate": json_float(W1[i, j]), "winrate_other": json_float(W2[i, j]),
                     "diff": json_float(t["diff"][i, j]), "ci": [json_float(t["low"][i, j]), json_float(t["high"][i, j])],
                     "t": json_float(t["t"][i, j]), "p": json_float(t["p_value"][i, j]),
-                    "p_holm": json_float(t["p_holm"][i, j]), "stars": str(stars[i, j]),
+                    "p_holm": json_float(t["p_holm"][i, j]), "p_maxt": json_float(t["p_maxt"][i, j]),
+                    "stars": str(stars[i, j]),
                     "n_prompts": int(t["n_prompts"][i, j])}
                for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}
     text = (f"{group} − {other} win-rate per ordered pair: t test paired by prompt (per prompt, the difference of "
-            f"the two win fractions; {t['n_clusters']:,} prompts), two-sided; stars from Holm-adjusted p over the "
-            f"{len(models) * (len(models) - 1)} ordered pairs: **** p<1e-4, *** <1e-3, ** <1e-2, * <0.05 "
-            "(raw p and Holm p both reported)")
+            f"the two win fractions; {t['n_clusters']:,} prompts), two-sided; stars from the Westfall-Young step-down "
+            f"max-T adjusted p over the {len(models) * (len(models) - 1)} ordered pairs ({reps} prompt-cluster "
+            "bootstrap resamples, seeded): **** p<1e-4, *** <1e-3, ** <1e-2, * <0.05 (raw p, max-T p and Holm p "
+            "reported)")
     return out, text
 
 
@@ -274,7 +309,7 @@ def _pairs(results: dict[str, dict]) -> pd.DataFrame:
             if cmp_:
                 v = cmp_[m][m2]
                 row.update({"diff": v["diff"], "diff_low": v["ci"][0], "diff_high": v["ci"][1], "p": v["p"],
-                            "p_holm": v["p_holm"], "stars": v["stars"], "n_prompts": v["n_prompts"]})
+                            "p_holm": v["p_holm"], "p_maxt": v["p_maxt"], "stars": v["stars"], "n_prompts": v["n_prompts"]})
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -289,19 +324,6 @@ def _ratings(res: dict) -> pd.DataFrame:
             row.update({"elo": elo["rating"][m], "elo_low": elo["ci"][m][0], "elo_high": elo["ci"][m][1]})
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["bt_rank", "bt_beta"], ascending=[True, False])
-
-
-def _judgment_frame(db, run: str, mode: str, judge: str | None) -> pd.DataFrame:
-    """A run's verdicts in one mode with the judgement unit and presentation order (for position bias)."""
-    sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner, presented,
-                    judge || '|' || prompt_id || '|' || CAST(repeat AS VARCHAR) || '|' || model_a || '|' || model_b
-                    AS unit
-             FROM judgments WHERE run_id = ? AND mode = ?"""
-    params: list = [run, mode]
-    if judge is not None:
-        sql += " AND judge = ?"
-        params.append(judge)
-    return store.query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
 
 
 def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "human",
@@ -319,21 +341,30 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
     Returns:
         {"results": {group: winrates_for dict}, "table": average win-rates with rank-sets per group,
          "pairs": per ordered pair (win-rate and CI per group; difference, p, Holm p, stars when
-         compared), "ratings": {group: BT/Elo table}, "label", "groups", "source_note"}.
+         compared), "ratings": {group: BT/Elo table}, "label", "groups", "source_note",
+         "verdicts": {mode: {"total", "unparseable"}} for judge verdicts (None for other sources)}.
     """
     out: dict = {}
+    verdicts: dict | None = None
     if source == "judgments":
         label = "judge"
-        dfs = {m: _judgment_frame(db, name, m, judge) for m in store.MODES}
+        dfs = {m: judgment_frame(db, name, m, judge) for m in MODES}
         dfs = {m: d for m, d in dfs.items() if not d.empty and d["judge_winner"].notna().any()}
         if not dfs:
             raise UserError(f"run {name!r} has no parsed judge verdicts" + (f" by {judge!r}" if judge else ""))
         models = sorted(set().union(*[set(d.model_a) | set(d.model_b) for d in dfs.values()]))
         both = len(dfs) == 2
+        verdicts = {m: {"total": int(len(d)), "unparseable": int(d["judge_winner"].isna().sum())}
+                    for m, d in dfs.items()}
         for m, d in dfs.items():
             cmp_ = dfs["independent"] if both and m == "coupled" else None
             out[m] = winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=cmp_, alpha=alpha,
                                   procedure=procedure, group=m, compare_group="independent", elo=elo)
+            v = verdicts[m]
+            if v["unparseable"]:
+                out[m]["warnings"].append(AnalysisWarning(
+                    Notice.UNPARSEABLE, f"{v['unparseable']} of {v['total']} verdicts unparseable (left out of "
+                                        "every number here)"))
         note = f"LLM-judge verdicts of run {name}" + (f" by {judge}" if judge else "") + \
                f" · generation modes: {', '.join(dfs)}"
     elif source in ("set", "arena"):
@@ -359,7 +390,7 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
         raise UserError(f"unknown comparison source {source!r}; allowed: 'judgments', 'set', 'arena'")
     return {"results": out, "table": _table(out), "pairs": _pairs(out),
             "ratings": {g: _ratings(r) for g, r in out.items()}, "label": label, "groups": list(out),
-            "source_note": note}
+            "source_note": note, "verdicts": verdicts}
 
 
 def matrix_of(res: dict, key: str = "matrix") -> tuple[list[str], np.ndarray]:
@@ -374,35 +405,3 @@ def matrix_of(res: dict, key: str = "matrix") -> tuple[list[str], np.ndarray]:
     return models, M
 
 
-def summary(res: dict) -> str:
-    """The ``winrates`` CLI's human summary: clustering note, average win-rates with CIs and rank-sets,
-    BT and Elo, the paired comparison's significant pairs, position bias, warnings."""
-    from engine.commands._common import table
-    lines = [f"win-rates · {res['label']} labels · {res['n']:,} comparisons, {len(res['models'])} models · "
-             f"{res['clustering']}", f"CIs: {res['ci_method']}", f"rank: {res['rank_method']}", ""]
-    rows = []
-    for m in res["models"]:
-        a = res["average"][m]
-        rows.append({"rank": a["rank"], "model": m, "rank_set": f"{a['rank_set'][0]}-{a['rank_set'][1]}",
-                     "avg_winrate": a["winrate"], "ci_low": a["ci"][0], "ci_high": a["ci"][1],
-                     "bt_beta": res["bradley_terry"]["beta"][m], "bt_low": res["bradley_terry"]["ci"][m][0],
-                     "bt_high": res["bradley_terry"]["ci"][m][1]})
-        if res["elo"] is not None:
-            rows[-1].update({"elo": res["elo"]["rating"][m], "elo_low": res["elo"]["ci"][m][0],
-                             "elo_high": res["elo"]["ci"][m][1]})
-    rows.sort(key=lambda r: (r["rank"], -(r["avg_winrate"] if r["avg_winrate"] is not None else -1)))
-    lines.append(table(rows))
-    lines.append(f"tie rate {res['tie_rate']:.3f}")
-    pb = res.get("position_bias")
-    if pb:
-        lines.append(f"position bias ({pb['n_judgements']:,} judgements in both orders): verdict flips with the "
-                     f"order {pb['flip_rate']:.3f}; first-shown output wins {pb['first_win_share']:.3f} of decisive "
-                     f"verdicts [{pb['first_win_low']:.3f}, {pb['first_win_high']:.3f}]")
-    if res.get("compare"):
-        sig = [{"pair": f"{m} > {m2}", "diff": v["diff"], "p": v["p"], "p_holm": v["p_holm"], "stars": v["stars"]}
-               for m, opp in res["compare"].items() for m2, v in opp.items() if v["stars"]]
-        lines += ["", res["compare_test"]]
-        lines.append(table(sig) if sig else "no pair differs at Holm-adjusted p < 0.05")
-    for w in res.get("warnings", []):
-        lines.append(f"WARNING: {w}")
-    return "\n".join(lines)

@@ -14,8 +14,8 @@ def register(sub) -> None:
     p = sub.add_parser("benchmark-compare",
                        help="coupled vs independent comparison of two models on stored benchmark scores")
     add_db(p, None)
-    p.add_argument("--model-a", required=True)
-    p.add_argument("--model-b", required=True)
+    p.add_argument("--model-a", default=None, help="default: with --run, the run's models when it has two")
+    p.add_argument("--model-b", default=None)
     p.add_argument("--subject", default=None, help="restrict to one subject (prompts.subject)")
     p.add_argument("--run", default=None, help="run id (default: the latest run scoring both models)")
     p.add_argument("--rule", default=None, choices=config.RULES,
@@ -60,17 +60,20 @@ def summary(res: dict) -> str:
     lines.append(f"Mean per-question covariance (coupled) {fmt(res['mean_covariance_coupled'], 4)}; median "
                  f"per-question Var(A − B): coupled {fmt(res['median_var_diff_coupled'])}, independent "
                  f"{fmt(res['median_var_diff_independent'])}")
-    sd, ci = res["saving_detail"], res.get("saving_ci")
-    lines.append(f"Sample saving (coupled vs independent) at error {sd['error']:.4f} ({sd['error_source']}), "
+    sd, ci, vs = res["saving_detail"], res.get("saving_ci"), res.get("variance_saving")
+    if vs and vs["saving"] is not None:
+        lines.append(f"Sample saving (headline) {vs['saving']:.1%}, {vs['level']:.0%} CI [{_pct(vs['ci_low'])}, "
+                     f"{_pct(vs['ci_high'])}]: {res['saving_definitions']['variance_saving']}")
+    lines.append(f"Other saving figures at error {sd['error']:.4f} ({sd['error_source']}), "
                  f"rule {res['rule']}:")
     if res["saving"] is not None:
-        lines.append(f"  resampling curves (paper's method): {res['saving']:.1%}  (n coupled "
+        lines.append(f"  resampling curves (paper's method, 1 - n_c(e)/n_i(e)): {res['saving']:.1%}  (n coupled "
                      f"{fmt(sd['n_coupled'], 0)} vs independent {fmt(sd['n_independent'], 0)} samples)")
     else:
         lines.append("  resampling curves: - (a curve never reaches this error, or no independent run)")
     if ci and ci["saving"] is not None:
-        lines.append(f"  predicted from the variances: {ci['saving']:.1%}, {ci['level']:.0%} CI "
-                     f"[{_pct(ci['ci_low'])}, {_pct(ci['ci_high'])}] (bootstrap over questions; assumes "
+        lines.append(f"  predicted at error e from the per-sample variances: {ci['saving']:.1%}, {ci['level']:.0%} CI "
+                     f"[{_pct(ci['ci_low'])}, {_pct(ci['ci_high'])}] (studentised over questions; assumes "
                      "independent questions and E|error| proportional to the SD)")
     pl = res["planner"]
     lines.append(f"Planner: {pl['headline']}")
@@ -82,6 +85,11 @@ def summary(res: dict) -> str:
 
 
 def run(args) -> int:
+    from engine.analysis.accuracy_ranks import imported_pair
+    paired = imported_pair(args)  # --run with two models picks them; an imported run has no coupled scores
+    if paired is not None:
+        from engine.commands.accuracy_ranks import paired_text
+        return emit(args, paired.to_dict(), lambda: paired_text(paired))
     from engine.analysis.benchmark import benchmark_compare
     from engine.store.scores import run_rule
     rule = run_rule(args.db, args.run, [args.model_a, args.model_b], args.rule)

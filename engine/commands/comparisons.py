@@ -8,6 +8,7 @@ from pathlib import Path
 
 from engine import config
 from engine.commands._common import add_db, add_output_args, emit, table
+from engine.errors import UserError
 
 
 def register(sub) -> None:
@@ -43,7 +44,7 @@ def register(sub) -> None:
 def run_list(args) -> int:
     from engine.tasks.comparisons import list_comparison_sets
     if not Path(args.db).exists():
-        return emit(args, [], f"no database at {args.db}: no comparison sets")
+        raise UserError(f"database not found: {args.db} (import a comparison set or run a generation first)")
     df = list_comparison_sets(args.db)
     rows = df.to_dict("records")
     for r in rows:

@@ -10,11 +10,29 @@ from engine.tasks import datasets
 def register(sub) -> None:
     d = sub.add_parser("datasets", help="list the built-in datasets, or check and summarise a dataset file")
     d.add_argument("dataset", nargs="?", default=None,
-                   help="built-in name, NAME:subject, a CSV/JSONL/TXT file or a folder of MMLU CSVs")
+                   help="built-in name, NAME:subject, a CSV/JSONL/TXT file, a folder of MMLU CSVs, or "
+                        "hf:REPO[:CONFIG][:SPLIT] (a hub id or a folder in the hub layout)")
     d.add_argument("--subject", default=None)
     d.add_argument("--limit", type=int, default=None)
+    add_column_args(d)
     add_output_args(d)
     d.set_defaults(func=run)
+
+
+def add_column_args(p) -> None:
+    """--prompt-column/--answer-column/--choices-column/--id-column for hf: layouts the registry does not know."""
+    g = p.add_argument_group("hf: datasets of a layout the registry does not know")
+    g.add_argument("--prompt-column", default=None, help="the question / prompt text")
+    g.add_argument("--answer-column", default=None, help="gold answer: an option index or letter, or a number")
+    g.add_argument("--choices-column", default=None, help="a list of options (multiple choice)")
+    g.add_argument("--id-column", default=None, help="the dataset's own id (default: a content hash)")
+
+
+def columns_from_args(args):
+    """The Columns of the four flags (None when none is given)."""
+    from engine.tasks.hf_datasets import Columns
+    cols = Columns(args.prompt_column, args.answer_column, args.choices_column, args.id_column)
+    return cols if cols.given() else None
 
 
 def dataset_summary(ds: datasets.Dataset) -> dict:
@@ -36,7 +54,8 @@ def run(args) -> int:
     if args.dataset is None:
         data = [dataset_summary(datasets.load_dataset(n)) for n in datasets.list_datasets()]
     else:
-        data = [dataset_summary(datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject))]
+        data = [dataset_summary(datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject,
+                                                      columns=columns_from_args(args)))]
     return emit(args, data if args.dataset is None else data[0], lambda: summary(data))
 
 

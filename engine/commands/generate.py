@@ -16,9 +16,12 @@ from engine.errors import UserError
 def register(sub) -> None:
     p = sub.add_parser("generate", help="coupled / independent generation for several models (resumable)")
     p.add_argument("--models", nargs="+", required=True, help="registry names, HF folders, .gguf files or hub ids")
-    p.add_argument("--dataset", default="demo", help="built-in name (demo, ...) or a CSV/JSONL/TXT file or MMLU folder")
+    p.add_argument("--dataset", default="demo", help="built-in name (demo, ...) or a CSV/JSONL/TXT file or MMLU folder, "
+                                                     "or hf:REPO[:CONFIG][:SPLIT]")
     p.add_argument("--limit", type=int, default=None, help="first N prompts only")
     p.add_argument("--subject", default=None, help="only prompts of this subject")
+    from engine.commands.datasets import add_column_args
+    add_column_args(p)
     p.add_argument("--repeats", type=int, default=config.DEFAULT_REPEATS)
     p.add_argument("--temperature", type=float, default=config.DEFAULT_TEMPERATURE)
     p.add_argument("--top-k", type=int, default=config.DEFAULT_TOP_K, help="0 = off")
@@ -77,7 +80,8 @@ def run(args) -> int:
     if args.device is not None:
         from engine.models import resolve_device
         resolve_device(args.device)  # UserError before any work
-    ds = datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject)
+    from engine.commands.datasets import columns_from_args
+    ds = datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject, columns=columns_from_args(args))
     executor = contextlib.nullcontext()
     if args.workers is not None or args.ray_address is not None:
         from engine.generation.distributed import RayConfig, RayExecutor

@@ -1,4 +1,4 @@
-"""``python -m engine import paper-mmlu | comparisons``: import external data into the database."""
+"""``python -m engine import paper-mmlu | comparisons | harness``: import external data into the database."""
 
 from __future__ import annotations
 
@@ -34,6 +34,14 @@ def register(sub) -> None:
     add_output_args(q)
     q.set_defaults(func=run_comparisons)
 
+    h = imp.add_parser("harness", help="per-sample results of lm-evaluation-harness (--log_samples) or Inspect AI "
+                                       "(.eval/.json): several paths = several models in one run, paired by sample id")
+    h.add_argument("paths", nargs="+", metavar="PATH", help="lm-eval output folder / results_*.json, Inspect log")
+    add_db(h)
+    h.add_argument("--name", default=None, help="run id (default: harness-<task>)")
+    add_output_args(h)
+    h.set_defaults(func=run_harness)
+
 
 def run_paper_mmlu(args) -> int:
     from engine.tasks.importers import import_paper_mmlu
@@ -62,3 +70,13 @@ def run_comparisons(args) -> int:
         f"{'replaced' if res['replaced'] else 'stored'} comparison set {res['name']} ({res['format']}): "
         f"{res['n_rows']:,} comparisons between {len(res['models'])} models, {res['n_human_labels']:,} human "
         f"labels, {res['n_judge_labels']:,} judge labels\nmodels: {', '.join(res['models'])}"))
+
+
+def run_harness(args) -> int:
+    from engine.tasks.harness_import import import_harness
+    res = import_harness(args.db, args.paths, name=args.name)
+    rows = [{"model": m, "harness accuracy": res.headline.get(m), "our accuracy": res.ours.get(m)} for m in res.models]
+    return emit(args, res.to_dict(), lambda: (
+        f"imported {res.n_generations:,} samples of {len(res.models)} model(s) from {res.harness} "
+        f"({res.n_prompts:,} prompts, {res.n_common:,} shared by every model; tasks {', '.join(res.tasks)}) "
+        f"into {args.db} as run {res.run_id} (imported: not coupled, not generated here)\n" + table(rows, digits=4)))

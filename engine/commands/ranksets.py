@@ -4,7 +4,7 @@ default, the full JSON (theta, covariance, rank-sets) with --json / --out."""
 from __future__ import annotations
 
 from engine import config
-from engine.commands._common import add_output_args, emit
+from engine.commands._common import add_output_args, emit, table
 from engine.commands._comparison_source import add_source, load, models_arg
 
 
@@ -36,4 +36,20 @@ def run(args) -> int:
     df = load(args)
     res = ranksets.ranksets_for(df, args.method, alpha, args.covariance, lam, models=models_arg(args),
                                 procedure=args.procedure, seed=args.seed, human_labels=args.human_labels)
-    return emit(args, res, lambda: ranksets.summary(res))
+    return emit(args, res.to_dict(), lambda: summary(res))
+
+
+def summary(res) -> str:
+    """The ``ranksets`` CLI's human summary (no covariance matrix): one line per model, best first."""
+    from engine.analysis.ranksets import THETA_TEXT
+    head = (f"rank-sets · {res.method} · procedure {res.procedure} at alpha {res.alpha} · "
+            f"n = {res.n:,} human-labelled, N = {res.N:,} judge-only"
+            + (f" · lambda = {res.lam:.3f}" if res.lam is not None else ""))
+    lines = [head, f"covariance: {res.covariance_detail}", res.clustering, THETA_TEXT, ""]
+    rows = [{"rank": res.rank[m], "model": m, "rank_set": f"{res.ranksets[m][0]}-{res.ranksets[m][1]}",
+             "theta": res.theta[m], "theta_low": res.theta_ci[m][0], "theta_high": res.theta_ci[m][1]}
+            for m in res.models]
+    rows.sort(key=lambda r: (r["rank"], -r["theta"]))
+    lines.append(table(rows))
+    lines += [f"note: {x}" for x in res.notes] + [f"WARNING: {x}" for x in res.warnings]
+    return "\n".join(lines)

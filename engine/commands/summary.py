@@ -28,8 +28,11 @@ def summary_text(s: RunSummary) -> str:
             f"{s.n_questions} questions x {s.n_repeats} repeats  chance {fmt(s.chance)}")
     if s.generation_s:
         head += f"\n{s.n_generations:,} generations, {s.n_tokens:,} tokens in {s.generation_s:.0f} s"
-    acc = [{"model": r.model, "mode": r.mode, "accuracy": r.accuracy, "95% CI": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]"}
-           for r in s.accuracy]
+    harness = (s.imported or {}).get("headline") or {}  # imported runs: the harness's own number
+    if s.imported:
+        head += f"\nimported from {s.imported['harness']} (not coupled, not generated here)"
+    acc = [{"model": r.model, "mode": r.mode, "accuracy": r.accuracy, "95% CI": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]",
+            **({"harness reported": harness.get(r.model)} if harness else {})} for r in s.accuracy]
     pairs = [{"pair": f"{p.model_a} vs {p.model_b}",
               "agree coupled": p.agreement["coupled"].mean if "coupled" in p.agreement else None,
               "agree indep.": p.agreement["independent"].mean if "independent" in p.agreement else None,
@@ -45,6 +48,12 @@ def summary_text(s: RunSummary) -> str:
 
 
 def run(args) -> int:
+    from dataclasses import replace
+
     from engine.analysis.summary import run_summary
+    from engine.store.scores import imported_facts
     s = run_summary(args.db, args.run, args.rule)
+    facts = imported_facts(args.db, args.run)
+    if facts and facts.get("harness"):
+        s = replace(s, imported=facts)
     return emit(args, s.to_dict(), lambda: summary_text(s))

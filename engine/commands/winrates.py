@@ -4,7 +4,7 @@ prompt-cluster bootstrap intervals; a short summary by default, the full JSON wi
 from __future__ import annotations
 
 from engine import config
-from engine.commands._common import add_output_args, emit
+from engine.commands._common import add_output_args, emit, table
 from engine.commands._comparison_source import add_source, load, models_arg
 
 
@@ -15,7 +15,7 @@ def register(sub) -> None:
     q.add_argument("--label", default="human", choices=config.RANK_LABELS, help="whose labels to use")
     q.add_argument("--compare", metavar="FILE",
                    help="a second CSV on the same prompts (e.g. verdicts on the independent generations): per pair, "
-                        "the win-rate difference by a t test paired by prompt, Holm-adjusted")
+                        "the win-rate difference by a t test paired by prompt, Westfall-Young max-T adjusted")
     q.add_argument("--bootstrap", type=int, default=1000,
                    help="prompt-cluster bootstrap resamples for every interval (default 1000)")
     q.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the rank-set draws")
@@ -28,10 +28,43 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from engine.analysis.comparisons import read_comparisons_file
-    from engine.analysis.winrates import summary, winrates_for
+    from engine.analysis.winrates import winrates_for
     df = load(args)
     other = read_comparisons_file(args.compare) if args.compare else None
     res = winrates_for(df, args.label, seed=args.seed, reps=args.bootstrap, models=models_arg(args), compare=other,
                        alpha=args.alpha, procedure=args.procedure, group="this file",
                        compare_group=args.compare or "other")
     return emit(args, res, lambda: summary(res))
+
+
+def summary(res: dict) -> str:
+    """The ``winrates`` CLI's human summary: clustering note, average win-rates with CIs and rank-sets,
+    BT and Elo, the paired comparison's significant pairs, position bias, warnings."""
+    lines = [f"win-rates · {res['label']} labels · {res['n']:,} comparisons, {len(res['models'])} models · "
+             f"{res['clustering']}", f"CIs: {res['ci_method']}", f"rank: {res['rank_method']}", ""]
+    rows = []
+    for m in res["models"]:
+        a = res["average"][m]
+        rows.append({"rank": a["rank"], "model": m, "rank_set": f"{a['rank_set'][0]}-{a['rank_set'][1]}",
+                     "avg_winrate": a["winrate"], "ci_low": a["ci"][0], "ci_high": a["ci"][1],
+                     "bt_beta": res["bradley_terry"]["beta"][m], "bt_low": res["bradley_terry"]["ci"][m][0],
+                     "bt_high": res["bradley_terry"]["ci"][m][1]})
+        if res["elo"] is not None:
+            rows[-1].update({"elo": res["elo"]["rating"][m], "elo_low": res["elo"]["ci"][m][0],
+                             "elo_high": res["elo"]["ci"][m][1]})
+    rows.sort(key=lambda r: (r["rank"], -(r["avg_winrate"] if r["avg_winrate"] is not None else -1)))
+    lines.append(table(rows))
+    lines.append(f"tie rate {res['tie_rate']:.3f}")
+    pb = res.get("position_bias")
+    if pb:
+        lines.append(f"position bias ({pb['n_judgements']:,} judgements in both orders): verdict flips with the "
+                     f"order {pb['flip_rate']:.3f}; first-shown output wins {pb['first_win_share']:.3f} of decisive "
+                     f"verdicts [{pb['first_win_low']:.3f}, {pb['first_win_high']:.3f}]")
+    if res.get("compare"):
+        sig = [{"pair": f"{m} > {m2}", "diff": v["diff"], "p": v["p"], "p_maxt": v["p_maxt"], "stars": v["stars"]}
+               for m, opp in res["compare"].items() for m2, v in opp.items() if v["stars"]]
+        lines += ["", res["compare_test"]]
+        lines.append(table(sig) if sig else "no pair differs at max-T adjusted p < 0.05")
+    for w in res.get("warnings", []):
+        lines.append(f"WARNING: {w}")
+    return "\n".join(lines)

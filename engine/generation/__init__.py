@@ -5,7 +5,9 @@
 * :mod:`.prompts`  -- chat messages and the chat-template string of a prompt
 * :mod:`.hf`       -- our transformers loop (continuous batching, keyed noise, traces); its parts
   :mod:`.hf_kv`, :mod:`.hf_prefill`, :mod:`.hf_batch`
-* :mod:`.vllm_backend`, :mod:`.vllm_processor` -- vLLM with the same keyed noise (needs vLLM)
+* :mod:`.vllm_backend` (engine and loop), :mod:`.vllm_processor` (the class vLLM loads; imports vLLM),
+  :mod:`.vllm_sampler` (its sampler, no vLLM), :mod:`.vllm_checks`, :mod:`.vllm_traces` -- vLLM with
+  the same keyed noise and the same sampler (engine.sampling.keyed)
 * :mod:`.backends` -- backend names, pre-run checks, factories
 * :mod:`.run`      -- the resumable run: plan, resume, store writes, progress
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from engine import config
@@ -33,7 +32,7 @@ def check_backend(backend: str) -> str:
     if backend not in config.BACKENDS:
         raise UserError(f"unknown backend {backend!r}; allowed: {', '.join(config.BACKENDS)}")
     if backend == "vllm":
-        from engine.generation.vllm_backend import check_vllm_version, installed_vllm_version
+        from engine.generation.vllm_checks import check_vllm_version, installed_vllm_version
         return check_vllm_version(installed_vllm_version())
     import transformers
     return str(transformers.__version__)
@@ -57,24 +56,13 @@ def _config_dict(model: Any) -> dict | None:
     if not isinstance(model, str):  # a LoadedModel (tests, the dashboard's in-process runs)
         cfg = getattr(getattr(model, "model", None), "config", None)
         return cfg.to_dict() if cfg is not None else None
-    from engine import models
+    from engine.models.refs import resolve
 
-    s = model.strip()
-    specs = {sp.name: sp for sp in models.list_models()}
-    path = Path(s).expanduser()
-    if s in specs:
-        folder = models.ensure_cached(specs[s])
-    elif path.is_file() and path.suffix.lower() == ".gguf":
-        folder = models.ensure_cached(models.ModelSpec(name=path.stem, source=str(path.resolve()), variant="gguf",
-                                                       family=path.stem, description=f"GGUF file {path.name}"))
-    elif path.is_dir():
-        folder = path
-    else:
-        return None
     try:
-        return json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
+        ref = resolve(model)
+    except UserError:
+        return None  # unknown names: the loader says so, with the registry's names
+    return ref.config()
 
 
 def model_limits(model: Any) -> tuple[int | None, int | None]:
@@ -107,7 +95,7 @@ def check_run(backend: str, model_list: list, cfg: GenConfig, tensor_parallel: i
     for m in model_list:
         name = m if isinstance(m, str) else m.name
         if backend == "vllm":
-            from engine.generation.vllm_backend import check_model
+            from engine.generation.vllm_checks import check_model
             check_model(m if isinstance(m, str) else getattr(m, "source", name))
         ctx, vocab = model_limits(m)
         cfg.check_model_limits(name, ctx, vocab)
@@ -131,7 +119,7 @@ def vllm_engine_args(tensor_parallel: int = 1) -> dict:
     """The ``vllm.LLM`` arguments of a run: ``$COUPLED_EVAL_VLLM_ARGS`` (a JSON object, e.g.
     ``{"enforce_eager": true, "gpu_memory_utilization": 0.85}``) plus ``tensor_parallel_size``;
     UserError for malformed JSON or an argument that breaks coupling (check_engine_kwargs)."""
-    from engine.generation.vllm_backend import check_engine_kwargs
+    from engine.generation.vllm_checks import check_engine_kwargs
 
     raw = os.environ.get(VLLM_ARGS_ENV, "").strip()
     try:
@@ -152,7 +140,9 @@ def _vllm_factory(model: Any, *, device: str | None = None, tensor_parallel: int
 
     if not isinstance(model, str):
         raise UserError("--backend vllm loads models by name or path, not an already loaded model")
-    return VllmBackend(model, engine_kwargs=vllm_engine_args(tensor_parallel))
+    kw = vllm_engine_args(tensor_parallel)
+    # a "dtype" in $COUPLED_EVAL_VLLM_ARGS overrides the models' default dtype (ModelRef.default_dtype)
+    return VllmBackend(model, dtype=kw.pop("dtype", None), engine_kwargs=kw)
 
 
 FACTORIES: dict[str, Callable[..., Backend]] = {"hf": _hf_factory, "vllm": _vllm_factory}

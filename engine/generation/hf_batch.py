@@ -25,22 +25,9 @@ from engine.generation.hf_kv import PreallocLayer, pack
 from engine.generation.hf_prefill import PrefillCache
 from engine.generation.types import GenConfig
 from engine.sampling import noise
-from engine.sampling.gumbel import sample
+from engine.sampling.keyed import draw
 
 Unit = tuple[str, int, int]  # (prompt_id, repeat, seed)
-
-
-def _gumbel(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor, token_keys: torch.Tensor) -> torch.Tensor:
-    """Keyed noise (m, V): the fused Triton kernel on CUDA, the torch reference (same bits) elsewhere.
-
-    triton_noise is imported only on CUDA: importing triton fixes its compiled/interpreted mode for
-    the whole process, and a CPU run gains nothing from it.
-    """
-    if token_keys.device.type == "cuda":
-        from engine.sampling.triton_noise import gumbel_fused
-
-        return gumbel_fused(seed, unit_keys, step, token_keys)
-    return noise.gumbel(seed, unit_keys, step, token_keys)
 
 
 @dataclass
@@ -172,14 +159,12 @@ class BatchState:
         that stop (EOS or max_new_tokens). Returns (tokens (m,), the rows that finished)."""
         cfg, k = self.cfg, self.cfg.trace_top_k
         sd, ky, st = self.seed_t[idx], self.keys[idx], self.step_t[idx]
-        g = _gumbel(sd, ky, st, self.token_keys) if cfg.temperature > 0 else None  # (m, V)
-        s = sample(self.logits[idx], g, cfg.temperature, cfg.top_k, cfg.top_p)
-        tokens = s.tokens  # (m,)
-        p_tok = s.logprobs.gather(1, tokens[:, None]).squeeze(1).exp()  # (m,)
-        parts = [tokens, p_tok]
+        # the sampler shared with the vLLM processor: fused kernel on CUDA, bounded temporaries
+        d = draw(self.logits[idx], sd, ky, st, self.token_keys, cfg.temperature, cfg.top_k, cfg.top_p, k)
+        tokens = d.tokens  # (m,)
+        parts = [tokens, d.probs]
         if k:
-            tv, ti = torch.topk(s.logprobs, min(k, s.logprobs.shape[-1]), dim=-1)  # (m, k)
-            parts += [ti, tv.exp(), g.gather(1, ti) if g is not None else None]
+            parts += [d.top_ids, d.top_probs, d.top_gumbels]
         eos = torch.isin(tokens, self.stop)  # (m,)
         done = (eos | (st >= cfg.max_new_tokens - 1)) & self.live[idx]  # (m,)
         # one device->host copy per tensor per step (no .item() per row)

@@ -73,17 +73,17 @@ def tokenizer_and_context(model, trust_remote_code: bool = False):
     weights; (None, None) when unknown without loading the model (hub ids): not checked."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from engine.models import loading
+    from engine import models
 
     if not isinstance(model, (str, Path)):  # a loaded model
         return model.tokenizer, _context_of(model.model.config)
     name = str(model).strip()
-    specs = {s.name: s for s in loading.list_models()}
-    with loading.quiet_hub():
+    specs = {s.name: s for s in models.list_models()}
+    with models.quiet_hub():
         if name in specs:
             spec = specs[name]
-            tok = loading.family_tokenizer(spec)
-            base = loading.converted_folder(spec)
+            tok = models.family_tokenizer(spec)
+            base = models.converted_folder(spec)
             if base is not None:
                 return tok, _context_of(AutoConfig.from_pretrained(str(base)))
             return tok, gguf_context(spec.source)

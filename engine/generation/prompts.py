@@ -28,9 +28,13 @@ def prompt_messages(user_prompt: str, system_prompt: str | None) -> list[dict]:
 
 def stop_token_ids(lm) -> set[int]:
     """Token ids that end a generation: the tokenizer's and the generation config's EOS ids."""
+    return eos_ids(lm.tokenizer, getattr(lm.model, "generation_config", None))
+
+
+def eos_ids(tokenizer, generation_config) -> set[int]:
+    """The stop rule of both backends: the tokenizer's eos id and the generation config's eos ids."""
     ids: set[int] = set()
-    for src in (getattr(lm.tokenizer, "eos_token_id", None),
-                getattr(getattr(lm.model, "generation_config", None), "eos_token_id", None)):
+    for src in (getattr(tokenizer, "eos_token_id", None), getattr(generation_config, "eos_token_id", None)):
         if isinstance(src, int):
             ids.add(src)
         elif isinstance(src, (list, tuple)):

@@ -14,30 +14,37 @@ vLLM 0.32 has two model runners with different custom-processor interfaces:
 
 vLLM chooses the runner while building the engine, after it was handed the processor classes, and
 each runner's loader checks that the class derives from *its* base. So one class derives from both
-and implements both entry points; they share :func:`engine.generation.vllm_backend.apply_rows`, which does the
+and implements both entry points; they share :func:`engine.generation.vllm_sampler.apply_rows`, which does the
 sampling math. Both run before vLLM's temperature/top-k/top-p, which our requests leave off (T = 0).
 
 With tensor parallelism every rank gathers the full logits and runs this processor on the same rows
 (vLLM samples on every rank); only rank 0 writes the step records (:func:`writes_traces`).
 
-This module imports vLLM: it is only imported by :class:`engine.generation.vllm_backend.VllmBackend`.
+Hot path: no device-to-host transfer and no per-row Python loop in V2's ``apply`` (the row -> slot
+mapping and sequence lengths come as host numpy arrays; ``tests/vllm/test_vllm_processor.py`` checks
+it at batch 256 with a TorchFunctionMode). V1 (the CPU build) reads each row's step from vLLM's live
+output list, a host loop over its rows.
+
+This module imports vLLM and, of this project, only :mod:`.vllm_sampler` (no circle: the backend
+imports this module, never the other way).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 from vllm.v1.sample.logits_processor import LogitsProcessor as V1LogitsProcessor
 
-try:  # Model Runner V2's interface (vLLM >= 0.3x); absent in older releases
+try:  # Model Runner V2's interface (vLLM >= 0.32); absent in older releases
     from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as V2LogitsProcessor
 except ImportError:  # pragma: no cover - the supported range has it
     V2LogitsProcessor = object  # type: ignore[misc,assignment]
 
 from engine.errors import UserError
-from engine.generation.vllm_backend import RowArgs, apply_rows, check_sampling_params
+from engine.generation.vllm_sampler import RowArgs, SlotTable, apply_rows, check_sampling_params
 
 # How many apply() calls each interface served in this process (tests read it to tell which
 # interface really ran).
@@ -54,21 +61,37 @@ def writes_traces() -> bool:
         return True
 
 
-class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
-    """Replaces our requests' logits by log D + keyed Gumbel noise (engine.generation.vllm_backend.keyed_scores).
+def coupling_breakers(vllm_config) -> list[str]:
+    """The engine settings that break coupled sampling, each with why (empty: none)."""
+    if vllm_config is None:
+        return []
+    out = []
+    if getattr(vllm_config, "speculative_config", None) is not None:
+        out.append("speculative decoding (draft rows are sampled with a step that is not the committed "
+                   "token count)")
+    if getattr(getattr(vllm_config, "parallel_config", None), "enable_batch_sharded_sampling", False):
+        out.append("batch-sharded sampling (each tensor-parallel rank samples only its share of the rows, "
+                   "so rank 0 would record only its share)")
+    if getattr(vllm_config, "watermark_config", None) is not None:
+        out.append("watermarking (it replaces the sampler that our greedy argmax relies on)")
+    return out
 
-    Requests without ``extra_args["coupled_eval"]`` are left untouched.
+
+class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
+    """Makes vLLM's greedy argmax of our requests' rows their keyed Gumbel-max samples
+    (engine.sampling.keyed.draw). Requests without ``extra_args["coupled_eval"]`` are left untouched.
     """
 
     def __init__(self, vllm_config, *args) -> None:
         # V1: (vllm_config, device, is_pin_memory); V2: (vllm_config, req_states)
         self.interface = "v2" if len(args) == 1 else "v1"
         self.req_states = args[0] if self.interface == "v2" else None
-        self.slots: dict[int, tuple[RowArgs, list[int] | None]] = {}  # batch index / slot -> (args, output ids)
+        self.table = SlotTable(int(getattr(self.req_states, "max_num_reqs", 0) or 64))
+        self.outputs: dict[int, list[int]] = {}  # V1: batch index -> vLLM's live list of output ids
         self.writer: bool | None = None  # writes_traces(), asked at the first apply (process groups exist then)
-        if vllm_config is not None and getattr(vllm_config, "speculative_config", None) is not None:
-            raise ValueError("speculative decoding breaks coupled sampling (draft rows are sampled with a step "
-                             "that is not the committed token count); turn it off")
+        bad = coupling_breakers(vllm_config)
+        if bad:
+            raise ValueError(f"{bad[0]} breaks coupled sampling; turn it off")
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
@@ -88,55 +111,54 @@ class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
         if batch_update is None:
             return
         for i in batch_update.removed:
-            self.slots.pop(i, None)
+            self.table.set(i, None)
+            self.outputs.pop(i, None)
         for i, params, _prompt_ids, output_ids in batch_update.added:
             a = RowArgs.from_params(params)
+            self.table.set(i, a)
             if a is None:
-                self.slots.pop(i, None)
+                self.outputs.pop(i, None)
             else:
-                self.slots[i] = (a, output_ids)  # output_ids: vLLM's live list of this request's tokens
+                self.outputs[i] = output_ids  # vLLM's live list of this request's tokens: step = its length
         for a, b, direction in batch_update.moved:
-            sa, sb = self.slots.pop(a, None), self.slots.pop(b, None)
-            if sa is not None:
-                self.slots[b] = sa
-            if direction == MoveDirectionality.SWAP and sb is not None:
-                self.slots[a] = sb
+            swap = direction == MoveDirectionality.SWAP
+            self.table.move(a, b, swap)
+            oa, ob = self.outputs.pop(a, None), self.outputs.pop(b, None)
+            if oa is not None:
+                self.outputs[b] = oa
+            if swap and ob is not None:
+                self.outputs[a] = ob
 
     # ---- V2 interface
     def add_request(self, req_idx: int, sampling_params) -> bool:
         a = RowArgs.from_params(sampling_params)
-        if a is None:
-            self.slots.pop(req_idx, None)
-            return False
-        self.slots[req_idx] = (a, None)
-        return True
+        self.table.set(req_idx, a)
+        return a is not None
 
     # ---- both
     def apply(self, logits: torch.Tensor, ctx=None) -> torch.Tensor:
-        """logits (rows, V) float32 -> our rows replaced by their keyed scores (in place)."""
-        if not self.slots:
+        """logits (rows, V) float32 -> our rows' sampled tokens made the argmax (in place)."""
+        if not len(self.table):
             return logits
-        rows, args, steps = [], [], []
         if ctx is None:  # V1: row = persistent-batch index; step = tokens generated so far
             APPLY_CALLS["v1"] += 1
-            for i, (a, out) in self.slots.items():
-                if i < logits.shape[0]:
-                    rows.append(i); args.append(a); steps.append(len(out))
-        else:  # V2: row -> slot; the row reads position pos, so it samples token pos + 1
+            rows = np.flatnonzero(self.table.ours(np.arange(logits.shape[0])))
+            slots = rows
+            steps = np.array([len(self.outputs[int(i)]) for i in rows], dtype=np.int64)
+        else:  # V2: row -> slot on the host (one row per request: speculative decoding is refused)
             APPLY_CALLS["v2"] += 1
-            # one host copy per step (the slots' settings live on the host)
-            slot_of = ctx.expanded_idx_mapping.tolist()
-            pos = ctx.pos.tolist()
-            prompt_len = self.req_states.prompt_len.np
-            for r, slot in enumerate(slot_of):
-                hit = self.slots.get(slot)
-                if hit is None:
-                    continue
-                step = pos[r] + 1 - int(prompt_len[slot])
-                if step >= 0:  # < 0: a chunk of a prompt still being prefilled (its sample is dropped)
-                    rows.append(r); args.append(hit[0]); steps.append(step)
-        if rows:
+            slot_of = np.asarray(ctx.idx_mapping_np, dtype=np.int64)  # (N,)
+            rows = np.flatnonzero(self.table.ours(slot_of))
+            slots = slot_of[rows]
+            # the row's sequence holds pos + 1 tokens (exact without speculative decoding): it samples
+            # token pos + 1, i.e. generated-token index seq_len - prompt_len
+            seq = np.asarray(ctx.seq_lens_upper_bound_np, dtype=np.int64)[rows]
+            steps = seq - np.asarray(self.req_states.prompt_len.np, dtype=np.int64)[slots]
+            keep = steps >= 0  # < 0: a chunk of a prompt still being prefilled (its sample is dropped)
+            rows, slots, steps = rows[keep], slots[keep], steps[keep]
+        if len(rows):
             if self.writer is None:
                 self.writer = writes_traces()
-            apply_rows(logits, rows, args, steps, write_traces=self.writer)
+            apply_rows(logits, self.table, rows.astype(np.int64), slots.astype(np.int64), steps,
+                       write_traces=self.writer)
         return logits

@@ -54,6 +54,56 @@ class StepTrace:
     top_gumbels: tuple[float, ...] = ()  # empty when T = 0 (no noise)
 
 
+@dataclass
+class PendingRecords:
+    """One step's records of one group of rows, on their way to the host.
+
+    ``values`` (R, 2 + 3k) float64: token, probability, then k top ids, k probabilities and (when
+    ``gumbels``) k Gumbel values per row. On CUDA :meth:`copy_to_host` starts an asynchronous copy
+    into pinned memory and records an event; :func:`flush_pending` waits on it only when the backend
+    reads (a finished request: that step's tokens are on the host already, so the wait is nil).
+    """
+
+    tags: Any            # (R,) object ndarray of request tags
+    steps: Any           # (R,) int64 ndarray of step indices
+    values: torch.Tensor
+    k: int
+    gumbels: bool
+    event: Any = None
+
+    def copy_to_host(self) -> PendingRecords:
+        if self.values.device.type != "cuda":
+            return self
+        host = torch.empty(self.values.shape, dtype=self.values.dtype, pin_memory=True)
+        host.copy_(self.values, non_blocking=True)
+        ev = torch.cuda.Event()
+        ev.record()
+        return PendingRecords(self.tags, self.steps, host, self.k, self.gumbels, ev)
+
+    def as_tuples(self) -> list[tuple]:
+        """[(tag, step, StepTrace fields...)] (waits for the copy: off the hot path)."""
+        if self.event is not None:
+            self.event.synchronize()
+        k, out = self.k, []
+        for tag, step, row in zip(self.tags.tolist(), self.steps.tolist(), self.values.tolist()):
+            ids = tuple(int(x) for x in row[2:2 + k])
+            probs = tuple(row[2 + k:2 + 2 * k])
+            gs = tuple(row[2 + 2 * k:2 + 3 * k]) if self.gumbels else ()
+            out.append((tag, int(step), int(row[0]), row[1], ids, probs, gs))
+        return out
+
+
+# step records not yet in TRACES, oldest first (a step recomputed later overwrites: last wins)
+PENDING: list[PendingRecords] = []
+
+
+def flush_pending() -> None:
+    """Move every pending step record into TRACES (the backend calls it before reading TRACES)."""
+    while PENDING:
+        for tag, step, *fields in PENDING.pop(0).as_tuples():
+            TRACES.setdefault(tag, {})[step] = StepTrace(*fields)
+
+
 def keys_file(sink: str | Path, kid: str) -> Path:
     return Path(sink) / ("keys-" + kid.replace(":", "_") + ".pt")
 
@@ -167,5 +217,6 @@ class TraceSink:
 
 
 
-__all__ = ["TOKEN_KEYS", "TRACES", "StepTrace", "TraceSink", "load_token_keys", "write_records", "keys_file",
+__all__ = ["PENDING", "PendingRecords", "flush_pending",
+           "TOKEN_KEYS", "TRACES", "StepTrace", "TraceSink", "load_token_keys", "write_records", "keys_file",
            "remove_orphan_sinks", "SINK_PREFIX", "SEGMENT_BYTES"]

@@ -51,7 +51,7 @@ def masked_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, to
         (B, V) float32 log-probabilities; masked tokens are -inf.
     """
     x = logits.float()  # (B, V) the one float32 conversion of the hot path
-    if temperature > 0:
+    if temperature > 0 and temperature != 1.0:  # x / 1 == x exactly: skip a (B, V) read and write
         x = x / temperature
     if top_k and top_k < x.shape[-1]:
         kth = torch.topk(x, top_k, dim=-1).values[:, -1:]  # (B, 1)

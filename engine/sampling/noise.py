@@ -170,6 +170,29 @@ def gumbel(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.
     return out
 
 
+def gumbel_at(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor,
+              token_keys: torch.Tensor) -> torch.Tensor:
+    """The noise of :func:`gumbel` at chosen tokens only: g[b, j] = G(seed[b], unit[b], step[b], token_keys[b, j]).
+
+    The same integer hash and float64 logs as :func:`gumbel` on a (B, k) grid of per-row token keys
+    (e.g. a row's top-k ids mapped to their keys), so a trace needs no (B, V) noise tensor.
+
+    Args:
+        seed, unit_keys, step: LongTensors (B,) (seed bits as in :func:`seed_tensor`).
+        token_keys: LongTensor (B, k) of token keys per row.
+
+    Returns:
+        FloatTensor (B, k) float32 on ``token_keys.device``.
+    """
+    device = token_keys.device
+    s = _mix(seed.to(device=device, dtype=torch.int64))  # (B,)
+    row = _mix_(_mix_(s + unit_keys.to(device=device, dtype=torch.int64)) + step.to(device=device, dtype=torch.int64))
+    h = _mix_(row[:, None] + _mix_(token_keys.to(torch.int64) + _TOKEN_SALT))  # (B, k)
+    u = _srl(h, 11).to(torch.float64).mul_(2.0 ** -53)  # (B, k) as in gumbel()
+    u.clamp_(min=torch.finfo(torch.float64).tiny, max=1.0 - 2.0 ** -53)
+    return u.log_().neg_().log_().neg_().to(torch.float32)
+
+
 # --------------------------------------------------------------------------- token keys
 
 def _byte_decoder() -> dict[str, int]:

@@ -1,8 +1,7 @@
 """Benchmark comparison of two models, coupled vs independent generation (METHODS.md section 2).
 
-Pure, vectorised functions over ``(Q, R)`` score matrices (``Q`` questions, ``R`` repeats) of two
-models ``A`` and ``B`` under one noise mode. Paper: Benz et al., *Evaluation of Large Language
-Models via Coupled Token Generation*, Proposition 1, Fig. 2 and Appendix D.
+Pure, vectorised functions over ``(Q, R)`` score matrices (``Q`` questions, ``R`` repeats) of two models
+``A``, ``B`` in one noise mode. Paper: Benz et al. 2025, Proposition 1, Fig. 2 and Appendix D.
 
 Family:
 
@@ -12,10 +11,8 @@ Family:
 * :func:`resample_permutations`    the random permutations the error curves share
 * :func:`error_curve`              mean |truth − mean of n samples| + 2.5/97.5 percentile band
 * :func:`error_curve_naive`        the same with explicit loops (the test oracle)
-* :func:`samples_for_error`        n(ε) interpolated on an error curve
-* :func:`sample_saving`            1 − n_coupled(ε) / n_independent(ε)
-* :func:`samples_for_error_fpc`    n(ε) = S²N/(s²N + S²), s = ε/sqrt(2/π) (sampling without replacement)
-* :func:`saving_predicted`         the saving from the per-sample variances, bootstrap CI over questions
+* the savings (:mod:`engine.stats.saving`, re-exported): the headline variance saving, the paper's
+  resampling-curve saving, the saving predicted from the per-sample variances
 * :func:`paired_diff_ci`           Δ̂ = mean_i d_i, t CI/test over questions, correlation, bootstrap check, MDE
 * :func:`mcnemar_majority`         McNemar on ONE outcome per question (majority vote), labelled as such
 * :func:`mcnemar`                  McNemar on independent paired binary outcomes (never (question, repeat) pairs)
@@ -36,9 +33,17 @@ import numpy as np
 from scipy import stats as _st
 
 from engine.errors import UserError
-
-# E|X| = σ sqrt(2/π) for X ~ N(0, σ²): converts a target mean absolute error to a standard error.
-MAE_PER_SE = math.sqrt(2.0 / math.pi)
+from engine.stats.saving import (  # noqa: F401  (re-exported: the saving family lives in saving.py)
+    HEADLINE_SAVING,
+    MAE_PER_SE,
+    error_at,
+    log_ratio_interval,
+    sample_saving,
+    samples_for_error,
+    samples_for_error_fpc,
+    saving_predicted,
+    variance_saving,
+)
 
 
 def _pair(A, B) -> tuple[np.ndarray, np.ndarray]:
@@ -222,123 +227,6 @@ def error_curve_naive(diff, sizes, perms: np.ndarray, level: float = 0.95) -> di
         lows.append(float(np.percentile(e, a)))
         highs.append(float(np.percentile(e, 100 - a)))
     return {"n": [int(n) for n in sizes], "mean": means, "low": lows, "high": highs, "truth": truth}
-
-
-def samples_for_error(sizes, errors, eps: float) -> float | None:
-    """n(ε): the sample size at which a (decreasing) error curve first reaches ε.
-
-    Linear interpolation between the last size with error > ε and the first with error <= ε.
-    Returns None when the curve never reaches ε, and sizes[0] when it is already there at the
-    smallest size (a lower bound, not an extrapolation).
-    """
-    sizes = np.asarray(sizes, dtype=np.float64)
-    errors = np.asarray(errors, dtype=np.float64)
-    below = np.nonzero(errors <= eps)[0]
-    if below.size == 0:
-        return None
-    j = int(below[0])
-    if j == 0:
-        return float(sizes[0])
-    n0, n1, e0, e1 = sizes[j - 1], sizes[j], errors[j - 1], errors[j]
-    return float(n0 + (e0 - eps) / (e0 - e1) * (n1 - n0))
-
-
-def sample_saving(sizes, err_coupled, err_independent, eps: float) -> dict:
-    """Sample saving of coupled over independent generation at error ε.
-
-    saving = 1 − n_coupled(ε) / n_independent(ε)  (both interpolated by :func:`samples_for_error`).
-
-    Returns:
-        dict with error, n_coupled, n_independent, saving (None where a curve never reaches ε),
-        and at_smallest_size: True when a curve is already at ε at the smallest size (its n(ε) is then
-        only an upper bound on the samples needed, so the saving is not exact).
-    Paper: Benz et al., Sec. 5 (40% fewer samples at ε ≈ 0.034, college CS, 3B vs 1B).
-    """
-    nc = samples_for_error(sizes, err_coupled, eps)
-    ni = samples_for_error(sizes, err_independent, eps)
-    saving = None if nc is None or ni is None or ni <= 0 else 1.0 - nc / ni
-    first = [np.asarray(e, dtype=np.float64)[0] <= eps for e in (err_coupled, err_independent)]
-    return {"error": float(eps), "n_coupled": nc, "n_independent": ni, "saving": saving,
-            "at_smallest_size": bool(any(first))}
-
-
-def error_at(sizes, errors, n: float) -> float:
-    """The error curve linearly interpolated at sample size ``n`` (clamped to its ends)."""
-    return float(np.interp(n, np.asarray(sizes, dtype=np.float64), np.asarray(errors, dtype=np.float64)))
-
-
-def samples_for_error_fpc(S2, N: int, eps: float):
-    """n(ε) predicted for the error curve: samples drawn without replacement from a pool of N.
-
-    Var(mean of n) = S² (N − n)/(N n)  (finite-population correction; S² = pool variance, ddof 1);
-    E|error| ≈ sqrt(2/π) sqrt(Var) (normal approximation), so n(ε) = S² N / (s² N + S²) with
-    s = ε / sqrt(2/π). Broadcasts over S2.
-    """
-    s2 = (eps / MAE_PER_SE) ** 2
-    S2 = np.asarray(S2, dtype=np.float64)
-    return S2 * N / (s2 * N + S2)
-
-
-def saving_predicted(Dc, Di, eps: float, rng: np.random.Generator | None = None, n_resamples: int = 2000,
-                     level: float = 0.95) -> dict:
-    """Sample saving at error ε predicted from the per-sample variances, with a bootstrap CI over questions.
-
-    saving(ε) = 1 − n_c(ε)/n_i(ε), n_m(ε) = S²_m N / (s² N + S²_m) (:func:`samples_for_error_fpc`), S²_m the
-    variance (ddof 1) of the N = Q·R per-(question, repeat) differences D_m = A − B of mode m. For
-    n ≪ N it tends to 1 − S²_c/S²_i. CI: percentile bootstrap over questions, the SAME resampled
-    questions in both modes (questions are the unit of independence; the modes are paired by question).
-
-    Guarantee: asymptotically valid (Q → ∞) for independent questions, for the saving one would see
-    on a fresh benchmark of Q questions × R repeats from the same question distribution. Assumes the
-    normal approximation E|error| ∝ SD (what links the variance to the paper's mean-absolute-error curve).
-
-    Args:
-        Dc, Di: (Q, R) score differences A − B, coupled and independent, rows = the same questions.
-        eps: the error level (mean absolute error), > 0.  rng: bootstrap generator (None: no CI).
-    Returns:
-        dict with error, saving, ci_low, ci_high, level, n_coupled, n_independent, s2_coupled,
-        s2_independent, N, n_resamples, n_valid (replicates with S²_i > 0).
-    """
-    Dc = np.asarray(Dc, dtype=np.float64)
-    Di = np.asarray(Di, dtype=np.float64)
-    if Dc.ndim != 2 or Dc.shape != Di.shape:
-        raise UserError(f"difference matrices must both be (questions, repeats) of one shape, got {Dc.shape} and {Di.shape}")
-    if not eps > 0:
-        raise UserError(f"error level must be > 0, got {eps}")
-    Q, R = Dc.shape
-    N = Q * R
-    if N < 2:
-        raise UserError(f"need at least 2 samples, got {N}")
-
-    def saving_of(S2c, S2i):
-        nc, ni = samples_for_error_fpc(S2c, N, eps), samples_for_error_fpc(S2i, N, eps)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(ni > 0, 1.0 - nc / np.where(ni > 0, ni, 1.0), np.nan), nc, ni
-
-    S2c, S2i = float(Dc.var(ddof=1)), float(Di.var(ddof=1))
-    sav, nc, ni = saving_of(S2c, S2i)
-    out = {"error": float(eps), "saving": None if np.isnan(sav) else float(sav), "ci_low": None, "ci_high": None,
-           "level": level, "n_coupled": float(nc), "n_independent": float(ni), "s2_coupled": S2c,
-           "s2_independent": S2i, "N": int(N), "n_resamples": 0, "n_valid": 0}
-    if rng is None:
-        return out
-    # per-question sums of D and D² make each replicate's pool variance one gather + sum
-    sums = np.stack([Dc.sum(axis=1), (Dc ** 2).sum(axis=1), Di.sum(axis=1), (Di ** 2).sum(axis=1)])  # (4, Q)
-    reps = np.empty(n_resamples)
-    chunk = max(1, int(2_000_000 // Q))
-    for s in range(0, n_resamples, chunk):
-        idx = rng.integers(0, Q, size=(min(chunk, n_resamples - s), Q))  # (c, Q)
-        t = sums[:, idx].sum(axis=2)  # (4, c)
-        v_c = (t[1] - t[0] ** 2 / N) / (N - 1)
-        v_i = (t[3] - t[2] ** 2 / N) / (N - 1)
-        reps[s:s + idx.shape[0]] = saving_of(v_c, v_i)[0]
-    ok = reps[np.isfinite(reps)]
-    a = (1 - level) / 2
-    if ok.size:
-        lo, hi = np.quantile(ok, [a, 1 - a])
-        out.update(ci_low=float(lo), ci_high=float(hi))
-    out.update(n_resamples=int(n_resamples), n_valid=int(ok.size))
-    return out
 
 
 def mcnemar(a, b, exact_below: int = 25) -> dict:

@@ -32,108 +32,24 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy import sparse, stats
+from scipy import sparse
 
 from engine.errors import UserError
-from engine.stats.winrates import A_WINS, B_WINS, TIE, _check
-
-DEFAULT_RESAMPLES = 1000
-
-
-# ----------------------------------------------------------------------------- clusters and resamples
-
-def cluster_codes(cluster, n: int) -> tuple[np.ndarray, int, bool]:
-    """Factorise prompt ids into codes 0..C−1; None (or all-missing) -> each row its own cluster.
-
-    Args:
-        cluster: (n,) prompt ids (ints or strings; None/NaN entries are each their own cluster)
-            or None.  n: number of rows.
-    Returns:
-        codes (n,) int64, C (number of clusters), per_row_clusters (True when no ids were given).
-    """
-    if cluster is None:
-        return np.arange(n, dtype=np.int64), int(n), True
-    arr = np.asarray(cluster, dtype=object)
-    if arr.shape != (n,):
-        raise UserError(f"cluster ids must have shape ({n},), got {arr.shape}")
-    missing = np.array([v is None or (isinstance(v, float) and v != v) for v in arr.tolist()], bool)
-    if missing.all():
-        return np.arange(n, dtype=np.int64), int(n), True
-    keys = arr.astype(str)
-    keys[missing] = np.char.add("\x00row", np.arange(n).astype(str))[missing]  # unique per missing row
-    _, codes = np.unique(keys, return_inverse=True)
-    return codes.astype(np.int64), int(codes.max()) + 1, False
-
-
-def cluster_multiplicities(C: int, n_resamples: int, rng: np.random.Generator, chunk: int = 100) -> np.ndarray:
-    """How often each cluster is drawn in each resample: m_b = counts of C draws with replacement.
-
-    m_b ~ Multinomial(C, 1/C each), drawn as C uniform cluster indices per resample
-    (rng.integers) counted with one bincount per chunk of resamples (faster than
-    rng.multinomial for large C). Weighting every row of cluster c by m_bc is the same as
-    keeping all rows of the drawn clusters.
-
-    Returns:
-        (B, C) int32, rows summing to C.
-    """
-    if C < 1 or n_resamples < 1:
-        raise UserError(f"need at least one cluster and one resample, got C={C}, B={n_resamples}")
-    out = np.empty((n_resamples, C), np.int32)
-    for s in range(0, n_resamples, chunk):
-        m = min(chunk, n_resamples - s)
-        idx = rng.integers(0, C, size=(m, C))  # (m, C) drawn cluster ids
-        flat = (np.arange(m)[:, None] * C + idx).ravel()
-        out[s:s + m] = np.bincount(flat, minlength=m * C).reshape(m, C)
-    return out
-
-
-def cluster_pair_counts(a, b, outcome, codes: np.ndarray, C: int, k: int) -> sparse.csr_matrix:
-    """X[c, i·k + j] = #{rows of cluster c where i beat j};  X[c, k² + i·k + j] = #{ties of i, j}, i < j.
-
-    Returns:
-        (C, 2k²) sparse count matrix.
-    """
-    a, b, outcome = _check(a, b, outcome, k)
-    winner = np.where(outcome == A_WINS, a, b)
-    loser = np.where(outcome == A_WINS, b, a)
-    cell = np.where(outcome == TIE, k * k + np.minimum(a, b) * k + np.maximum(a, b), winner * k + loser)
-    X = sparse.coo_matrix((np.ones(a.size, np.int32), (codes, cell)), shape=(C, 2 * k * k))
-    return X.tocsr()  # integer counts: the product with the integer multiplicities stays exact and fast
-
-
-def _split_counts(flat: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(B, 2k²) -> wins (B, k, k), ties (B, k, k) symmetric."""
-    B = flat.shape[0]
-    wins = flat[:, :k * k].reshape(B, k, k)
-    ties = flat[:, k * k:].reshape(B, k, k)
-    return wins, ties + ties.transpose(0, 2, 1)
-
-
-def resampled_pair_counts(X: sparse.csr_matrix, mult: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Win and tie counts of every resample in one sparse product: counts_b = m_b X.
-
-    Args:
-        X: (C, 2k²) from :func:`cluster_pair_counts`.  mult: (B, C) multiplicities.
-    Returns:
-        wins (B, k, k), ties (B, k, k) float arrays.
-    """
-    flat = np.asarray(X.T.tocsr() @ mult.T).T.astype(np.float64)  # (B, 2k²), integer product
-    return _split_counts(flat, k)
-
-
-def _percentile(draws: np.ndarray, conf: float) -> tuple[np.ndarray, np.ndarray]:
-    tail = (1 - conf) / 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices (pairs never compared)
-        return np.nanquantile(draws, tail, axis=0), np.nanquantile(draws, 1 - tail, axis=0)
-
-
-def _check_conf(conf: float, n_resamples: int) -> None:
-    if not 0 < conf < 1:
-        raise UserError(f"confidence level must be in (0, 1), got {conf}")
-    if n_resamples < 1:
-        raise UserError(f"n_resamples must be >= 1, got {n_resamples}")
-
+from engine.stats import winrates as WR
+from engine.stats.clusters import (  # noqa: F401  (re-exported)
+    DEFAULT_RESAMPLES,
+    check_conf,
+    cluster_codes,
+    cluster_multiplicities,
+    cluster_pair_counts,
+    pair_cluster_counts,
+    percentile,
+    resampled_pair_counts,
+    split_counts,
+)
+from engine.stats.comparisons import Comparisons, Who
+from engine.stats.paired_tests import holm_adjust, maxt_adjust, mode_diff_paired_test, position_bias  # noqa: F401
+from engine.stats.winrates import A_WINS, B_WINS, _check
 
 # ----------------------------------------------------------------------------- win-rates
 
@@ -170,13 +86,15 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
             None (each row its own cluster); n_resamples: B (>= 1000 recommended); conf: level.
     Returns:
         dict: W, T, n (k, k); W_low, W_high (k, k); avg, avg_low, avg_high (k,);
-        W_draws (B, k, k), avg_draws (B, k); n_clusters, per_row_clusters, n_resamples, conf.
+        W_draws (B, k, k), avg_draws (B, k); W_fallback (k, k), avg_fallback (k,) (True where the
+        bootstrap was degenerate and the prompt-level Wilson interval is used); n_clusters_pair
+        (k, k); n_clusters, per_row_clusters, n_resamples, conf.
     """
-    _check_conf(conf, n_resamples)
+    check_conf(conf, n_resamples)
     a, b, outcome = _check(a, b, outcome, k)
     codes, C, per_row = cluster_codes(cluster, a.size)
     X = cluster_pair_counts(a, b, outcome, codes, C, k)
-    wins, ties = _split_counts(np.asarray(X.sum(axis=0), dtype=np.float64), k)
+    wins, ties = split_counts(np.asarray(X.sum(axis=0), dtype=np.float64), k)
     W, T, n, avg = _rates(wins[0], ties[0])
     mult = cluster_multiplicities(C, n_resamples, rng)  # (B, C)
     wb, tb = resampled_pair_counts(X, mult, k)
@@ -187,10 +105,22 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         avg_b = np.nanmean(Wb_avg, axis=-1)  # (B, k)
-    W_lo, W_hi = _percentile(Wb, conf)
-    a_lo, a_hi = _percentile(avg_b, conf)
+    W_lo, W_hi = percentile(Wb, conf)
+    a_lo, a_hi = percentile(avg_b, conf)
+    # a degenerate bootstrap (every resample the same value, e.g. 0 wins of 12) would give [x, x]:
+    # fall back to the Wilson interval with one observation per prompt (METHODS.md 7)
+    Cij, Cm = pair_cluster_counts(X, k)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        W_deg = (n > 0) & ~(np.nanmax(Wb, axis=0) > np.nanmin(Wb, axis=0))
+        a_deg = np.isfinite(avg) & ~(np.nanmax(avg_b, axis=0) > np.nanmin(avg_b, axis=0))
+    wl, wh = WR.cluster_wilson(W, Cij, conf)
+    al, ah = WR.cluster_wilson(avg, Cm, conf)
+    W_lo, W_hi = np.where(W_deg, wl, W_lo), np.where(W_deg, wh, W_hi)
+    a_lo, a_hi = np.where(a_deg, al, a_lo), np.where(a_deg, ah, a_hi)
     return {"W": W, "T": T, "n": n.astype(np.int64), "W_low": W_lo, "W_high": W_hi,
             "avg": avg, "avg_low": a_lo, "avg_high": a_hi, "W_draws": Wb, "avg_draws": avg_b,
+            "W_fallback": W_deg, "avg_fallback": a_deg, "n_clusters_pair": Cij,
             "n_clusters": C, "per_row_clusters": per_row, "n_resamples": int(n_resamples), "conf": conf}
 
 
@@ -202,7 +132,8 @@ def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
     with ``small_sample`` the CR1 factor sqrt(C_ij/(C_ij − 1)) (C_ij = prompts with that pair).
 
     Guarantee: consistent for the SE of Ŵ_ij with independent prompts (any within-prompt
-    dependence); the Wald interval is asymptotic (prefer the bootstrap near 0 or 1).
+    dependence); interval = Wilson at n_eff = Ŵ(1 − Ŵ)/SE² (the prompts' count where that is
+    undefined), so it stays in [0, 1] (asymptotic).
 
     Args:
         a, b, outcome: (n,); k; cluster: (n,) ids or None; conf; small_sample.
@@ -238,12 +169,22 @@ def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
         corr = np.where(Cij > 1, Cij / np.maximum(Cij - 1, 1), np.nan) if small_sample else 1.0
         se = np.sqrt(meat * corr) / N
     W = np.where(np.eye(k, dtype=bool), np.nan, W)
-    z = stats.norm.ppf(0.5 + conf / 2)
-    return {"W": W, "se": se, "low": W - z * se, "high": W + z * se, "n": N.astype(np.int64),
+    low, high = WR.cluster_wilson(W, WR.n_eff_clustered(W, se, Cij), conf)  # inside [0, 1], never [0, 0]
+    return {"W": W, "se": se, "low": low, "high": high, "n": N.astype(np.int64),
             "n_clusters_pair": Cij, "n_clusters": C, "per_row_clusters": per_row}
 
 
 # ----------------------------------------------------------------------------- Bradley-Terry / Davidson, batched
+
+def _count_batch(wins, ties) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(k, k) or (B, k, k) win / tie counts as float batches, the pair totals n, and whether one was given."""
+    wins = np.asarray(wins, float)
+    ties = np.asarray(ties, float)
+    single = wins.ndim == 2
+    if single:
+        wins, ties = wins[None], ties[None]
+    return wins, ties, wins + wins.transpose(0, 2, 1) + ties, single
+
 
 def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, init=None) -> tuple[Any, Any]:
     """Bradley–Terry with Davidson ties for a batch of count matrices, by MM (Hunter 2004).
@@ -260,13 +201,8 @@ def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, in
     Returns:
         beta (B, k) (or (k,)), nu (B,) (or scalar).
     """
-    wins = np.asarray(wins, float)
-    ties = np.asarray(ties, float)
-    single = wins.ndim == 2
-    if single:
-        wins, ties = wins[None], ties[None]
+    wins, ties, n, single = _count_batch(wins, ties)
     B, k, _ = wins.shape
-    n = wins + wins.transpose(0, 2, 1) + ties  # (B, k, k)
     score = 2 * wins.sum(axis=2) + ties.sum(axis=2)  # (B, k)
     Ttot = ties.sum(axis=(1, 2)) / 2  # (B,)
     pi = np.ones((B, k)) if init is None else np.exp(np.broadcast_to(np.asarray(init, float), (B, k))).copy()
@@ -309,17 +245,17 @@ def davidson_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, 
         dict: beta (k,), nu, beta_low, beta_high (k,), nu_low, nu_high, draws (B, k),
         nu_draws (B,), n_clusters, per_row_clusters, n_resamples, conf.
     """
-    _check_conf(conf, n_resamples)
+    check_conf(conf, n_resamples)
     a, b, outcome = _check(a, b, outcome, k)
     codes, C, per_row = cluster_codes(cluster, a.size)
     X = cluster_pair_counts(a, b, outcome, codes, C, k)
-    wins, ties = _split_counts(np.asarray(X.sum(axis=0), dtype=np.float64), k)
+    wins, ties = split_counts(np.asarray(X.sum(axis=0), dtype=np.float64), k)
     beta, nu = davidson_fit_counts(wins[0], ties[0])
     mult = cluster_multiplicities(C, n_resamples, rng)
     wb, tb = resampled_pair_counts(X, mult, k)
     draws, nu_b = davidson_fit_counts(wb, tb, init=beta)
-    lo, hi = _percentile(draws, conf)
-    nlo, nhi = _percentile(nu_b, conf)
+    lo, hi = percentile(draws, conf)
+    nlo, nhi = percentile(nu_b, conf)
     return {"beta": beta, "nu": nu, "beta_low": lo, "beta_high": hi, "nu_low": float(nlo), "nu_high": float(nhi),
             "draws": draws, "nu_draws": nu_b, "n_clusters": C, "per_row_clusters": per_row,
             "n_resamples": int(n_resamples), "conf": conf}
@@ -391,32 +327,76 @@ def elo_ratings_weighted(a, b, outcome, k: int, weights, K: float = 4.0, scale: 
     return r.T.copy()
 
 
+def elo_fit_counts(wins, ties, scale: float = 400.0, base: float = 10.0, init: float = 1000.0,
+                   max_iter: int = 100, tol: float = 1e-8) -> np.ndarray:
+    """Elo-scale maximum likelihood for a batch of count matrices (the fixed point of Elo's expected update).
+
+    Solves sum_j n_ij (S_ij − E(r_i − r_j)) = 0, S_ij = (wins_ij + ties_ij/2)/n_ij, E(x) = 1/(1 + base^(−x/scale)),
+    mean r = init (a logistic Bradley–Terry with ties as half wins, on the Elo scale) by Newton's
+    method on the concave log-likelihood, all B problems at once (H − 11ᵀ fixes the mean). A model
+    that never wins (MLE −∞) stops at 3000 points below the mean.
+
+    Args:
+        wins: (B, k, k) or (k, k), wins[b, i, j] = #{i beat j}; ties: same shape, symmetric.
+    Returns:
+        (B, k) (or (k,)) ratings.
+    """
+    wins, ties, n, single = _count_batch(wins, ties)
+    Bn, k, _ = wins.shape
+    score = (wins + ties / 2).sum(axis=2)  # (B, k) observed points
+    c = np.log(base) / scale
+    r = np.zeros((Bn, k))
+    ones = np.ones((k, k))
+    ridge = 1e-4 * c * c  # a 1e-4-comparison prior: keeps a resample whose comparison graph falls apart solvable
+    for _ in range(max_iter):
+        E = 1 / (1 + np.exp(-c * (r[:, :, None] - r[:, None, :])))  # (B, k, k)
+        g = c * (score - (n * E).sum(axis=2)) - ridge * r  # (B, k) gradient of the log-likelihood
+        Hw = n * E * (1 - E) * c * c
+        H = Hw - (np.einsum("bij->bi", Hw)[:, :, None] + ridge) * np.eye(k)  # (B, k, k) negative definite
+        step = np.linalg.solve(H - ones, g[:, :, None])[:, :, 0]  # Newton step, mean-zero
+        step = np.clip(step, -400.0, 400.0)  # damped far from the optimum (separated data)
+        r = np.clip(r - step, -3000.0, 3000.0)
+        r -= r.mean(axis=1, keepdims=True)
+        if np.max(np.abs(step)) < tol:
+            break
+    r = r + init
+    return r[0] if single else r
+
+
 def elo_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, cluster=None,
                           n_resamples: int = DEFAULT_RESAMPLES, conf: float = 0.95, K: float = 4.0) -> dict:
-    """Online Elo (rows in the given order) with cluster-bootstrap percentile intervals.
+    """Elo ratings as the Elo-scale maximum likelihood (:func:`elo_fit_counts`), with cluster-bootstrap percentile intervals.
 
-    r̂ = Elo over the rows in order; r*_b = Elo over the same order with each row repeated
-    m_{b, c(row)} times (:func:`elo_ratings_weighted`), m_b the cluster multiplicities.
+    r̂ = argmax of the logistic likelihood on the Elo scale (ties = half wins) = the fixed point of
+    online Elo's expected update; r*_b = the same fit on resample b's counts m_b X (one sparse product,
+    batched Newton). The online rating (rows in the given order, K) is reported alongside as ``online``.
 
-    Guarantee: Elo is an order-dependent online statistic (its value fluctuates with the last
-    rows); the interval is for the rating that statistic targets (the fixed point of the
-    expected update, a logistic BT on the Elo scale) and is asymptotically valid only as far as
-    Elo's own fluctuation (∝ K) is small; see the coverage measured in docs/REPRODUCTION.md.
-    Prefer BT/Davidson for inference.
+    Why not intervals for the online rating: online Elo = its fixed point + a recency term set by the
+    last few hundred rows' order (SD ∝ sqrt(K)); that term is not a smooth function of the prompts'
+    counts, so a percentile bootstrap that keeps the row order centres on the wrong target and covered
+    the fixed point 0.93 at nominal 0.95 (worst model 0.906; docs/REPRODUCTION.md). The MLE is a smooth
+    function of the counts (cluster bootstrap valid as for BT) and has a smaller SD.
+
+    Guarantee: asymptotically valid (C → ∞, independent prompts) for the Elo-scale logistic
+    parameters; percentile intervals per model, not simultaneous.
 
     Returns:
-        dict: elo (k,), low, high (k,), draws (B, k), n_clusters, per_row_clusters, n_resamples, conf, K.
+        dict: elo (k,), low, high (k,), draws (B, k), online (k,), n_clusters, per_row_clusters,
+        n_resamples, conf, K, estimator.
     """
-    _check_conf(conf, n_resamples)
+    check_conf(conf, n_resamples)
     a, b, outcome = _check(a, b, outcome, k)
     codes, C, per_row = cluster_codes(cluster, a.size)
+    X = cluster_pair_counts(a, b, outcome, codes, C, k)
+    wins, ties = split_counts(np.asarray(X.sum(axis=0), dtype=np.float64), k)
+    point = elo_fit_counts(wins[0], ties[0])
     mult = cluster_multiplicities(C, n_resamples, rng)  # (B, C)
-    point = elo_ratings_weighted(a, b, outcome, k, np.ones((1, a.size), np.int64), K=K)[0]
-    small = np.uint8 if mult.max() < 256 else np.int32  # (B, n) repetition counts, kept small in memory
-    draws = elo_ratings_weighted(a, b, outcome, k, mult.astype(small)[:, codes], K=K)  # (B, k)
-    lo, hi = _percentile(draws, conf)
-    return {"elo": point, "low": lo, "high": hi, "draws": draws, "n_clusters": C,
-            "per_row_clusters": per_row, "n_resamples": int(n_resamples), "conf": conf, "K": K}
+    draws = elo_fit_counts(*resampled_pair_counts(X, mult, k))  # (B, k)
+    online = elo_ratings_weighted(a, b, outcome, k, np.ones((1, a.size), np.int64), K=K)[0]
+    lo, hi = percentile(draws, conf)
+    return {"elo": point, "low": lo, "high": hi, "draws": draws, "online": online, "n_clusters": C,
+            "per_row_clusters": per_row, "n_resamples": int(n_resamples), "conf": conf, "K": K,
+            "estimator": "Elo-scale maximum likelihood (fixed point of the expected Elo update)"}
 
 
 def elo_fixed_point(W: np.ndarray, T: np.ndarray, n: np.ndarray, scale: float = 400.0, base: float = 10.0,
@@ -451,137 +431,7 @@ def elo_fixed_point(W: np.ndarray, T: np.ndarray, n: np.ndarray, scale: float = 
     return r - r.mean() + init
 
 
-# ----------------------------------------------------------------------------- paired-by-prompt tests
-
-def mode_diff_paired_test(a, b, outcome, mode, cluster, k: int, conf: float = 0.95) -> dict:
-    """Coupled − independent win-rate of every pair, a t test paired by prompt (METHODS.md 7.2).
-
-    For pair (i, j) and prompt c with rows in both modes: d_c = W^{coupled}_{ij,c} − W^{indep}_{ij,c}
-    (per-prompt win fractions of i over j);  Δ̂_ij = mean_c d_c,  SE = sd(d_c)/sqrt(C_ij),
-    t = Δ̂/SE ~ t_{C_ij − 1};  CI = Δ̂ ± t_{C−1, (1+conf)/2} SE.  Holm-adjusted p over the pairs.
-
-    Guarantee: valid (asymptotically; exact for normal d_c) for independent prompts, whatever the
-    dependence between the two modes and among a prompt's rows. Δ̂ equals the difference of the
-    pooled win-rates when every prompt has the same rows per pair and mode (the product's design).
-    A two-proportion z test treats the modes as independent samples and is not valid here.
-
-    Args:
-        a, b, outcome: (n,); mode: (n,) 0 = coupled, 1 = independent; cluster: (n,) prompt ids
-            (required: without prompts there is no pairing); k; conf.
-    Returns:
-        dict of (k, k) arrays (NaN diagonal): diff, se, t, p_value, p_holm (Holm over all
-        k(k−1) off-diagonal cells), low, high, n_prompts; and n_clusters.
-    """
-    a, b, outcome = _check(a, b, outcome, k)
-    mode = np.asarray(mode, np.int64)
-    if mode.shape != a.shape or np.any((mode != 0) & (mode != 1)):
-        raise UserError("mode must be an (n,) array of 0 (coupled) and 1 (independent)")
-    if cluster is None:
-        raise UserError("the coupled-vs-independent test is paired by prompt: prompt ids are required")
-    codes, C, _ = cluster_codes(cluster, a.size)
-    frac = []
-    for m in (0, 1):
-        sel = mode == m
-        X = cluster_pair_counts(a[sel], b[sel], outcome[sel], codes[sel], C, k).toarray()  # (C, 2k²)
-        w, t = _split_counts(X, k)  # (C, k, k)
-        nn = w + w.transpose(0, 2, 1) + t
-        with np.errstate(invalid="ignore", divide="ignore"):
-            frac.append(np.where(nn > 0, w / np.where(nn > 0, nn, 1), np.nan))
-    d = frac[0] - frac[1]  # (C, k, k), NaN where a prompt lacks the pair in a mode
-    ok = ~np.isnan(d)
-    Cij = ok.sum(axis=0)
-    dz = np.where(ok, d, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = dz.sum(axis=0) / Cij
-        var = (np.where(ok, d - mean, 0.0) ** 2).sum(axis=0) / (Cij - 1)
-        se = np.sqrt(var / Cij)
-        tstat = np.where(se > 0, mean / se, np.where(mean == 0, 0.0, np.sign(mean) * np.inf))
-    df = np.maximum(Cij - 1, 1)
-    p = np.where(Cij >= 2, 2 * stats.t.sf(np.abs(tstat), df), np.nan)
-    q = stats.t.ppf(0.5 + conf / 2, df)
-    eye = np.eye(k, dtype=bool)
-    mean, se, tstat, p = (np.where(eye, np.nan, x) for x in (mean, se, tstat, p))
-    # Holm over every off-diagonal cell (k(k−1) hypotheses): the stars shown in both cells of a
-    # pair then keep the family-wise error rate over everything displayed (ties make W_ij and
-    # W_ji different quantities)
-    off = ~eye
-    ph = np.full((k, k), np.nan)
-    ph[off] = holm_adjust(p[off])
-    return {"diff": mean, "se": se, "t": tstat, "p_value": p, "p_holm": ph, "low": mean - q * se,
-            "high": mean + q * se, "n_prompts": Cij, "n_clusters": C}
-
-
-def position_bias(a, b, outcome, unit, cluster=None, conf: float = 0.95) -> dict:
-    """Position bias when both orders of a judgement are judged (METHODS.md 7.2).
-
-    Pairs the two rows of each judgement (same ``unit``, models swapped). flip rate = share of
-    judgements whose model-level verdict differs between the two orders; first-position share =
-    P(first-shown output wins | decisive verdict) over all rows (0.5 = no bias), with a
-    cluster-robust SE (rows clustered by prompt, or by unit when no prompt ids).
-
-    Args:
-        a, b, outcome: (n,); unit: (n,) judgement ids (exactly two rows per paired unit; units
-            with one row are counted as unpaired and left out of the flip rate); cluster: (n,)
-            prompt ids or None; conf.
-    Returns:
-        dict: n_judgements (paired), n_unpaired, flip_rate, consistency (= 1 − flip_rate),
-        first_win_share, first_win_se, first_win_low, first_win_high, tie_rate, per_row_clusters.
-    """
-    a = np.asarray(a, np.int64)
-    b = np.asarray(b, np.int64)
-    outcome = np.asarray(outcome, np.int64)
-    _, ucode = np.unique(np.asarray(unit), return_inverse=True)
-    order = np.argsort(ucode, kind="stable")
-    uc = ucode[order]
-    counts = np.bincount(uc)
-    if np.any(counts > 2):
-        raise UserError(f"a judgement unit has {int(counts.max())} rows; expected 2 (one per presentation order)")
-    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    paired = counts == 2
-    r0, r1 = order[start[paired]], order[start[paired] + 1]
-    if np.any((a[r0] != b[r1]) | (b[r0] != a[r1])):
-        raise UserError("the two rows of a judgement unit must show the same two models in swapped order")
-    # model-level verdict relative to a[r0]: +1 a[r0] wins, −1 loses, 0 tie
-    v0 = np.where(outcome[r0] == A_WINS, 1, np.where(outcome[r0] == B_WINS, -1, 0))
-    v1 = np.where(outcome[r1] == A_WINS, -1, np.where(outcome[r1] == B_WINS, 1, 0))
-    flip = float(np.mean(v0 != v1)) if r0.size else float("nan")
-    dec = outcome != TIE
-    y = (outcome[dec] == A_WINS).astype(float)
-    codes, C, per_row = cluster_codes(None if cluster is None else np.asarray(cluster, object)[dec], int(dec.sum()))
-    if per_row:
-        codes = np.unique(ucode[dec], return_inverse=True)[1]
-    pbar = float(y.mean()) if y.size else float("nan")
-    sc = np.bincount(codes, weights=y - pbar)
-    Cn = sc.size
-    se = float(np.sqrt((sc ** 2).sum() * Cn / max(Cn - 1, 1)) / y.size) if y.size else float("nan")
-    z = stats.norm.ppf(0.5 + conf / 2)
-    return {"n_judgements": int(paired.sum()), "n_unpaired": int((counts == 1).sum()), "flip_rate": flip,
-            "consistency": 1 - flip, "first_win_share": pbar, "first_win_se": se,
-            "first_win_low": pbar - z * se, "first_win_high": pbar + z * se,
-            "tie_rate": float(np.mean(~dec)), "per_row_clusters": cluster is None}
-
-
-def holm_adjust(p) -> np.ndarray:
-    """Holm step-down adjusted p-values: p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) p_(j)).
-
-    Controls the family-wise error rate at α (reject where p̃ ≤ α) under any dependence.
-    NaN entries are left out of the family and stay NaN.
-
-    Args:
-        p: (m,) raw p-values.
-    Returns:
-        (m,) adjusted p-values.
-    """
-    p = np.asarray(p, float)
-    out = np.full(p.shape, np.nan)
-    ok = ~np.isnan(p)
-    q = p[ok]
-    m = q.size
-    if m == 0:
-        return out
-    order = np.argsort(q, kind="stable")
-    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * q[order]))
-    res = np.empty(m)
-    res[order] = adj
-    out[ok] = res
-    return out
+def winrate_cluster_bootstrap_of(c: Comparisons, who: Who, rng: np.random.Generator, **kw) -> dict:
+    """:func:`winrate_cluster_bootstrap` of the rows of ``c`` labelled by ``who``, clustered by its
+    prompts (engine.stats.comparisons)."""
+    return winrate_cluster_bootstrap(*c.outcomes(who), c.k, rng, cluster=c.clusters(who), **kw)

@@ -19,9 +19,24 @@ small on a balanced design; it exists only to reproduce the paper.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from engine.errors import UserError
+from engine.stats.comparisons import Comparisons, Who
+from engine.stats.maxt import (  # noqa: F401  (re-exported: the rank-set procedures live in maxt.py)
+    CALIBRATIONS,
+    PROCEDURES,
+    WILD_MAX_CLUSTERS,
+    WILD_MAX_MODELS,
+    check_alpha,
+    cluster_totals,
+    maxt_normals,
+    rank_column,
+    rank_sets,
+    ranksets,
+    ranksets_marginal,
+    ranksets_maxt,
+    wild_maxt_draws,
+)
 
 COVARIANCES = ("delta", "paper")
 
@@ -31,13 +46,6 @@ COVARIANCES = ("delta", "paper")
 def check_covariance(covariance: str) -> None:
     if covariance not in COVARIANCES:
         raise UserError(f"unknown covariance {covariance!r}; allowed: {', '.join(COVARIANCES)}")
-
-
-def check_alpha(alpha) -> np.ndarray:
-    a = np.asarray(alpha, dtype=float)
-    if np.any(~np.isfinite(a)) or np.any(a <= 0) or np.any(a >= 1):
-        raise UserError(f"alpha must be in (0, 1); got {alpha!r}")
-    return a
 
 
 def _as_design(first, second, w, w2, k: int):
@@ -187,6 +195,34 @@ def onesource_theta_sigma(first, second, w, w2, k: int, covariance: str = "delta
     return theta, residual_covariance(A, c, first.shape[0], covariance)
 
 
+def wild_draws_onesource(first, second, w, w2, k: int, cluster, rng: np.random.Generator,
+                         n_draws: int = 10_000) -> np.ndarray:
+    """Wild cluster bootstrap-t null draws (D, k, k) for Algorithm 3's theta_hat (:func:`maxt.wild_maxt_draws`).
+
+    ``cluster``: (n,) prompt ids, or None (each row its own cluster)."""
+    from engine.stats.clustered import cluster_codes  # local: clustered imports winrates only
+    first, second, w, w2 = _as_design(first, second, w, w2, k)
+    codes, C, _ = cluster_codes(cluster, first.shape[0])
+    return wild_maxt_draws([(1.0, *cluster_totals(first, second, w, w2, codes, C, k))], rng, n_draws)
+
+
+def wild_draws_ppr(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n, k: int, lam: float,
+                   cluster_N, cluster_n, rng: np.random.Generator, n_draws: int = 10_000) -> np.ndarray:
+    """Wild cluster bootstrap-t null draws (D, k, k) for PPR's theta_hat = lambda a - b (lambda held fixed).
+
+    Prompts are matched across the two sets (one weight per prompt); without prompt ids every row
+    is its own cluster."""
+    from engine.stats.clustered import cluster_codes
+    nN, nn = len(first_N), len(first_n)
+    ids = None if cluster_N is None else np.concatenate([np.asarray(cluster_N, object), np.asarray(cluster_n, object)])
+    codes, C, _ = cluster_codes(ids, nN + nn)
+    a_src = cluster_totals(np.asarray(first_N), np.asarray(second_N), wh_N, wh2_N, codes[:nN], C, k)
+    yn = lam * np.asarray(wh_n, float) - np.asarray(w_n, float)
+    yn2 = lam * np.asarray(wh2_n, float) - np.asarray(w2_n, float)
+    b_src = cluster_totals(np.asarray(first_n), np.asarray(second_n), yn, yn2, codes[nN:], C, k)
+    return wild_maxt_draws([(lam, *a_src), (-1.0, *b_src)], rng, n_draws)
+
+
 # ----------------------------------------------------------------------------- Algorithms 1, 4
 
 def ppr_lambda(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n,
@@ -278,186 +314,6 @@ def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n
         return theta, UG @ UG.T, lam
     sigma = lam ** 2 * residual_covariance(A, cN, N, covariance) + residual_covariance(B, cn, n, covariance)
     return theta, sigma, lam
-
-
-# ----------------------------------------------------------------------------- Algorithm 2
-
-def ranksets(theta: np.ndarray, sigma: np.ndarray, alpha) -> tuple[np.ndarray, np.ndarray]:
-    """Algorithm 2: [l(m), u(m)] with l = 1 + #{j : theta_j > theta_m, separated}, u = k - #{j : theta_j < theta_m, separated}.
-
-    A pair (i, j) is separated iff |theta_i - theta_j| > sqrt(q (Sigma_ii + Sigma_jj - 2 Sigma_ij)),
-    q = chi^2_{k, 1-alpha} quantile (k degrees of freedom, as in the paper). Rank 1 = best.
-    Guarantee: if the ellipsoid covers theta with prob. >= 1 - alpha, every true rank-set lies
-    inside its estimate with prob. >= 1 - alpha (Theorem 4.1). Vectorised over pairs, over a
-    batch of estimates and over several alphas.
-
-    Args:
-        theta: (..., k) estimates; sigma: (..., k, k) covariances (same leading shape).
-        alpha: scalar or (A,) array of levels in (0, 1).
-    Returns:
-        lower, upper: int arrays of shape (..., k) for a scalar alpha, (A, ..., k) for an array.
-    """
-    a = check_alpha(alpha)
-    theta = np.asarray(theta, float)
-    sigma = np.asarray(sigma, float)
-    k = theta.shape[-1]
-    q = stats.chi2.ppf(1.0 - a, df=k)  # () or (A,)
-    var_diff = (np.diagonal(sigma, axis1=-2, axis2=-1)[..., :, None]
-                + np.diagonal(sigma, axis1=-2, axis2=-1)[..., None, :] - 2.0 * sigma)  # (..., k, k)
-    gap = theta[..., :, None] - theta[..., None, :]  # (..., k, k): theta_i - theta_j
-    # why max(., 0): rounding can make a variance of a difference slightly negative
-    var_diff = np.maximum(var_diff, 0.0)
-    q_b = q.reshape(q.shape + (1,) * theta.ndim + (1,))  # (A?, 1.., 1, 1)
-    # the distance of Eq. 10, written as the paper does (same rounding at the boundary)
-    d = np.abs(gap) / np.sqrt(2) - np.sqrt(var_diff * (q_b / 2))  # (A?, ..., k, k)
-    sep = d > 0
-    lower = 1 + np.sum(sep & (gap < 0), axis=-1)  # others separated and better
-    upper = k - np.sum(sep & (gap > 0), axis=-1)  # others separated and worse
-    return lower.astype(int), upper.astype(int)
-
-
-PROCEDURES = ("maxt", "marginal", "chi2")
-
-
-def _sqrt_psd(sigma: np.ndarray) -> np.ndarray:
-    """L with L L^T = Sigma, from eigh with negative rounding eigenvalues clipped to 0 (Sigma may be singular)."""
-    lam, V = np.linalg.eigh(np.asarray(sigma, float))
-    return V * np.sqrt(np.maximum(lam, 0.0))  # (k, k)
-
-
-def _pair_scales(sigma: np.ndarray) -> np.ndarray:
-    """s_ij = sqrt(Sigma_ii + Sigma_jj - 2 Sigma_ij), (k, k)."""
-    d = np.diagonal(sigma)
-    return np.sqrt(np.maximum(d[:, None] + d[None, :] - 2.0 * sigma, 0.0))
-
-
-def maxt_normals(k: int, n_draws: int, rng: np.random.Generator) -> np.ndarray:
-    """The (n_draws, k) standard normals the max-t procedure uses (rng.standard_normal, one call)."""
-    return rng.standard_normal((n_draws, k))
-
-
-def _maxt_core(theta, sigma, alpha: float, normals: np.ndarray, stepdown: bool, focus: int | None):
-    """Established ordered pairs (k, k) bool and the critical values used, per step."""
-    theta = np.asarray(theta, float)
-    sigma = np.asarray(sigma, float)
-    k = theta.shape[0]
-    s = _pair_scales(sigma)  # (k, k)
-    gap = theta[:, None] - theta[None, :]  # (k, k) theta_i - theta_j
-    pos = s > 1e-12 * max(1.0, float(np.max(np.abs(np.diagonal(sigma)))) ** 0.5)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.where(pos, gap / np.where(pos, s, 1.0), np.where(gap > 0, np.inf, -np.inf))  # (k, k)
-    t[np.eye(k, dtype=bool)] = -np.inf
-    P = ~np.eye(k, dtype=bool)
-    if focus is not None:
-        P &= (np.arange(k)[:, None] == focus) | (np.arange(k)[None, :] == focus)
-    Z = normals @ _sqrt_psd(sigma).T  # (D, k) ~ N(0, Sigma)
-    est = np.zeros((k, k), bool)
-    crits = []
-    while True:
-        ii, jj = np.nonzero(P & pos)  # pairs that carry sampling noise
-        if ii.size:
-            T = (Z[:, ii] - Z[:, jj]) / s[ii, jj]  # (D, |P|)
-            c = float(np.quantile(T.max(axis=1), 1.0 - alpha))
-        else:
-            c = np.inf  # only noiseless pairs remain: decided by their sign alone
-        crits.append(c)
-        new = P & (t > c) | (P & ~pos & (gap > 0))
-        if not new.any():
-            break
-        est |= new
-        P &= ~new
-        if not stepdown:
-            break
-    return est, crits
-
-
-def ranksets_maxt(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: np.random.Generator | None = None,
-                  n_draws: int = 10_000, stepdown: bool = True, normals: np.ndarray | None = None) -> dict:
-    """Simultaneous max-t rank-sets with step-down (METHODS.md 7.3; Mogstad, Romano, Shaikh & Wilhelm).
-
-    t_ij = (theta_i - theta_j)/s_ij; c = (1 - alpha) quantile of max_{(i,j) in P} (Z_i - Z_j)/s_ij,
-    Z ~ N(0, Sigma) (n_draws seeded draws); establish "i better than j" where t_ij > c; drop
-    those from P and repeat (step-down) until nothing new; rank-set of i =
-    [1 + #{j established better than i}, k - #{j established worse than i}].
-
-    Guarantee (asymptotic, Romano-Wolf step-down): P(every model's true rank is in its rank-set,
-    simultaneously) >= 1 - alpha, given theta_hat ~ N(theta, Sigma) approximately and Sigma
-    consistent. Tighter than Algorithm 2 (c <= Bonferroni z_{1-alpha/(k(k-1))} vs sqrt(chi2_k)).
-
-    Args:
-        theta: (k,) estimates; sigma: (k, k) valid covariance of theta_hat; alpha in (0, 1).
-        rng: randomness for the draws (or pass ``normals``, a (D, k) standard-normal matrix;
-            the draws are Z = normals L^T with L = V diag(sqrt(max(lambda, 0))) from eigh(Sigma)).
-        n_draws: D (>= 10,000 recommended).  stepdown: False = the single-step procedure.
-    Returns:
-        dict: lower (k,), upper (k,) ints (rank 1 = best), better (k, k) bool (better[i, j]:
-        "i better than j" established), critical_values (list, one per step), procedure.
-    """
-    a = float(check_alpha(alpha))
-    theta = np.asarray(theta, float)
-    k = theta.shape[-1]
-    if normals is None:
-        if rng is None:
-            raise UserError("ranksets_maxt needs rng (a numpy Generator) or normals")
-        normals = maxt_normals(k, n_draws, rng)
-    est, crits = _maxt_core(theta, sigma, a, normals, stepdown, None)
-    lower = 1 + est.sum(axis=0)  # models established better than i (column i)
-    upper = k - est.sum(axis=1)  # models established worse than i (row i)
-    return {"lower": lower.astype(int), "upper": upper.astype(int), "better": est,
-            "critical_values": crits, "procedure": "maxt" if stepdown else "maxt-single-step"}
-
-
-def ranksets_marginal(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: np.random.Generator | None = None,
-                      n_draws: int = 10_000, stepdown: bool = True, normals: np.ndarray | None = None) -> dict:
-    """Marginal max-t rank-sets: model i's set from the procedure restricted to pairs involving i.
-
-    Guarantee (asymptotic): for each model separately, P(its true rank is in its set) >= 1 - alpha
-    (not simultaneous: use :func:`ranksets_maxt` for statements about the whole ranking).
-    Same draws for every model (one ``normals`` matrix).
-
-    Returns:
-        dict: lower (k,), upper (k,), critical_values (list of k lists), procedure "marginal".
-    """
-    a = float(check_alpha(alpha))
-    theta = np.asarray(theta, float)
-    k = theta.shape[-1]
-    if normals is None:
-        if rng is None:
-            raise UserError("ranksets_marginal needs rng (a numpy Generator) or normals")
-        normals = maxt_normals(k, n_draws, rng)
-    lower = np.empty(k, int)
-    upper = np.empty(k, int)
-    crits = []
-    for i in range(k):
-        est, c = _maxt_core(theta, sigma, a, normals, stepdown, i)
-        lower[i] = 1 + est[:, i].sum()
-        upper[i] = k - est[i, :].sum()
-        crits.append(c)
-    return {"lower": lower, "upper": upper, "critical_values": crits, "procedure": "marginal"}
-
-
-def rank_sets(theta: np.ndarray, sigma: np.ndarray, alpha: float, procedure: str = "maxt",
-              rng: np.random.Generator | None = None, n_draws: int = 10_000) -> dict:
-    """Rank-sets by procedure: "maxt" (default, simultaneous, step-down), "marginal" (per model),
-    "chi2" (the paper's Algorithm 2, for reproduction).
-
-    Returns:
-        dict: lower (k,), upper (k,), procedure, and for max-t the critical values.
-    """
-    if procedure not in PROCEDURES:
-        raise UserError(f"unknown rank-set procedure {procedure!r}; allowed: {', '.join(PROCEDURES)}")
-    if procedure == "chi2":
-        lo, up = ranksets(theta, sigma, float(check_alpha(alpha)))
-        return {"lower": lo, "upper": up, "procedure": "chi2"}
-    fn = ranksets_maxt if procedure == "maxt" else ranksets_marginal
-    return fn(theta, sigma, alpha, rng=rng, n_draws=n_draws)
-
-
-def rank_column(lower: np.ndarray) -> np.ndarray:
-    """A table's rank column: the lower end of each model's rank-set (1 + #models significantly
-    better), so statistically tied models share a rank (METHODS.md 7.2). Never a rank from point
-    estimates with ties broken by name."""
-    return np.asarray(lower, dtype=int).copy()
 
 
 def true_ranksets(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -612,3 +468,11 @@ def synthetic_outcomes(first: np.ndarray, theta: np.ndarray, theta_judge: np.nda
     """
     x = rng.random(first.shape[0])  # (n,)
     return (x < 2 * theta[first]).astype(float), (x < 2 * theta_judge[first]).astype(float)
+
+
+def onesource_of(c: Comparisons, who: Who, covariance: str = "delta"):
+    """:func:`onesource_theta_sigma` of the rows of ``c`` labelled by ``who`` ('human' | 'judge'),
+    clustered by ``c``'s prompts when it has them (the one comparison type, engine.stats.comparisons)."""
+    s = c.subset(c.labelled(who))
+    return onesource_theta_sigma(s.first, s.second, *s.indicators(who), s.k, covariance,
+                                 cluster=s.cluster)

@@ -15,6 +15,7 @@ import numpy as np
 from scipy import stats
 
 from engine.errors import UserError
+from engine.stats.comparisons import Comparisons, Who
 
 A_WINS, B_WINS, TIE = 0, 1, 2
 
@@ -100,6 +101,35 @@ def wilson_interval(x, n, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     lo = np.where(n > 0, centre - half, np.nan)
     hi = np.where(n > 0, centre + half, np.nan)
     return lo, hi
+
+
+def cluster_wilson(p, n_eff, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval of a proportion at an effective sample size: :func:`wilson_interval` of (p n_eff, n_eff).
+
+    With clustered rows n_eff = p(1 − p)/SE²_cluster (the rows' count divided by the design effect);
+    where that is undefined (p = 0 or 1, or a zero cluster-robust SE: every prompt says the same)
+    the caller passes the number of prompts, the most conservative count that still treats prompts as
+    independent. Always inside [0, 1] and never of zero width for finite n_eff (METHODS.md 7: a
+    degenerate bootstrap falls back to an interval that does not collapse).
+
+    Args:
+        p: proportions; n_eff: effective sample sizes (> 0; NaN/0 give NaN); conf.
+    Returns:
+        lower, upper (broadcast shape).
+    """
+    p = np.asarray(p, float)
+    n = np.asarray(n_eff, float)
+    lo, hi = wilson_interval(p * n, n, conf)
+    return np.where(p <= 0, 0.0, np.clip(lo, 0.0, 1.0)), np.where(p >= 1, 1.0, np.clip(hi, 0.0, 1.0))  # exact ends
+
+
+def n_eff_clustered(p, se, n_clusters):
+    """n_eff = p(1 − p)/SE² (cluster-robust SE), or the number of clusters where p ∈ {0, 1} or SE = 0."""
+    p = np.asarray(p, float)
+    se = np.asarray(se, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = np.where((se > 0) & (p > 0) & (p < 1), p * (1 - p) / se ** 2, np.asarray(n_clusters, float))
+    return n
 
 
 def average_winrate(W: np.ndarray, n: np.ndarray, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -297,3 +327,8 @@ def bootstrap_ci(statistic, a, b, outcome, k: int, rng: np.random.Generator, rep
         draws[r] = statistic(a[idx], b[idx], outcome[idx], k)
     tail = (1 - conf) / 2
     return np.quantile(draws, tail, axis=0), np.quantile(draws, 1 - tail, axis=0), draws
+
+
+def pairwise_counts_of(c: Comparisons, who: Who) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`pairwise_counts` of the rows of ``c`` labelled by ``who`` (engine.stats.comparisons)."""
+    return pairwise_counts(*c.outcomes(who), c.k)

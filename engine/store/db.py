@@ -28,7 +28,6 @@ import contextlib
 import os
 import shutil
 import socket
-import struct
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +37,16 @@ import duckdb
 
 from engine.config import DEFAULT_DB
 from engine.errors import UserError
+from engine.store.files import (
+    _DATA_START,
+    _FIX,
+    check_file,
+    file_problem,
+    pending_wal,
+    set_aside_foreign_wal,
+    write_failure,
+)
+from engine.store.files import open_error as _open_error
 from engine.store.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -48,14 +57,6 @@ from engine.store.schema import (
     schema_state,
 )
 
-# DuckDB's single-file layout: a 4 KiB main header (checksum, b"DUCK", ...), two 4 KiB database
-# headers (checksum, iteration, meta block, free list, block count, block alloc size, ...) that are
-# written alternately, then ``block count`` blocks of ``block alloc size`` bytes.
-_HEADER_SIZE = 4096
-_DATA_START = 3 * _HEADER_SIZE
-_MAGIC = b"DUCK"
-_FIX = "restore it from a backup or pass another --db"
-
 WRITER_TIMEOUT_S = 600.0   # a writer gives up only when one holder keeps the file this long
 READER_TIMEOUT_S = 30.0
 INTENT_STALE_S = 10.0      # a write-intent file not refreshed for this long is from a dead writer
@@ -63,74 +64,9 @@ INTENT_MAX_WAIT_S = 5.0    # the longest a reader yields to waiting writers befo
 _LOCK_LOG = os.environ.get("COUPLED_EVAL_LOCK_LOG")  # a file: one line per connection (pid, r/w, seconds waited)
 
 
-def _describe_not_duckdb(head: bytes) -> str:
-    try:
-        text = head[:64].decode("utf-8")
-        if text.isprintable() or all(c.isprintable() or c in "\r\n\t" for c in text):
-            return f"is a text file (starts {text[:24]!r}), not a DuckDB database"
-    except UnicodeDecodeError:
-        pass
-    return "is not a DuckDB database (no DuckDB header)"
-
-
-def file_problem(path: str | os.PathLike) -> str | None:
-    """Why ``path`` (which exists) is not a healthy DuckDB file, in a few words; None when its header
-    and size agree. Reads 12 KiB: cheap enough for every connection."""
-    p = Path(path)
-    if p.is_dir():
-        return "is a directory, not a database file"
-    try:
-        size = p.stat().st_size
-        with open(p, "rb") as f:
-            head = f.read(_DATA_START)
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
-    if size == 0:
-        return "is empty (0 bytes), not a DuckDB database"
-    if len(head) < 12 or head[8:12] != _MAGIC:
-        return _describe_not_duckdb(head)
-    if size < _DATA_START:
-        return f"is truncated ({size:,} bytes; a DuckDB file has at least {_DATA_START:,})"
-    best = None  # the database header with the highest iteration is the live one
-    for off in (_HEADER_SIZE, 2 * _HEADER_SIZE):
-        iteration, _meta, _free, _count, alloc = struct.unpack_from("<5Q", head, off + 8)
-        if best is None or iteration > best[0]:
-            best = (iteration, alloc)
-    assert best is not None
-    alloc = best[1]
-    if not (4096 <= alloc <= 1 << 30):
-        return "has a damaged header (implausible block size)"
-    # DuckDB's file is the headers plus whole blocks (trailing free blocks may be cut off, so the
-    # header's block count is no lower bound: the blocks tables use are checked after opening)
-    if (size - _DATA_START) % alloc:
-        return f"is truncated ({size:,} bytes is not the headers plus whole {alloc // 1024} KiB blocks)"
-    return None
-
-
-def check_file(path: str | os.PathLike) -> None:
-    """UserError (one line: what the file is, what to do) unless ``path`` is absent or looks healthy."""
-    p = Path(path)
-    if not p.exists() and not p.is_symlink():
-        return
-    problem = file_problem(p)
-    if problem:
-        raise UserError(f"database {p} {problem}; nothing was written: {_FIX}")
-
-
 def _is_lock_error(exc: Exception) -> bool:
     msg = str(exc).lower()
     return "lock" in msg or "conflicting" in msg or "being used" in msg
-
-
-def _open_error(path: Path, exc: Exception, read_only: bool) -> UserError:
-    """A DuckDB open failure (not a lock) as one line naming the file and what to do."""
-    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    low = msg.lower()
-    if "permission denied" in low or "read-only file system" in low or "read only" in low:
-        return UserError(f"database {path} cannot be opened for writing (the file, its folder or its WAL "
-                         f"{path.name}.wal is read-only: {msg}); fix the permissions or pass another --db")
-    what = "read" if read_only else "opened"
-    return UserError(f"database {path} cannot be {what} ({msg}); nothing was written: {_FIX}")
 
 
 # ---------------------------------------------------------------------------- write intent
@@ -299,6 +235,12 @@ def ensure_db_folder(path: str | os.PathLike) -> Path:
     (``config.DEFAULT_DB``'s folder); elsewhere a missing folder is a UserError, so a mistyped
     ``--db`` never creates directories."""
     path = Path(path)
+    for up in (path.parent, *path.parent.parents):  # `--db some-file.txt/x.duckdb`: say so, not NotADirectoryError
+        if up.exists():
+            if not up.is_dir():
+                raise UserError(f"database {str(path)!r} is under {str(up)!r}, which is a file, not a folder; "
+                                "pass a --db inside a folder")
+            break
     if not path.parent.exists():
         if path.parent.resolve() != Path(DEFAULT_DB).parent.resolve():
             raise UserError(f"the folder of database {str(path)!r} does not exist; create it first or use "
@@ -318,10 +260,17 @@ def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEO
     """
     path = ensure_db_folder(path)  # only the default folder is ever created
     check_file(path)
+    set_aside_foreign_wal(path)
     _verify_before_write(path, timeout_s)
     con = _connect(path, read_only=False, timeout_s=timeout_s)
     try:
-        init_schema(con, path)
+        try:
+            init_schema(con, path)
+        except (duckdb.IOException, duckdb.TransactionException) as exc:
+            refused = write_failure(path, exc)
+            if refused is not None:
+                raise refused from exc
+            raise
         yield con
     finally:
         con.close()
@@ -369,10 +318,12 @@ def transaction(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_
         try:
             with atomic(con):
                 yield con
-        except duckdb.IOException as exc:  # e.g. the WAL cannot be created: say so in one line
-            low = str(exc).lower()
-            if "permission denied" in low or "read-only" in low or "read only" in low:
-                raise _open_error(Path(path), exc, False) from exc
+        except (duckdb.IOException, duckdb.TransactionException) as exc:
+            # the WAL cannot be created or written (read-only, disk full): one line; the failed
+            # transaction was rolled back and the file holds what it held before
+            refused = write_failure(path, exc)
+            if refused is not None:
+                raise refused from exc
             raise
 
 
@@ -387,6 +338,7 @@ def migrate(path: str | os.PathLike) -> dict:
     if not path.exists():
         raise UserError(f"database not found: {path}")
     check_file(path)
+    set_aside_foreign_wal(path)
     con = _connect(path, read_only=False, timeout_s=WRITER_TIMEOUT_S)
     try:
         try:
@@ -441,8 +393,11 @@ def describe(path: str | os.PathLike) -> dict:
     msg = schema_problem(state, path) or (
         f"database {path}: healthy, schema version {state.version}" if state.kind == "current"
         else f"database {path}: a DuckDB file with no tables (a writer will create the schema)")
+    wal = pending_wal(path)
+    if wal:
+        msg += f"; it {wal}"
     return {**out, "status": state.kind, "version": state.version, "message": msg.replace("nothing was written: ", ""),
-            "tables": counts}
+            "tables": counts, "pending_wal": wal}
 
 
 def insert_df(con: duckdb.DuckDBPyConnection, table: str, df, columns: Sequence[str],

@@ -107,7 +107,8 @@ def list_datasets() -> list[str]:
     return list(_BUILTINS)
 
 
-def load_dataset(name_or_path: str, *, limit: int | None = None, subject: str | None = None) -> Dataset:
+def load_dataset(name_or_path: str, *, limit: int | None = None, subject: str | None = None,
+                 columns=None) -> Dataset:
     """A built-in name, a CSV/JSONL/TXT file or a folder of MMLU CSVs, as a :class:`Dataset`.
 
     Args:
@@ -115,18 +116,23 @@ def load_dataset(name_or_path: str, *, limit: int | None = None, subject: str | 
             ``"PATH:subject"`` / ``"demo:science"`` is the same as passing ``subject``.
         limit: keep the first ``limit`` prompts (after the subject filter).
         subject: keep only prompts of this subject.
+        columns: for ``hf:REPO[:CONFIG][:SPLIT]`` of a layout the registry does not know, an
+            ``engine.tasks.hf_datasets.Columns`` naming its prompt/answer/choices/id columns.
     Raises:
         UserError: unknown name, missing/empty file, missing columns, bad answers (naming the row).
     """
     name = str(name_or_path).strip()
     if not name:
         raise UserError(f"empty dataset name; built-ins: {', '.join(list_datasets())}, or a file path")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise UserError(f"limit must be a positive integer, got {limit!r}")
+    if name.startswith("hf:"):
+        from engine.tasks.hf_datasets import load_hf
+        return _select(load_hf(name, columns), subject=subject, limit=limit)
     if subject is None and ":" in name and not Path(name).exists():
         head, _, tail = name.rpartition(":")
         if head and tail and (head in _BUILTINS or Path(head).exists()):
             name, subject = head, tail
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise UserError(f"limit must be a positive integer, got {limit!r}")
     if name in _BUILTINS:
         ds = _load_file(DATA_DIR / _BUILTINS[name], dataset_id=name)
         ds = Dataset(name, ds.kind, f"builtin:{name}", ds.prompts, _BUILTIN_SYSTEM.get(name, ds.system_prompt))
@@ -286,6 +292,7 @@ def _from_rows(rows: list[tuple[int, dict]], path: Path, *, dataset_id: str,
     for idx, (line, raw) in enumerate(rows):
         row = _norm_keys(raw)
         pid = str(row["id"]).strip() if row.get("id") not in (None, "") else f"{dataset_id}/{idx}"
+        sub: str | None
         if subject is not None:
             sub = subject
         elif row.get("subject") not in (None, ""):

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine import store
 from engine.errors import UserError
+from engine.store.scores import ImportRows, store_import
 from engine.tasks.scoring import extract_paper
 
 PAPER_COUPLED_SEED = 72645763
@@ -133,6 +133,56 @@ def _read_responses(path: Path) -> pd.Series:
     return df.iloc[:, 0]
 
 
+def _subject_mask(questions: pd.DataFrame, subjects) -> np.ndarray:
+    """Rows of the imported subjects (all when ``subjects`` is empty)."""
+    all_subjects = sorted(questions["subject"].unique())
+    if not subjects:
+        return np.ones(len(questions), dtype=bool)
+    unknown = [s for s in subjects if s not in all_subjects]
+    if unknown:
+        raise UserError(f"unknown subject(s) {unknown}; allowed: {all_subjects}")
+    return questions["subject"].isin(list(subjects)).to_numpy()
+
+
+def _paper_prompts(qk: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the prompts table (the user message as in METHODS.md 1.4)."""
+    choices = [json.dumps({"A": a, "B": b, "C": c, "D": d}) for a, b, c, d in
+               zip(qk["A"], qk["B"], qk["C"], qk["D"])]
+    user_prompt = (qk["question"] + "\nA. " + qk["A"] + "\nB. " + qk["B"] + "\nC. " + qk["C"]
+                   + "\nD. " + qk["D"] + "\nAnswer:")
+    return pd.DataFrame({
+        "dataset_id": PAPER_DATASET_ID, "prompt_id": qk["prompt_id"].to_numpy(),
+        "idx": qk["idx"].to_numpy().astype(np.int32), "subject": qk["subject"].to_numpy(),
+        "question": qk["question"].to_numpy(), "choices": choices, "gold": qk["gold"].to_numpy(),
+        "user_prompt": user_prompt.to_numpy()})
+
+
+def _paper_file_rows(f: ResponseFile, run_id: str, questions: pd.DataFrame, keep: np.ndarray,
+                     repeats: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(generations, scores) of one response file; row r = question r // repeats, repeat r % repeats."""
+    n_q = len(questions)
+    q_of_row = np.repeat(np.arange(n_q), repeats)  # (n_q * repeats,)
+    keep_rows = keep[q_of_row]
+    pid_rows = questions["prompt_id"].to_numpy()[q_of_row][keep_rows]
+    gold_rows = questions["gold"].to_numpy()[q_of_row][keep_rows]
+    rep_rows = np.tile(np.arange(repeats, dtype=np.int32), n_q)[keep_rows]
+    text = _read_responses(f.path)
+    if len(text) != n_q * repeats:
+        raise UserError(f"{f.path}: {len(text)} responses, expected {n_q * repeats} "
+                        f"({n_q} questions x {repeats} repeats)")
+    text = text.to_numpy(dtype=object)[keep_rows]
+    # extract_paper on the distinct texts only (most responses are a bare letter).
+    uniq, inv = np.unique(text.astype(str), return_inverse=True)
+    extracted = np.array([extract_paper(t if t != "" else None) for t in uniq], dtype=object)[inv]
+    text_col = pd.Series(text, dtype=object).where(lambda s: s != "", None)
+    gens = pd.DataFrame({"run_id": run_id, "model": f.model, "prompt_id": pid_rows, "repeat": rep_rows,
+                         "mode": f.mode, "seed": np.uint64(f.seed), "text": text_col.to_numpy()})
+    scores = pd.DataFrame({"run_id": run_id, "model": f.model, "prompt_id": pid_rows, "repeat": rep_rows,
+                           "mode": f.mode, "rule": "paper", "extracted": extracted,
+                           "score": (extracted == gold_rows).astype(np.float64)})
+    return gens, scores
+
+
 def import_paper_mmlu(db: str | os.PathLike, responses_dir: str | os.PathLike,
                       questions_dir: str | os.PathLike, models=None, subjects=None,
                       run_id: str = PAPER_RUN_ID, repeats: int = PAPER_REPEATS,
@@ -155,59 +205,14 @@ def import_paper_mmlu(db: str | os.PathLike, responses_dir: str | os.PathLike,
         not repeats × number of questions.
     """
     questions = read_mmlu_questions(questions_dir)
-    all_subjects = sorted(questions["subject"].unique())
-    if subjects:
-        unknown = [s for s in subjects if s not in all_subjects]
-        if unknown:
-            raise UserError(f"unknown subject(s) {unknown}; allowed: {all_subjects}")
-        keep = questions["subject"].isin(list(subjects)).to_numpy()
-    else:
-        keep = np.ones(len(questions), dtype=bool)
+    keep = _subject_mask(questions, subjects)
     files = find_response_files(responses_dir, models, coupled_seed)
-    n_q = len(questions)
-    expected = n_q * repeats
-
-    # 1. Prompts of the imported subjects (the user message as in METHODS 1.4).
     qk = questions[keep]
-    choices = [json.dumps({"A": a, "B": b, "C": c, "D": d}) for a, b, c, d in
-               zip(qk["A"], qk["B"], qk["C"], qk["D"])]
-    user_prompt = (qk["question"] + "\nA. " + qk["A"] + "\nB. " + qk["B"] + "\nC. " + qk["C"]
-                   + "\nD. " + qk["D"] + "\nAnswer:")
-    prompts = pd.DataFrame({
-        "dataset_id": PAPER_DATASET_ID, "prompt_id": qk["prompt_id"].to_numpy(),
-        "idx": qk["idx"].to_numpy().astype(np.int32), "subject": qk["subject"].to_numpy(),
-        "question": qk["question"].to_numpy(), "choices": choices, "gold": qk["gold"].to_numpy(),
-        "user_prompt": user_prompt.to_numpy()})
-
-    # 2. Generations + scores per file; row r = question r // repeats, repeat r % repeats.
-    q_of_row = np.repeat(np.arange(n_q), repeats)  # (n_q * repeats,)
-    rep_of_row = np.tile(np.arange(repeats, dtype=np.int32), n_q)
-    keep_rows = keep[q_of_row]
-    pid_rows = questions["prompt_id"].to_numpy()[q_of_row][keep_rows]
-    gold_rows = questions["gold"].to_numpy()[q_of_row][keep_rows]
-    rep_rows = rep_of_row[keep_rows]
-    gens, scores = [], []
-    for f in files:
-        text = _read_responses(f.path)
-        if len(text) != expected:
-            raise UserError(f"{f.path}: {len(text)} responses, expected {expected} "
-                            f"({n_q} questions x {repeats} repeats)")
-        text = text.to_numpy(dtype=object)[keep_rows]
-        # extract_paper on the distinct texts only (most responses are a bare letter).
-        uniq, inv = np.unique(text.astype(str), return_inverse=True)
-        extracted = np.array([extract_paper(t if t != "" else None) for t in uniq], dtype=object)[inv]
-        text_col = pd.Series(text, dtype=object).where(lambda s: s != "", None)
-        gens.append(pd.DataFrame({
-            "run_id": run_id, "model": f.model, "prompt_id": pid_rows, "repeat": rep_rows,
-            "mode": f.mode, "seed": np.uint64(f.seed), "text": text_col.to_numpy()}))
-        scores.append(pd.DataFrame({
-            "run_id": run_id, "model": f.model, "prompt_id": pid_rows, "repeat": rep_rows,
-            "mode": f.mode, "rule": "paper", "extracted": extracted,
-            "score": (extracted == gold_rows).astype(np.float64)}))
-    gen_df = pd.concat(gens, ignore_index=True)
-    score_df = pd.concat(scores, ignore_index=True)
+    prompts = _paper_prompts(qk)  # 1. the prompts of the imported subjects
+    # 2. Generations + scores per file; 3. one transaction (store_import: replace, then bulk insert).
+    rows = [_paper_file_rows(f, run_id, questions, keep, repeats) for f in files]
+    gen_df = pd.concat([g for g, _ in rows], ignore_index=True)
     model_names = sorted({f.model for f in files})
-    imported_subjects = sorted(qk["subject"].unique())
     config = {"source": "coupled-generation paper data release (Benz et al.)",
               "responses_dir": str(Path(responses_dir).resolve()),
               "questions_dir": str(Path(questions_dir).resolve()),
@@ -217,33 +222,10 @@ def import_paper_mmlu(db: str | os.PathLike, responses_dir: str | os.PathLike,
     models_df = pd.DataFrame({"name": model_names,
                               "source": [str(Path(responses_dir) / m) for m in model_names],
                               "variant": "base", "vocab_id": "llama-3", "config": None})
-
-    # 3. One transaction: replace this run's rows for these models/prompts, then bulk insert.
-    with store.transaction(db) as con:
-        con.execute("SET enable_progress_bar = false")  # stderr belongs to our own messages
-        pids, names = prompts["prompt_id"].tolist(), models_df["name"].tolist()
-        con.execute("DELETE FROM prompts WHERE dataset_id = ? AND list_contains(?, prompt_id)",
-                    [PAPER_DATASET_ID, pids])
-        store.insert_df(con, "prompts", prompts, ["dataset_id", "prompt_id", "idx", "subject", "question", "choices",
-                                                  "gold", "user_prompt"], casts={"choices": "JSON"})
-        for table in ("generations", "scores"):
-            con.execute(f"DELETE FROM {table} WHERE run_id = ? AND list_contains(?, model) "
-                        f"AND list_contains(?, prompt_id)", [run_id, names, pids])  # fixed table names
-        store.insert_df(con, "generations", gen_df, ["run_id", "model", "prompt_id", "repeat", "mode", "seed", "text"])
-        store.insert_df(con, "scores", score_df, ["run_id", "model", "prompt_id", "repeat", "mode", "rule",
-                                                  "extracted", "score"])
-        store.insert_df(con, "models", models_df, ["name", "source", "variant", "vocab_id", "config"],
-                        casts={"config": "JSON"}, conflict="OR IGNORE")
-        n_prompts_ds = con.execute("SELECT count(*) FROM prompts WHERE dataset_id = ?",
-                                   [PAPER_DATASET_ID]).fetchone()[0]
-        con.execute("INSERT OR REPLACE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
-                    [PAPER_DATASET_ID, str(Path(questions_dir).resolve()), "multiple_choice", n_prompts_ds])
-        n_units = con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run_id]).fetchone()[0]
-        con.execute("INSERT OR REPLACE INTO runs (run_id, dataset_id, config, code_version, key_mode, "
-                    "warnings, status, n_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [run_id, PAPER_DATASET_ID, json.dumps(config), "import:paper-mmlu", "token_id",
-                     json.dumps([]), "done", n_units])
+    store_import(db, ImportRows(run_id, PAPER_DATASET_ID, str(Path(questions_dir).resolve()), "multiple_choice",
+                                prompts, gen_df, pd.concat([s for _, s in rows], ignore_index=True), models_df,
+                                config, "import:paper-mmlu"))
     return {"run_id": run_id, "dataset_id": PAPER_DATASET_ID, "models": model_names,
-            "subjects": imported_subjects, "n_prompts": int(len(prompts)),
+            "subjects": sorted(qk["subject"].unique()), "n_prompts": int(len(prompts)),
             "n_generations": int(len(gen_df)),
             "files": [{"model": f.model, "mode": f.mode, "seed": f.seed, "path": str(f.path)} for f in files]}

@@ -39,9 +39,11 @@ from typing import Any  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from engine import store  # noqa: E402
-from engine.config import NO_ANSWER, RULES, rule_for_dataset  # noqa: E402,F401
+from engine.config import RULES, rule_for_dataset  # noqa: E402
 from engine.errors import UserError  # noqa: E402
+from engine.store import scores as scores_store  # noqa: E402
+
+NO_ANSWER = "E"  # what the multiple-choice rules extract when they find no option (always wrong)
 
 # "answer" in any case, the letter itself upper case ("the answer is a bit..." is not "A").
 _ANSWER_IS = re.compile(r"(?i:answer)\s*(?:(?i:is)|:)\s*[:\-]?\s*\(?\s*([A-Z])\s*\)?(?![A-Za-z])")
@@ -189,23 +191,22 @@ def score_generation(text: str | None, prompt_row: Mapping[str, Any] | None,
     return extracted, float(extracted is not None and extracted == target)
 
 
-def _run_dataset(con, run: str) -> str | None:
-    store.require_run(con, run)
-    row = con.execute("SELECT dataset_id FROM runs WHERE run_id = ?", [run]).fetchone()
-    return None if row is None else row[0]
-
-
 def default_rule(kind: str | None, dataset_id: str | None = None) -> str:
-    """The scoring rule that fits a dataset when none is asked for (:func:`engine.config.rule_for_dataset`)."""
+    """The scoring rule that fits a dataset when none is asked for: a registered ``hf:`` dataset's
+    rule of its layout, else :func:`engine.config.rule_for_dataset` (numeric -> "numeric", prompt
+    lists -> "exact", the built-in MC ``demo`` -> "lenient", other multiple choice -> "paper")."""
+    if kind not in ("numeric", "prompts"):
+        from engine.tasks.hf_datasets import default_rule_of
+        registry = default_rule_of(dataset_id or "")  # hf: datasets: the rule of their layout
+        if registry is not None:
+            return registry
     return rule_for_dataset(kind, dataset_id)
 
 
 def run_default_rule(db, run: str) -> str:
     """:func:`default_rule` of the dataset of a stored run (UserError for an unknown run)."""
-    with store.reader(db) as con:
-        dataset = _run_dataset(con, run)
-        row = con.execute("SELECT kind FROM datasets WHERE dataset_id = ?", [dataset]).fetchone()
-    return default_rule(None if row is None else row[0], dataset)
+    dataset, kind = scores_store.run_dataset_kind(db, run)
+    return default_rule(kind, dataset)
 
 
 def score_run(db, run: str, rule: str | None = None) -> dict:
@@ -223,14 +224,8 @@ def score_run(db, run: str, rule: str | None = None) -> dict:
         rule = run_default_rule(db, run)
     if rule not in RULES:
         raise UserError(f"unknown scoring rule {rule!r}; allowed: {', '.join(RULES)}")
-    with store.reader(db) as con:
-        dataset = _run_dataset(con, run)
-        prompts = {pid: (gold, choices) for pid, gold, choices in con.execute(
-            "SELECT prompt_id, gold, CAST(choices AS VARCHAR) FROM prompts WHERE dataset_id = ?", [dataset]).fetchall()}
-        gens = con.execute(
-            """SELECT model, prompt_id, repeat, mode, text FROM generations
-               WHERE run_id = ? ORDER BY model, mode, prompt_id, repeat""", [run]).df()
-        state = con.execute("SELECT status, n_units FROM runs WHERE run_id = ?", [run]).fetchone()
+    data = scores_store.scoring_input(db, run)
+    prompts, gens = data.prompts, data.generations
     if gens.empty:
         raise UserError(f"run {run!r} has no generations to score")
     # Most generations repeat (a bare letter, the same answer over repeats): score each distinct
@@ -250,19 +245,16 @@ def score_run(db, run: str, rule: str | None = None) -> dict:
         "repeat": gens["repeat"].astype("int64"), "mode": gens["mode"], "rule": rule,
         "extracted": pd.Series(extracted, dtype="object"), "score": pd.Series(scores, dtype="float64"),
     })
-    with store.transaction(db) as con:
-        con.execute("DELETE FROM scores WHERE run_id = ? AND rule = ?", [run, rule])
-        store.insert_df(con, "scores", out, ["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted",
-                                             "score"])
+    scores_store.replace_scores(db, run, rule, out)
     means = (out.dropna(subset=["score"]).groupby(["model", "mode"])["score"].mean()
              .round(6).reset_index().to_dict("records"))
     no_answer = int(sum(e is None or e == NO_ANSWER for e in extracted)) if rule in ("paper", "lenient", "numeric") else 0
-    status, n_expected = (state[0], state[1]) if state is not None else (None, None)
-    partial = n_expected is not None and len(out) < int(n_expected)
+    status, n_expected = data.status, data.n_units
+    partial = n_expected is not None and len(out) < n_expected
     warning = None
-    if partial:
+    if partial and n_expected is not None:
         what = "is still generating" if status == "running" else f"stopped (status {status})"
-        warning = (f"run {run!r} {what}: scored {len(out)} of its {int(n_expected)} generations; "
+        warning = (f"run {run!r} {what}: scored {len(out)} of its {n_expected} generations; "
                    "score it again once it has finished to fill in the rest")
     return {
         "run": run, "rule": rule, "n_scored": int(len(out)),

@@ -9,22 +9,39 @@ import pytest
 import torch
 
 from engine.errors import UserError
-from engine.generation.vllm_backend import (
-    EXTRA_KEY,
-    TOKEN_KEYS,
-    TRACES,
-    RowArgs,
-    apply_rows,
+from engine.generation.vllm_checks import (
     check_engine_kwargs,
-    check_sampling_params,
     check_vllm_version,
     installed_vllm_version,
-    keyed_scores,
     require_vllm,
     resolve_model,
 )
+from engine.generation.vllm_sampler import (
+    EXTRA_KEY,
+    RowArgs,
+    SlotTable,
+    apply_rows,
+    check_sampling_params,
+    forget_device_keys,
+)
+from engine.generation.vllm_traces import TOKEN_KEYS, TRACES, flush_pending
 from engine.sampling import noise
 from engine.sampling.gumbel import sample
+from engine.sampling.keyed import keyed_scores
+
+
+def _apply(logits, rows, args, steps, write_traces=True):
+    """apply_rows with one slot per row argument (slot j = args[j]), records flushed into TRACES."""
+    import numpy as np
+    table = SlotTable()
+    for j, a in enumerate(args):
+        table.set(j, a)
+    apply_rows(logits, table, np.asarray(rows, dtype=np.int64), np.arange(len(args), dtype=np.int64),
+               np.asarray(steps, dtype=np.int64), write_traces=write_traces)
+    flush_pending()
+    for a in args:  # tests reuse key ids with other keys; a backend's ids are unique per call
+        forget_device_keys(a.keys)
+    return logits
 
 
 def _params(**kw):
@@ -51,7 +68,8 @@ def test_coupling_breaking_params_refused(name, value):
 
 
 @pytest.mark.parametrize("kw", [{"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}},
-                                {"pipeline_parallel_size": 2}, {"logits_processors": ["x:Y"]}])
+                                {"pipeline_parallel_size": 2}, {"logits_processors": ["x:Y"]},
+                                {"enable_batch_sharded_sampling": True}, {"watermark_config": {"key": 1}}])
 def test_engine_kwargs_refused(kw):
     with pytest.raises(UserError) as e:
         check_engine_kwargs(kw)
@@ -64,17 +82,18 @@ def test_engine_kwargs_allowed():
 
 
 @pytest.mark.parametrize("version, ok", [("0.32.0", True), ("0.32.3+cpu", True), ("0.31.2", False),
-                                         ("0.33.0", False), ("1.0.0", False)])
+                                         ("0.33.0", True), ("0.33.2+cu129", True), ("0.34.0", False),
+                                         ("1.0.0", False)])
 def test_version_range(version, ok):
     if ok:
         assert check_vllm_version(version) == version
     else:
-        with pytest.raises(UserError, match=r"not supported .*vllm>=0\.32\.0,<0\.33"):
+        with pytest.raises(UserError, match=r"not supported .*vllm>=0\.32\.0,<0\.34.*--cuda"):
             check_vllm_version(version)
 
 
 def test_missing_vllm_says_what_to_install(monkeypatch):
-    import engine.generation.vllm_backend as vb
+    import engine.generation.vllm_checks as vb
     monkeypatch.setattr(vb, "installed_vllm_version", lambda: None)
     with pytest.raises(UserError, match="not installed; install it with scripts/install_vllm.sh"):
         require_vllm()
@@ -86,7 +105,7 @@ def test_real_install_state_is_reported_cleanly():
         with pytest.raises(UserError, match="not installed"):
             require_vllm()
     else:
-        assert require_vllm().__version__.startswith("0.32")
+        assert require_vllm().__version__.startswith(("0.32", "0.33"))
 
 
 def test_unknown_model_refused(tmp_path):
@@ -123,7 +142,7 @@ def test_apply_rows_replaces_only_its_rows_and_records_traces():
         before = logits.clone()
         args = [RowArgs("a", 7, noise.unit_key("q", 0), 1.0, 0, 1.0, 3, "t"),
                 RowArgs("b", 7, noise.unit_key("q", 1), 1.0, 0, 1.0, 3, "t")]
-        apply_rows(logits, [1, 3], args, [0, 5])
+        _apply(logits, [1, 3], args, [0, 5])
         assert torch.equal(logits[0], before[0]) and torch.equal(logits[2], before[2])
         g = noise.gumbel(7, noise.unit_keys([("q", 0), ("q", 1)]), torch.tensor([0, 5]), torch.arange(V))
         ref = sample(before[[1, 3]], g, 1.0)
@@ -158,7 +177,7 @@ def _worker_apply(sink_path: str, seed: int, steps: list[int], V: int) -> None:
     logits = torch.randn(len(steps), V, generator=torch.Generator().manual_seed(seed))
     args = [RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", sink_path, -1)
             for i in range(len(steps))]
-    apply_rows(logits, list(range(len(steps))), args, steps)
+    _apply(logits, list(range(len(steps))), args, steps)
 
 
 def test_trace_sink_carries_records_from_another_process():
@@ -184,7 +203,7 @@ def test_trace_sink_carries_records_from_another_process():
         import os
         args = [RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", str(sink.path), os.getpid())
                 for i in range(3)]
-        apply_rows(logits, [0, 1, 2], args, [0, 4, 9])
+        _apply(logits, [0, 1, 2], args, [0, 4, 9])
         assert {t: TRACES.pop(t) for t in ("r0", "r1", "r2")} == got
         assert got["r1"][4].top_gumbels and len(got["r1"][4].top_ids) == 4
     finally:
@@ -206,10 +225,10 @@ def test_trace_sink_frames_segments_and_non_writers(monkeypatch):
         sink.put_keys("k", torch.arange(V))
         monkeypatch.setattr(vb, "TOKEN_KEYS", {})  # as in a worker: keys only in the sink
         logits, args = _sink_rows(sink, V)
-        apply_rows(logits.clone(), [0, 1, 2], args, [0, 0, 0], write_traces=False)
+        _apply(logits.clone(), [0, 1, 2], args, [0, 0, 0], write_traces=False)
         assert sink.poll() == 0 and not TRACES
         for step in range(12):
-            apply_rows(torch.randn(3, V, generator=torch.Generator().manual_seed(step)), [0, 1, 2], args,
+            _apply(torch.randn(3, V, generator=torch.Generator().manual_seed(step)), [0, 1, 2], args,
                        [step] * 3)
         n_files = len(list(sink.path.glob("*.trace")))
         assert n_files > 2  # rotated
@@ -218,7 +237,7 @@ def test_trace_sink_frames_segments_and_non_writers(monkeypatch):
         assert len(list(sink.path.glob("*.trace"))) == 1  # read segments the worker left are gone
         # a recomputed step (preemption): the later record wins
         first = TRACES["r2"][11]
-        apply_rows(torch.full((3, V), 0.0), [0, 1, 2], args, [11] * 3)
+        _apply(torch.full((3, V), 0.0), [0, 1, 2], args, [11] * 3)
         assert sink.poll() == 1 and TRACES["r2"][11] != first
         # a frame cut in the middle is not read until it is complete
         seg = sorted(sink.path.glob("*.trace"))[-1]

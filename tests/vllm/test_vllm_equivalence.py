@@ -89,15 +89,18 @@ def test_tiny_llama_every_unit_identical(tiny, temperature, top_k, top_p):
     n = len(units) // 2
     assert sum(hf[i].token_ids != hf[n + i].token_ids for i in range(n)) > n // 2 or temperature == 0
     from engine.generation.vllm_processor import APPLY_CALLS
-    assert APPLY_CALLS["v1"] > 0  # the CPU build runs the V1 model runner (V2 needs Triton)
-    assert be.describe()["model_runner"] == "v1"
+    runner = be.describe()["model_runner"]  # the CPU build chooses V1 (V2 needs Triton); CUDA builds V2
+    assert runner in ("v1", "v2") and APPLY_CALLS[runner] > 0  # the interface of the runner vLLM chose ran
 
 
 def test_tiny_llama_describe_and_record(tiny):
     _, be = tiny
     d = be.describe()
-    assert d["backend"] == "vllm" and d["backend_version"].startswith("0.32") and d["dtype"] == "float32"
-    assert d["device"] == "cpu"
+    from vllm.platforms import current_platform
+
+    from engine.generation.vllm_checks import check_vllm_version
+    assert d["backend"] == "vllm" and check_vllm_version(d["backend_version"]) and d["dtype"] == "float32"
+    assert torch.device(d["device"]).type == current_platform.device_type  # the device the engine chose
     rec = be.record()
     assert rec["vocab_size"] == 99 and json.loads(rec["config"])["backend"] == "vllm"
 

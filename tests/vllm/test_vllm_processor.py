@@ -12,7 +12,8 @@ import pytest
 import torch
 from vllm_testlib import needs_vllm
 
-from engine.generation.vllm_backend import EXTRA_KEY, TOKEN_KEYS, TRACES
+from engine.generation.vllm_sampler import EXTRA_KEY, forget_device_keys
+from engine.generation.vllm_traces import PENDING, TOKEN_KEYS, TRACES, flush_pending
 from engine.sampling import noise
 from engine.sampling.gumbel import sample
 
@@ -39,6 +40,8 @@ def _keys():
     TOKEN_KEYS["test-keys"] = torch.arange(V)
     yield
     TOKEN_KEYS.pop("test-keys", None)
+    forget_device_keys("test-keys")
+    PENDING.clear()
     TRACES.clear()
 
 
@@ -75,6 +78,7 @@ def test_v1_interface_batch_updates():
     got = proc.apply(logits.clone()).argmax(-1)
     assert got[0] == _expected(logits[:1], [(("q", 0), 0)], top_k=5)[0]  # c now at row 0
     assert got[1] == _expected(logits[1:], [(("p", 1), 3)])[0]           # b at row 1, step 3
+    flush_pending()
     assert TRACES["b"][3].token == int(got[1])
 
 
@@ -101,6 +105,7 @@ def test_v2_interface_slots_and_context():
     assert torch.equal(out[1], logits[1])
     exp = _expected(logits[[0, 2]], [(("p", 1), 3), (("p", 0), 0)])
     assert out[[0, 2]].argmax(-1).tolist() == exp.tolist()
+    flush_pending()
     assert set(TRACES["b"]) == {3} and set(TRACES["a"]) == {0}
     # a prompt chunk still being prefilled (pos + 1 < prompt_len) is not a sample
     ctx2 = LogitsContext(expanded_idx_mapping=idx[2:], idx_mapping=idx[2:], idx_mapping_np=idx[2:].numpy(),
@@ -120,3 +125,80 @@ def test_validate_params_refuses_penalties():
     with pytest.raises(ValueError, match="presence_penalty"):
         KeyedGumbelProcessor.validate_params(bad)
     KeyedGumbelProcessor.validate_params(SamplingParams(presence_penalty=0.5))  # not ours: vLLM's business
+
+
+class _HostTransfers(torch.overrides.TorchFunctionMode):
+    """Records every call that copies device data to the host or makes the host wait for it."""
+
+    NAMES = {"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero",
+             "synchronize"}
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", str(func))
+        # .to("cpu") written as such (a copy to the host by intent), or any move of a non-CPU tensor
+        # to the CPU; .to(logits.device) on a CPU run is not a transfer
+        targets = [a for a in list(args[1:]) + [kwargs.get("device")] if isinstance(a, (str, torch.device))]
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        to_cpu = name in ("to", "copy_") and any(
+            a == "cpu" or (torch.device(a).type == "cpu" and src is not None and src.device.type != "cpu")
+            for a in targets)
+        if name in self.NAMES or to_cpu:
+            self.calls.append(name)
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("trace_k", [0, 3])
+def test_v2_apply_makes_no_host_transfer_at_batch_256(trace_k):
+    """Issue 18 item 2: Model Runner V2's apply at batch 256 (a 2,000-token vocabulary, every
+    request ours, one prefill chunk among them) calls no item/tolist/cpu/numpy/to("cpu") and no
+    implicit bool/int of a tensor; and its tokens are still the Gumbel-max samples."""
+    from vllm import SamplingParams
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
+
+    from engine.generation.vllm_processor import KeyedGumbelProcessor
+    B, Vb = 256, 2000
+    TOKEN_KEYS["big-keys"] = torch.arange(Vb)
+    try:
+        prompt_len = np.full(B + 8, 5, dtype=np.int32)
+        proc = KeyedGumbelProcessor(None, SimpleNamespace(prompt_len=SimpleNamespace(np=prompt_len), max_num_reqs=B + 8))
+        slots = np.random.default_rng(0).permutation(B + 8)[:B]  # rows in scheduler order, slots scattered
+        for j, slot in enumerate(slots):
+            proc.add_request(int(slot), SamplingParams(temperature=0.0, max_tokens=4, extra_args={EXTRA_KEY: dict(
+                tag=f"u{j}", seed=noise.as_int64(11), unit=noise.unit_key(f"p{j}", 0), temperature=0.8,
+                top_k=0, top_p=1.0, trace_k=trace_k, keys="big-keys")}))
+        seq = (5 + np.arange(B) % 7).astype(np.int64)
+        seq[3] = 2  # a prompt chunk still being prefilled: not a sample
+        idx = torch.from_numpy(slots.astype(np.int64))
+        ctx = LogitsContext(expanded_idx_mapping=idx, idx_mapping=idx, idx_mapping_np=slots.astype(np.int64),
+                            expanded_local_pos=torch.zeros(B, dtype=torch.long), input_ids=torch.zeros(B, dtype=torch.long),
+                            pos=torch.from_numpy(seq - 1), seq_lens_upper_bound_np=seq)
+        logits = torch.randn(B, Vb, generator=torch.Generator().manual_seed(4))
+        out = logits.clone()
+        with _HostTransfers() as mode:
+            proc.apply(out, ctx)
+        assert mode.calls == []
+        keep = np.arange(B) != 3
+        g = noise.gumbel(11, noise.unit_keys([(f"p{j}", 0) for j in range(B) if keep[j]]),
+                         torch.from_numpy(seq[keep] - 5), torch.arange(Vb))
+        want = sample(logits[torch.from_numpy(keep)], g, 0.8).tokens
+        assert torch.equal(out[torch.from_numpy(keep)].argmax(-1), want)
+        assert torch.equal(out[3], logits[3])
+        flush_pending()
+        assert TRACES["u0"][0].token == int(want[0]) and len(TRACES["u0"][0].top_ids) == trace_k
+        assert "u3" not in TRACES
+    finally:
+        TOKEN_KEYS.pop("big-keys", None)
+        forget_device_keys("big-keys")
+
+
+def test_the_mode_sees_host_transfers():
+    """The recorder itself: each forbidden call is seen (else the test above would prove nothing)."""
+    x = torch.arange(4)
+    with _HostTransfers() as mode:
+        x.tolist(); x[0].item(); x.cpu(); x.numpy(); x.to("cpu"); bool(x[0])  # noqa: E702
+    assert mode.calls == ["tolist", "item", "cpu", "numpy", "to", "__bool__"]

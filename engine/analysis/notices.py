@@ -1,0 +1,45 @@
+"""Typed warnings of the analyses: each carries a kind that pages and tests check (never its text).
+
+An :class:`AnalysisWarning` is a ``str`` (its text, so JSON output and ``st.warning`` are unchanged)
+with a :class:`Notice` kind attached.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+# below this many prompts (clusters) the asymptotic intervals are labelled approximate
+SMALL_SAMPLE_CLUSTERS = 30
+
+
+class Notice(str, Enum):
+    CONNECTIVITY = "connectivity"  # the comparison graph falls apart: some models are never linked
+    ABSENT_MODEL = "absent_model"  # a model has no labelled comparison in this group
+    JUDGE_ONLY = "judge_only"  # judge-only rank-sets rank the judge's preferences
+    SMALL_SAMPLE = "small_sample"  # few prompts / questions: intervals approximate
+    DEGENERATE = "degenerate_bootstrap"  # zero-variance bootstrap: prompt-level Wilson interval used
+    NOT_TESTED = "not_tested"  # a comparison that could not be tested validly
+    UNPARSEABLE = "unparseable"  # judge verdicts that could not be parsed (left out)
+
+
+class AnalysisWarning(str):
+    """A warning's text (a ``str``) with its :class:`Notice` kind."""
+
+    kind: Notice
+
+    def __new__(cls, kind: Notice, text: str) -> AnalysisWarning:
+        obj = super().__new__(cls, text)
+        obj.kind = Notice(kind)
+        return obj
+
+    def __getnewargs__(self) -> tuple[Notice, str]:  # type: ignore[override]  # pickling (Streamlit's cache)
+        return (self.kind, str(self))
+
+
+def small_sample_warning(n_clusters: int, unit: str = "prompts") -> AnalysisWarning | None:
+    """The SMALL_SAMPLE warning when fewer than SMALL_SAMPLE_CLUSTERS independent units, else None."""
+    if n_clusters >= SMALL_SAMPLE_CLUSTERS:
+        return None
+    return AnalysisWarning(Notice.SMALL_SAMPLE, f"small sample: only {n_clusters} {unit} (independent units); "
+                                                "intervals and tests are approximate below "
+                                                f"{SMALL_SAMPLE_CLUSTERS}")

@@ -1,0 +1,169 @@
+"""Keyed Gumbel-max draws: the one sampling entry point of both backends (docs/METHODS.md 1.2-1.3).
+
+    T_i = argmax_v ( log D_i[v] + g(seed_i, unit_i, step_i, key_v) )
+
+The transformers loop (engine.generation.hf_batch) and the vLLM logits processor
+(engine.generation.vllm_sampler) both call :func:`draw`, which picks the implementation by device:
+
+* CUDA with Triton: the fused Gumbel-argmax kernel (engine.sampling.triton_noise): no (R, V) noise
+  tensor at all; the kernel reads log D once and writes R tokens. A trace's Gumbel values at the
+  top-k ids come from :func:`engine.sampling.noise.gumbel_at` on an (R, k) grid.
+* elsewhere: the torch reference (engine.sampling.noise.gumbel) and torch.argmax.
+
+Both give the same tokens by construction (the kernel is bit-identical to the reference noise and
+adds in float32 with torch.argmax's tie rule; tests/test_noise_kernel.py).
+
+Bounded temporaries: rows are drawn in chunks of :func:`rows_per_chunk`, so the extra memory of a
+draw is a fixed budget (``TEMP_BUDGET_BYTES``) whatever the batch size; every operation is per
+row, so the result does not depend on the chunking (tests/test_sampling.py).
+
+Imports nothing outside engine.sampling (and engine.errors).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from engine.sampling import noise
+from engine.sampling.gumbel import check_params, masked_logprobs
+
+TEMP_BUDGET_BYTES = 256 << 20  # peak extra memory of one draw, whatever the number of rows
+
+
+class Draw(NamedTuple):
+    """What one sampling step of R rows produced; device tensors (nothing copied to the host)."""
+
+    tokens: torch.Tensor                 # (R,) int64 sampled token ids
+    probs: torch.Tensor                  # (R,) float32 D[token]
+    top_ids: torch.Tensor | None         # (R, k) int64 top-k of log D, most likely first (k = trace_k)
+    top_probs: torch.Tensor | None       # (R, k) float32 their probabilities
+    top_gumbels: torch.Tensor | None     # (R, k) float32 their Gumbel values; None when T = 0 or k = 0
+
+
+def _fused_available(device: torch.device) -> bool:
+    """The fused kernel runs on CUDA tensors when Triton imports. Why not on CPU: triton_noise would
+    then run in Triton's interpreter (numpy, slow); importing triton on CPU also fixes its mode."""
+    if device.type != "cuda":
+        return False
+    from engine.sampling.triton_noise import triton_importable
+
+    return triton_importable()
+
+
+def keyed_noise(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor,
+                token_keys: torch.Tensor) -> torch.Tensor:
+    """Keyed noise (B, V) float32: the fused Triton kernel on CUDA, the torch reference elsewhere
+    (same bits; see engine.sampling.triton_noise for the float64 ``log`` caveat)."""
+    if _fused_available(token_keys.device):
+        from engine.sampling.triton_noise import gumbel_triton
+
+        return gumbel_triton(seed, unit_keys, step, token_keys)
+    return noise.gumbel(seed, unit_keys, step, token_keys)
+
+
+def bytes_per_row(vocab: int, top_p: float, fused: bool, gathered: bool = False) -> int:
+    """Peak temporary bytes one row of :func:`draw` needs (float32 = 4 bytes per token).
+
+    x / T and log D (8 V); top-p adds a sort (values, int64 order, cumsum, mask, scatter: 29 V);
+    the reference noise adds g and log D + g (8 V, its own column chunks are smaller); gathering
+    the rows out of a larger logits tensor adds their copy (4 V).
+    """
+    per = 8 + (29 if top_p < 1.0 else 0) + (0 if fused else 8) + (4 if gathered else 0)
+    return per * vocab
+
+
+def rows_per_chunk(vocab: int, top_p: float = 1.0, fused: bool = False,
+                   budget: int = TEMP_BUDGET_BYTES, gathered: bool = False) -> int:
+    """How many rows one chunk of :func:`draw` may hold within ``budget`` bytes (at least 1)."""
+    return max(1, budget // max(1, bytes_per_row(vocab, top_p, fused, gathered)))
+
+
+def _draw_chunk(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
+                token_keys: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int,
+                fused: bool) -> Draw:
+    logp = masked_logprobs(logits, temperature, top_k, top_p)  # (r, V) float32, the one conversion
+    g = None
+    if temperature == 0:
+        tokens = torch.argmax(logp, dim=-1)  # (r,) greedy: no noise
+    elif fused:
+        from engine.sampling.triton_noise import gumbel_argmax_fused
+
+        tokens, _ = gumbel_argmax_fused(logp, seeds, units, steps, token_keys, backend="triton")
+    else:
+        g = noise.gumbel(seeds, units, steps, token_keys)  # (r, V)
+        tokens = torch.argmax(logp + g, dim=-1)  # (r,) -inf + g stays -inf; ties -> lowest id
+    probs = logp.gather(1, tokens[:, None]).squeeze(1).exp()  # (r,)
+    if not trace_k:
+        return Draw(tokens, probs, None, None, None)
+    tv, ti = torch.topk(logp, min(trace_k, logp.shape[-1]), dim=-1)  # (r, k)
+    tg = None
+    if temperature > 0:
+        tg = g.gather(1, ti) if g is not None else noise.gumbel_at(seeds, units, steps, token_keys[ti])
+    return Draw(tokens, probs, ti, tv.exp(), tg)
+
+
+def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
+         token_keys: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
+         trace_k: int = 0, rows: torch.Tensor | None = None, budget: int = TEMP_BUDGET_BYTES) -> Draw:
+    """The keyed Gumbel-max sample of R rows, with their step records, in bounded memory.
+
+    Same tokens as ``engine.sampling.sample(logits, noise.gumbel(...), T, top_k, top_p).tokens``;
+    T = 0 is greedy (no noise, no Gumbel values).
+
+    Args:
+        logits: (R, V) next-token logits, any float dtype (cast to float32 per chunk).
+        seeds: (R,) int64 seed bits; units: (R,) int64 unit keys; steps: (R,) int64 step indices;
+            all on ``logits.device``.
+        token_keys: (V,) int64 token keys on ``logits.device``.
+        temperature, top_k, top_p: as engine.sampling.sample.
+        trace_k: how many most likely tokens to record per row (0 = none).
+        rows: optional (R,) int64 rows of ``logits`` to draw (gathered per chunk, so the copy is
+            within the budget too); seeds, units, steps then have one entry per selected row.
+        budget: peak temporary bytes (rows are drawn in chunks of :func:`rows_per_chunk`).
+
+    Returns:
+        Draw of device tensors.
+    """
+    check_params(temperature, top_k, top_p)
+    R, V = (logits.shape[0] if rows is None else rows.shape[0]), logits.shape[1]
+    fused = temperature > 0 and _fused_available(logits.device)
+    n = rows_per_chunk(V, top_p, fused, budget, gathered=rows is not None)
+
+    def chunk(a: int) -> Draw:
+        x = logits[a:a + n] if rows is None else logits[rows[a:a + n]]  # (r, V); a copy only when gathered
+        return _draw_chunk(x, seeds[a:a + n], units[a:a + n], steps[a:a + n], token_keys, temperature, top_k,
+                           top_p, trace_k, fused)
+
+    if R <= n:
+        return chunk(0)
+    parts = [chunk(a) for a in range(0, R, n)]
+    def cat(col: tuple) -> torch.Tensor | None:
+        return torch.cat(col) if col[0] is not None else None
+
+    tokens, probs, top_ids, top_probs, top_gumbels = (cat(col) for col in zip(*parts))
+    assert tokens is not None and probs is not None  # every chunk has them
+    return Draw(tokens, probs, top_ids, top_probs, top_gumbels)
+
+
+def keyed_scores(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
+                 token_keys: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The scores whose argmax is :func:`draw`'s token, as (R, V) tensors (the readable form of the
+    sampler, for tests and for checking one step by hand; :func:`draw` never builds them).
+
+    s = log D + g with log D = masked_logprobs(logits, T, top_k, top_p) and g = noise.gumbel(seed,
+    unit, step, token_keys); s = log D when T = 0 (greedy). Masked tokens are -inf in s.
+
+    Returns:
+        (scores (R, V) float32, log D (R, V) float32, g (R, V) float32 or None when T = 0).
+    """
+    logp = masked_logprobs(logits, temperature, top_k, top_p)  # (R, V) float32
+    if temperature == 0:
+        return logp, logp, None
+    g = noise.gumbel(seeds, units, steps, token_keys.to(logp.device))  # (R, V)
+    return logp + g, logp, g
+
+
+__all__ = ["Draw", "keyed_scores", "TEMP_BUDGET_BYTES", "bytes_per_row", "draw", "keyed_noise", "rows_per_chunk"]

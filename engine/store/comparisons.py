@@ -1,0 +1,110 @@
+"""Comparison sets and LLM-judge verdict groups in the store: every SQL string that reads or writes
+the ``comparison_sets`` / ``comparisons`` tables (and the judge verdicts read as comparisons).
+
+Rows come back in the normalised form (prompt_id, model_a, model_b, human_winner, judge_winner;
+winners 'a' | 'b' | 'tie' or None)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+from engine.errors import UserError
+from engine.store.db import insert_df, query_df, reader, scalar, transaction
+
+NORMALISED_COLUMNS = ("prompt_id", "model_a", "model_b", "human_winner", "judge_winner")
+_ROWS = "SELECT prompt_id, model_a, model_b, human_winner, judge_winner FROM comparisons WHERE set_name = ? ORDER BY row_idx"
+
+
+def _exists(con, name: str) -> bool:
+    return bool(scalar(con, "SELECT count(*) FROM comparison_sets WHERE name = ?", [name]))
+
+
+def _known(con) -> str:
+    names = [r[0] for r in con.execute("SELECT name FROM comparison_sets ORDER BY name").fetchall()]
+    return ", ".join(names) or "none stored"
+
+
+def set_exists(db: str | os.PathLike, name: str) -> bool:
+    """Whether a set ``name`` is stored (False for a database without the tables)."""
+    with reader(db) as con:
+        if not scalar(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'comparison_sets'"):
+            return False
+        return _exists(con, name)
+
+
+def write_set(db: str | os.PathLike, df: pd.DataFrame, name: str, source: str, meta: dict, replace: bool) -> bool:
+    """Store normalised rows as set ``name`` in ONE transaction; returns whether a set of that name was
+    replaced. An existing name without ``replace`` is a UserError (nothing written)."""
+    rows = df[list(NORMALISED_COLUMNS)].assign(set_name=name, row_idx=range(len(df)))
+    with transaction(db) as con:
+        exists = _exists(con, name)
+        if exists and not replace:
+            raise UserError(f"a comparison set named {name!r} already exists; choose another --name or pass --replace")
+        con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
+        con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
+        con.execute("INSERT INTO comparison_sets (name, source, n_rows, meta) VALUES (?, ?, ?, ?)",
+                    [name, source, len(df), json.dumps(meta)])
+        insert_df(con, "comparisons", rows, ["set_name", "row_idx", *NORMALISED_COLUMNS])
+    return exists
+
+
+def list_sets(db: str | os.PathLike) -> pd.DataFrame:
+    """Every stored set: name, source, created_at, n_rows, n_human, n_judge, n_models, meta (JSON text)."""
+    return query_df(db, """
+        SELECT s.name, s.source, s.created_at, s.n_rows,
+               count(c.human_winner) AS n_human, count(c.judge_winner) AS n_judge,
+               (SELECT count(*) FROM (SELECT model_a FROM comparisons WHERE set_name = s.name
+                                      UNION SELECT model_b FROM comparisons WHERE set_name = s.name)) AS n_models,
+               CAST(s.meta AS VARCHAR) AS meta
+        FROM comparison_sets s LEFT JOIN comparisons c ON c.set_name = s.name
+        GROUP BY s.name, s.source, s.created_at, s.n_rows, s.meta ORDER BY s.created_at, s.name""")
+
+
+def read_set(db: str | os.PathLike, name: str) -> pd.DataFrame:
+    """The rows of set ``name`` in file order; missing values are None. UserError for an unknown name."""
+    with reader(db) as con:
+        if not _exists(con, name):
+            raise UserError(f"unknown comparison set {name!r}; stored sets: {_known(con)}")
+        df = con.execute(_ROWS, [name]).df()
+    return df.astype(object).where(df.notna(), None)
+
+
+def delete_set(db: str | os.PathLike, name: str) -> int:
+    """Delete set ``name`` and its rows in one transaction; returns the number of rows deleted."""
+    with transaction(db) as con:
+        if not _exists(con, name):
+            raise UserError(f"unknown comparison set {name!r}; stored sets: {_known(con)}")
+        n = scalar(con, "SELECT count(*) FROM comparisons WHERE set_name = ?", [name])
+        con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
+        con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
+    return int(n)
+
+
+def judgment_groups(db: str | os.PathLike) -> pd.DataFrame:
+    """LLM-judge verdict groups: (run_id, judge, mode, n, n_models, n_unparsed)."""
+    return query_df(db, """
+        SELECT run_id, judge, mode, count(*) AS n,
+               count(DISTINCT model_a) + 0 AS n_models, count(*) FILTER (WHERE winner IS NULL) AS n_unparsed
+        FROM judgments GROUP BY run_id, judge, mode ORDER BY run_id, judge, mode""")
+
+
+def judgment_rows(db: str | os.PathLike, run_id: str, mode: str | None = None, judge: str | None = None) -> pd.DataFrame:
+    """A run's judge verdicts as normalised rows (judge_winner; both presentation orders are rows)."""
+    sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner
+             FROM judgments WHERE run_id = ?"""
+    params: list = [run_id]
+    if mode is not None:
+        sql += " AND mode = ?"
+        params.append(mode)
+    if judge is not None:
+        sql += " AND judge = ?"
+        params.append(judge)
+    return query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
+
+
+def set_rows(db: str | os.PathLike, name: str) -> pd.DataFrame:
+    """The rows of set ``name`` as DuckDB returns them (no check that the set exists; see :func:`read_set`)."""
+    return query_df(db, _ROWS, [name])

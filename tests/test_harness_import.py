@@ -1,0 +1,198 @@
+"""``import harness`` on real lm-evaluation-harness and Inspect AI logs (tests/data/harness/, made by
+scripts/make_harness_fixtures.py with the harnesses themselves; nothing hand-written)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.errors import UserError
+from engine.tasks.harness import read_harness, read_inspect
+from engine.tasks.harness_import import import_harness, our_accuracy
+from tests.conftest import ROOT
+
+DATA = ROOT / "tests" / "data" / "harness"
+LM_QA = DATA / "lm_eval" / "tinyqa"
+LM_QB = DATA / "lm_eval" / "tinyqb"
+INS_QA = DATA / "inspect" / "tinyqa"
+INS_QB = DATA / "inspect" / "tinyqb"
+
+
+def _one(folder: Path, pattern: str) -> Path:
+    (p,) = sorted(folder.rglob(pattern))
+    return p
+
+
+def test_every_fixture_reads_and_our_accuracy_is_the_harness_number():
+    logs = read_harness(DATA / "lm_eval") + read_harness(DATA / "inspect")
+    assert {(lg.harness, lg.model) for lg in logs} == {
+        ("lm-eval", "dummy-a"), ("lm-eval", "dummy-b"), ("lm-eval", "dummy-c"),
+        ("inspect", "mockllm/alpha"), ("inspect", "mockllm/beta"), ("inspect", "mockllm/gamma")}
+    for lg in logs:
+        assert our_accuracy(lg) == lg.headline, lg.path  # exactly
+        raw = [s.score for s in lg.samples]
+        assert set(raw) <= {0.0, 1.0}
+    ins = {lg.model: lg for lg in logs if lg.harness == "inspect"}
+    assert {s.repeat for s in ins["mockllm/alpha"].samples} == {0, 1}  # 2 epochs -> repeats 0, 1
+    assert ins["mockllm/alpha"].reader == "stdlib+zstandard" and ins["mockllm/beta"].reader == "stdlib"
+
+
+def test_stdlib_reader_agrees_with_inspect_ai():
+    pytest.importorskip("inspect_ai", reason="inspect-ai is an optional extra (not installed here)")
+    for f in [*INS_QA.iterdir(), *INS_QB.iterdir()]:
+        a, b = read_inspect(f, use_inspect=True), read_inspect(f, use_inspect=False)
+        assert a.reader == "inspect_ai" and (a.model, a.headline) == (b.model, b.headline)
+        assert sorted((s.sample_id, s.repeat, s.score, s.text) for s in a.samples) == \
+            sorted((s.sample_id, s.repeat, s.score, s.text) for s in b.samples)
+
+
+@pytest.mark.parametrize("paths,models,repeats", [
+    ([LM_QA], ("dummy-a", "dummy-b"), 1),
+    ([_one(INS_QA, "*.eval"), _one(INS_QA, "*.json")], ("mockllm/alpha", "mockllm/beta"), 2)])
+def test_import_pairs_models_and_analyses_show_the_harness_accuracy(tmp_db, paths, models, repeats):
+    from engine.analysis.accuracy_ranks import accuracy_ranksets, paired_accuracy
+    from engine.analysis.summary import run_summary
+    res = import_harness(tmp_db, [str(p) for p in paths], name="h")
+    assert res.models == models and res.n_common == res.n_prompts == 8
+    assert res.ours == res.headline
+    s = run_summary(tmp_db, "h")
+    acc = {r["model"]: r["accuracy"] for r in s["accuracy"]}
+    assert acc == res.headline and s["n_repeats"] == repeats and s["modes"] == ["independent"]
+    ranks = accuracy_ranksets(tmp_db, "h")
+    assert ranks.imported and {m.model: m.accuracy for m in ranks.models} == res.headline
+    assert all(m.harness_accuracy == m.accuracy for m in ranks.models)
+    pa = paired_accuracy(tmp_db, "h", *models)
+    assert pa.paired["diff"] == pytest.approx(res.headline[models[0]] - res.headline[models[1]], abs=1e-15)
+    assert pa.n_questions == 8 and pa.n_repeats == repeats
+    again = import_harness(tmp_db, [str(p) for p in paths], name="h")  # idempotent
+    assert again.n_generations == res.n_generations == 8 * repeats * 2
+    from engine.analysis.multigen import multigen_summary
+    mg = multigen_summary(tmp_db, "h", models[0], mode="independent", rule="harness")
+    assert mg["score"]["mu"] == res.headline[models[0]] and mg["k"] == repeats and mg["n"] == 8  # epochs = repeats
+
+
+def test_rank_sets_match_a_direct_computation(tmp_db):
+    from engine.analysis.accuracy_ranks import accuracy_ranksets
+    from engine.stats.ranking import ranksets_maxt
+    import_harness(tmp_db, [str(_one(INS_QA, "*.eval")), str(_one(INS_QA, "*.json"))], name="h")
+    logs = read_harness(INS_QA)
+    per = {lg.model: {} for lg in logs}
+    for lg in logs:
+        for s in lg.samples:
+            per[lg.model].setdefault(s.sample_id, []).append(s.score)
+    models = sorted(per)
+    ids = sorted(per[models[0]])
+    M = np.array([[np.mean(per[m][i]) for m in models] for i in ids])
+    rs = ranksets_maxt(M.mean(0), np.cov(M, rowvar=False) / len(ids), 0.05, rng=np.random.default_rng(0))
+    got = accuracy_ranksets(tmp_db, "h")
+    byname = {m.model: (m.rank_low, m.rank_high) for m in got.models}
+    assert [byname[m] for m in models] == list(zip(rs["lower"].tolist(), rs["upper"].tolist()))
+
+
+def _bad(tmp_path, paths, match, db=None):
+    db = db or tmp_path / "bad.duckdb"
+    before = db.read_bytes() if db.exists() else None
+    with pytest.raises(UserError, match=match) as exc:
+        import_harness(db, [str(p) for p in paths], name="bad")
+    assert "\n" not in str(exc.value)
+    assert (db.read_bytes() if db.exists() else None) == before  # nothing written
+
+
+def test_bad_input_one_line_nothing_written(tmp_path):
+    # lm-eval results of another version
+    other = tmp_path / "other"
+    shutil.copytree(LM_QA / "dummy-a", other)
+    res = _one(other, "results_*.json")
+    data = json.loads(res.read_text())
+    data["lm_eval_version"] = "0.3.0"
+    res.write_text(json.dumps(data))
+    _bad(tmp_path, [other], r"lm-eval version 0\.3\.0; this reader knows 0\.4\.x")
+    # Inspect log of another format version
+    ins = tmp_path / "old.json"
+    data = json.loads(_one(INS_QA, "*.json").read_text())
+    data["version"] = 1
+    ins.write_text(json.dumps(data))
+    _bad(tmp_path, [ins], "Inspect log format version 1")
+    # a truncated .eval zip
+    cut = tmp_path / "cut.eval"
+    raw = _one(INS_QA, "*.eval").read_bytes()
+    cut.write_bytes(raw[: len(raw) // 2])
+    _bad(tmp_path, [cut], r"not a readable \.eval zip \(truncated\?\)")
+    # two imports whose sample ids do not overlap
+    _bad(tmp_path, [LM_QA / "dummy-a", LM_QB], "share no sample id")
+    _bad(tmp_path, [_one(INS_QA, "*.eval"), _one(INS_QB, "*.eval")], "share no sample id")
+    # samples file missing
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(_one(LM_QA / "dummy-a", "results_*.json"), lone)
+    _bad(tmp_path, [lone], "run lm-eval with --log_samples")
+    # an existing run that is not a harness import (here: its config says nothing of one) is never replaced
+    from engine import store
+    db = tmp_path / "kept.duckdb"
+    import_harness(db, [str(LM_QA)], name="bad")
+    with store.transaction(db) as con:
+        con.execute("UPDATE runs SET config = ? WHERE run_id = 'bad'", [json.dumps({"models": ["x"]})])
+    _bad(tmp_path, [LM_QA], "exists and is not a harness import", db=db)
+
+
+def test_cli_error_is_one_line(tmp_path):
+    db = tmp_path / "cli.duckdb"
+    r = subprocess.run([sys.executable, "-m", "engine", "import", "harness", str(LM_QA / "dummy-a"), str(LM_QB),
+                        "--db", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "share no sample id" in r.stderr
+    assert not db.exists()
+
+
+def test_accuracy_rank_sets_cover_the_true_ranks_in_a_seeded_simulation():
+    """k = 4 models answering the same questions (correlated through a question difficulty), 3 repeats:
+    the simultaneous rank-sets contain every true rank in >= 95% - MC error of 300 simulations."""
+    from engine.analysis.accuracy_ranks import rank_accuracies
+    rng = np.random.default_rng(20)
+    skill = np.array([0.8, 0.2, 0.0, -0.6])       # true ranks 1, 2, 3, 4 (logit offsets)
+    Q, R, sims, covered = 150, 3, 300, 0
+    for _ in range(sims):
+        diff = rng.normal(0, 1.5, Q)[:, None, None]                       # (Q, 1, 1) shared difficulty
+        p = 1 / (1 + np.exp(-(skill[None, :, None] - diff)))              # (Q, k, 1)
+        Y = (rng.random((Q, 4, R)) < p).mean(axis=2)                      # (Q, k) per-question means
+        _, _, rs = rank_accuracies(Y, 0.05, rng, n_draws=2000)
+        true = np.arange(1, 5)
+        covered += bool(np.all((rs["lower"] <= true) & (true <= rs["upper"])))
+    assert covered / sims >= 0.95 - 2.5 * np.sqrt(0.05 * 0.95 / sims)
+
+
+def test_accuracy_interval_exact_cases():
+    from scipy import stats as st
+
+    from engine.analysis.accuracy_ranks import accuracy_interval
+    tq = float(st.t.ppf(0.975, 7))
+    assert accuracy_interval(np.zeros(8), tq) == pytest.approx((0.0, 1 - 0.025 ** (1 / 8)), rel=1e-12)  # 0 of 8
+    assert accuracy_interval(np.ones(8), tq) == pytest.approx((0.025 ** (1 / 8), 1.0), rel=1e-12)
+    lo, hi = accuracy_interval(np.array([0, 1] * 4, float), tq)
+    se = np.std([0, 1] * 4, ddof=1) / np.sqrt(8)
+    assert (lo, hi) == (max(0.5 - tq * se, 0.0), min(0.5 + tq * se, 1.0))
+    # Clopper-Pearson upper bound for 0 successes equals the beta quantile
+    assert 1 - 0.025 ** (1 / 8) == pytest.approx(st.beta.ppf(0.975, 1, 8), rel=1e-12)
+
+
+def test_cli_summary_benchmark_compare_and_accuracy_ranks_on_an_import(tmp_db, capsys):
+    from engine.cli import main
+    assert main(["import", "harness", str(LM_QA), "--db", str(tmp_db), "--name", "h"]) == 0
+    capsys.readouterr()
+    assert main(["summary", "--run", "h", "--db", str(tmp_db)]) == 0
+    out = capsys.readouterr().out
+    assert "imported from lm-eval (not coupled, not generated here)" in out and "harness reported" in out
+    assert main(["benchmark-compare", "--run", "h", "--db", str(tmp_db), "--json"]) == 0  # picks the two models
+    res = json.loads(capsys.readouterr().out)
+    assert res["models"] == ["dummy-a", "dummy-b"] and res["harness_accuracy"] == [0.0, 0.25]
+    assert res["paired"]["diff"] == -0.25 and res["plan"][0]["repeats"] == 1
+    assert main(["accuracy-ranks", "--run", "h", "--db", str(tmp_db), "--json"]) == 0
+    ranks = json.loads(capsys.readouterr().out)
+    assert [m["model"] for m in ranks["models"]] == ["dummy-b", "dummy-a"] and ranks["imported"]
+    assert main(["benchmark-compare", "--db", str(tmp_db)]) == 2
+    assert "give --model-a and --model-b, or --run RUN" in capsys.readouterr().err
