@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 import time
 
@@ -118,12 +119,15 @@ def run_summary(db, run_id: str) -> dict:
 
 
 def next_commands(run_id: str, db, models: list[str]) -> list[str]:
-    """What one usually runs next on a finished run (score, compare two models, export)."""
-    d = "" if str(db) == str(config.DEFAULT_DB) else f" --db {db}"
-    out = [f"python -m engine score --run {run_id}{d}"]
+    """What one usually runs next on a finished run (score, its summary, compare two models, export),
+    each runnable as printed (every command then uses the rule the run was scored with)."""
+    d = "" if str(db) == str(config.DEFAULT_DB) else f" --db {shlex.quote(str(db))}"
+    run = shlex.quote(run_id)
+    out = [f"python -m engine score --run {run}{d}", f"python -m engine summary --run {run}{d}"]
     if len(models) >= 2:
-        out.append(f"python -m engine benchmark-compare --run {run_id} --model-a {models[0]} --model-b {models[1]}{d}")
-    out.append(f"python -m engine export generations --run {run_id}{d} --out {run_id}.csv")
+        out.append(f"python -m engine benchmark-compare --run {run} --model-a {shlex.quote(models[0])} "
+                   f"--model-b {shlex.quote(models[1])}{d}")
+    out.append(f"python -m engine export generations --run {run}{d} --out {shlex.quote(run_id + '.csv')}")
     return out
 
 
