@@ -18,7 +18,7 @@ from engine.config import DEFAULT_PLAN_MDE, DEFAULT_SAVING_N, MODES, PLAN_REPEAT
 from engine.errors import UserError
 from engine.stats import benchmark as bm
 from engine.stats import multigen as mg
-from engine.store import benchmark_scores
+from engine.store import scores as benchmark_scores
 
 # one headline saving everywhere (Home, Benchmark page, CLI); the others are always shown with their label
 SAVING_DEFINITIONS = {

@@ -21,6 +21,7 @@ from engine.errors import Unavailable, UserError
 from engine.stats import ranking as R
 from engine.stats.comparisons import A_WINS, B_WINS, Comparisons, outcome_codes
 from engine.store import comparisons as SC
+from engine.store import verdicts as VS
 from engine.tasks.comparisons import read_arena, read_comparisons_file
 
 CSV_COLUMNS = ("model_a", "model_b", "human_winner", "judge_winner")
@@ -166,7 +167,7 @@ def judgment_sources(db: str | os.PathLike) -> pd.DataFrame:
     """LLM-judge verdict groups: (run_id, judge, mode, n, n_models, n_unparsed)."""
     if not db_exists(db):
         return pd.DataFrame(columns=["run_id", "judge", "mode", "n", "n_models", "n_unparsed"])
-    return SC.judgment_groups(db)
+    return VS.judgment_groups(db)
 
 
 def comparisons_for(db: str | os.PathLike, source: str, name: str, mode: str | None = None,
@@ -180,7 +181,7 @@ def comparisons_for(db: str | os.PathLike, source: str, name: str, mode: str | N
     if source == "set":
         return SC.set_rows(db, name)
     if source == "judgments":
-        return SC.judgment_rows(db, name, mode, judge)
+        return VS.judgment_rows(db, name, mode, judge)
     raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'judgments'")
 
 

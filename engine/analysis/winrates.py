@@ -36,7 +36,7 @@ from engine.errors import UserError
 from engine.stats import clustered as CL
 from engine.stats import ranking as RK
 from engine.stats import winrates as WR
-from engine.store.judgment_rows import judgment_frame
+from engine.store.verdicts import judgment_frame
 
 DEFAULT_RESAMPLES = CL.DEFAULT_RESAMPLES  # 1000
 

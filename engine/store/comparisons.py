@@ -1,5 +1,5 @@
-"""Comparison sets and LLM-judge verdict groups in the store: every SQL string that reads or writes
-the ``comparison_sets`` / ``comparisons`` tables (and the judge verdicts read as comparisons).
+"""Comparison sets in the store: every SQL string that reads or writes the ``comparison_sets`` /
+``comparisons`` tables (the judge verdicts read as comparisons live in :mod:`engine.store.verdicts`).
 
 Rows come back in the normalised form (prompt_id, model_a, model_b, human_winner, judge_winner;
 winners 'a' | 'b' | 'tie' or None)."""
@@ -81,28 +81,6 @@ def delete_set(db: str | os.PathLike, name: str) -> int:
         con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
         con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
     return int(n)
-
-
-def judgment_groups(db: str | os.PathLike) -> pd.DataFrame:
-    """LLM-judge verdict groups: (run_id, judge, mode, n, n_models, n_unparsed)."""
-    return query_df(db, """
-        SELECT run_id, judge, mode, count(*) AS n,
-               count(DISTINCT model_a) + 0 AS n_models, count(*) FILTER (WHERE winner IS NULL) AS n_unparsed
-        FROM judgments GROUP BY run_id, judge, mode ORDER BY run_id, judge, mode""")
-
-
-def judgment_rows(db: str | os.PathLike, run_id: str, mode: str | None = None, judge: str | None = None) -> pd.DataFrame:
-    """A run's judge verdicts as normalised rows (judge_winner; both presentation orders are rows)."""
-    sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner
-             FROM judgments WHERE run_id = ?"""
-    params: list = [run_id]
-    if mode is not None:
-        sql += " AND mode = ?"
-        params.append(mode)
-    if judge is not None:
-        sql += " AND judge = ?"
-        params.append(judge)
-    return query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
 
 
 def set_rows(db: str | os.PathLike, name: str) -> pd.DataFrame:

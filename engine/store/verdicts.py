@@ -1,6 +1,7 @@
-"""The ``judgments`` table (LLM-judge verdicts): every SQL string the judge task needs.
+"""The ``judgments`` table (LLM-judge verdicts): every SQL string against it.
 
-Typed reads and writes for :mod:`engine.tasks.judge`; nothing here knows how a verdict is made.
+Typed reads and writes for :mod:`engine.tasks.judge`, and the verdicts read as comparisons by the
+win-rate analyses; nothing here knows how a verdict is made.
 A verdict row is keyed by (run, judge, prompt_id, repeat, mode, model_a, model_b, presented).
 """
 
@@ -153,3 +154,45 @@ def verdict_winners(db: str | os.PathLike, run: str, judge: str, mode: str | Non
            "WHERE run_id = ? AND judge = ?" + (" AND mode = ?" if mode else "")
            + " ORDER BY mode, prompt_id, repeat, model_a, model_b, presented")
     return query_df(db, sql, [run, judge] + ([mode] if mode else []))
+
+
+# ---- the win-rate analyses' reads (engine.analysis.winrates / comparisons)
+
+def judgment_groups(db: str | os.PathLike) -> pd.DataFrame:
+    """LLM-judge verdict groups: (run_id, judge, mode, n, n_models, n_unparsed)."""
+    return query_df(db, """
+        SELECT run_id, judge, mode, count(*) AS n,
+               count(DISTINCT model_a) + 0 AS n_models, count(*) FILTER (WHERE winner IS NULL) AS n_unparsed
+        FROM judgments GROUP BY run_id, judge, mode ORDER BY run_id, judge, mode""")
+
+
+def judgment_rows(db: str | os.PathLike, run_id: str, mode: str | None = None, judge: str | None = None) -> pd.DataFrame:
+    """A run's judge verdicts as normalised rows (judge_winner; both presentation orders are rows)."""
+    sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner
+             FROM judgments WHERE run_id = ?"""
+    params: list = [run_id]
+    if mode is not None:
+        sql += " AND mode = ?"
+        params.append(mode)
+    if judge is not None:
+        sql += " AND judge = ?"
+        params.append(judge)
+    return query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
+
+
+def judgment_frame(db: str | os.PathLike, run: str, mode: str, judge: str | None) -> pd.DataFrame:
+    """A run's verdicts in one mode, unparseable ones included (``judge_winner`` NULL), with the
+    judgement unit and presentation order (for position bias).
+
+    Returns:
+        DataFrame of prompt_id, model_a, model_b, human_winner (NULL), judge_winner, presented, unit.
+    """
+    sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner, presented,
+                    judge || '|' || prompt_id || '|' || CAST(repeat AS VARCHAR) || '|' || model_a || '|' || model_b
+                    AS unit
+             FROM judgments WHERE run_id = ? AND mode = ?"""
+    params: list = [run, mode]
+    if judge is not None:
+        sql += " AND judge = ?"
+        params.append(judge)
+    return query_df(db, sql + " ORDER BY prompt_id, repeat, model_a, model_b, presented", params)
