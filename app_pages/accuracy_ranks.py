@@ -12,7 +12,7 @@ ui.header("Accuracy ranks", "Which model is really best on this benchmark: each 
                             "lm-evaluation-harness or Inspect AI.")
 
 ch = L.benchmark_choices()
-runs = [r for r in ch["runs"] if len(ch["models"].get(r, [])) >= 2]
+runs = [r for r in ch.runs if len(ch.models.get(r, [])) >= 2]
 if not runs:
     ui.empty_state("No scored run with two or more models yet: generate and score one, or import harness "
                    "results on the Upload page.", "upload", "Upload")
@@ -20,10 +20,10 @@ if not runs:
 
 c1, c2, c3 = st.columns(3)
 run = c1.selectbox("Run", runs, key="ar_run")
-modes = ch["modes"].get(run, ["coupled"])
+modes = ch.modes.get(run, ["coupled"])
 mode = c2.selectbox("Mode", modes, key="ar_mode")
 level = c3.select_slider("Simultaneous level", [0.8, 0.9, 0.95, 0.99], value=0.95, key="ar_level")
-rules = ch["rules"].get(run, [])
+rules = ch.rules.get(run, [])
 rule = st.selectbox("Scoring rule", rules, key="ar_rule") if len(rules) > 1 else None
 
 res = ui.safe(L.accuracy_ranksets, run, alpha=round(1 - level, 6), mode=mode, rule=rule)

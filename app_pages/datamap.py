@@ -10,22 +10,22 @@ ui.header("Data map", "Prompts a model answers consistently but wrongly (low P(c
                       "candidates for wrong labels or ambiguous questions.")
 
 ch = L.benchmark_choices()
-if not ch["runs"]:
+if not ch.runs:
     ui.empty_state("No scored runs yet: generate several repeats per prompt and score them.", "generate", "Generate")
     st.stop()
 
 c1, c2, c3, c4 = st.columns(4)
-run = c1.selectbox("Run", ch["runs"], key="dm_run")
-model = c2.selectbox("Model", ch["models"].get(run, []), key="dm_model")
-mode = c3.selectbox("Mode", ch["modes"].get(run, ["coupled"]), key="dm_mode")
-rules = ch["rules"].get(run, ["paper"])
+run = c1.selectbox("Run", ch.runs, key="dm_run")
+model = c2.selectbox("Model", ch.models.get(run, []), key="dm_model")
+mode = c3.selectbox("Mode", ch.modes.get(run, ["coupled"]), key="dm_mode")
+rules = ch.rules.get(run, ["paper"])
 run_rule = L.default_rule(run)  # the rule the run was scored with comes first
 rule = c4.selectbox("Scoring rule", rules, index=rules.index(run_rule) if run_rule in rules else 0, key="dm_rule")
 c5, c6, c7, c8 = st.columns(4)
 method = c5.selectbox("Clustering", L.cluster_methods(run), key="dm_method",
                       help="answer = identical extracted answers; llm = bidirectional entailment; "
                            "embedding = sentence-embedding similarity (an approximation)")
-subject = c6.selectbox("Subject", ["(all)"] + ch["subjects"].get(run, []), key="dm_subject")
+subject = c6.selectbox("Subject", ["(all)"] + ch.subjects.get(run, []), key="dm_subject")
 ctx = ui.export_context("datamap", run=run, models=(model,))
 p_max = c7.slider("Flag: P(correct) ≤", 0.0, 1.0, 0.1, 0.05, key="dm_pmax")
 s_min = c8.slider("Flag: consistency S ≥", -3.0, 0.0, -0.8, 0.05, key="dm_smin")

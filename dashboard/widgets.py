@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import downloads, navigation
 from engine.errors import Unavailable, UserError
+
+if TYPE_CHECKING:
+    from engine.analysis.benchmark_result import BenchmarkComparison
 
 R = TypeVar("R")
 
@@ -160,16 +163,16 @@ def records(rows):
     return pd.DataFrame(list(rows))
 
 
-def accuracy_rows(res: dict):
+def accuracy_rows(res: BenchmarkComparison) -> pd.DataFrame:
     """Flatten benchmark_compare's accuracy_by_mode into rows (mode, model, mu, ci_low, ci_high, n, k)."""
     return pd.DataFrame([{"mode": mode, "model": m, **{k: v[k] for k in ("mu", "ci_low", "ci_high", "se", "n", "k")}}
-                         for mode, per in res["accuracy_by_mode"].items() for m, v in per.items()])
+                         for mode, per in res.accuracy_by_mode.items() for m, v in per.items()])
 
 
-def paired_rows(res: dict):
+def paired_rows(res: BenchmarkComparison) -> pd.DataFrame:
     """benchmark_compare's paired comparison (METHODS 7.1), one row per noise mode."""
     rows = []
-    for mode, p in res["paired"].items():
+    for mode, p in res.paired.items():
         bt = p.get("bootstrap") or {}
         rows.append({"mode": mode, "diff A−B": p["diff"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
                      "p_value": p["p_value"], "SE": p["se"], "corr": p["corr"], "boot_ci_low": bt.get("ci_low"),
@@ -178,18 +181,18 @@ def paired_rows(res: dict):
     return pd.DataFrame(rows)
 
 
-def mcnemar_majority_rows(res: dict):
+def mcnemar_majority_rows(res: BenchmarkComparison) -> pd.DataFrame:
     """McNemar on one majority-vote outcome per question, one row per noise mode."""
-    return pd.DataFrame([{"mode": mode, **v} for mode, v in res["mcnemar_majority"].items()])
+    return pd.DataFrame([{"mode": mode, **v} for mode, v in res.mcnemar_majority.items()])
 
 
-def planner_rows(res: dict, kind: str = "mde_plans"):
+def planner_rows(res: BenchmarkComparison, kind: str = "mde_plans") -> pd.DataFrame:
     """The benchmark planner's rows ('mde_plans' or 'se_plans')."""
-    return pd.DataFrame(res["planner"][kind])
+    return pd.DataFrame(getattr(res.planner, kind))
 
 
-def components_rows(res: dict):
-    return pd.DataFrame([{"design": mode, **c} for mode, c in res["planner"]["components"].items()])
+def components_rows(res: BenchmarkComparison) -> pd.DataFrame:
+    return pd.DataFrame([{"design": mode, **c} for mode, c in res.planner.components.items()])
 
 
 def unique_by(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:

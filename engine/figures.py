@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -208,8 +209,9 @@ def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | Non
 
 
 def error_curve_figure(rows: Sequence[Mapping], target_error: float | None = None,
-                       saving: Mapping | None = None, title: str = "Estimation error vs number of samples") -> go.Figure:
-    """Mean absolute error of the estimated difference vs n, per mode, with its band."""
+                       saving: Any = None, title: str = "Estimation error vs number of samples") -> go.Figure:
+    """Mean absolute error of the estimated difference vs n, per mode, with its band; ``saving`` (a
+    ``SavingAt``: n_coupled, n_independent) marks where each curve reaches ``target_error``."""
     df = pd.DataFrame(rows)
     fig = go.Figure()
     for mode in ("coupled", "independent"):
@@ -227,7 +229,7 @@ def error_curve_figure(rows: Sequence[Mapping], target_error: float | None = Non
                       annotation_text=f"error {target_error:.4f}", annotation_position="top right")
     if saving:
         for mode, key in (("coupled", "n_coupled"), ("independent", "n_independent")):
-            n = saving.get(key)
+            n = getattr(saving, key)
             if n is not None and target_error is not None:
                 fig.add_trace(go.Scatter(x=[n], y=[target_error], mode="markers", marker=dict(color=COLORS[mode], size=10),
                                          name=f"n {mode} = {n:.0f}"))
@@ -426,8 +428,9 @@ def divergence_figure(df: pd.DataFrame, title: str = "First divergence step of t
 
 # --------------------------------------------------------------------------- the CLI's Fig. 2 panels
 
-def write_benchmark_figures(res: dict, folder: str) -> list[str]:
-    """The paper's Fig. 2 panels for one benchmark-compare result, as PNG files in ``folder``.
+def write_benchmark_figures(res: Any, folder: str) -> list[str]:
+    """The paper's Fig. 2 panels for one benchmark-compare result (an
+    ``engine.analysis.benchmark_result.BenchmarkComparison``, read by attribute), as PNG files in ``folder``.
 
     (a) KDE of the per-question covariance (coupled; dashed line at the mean), (b) KDEs of the
     per-question variance of the difference (coupled vs independent; dashed lines at the medians),
@@ -439,17 +442,17 @@ def write_benchmark_figures(res: dict, folder: str) -> list[str]:
     os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
     d = Path(folder)
     d.mkdir(parents=True, exist_ok=True)
-    a, b = res["models"]
-    tag = "_".join(x for x in (res.get("subject") or "all", a, "vs", b) if x).replace("/", "-")
-    title = f"{a} vs {b} ({res.get('subject') or 'all subjects'})"
+    a, b = res.models
+    tag = "_".join(x for x in (res.subject or "all", a, "vs", b) if x).replace("/", "-")
+    title = f"{a} vs {b} ({res.subject or 'all subjects'})"
     colors = {"coupled": "#1f77b4", "independent": "#ff7f0e"}
     paths = []
 
-    k = res["kde"]["covariance_coupled"]
+    k = res.kde.covariance_coupled
     fig = go.Figure(go.Scatter(x=k["x"], y=k["density"], mode="lines", name="coupled",
                                line=dict(color=colors["coupled"])))
-    fig.add_vline(x=res["mean_covariance_coupled"], line_dash="dash",
-                  annotation_text=f"mean {res['mean_covariance_coupled']:.3f}")
+    fig.add_vline(x=res.mean_covariance_coupled, line_dash="dash",
+                  annotation_text=f"mean {res.mean_covariance_coupled:.3f}")
     fig.update_layout(title=f"(a) Score covariance per question<br><sub>{title}</sub>",
                       xaxis_title="covariance", yaxis_title="density")
     paths.append(d / f"{tag}_covariance.png")
@@ -457,8 +460,8 @@ def write_benchmark_figures(res: dict, folder: str) -> list[str]:
 
     fig = go.Figure()
     for mode in ("coupled", "independent"):
-        k = res["kde"].get(f"var_diff_{mode}")
-        med = res.get(f"median_var_diff_{mode}")
+        k = getattr(res.kde, f"var_diff_{mode}")
+        med = getattr(res, f"median_var_diff_{mode}")
         if k is None or med is None:
             continue
         fig.add_trace(go.Scatter(x=k["x"], y=k["density"], mode="lines", name=mode, line=dict(color=colors[mode])))
@@ -470,20 +473,20 @@ def write_benchmark_figures(res: dict, folder: str) -> list[str]:
     fig.write_image(paths[-1], width=700, height=450)
 
     fig = go.Figure()
-    n = [r["n"] for r in res["error_curve"]]
+    n = [r["n"] for r in res.error_curve]
     for mode in ("coupled", "independent"):
-        if res["error_curve"][0].get(mode) is None:
+        if res.error_curve[0].get(mode) is None:
             continue
-        fig.add_trace(go.Scatter(x=n + n[::-1], y=[r[f"{mode}_high"] for r in res["error_curve"]]
-                                 + [r[f"{mode}_low"] for r in res["error_curve"]][::-1],
+        fig.add_trace(go.Scatter(x=n + n[::-1], y=[r[f"{mode}_high"] for r in res.error_curve]
+                                 + [r[f"{mode}_low"] for r in res.error_curve][::-1],
                                  fill="toself", opacity=0.2, line=dict(width=0), showlegend=False,
                                  fillcolor=colors[mode], hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=n, y=[r[mode] for r in res["error_curve"]], mode="lines", name=mode,
+        fig.add_trace(go.Scatter(x=n, y=[r[mode] for r in res.error_curve], mode="lines", name=mode,
                                  line=dict(color=colors[mode])))
-    sd = res.get("saving_detail") or {}
-    if sd.get("saving") is not None:
-        fig.add_hline(y=sd["error"], line_dash="dot",
-                      annotation_text=f"error {sd['error']:.3f}: {100 * sd['saving']:.0f}% fewer samples")
+    sd = res.saving_detail
+    if sd.saving is not None:
+        fig.add_hline(y=sd.error, line_dash="dot",
+                      annotation_text=f"error {sd.error:.3f}: {100 * sd.saving:.0f}% fewer samples")
     fig.update_layout(title=f"(c) Estimation error vs number of samples (band: 2.5-97.5%)<br><sub>{title}</sub>",
                       xaxis_title="number of samples", yaxis_title="absolute error")
     paths.append(d / f"{tag}_error_curve.png")

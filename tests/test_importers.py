@@ -198,7 +198,7 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     assert [row["n"] for row in res["error_curve"]] == list(range(5, 51, 5))  # 50 samples: step 50 // 10
     # same seed -> same JSON; the library call equals the CLI
     again = benchmark_compare(tmp_db, "Model-X", "Model-Y", target_error=0.05, n_resamples=50, seed=0)
-    assert json.loads(json.dumps(again)) == res
+    assert json.loads(json.dumps(again.to_dict())) == res
 
     assert main(["multigen", "--db", str(tmp_db), "--run", "paper-mmlu", "--model", "Model-X"]) == 0
     text = capsys.readouterr().out
@@ -260,14 +260,14 @@ def paper_db(tmp_path_factory):
 @pytest.mark.shared
 def test_reproduce_paper_college_computer_science(paper_db):
     r = benchmark_compare(paper_db, L3, L1, subject="college_computer_science", target_error=0.034)
-    assert (r["n_questions"], r["n_repeats"]) == (100, 10)
+    assert (r.n_questions, r.n_repeats) == (100, 10)
     # published (Benz et al., Fig. 2): mean covariance ~0.085; median var of the difference
     # ~0.178 coupled vs ~0.278 independent; ~40% fewer samples at error ~0.034
-    assert r["mean_covariance_coupled"] == pytest.approx(0.085, abs=0.0005)
-    assert r["median_var_diff_coupled"] == pytest.approx(0.178, abs=0.0005)
-    assert r["median_var_diff_independent"] == pytest.approx(0.278, abs=0.0005)
+    assert r.mean_covariance_coupled == pytest.approx(0.085, abs=0.0005)
+    assert r.median_var_diff_coupled == pytest.approx(0.178, abs=0.0005)
+    assert r.median_var_diff_independent == pytest.approx(0.278, abs=0.0005)
     # we measure ~37% (see docs/REPRODUCTION.md): the saving is a noisy interpolated figure
-    assert 0.25 < r["saving"] < 0.5
+    assert r.saving is not None and 0.25 < r.saving < 0.5
 
 
 @pytest.mark.shared
@@ -290,18 +290,18 @@ def test_benchmark_planner_exact_tiny():
     # σ²_b = max(0, 0 − 0.5/2) = 0. Target SE 0.1: n(k) = ceil(0.5/k / 0.01) = 50, 25, 10, 5.
     A = np.array([[1, 0], [1, 1]], float)
     B = np.array([[0, 0], [0, 1]], float)
-    pl = _planner({"coupled": (A, B)}, 0.05, 0.5, 0.1, 0.05, 0.8, 2, 2)
-    assert pl["components"]["coupled"] == {"sigma2_between": 0.0, "sigma2_within": 0.5, "Q": 2, "R": 2}
+    pl = _planner({"coupled": (A, B)}, 0.05, 0.5, 0.1, 0.05, 0.8, 2, 2, [])
+    assert pl.components["coupled"] == {"sigma2_between": 0.0, "sigma2_within": 0.5, "Q": 2, "R": 2}
     # independent, predicted: mean_i (var A_i + var B_i) = mean(0.5 + 0, 0 + 0.5) = 0.5
-    assert pl["components"]["independent (predicted from coupled)"]["sigma2_within"] == 0.5
-    coupled = [(r["repeats"], r["questions"], r["fits"], r["note"]) for r in pl["se_plans"] if r["mode"] == "coupled"]
+    assert pl.components["independent (predicted from coupled)"]["sigma2_within"] == 0.5
+    coupled = [(r["repeats"], r["questions"], r["fits"], r["note"]) for r in pl.se_plans if r["mode"] == "coupled"]
     assert coupled == [(1, 50, False, "needs 50 questions; this dataset has 2"),
                        (2, 25, False, "needs 25 questions; this dataset has 2"),
                        (5, 10, False, "needs 10 questions; this dataset has 2"),
                        (10, 5, False, "needs 5 questions; this dataset has 2")]
-    assert pl["target_se_source"] == "given"
+    assert pl.target_se_source == "given"
     # MDE 0.5 with Var(d̄) = 0.5/(n k): k = 10 reaches 80% power with a handful of questions
-    k10 = next(r for r in pl["mde_plans"] if r["mode"] == "coupled" and r["repeats"] == 10)
+    k10 = next(r for r in pl.mde_plans if r["mode"] == "coupled" and r["repeats"] == 10)
     assert k10["power"] >= 0.8 and k10["fits"] == (k10["questions"] <= 2)
 
 
@@ -314,10 +314,10 @@ def test_benchmark_compare_without_an_independent_run(layout, tmp_db, capsys):
         con.commit()
     res = benchmark_compare(tmp_db, "Model-X", "Model-Y", target_error=0.05, n_resamples=50)
     A, B = score_matrices(tmp_db, "Model-X", "Model-Y")["coupled"]
-    assert set(res["paired"]) == set(res["mcnemar_majority"]) == {"coupled"}
-    assert res["saving"] is None and res["saving_ci"] is None  # nothing to save against
+    assert set(res.paired) == set(res.mcnemar_majority) == {"coupled"}
+    assert res.saving is None and res.saving_ci is None  # nothing to save against
     # the planner still predicts the independent design from the coupled run
-    assert res["planner"]["components"]["independent (predicted from coupled)"] == bm.independent_components(A, B)
+    assert res.planner.components["independent (predicted from coupled)"] == bm.independent_components(A, B)
     assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
                  "--resamples", "50", "--target-error", "0.05"]) == 0
     assert "resampling curves: - (a curve never reaches this error, or no independent run)" in capsys.readouterr().out

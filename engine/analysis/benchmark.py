@@ -13,6 +13,8 @@ import os
 import numpy as np
 import pandas as pd
 
+from engine.analysis.benchmark_result import BenchmarkChoices, BenchmarkComparison, Kdes, Planner, SavingAt
+from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
 from engine.analysis.overview import db_exists
 from engine.config import DEFAULT_PLAN_MDE, DEFAULT_SAVING_N, MODES, PLAN_REPEATS
 from engine.errors import UserError
@@ -121,18 +123,19 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
                       run: str | None = None, rule: str = "paper", step: int = 20,
                       saving_n: int = DEFAULT_SAVING_N, kde_points: int = 200, max_n: int = 10_000,
                       target_mde: float = DEFAULT_PLAN_MDE, target_se: float | None = None,
-                      alpha: float = 0.05, power: float = 0.8) -> dict:
-    """Coupled vs independent comparison of two models (METHODS.md sections 2 and 7.1): the CLI's JSON.
+                      alpha: float = 0.05, power: float = 0.8) -> BenchmarkComparison:
+    """Coupled vs independent comparison of two models (METHODS.md sections 2 and 7.1).
 
-    Keys: run, subject, rule, models, n_questions, n_repeats, mean_covariance_coupled, median_ and
-    mean_var_diff_{coupled,independent}, accuracy (pooled over modes), accuracy_by_mode (t CI, METHODS 5),
-    paired ({mode: :func:`bm.paired_diff_ci`, questions the unit}), mcnemar_majority (ONE majority-vote
-    outcome per question), kde (variances reflected at 0), error_curve (rows of mean error and 2.5/97.5
-    percentiles), truth, the savings (:func:`_savings`: variance_saving = the HEADLINE, 1 − SE²_c/SE²_i
-    with a studentised CI; saving / saving_detail / saving_at_n = the paper's curve saving at ε, which is
-    ``target_error`` or the coupled error at n = ``saving_n``; saving_ci = predicted at ε; saving_definitions),
-    planner (variance components, plans for ``target_mde`` at ``power`` and for a target SE, each row with
-    ``fits`` and a note when this dataset has too few questions).
+    Fields (:class:`BenchmarkComparison`; ``to_dict()`` is the CLI's JSON): run, subject, rule, models,
+    n_questions, n_repeats, mean_covariance_coupled, median_ and mean_var_diff_{coupled,independent},
+    accuracy (pooled over modes), accuracy_by_mode (t CI, METHODS 5), paired ({mode: :func:`bm.paired_diff_ci`,
+    questions the unit}), mcnemar_majority (ONE majority-vote outcome per question), kde (variances reflected
+    at 0), error_curve (rows of mean error and 2.5/97.5 percentiles), truth, the savings (:func:`_savings`:
+    variance_saving = the HEADLINE, 1 − SE²_c/SE²_i with a studentised CI; saving / saving_detail / saving_at_n
+    = the paper's curve saving at ε, which is ``target_error`` or the coupled error at n = ``saving_n``;
+    saving_ci = predicted at ε; saving_definitions), planner (variance components, plans for ``target_mde``
+    at ``power`` and for a target SE, each row with ``fits`` and a note when this dataset has too few
+    questions), warnings (typed: few questions, no error level, nothing to plan from).
 
     Both modes use the questions scored in both and the same random permutations (common random
     numbers); the curve runs over n = 20, 40, ... up to min(N, ``max_n``) (N = questions x repeats).
@@ -150,57 +153,51 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     if Q < 2 or R < 2:
         raise UserError(f"need at least 2 questions and 2 repeats to compare, got {Q} x {R}")
     rng_perm, rng_boot = np.random.default_rng(seed).spawn(2)
+    warnings: list[AnalysisWarning] = []
+    small = small_sample_warning(int(Q), "questions")
+    if small:
+        warnings.append(small)
 
     cov = bm.per_question_covariance(Ac, Bc)
     vdiff = {mode: bm.per_question_var_diff(*ab) for mode, ab in mats.items()}
-    out: dict = {"run": run_id, "subject": subject, "rule": rule, "models": models,
-                 "n_questions": int(Q), "n_repeats": int(R), "n_resamples": int(n_resamples), "seed": int(seed),
-                 "mean_covariance_coupled": float(cov.mean()),
-                 "median_var_diff_coupled": float(np.median(vdiff["coupled"])),
-                 "median_var_diff_independent": (float(np.median(vdiff["independent"]))
-                                                 if "independent" in vdiff else None),
-                 "mean_var_diff_coupled": float(vdiff["coupled"].mean()),
-                 "mean_var_diff_independent": (float(vdiff["independent"].mean())
-                                               if "independent" in vdiff else None)}
-
     # Accuracy: pooled over modes (both are unbiased samples of the same accuracy), plus per mode
     # with the within/between-question CI of METHODS 5.
-    out["accuracy"], out["accuracy_by_mode"] = _accuracy(mats, models)
+    accuracy, accuracy_by_mode = _accuracy(mats, models)
     # The paired comparison (METHODS 7.1): one mean difference per question, t over questions.
-    out["paired"] = {mode: bm.paired_diff_ci(*ab, rng=rng_boot, alpha=alpha, power=power,
-                                             n_resamples=max(n_resamples, 200))
-                     for mode, ab in mats.items()}
-    # McNemar only on one outcome per question (never on (question, repeat) pairs: size ~40% at 5%).
-    out["mcnemar_majority"] = {mode: bm.mcnemar_majority(*ab) for mode, ab in mats.items()}
-
-    out["kde"] = _kdes(cov, vdiff, kde_points)
+    paired = {mode: bm.paired_diff_ci(*ab, rng=rng_boot, alpha=alpha, power=power, n_resamples=max(n_resamples, 200))
+              for mode, ab in mats.items()}
 
     # Error curves: one set of permutations shared by both modes.
     N = Q * R
     sizes = bm.default_sizes(min(N, max_n), step=step)
     perms = bm.resample_permutations(N, n_resamples, rng_perm, length=int(sizes.max()))
     curves = {mode: bm.error_curve((ab[0] - ab[1]).ravel(), sizes, perms) for mode, ab in mats.items()}
-    out["truth"] = {mode: c["truth"] for mode, c in curves.items()}
-    rows = _curve_rows(sizes, curves)
-    out["error_curve"] = rows
-    out["error_curve_band"] = "2.5% and 97.5% percentiles of the absolute error over the resamples"
+    sav = _savings(curves, sizes, mats, N, saving_n, target_error, rng_boot, n_resamples, alpha, warnings)
+    eps = sav["saving_detail"].error
+    return BenchmarkComparison(
+        run=run_id, subject=subject, rule=rule, models=models, n_questions=int(Q), n_repeats=int(R),
+        n_resamples=int(n_resamples), seed=int(seed), mean_covariance_coupled=float(cov.mean()),
+        median_var_diff_coupled=float(np.median(vdiff["coupled"])),
+        median_var_diff_independent=float(np.median(vdiff["independent"])) if "independent" in vdiff else None,
+        mean_var_diff_coupled=float(vdiff["coupled"].mean()),
+        mean_var_diff_independent=float(vdiff["independent"].mean()) if "independent" in vdiff else None,
+        accuracy=accuracy, accuracy_by_mode=accuracy_by_mode, paired=paired,
+        # McNemar only on one outcome per question (never on (question, repeat) pairs: size ~40% at 5%).
+        mcnemar_majority={mode: bm.mcnemar_majority(*ab) for mode, ab in mats.items()},
+        kde=_kdes(cov, vdiff, kde_points), truth={mode: c["truth"] for mode, c in curves.items()},
+        error_curve=_curve_rows(sizes, curves),
+        error_curve_band="2.5% and 97.5% percentiles of the absolute error over the resamples",
+        **sav, planner=_planner(mats, eps, target_mde, target_se, alpha, power, int(Q), int(R), warnings),
+        warnings=warnings)
 
-    sav = _savings(curves, sizes, mats, N, saving_n, target_error, rng_boot, n_resamples, alpha)
-    out.update(sav)
-    eps = sav["saving_detail"]["error"]
 
-    out["planner"] = _planner(mats, eps, target_mde, target_se, alpha, power, int(Q), int(R))
-    return out
-
-
-def _kdes(cov: np.ndarray, vdiff: dict, kde_points: int) -> dict:
+def _kdes(cov: np.ndarray, vdiff: dict, kde_points: int) -> Kdes:
     """KDE of the per-question covariance, and of the per-question Var(A − B) per mode on one grid (reflected at 0)."""
-    out = {"covariance_coupled": bm.kde_curve(cov, n_grid=kde_points)}
     hi = max(float(v.max()) for v in vdiff.values())
     grid = np.linspace(0.0, hi + 0.15, kde_points)  # one grid so the curves overlay; a variance is >= 0
-    for mode, v in vdiff.items():
-        out[f"var_diff_{mode}"] = bm.kde_curve(v, grid=grid, lower=0.0)
-    return out
+    per_mode = {mode: bm.kde_curve(v, grid=grid, lower=0.0) for mode, v in vdiff.items()}
+    return Kdes(covariance_coupled=bm.kde_curve(cov, n_grid=kde_points), var_diff_coupled=per_mode["coupled"],
+                var_diff_independent=per_mode.get("independent"))
 
 
 def _accuracy(mats: dict, models: list[str]) -> tuple[dict, dict]:
@@ -210,17 +207,21 @@ def _accuracy(mats: dict, models: list[str]) -> tuple[dict, dict]:
 
 
 def _savings(curves: dict, sizes: np.ndarray, mats: dict, N: int, saving_n: int, target_error: float | None,
-             rng_boot: np.random.Generator, n_resamples: int, alpha: float) -> dict:
+             rng_boot: np.random.Generator, n_resamples: int, alpha: float, warnings: list[AnalysisWarning]) -> dict:
     """saving, saving_detail, saving_at_n (the paper's curve saving), saving_ci (predicted at ε),
-    variance_saving (the headline) and saving_definitions of :func:`benchmark_compare`."""
-    def saving_at(eps: float, source: str) -> dict:
+    variance_saving (the headline) and saving_definitions of :func:`benchmark_compare`. When the
+    error is 0 at every size (scores that never differ), the savings at an error level are None and
+    a NO_ERROR_LEVEL warning says why."""
+    def saving_at(eps: float, source: str) -> SavingAt:
+        if not eps > 0:
+            return SavingAt(error=eps, n_coupled=None, n_independent=None, saving=None, at_smallest_size=None,
+                            error_source=source)
         if "independent" in curves:
             d = bm.sample_saving(sizes, curves["coupled"]["mean"], curves["independent"]["mean"], eps)
         else:
             d = {"error": eps, "n_coupled": bm.samples_for_error(sizes, curves["coupled"]["mean"], eps),
                  "n_independent": None, "saving": None, "at_smallest_size": None}
-        d["error_source"] = source
-        return d
+        return SavingAt(**d, error_source=source)
 
     # Always: the saving at the error the coupled curve reaches at n = saving_n; with a target
     # error, the headline saving is taken there instead.
@@ -232,16 +233,19 @@ def _savings(curves: dict, sizes: np.ndarray, mats: dict, N: int, saving_n: int,
         src += f" (the pool has only {N} samples, too few for n={saving_n})"
     at_n = saving_at(bm.error_at(sizes, curves["coupled"]["mean"], n_eff), src)
     detail = saving_at(float(target_error), "target_error") if target_error is not None else at_n
-    eps = detail["error"]
-    if not eps > 0:  # the curves are 0 everywhere: no error level to plan or save at (benchmark() explains)
-        raise UserError(f"target error must be > 0, got {eps}")
-    out = {"saving": detail["saving"], "saving_detail": detail, "saving_at_n": at_n}
+    eps = detail.error
+    if not eps > 0:
+        warnings.append(AnalysisWarning(Notice.NO_ERROR_LEVEL, (
+            "the estimation error is 0 at every sample size (the pool is too small, or the two models' scores "
+            "never differ): no saving at an error level; give --target-error > 0 for one")))
+    out: dict = {"saving": detail.saving, "saving_detail": detail, "saving_at_n": at_n}
 
     # The saving's interval: predicted from the per-sample variances at the same error, bootstrap
     # over questions (the interpolated resampling saving above has no interval of its own).
     if "independent" in mats:
         Dc, Di = (mats[m][0] - mats[m][1] for m in ("coupled", "independent"))
-        out["saving_ci"] = bm.saving_predicted(Dc, Di, eps, rng=rng_boot, n_resamples=max(n_resamples, 200))
+        out["saving_ci"] = (bm.saving_predicted(Dc, Di, eps, rng=rng_boot, n_resamples=max(n_resamples, 200))
+                            if eps > 0 else None)
         out["variance_saving"] = bm.variance_saving(Dc, Di, level=1 - alpha)  # the headline saving
     else:
         out["saving_ci"] = None
@@ -250,12 +254,35 @@ def _savings(curves: dict, sizes: np.ndarray, mats: dict, N: int, saving_n: int,
     return out
 
 
+def _cannot_plan(why: str, Q: int, R: int, eps: float, target_mde: float, target_se: float | None, alpha: float,
+                 power: float, components: dict, warnings: list[AnalysisWarning]) -> Planner:
+    warnings.append(AnalysisWarning(Notice.CANNOT_PLAN, f"planner: cannot plan, {why}"))
+    return Planner(target_mde=target_mde, alpha=alpha, power=power, target_se=target_se,
+                   target_se_source="given" if target_se is not None else "none (no error level)",
+                   target_error=eps, dataset_questions=Q, dataset_repeats=R, formula=PLAN_FORMULA,
+                   components=components, mde_plans=[], se_plans=[], headline_fits=False,
+                   headline=f"cannot plan: {why}", can_plan=False)
+
+
+PLAN_FORMULA = ("Var(mean diff) = sigma2_between/n + sigma2_within/(n k); MDE plans: smallest n with "
+                "power of the paired t test >= power; SE plans: n = ceil((sb + sw/k)/se^2)")
+
+
 def _planner(mats: dict, eps: float, target_mde: float, target_se: float | None, alpha: float, power: float,
-             Q: int, R: int) -> dict:
+             Q: int, R: int, warnings: list[AnalysisWarning]) -> Planner:
     """Questions × repeats per design (METHODS 7.1): Var(d̄) = σ²_b/n + σ²_w/(n k), from this run's
-    variance components; independent generation is also predicted from the coupled run."""
+    variance components; independent generation is also predicted from the coupled run. A run whose
+    coupled differences never vary, or with no error level and no target SE, cannot be planned from
+    (a typed CANNOT_PLAN warning; ``can_plan`` False)."""
     components = {mode: bm.variance_components_diff(*ab) for mode, ab in mats.items()}
     components["independent (predicted from coupled)"] = bm.independent_components(*mats["coupled"])
+    c = components["coupled"]
+    if not c["sigma2_between"] + c["sigma2_within"] > 0:
+        return _cannot_plan("the coupled score differences of this run never vary (no variance to plan from)",
+                            Q, R, eps, target_mde, target_se, alpha, power, components, warnings)
+    if target_se is None and not eps > 0:
+        return _cannot_plan("no error level (the estimation error is 0 at every size) and no --target-se",
+                            Q, R, eps, target_mde, target_se, alpha, power, components, warnings)
     repeats = sorted({*PLAN_REPEATS, R})
     se = target_se if target_se is not None else eps / bm.MAE_PER_SE
 
@@ -271,48 +298,34 @@ def _planner(mats: dict, eps: float, target_mde: float, target_se: float | None,
     se_rows = [fits({"mode": mode, **r}) for mode, c in components.items()
                for r in bm.plan_sample_size(c["sigma2_between"], c["sigma2_within"], target_se=se, repeats=repeats)]
     current = next(r for r in mde_rows if r["mode"] == "coupled" and r["repeats"] == R)
-    return {
-        "target_mde": target_mde, "alpha": alpha, "power": power, "target_se": se,
-        "target_se_source": "given" if target_se is not None else f"error {eps:.4g} / sqrt(2/pi)",
-        "target_error": eps, "dataset_questions": Q, "dataset_repeats": R,
-        "formula": "Var(mean diff) = sigma2_between/n + sigma2_within/(n k); MDE plans: smallest n with "
-                   "power of the paired t test >= power; SE plans: n = ceil((sb + sw/k)/se^2)",
-        "components": components,
-        "mde_plans": mde_rows,
-        "se_plans": se_rows,
-        "headline_fits": bool(current["fits"]),
-        "headline": (f"coupled, {R} repeats: MDE {target_mde:g} at {power:.0%} power needs "
-                     f"{current['questions']:,} questions; this dataset has {Q}"
-                     if current["questions"] is not None else
-                     f"coupled, {R} repeats: MDE {target_mde:g} is not reachable"),
-    }
+    return Planner(
+        target_mde=target_mde, alpha=alpha, power=power, target_se=se,
+        target_se_source="given" if target_se is not None else f"error {eps:.4g} / sqrt(2/pi)",
+        target_error=eps, dataset_questions=Q, dataset_repeats=R, formula=PLAN_FORMULA,
+        components=components, mde_plans=mde_rows, se_plans=se_rows, headline_fits=bool(current["fits"]),
+        headline=(f"coupled, {R} repeats: MDE {target_mde:g} at {power:.0%} power needs "
+                  f"{current['questions']:,} questions; this dataset has {Q}"
+                  if current["questions"] is not None else
+                  f"coupled, {R} repeats: MDE {target_mde:g} is not reachable"))
 
 
-def benchmark_choices(db: str | os.PathLike) -> dict:
+def benchmark_choices(db: str | os.PathLike) -> BenchmarkChoices:
     """Options for the benchmark page: runs with scores, their models, rules and subjects."""
     if not db_exists(db):
-        return {"runs": [], "models": {}, "rules": {}, "subjects": {}}
+        return BenchmarkChoices()
     df, subj = benchmark_scores.scored_run_choices(db)
-    return {"runs": df["run_id"].tolist(),
-            "models": {r: list(m) for r, m in zip(df["run_id"], df["models"])},
-            "rules": {r: list(m) for r, m in zip(df["run_id"], df["rules"])},
-            "modes": {r: list(m) for r, m in zip(df["run_id"], df["modes"])},
-            "subjects": {r: g["subject"].tolist() for r, g in subj.groupby("run_id")}}
+    return BenchmarkChoices(runs=df["run_id"].tolist(),
+                            models={r: list(m) for r, m in zip(df["run_id"], df["models"])},
+                            rules={r: list(m) for r, m in zip(df["run_id"], df["rules"])},
+                            modes={r: list(m) for r, m in zip(df["run_id"], df["modes"])},
+                            subjects={r: g["subject"].tolist() for r, g in subj.groupby("run_id")})
 
 
 def benchmark(db: str | os.PathLike, model_a: str, model_b: str, subject: str | None = None,
               target_error: float | None = None, run: str | None = None, rule: str = "paper",
               n_resamples: int = 1000, seed: int = 0, target_mde: float = DEFAULT_PLAN_MDE,
-              target_se: float | None = None) -> dict:
-    """The benchmark comparison of two models (:func:`benchmark_compare`), with a clearer message
-    when no default error level exists."""
-    try:
-        return benchmark_compare(db, model_a, model_b, subject=subject, target_error=target_error,
-                                 n_resamples=n_resamples, seed=seed, run=run, rule=rule, target_mde=target_mde,
-                                 target_se=target_se)
-    except UserError as exc:
-        if target_error is None and "target error must be > 0" in str(exc):
-            raise UserError("the estimation error is 0 at every sample size (the pool is too small, or the "
-                            "two models' scores never differ), so there is no default error level: "
-                            "give a target error > 0") from None
-        raise
+              target_se: float | None = None) -> BenchmarkComparison:
+    """The benchmark comparison of two models (:func:`benchmark_compare`) with the page's defaults."""
+    return benchmark_compare(db, model_a, model_b, subject=subject, target_error=target_error,
+                             n_resamples=n_resamples, seed=seed, run=run, rule=rule, target_mde=target_mde,
+                             target_se=target_se)

@@ -1,4 +1,5 @@
-"""Typed warnings of the analyses: each carries a kind that pages and tests check (never its text).
+"""Typed warnings of the analyses (the one warning type of engine.analysis): each carries a kind
+that pages and tests check (never its text).
 
 An :class:`AnalysisWarning` is a ``str`` (its text, so JSON output and ``st.warning`` are unchanged)
 with a :class:`Notice` kind attached.
@@ -20,6 +21,10 @@ class Notice(str, Enum):
     DEGENERATE = "degenerate_bootstrap"  # zero-variance bootstrap: prompt-level Wilson interval used
     NOT_TESTED = "not_tested"  # a comparison that could not be tested validly
     UNPARSEABLE = "unparseable"  # judge verdicts that could not be parsed (left out)
+    DEGENERATE_INTERVAL = "degenerate_interval"  # SE 0: an interval collapsed to a point
+    DEGENERATE_SAVING = "degenerate_saving"  # a saving that divides by (or is) a zero SE
+    NO_ERROR_LEVEL = "no_error_level"  # the estimation error is 0 at every size: no saving at an error level
+    CANNOT_PLAN = "cannot_plan"  # the planner has no variance or error level to plan from
 
 
 class AnalysisWarning(str):

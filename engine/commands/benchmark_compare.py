@@ -6,8 +6,13 @@ planner headline); the full result as JSON with ``--json`` (stdout) or ``--out F
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine import config
 from engine.commands._common import add_db, add_output_args, emit, fmt, table
+
+if TYPE_CHECKING:
+    from engine.analysis.benchmark_result import BenchmarkComparison
 
 
 def register(sub) -> None:
@@ -44,43 +49,42 @@ def _pct(x) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-def summary(res: dict) -> str:
+def summary(res: BenchmarkComparison) -> str:
     """The human summary of a :func:`engine.analysis.benchmark.benchmark_compare` result."""
-    a, b = res["models"]
-    lines = [f"benchmark-compare  {a} − {b}  run {res['run']}  subject {res['subject'] or '(all)'}  "
-             f"rule {res['rule']}  {res['n_questions']} questions × {res['n_repeats']} repeats", "",
+    a, b = res.models
+    lines = [f"benchmark-compare  {a} − {b}  run {res.run}  subject {res.subject or '(all)'}  "
+             f"rule {res.rule}  {res.n_questions} questions × {res.n_repeats} repeats", "",
              "Paired difference of accuracy A − B (questions as the unit; t CI over questions):"]
     rows = []
-    for mode, p in res["paired"].items():
+    for mode, p in res.paired.items():
         bt = p.get("bootstrap") or {}
         rows.append({"mode": mode, "diff": p["diff"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
                      "p_value": p["p_value"], "corr": p["corr"], "boot_low": bt.get("ci_low"),
                      "boot_high": bt.get("ci_high"), "mde": p["mde"]})
     lines += [table(rows, digits=4), ""]
-    lines.append(f"Mean per-question covariance (coupled) {fmt(res['mean_covariance_coupled'], 4)}; median "
-                 f"per-question Var(A − B): coupled {fmt(res['median_var_diff_coupled'])}, independent "
-                 f"{fmt(res['median_var_diff_independent'])}")
-    sd, ci, vs = res["saving_detail"], res.get("saving_ci"), res.get("variance_saving")
+    lines.append(f"Mean per-question covariance (coupled) {fmt(res.mean_covariance_coupled, 4)}; median "
+                 f"per-question Var(A − B): coupled {fmt(res.median_var_diff_coupled)}, independent "
+                 f"{fmt(res.median_var_diff_independent)}")
+    sd, ci, vs = res.saving_detail, res.saving_ci, res.variance_saving
     if vs and vs["saving"] is not None:
         lines.append(f"Sample saving (headline) {vs['saving']:.1%}, {vs['level']:.0%} CI [{_pct(vs['ci_low'])}, "
-                     f"{_pct(vs['ci_high'])}]: {res['saving_definitions']['variance_saving']}")
-    lines.append(f"Other saving figures at error {sd['error']:.4f} ({sd['error_source']}), "
-                 f"rule {res['rule']}:")
-    if res["saving"] is not None:
-        lines.append(f"  resampling curves (paper's method, 1 - n_c(e)/n_i(e)): {res['saving']:.1%}  (n coupled "
-                     f"{fmt(sd['n_coupled'], 0)} vs independent {fmt(sd['n_independent'], 0)} samples)")
+                     f"{_pct(vs['ci_high'])}]: {res.saving_definitions['variance_saving']}")
+    lines.append(f"Other saving figures at error {sd.error:.4f} ({sd.error_source}), "
+                 f"rule {res.rule}:")
+    if res.saving is not None:
+        lines.append(f"  resampling curves (paper's method, 1 - n_c(e)/n_i(e)): {res.saving:.1%}  (n coupled "
+                     f"{fmt(sd.n_coupled, 0)} vs independent {fmt(sd.n_independent, 0)} samples)")
     else:
         lines.append("  resampling curves: - (a curve never reaches this error, or no independent run)")
     if ci and ci["saving"] is not None:
         lines.append(f"  predicted at error e from the per-sample variances: {ci['saving']:.1%}, {ci['level']:.0%} CI "
                      f"[{_pct(ci['ci_low'])}, {_pct(ci['ci_high'])}] (studentised over questions; assumes "
                      "independent questions and E|error| proportional to the SD)")
-    pl = res["planner"]
-    lines.append(f"Planner: {pl['headline']}")
-    mn = res.get("mcnemar_majority") or {}
-    if mn:
+    lines.append(f"Planner: {res.planner.headline}")
+    if res.mcnemar_majority:
         lines.append("McNemar on one majority-vote outcome per question: "
-                     + ", ".join(f"{mode} p = {fmt(v['p_value'], 4)}" for mode, v in mn.items()))
+                     + ", ".join(f"{mode} p = {fmt(v['p_value'], 4)}" for mode, v in res.mcnemar_majority.items()))
+    lines += [f"warning: {w}" for w in res.warnings]
     return "\n".join(lines)
 
 
@@ -97,9 +101,10 @@ def run(args) -> int:
                             target_error=args.target_error, n_resamples=args.resamples, seed=args.seed,
                             run=args.run, rule=rule, max_n=args.max_n, saving_n=args.saving_n,
                             target_mde=args.target_mde, target_se=args.target_se, power=args.power)
+    d = out.to_dict()
     if args.figures:
         from engine.figures import write_benchmark_figures
-        out["figures"] = write_benchmark_figures(out, args.figures)
+        d["figures"] = write_benchmark_figures(out, args.figures)
     if args.no_kde:
-        out.pop("kde", None)
-    return emit(args, out, lambda: summary(out))
+        d.pop("kde", None)
+    return emit(args, d, lambda: summary(out))

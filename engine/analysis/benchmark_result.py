@@ -1,0 +1,131 @@
+"""The typed results of the benchmark comparison (:mod:`engine.analysis.benchmark`): frozen
+dataclasses that the CLI, the pages and the figures read by attribute; ``to_dict()`` gives the
+``benchmark-compare --json`` keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from engine.analysis.notices import AnalysisWarning, Notice
+
+
+def _plain(x: Any) -> Any:
+    """JSON-ready copy: dataclasses through their to_dict(), containers element-wise."""
+    if hasattr(x, "to_dict"):
+        return x.to_dict()
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+class _ToDict:
+    """``to_dict()``: the fields in declaration order, nested results converted."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class SavingAt(_ToDict):
+    """The paper's curve saving at one error level ε: 1 − n_coupled(ε) / n_independent(ε)."""
+
+    error: float
+    n_coupled: float | None
+    n_independent: float | None
+    saving: float | None
+    at_smallest_size: bool | None
+    error_source: str
+
+
+@dataclass(frozen=True)
+class Kdes(_ToDict):
+    """KDE curves ({"x", "density"}) of the per-question covariance and of Var(A − B) per mode."""
+
+    covariance_coupled: dict[str, Any]
+    var_diff_coupled: dict[str, Any]
+    var_diff_independent: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        if d["var_diff_independent"] is None:  # the JSON has no key for an absent mode
+            del d["var_diff_independent"]
+        return d
+
+
+@dataclass(frozen=True)
+class Planner(_ToDict):
+    """Questions × repeats per design (METHODS 7.1) from this run's variance components.
+    ``can_plan`` False (with a CANNOT_PLAN warning) when the run gives no variance or error level."""
+
+    target_mde: float
+    alpha: float
+    power: float
+    target_se: float | None
+    target_se_source: str
+    target_error: float
+    dataset_questions: int
+    dataset_repeats: int
+    formula: str
+    components: dict[str, dict[str, float]]
+    mde_plans: list[dict[str, Any]]
+    se_plans: list[dict[str, Any]]
+    headline_fits: bool
+    headline: str
+    can_plan: bool = True
+
+
+@dataclass(frozen=True)
+class BenchmarkComparison(_ToDict):
+    """Coupled vs independent comparison of two models (:func:`engine.analysis.benchmark.benchmark_compare`).
+
+    ``paired``, ``mcnemar_majority``, ``accuracy_by_mode``, ``saving_ci`` and ``variance_saving``
+    hold the engine.stats results per mode as they are; ``error_curve`` is a table of rows
+    {n, coupled, independent, *_low, *_high}. ``warnings`` are typed (:class:`AnalysisWarning`).
+    """
+
+    run: str
+    subject: str | None
+    rule: str
+    models: list[str]
+    n_questions: int
+    n_repeats: int
+    n_resamples: int
+    seed: int
+    mean_covariance_coupled: float
+    median_var_diff_coupled: float
+    median_var_diff_independent: float | None
+    mean_var_diff_coupled: float
+    mean_var_diff_independent: float | None
+    accuracy: dict[str, float]
+    accuracy_by_mode: dict[str, dict[str, dict[str, Any]]]
+    paired: dict[str, dict[str, Any]]
+    mcnemar_majority: dict[str, dict[str, Any]]
+    kde: Kdes
+    truth: dict[str, float]
+    error_curve: list[dict[str, Any]]
+    error_curve_band: str
+    saving: float | None
+    saving_detail: SavingAt
+    saving_at_n: SavingAt
+    saving_ci: dict[str, Any] | None
+    variance_saving: dict[str, Any] | None
+    saving_definitions: dict[str, str]
+    planner: Planner
+    warnings: list[AnalysisWarning] = field(default_factory=list)
+
+    def has(self, kind: Notice) -> bool:
+        return any(w.kind is kind for w in self.warnings)
+
+
+@dataclass(frozen=True)
+class BenchmarkChoices(_ToDict):
+    """What the benchmark-style pages offer: scored runs, and per run its models, rules, modes, subjects."""
+
+    runs: list[str] = field(default_factory=list)
+    models: dict[str, list[str]] = field(default_factory=dict)
+    rules: dict[str, list[str]] = field(default_factory=dict)
+    modes: dict[str, list[str]] = field(default_factory=dict)
+    subjects: dict[str, list[str]] = field(default_factory=dict)
