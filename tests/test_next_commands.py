@@ -24,18 +24,18 @@ def _env() -> dict:
             "HF_HUB_OFFLINE": "1"}
 
 
-@pytest.mark.slow
-def test_every_printed_next_command_runs_verbatim(tmp_path):
+def _generate_and_run_next(tmp_path: Path, n_questions: int) -> tuple[Path, dict[str, str], dict[str, list[str]]]:
+    """Generate with two tiny random models on ``n_questions`` digit questions, then run every printed
+    ``next:`` command verbatim; returns the database, each command's stdout and its argv."""
     for name, seed in (("tiny-a", 0), ("tiny-b", 1)):
         m, t = tiny_lm(seed)
         m.save_pretrained(tmp_path / name)
         t.save_pretrained(tmp_path / name)
     # a numeric dataset whose answers are single digits: the random character-level models write a
-    # digit now and then, so some answers are right and the scores vary (a benchmark comparison of
-    # scores that never differ has no error level to report)
+    # digit now and then, so some answers are right and the scores vary
     data = tmp_path / "digits.jsonl"
     data.write_text("".join(json.dumps({"id": f"d{i}", "question": f"Say the digit {i % 10}.", "answer": str(i % 10)})
-                            + "\n" for i in range(40)))
+                            + "\n" for i in range(n_questions)))
     db = tmp_path / "next.duckdb"
     gen = [sys.executable, "-m", "engine", "generate", "--models", str(tmp_path / "tiny-a"), str(tmp_path / "tiny-b"),
            "--dataset", str(data), "--repeats", "2", "--max-new-tokens", "8",
@@ -45,12 +45,42 @@ def test_every_printed_next_command_runs_verbatim(tmp_path):
     lines = out.stdout.splitlines()
     nxt = [ln.strip() for ln in lines[lines.index("next:") + 1:] if ln.startswith("  python -m engine")]
     assert [shlex.split(c)[3] for c in nxt] == ["score", "summary", "benchmark-compare", "export"]
-    outputs = {}
+    outputs, argv = {}, {}
     for cmd in nxt:
+        argv[shlex.split(cmd)[3]] = shlex.split(cmd)
         res = subprocess.run(cmd, shell=True, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, f"{cmd}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
         outputs[shlex.split(cmd)[3]] = res.stdout
     assert (tmp_path / "next-run.csv").exists()
+    return db, outputs, argv
+
+
+@pytest.mark.slow
+def test_every_printed_next_command_runs_verbatim(tmp_path):
+    db, outputs, _ = _generate_and_run_next(tmp_path, 40)
     # the numeric dataset was scored with the numeric rule, and the analyses used that rule
     assert score_store.scored_rules(db, "next-run") == ["numeric"]
     assert "rule numeric" in outputs["summary"] and "rule numeric" in outputs["benchmark-compare"]
+
+
+@pytest.mark.slow
+def test_next_commands_run_verbatim_on_a_five_question_run(tmp_path):
+    # issue 21 item 6: benchmark-compare on a small run exited 2 ("target error must be > 0") when the
+    # scores never differ; now it prints its numbers with the typed small-sample warning, and the
+    # planner says when it cannot plan
+    db, outputs, argv = _generate_and_run_next(tmp_path, 5)
+    bc = outputs["benchmark-compare"]
+    assert "5 questions × 2 repeats" in bc and "rule numeric" in bc
+    assert "warning: small sample: only 5 questions" in bc
+    assert "Planner: " in bc
+    # the same result as JSON, warnings typed by kind
+    from engine.analysis.benchmark import benchmark_compare
+    from engine.analysis.notices import Notice
+    bc_argv = argv["benchmark-compare"]
+    model_a, model_b = (bc_argv[bc_argv.index(flag) + 1] for flag in ("--model-a", "--model-b"))
+    res = benchmark_compare(db, model_a, model_b, run="next-run", rule="numeric", n_resamples=50)
+    assert res.has(Notice.SMALL_SAMPLE) and res.n_questions == 5
+    assert res.planner.can_plan == (not res.has(Notice.CANNOT_PLAN))
+    assert res.has(Notice.NO_ERROR_LEVEL) == (not res.saving_detail.error > 0)
+    if not res.planner.can_plan:
+        assert res.planner.headline.startswith("cannot plan") and "Planner: cannot plan" in bc
