@@ -47,15 +47,15 @@ with st.spinner("Computing win-rates and cluster-bootstrap intervals…"):
 if res is None:
     st.stop()
 
-groups = res["groups"]
-first = res["results"][groups[0]]
-parse_note = "".join(f" · {m}: {v['unparseable']} of {v['total']} verdicts unparseable"
-                     for m, v in (res.get("verdicts") or {}).items())
-st.caption(f"{res['source_note']} · {first['n']:,} comparisons · overall tie rate "
-           f"{ui.fmt(first['tie_rate'], '.1%')}{parse_note}")
-st.info(f"**{first['clustering']}** · {first['ci_method']} · {first['rank_method']}")
+groups = res.groups
+first = res.results[groups[0]]
+parse_note = "".join(f" · {m}: {v.unparseable} of {v.total} verdicts unparseable"
+                     for m, v in (res.verdicts or {}).items())
+st.caption(f"{res.source_note} · {first.n:,} comparisons · overall tie rate "
+           f"{ui.fmt(first.tie_rate, '.1%')}{parse_note}")
+st.info(f"**{first.clustering}** · {first.ci_method} · {first.rank_method}")
 for g in groups:
-    for w in res["results"][g]["warnings"]:
+    for w in res.results[g].warnings:
         st.warning(f"{g}: {w}")
 
 t1, t2, t3, t4 = st.tabs(["Average win-rates", "Matrix", "Per pair", "Bradley-Terry / Elo"])
@@ -63,27 +63,27 @@ with t1:
     st.markdown("Average win-rate of each model (mean over opponents) with 95% CI; **rank** = lower end of the "
                 "rank-set (statistically tied models share a rank)"
                 + (", coupled vs independent (paper, Table 1)" if groups == ["coupled", "independent"] else ""))
-    ui.table(res["table"], "average_winrates", key="wr_avg", ctx=ctx)
-    ui.chart(figures.interval_figure(*ui.avg_interval_args(res["table"], groups), title="Average win-rate (95% CI)",
+    ui.table(res.table, "average_winrates", key="wr_avg", ctx=ctx)
+    ui.chart(figures.interval_figure(*ui.avg_interval_args(res.table, groups), title="Average win-rate (95% CI)",
                                      yaxis="average win-rate"), "average_winrates", key="wr_avg_fig", ctx=ctx)
 with t2:
     for g in groups:
-        models, W = matrix_of(res["results"][g], "matrix")
+        models, W = matrix_of(res.results[g], "matrix")
         ui.chart(figures.heatmap_figure(W, models, title=f"Win-rate of row over column ({g})"),
                  f"winrate_matrix_{g}", key=f"wr_mat_{g}", ctx=ctx)
-        models, T = matrix_of(res["results"][g], "ties")
+        models, T = matrix_of(res.results[g], "ties")
         ui.chart(figures.heatmap_figure(T, models, title=f"Tie rate ({g})", colorscale="Greys"),
                  f"tie_matrix_{g}", key=f"wr_tie_{g}", ctx=ctx)
 with t3:
-    pairs = res["pairs"]
+    pairs = res.pairs
     title = (f"Per-pair win-rate, {groups[0]} vs {groups[1]} (95% CI; stars: max-T adjusted paired test, Holm also listed)"
              if len(groups) > 1 else f"Per-pair win-rate ({groups[0]}, 95% CI)")
     ui.chart(figures.pair_bars_figure(pairs, groups, title=title), "pair_winrates", key="wr_pairs", ctx=ctx)
-    if first.get("compare_test"):
-        st.caption(first["compare_test"])
+    if first.compare_test:
+        st.caption(first.compare_test)
     ui.table(pairs, "pair_winrates", key="wr_pairs_table", ctx=ctx)
     for g in groups:
-        pb = res["results"][g]["position_bias"]
+        pb = res.results[g].position_bias
         if pb:
             st.markdown(f"**Position bias ({g})**, {pb['n_judgements']:,} judgements shown in both orders: the "
                         f"verdict flips with the order in {ui.fmt(pb['flip_rate'], '.1%')}; the first-shown output "
@@ -91,9 +91,9 @@ with t3:
                         f"{ui.fmt(pb['first_win_low'], '.1%')}–{ui.fmt(pb['first_win_high'], '.1%')}; 50% = no bias).")
 with t4:
     for g in groups:
-        bt = res["ratings"][g]
-        st.markdown(f"**{g}** · Bradley-Terry ({res['results'][g]['bradley_terry']['model']})"
-                    + (" and Elo" if "elo" in bt else "") + f", {res['results'][g]['bradley_terry']['ci_method']}")
+        bt = res.ratings[g]
+        st.markdown(f"**{g}** · Bradley-Terry ({res.results[g].bradley_terry.model})"
+                    + (" and Elo" if "elo" in bt else "") + f", {res.results[g].bradley_terry.ci_method}")
         ui.chart(figures.interval_figure(bt["model"], bt["bt_beta"], bt["bt_low"], bt["bt_high"],
                                          title=f"Bradley-Terry strength ({g})", yaxis="log-strength β"),
                  f"bradley_terry_{g}", key=f"wr_bt_{g}", ctx=ctx)

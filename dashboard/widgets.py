@@ -217,13 +217,6 @@ def avg_interval_args(t, modes):
     return labels, vals, lo, hi, groups
 
 
-def rating_rows(res: dict):
-    bt, elo = res["bradley_terry"], res["elo"]
-    return pd.DataFrame([{"model": m, "bt_beta": bt["beta"][m], "bt_low": bt["ci"][m][0], "bt_high": bt["ci"][m][1],
-                          "elo": elo["rating"][m], "elo_low": elo["ci"][m][0], "elo_high": elo["ci"][m][1]}
-                         for m in res["models"]]).sort_values("bt_beta", ascending=False)
-
-
 def flagged_ids(prompts) -> list[str]:
     return prompts.loc[prompts["flagged"], "prompt_id"].tolist() if not prompts.empty else []
 

@@ -530,9 +530,9 @@ def test_winrates_memoised_bootstraps_equal_fresh_ones(tmp_path):
     with_elo = WRV.winrates_for(df, reps=50, elo=True)  # adds only Elo to the memo
     WRV._BOOT_CACHE.clear()
     fresh = WRV.winrates_for(df, reps=50, elo=True)
-    assert with_elo == fresh and no_elo["average"] == fresh["average"] and no_elo["elo"] is None
+    assert with_elo == fresh and no_elo.average == fresh.average and no_elo.elo is None
     chi2 = WRV.winrates_for(df, reps=50, procedure="chi2")  # memo hit, other rank-sets
-    assert chi2["ci"] == fresh["ci"] and chi2["procedure"] == "chi2"
+    assert chi2.ci == fresh.ci and chi2.procedure == "chi2"
 
 
 def test_clustered_maxt_ranksets_keep_coverage_when_prompts_repeat_a_judgement():

@@ -4,28 +4,11 @@ dataclasses that the CLI, the pages and the figures read by attribute; ``to_dict
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.analysis.notices import AnalysisWarning, Notice
-
-
-def _plain(x: Any) -> Any:
-    """JSON-ready copy: dataclasses through their to_dict(), containers element-wise."""
-    if hasattr(x, "to_dict"):
-        return x.to_dict()
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x
-
-
-class _ToDict:
-    """``to_dict()``: the fields in declaration order, nested results converted."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+from engine.analysis.result_base import ToDict as _ToDict
 
 
 @dataclass(frozen=True)

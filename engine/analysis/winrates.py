@@ -10,9 +10,11 @@ and two-proportion z tests treat rows as independent; they are not used here).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,6 +32,15 @@ from engine.analysis.comparisons import (
     restrict_models,
 )
 from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
+from engine.analysis.winrates_result import (
+    AverageWinRate,
+    BradleyTerry,
+    Elo,
+    PairDiff,
+    VerdictCount,
+    WinRates,
+    WinRatesView,
+)
 from engine.config import MODES
 from engine.config import RANK_LABELS as LABELS
 from engine.errors import UserError
@@ -159,22 +170,34 @@ def _warnings(a: np.ndarray, b: np.ndarray, models: list[str], label: str, wr: d
     return warn
 
 
-def _elo_json(el: dict | None, models: list[str], boot: str) -> dict | None:
+def _elo(el: dict | None, models: list[str], boot: str) -> Elo | None:
     if el is None:
         return None
-    return {"K": 4.0, "rating": {m: float(x) for m, x in zip(models, el["elo"])},
-            "online_rating": {m: float(x) for m, x in zip(models, el["online"])},
-            "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, el["low"], el["high"])},
-            "estimator": el["estimator"],
-            "ci_method": boot + "; rating = the Elo-scale maximum likelihood (the fixed point of online Elo's "
+    return Elo(K=4.0, rating={m: float(x) for m, x in zip(models, el["elo"])},
+               online_rating={m: float(x) for m, x in zip(models, el["online"])},
+               ci={m: [json_float(x), json_float(y)] for m, x, y in zip(models, el["low"], el["high"])},
+               estimator=el["estimator"],
+               ci_method=boot + "; rating = the Elo-scale maximum likelihood (the fixed point of online Elo's "
                                 "expected update); online_rating = online Elo (K = 4, rows in file order), shown "
-                                "without an interval: its recency term is not covered by a prompt bootstrap"}
+                                "without an interval: its recency term is not covered by a prompt bootstrap")
+
+
+def _bradley_terry(bt: dict, bt_rs: dict, models: list[str], boot: str) -> BradleyTerry:
+    return BradleyTerry(model="davidson (ties)", beta={m: float(x) for m, x in zip(models, bt["beta"])},
+                        nu=float(bt["nu"]),
+                        ci={m: [json_float(x), json_float(y)] for m, x, y in zip(models, bt["beta_low"],
+                                                                                   bt["beta_high"])},
+                        rank={m: int(x) for m, x in zip(models, RK.rank_column(bt_rs["lower"]))},
+                        rank_set={m: [int(bt_rs["lower"][i]), int(bt_rs["upper"][i])] for i, m in enumerate(models)},
+                        ci_method=boot)
 
 
 def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = DEFAULT_RESAMPLES,
                  models: list[str] | None = None, compare: pd.DataFrame | None = None, alpha: float = 0.05,
-                 procedure: str = "maxt", group: str = "this", compare_group: str = "other", elo: bool = True) -> dict:
-    """The ``winrates`` CLI JSON, every interval a prompt-cluster bootstrap (METHODS.md 7.2).
+                 procedure: str = "maxt", group: str = "this", compare_group: str = "other",
+                 elo: bool = True) -> WinRates:
+    """Win-rates of one group of comparisons (``to_dict()`` = the ``winrates`` CLI JSON), every
+    interval a prompt-cluster bootstrap (METHODS.md 7.2).
 
     W_ij = #{i beat j}/#{i vs j} (ties: a non-win for both); avg_i = mean_j W_ij; Davidson BT β;
     online Elo (K = 4, rows in file order); percentile CIs from ``reps`` resamples of prompts
@@ -202,49 +225,37 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     if wr["per_row_clusters"]:
         boot = f"percentile bootstrap over rows (no prompt ids), {reps} resamples, seed {seed}, 95%"
 
-    def mat(M):
-        return {m: {m2: json_float(M[i, j]) for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}
+    def mat(M: Any, cast: Any = json_float) -> dict[str, dict[str, Any]]:
+        return {m: {m2: cast(M[i, j]) for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}
 
-    def rset(rs, i):
-        return [int(rs["lower"][i]), int(rs["upper"][i])]
-
-    res = {
-        "models": models, "label": label, "group": group, "n": int(len(d)),
-        "n_clusters": int(wr["n_clusters"]), "per_row_clusters": bool(wr["per_row_clusters"]), "clustering": note,
-        "matrix": mat(W), "ties": mat(T),
-        "counts": {m: {m2: int(n[i, j]) for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)},
-        "ci": {m: {m2: [json_float(wr["W_low"][i, j]), json_float(wr["W_high"][i, j])]
-                   for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)},
-        "ci_method": boot,
-        "average": {m: {"winrate": json_float(wr["avg"][i]),
-                        "ci": [json_float(wr["avg_low"][i]), json_float(wr["avg_high"][i])],
-                        "rank": int(RK.rank_column(avg_rs["lower"])[i]), "rank_set": rset(avg_rs, i)}
-                    for i, m in enumerate(models)},
-        "average_ci_method": boot,
-        "rank_method": f"rank = lower end of the {procedure} rank-set at alpha {alpha} (1 + models significantly "
-                       "better), covariance = cluster-bootstrap covariance of the estimates; tied models share a rank",
-        "procedure": procedure, "alpha": alpha,
-        "tie_rate": json_float(np.mean(out == WR.TIE)),
-        "bradley_terry": {"model": "davidson (ties)", "beta": {m: float(x) for m, x in zip(models, bt["beta"])},
-                          "nu": float(bt["nu"]),
-                          "ci": {m: [json_float(x), json_float(y)] for m, x, y in zip(models, bt["beta_low"],
-                                                                                        bt["beta_high"])},
-                          "rank": {m: int(x) for m, x in zip(models, RK.rank_column(bt_rs["lower"]))},
-                          "rank_set": {m: rset(bt_rs, i) for i, m in enumerate(models)},
-                          "ci_method": boot},
-        "elo": _elo_json(el, models, boot),
-        "position_bias": _position_bias(d, col, cluster),
-        "warnings": warn,
-    }
+    cmp_: dict[str, dict[str, PairDiff]] | None = None
+    cmp_test: str | None = None
     if compare is not None:
-        res["compare"], res["compare_test"] = _compare(d, compare, col, models, group, compare_group, seed, reps)
-        if res["compare"] is None:
-            warn.append(AnalysisWarning(Notice.NOT_TESTED, res["compare_test"]))
-    return res
+        cmp_, cmp_test = _compare(d, compare, col, models, group, compare_group, seed, reps)
+        if cmp_ is None:
+            warn.append(AnalysisWarning(Notice.NOT_TESTED, cmp_test))
+    return WinRates(
+        models=models, label=label, group=group, n=int(len(d)), n_clusters=int(wr["n_clusters"]),
+        per_row_clusters=bool(wr["per_row_clusters"]), clustering=note, matrix=mat(W), ties=mat(T),
+        counts=mat(n, int),
+        ci={m: {m2: [json_float(wr["W_low"][i, j]), json_float(wr["W_high"][i, j])]
+                for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)},
+        ci_method=boot,
+        average={m: AverageWinRate(winrate=json_float(wr["avg"][i]),
+                                   ci=[json_float(wr["avg_low"][i]), json_float(wr["avg_high"][i])],
+                                   rank=int(RK.rank_column(avg_rs["lower"])[i]),
+                                   rank_set=[int(avg_rs["lower"][i]), int(avg_rs["upper"][i])])
+                 for i, m in enumerate(models)},
+        average_ci_method=boot,
+        rank_method=f"rank = lower end of the {procedure} rank-set at alpha {alpha} (1 + models significantly "
+                    "better), covariance = cluster-bootstrap covariance of the estimates; tied models share a rank",
+        procedure=procedure, alpha=alpha, tie_rate=json_float(np.mean(out == WR.TIE)),
+        bradley_terry=_bradley_terry(bt, bt_rs, models, boot), elo=_elo(el, models, boot),
+        position_bias=_position_bias(d, col, cluster), warnings=warn, compare=cmp_, compare_test=cmp_test)
 
 
 def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], group: str, other: str,
-             seed: int = 0, reps: int = DEFAULT_RESAMPLES):
+             seed: int = 0, reps: int = DEFAULT_RESAMPLES) -> tuple[dict[str, dict[str, PairDiff]] | None, str]:
     """Per ordered pair: group − other win-rate, t test paired by prompt, Westfall–Young max-T over the pairs."""
     if cluster_ids(d) is None or cluster_ids(c) is None:
         return None, (f"{group} vs {other}: not tested, the comparisons carry no prompt ids and the test is "
@@ -259,12 +270,12 @@ def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], grou
     da, db = model_indices(d, models)
     W1, _, _ = WR.winrate_matrix(da, db, _outcome_codes(d[col]), len(models))
     stars = WR.significance_stars(np.where(np.isnan(t["p_maxt"]), 1.0, t["p_maxt"]))
-    out = {m: {m2: {"winrate": json_float(W1[i, j]), "winrate_other": json_float(W2[i, j]),
-                    "diff": json_float(t["diff"][i, j]), "ci": [json_float(t["low"][i, j]), json_float(t["high"][i, j])],
-                    "t": json_float(t["t"][i, j]), "p": json_float(t["p_value"][i, j]),
-                    "p_holm": json_float(t["p_holm"][i, j]), "p_maxt": json_float(t["p_maxt"][i, j]),
-                    "stars": str(stars[i, j]),
-                    "n_prompts": int(t["n_prompts"][i, j])}
+    out = {m: {m2: PairDiff(winrate=json_float(W1[i, j]), winrate_other=json_float(W2[i, j]),
+                            diff=json_float(t["diff"][i, j]),
+                            ci=[json_float(t["low"][i, j]), json_float(t["high"][i, j])],
+                            t=json_float(t["t"][i, j]), p=json_float(t["p_value"][i, j]),
+                            p_holm=json_float(t["p_holm"][i, j]), p_maxt=json_float(t["p_maxt"][i, j]),
+                            stars=str(stars[i, j]), n_prompts=int(t["n_prompts"][i, j]))
                for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}
     text = (f"{group} − {other} win-rate per ordered pair: t test paired by prompt (per prompt, the difference of "
             f"the two win fractions; {t['n_clusters']:,} prompts), two-sided; stars from the Westfall-Young step-down "
@@ -276,60 +287,107 @@ def _compare(d: pd.DataFrame, c: pd.DataFrame, col: str, models: list[str], grou
 
 # ----------------------------------------------------------------------------- the dashboard's view
 
-def _table(results: dict[str, dict]) -> pd.DataFrame:
+def _table(results: dict[str, WinRates]) -> pd.DataFrame:
     first = next(iter(results.values()))
     rows = []
-    for m in first["models"]:
+    for m in first.models:
         row: dict = {"model": m}
         for g, res in results.items():
-            a = res["average"][m]
-            row[f"{g}_rank"] = a["rank"]
-            row[f"{g}_rank_set"] = f"{a['rank_set'][0]}–{a['rank_set'][1]}"
-            row[f"{g}_winrate"] = a["winrate"]
-            row[f"{g}_ci_low"], row[f"{g}_ci_high"] = a["ci"]
+            a = res.average[m]
+            row[f"{g}_rank"] = a.rank
+            row[f"{g}_rank_set"] = f"{a.rank_set[0]}–{a.rank_set[1]}"
+            row[f"{g}_winrate"] = a.winrate
+            row[f"{g}_ci_low"], row[f"{g}_ci_high"] = a.ci
         rows.append(row)
     g0 = next(iter(results))
     return pd.DataFrame(rows).sort_values([f"{g0}_rank", f"{g0}_winrate"], ascending=[True, False],
                                           na_position="last").reset_index(drop=True)
 
 
-def _pairs(results: dict[str, dict]) -> pd.DataFrame:
+def _pairs(results: dict[str, WinRates]) -> pd.DataFrame:
     first = next(iter(results.values()))
     rows = []
-    for m in first["models"]:
-        for m2 in first["models"]:
+    for m in first.models:
+        for m2 in first.models:
             if m2 == m:
                 continue
             row: dict = {"pair": f"{m} > {m2}", "model": m, "opponent": m2}
             for g, res in results.items():
-                row[g] = res["matrix"][m][m2]
-                row[f"{g}_low"], row[f"{g}_high"] = res["ci"][m][m2]
-                row[f"{g}_n"] = res["counts"][m][m2]
-            cmp_ = first.get("compare")
-            if cmp_:
-                v = cmp_[m][m2]
-                row.update({"diff": v["diff"], "diff_low": v["ci"][0], "diff_high": v["ci"][1], "p": v["p"],
-                            "p_holm": v["p_holm"], "p_maxt": v["p_maxt"], "stars": v["stars"], "n_prompts": v["n_prompts"]})
+                row[g] = res.matrix[m][m2]
+                row[f"{g}_low"], row[f"{g}_high"] = res.ci[m][m2]
+                row[f"{g}_n"] = res.counts[m][m2]
+            if first.compare:
+                v = first.compare[m][m2]
+                row.update({"diff": v.diff, "diff_low": v.ci[0], "diff_high": v.ci[1], "p": v.p,
+                            "p_holm": v.p_holm, "p_maxt": v.p_maxt, "stars": v.stars, "n_prompts": v.n_prompts})
             rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _ratings(res: dict) -> pd.DataFrame:
-    bt, elo = res["bradley_terry"], res["elo"]
+def _ratings(res: WinRates) -> pd.DataFrame:
+    bt, elo = res.bradley_terry, res.elo
     rows = []
-    for m in res["models"]:
-        row = {"model": m, "bt_rank": bt["rank"][m], "bt_rank_set": f"{bt['rank_set'][m][0]}–{bt['rank_set'][m][1]}",
-               "bt_beta": bt["beta"][m], "bt_low": bt["ci"][m][0], "bt_high": bt["ci"][m][1]}
+    for m in res.models:
+        row: dict[str, Any] = {"model": m, "bt_rank": bt.rank[m],
+                               "bt_rank_set": f"{bt.rank_set[m][0]}–{bt.rank_set[m][1]}",
+                               "bt_beta": bt.beta[m], "bt_low": bt.ci[m][0], "bt_high": bt.ci[m][1]}
         if elo is not None:
-            row.update({"elo": elo["rating"][m], "elo_low": elo["ci"][m][0], "elo_high": elo["ci"][m][1]})
+            row.update({"elo": elo.rating[m], "elo_low": elo.ci[m][0], "elo_high": elo.ci[m][1]})
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["bt_rank", "bt_beta"], ascending=[True, False])
+
+
+def _judgment_groups(db: str | os.PathLike, name: str, judge: str | None, **kw: Any
+                     ) -> tuple[dict[str, WinRates], str, dict[str, VerdictCount]]:
+    """Per generation mode present, the win-rates of a run's judge verdicts (the coupled group compared
+    with the independent one when both are present), and the verdict counts (UNPARSEABLE warning)."""
+    dfs = {m: judgment_frame(db, name, m, judge) for m in MODES}
+    dfs = {m: d for m, d in dfs.items() if not d.empty and d["judge_winner"].notna().any()}
+    if not dfs:
+        raise UserError(f"run {name!r} has no parsed judge verdicts" + (f" by {judge!r}" if judge else ""))
+    models = sorted(set().union(*[set(d.model_a) | set(d.model_b) for d in dfs.values()]))
+    both = len(dfs) == 2
+    verdicts = {m: VerdictCount(total=int(len(d)), unparseable=int(d["judge_winner"].isna().sum()))
+                for m, d in dfs.items()}
+    out: dict[str, WinRates] = {}
+    for m, d in dfs.items():
+        cmp_ = dfs["independent"] if both and m == "coupled" else None
+        res = winrates_for(d, label="judge", models=models, compare=cmp_, group=m, compare_group="independent", **kw)
+        v = verdicts[m]
+        if v.unparseable:
+            res = dataclasses.replace(res, warnings=[*res.warnings, AnalysisWarning(
+                Notice.UNPARSEABLE, f"{v.unparseable} of {v.total} verdicts unparseable (left out of "
+                                    "every number here)")])
+        out[m] = res
+    note = f"LLM-judge verdicts of run {name}" + (f" by {judge}" if judge else "") + \
+           f" · generation modes: {', '.join(dfs)}"
+    return out, note, verdicts
+
+
+def _set_groups(db: str | os.PathLike, source: str, name: str, label: str, compare_name: str | None,
+                **kw: Any) -> tuple[dict[str, WinRates], str]:
+    """A stored set or the Arena files as one group (named after the source), with ``compare_name``
+    (another stored set on the same prompts) a second group compared per pair."""
+    d = comparisons_for(db, "set", name) if source == "set" else ranking_comparisons(db, "arena", name)
+    if d.empty:
+        raise UserError(f"comparison set {name!r} is empty or unknown")
+    g = name if source == "set" else f"arena ({label})"
+    note = (f"stored set {name}" if source == "set" else f"Chatbot Arena files, judge {name}") + \
+           f" · {label} labels (uploaded preferences: no generation mode is implied)"
+    if not compare_name:
+        return {g: winrates_for(d, label=label, group=g, **kw)}, note
+    c = comparisons_for(db, "set", compare_name)
+    if c.empty:
+        raise UserError(f"comparison set {compare_name!r} is empty or unknown")
+    models = sorted(set(d.model_a) | set(d.model_b) | set(c.model_a) | set(c.model_b))
+    return {g: winrates_for(d, label=label, models=models, compare=c, group=g, compare_group=compare_name, **kw),
+            compare_name: winrates_for(c, label=label, models=models, group=compare_name, **kw)}, note
 
 
 def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "human",
                   judge: str | None = None, reps: int = DEFAULT_RESAMPLES, seed: int = 0,
                   compare_name: str | None = None, alpha: float = 0.05, procedure: str = "maxt",
-                  elo: bool = True) -> dict:
+                  elo: bool = True) -> WinRatesView:
     """Win-rate analysis (:func:`winrates_for`) of a run's judge verdicts, a stored set or the built-in
     Chatbot Arena files, groups named honestly.
 
@@ -339,67 +397,31 @@ def winrates_view(db: str | os.PathLike, source: str, name: str, label: str = "h
     ``compare_name`` (another stored set on the same prompts) a second group, compared per pair.
 
     Returns:
-        {"results": {group: winrates_for dict}, "table": average win-rates with rank-sets per group,
-         "pairs": per ordered pair (win-rate and CI per group; difference, p, Holm p, stars when
-         compared), "ratings": {group: BT/Elo table}, "label", "groups", "source_note",
-         "verdicts": {mode: {"total", "unparseable"}} for judge verdicts (None for other sources)}.
+        :class:`WinRatesView`: results per group, the average win-rate table, the per-pair table, the
+        BT/Elo tables, label, groups, source note and (judge verdicts only) the verdict counts.
     """
-    out: dict = {}
-    verdicts: dict | None = None
+    kw: dict[str, Any] = {"seed": seed, "reps": reps, "alpha": alpha, "procedure": procedure, "elo": elo}
+    verdicts: dict[str, VerdictCount] | None = None
     if source == "judgments":
         label = "judge"
-        dfs = {m: judgment_frame(db, name, m, judge) for m in MODES}
-        dfs = {m: d for m, d in dfs.items() if not d.empty and d["judge_winner"].notna().any()}
-        if not dfs:
-            raise UserError(f"run {name!r} has no parsed judge verdicts" + (f" by {judge!r}" if judge else ""))
-        models = sorted(set().union(*[set(d.model_a) | set(d.model_b) for d in dfs.values()]))
-        both = len(dfs) == 2
-        verdicts = {m: {"total": int(len(d)), "unparseable": int(d["judge_winner"].isna().sum())}
-                    for m, d in dfs.items()}
-        for m, d in dfs.items():
-            cmp_ = dfs["independent"] if both and m == "coupled" else None
-            out[m] = winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=cmp_, alpha=alpha,
-                                  procedure=procedure, group=m, compare_group="independent", elo=elo)
-            v = verdicts[m]
-            if v["unparseable"]:
-                out[m]["warnings"].append(AnalysisWarning(
-                    Notice.UNPARSEABLE, f"{v['unparseable']} of {v['total']} verdicts unparseable (left out of "
-                                        "every number here)"))
-        note = f"LLM-judge verdicts of run {name}" + (f" by {judge}" if judge else "") + \
-               f" · generation modes: {', '.join(dfs)}"
+        out, note, verdicts = _judgment_groups(db, name, judge, **kw)
     elif source in ("set", "arena"):
-        d = comparisons_for(db, "set", name) if source == "set" else ranking_comparisons(db, "arena", name)
-        if d.empty:
-            raise UserError(f"comparison set {name!r} is empty or unknown")
-        g = name if source == "set" else f"arena ({label})"
-        note = (f"stored set {name}" if source == "set" else f"Chatbot Arena files, judge {name}") + \
-               f" · {label} labels (uploaded preferences: no generation mode is implied)"
-        if compare_name:
-            c = comparisons_for(db, "set", compare_name)
-            if c.empty:
-                raise UserError(f"comparison set {compare_name!r} is empty or unknown")
-            models = sorted(set(d.model_a) | set(d.model_b) | set(c.model_a) | set(c.model_b))
-            out[g] = winrates_for(d, label=label, seed=seed, reps=reps, models=models, compare=c, alpha=alpha,
-                                  procedure=procedure, group=g, compare_group=compare_name, elo=elo)
-            out[compare_name] = winrates_for(c, label=label, seed=seed, reps=reps, models=models, alpha=alpha,
-                                             procedure=procedure, group=compare_name, elo=elo)
-        else:
-            out[g] = winrates_for(d, label=label, seed=seed, reps=reps, alpha=alpha, procedure=procedure, group=g,
-                                  elo=elo)
+        out, note = _set_groups(db, source, name, label, compare_name, **kw)
     else:
         raise UserError(f"unknown comparison source {source!r}; allowed: 'judgments', 'set', 'arena'")
-    return {"results": out, "table": _table(out), "pairs": _pairs(out),
-            "ratings": {g: _ratings(r) for g, r in out.items()}, "label": label, "groups": list(out),
-            "source_note": note, "verdicts": verdicts}
+    return WinRatesView(results=out, table=_table(out), pairs=_pairs(out),
+                        ratings={g: _ratings(r) for g, r in out.items()}, label=label, groups=list(out),
+                        source_note=note, verdicts=verdicts)
 
 
-def matrix_of(res: dict, key: str = "matrix") -> tuple[list[str], np.ndarray]:
-    """A (k, k) array (NaN on the diagonal) from a winrates_for dict-of-dicts entry."""
-    models = res["models"]
+def matrix_of(res: WinRates, key: str = "matrix") -> tuple[list[str], np.ndarray]:
+    """A (k, k) array (NaN on the diagonal) from a WinRates dict-of-dicts field ('matrix', 'ties', 'counts')."""
+    models = res.models
+    table = getattr(res, key)
     M = np.full((len(models), len(models)), np.nan)
     for i, m in enumerate(models):
         for j, m2 in enumerate(models):
-            v = res[key].get(m, {}).get(m2)
+            v = table.get(m, {}).get(m2)
             if i != j and v is not None:
                 M[i, j] = v
     return models, M

@@ -3,9 +3,14 @@ prompt-cluster bootstrap intervals; a short summary by default, the full JSON wi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine import config
 from engine.commands._common import add_output_args, emit, table
 from engine.commands._comparison_source import add_source, load, models_arg
+
+if TYPE_CHECKING:
+    from engine.analysis.winrates_result import WinRates
 
 
 def register(sub) -> None:
@@ -34,37 +39,36 @@ def run(args) -> int:
     res = winrates_for(df, args.label, seed=args.seed, reps=args.bootstrap, models=models_arg(args), compare=other,
                        alpha=args.alpha, procedure=args.procedure, group="this file",
                        compare_group=args.compare or "other")
-    return emit(args, res, lambda: summary(res))
+    return emit(args, res.to_dict(), lambda: summary(res))
 
 
-def summary(res: dict) -> str:
+def summary(res: WinRates) -> str:
     """The ``winrates`` CLI's human summary: clustering note, average win-rates with CIs and rank-sets,
     BT and Elo, the paired comparison's significant pairs, position bias, warnings."""
-    lines = [f"win-rates · {res['label']} labels · {res['n']:,} comparisons, {len(res['models'])} models · "
-             f"{res['clustering']}", f"CIs: {res['ci_method']}", f"rank: {res['rank_method']}", ""]
+    lines = [f"win-rates · {res.label} labels · {res.n:,} comparisons, {len(res.models)} models · "
+             f"{res.clustering}", f"CIs: {res.ci_method}", f"rank: {res.rank_method}", ""]
     rows = []
-    for m in res["models"]:
-        a = res["average"][m]
-        rows.append({"rank": a["rank"], "model": m, "rank_set": f"{a['rank_set'][0]}-{a['rank_set'][1]}",
-                     "avg_winrate": a["winrate"], "ci_low": a["ci"][0], "ci_high": a["ci"][1],
-                     "bt_beta": res["bradley_terry"]["beta"][m], "bt_low": res["bradley_terry"]["ci"][m][0],
-                     "bt_high": res["bradley_terry"]["ci"][m][1]})
-        if res["elo"] is not None:
-            rows[-1].update({"elo": res["elo"]["rating"][m], "elo_low": res["elo"]["ci"][m][0],
-                             "elo_high": res["elo"]["ci"][m][1]})
+    bt, elo = res.bradley_terry, res.elo
+    for m in res.models:
+        a = res.average[m]
+        rows.append({"rank": a.rank, "model": m, "rank_set": f"{a.rank_set[0]}-{a.rank_set[1]}",
+                     "avg_winrate": a.winrate, "ci_low": a.ci[0], "ci_high": a.ci[1],
+                     "bt_beta": bt.beta[m], "bt_low": bt.ci[m][0], "bt_high": bt.ci[m][1]})
+        if elo is not None:
+            rows[-1].update({"elo": elo.rating[m], "elo_low": elo.ci[m][0], "elo_high": elo.ci[m][1]})
     rows.sort(key=lambda r: (r["rank"], -(r["avg_winrate"] if r["avg_winrate"] is not None else -1)))
     lines.append(table(rows))
-    lines.append(f"tie rate {res['tie_rate']:.3f}")
-    pb = res.get("position_bias")
+    lines.append(f"tie rate {res.tie_rate:.3f}")
+    pb = res.position_bias
     if pb:
         lines.append(f"position bias ({pb['n_judgements']:,} judgements in both orders): verdict flips with the "
                      f"order {pb['flip_rate']:.3f}; first-shown output wins {pb['first_win_share']:.3f} of decisive "
                      f"verdicts [{pb['first_win_low']:.3f}, {pb['first_win_high']:.3f}]")
-    if res.get("compare"):
-        sig = [{"pair": f"{m} > {m2}", "diff": v["diff"], "p": v["p"], "p_maxt": v["p_maxt"], "stars": v["stars"]}
-               for m, opp in res["compare"].items() for m2, v in opp.items() if v["stars"]]
-        lines += ["", res["compare_test"]]
+    if res.compare:
+        sig = [{"pair": f"{m} > {m2}", "diff": v.diff, "p": v.p, "p_maxt": v.p_maxt, "stars": v.stars}
+               for m, opp in res.compare.items() for m2, v in opp.items() if v.stars]
+        lines += ["", res.compare_test or ""]
         lines.append(table(sig) if sig else "no pair differs at max-T adjusted p < 0.05")
-    for w in res.get("warnings", []):
+    for w in res.warnings:
         lines.append(f"WARNING: {w}")
     return "\n".join(lines)
