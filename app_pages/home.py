@@ -7,7 +7,7 @@ from dashboard import jobs_panel, navigation
 from dashboard import loaders as L
 from dashboard import summary_view as sv
 from dashboard import widgets as ui
-from engine.analysis.summary import WarningKind
+from engine.analysis.notices import Notice
 
 ui.header("Coupled Eval", "Evaluate and rank LLMs with coupled token generation and honest uncertainty.")
 
@@ -72,10 +72,10 @@ def _choose_run(runs: list[str]) -> str | None:
 def _warnings(s) -> None:
     """The analysis' typed warnings next to the numbers they qualify (a small sample first)."""
     for w in s.warnings:
-        if w.kind is WarningKind.SMALL_SAMPLE:
+        if w.kind is Notice.SMALL_SAMPLE:
             st.warning(f"**Small sample.** {w.message[0].upper()}{w.message[1:]}.", icon=":material/warning:")
     for w in s.warnings:
-        if w.kind is not WarningKind.SMALL_SAMPLE:
+        if w.kind is not Notice.SMALL_SAMPLE:
             st.warning(w.message[0].upper() + w.message[1:] + ".", icon=":material/warning:")
 
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from engine import store
-from engine.analysis.summary import WarningKind, latest_scored_run, run_summary
+from engine.analysis.notices import Notice
+from engine.analysis.summary import latest_scored_run, run_summary
 from engine.errors import UserError
 from engine.stats.benchmark import paired_diff_ci
 from engine.stats.multigen import score_variance
@@ -79,7 +80,7 @@ def test_summary_exact_tiny_case(tmp_db):
     assert pair.diff["coupled"].se == 0.0 and pair.variance_saving == 1.0
     # 3 questions, a collapsed coupled interval and a saving of 100% from SE 0: each says so
     kinds = [w.kind for w in s.warnings]
-    assert kinds == [WarningKind.SMALL_SAMPLE, WarningKind.DEGENERATE_INTERVAL, WarningKind.DEGENERATE_SAVING]
+    assert kinds == [Notice.SMALL_SAMPLE, Notice.DEGENERATE_INTERVAL, Notice.DEGENERATE_SAVING]
     assert s.small_sample and "3 questions" in s.warnings[0].message
     d = s.to_dict()  # the JSON keeps its keys
     assert d["pairs"][0]["agreement_coupled"] == 1.0 and d["pairs"][0]["diff_coupled"]["se"] == 0.0

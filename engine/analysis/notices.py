@@ -37,6 +37,11 @@ class AnalysisWarning(str):
         obj.kind = Notice(kind)
         return obj
 
+    @property
+    def message(self) -> str:
+        """The warning's text (the ``str`` itself)."""
+        return str(self)
+
     def __getnewargs__(self) -> tuple[Notice, str]:  # type: ignore[override]  # pickling (Streamlit's cache)
         return (self.kind, str(self))
 

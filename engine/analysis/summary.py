@@ -8,14 +8,14 @@ their accuracies in each mode (per-question differences, docs/METHODS.md 7.1: ``
 with the variance saving of coupling, 1 - SE_coupled^2 / SE_independent^2 (the share of questions
 the coupled design saves for the same precision of the difference).
 
-Numbers that cannot carry their usual meaning say so in typed :class:`SummaryWarning` s: a small
+Numbers that cannot carry their usual meaning say so in typed warnings
+(:class:`engine.analysis.notices.AnalysisWarning`, kinds SMALL_SAMPLE, DEGENERATE_INTERVAL, DEGENERATE_SAVING): a small
 sample, an interval that collapsed to a point (no variation across questions), a saving computed
 from a zero standard error.
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.analysis.notices import AnalysisWarning, Notice
 from engine.errors import UserError
 from engine.stats.benchmark import paired_diff_ci
 from engine.stats.multigen import score_variance
@@ -33,22 +34,6 @@ from engine.store import scores as score_store
 LEVEL = 0.95
 SMALL_SAMPLE = 30  # fewer questions than this: t intervals and the saving are rough (docs/METHODS.md 7)
 MODES = ("coupled", "independent")
-
-
-class WarningKind(str, enum.Enum):
-    """What is wrong with a number of the summary."""
-    SMALL_SAMPLE = "small_sample"            # fewer than SMALL_SAMPLE questions
-    DEGENERATE_INTERVAL = "degenerate_interval"  # SE 0: the interval collapsed to a point
-    DEGENERATE_SAVING = "degenerate_saving"  # the saving divides by (or is) a zero SE
-
-
-@dataclass(frozen=True)
-class SummaryWarning:
-    kind: WarningKind
-    message: str
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind.value, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -131,19 +116,20 @@ class RunSummary:
     level: float
     accuracy: list[Accuracy]
     pairs: list[PairSummary]
-    warnings: list[SummaryWarning] = field(default_factory=list)
+    warnings: list[AnalysisWarning] = field(default_factory=list)
     imported: dict | None = None  # an imported harness run's facts (engine.store.scores.imported_facts)
 
     @property
     def small_sample(self) -> bool:
-        return any(w.kind is WarningKind.SMALL_SAMPLE for w in self.warnings)
+        return any(w.kind is Notice.SMALL_SAMPLE for w in self.warnings)
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("run", "dataset_id", "kind", "status", "created_at", "rule", "rules",
                                            "models", "modes", "n_questions", "n_repeats", "n_generations",
                                            "n_tokens", "generation_s", "chance", "level")}
         return {**d, "accuracy": [asdict(a) for a in self.accuracy], "pairs": [p.to_dict() for p in self.pairs],
-                "warnings": [w.to_dict() for w in self.warnings], **({"imported": self.imported} if self.imported else {})}
+                "warnings": [{"kind": w.kind.value, "message": w.message} for w in self.warnings],
+                **({"imported": self.imported} if self.imported else {})}
 
 
 def _matrix(df: pd.DataFrame, col: str, prompts: list[str], repeats: list[int]) -> np.ndarray:
@@ -223,21 +209,21 @@ def _pair(a: str, b: str, modes: list[str], mats: dict, prompts: list[str], repe
     return PairSummary(a, b, agreement, diffs, vs["saving"], vs["questions_factor"], ci, vs["definition"])
 
 
-def _warnings(n_questions: int, pairs: list[PairSummary]) -> list[SummaryWarning]:
+def _warnings(n_questions: int, pairs: list[PairSummary]) -> list[AnalysisWarning]:
     out = []
     if n_questions < SMALL_SAMPLE:
-        out.append(SummaryWarning(WarningKind.SMALL_SAMPLE, (
+        out.append(AnalysisWarning(Notice.SMALL_SAMPLE, (
             f"small sample: {n_questions} questions (fewer than {SMALL_SAMPLE}); the intervals and the variance "
             "saving are rough, and a difference the questions happen not to show reads as exactly 0")))
     for p in pairs:
         for mode, d in p.diff.items():
             if d.se == 0:
-                out.append(SummaryWarning(WarningKind.DEGENERATE_INTERVAL, (
+                out.append(AnalysisWarning(Notice.DEGENERATE_INTERVAL, (
                     f"{p.model_a} vs {p.model_b}, {mode}: the per-question difference never varies, so its "
                     f"interval [{d.ci_low:+.3f}, {d.ci_high:+.3f}] (SE 0) is a single point, not a measure of "
                     "uncertainty")))
         if p.variance_saving is not None and p.questions_factor is None:
-            out.append(SummaryWarning(WarningKind.DEGENERATE_SAVING, (
+            out.append(AnalysisWarning(Notice.DEGENERATE_SAVING, (
                 f"{p.model_a} vs {p.model_b}: the coupled SE is 0, so the variance saving reads 100%; that "
                 "says the sample showed no variation, not that coupling removes all of it")))
     return out
