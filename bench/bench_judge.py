@@ -60,10 +60,10 @@ def main(argv=None) -> None:
         peak, sent = srv.max_inflight, srv.n_chat
         from engine import store
         keys = store.query_df(db, "SELECT prompt_id, repeat, mode, model_a, model_b, presented FROM judgments")
-    res = {"comparisons": s["n_tasks"], "latency_ms": a.latency_ms, "concurrency": a.concurrency,
+    res = {"comparisons": s.n_tasks, "latency_ms": a.latency_ms, "concurrency": a.concurrency,
            "wall_s": round(wall, 3), "judge_cpu_s": round(cpu, 3), "load_avg_1m": round(os.getloadavg()[0], 1), "requests_per_s": round(sent / wall, 1), "requests_sent": sent,
-           "peak_in_flight": peak, "floor_s": round(s["n_tasks"] * a.latency_ms / 1000 / a.concurrency, 3),
-           "one_verdict_each": bool(len(keys) == s["n_tasks"] and not keys.duplicated().any()),
+           "peak_in_flight": peak, "floor_s": round(s.n_tasks * a.latency_ms / 1000 / a.concurrency, 3),
+           "one_verdict_each": bool(len(keys) == s.n_tasks and not keys.duplicated().any()),
            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"}
     print(json.dumps(res, indent=1))
     if a.out:

@@ -105,11 +105,11 @@ def test_judge_run_both_orders_known_verdicts(tmp_db):
     cfg = J.JudgeConfig("stub", batch_size=5)
     s = J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=stub, show_bar=False)
     n_units = 3 * 2 * 2  # prompts x repeats x modes
-    assert s["n_tasks"] == n_units * 3 * 2 == stub.n_prompts  # 3 pairs, 2 orders
-    assert s["n_unparseable"] == 3 * 2 * 2 and s["stored_verdicts"]["tie"] == 3 * 2 * 2
-    assert s["stored_verdicts_by_mode"]["coupled"]["unparseable"] == 6 == s["stored_verdicts_by_mode"]["independent"]["tie"]
+    assert s.n_tasks == n_units * 3 * 2 == stub.n_prompts  # 3 pairs, 2 orders
+    assert s.n_unparseable == 3 * 2 * 2 and s.stored_verdicts["tie"] == 3 * 2 * 2
+    assert s.stored_verdicts_by_mode["coupled"]["unparseable"] == 6 == s.stored_verdicts_by_mode["independent"]["tie"]
     df = store.query_df(tmp_db, "SELECT * FROM judgments")
-    assert len(df) == s["n_tasks"] and set(df.presented) == {"ab", "ba"}
+    assert len(df) == s.n_tasks and set(df.presented) == {"ab", "ba"}
     assert (df.judge_prompt_hash == cfg.prompt_hash).all()
     decided = df[df.parsed.isin(["A", "B"])]
     # the stub always prefers the better-ranked model: in model terms model_a (earlier in the run) wins
@@ -131,7 +131,7 @@ def test_random_orders_are_seeded_and_fair(tmp_db):
     cfg = J.JudgeConfig("stub", orders="random", seed=7, batch_size=16)
     s = J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=StubJudge(), show_bar=False)
     df = store.query_df(tmp_db, "SELECT prompt_id, presented, winner FROM judgments ORDER BY prompt_id")
-    assert s["n_tasks"] == 40 == len(df)
+    assert s.n_tasks == 40 == len(df)
     assert 8 < (df.presented == "ab").sum() < 32  # a fair coin; P(outside) < 1e-4
     assert df.presented.tolist() == [J.random_order(7, p, 0, "coupled", "m1", "m2") for p in df.prompt_id]
     assert ((df.winner == "a") | df.prompt_id.isin(["q1", "q2"])).all()
@@ -150,12 +150,12 @@ def test_resume_after_kill_judges_only_what_is_missing(tmp_db, tmp_path):
     stub = StubJudge()
     prog = tmp_path / "p.json"
     s = J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=stub, progress_file=prog, show_bar=False)
-    assert s["n_skipped_existing"] == 21 and stub.n_prompts == s["n_tasks"] - 21 == s["n_judged_now"]
+    assert s.n_skipped_existing == 21 and stub.n_prompts == s.n_tasks - 21 == s.n_judged_now
     from engine.progress import read_progress
     p = read_progress(prog)
-    assert p["status"] == "done" and p["done"] == p["total"] == s["n_tasks"]
+    assert p["status"] == "done" and p["done"] == p["total"] == s.n_tasks
     again = J.judge_run(tmp_db, "r1", "stub", cfg, complete_fn=StubJudge(fail_after_calls=0), show_bar=False)
-    assert again["n_judged_now"] == 0 and again["stored_verdicts"] == s["stored_verdicts"]
+    assert again.n_judged_now == 0 and again.stored_verdicts == s.stored_verdicts
     # a different prompt over stored rows needs --replace
     other = J.JudgeConfig("stub", prompt_template="Judge briefly.", batch_size=50)
     with pytest.raises(UserError, match="different judge prompt"):
@@ -165,7 +165,7 @@ def test_resume_after_kill_judges_only_what_is_missing(tmp_db, tmp_path):
 def test_missing_generations_are_counted_not_judged(tmp_db):
     make_judge_run(tmp_db, n_prompts=2, repeats=1, modes=("coupled",), drop={("m3", "q0", 0, "coupled")})
     s = J.judge_run(tmp_db, "r1", "stub", J.JudgeConfig("stub"), complete_fn=StubJudge(), show_bar=False)
-    assert s["n_pairs_missing_generation"] == 2 and s["n_tasks"] == (2 * 3 - 2) * 2
+    assert s.n_pairs_missing_generation == 2 and s.n_tasks == (2 * 3 - 2) * 2
 
 
 def test_bad_inputs(tmp_db):
@@ -186,7 +186,7 @@ def test_external_command_hook(tmp_db, tmp_path):
     fn = J.command_complete_fn(f"{sys.executable} {script}")
     s = J.judge_run(tmp_db, "r1", "ext", J.JudgeConfig("ext"), complete_fn=fn, show_bar=False)
     df = store.query_df(tmp_db, "SELECT presented, winner FROM judgments ORDER BY presented")
-    assert s["n_judged_now"] == 4 and df.winner.tolist() == ["a", "a", "b", "b"]
+    assert s.n_judged_now == 4 and df.winner.tolist() == ["a", "a", "b", "b"]
     with pytest.raises(UserError, match="not found"):
         J.command_complete_fn("/no/such/judge-binary")([[{"role": "user", "content": "x"}]])
 
@@ -207,9 +207,9 @@ def test_end_to_end_with_tiny_model(tmp_db):
     cfg = J.JudgeConfig("tiny", prompt_template="Say A, B or tie.", batch_size=3)
     s = J.judge_run(tmp_db, "r1", "tiny", cfg, complete_fn=complete, show_bar=False)
     df = store.query_df(tmp_db, "SELECT raw, parsed, winner, presented FROM judgments")
-    assert s["n_tasks"] == 8 == len(df) and df.raw.notna().all()
-    assert sum(s["stored_verdicts"].values()) == 8
-    assert s["n_unparseable"] == int(df.parsed.isna().sum())
+    assert s.n_tasks == 8 == len(df) and df.raw.notna().all()
+    assert sum(s.stored_verdicts.values()) == 8
+    assert s.n_unparseable == int(df.parsed.isna().sum())
     assert [J.parse_verdict(r) for r in df.raw] == [p if isinstance(p, str) else None for p in df.parsed]
 
 

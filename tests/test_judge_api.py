@@ -77,21 +77,21 @@ def test_scripted_failures_one_verdict_each_retries_and_rerun_sends_nothing(tmp_
         n_sent = srv.n_chat
         # every comparison got exactly one stored verdict; each was asked as often as its script says
         df = store.query_df(tmp_db, "SELECT * FROM judgments")
-        assert len(df) == 18 == s["n_tasks"] == s["n_judged_now"] == len(srv.per_messages)
+        assert len(df) == 18 == s.n_tasks == s.n_judged_now == len(srv.per_messages)
         expected = {k: CATEGORIES[c][1] for k, c in script.category.items()}
         assert dict(srv.per_messages) == expected and n_sent == sum(expected.values())
         assert Counter(df.attempts) == Counter(expected.values())
         cats = Counter(script.category.values())
-        assert int(df.error.notna().sum()) == sum(cats[c] for c in FAILED) == s["n_failed_now"]
+        assert int(df.error.notna().sum()) == sum(cats[c] for c in FAILED) == s.n_failed_now
         assert df[df.error.notna()].parsed.isna().all() and df[df.error.notna()].raw.isna().all()
         errors = set(df.error.dropna())
         assert any(e.startswith("HTTP 400") for e in errors) and any(e.startswith("HTTP 503") for e in errors)
         assert "the server returned no choices" in errors
-        assert s["n_unparseable"] == sum(cats[c] for c in FAILED | {"unparseable"})
+        assert s.n_unparseable == sum(cats[c] for c in FAILED | {"unparseable"})
         ok = df[df.error.isna()]
         assert (ok.reported_model == "judge-1-2026-01-01").all() and (ok.prompt_tokens > 0).all()
-        assert ok.latency_s.notna().all() and s["stored_usage"]["attempts"] == n_sent
-        assert s["requests_now"]["requests"] == n_sent and s["requests_now"]["retries"] == n_sent - 18
+        assert ok.latency_s.notna().all() and s.stored_usage.attempts == n_sent
+        assert s.requests_now["requests"] == n_sent and s.requests_now["retries"] == n_sent - 18
         # Retry-After was honoured: the retry came at least 0.2 s after the 429
         for k, c in script.category.items():
             if c == "429-once":
@@ -100,7 +100,7 @@ def test_scripted_failures_one_verdict_each_retries_and_rerun_sends_nothing(tmp_
         assert p["status"] == "done" and p["done"] == 18 and p["stats"]["retries"] == n_sent - 18
         # a rerun sends zero requests
         again = J.judge_run(tmp_db, "r1", "api", J.JudgeConfig("api"), api=api(srv.url), show_bar=False)
-        assert srv.n_chat == n_sent and again["n_judged_now"] == 0 and store.table_counts(tmp_db)["judgments"] == 18
+        assert srv.n_chat == n_sent and again.n_judged_now == 0 and store.table_counts(tmp_db)["judgments"] == 18
 
 
 def test_cli_api_judge_key_never_stored_and_rerun_is_free(tmp_db, tmp_path, key_env, capsys):
@@ -173,9 +173,9 @@ def test_killed_judge_subprocess_resumes_without_duplicates(tmp_db, tmp_path, ke
         sent_before = srv.n_chat
         s = J.judge_run(tmp_db, "r1", "openai:judge-1", J.JudgeConfig("openai:judge-1"), api=api(srv.url),
                         show_bar=False)
-        assert srv.n_chat - sent_before == 120 - stored == s["n_judged_now"]  # only the missing ones
+        assert srv.n_chat - sent_before == 120 - stored == s.n_judged_now  # only the missing ones
     df = store.query_df(tmp_db, "SELECT prompt_id, repeat, mode, model_a, model_b, presented FROM judgments")
-    assert len(df) == 120 and not df.duplicated().any() and s["n_unparseable"] == 0
+    assert len(df) == 120 and not df.duplicated().any() and s.n_unparseable == 0
 
 
 def test_max_requests_and_dry_run(tmp_db, key_env, monkeypatch, tmp_path, capsys):

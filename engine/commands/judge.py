@@ -13,6 +13,7 @@ from engine import config
 from engine.commands._common import add_db, add_output_args, emit, read_text_file, table
 from engine.tasks.judge_api import DEFAULT_KEY_ENV
 from engine.tasks.judge_parse import ARENA_HARD_HELP, FORMATS
+from engine.tasks.judge_summary import JudgeSummary
 
 EPILOG = (f"--judge-format arena-hard reads Arena-Hard-Auto's five labels and maps them to win/tie: {ARENA_HARD_HELP} "
           "(a strong and a slight preference are both one win). The API key is read from the environment only "
@@ -117,10 +118,10 @@ def run(args) -> int:
         backend = getattr(complete_fn, "backend", None)
         if backend is not None:
             backend.close()
-    if summary["n_unparseable"]:
-        print(f"note: {summary['n_unparseable']} judge outputs could not be parsed or their requests failed; they "
+    if summary.n_unparseable:
+        print(f"note: {summary.n_unparseable} judge outputs could not be parsed or their requests failed; they "
               "are stored with parsed = NULL and count as no label", file=sys.stderr)
-    return emit(args, summary, lambda: summary_text(summary))
+    return emit(args, summary.to_dict(), lambda: summary_text(summary))
 
 
 def dry_run_text(res: dict) -> str:
@@ -135,21 +136,21 @@ def dry_run_text(res: dict) -> str:
     return text
 
 
-def summary_text(res: dict) -> str:
+def summary_text(res: JudgeSummary) -> str:
     """Work done, requests (API judges), then the stored verdicts per mode (A / B / tie / unparseable)."""
-    head = (f"judge {res['judge']} on run {res['run']} ({len(res['models'])} models, orders: {res['orders']}): "
-            f"{res['n_judged_now']:,} judged now, {res['n_skipped_existing']:,} already stored, "
-            f"{res['n_pairs_missing_generation']:,} pairs missing a generation")
-    if res.get("n_capped"):
-        head += f", {res['n_capped']:,} left for a later run (--max-requests)"
-    req = res.get("requests_now")
+    head = (f"judge {res.judge} on run {res.run} ({len(res.models)} models, orders: {res.orders}): "
+            f"{res.n_judged_now:,} judged now, {res.n_skipped_existing:,} already stored, "
+            f"{res.n_pairs_missing_generation:,} pairs missing a generation")
+    if res.n_capped:
+        head += f", {res.n_capped:,} left for a later run (--max-requests)"
+    req = res.requests_now
     if req:
         head += (f"\nrequests: {req['requests']:,} sent ({req['retries']:,} retries, {req['failed']:,} failed for good), "
                  f"{req['requests_per_s']:.1f}/s")
-    u = res["stored_usage"]
-    lat = "–" if u["mean_latency_s"] is None else f"{u['mean_latency_s']:.2f} s"
-    head += (f"\nstored totals: {u['prompt_tokens']:,} prompt + {u['completion_tokens']:,} completion tokens, "
-             f"{u['attempts']:,} attempts, {u['n_failed_requests']:,} failed requests, mean latency {lat}")
-    rows = [{"mode": m, **v} for m, v in res["stored_verdicts_by_mode"].items()]
-    rows.append({"mode": "all", **res["stored_verdicts"]})
+    u = res.stored_usage
+    lat = "–" if u.mean_latency_s is None else f"{u.mean_latency_s:.2f} s"
+    head += (f"\nstored totals: {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens, "
+             f"{u.attempts:,} attempts, {u.n_failed_requests:,} failed requests, mean latency {lat}")
+    rows = [{"mode": m, **v} for m, v in res.stored_verdicts_by_mode.items()]
+    rows.append({"mode": "all", **res.stored_verdicts})
     return head + "\nstored verdicts:\n" + table(rows, ["mode", "A", "B", "tie", "unparseable"])

@@ -39,6 +39,7 @@ from engine.store import verdicts as vstore
 from engine.store.verdicts import VerdictRow
 from engine.tasks.judge_api import ApiJudge, Reply
 from engine.tasks.judge_parse import ARENA_HARD_HELP, ARENA_HARD_LABELS, FORMATS, parse_arena_hard, parse_verdict
+from engine.tasks.judge_summary import JudgeSummary, StoredUsage
 
 __all__ = ["ARENA_HARD_HELP", "ARENA_HARD_LABELS", "FORMATS", "parse_arena_hard", "parse_verdict", "JudgeConfig",
            "judge_run", "plan_tasks", "build_messages", "winner_from_verdict", "random_order", "command_complete_fn",
@@ -353,7 +354,7 @@ def _judge_batches(complete_fn: CompleteFn, items: Iterator[tuple[JudgeTask, lis
 
 def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | None = None,
               complete_fn: CompleteFn | None = None, *, api: ApiJudge | None = None, progress_file=None,
-              replace: bool = False, show_bar: bool = True, max_requests: int | None = None) -> dict:
+              replace: bool = False, show_bar: bool = True, max_requests: int | None = None) -> JudgeSummary:
     """Judge every pair of models on every unit and mode of ``run``; resumable.
 
     Args:
@@ -396,22 +397,19 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
     return _summary(db, plan, writer)
 
 
-def _summary(db, plan: JudgePlan, writer: _Writer) -> dict:
+def _summary(db, plan: JudgePlan, writer: _Writer) -> JudgeSummary:
     tot = vstore.verdict_totals(db, plan.run, plan.judge)
-    out = {
-        "run": plan.run, "judge": plan.judge, "orders": plan.cfg.orders, "judge_format": plan.cfg.judge_format,
-        "prompt_hash": plan.cfg.prompt_hash, "models": plan.models, "n_tasks": len(plan.tasks),
-        "n_judged_now": writer.judged, "n_skipped_existing": plan.n_stored, "n_capped": plan.n_capped,
-        "n_pairs_missing_generation": plan.n_missing_generation, "n_unparseable_now": writer.verdicts[None],
-        "n_failed_now": writer.errors,
-        "stored_verdicts": tot.counts, "stored_verdicts_by_mode": tot.by_mode, "n_unparseable": tot.counts["unparseable"],
-        "stored_usage": {"prompt_tokens": tot.prompt_tokens, "completion_tokens": tot.completion_tokens,
-                         "attempts": tot.attempts, "n_failed_requests": tot.n_errors,
-                         "mean_latency_s": tot.mean_latency_s},
-    }
-    if writer.api is not None:
-        out["requests_now"] = writer.api.stats.as_dict()
-    return out
+    return JudgeSummary(
+        run=plan.run, judge=plan.judge, orders=plan.cfg.orders, judge_format=plan.cfg.judge_format,
+        prompt_hash=plan.cfg.prompt_hash, models=plan.models, n_tasks=len(plan.tasks),
+        n_judged_now=writer.judged, n_skipped_existing=plan.n_stored, n_capped=plan.n_capped,
+        n_pairs_missing_generation=plan.n_missing_generation, n_unparseable_now=writer.verdicts[None],
+        n_failed_now=writer.errors, stored_verdicts=tot.counts, stored_verdicts_by_mode=tot.by_mode,
+        n_unparseable=tot.counts["unparseable"],
+        stored_usage=StoredUsage(prompt_tokens=tot.prompt_tokens, completion_tokens=tot.completion_tokens,
+                                 attempts=tot.attempts, n_failed_requests=tot.n_errors,
+                                 mean_latency_s=tot.mean_latency_s),
+        requests_now=writer.api.stats.as_dict() if writer.api is not None else None)
 
 # ------------------------------------------------------------------------ comparisons --------
 
