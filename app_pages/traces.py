@@ -44,10 +44,10 @@ if len(chosen) >= 2 and "coupled" in opts.modes:
 info = L.prompt_info(run, prompt)
 if info:
     with st.expander("Prompt", expanded=False):
-        st.markdown(f"**{info.get('subject') or ''}** {info.get('question') or ''}")
-        if info.get("choices"):
-            st.markdown("\n".join(f"- **{k}**: {v}" for k, v in info["choices"].items()))
-        st.markdown(f"Gold answer: **{info.get('gold')}**")
+        st.markdown(f"**{info.subject or ''}** {info.question or ''}")
+        if info.choices:
+            st.markdown("\n".join(f"- **{k}**: {v}" for k, v in info.choices.items()))
+        st.markdown(f"Gold answer: **{info.gold}**")
 
 page = st.number_input("Steps page (120 steps each)", min_value=1, value=1, step=1, key="tr_page")
 offset = ui.page_offset(page, 120)

@@ -203,7 +203,8 @@ def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | Non
     fig.update_xaxes(title=xaxis)
     lowers = [c.get("lower") for c in curves.values()]
     if curves and all(lo is not None for lo in lowers):
-        fig.update_xaxes(range=[min(lowers), max(max(c["x"]) for c in curves.values())])
+        fig.update_xaxes(range=[min(float(lo) for lo in lowers if lo is not None),
+                                max(max(c["x"]) for c in curves.values())])
     fig.update_yaxes(title="density")
     return _layout(fig, title, height=360, legend=dict(orientation="h", y=-0.2))
 

@@ -10,7 +10,9 @@ import hashlib
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -185,12 +187,24 @@ def comparisons_for(db: str | os.PathLike, source: str, name: str, mode: str | N
     raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'judgments'")
 
 
-def winrate_sources(db: str | os.PathLike) -> dict:
+@dataclass(frozen=True)
+class WinrateSources:
+    """Stored comparison set names, and the LLM-judge verdict groups (records of run_id, judge, mode,
+    n, n_models, n_unparsed)."""
+
+    sets: list[str]
+    judgments: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sets": list(self.sets), "judgments": list(self.judgments)}
+
+
+def winrate_sources(db: str | os.PathLike) -> WinrateSources:
     """Sources of pairwise comparisons: stored sets and LLM-judge verdict groups."""
     sets = comparison_sets(db)
     judg = judgment_sources(db)
-    return {"sets": sets["name"].tolist() if not sets.empty else [],
-            "judgments": judg.to_dict("records") if not judg.empty else []}
+    return WinrateSources(sets=sets["name"].tolist() if not sets.empty else [],
+                          judgments=judg.to_dict("records") if not judg.empty else [])
 
 
 def arena_dir() -> Path | None:
@@ -256,7 +270,7 @@ def comparison_sources(db: str | os.PathLike) -> list[dict]:
         for j in ARENA_JUDGES:
             if not (d / f"{j}.json").exists():
                 continue
-            entry = {"source": "arena", "name": j, "judge": None, "also_stored_as": [],
+            entry: dict[str, Any] = {"source": "arena", "name": j, "judge": None, "also_stored_as": [],
                      "label": f"Chatbot Arena (built-in) · human + judge {j}"}
             by_key[_content_key([d / "human.json", d / f"{j}.json"])] = entry
             out.append(entry)

@@ -139,14 +139,30 @@ def run_prompts(db: str | os.PathLike, run_id: str, search: str | None = None, l
     return catalog.run_prompts(db, run_id, search, limit, offset)
 
 
-def prompt_info(db: str | os.PathLike, run_id: str, prompt_id: str) -> dict:
-    """The prompt row of a run's dataset (question, choices, gold, user_prompt, subject); {} if unknown."""
+@dataclass(frozen=True)
+class PromptInfo:
+    """One prompt of a run's dataset; ``choices`` {letter: text} for multiple choice, else None."""
+
+    prompt_id: str
+    subject: str | None
+    question: str | None
+    choices: dict[str, str] | None
+    gold: str | None
+    user_prompt: str | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def prompt_info(db: str | os.PathLike, run_id: str, prompt_id: str) -> PromptInfo | None:
+    """The prompt row of a run's dataset (question, choices, gold, user_prompt, subject); None if unknown."""
     df = catalog.prompt_row(db, run_id, prompt_id)
     if df.empty:
-        return {}
+        return None
     row = df.iloc[0].to_dict()
-    row["choices"] = json.loads(row["choices"]) if isinstance(row["choices"], str) and row["choices"] else None
-    return row
+    choices = json.loads(row["choices"]) if isinstance(row["choices"], str) and row["choices"] else None
+    return PromptInfo(prompt_id=str(row["prompt_id"]), subject=row.get("subject"), question=row.get("question"),
+                      choices=choices, gold=row.get("gold"), user_prompt=row.get("user_prompt"))
 
 
 def unit_generations(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int) -> pd.DataFrame:

@@ -3,7 +3,7 @@ prompt-cluster bootstrap intervals; a short summary by default, the full JSON wi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine import config
 from engine.commands._common import add_output_args, emit, table
@@ -47,7 +47,7 @@ def summary(res: WinRates) -> str:
     BT and Elo, the paired comparison's significant pairs, position bias, warnings."""
     lines = [f"win-rates · {res.label} labels · {res.n:,} comparisons, {len(res.models)} models · "
              f"{res.clustering}", f"CIs: {res.ci_method}", f"rank: {res.rank_method}", ""]
-    rows = []
+    rows: list[dict[str, Any]] = []
     bt, elo = res.bradley_terry, res.elo
     for m in res.models:
         a = res.average[m]
