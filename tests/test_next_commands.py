@@ -84,3 +84,32 @@ def test_next_commands_run_verbatim_on_a_five_question_run(tmp_path):
     assert res.has(Notice.NO_ERROR_LEVEL) == (not res.saving_detail.error > 0)
     if not res.planner.can_plan:
         assert res.planner.headline.startswith("cannot plan") and "Planner: cannot plan" in bc
+
+
+def test_benchmark_compare_on_five_questions_that_never_differ(tmp_db, capsys):
+    """Exact tiny case of the degenerate small run: both models give the same answer everywhere, so the
+    estimation error is 0 at every sample size. Numbers come back with typed warnings, exit 0."""
+    import numpy as np
+
+    from engine.analysis.benchmark import benchmark_compare
+    from engine.analysis.notices import Notice
+    from engine.cli import main
+    from engine.tasks import scoring
+    from tests.test_summary import make_numeric_run
+
+    gold = {f"p{i}": str(i) for i in range(5)}
+    answers = np.array([[str(i), str(i)] for i in range(5)])  # always right, 2 repeats
+    make_numeric_run(tmp_db, {(m, mode): answers for m in ("m1", "m2") for mode in ("coupled", "independent")}, gold)
+    scoring.score_run(tmp_db, "r1")
+    res = benchmark_compare(tmp_db, "m1", "m2", run="r1", rule="numeric", n_resamples=50)
+    assert [w.kind for w in res.warnings] == [Notice.SMALL_SAMPLE, Notice.NO_ERROR_LEVEL, Notice.CANNOT_PLAN]
+    assert (res.n_questions, res.n_repeats) == (5, 2) and res.accuracy == {"m1": 1.0, "m2": 1.0}
+    assert res.paired["coupled"]["diff"] == 0.0 and res.saving_detail.error == 0.0
+    assert res.saving is None and res.saving_detail.saving is None and res.saving_ci is None
+    assert not res.planner.can_plan and res.planner.mde_plans == [] and res.planner.se_plans == []
+    assert res.planner.headline.startswith("cannot plan: the coupled score differences of this run never vary")
+    d = json.loads(json.dumps(res.to_dict()))
+    assert d["warnings"][0].startswith("small sample: only 5 questions") and d["planner"]["can_plan"] is False
+    assert main(["benchmark-compare", "--db", str(tmp_db), "--run", "r1", "--resamples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "Planner: cannot plan" in out and "warning: small sample: only 5 questions" in out
