@@ -120,9 +120,18 @@ def _record_backend(con, run_id: str, model: str, desc: dict) -> None:
 
 # ---- backends and executors: where the units of a run are generated
 
-def open_backend(model, *, device: str | None = None, backend: str = "hf", tensor_parallel: int = 1) -> Backend:
+def open_backend(model, *, device: str | None = None, backend: str = "hf", tensor_parallel: int = 1,
+                 dtype: str | None = None) -> Backend:
     """The backend factory the executors call (this process, each Ray replica): backends.load_backend."""
-    return load_backend(backend, model, device=device, tensor_parallel=tensor_parallel)
+    return load_backend(backend, model, device=device, tensor_parallel=tensor_parallel, dtype=dtype)
+
+
+def dtype_name(dtype: str | None) -> str | None:
+    """A ``--dtype`` value as its canonical name ("float32", ...), None for auto; UserError for a bad one."""
+    from engine.models import parse_dtype
+
+    dt = parse_dtype(dtype)
+    return None if dt is None else str(dt).removeprefix("torch.")
 
 
 def token_keys(b, key_mode: str):
@@ -140,7 +149,8 @@ def free_memory() -> None:
 def local_executor(tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecChunk]:
     """The single-process executor: each model loaded here in turn, one in memory at a time."""
     for t in tasks:
-        b = open_backend(t.model, device=spec.device, backend=spec.backend, tensor_parallel=spec.tensor_parallel)
+        b = open_backend(t.model, device=spec.device, backend=spec.backend, tensor_parallel=spec.tensor_parallel,
+                         dtype=spec.dtype)
         yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
         keys = token_keys(b, spec.key_mode)
         for chunk in b.generate(spec.prompts, [(p, r) for p, r, _ in t.units], [sd for _, _, sd in t.units],
@@ -182,7 +192,8 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                    seed: int = 0, cfg: GenConfig = GenConfig(), progress_file=None, run_id: str | None = None,
                    resume: bool = True, device: str | None = None, show_bar: bool = True,
                    executor=None, drop_long_prompts: bool = False, command: Sequence[str] | None = None,
-                   _after_chunk=None, backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1) -> str:
+                   _after_chunk=None, backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1,
+                   dtype: str | None = None) -> str:
     """Generate every (model, prompt, repeat, mode) of a run into ``db``; resumable; returns run_id.
 
     Args:
@@ -210,6 +221,9 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         tensor_parallel: devices each model copy is split over (vLLM only; in every Ray replica
             too). Recorded in the run's config, not in its id: like the device, it changes the
             arithmetic, not the design.
+        dtype: "auto"/None (ModelRef.default_dtype: the checkpoint's own on CUDA, float32 on CPU),
+            "float32", "bfloat16" or "float16", for every model and both backends; in the run id
+            only when not auto (so auto runs keep their ids), like ``backend``.
 
     Returns:
         The run id. The run's status is 'done' when every unit is stored, else 'cancelled'
@@ -246,6 +260,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     if len(set(pids)) != len(pids):
         raise UserError(f"dataset {dataset.dataset_id!r} has duplicate prompt ids")
     system_prompt = getattr(dataset, "system_prompt", None)
+    dtype = dtype_name(dtype)
     backend_version = check_run(backend, list(model_names), cfg, tensor_parallel)
 
     # ---- 2. vocabulary check: one shared vocabulary -> token-id keys; else byte-string keys
@@ -289,10 +304,13 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                 "trace_top_k": cfg.trace_top_k, "key_mode": key_mode}
     if backend != DEFAULT_BACKEND:  # so that runs of the default backend keep their ids
         settings["backend"] = backend
+    if dtype is not None:  # likewise: auto runs keep their ids
+        settings["dtype"] = dtype
     run_id = run_id or run_id_for(settings)
     config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
               "device": str(device or models_mod.default_device()), "n_prompts": len(prompts),
-              "backend": backend, "backend_version": backend_version, "tensor_parallel": tensor_parallel}
+              "backend": backend, "backend_version": backend_version, "tensor_parallel": tensor_parallel,
+              "dtype": dtype or "auto"}
     if command:
         config["command"] = list(command)
     ds_row, prompt_rows = _dataset_rows(dataset)
@@ -362,7 +380,7 @@ def _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, pro
                     tasks.append(ModelTask(m, name, units))
             spec = RunSpec({p.prompt_id: p.user_prompt for p in prompts}, system_prompt,
                            cfg if cfg.record_traces else replace(cfg, trace_top_k=0), key_mode, device, backend,
-                           config.get("tensor_parallel", 1))
+                           config.get("tensor_parallel", 1), settings.get("dtype"))
             for out in (executor or local_executor)(tasks, spec):
                 if out.record is not None:
                     rec = out.record
