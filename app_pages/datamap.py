@@ -18,7 +18,9 @@ c1, c2, c3, c4 = st.columns(4)
 run = c1.selectbox("Run", ch["runs"], key="dm_run")
 model = c2.selectbox("Model", ch["models"].get(run, []), key="dm_model")
 mode = c3.selectbox("Mode", ch["modes"].get(run, ["coupled"]), key="dm_mode")
-rule = c4.selectbox("Scoring rule", ch["rules"].get(run, ["paper"]), key="dm_rule")
+rules = ch["rules"].get(run, ["paper"])
+run_rule = L.default_rule(run)  # the rule the run was scored with comes first
+rule = c4.selectbox("Scoring rule", rules, index=rules.index(run_rule) if run_rule in rules else 0, key="dm_rule")
 c5, c6, c7, c8 = st.columns(4)
 method = c5.selectbox("Clustering", L.cluster_methods(run), key="dm_method",
                       help="answer = identical extracted answers; llm = bidirectional entailment; "
@@ -34,16 +36,20 @@ with st.spinner("Computing P(correct), consistency and the variance decompositio
 if res is None:
     st.stop()
 
-sc = res["score"]
+sc = res.score
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("Prompts × generations", f"{res['n']} × {res['k']}")
+m1.metric("Prompts × generations", f"{res.n} × {res.k}")
 m2.metric("Score μ̂", f"{sc['mu']:.3f}", help=f"standard error σ̂/√n = {sc['se']:.4f}")
 m3.metric("95% t CI", f"[{sc['ci_low']:.3f}, {sc['ci_high']:.3f}]",
           help=f"μ̂ ± t(n−1 = {sc['df']}) · σ̂/√n, σ̂² = variance of P(correct) over prompts; prompts are the unit")
-m4.metric("Flagged prompts", res["n_flagged"])
-st.caption(f"Clusters: {res['clusters_source']}")
+m4.metric("Flagged prompts", res.n_flagged)
+st.caption(f"Clusters: {res.clusters_source}")
+if res.n_no_answer:
+    st.caption(f"{res.n_no_answer} of {res.n * res.k} generations have no extractable answer under rule "
+               f"`{res.rule}`: each is its own category (it agrees with no other generation), and a prompt is "
+               "flagged only when an actual answer repeats, never through non-answers.")
 
-prompts = ui.records(res["prompts"])
+prompts = ui.records(vars(p) for p in res.prompts)
 ui.chart(figures.datamap_figure(prompts, float(p_max), float(s_min),
                                 title=f"Data map: {model}, {mode} (flag region shaded)"), "data_map", key="dm_map", ctx=ctx)
 
@@ -57,7 +63,7 @@ else:
 
 c1, c2 = st.columns(2)
 with c1:
-    dist = res["p_correct_distribution"]
+    dist = res.p_correct_distribution
     ui.chart(figures.histogram_figure(dist["values"], dist["counts"], title="Distribution of P(correct)",
                                       xaxis="P(correct)"), "p_correct_hist", key="dm_hist", ctx=ctx)
 with c2:
@@ -68,8 +74,8 @@ with c2:
                f"{sc['var_within']:.3g} (E[p(1−p)] ≈ {ui.fmt(sc['within'], '.4f')}, divided by n·k) + between-prompt "
                f"{sc['var_between']:.3g} (σ² ≈ {ui.fmt(sc['sigma2_between'], '.4f')}, divided by n); each component "
                "unbiased (METHODS 5), the between part clipped at 0.")
-    b = res["bootstrap"]
+    b = res.bootstrap
     st.caption(f"Bootstrap over prompts: {ui.bootstrap_text(b)}")
-sg = res["single_generation"]
+sg = res.single_generation
 st.caption(f"Single-generation scores (each repeat alone): {ui.single_text(sg)}")
 ui.table(prompts, "data_map_prompts", key="dm_prompts", ctx=ctx)

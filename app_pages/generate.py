@@ -2,10 +2,12 @@
 
 import streamlit as st
 
-from dashboard import jobs_panel
+from dashboard import jobs, jobs_panel
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import config
+
+DATASET_RULE = "the dataset's rule"
 
 ui.header("Generate", "Runs in a background process: the page stays responsive, a reload or another tab "
                       "sees the same progress, and a cancelled run resumes where it stopped.")
@@ -44,7 +46,12 @@ with st.form("generate_form", border=True):
         top_k = a1.number_input("top-k (0 = off)", min_value=0, value=0, key="gen_top_k")
         top_p = a2.number_input("top-p (1 = off)", min_value=0.01, max_value=1.0, value=1.0, key="gen_top_p")
         traces = a3.checkbox("Store token traces", value=True, key="gen_traces")
-        score_after = a3.checkbox("Score when done (multiple choice, paper rule)", value=True, key="gen_score")
+        score_after = a3.checkbox("Score when done", value=True, key="gen_score",
+                                  help="scores the run when it ends, with the rule chosen below")
+        score_rule = a3.selectbox("Scoring rule", [DATASET_RULE, *config.RULES], key="gen_score_rule",
+                                  help="the dataset's rule: numeric for numeric answers, lenient for the demo "
+                                       "multiple-choice set, paper for MMLU, exact for prompt lists "
+                                       "(what `python -m engine score` uses without --rule)")
         usable = [b for b, why in backends.items() if not why]
         backend = a1.selectbox("Backend", usable, key="gen_backend", disabled=len(usable) < 2,
                                help="hf: our transformers loop. vllm: vLLM with the same keyed noise. "
@@ -70,6 +77,8 @@ if submitted:
         st.error("Choose at least one mode (coupled, independent).")
     elif not ds:
         st.error("Choose a dataset or give a dataset file.")
+    elif workers and jobs.ray_unavailable():
+        st.error(f"Ray workers {workers}: {jobs.ray_unavailable()} (allowed here: 0).")
     elif tensor_parallel > 1 and backend != "vllm":
         st.error(f"Tensor parallel {tensor_parallel} needs the vllm backend; the {backend} backend runs each "
                  "model on one device (allowed: 1).")
@@ -78,9 +87,12 @@ if submitted:
             st.warning("One model only: coupled mode needs two or more models to compare.")
         args = jobs_panel.generate_args(all_models, ds, repeats, temperature, max_tokens, modes, seed, limit or None,
                                 top_k, top_p, traces, backend, workers, tensor_parallel, dtype)
-        job = jobs_panel.start_generation(args, score_after)
+        rule = None if score_rule == DATASET_RULE else score_rule
+        job = jobs_panel.start_generation(args, score_after, rule)
         if job:
-            st.success(f"Started job `{job}`.")
+            then = (" When it ends, it scores the run with " + (f"the {rule} rule." if rule else
+                                                               "the rule that fits the dataset.")) if score_after else ""
+            st.success(f"Started job `{job}`.{then}")
 
 with st.expander("Score, judge or cluster a stored run (background jobs)"):
     runs_list = L.runs()["run_id"].tolist()

@@ -5,7 +5,9 @@ import streamlit as st
 
 from dashboard import jobs_panel, navigation
 from dashboard import loaders as L
+from dashboard import summary_view as sv
 from dashboard import widgets as ui
+from engine.analysis.summary import WarningKind
 
 ui.header("Coupled Eval", "Evaluate and rank LLMs with coupled token generation and honest uncertainty.")
 
@@ -18,44 +20,83 @@ def _counters(counts: dict) -> None:
         col.metric(label, f"{counts.get(key, 0):,}")
 
 
-def _demo_box(counts: dict, demo_running: bool) -> None:
-    with st.container(border=True):
-        st.subheader("First run: the demo")
-        if counts.get("generations", 0) == 0 and not demo_running:
-            st.markdown("The database is empty.")
-        st.markdown(
-            "The demo asks the packaged **SmolLM2-135M-Instruct** and its **int8** variant 40 everyday "
-            "numeric questions (\"How many legs does a spider have?\"), in **coupled** mode (both models "
-            "share the same Gumbel noise) and **independent** mode, 3 repeats each, then scores the answers "
-            "with the numeric rule (the last number in the reply). It runs in the background, about 2 minutes "
-            "on 2 idle CPU cores including the one-time model conversion; follow it below.")
-        st.code(" ".join(["python -m engine", *jobs_panel.DEMO_ARGS]), language="bash")
-        if st.button("Run the demo", type="primary", icon=":material/rocket_launch:", key="run_demo",
-                     disabled=demo_running, help="a demo is running" if demo_running else None):
-            jobs_panel.start_demo()
-            st.rerun()
+def _demo_text() -> None:
+    st.markdown(
+        "The demo asks the packaged **SmolLM2-135M-Instruct** and its **int8** variant 40 everyday "
+        "numeric questions (\"How many legs does a spider have?\"), in **coupled** mode (both models "
+        "share the same Gumbel noise) and **independent** mode, 3 repeats each, then scores the answers "
+        "with the numeric rule (the last number in the reply). It runs in the background, about 2 minutes "
+        "on 2 idle CPU cores including the one-time model conversion (measured on this project's 2-core "
+        "CI-class machine, otherwise idle); follow it below.")
+    st.code(" ".join(["python -m engine", *jobs_panel.DEMO_ARGS]), language="bash")
 
 
-def _summary(s: dict) -> None:
+def _demo_button(label: str, demo_running: bool) -> None:
+    if st.button(label, type="primary", icon=":material/rocket_launch:", key="run_demo",
+                 disabled=demo_running, help="a demo is running" if demo_running else None):
+        jobs_panel.start_demo()
+        st.rerun()
+
+
+def _demo_box(counts: dict, demo_running: bool, demo_stored: bool) -> None:
+    """The demo: a box of its own on an empty database or while it runs; otherwise it stays
+    reachable in an expander and can be run again (the same command: a finished demo is re-scored,
+    an interrupted one resumes where it stopped)."""
+    if counts.get("generations", 0) == 0 or demo_running:
+        with st.container(border=True):
+            st.subheader("First run: the demo")
+            if counts.get("generations", 0) == 0 and not demo_running:
+                st.markdown("The database is empty.")
+            _demo_text()
+            _demo_button("Run the demo", demo_running)
+        return
+    with st.expander("The demo: SmolLM2 vs its int8 variant on 40 everyday questions"):
+        _demo_text()
+        if demo_stored:
+            st.caption(f"Its run `{jobs_panel.DEMO_RUN}` is stored and scored: choose it below to see its findings. "
+                       "Running it again resumes it if it was interrupted and scores it again.")
+        _demo_button("Run the demo again" if demo_stored else "Run the demo", demo_running)
+
+
+def _choose_run(runs: list[str]) -> str | None:
+    """The run whose findings Home shows: the newest scored run unless the user picks another."""
+    if not runs:
+        return None
+    if st.session_state.get("home_run") not in runs:
+        st.session_state.pop("home_run", None)  # a run that is gone (or none chosen yet): the newest
+    return st.selectbox("Headline findings of run", runs, key="home_run",
+                        format_func=lambda r: f"{r} (newest scored)" if r == runs[0] else r,
+                        help="every scored run, newest first")
+
+
+def _warnings(s) -> None:
+    """The analysis' typed warnings next to the numbers they qualify (a small sample first)."""
+    for w in s.warnings:
+        if w.kind is WarningKind.SMALL_SAMPLE:
+            st.warning(f"**Small sample.** {w.message[0].upper()}{w.message[1:]}.", icon=":material/warning:")
+    for w in s.warnings:
+        if w.kind is not WarningKind.SMALL_SAMPLE:
+            st.warning(w.message[0].upper() + w.message[1:] + ".", icon=":material/warning:")
+
+
+def _summary(s) -> None:
     with st.container(border=True):
-        st.subheader(f"Headline findings: run `{s['run']}`")
-        chance = jobs_panel.chance_text(s)
-        st.caption(f"{', '.join(s['models'])} · dataset `{s['dataset_id']}` · rule `{s['rule']}` · "
-                   f"{s['n_questions']} questions × {s['n_repeats']} repeats · {chance}"
-                   + (f" · {s['n_generations']:,} generations in {ui.fmt_seconds(s['generation_s'])}"
-                      if s.get("generation_s") else ""))
-        st.table(jobs_panel.accuracy_rows(s))  # static: a few rows, readable as text
-        for p in s["pairs"]:
+        st.subheader(f"Headline findings: run `{s.run}`")
+        st.caption(f"{', '.join(s.models)} · dataset `{s.dataset_id}` · rule `{s.rule}` · "
+                   f"{s.n_questions} questions × {s.n_repeats} repeats · {sv.chance_text(s)}"
+                   + (f" · {s.n_generations:,} generations in {ui.fmt_seconds(s.generation_s)}"
+                      if s.generation_s else ""))
+        _warnings(s)
+        st.table(sv.accuracy_rows(s))  # static: a few rows, readable as text
+        for p in s.pairs:
             c1, c2, c3 = st.columns(3)
-            c1.metric("Agreement, coupled", jobs_panel.pct(p.get("agreement_coupled")),
+            c1.metric("Agreement, coupled", sv.pct(sv.agreement(p, "coupled")),
                       help="share of units (question, repeat) where both models give the same answer")
-            c2.metric("Agreement, independent", jobs_panel.pct(p.get("agreement_independent")))
-            ci = p.get("variance_saving_ci") or [None, None]
-            c3.metric("Variance saving of coupling", jobs_panel.pct(p.get("variance_saving")),
-                      help=f"{p.get('saving_definition', '')}; 95% CI [{jobs_panel.pct(ci[0])}, {jobs_panel.pct(ci[1])}]")
-            st.caption(jobs_panel.pair_caption(p))
+            c2.metric("Agreement, independent", sv.pct(sv.agreement(p, "independent")))
+            c3.metric("Variance saving of coupling", sv.pct(p.variance_saving), help=sv.saving_help(p))
+            st.caption(sv.pair_caption(p))
         st.caption("Accuracy CI: 95% t interval over questions (questions are clusters, repeats dependent). "
-                   "Same numbers from the CLI: `python -m engine summary --run " + s["run"] + "`.")
+                   "Same numbers from the CLI: `python -m engine summary --run " + s.run + "`.")
         c1, c2, c3 = st.columns(3)
         for col, key in zip((c1, c2, c3), ("benchmark", "traces", "datamap")):
             page = navigation.BY_KEY[key]
@@ -70,9 +111,10 @@ def _live() -> None:
     demo_running = jobs_panel.demo_running()
     counts = L.overview_live()
     _counters(counts)
-    if counts.get("generations", 0) == 0 or demo_running:
-        _demo_box(counts, demo_running)
-    s = L.latest_summary()
+    scored = L.scored_runs_live()
+    _demo_box(counts, demo_running, jobs_panel.DEMO_RUN in scored)
+    run = _choose_run(scored)
+    s = L.summary_of(run) if run else None
     if s is not None:
         _summary(s)
     was_running = st.session_state.get("_home_running", False)

@@ -25,14 +25,14 @@ if prompts.empty:
     st.stop()
 labels = ui.prompt_labels(prompts)
 prompt = c2.selectbox("Prompt", prompts["prompt_id"].tolist(), format_func=lambda p: labels.get(p, p), key="tr_prompt")
-repeat = c3.selectbox("Repeat", opts["repeats"], key="tr_repeat")
-chosen = st.multiselect("Models", opts["models"], default=opts["models"][:4], key=f"tr_models_{run}")
+repeat = c3.selectbox("Repeat", opts.repeats, key="tr_repeat")
+chosen = st.multiselect("Models", opts.models, default=opts.models[:4], key=f"tr_models_{run}")
 if not chosen:
     st.info("Choose at least one model.")
     st.stop()
 ctx = ui.export_context("traces", run=run, models=chosen)
 
-if len(chosen) >= 2 and "coupled" in opts["modes"]:
+if len(chosen) >= 2 and "coupled" in opts.modes:
     with st.expander("Where do these models diverge? (every unit of the run, coupled mode)"):
         div = L.divergence_summary(run, tuple(chosen))
         ui.chart(figures.divergence_figure(div), "divergence", key="tr_div", ctx=ctx)
@@ -52,33 +52,33 @@ if info:
 page = st.number_input("Steps page (120 steps each)", min_value=1, value=1, step=1, key="tr_page")
 offset = ui.page_offset(page, 120)
 
-for mode in [m for m in MODES if m in opts["modes"]]:
+for mode in [m for m in MODES if m in opts.modes]:
     view = L.trace_view(run, prompt, int(repeat), mode, tuple(chosen), offset, 120)
-    al = view["alignment"]
+    al = view.alignment
     st.subheader(f"{mode.capitalize()} generation")
-    if view["steps"].empty:
+    if view.steps.empty:
         st.info(f"No token traces for this unit in {mode} mode (the run may have been generated with --no-traces, "
                 "or this page of steps is past the end).")
         continue
     m1, m2, m3 = st.columns(3)
-    m1.metric("Steps shown", f"{al['n_steps']} of {view['length']}")
-    m2.metric("Steps where all models agree", f"{al['n_agree']}")
-    m3.metric("First divergence", "none" if al["first_divergence"] is None else f"step {al['first_divergence']}")
-    fig = figures.trace_figure(view["steps"], chosen, al["agree"], al["first_divergence"],
+    m1.metric("Steps shown", f"{al.n_steps} of {view.length}")
+    m2.metric("Steps where all models agree", f"{al.n_agree}")
+    m3.metric("First divergence", "none" if al.first_divergence is None else f"step {al.first_divergence}")
+    fig = figures.trace_figure(view.steps, chosen, al.agree, al.first_divergence,
                                title=f"{mode}: tokens by step (green = all agree, red = differ)",
-                               token_names=view["token_names"])
+                               token_names=view.token_names)
     ui.chart(fig, f"trace_{mode}_{prompt}_rep{repeat}", key=f"trace_{mode}", ctx=ctx)
-    if view["decisions"] is not None:
-        first = al["first_divergence"]
+    if view.decisions is not None:
+        first = al.first_divergence
         st.markdown(f"**What decided step {first}.** Each model picks the token with the largest log p + g "
                     "(log p under its temperature-scaled, masked distribution; g the Gumbel noise of that token, "
                     + ("shared by the models)." if mode == "coupled" else "drawn independently per model).")
-                    + (f" {view['explanation']['text']}" if view.get("explanation") and view["explanation"]["text"]
+                    + (f" {view.explanation['text']}" if view.explanation and view.explanation["text"]
                        else ""))
-        ui.table(ui.decision_rows(view["decisions"]), f"decision_{mode}_{prompt}_rep{repeat}_step{first}",
+        ui.table(ui.decision_rows(view.decisions), f"decision_{mode}_{prompt}_rep{repeat}_step{first}",
                  key=f"tr_decision_{mode}", ctx=ctx)
-    if view["gumbel_recomputed"]:
-        chk = view["gumbel_check"]
+    if view.gumbel_recomputed:
+        chk = view.gumbel_check
         st.caption("Hover a token: its probability in each model, the top alternatives, and the Gumbel values "
                    "recomputed from the noise key (seed, prompt, repeat, step, token id)."
                    + (" They equal the values stored with the trace." if chk is not None and chk <= 1e-5 else ""))
@@ -89,7 +89,7 @@ for mode in [m for m in MODES if m in opts["modes"]]:
         st.caption("Gumbel values of the chosen tokens are not recomputed for this run (byte-string noise keys need "
                    "the tokenizers); the stored Gumbel values of the top alternatives are shown on hover.")
     with st.expander(f"Probability of the chosen token ({mode})"):
-        ui.chart(figures.prob_figure(view["steps"], chosen, al["first_divergence"]),
+        ui.chart(figures.prob_figure(view.steps, chosen, al.first_divergence),
                  f"prob_{mode}_{prompt}_rep{repeat}", key=f"prob_{mode}", ctx=ctx)
 
 st.subheader("Generations of this unit")

@@ -20,6 +20,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 from engine.stats import clustered as CL  # noqa: E402
 from engine.stats import winrates as wr  # noqa: E402
@@ -43,7 +45,11 @@ def main(argv=None) -> int:
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--old-reps", type=int, default=3, help="row-level loop resamples to time (extrapolated)")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args(argv)
+    if args.smoke:  # synthetic Arena-layout data, few resamples
+        from _smoke import synthetic_arena
+        args.arena, args.resamples, args.old_reps = str(synthetic_arena()), 20, 1
     path = Path(args.arena) / "human.json"
     if not path.exists():
         print(f"skipped: {path} not found (needs ../shared/data/arena)")

@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
+
 READER = r"""
 import sys, time, json
 from engine import store
@@ -197,7 +200,10 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=8, help="units per chunk (synthetic)")
     ap.add_argument("--compute-s", type=float, default=0.2, help="seconds of 'generation' per chunk (synthetic)")
     ap.add_argument("--baseline", action="store_true", help="also run without readers/writer first")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     a = ap.parse_args()
+    if a.smoke:  # the synthetic write pattern, one reader, a few short chunks
+        a.synthetic, a.readers, a.hold, a.chunks, a.chunk, a.compute_s, a.timeout = True, 1, 0.05, 3, 4, 0.02, 60
     code = Path(a.code).resolve()
     rows = []
     if a.baseline:

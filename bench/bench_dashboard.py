@@ -23,6 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 from dashboard import navigation  # noqa: E402
 from engine import store  # noqa: E402
@@ -108,7 +110,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", default="/tmp/bench_dashboard.duckdb")
     ap.add_argument("--traces", type=int, default=1_000_000)
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
+    if args.smoke:  # a small database in a fresh folder, the Home page only
+        import tempfile
+        args.db, args.traces = str(Path(tempfile.mkdtemp(prefix="bench_dash_")) / "smoke.duckdb"), 2000
+        PAGES[:] = PAGES[:1]
     db = Path(args.db)
     if not db.exists():
         t0 = time.perf_counter()

@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 
 def _peak_rss_mb() -> float:
@@ -109,7 +110,12 @@ def main(argv=None) -> int:
                          "VM's timings wander by 10-15%% from run to run)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     ap.add_argument("--part", choices=["engine", "reference"], default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args(argv)
+    if args.smoke:  # a tiny random model, a few units, one run
+        from _smoke import tiny_model_dir
+        args.model = tiny_model_dir()
+        args.prompts, args.repeats, args.batch_size, args.max_new_tokens, args.runs = 2, 2, 4, 3, 1
     if args.part:
         print(json.dumps(_child(args)))
         return 0
@@ -122,6 +128,10 @@ def main(argv=None) -> int:
             cmd = [sys.executable, __file__, "--part", part] + [a for a in (argv or sys.argv[1:])]
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(args.threads)}
             load_before = os.getloadavg()[0]
+            if args.smoke:  # in this process: no second torch import (the numbers mean nothing anyway)
+                runs[part].append({**_child(argparse.Namespace(**{**vars(args), "part": part})),
+                                   "loadavg_1min_before": load_before})
+                continue
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
             if p.returncode != 0:
                 print(p.stderr[-3000:], file=sys.stderr)

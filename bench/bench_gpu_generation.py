@@ -136,10 +136,10 @@ def _child(args) -> dict:
             except Exception as exc:
                 return {**out, "skipped": f"engine.generation.vllm_backend is not importable ({type(exc).__name__}: {exc})"}
             be = VB.VllmBackend(path, dtype="bfloat16" if cuda else "float32", engine_kwargs=kw)
-            list(be.generate(prompts, units[:2], args.seed, G.GenConfig(max_new_tokens=2), None, MMLU_SYSTEM))
+            list(be.generate(prompts, G.as_units(units[:2], args.seed), G.GenConfig(max_new_tokens=2), None, MMLU_SYSTEM))
             sync(); t = time.perf_counter()
             tokens = 0
-            for chunk in be.generate(prompts, all_units, seeds, cfg, None, MMLU_SYSTEM):
+            for chunk in be.generate(prompts, G.as_units(all_units, seeds), cfg, None, MMLU_SYSTEM):
                 tokens += sum(len(r.token_ids) for r in chunk)
             sync(); secs = time.perf_counter() - t
             be.close()

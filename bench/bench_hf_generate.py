@@ -27,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 
 def _child(args) -> dict:
@@ -34,6 +36,7 @@ def _child(args) -> dict:
 
     from engine import generation as G
     from engine import models
+    from engine.generation.prompts import stop_token_ids
     from engine.tasks import datasets
 
     torch.set_num_threads(args.threads)
@@ -52,7 +55,7 @@ def _child(args) -> dict:
     else:
         tok, model = lm.tokenizer, lm.model
         text = {p.prompt_id: G.chat_text(tok, G.prompt_messages(p.user_prompt, ds.system_prompt)) for p in ds.prompts}
-        eos = sorted(G._stop_ids(lm))
+        eos = sorted(stop_token_ids(lm))
         pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
         kw = dict(do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0,
                   max_new_tokens=args.max_new_tokens, pad_token_id=pad, eos_token_id=eos)
@@ -97,7 +100,12 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--part", choices=["engine", "generate"], default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args(argv)
+    if args.smoke:  # a tiny random model, a few units, one run
+        from _smoke import tiny_model_dir
+        args.model = tiny_model_dir()
+        args.prompts, args.repeats, args.batch_size, args.max_new_tokens, args.runs = 2, 2, 4, 3, 1
     if args.part:
         print(json.dumps(_child(args)))
         return 0
@@ -108,6 +116,10 @@ def main(argv=None) -> int:
             cmd = [sys.executable, __file__, "--part", part] + list(argv if argv is not None else sys.argv[1:])
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(args.threads)}
             load = os.getloadavg()[0]
+            if args.smoke:  # in this process: no second torch import (the numbers mean nothing anyway)
+                runs[part].append({**_child(argparse.Namespace(**{**vars(args), "part": part})),
+                                   "loadavg_1min_before": load})
+                continue
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
             if p.returncode != 0:
                 print(p.stderr[-3000:], file=sys.stderr)

@@ -33,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 
 def main() -> None:
@@ -50,7 +52,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
+    if args.smoke:  # a tiny random model, 2 prompts, 1 worker, one round
+        from _smoke import tiny_model_dir
+        args.model, args.prompts, args.repeats, args.max_new_tokens = tiny_model_dir(), 2, 1, 2
+        args.batch_size, args.shard_size, args.workers, args.rounds, args.threads = 4, 2, [1], 1, 1
 
     import ray
     import torch

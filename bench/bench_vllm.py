@@ -82,7 +82,7 @@ def main(argv=None) -> None:
     import numpy as np
 
     from engine import models
-    from engine.generation import GenConfig, generate_units
+    from engine.generation import GenConfig, as_units, generate_units
     from engine.generation.vllm_backend import VllmBackend
     from engine.sampling import noise
     from engine.tasks import datasets
@@ -115,7 +115,7 @@ def main(argv=None) -> None:
         row["vllm_build_s"] = time.perf_counter() - t
         t = time.perf_counter()
         got = {(r.prompt_id, r.repeat, r.seed): r
-               for ch in be.generate(prompts, units, seeds, cfg, system_prompt=ds.system_prompt) for r in ch}
+               for ch in be.generate(prompts, as_units(units, seeds), cfg, system_prompt=ds.system_prompt) for r in ch}
         vl = [got[(p, r, s)] for (p, r), s in zip(units, seeds)]
         row["vllm_s"] = time.perf_counter() - t
         row["vllm_tok_s"] = sum(len(r.token_ids) for r in vl) / row["vllm_s"]
@@ -187,7 +187,7 @@ def overhead(a) -> dict:
     import vllm
     from vllm import SamplingParams
 
-    from engine.generation import GenConfig
+    from engine.generation import GenConfig, as_units
     from engine.generation.vllm_backend import VllmBackend, _scoped_env
 
     folder, B, N = a.models[0], a.batch, a.max_new_tokens
@@ -200,14 +200,14 @@ def overhead(a) -> dict:
     try:
         be = VllmBackend(folder, dtype=a.dtype, kv_cache_gib=a.kv_cache_gib, engine_kwargs=kw)
         dtype, ids = be.dtype, be._prompt_ids(prompts, [(p, 0, 0) for p in prompts], cfg, None)
-        list(be.generate(prompts, units[:2], a.seed, GenConfig(max_new_tokens=2)))  # warm-up
+        list(be.generate(prompts, as_units(units[:2], a.seed), GenConfig(max_new_tokens=2)))  # warm-up
         clear()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         coupled_runs, proc = [], []
         for _ in range(max(1, a.rounds)):
             t = time.perf_counter()
-            tokens = sum(len(r.token_ids) for ch in be.generate(prompts, units, a.seed, cfg) for r in ch)
+            tokens = sum(len(r.token_ids) for ch in be.generate(prompts, as_units(units, a.seed), cfg) for r in ch)
             coupled_runs.append(time.perf_counter() - t)
             proc.append(sum(seconds()))
             calls = len(seconds())

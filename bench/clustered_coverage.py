@@ -23,6 +23,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 from engine.stats import benchmark as bm  # noqa: E402
 from engine.stats import clustered as CL  # noqa: E402
@@ -161,9 +163,12 @@ def main(argv=None) -> int:
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-elo", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     ap.add_argument("--parts", default="JMBWS", help="J judge intervals, M mode-test size, B benchmark test, "
                                                      "W Westfall-Young power, S saving intervals")
     args = ap.parse_args(argv)
+    if args.smoke:  # a few data sets, few resamples
+        args.reps, args.resamples = 4, 30
     t0 = time.time()
     R = args.reps
     if "W" in args.parts:

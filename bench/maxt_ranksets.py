@@ -29,6 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 from engine.stats import ranking as R  # noqa: E402
 from engine.stats import simulate as S  # noqa: E402
@@ -187,7 +188,7 @@ def arena(reps, seed, n_draws, arena_dir: Path):
         return
     from ppr_arena import load  # bench/ppr_arena.py
 
-    from engine import ranking_io
+    from engine.analysis import ranksets as ranking_io  # was engine.ranking_io (moved in the layout refactor)
     first, second, human, judges, _ = load(arena_dir)
     k = 12
     n = 990
@@ -241,8 +242,12 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--arena", default=str(ROOT.parent / "shared" / "data" / "arena"))
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     ap.add_argument("--parts", default="ABDEC")
     args = ap.parse_args(argv)
+    if args.smoke:  # a few repetitions and draws on every part, synthetic Arena-layout data
+        from _smoke import synthetic_arena
+        args.reps, args.arena_reps, args.n, args.draws, args.arena = 3, 2, "1120", 1000, str(synthetic_arena(n=8000))
     t0 = time.time()
     if "A" in args.parts:
         synthetic(args.reps, [int(x) for x in args.n.split(",")], args.seed, args.draws)

@@ -30,6 +30,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 from engine.analysis import comparisons as C  # noqa: E402
 from engine.analysis import ranksets as RS
@@ -238,7 +240,14 @@ def main(argv=None) -> int:
                     help="rank-set procedure of the draws: chi2 = the paper's Algorithm 2 (default: reproduction); "
                          "maxt / marginal = the product's default sets (2,000 normal draws per repetition)")
     ap.add_argument("--from-json", action="store_true", help="re-plot / re-print the saved ppr_arena.json")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args(argv)
+    if args.smoke:  # synthetic Arena-layout data, a few repetitions, no figures, output in a fresh folder
+        import tempfile
+
+        from _smoke import synthetic_arena
+        args.arena, args.reps, args.boot, args.n, args.no_figures = str(synthetic_arena(n=8000)), 3, 20, "66,990", True
+        args.outdir = tempfile.mkdtemp(prefix="bench_smoke_ppr_")
     outdir = Path(args.outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(s, file=sys.stderr)  # noqa: E731

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 from engine.stats import ranking as R  # noqa: E402
 
@@ -153,7 +155,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the JSON results here")
     ap.add_argument("--png", help="also plot coverage vs n to this PNG (needs kaleido + BROWSER_PATH)")
     ap.add_argument("--from-json", help="re-print / re-plot saved results instead of running")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args(argv)
+    if args.smoke:  # a few repetitions at two small n
+        args.reps, args.total, args.n = 3, 2_000, "280,560"
     if args.from_json:
         res = json.loads(Path(args.from_json).read_text())
         if args.png:

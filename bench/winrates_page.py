@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _smoke import SMOKE_HELP  # noqa: E402
 
 from engine.analysis import ranksets as RS  # noqa: E402
 from engine.analysis import winrates as WRV  # noqa: E402
@@ -28,7 +30,16 @@ from engine.analysis.comparisons import ARENA_PAPER_MODELS, _read_arena_cached, 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
+    if args.smoke:  # synthetic Arena-layout data (COUPLED_EVAL_SHARED points at it), one repeat
+        import tempfile
+
+        from _smoke import synthetic_arena
+        shared = Path(tempfile.mkdtemp(prefix="bench_smoke_shared_"))
+        synthetic_arena(shared / "data" / "arena", n=3000)
+        os.environ["COUPLED_EVAL_SHARED"] = str(shared)
+        args.repeats = 1
     if arena_dir() is None:
         sys.exit("needs ../shared/data/arena")
     cases = {

@@ -202,6 +202,22 @@ def _log_tail(path: Path, n_chars: int = 2000) -> str:
     return "\n".join(line.rsplit("\r", 1)[-1] for line in text.splitlines())
 
 
+def _eta(prog: dict, meta: dict) -> float | None:
+    """:func:`smoothed_eta` of a job from its progress file and metadata."""
+    now = time.time()
+    updated = float(prog.get("updated_at") or now)
+    return smoothed_eta(int(prog.get("done", 0) or 0), int(prog.get("total", 0) or 0),
+                        now - float(meta.get("started_at", now)), prog.get("eta_s"), since_update_s=now - updated)
+
+
+def ray_unavailable() -> str:
+    """Why Ray workers cannot run here ("" when ``ray`` is installed): checked before a job starts."""
+    import importlib.util
+    if importlib.util.find_spec("ray") is None:
+        return "Ray workers need the `ray` package, which is not installed here (pip install ray); use 0 workers"
+    return ""
+
+
 def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
     """The current status of one job (see the module docstring for the states)."""
     _check_job_id(job_id)
@@ -232,8 +248,7 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
         pid=pid, started_at=float(meta.get("started_at", 0.0)), done=int(prog.get("done", 0) or 0),
         total=int(prog.get("total", 0) or 0), tokens=int(prog.get("tokens", 0) or 0),
         tokens_per_s=float(prog.get("tokens_per_s", 0.0) or 0.0),
-        eta_s=smoothed_eta(int(prog.get("done", 0) or 0), int(prog.get("total", 0) or 0),
-                           time.time() - float(meta.get("started_at", time.time())), prog.get("eta_s")),
+        eta_s=_eta(prog, meta),
         message=str(prog.get("message", "") or ""), returncode=returncode,
         resumed_from=meta.get("resumed_from"), log_tail=_log_tail(paths["log"]) if status != "running" else "",
         extra={**({"followup": followup} if followup else {}),
@@ -242,16 +257,22 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
     )
 
 
-def smoothed_eta(done: int, total: int, elapsed_s: float, raw_eta_s: float | None = None) -> float | None:
-    """A stable ETA: remaining units at the job's average pace so far, (total - done) * elapsed / done.
+def smoothed_eta(done: int, total: int, elapsed_s: float, raw_eta_s: float | None = None,
+                 since_update_s: float = 0.0) -> float | None:
+    """A stable ETA: remaining units at the job's average pace as of its last progress update,
+    counted down since that update: (total - done) * t_u / done - (now - t_u) with t_u = the job's
+    age at the update, never below 0.
 
-    The engine's own ETA follows the latest chunk's rate, which swings (model loading, the second
-    model's load, short and long chunks); the average over the whole job so far includes those
-    overheads and changes slowly. Before the first unit the engine's estimate (or None) is used.
+    The average over the whole job so far includes model loading and short and long chunks, so it
+    changes slowly; evaluating it at the last update (not now) keeps it from growing while a chunk
+    runs and no unit finishes. Before the first unit the engine's estimate (or None) is used,
+    counted down the same way.
     """
-    if total <= 0 or done <= 0 or elapsed_s <= 0:
-        return raw_eta_s
-    return max(total - done, 0) * elapsed_s / done
+    since = max(float(since_update_s), 0.0)
+    at_update = elapsed_s - since
+    if total <= 0 or done <= 0 or at_update <= 0:
+        return None if raw_eta_s is None else max(float(raw_eta_s) - since, 0.0)
+    return max(max(total - done, 0) * at_update / done - since, 0.0)
 
 
 def list_jobs(db: str | os.PathLike | None = None, kind: str | None = None) -> list[JobStatus]:

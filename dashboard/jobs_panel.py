@@ -47,36 +47,6 @@ def demo_running() -> bool:
     return jobs.demo_running(db_path())
 
 
-def pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.0f}%"
-
-
-def chance_text(s: dict) -> str:
-    if s.get("chance") is None:
-        return "no chance baseline (no gold answers)"
-    how = "a uniform guess" if s.get("kind") == "multiple_choice" else "always giving the most common answer"
-    return f"chance {s['chance']:.3f} ({how})"
-
-
-def accuracy_rows(s: dict) -> list[dict]:
-    """The summary's accuracy table rows: model, mode, accuracy, 95% CI."""
-    return [{"model": r["model"], "mode": r["mode"], "accuracy": round(r["accuracy"], 3),
-             "95% CI": f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"} for r in s["accuracy"]]
-
-
-def pair_caption(p: dict) -> str:
-    """One line on the paired accuracy difference of a model pair in both modes."""
-    parts = []
-    for mode in ("coupled", "independent"):
-        d = p.get(f"diff_{mode}")
-        if d:
-            parts.append(f"{mode}: {d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (SE {d['se']:.3f})")
-    factor = p.get("questions_factor")
-    more = f" Independent sampling needs {factor:.1f}× the questions for the same precision." if factor else ""
-    return (f"Accuracy difference {p['model_a']} − {p['model_b']}, paired over questions, 95% CI: "
-            + "; ".join(parts) + "." + more)
-
-
 def generate_args(models: list[str], dataset: str, repeats: int, temperature: float, max_new_tokens: int,
                   modes: list[str], seed: int, limit: int | None = None, top_k: int = 0, top_p: float = 1.0,
                   record_traces: bool = True, backend: str = "hf", workers: int = 0,
@@ -107,15 +77,16 @@ def run_id_for_args(args: list[str]) -> str | None:
     return args[args.index("--run-id") + 1] if "--run-id" in args else None
 
 
-def start_generation(args: list[str], score_after: bool) -> str | None:
-    """Start a generate job; with ``score_after``, score the run (its id from ``--run-id`` or derived) after."""
+def start_generation(args: list[str], score_after: bool, rule: str | None = None) -> str | None:
+    """Start a generate job; with ``score_after``, score the run (its id from ``--run-id`` or derived)
+    after, with ``rule`` (None: the rule that fits the dataset)."""
     run_id = run_id_for_args(args)
     if score_after and run_id is None:
         run_id = f"ui-{time.strftime('%Y%m%d-%H%M%S')}"
         args = args + ["--run-id", run_id]
     try:
         job_id = jobs.start_job(args, kind="generate", db=db_path(), env={"COUPLED_EVAL_DB": str(db_path())},
-                                then=[score_args(run_id)] if score_after and run_id else None)
+                                then=[score_args(run_id, rule)] if score_after and run_id else None)
     except (UserError, OSError) as exc:
         st.error(f"Could not start the job: {exc}")
         return None

@@ -70,6 +70,7 @@ datasets_table = _view(_overview.datasets_table)
 comparison_sets = _view(_comparisons.comparison_sets)
 run_summary = _view(_summary.run_summary)
 latest_scored_run = _view(_summary.latest_scored_run)
+scored_runs = _view(_summary.scored_runs)
 
 
 def overview_live() -> dict[str, int]:
@@ -83,13 +84,26 @@ def overview_live() -> dict[str, int]:
     return counts
 
 
-def latest_summary() -> dict | None:
-    """The headline findings of the newest scored run (None when nothing is scored yet)."""
+def scored_runs_live() -> list[str]:
+    """Scored runs, newest first, for the live Home fragment (the last list while the writer is busy)."""
     try:
-        run = latest_scored_run()
+        runs_ = scored_runs()
+    except (duckdb.Error, OSError, UserError):
+        return st.session_state.get("_last_scored_runs", [])
+    st.session_state["_last_scored_runs"] = runs_
+    return runs_
+
+
+def summary_of(run: str | None = None) -> _summary.RunSummary | None:
+    """The headline findings of ``run`` (default: the newest scored run); None when nothing is
+    scored yet, or while the database is busy or the run is being rescored (the next poll shows it)."""
+    try:
+        run = run or latest_scored_run()
         return run_summary(run) if run else None
-    except (duckdb.Error, OSError, UserError):  # a busy database or a run being rescored: next poll
+    except (duckdb.Error, OSError, UserError):
         return None
+
+
 # Token traces
 run_options = _view(_overview.run_options)
 run_prompts = _view(_overview.run_prompts)
@@ -102,6 +116,7 @@ benchmark_choices = _view(_benchmark.benchmark_choices)
 benchmark = _view(_benchmark.benchmark)
 multigen = _view(_multigen.multigen)
 cluster_methods = _view(_multigen.cluster_methods)
+default_rule = _view(_multigen.default_rule)
 prompts_generations = _view(_multigen.prompts_generations)
 # Win-rates and rank-sets
 winrate_sources = _view(_comparisons.winrate_sources)

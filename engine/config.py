@@ -44,6 +44,23 @@ DEFAULT_SEED = 0
 # ---------------------------------------------------------------------------------- scoring, judging, clustering
 RULES = ("paper", "lenient", "numeric", "exact")   # answer-extraction rules (engine.tasks.scoring)
 DEFAULT_RULE = "paper"
+NO_ANSWER = "E"  # what the multiple-choice rules extract when they find no option (always wrong)
+
+
+def rule_for_dataset(kind: str | None, dataset_id: str | None = None) -> str:
+    """The scoring rule that fits a dataset when none is asked for.
+
+    numeric -> "numeric" (last number / "####"); prompt lists -> "exact"; multiple choice ->
+    "lenient" for the built-in ``demo`` set (its questions were written for this project and a
+    small model answers "1. 17 + 26 = 43" or "B. 43"), else "paper": MMLU files and folders keep
+    the coupled-generation paper's exact rule, so paper reproductions need no flag.
+    """
+    if kind == "numeric":
+        return "numeric"
+    if kind == "prompts":
+        return "exact"
+    base = (dataset_id or "").split(":", 1)[0]
+    return "lenient" if base == "demo" else "paper"
 CLUSTER_METHODS = ("answer", "llm", "embedding")
 DEFAULT_EMBEDDING_THRESHOLD = 0.85  # cosine; paraphrases of one short answer typically score 0.85-0.99 with MiniLM
 JUDGE_ORDERS = ("both", "random")

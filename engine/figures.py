@@ -67,6 +67,39 @@ def _step_layout(steps: pd.DataFrame, step_values: Sequence[int]) -> dict[int, t
     return out
 
 
+def _trace_hover(rec, m, models: Sequence[str], by_step_text: pd.DataFrame, by_step_prob: pd.DataFrame,
+                 names: Mapping[int, str]) -> str:
+    """The hover text of one model's token at one step: the token and its probability, log p + g
+    when the Gumbel value is known, the other models' tokens and the top alternatives."""
+    st = int(rec.step)
+    others = "<br>".join(
+        f"  {html.escape(str(om))}: {html.escape(_tok(by_step_text.at[st, om]))} "
+        f"(p={by_step_prob.at[st, om]:.3f})"
+        for om in models if om != m and om in by_step_text.columns and st in by_step_text.index
+        and not pd.isna(by_step_text.at[st, om]))
+    alts = ""
+    top_ids = _seq(getattr(rec, "top_ids", None))
+    if top_ids:
+        tp = _seq(getattr(rec, "top_probs", None)) or [float("nan")] * len(top_ids)
+        # prefer the Gumbel values recomputed from the noise key; else the stored ones
+        tg = _seq(getattr(rec, "top_gumbels_recomputed", None)) or _seq(getattr(rec, "top_gumbels", None)) \
+            or [None] * len(top_ids)
+        alts = "<br>top alternatives (p, g, log p + g):<br>" + "<br>".join(
+            f"  {html.escape(_tok(names.get(int(i), f'#{int(i)}')))}: p={p:.3f}"
+            + (f", g={g:.3f}, log p + g={math.log(p) + g:.3f}" if g is not None and not pd.isna(g) and p > 0
+               else "")
+            for i, p, g in list(zip(top_ids, tp, tg))[:8])
+    g_chosen = getattr(rec, "gumbel", None)
+    g_txt = ""
+    if g_chosen is not None and not pd.isna(g_chosen):
+        g_txt = f"<br>Gumbel (recomputed from key): {g_chosen:.4f}"
+        if float(rec.prob) > 0:
+            g_txt += f"<br>log p + g = {math.log(float(rec.prob)) + g_chosen:.4f} (the largest wins)"
+    return (f"<b>{html.escape(str(m))}</b>, step {st}<br>token: {html.escape(_tok(rec.token_text))} "
+            f"(id {int(rec.token_id)})<br>p = {float(rec.prob):.4f}{g_txt}"
+            + (f"<br>other models:<br>{others}" if others else "") + alts)
+
+
 def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[bool] | None = None,
                  first_divergence: int | None = None, title: str = "Token trace",
                  token_names: Mapping[int, str] | None = None, chars_shown: int = 120) -> go.Figure:
@@ -101,37 +134,9 @@ def trace_figure(steps: pd.DataFrame, models: Sequence[str], agree: Sequence[boo
         part = steps[steps["model"] == m].sort_values("step")
         if part.empty:
             continue
-        colors, hovers = [], []
-        for rec in part.itertuples(index=False):
-            st = int(rec.step)
-            colors.append(AGREE if agree_map.get(st, False) else DISAGREE)
-            others = "<br>".join(
-                f"  {html.escape(str(om))}: {html.escape(_tok(by_step_text.at[st, om]))} "
-                f"(p={by_step_prob.at[st, om]:.3f})"
-                for om in models if om != m and om in by_step_text.columns and st in by_step_text.index
-                and not pd.isna(by_step_text.at[st, om]))
-            alts = ""
-            top_ids = _seq(getattr(rec, "top_ids", None))
-            if top_ids:
-                tp = _seq(getattr(rec, "top_probs", None)) or [float("nan")] * len(top_ids)
-                # prefer the Gumbel values recomputed from the noise key; else the stored ones
-                tg = _seq(getattr(rec, "top_gumbels_recomputed", None)) or _seq(getattr(rec, "top_gumbels", None)) \
-                    or [None] * len(top_ids)
-                alts = "<br>top alternatives (p, g, log p + g):<br>" + "<br>".join(
-                    f"  {html.escape(_tok(names.get(int(i), f'#{int(i)}')))}: p={p:.3f}"
-                    + (f", g={g:.3f}, log p + g={math.log(p) + g:.3f}" if g is not None and not pd.isna(g) and p > 0
-                       else "")
-                    for i, p, g in list(zip(top_ids, tp, tg))[:8])
-            g_chosen = getattr(rec, "gumbel", None)
-            g_txt = ""
-            if g_chosen is not None and not pd.isna(g_chosen):
-                g_txt = f"<br>Gumbel (recomputed from key): {g_chosen:.4f}"
-                if float(rec.prob) > 0:
-                    g_txt += f"<br>log p + g = {math.log(float(rec.prob)) + g_chosen:.4f} (the largest wins)"
-            hovers.append(
-                f"<b>{html.escape(str(m))}</b>, step {st}<br>token: {html.escape(_tok(rec.token_text))} "
-                f"(id {int(rec.token_id)})<br>p = {float(rec.prob):.4f}{g_txt}"
-                + (f"<br>other models:<br>{others}" if others else "") + alts)
+        colors = [AGREE if agree_map.get(int(st), False) else DISAGREE for st in part["step"]]
+        hovers = [_trace_hover(rec, m, models, by_step_text, by_step_prob, names)
+                  for rec in part.itertuples(index=False)]
         left = [pos[int(s)][0] for s in part["step"]]
         width = [pos[int(s)][1] for s in part["step"]]
         fig.add_trace(go.Bar(

@@ -11,12 +11,13 @@ tests that kill or clean up what they started).
 from __future__ import annotations
 
 import string
-from pathlib import Path
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from engine.generation.ray_cluster import descendants  # noqa: F401  (tests import it from here)
 
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
 CHARS = list(string.ascii_letters + string.digits + string.punctuation + " \n")
@@ -59,19 +60,3 @@ def tiny_lm(seed: int = 0, vocab_perm_seed: int | None = None, hidden: int = 64,
             p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
     model = model.to(dtype).eval()
     return model, tok
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (Linux /proc; empty elsewhere)."""
-    out, frontier = set(), [pid]
-    while frontier:
-        p = frontier.pop()
-        try:
-            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        for k in map(int, kids):
-            if k not in out:
-                out.add(k)
-                frontier.append(k)
-    return out

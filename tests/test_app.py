@@ -144,16 +144,57 @@ def test_home_lists_what_is_stored(app, small_db):
     assert labels["Token traces"] == f"{len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES) * N_STEPS:,}"
     tables = [d.value for d in at.dataframe]
     assert any("run_id" in t and "run-small" in t["run_id"].tolist() for t in tables)
-    assert "Run the demo" not in [b.label for b in at.button]  # not an empty database
+    # not an empty database: the demo stays reachable (in an expander), not the first-run box
+    assert "First run: the demo" not in [h.value for h in at.subheader]
+    assert at.button(key="run_demo").label == "Run the demo"
     # the headline findings of the newest scored run, with the same numbers as the CLI's summary
     from engine.analysis.summary import run_summary
     s = run_summary(small_db, "run-small")
     assert any("Headline findings" in h.value for h in at.subheader)
+    assert at.selectbox(key="home_run").value == "run-small"
     acc = at.table[0].value
-    assert len(acc) == len(s["accuracy"]) and acc["accuracy"].astype(float).tolist() == [
-        round(r["accuracy"], 3) for r in s["accuracy"]]
+    assert len(acc) == len(s.accuracy) and acc["accuracy"].astype(float).tolist() == [
+        round(r.accuracy, 3) for r in s.accuracy]
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Agreement, coupled"] == f"{100 * s['pairs'][-1]['agreement_coupled']:.0f}%"  # last pair shown last
+    assert metrics["Agreement, coupled"] == f"{100 * s.pairs[-1].agreement['coupled'].mean:.0f}%"  # last pair last
+    assert not at.warning  # 40 questions, intervals that vary: nothing to warn about
+
+
+def test_home_chooses_the_run_and_warns_on_a_small_sample(tmp_path, monkeypatch, small_db):
+    """Issue 21 item 7: Home shows the newest scored run by default, lets the user choose another,
+    and a 5-question run's collapsed interval and 100% saving come with the analysis' warnings."""
+    import shutil
+
+    import numpy as np
+
+    from engine.tasks import scoring
+    from tests.test_summary import make_numeric_run
+    db = tmp_path / "two.duckdb"
+    shutil.copy(small_db, db)
+    same = np.array([["4", "4"], ["7", "1"], ["2", "2"], ["9", "3"], ["5", "5"]])
+    other = np.array([["4", "1"], ["7", "7"], ["1", "2"], ["9", "9"], ["5", "0"]])
+    make_numeric_run(db, {("m1", "coupled"): same, ("m2", "coupled"): same, ("m1", "independent"): same,
+                          ("m2", "independent"): other}, {f"p{i}": g for i, g in enumerate("47295")}, run="tiny")
+    scoring.score_run(db, "tiny", "exact")
+    scoring.score_run(db, "tiny")  # numeric: the dataset's rule
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    sel = at.selectbox(key="home_run")
+    assert sel.options[:2] == ["tiny (newest scored)", "run-small"] and sel.value == "tiny"
+    warnings = [w.value for w in at.warning]
+    assert warnings[0].startswith("**Small sample.** Small sample: 5 questions")
+    assert any("interval [+0.000, +0.000] (SE 0) is a single point" in w for w in warnings)
+    assert any("variance saving reads 100%" in w for w in warnings)
+    sel.set_value("run-small").run()
+    assert not at.exception
+    assert any("run `run-small`" in h.value for h in at.subheader) and not at.warning
+    # the Data map starts from the rule the run was scored with (issue 21 item 6), not the first listed
+    at.switch_page(navigation.path("datamap")).run()
+    at.selectbox(key="dm_run").set_value("tiny").run()
+    assert not at.exception
+    assert at.selectbox(key="dm_rule").options == ["exact", "numeric"] and at.selectbox(key="dm_rule").value == "numeric"
 
 
 def test_generate_page_form_and_validation(app):
@@ -173,18 +214,54 @@ def test_generate_page_form_and_validation(app):
         assert "scripts/install_vllm.sh" in _texts(at) + " ".join(c.value for c in at.caption)
 
 
-def test_generate_page_refuses_tensor_parallel_without_vllm(app, small_db):
-    """Tensor parallel > 1 with the transformers backend: an error naming the allowed value, no job."""
+@pytest.mark.parametrize("field,value,expected", [
+    # tensor parallel > 1 with the transformers backend: an error naming the allowed value
+    ("gen_tp", 2, ("Tensor parallel 2 needs the vllm backend", "allowed: 1")),
+    # issue 21 item 10: Ray workers without `ray` installed are refused before a job starts
+    ("gen_workers", 2, ("Ray workers 2: Ray workers need the `ray` package", "allowed here: 0")),
+])
+def test_generate_page_refuses_before_a_job_starts(app, small_db, monkeypatch, field, value, expected):
+    """A setting this environment cannot run: one error, and no job is started."""
     from dashboard import jobs
+    monkeypatch.setattr(jobs, "ray_unavailable", lambda: "Ray workers need the `ray` package (test)")
     at = _page(app, navigation.path("generate"))
     at.multiselect(key="gen_models").set_value([at.multiselect(key="gen_models").options[0]])
-    at.number_input(key="gen_tp").set_value(2)
+    at.number_input(key=field).set_value(value)
     n_jobs = len(jobs.list_jobs(small_db))
     next(b for b in at.button if b.label == "Start generation").click().run()
     assert not at.exception
     errors = " ".join(e.value for e in at.error)
-    assert "Tensor parallel 2 needs the vllm backend" in errors and "allowed: 1" in errors
+    assert all(e in errors for e in expected), errors
     assert len(jobs.list_jobs(small_db)) == n_jobs
+
+
+@pytest.mark.parametrize("rule", ["the dataset's rule", "numeric"])
+def test_generate_page_scores_with_the_rule_its_label_names(app, small_db, rule):
+    """Issue 21 item 10: "Score when done" scores with the rule the page names: the dataset's own
+    rule (as `score` without --rule) or the one chosen."""
+    from dashboard import jobs
+    at = _page(app, navigation.path("generate"))
+    assert at.checkbox(key="gen_score").label == "Score when done"
+    at.multiselect(key="gen_models").set_value([at.multiselect(key="gen_models").options[0]])
+    at.selectbox(key="gen_dataset").set_value("demo-numbers")
+    at.selectbox(key="gen_score_rule").set_value(rule)
+    before = {j.job_id for j in jobs.list_jobs(small_db)}
+    next(b for b in at.button if b.label == "Start generation").click().run()
+    assert not at.exception
+    started = [j for j in jobs.list_jobs(small_db) if j.job_id not in before]
+    try:
+        assert len(started) == 1
+        meta = json.loads((jobs.jobs_dir(small_db) / f"{started[0].job_id}.meta.json").read_text())
+        score = meta["then"][0]
+        assert score[0] == "score"
+        success = " ".join(m.value for m in at.success)
+        if rule == "numeric":
+            assert score[score.index("--rule") + 1] == "numeric" and "with the numeric rule" in success
+        else:
+            assert "--rule" not in score and "the rule that fits the dataset" in success
+    finally:
+        for j in started:
+            jobs.cancel_job(j.job_id, small_db)
 
 
 def test_generate_args_pass_the_backend():
@@ -305,7 +382,7 @@ def test_ranksets_page_methods_and_covariance(app):
     assert "Baseline" in _texts(at)
 
 
-def test_datamap_page_flags_and_slider(app):
+def test_datamap_page_flags_and_slider(app, small_db):
     at = _page(app, navigation.path("datamap"))
     text = _texts(at)
     assert "Flagged prompts" in text and "Score μ̂" in text and "95% t CI" in text
@@ -315,7 +392,14 @@ def test_datamap_page_flags_and_slider(app):
     at.slider(key="dm_smin").set_value(-3.0).run()
     assert not at.exception
     flagged = {m.label: m.value for m in at.metric}["Flagged prompts"]
-    assert int(flagged) == N_PROMPTS  # the whole square is flagged
+    # the whole square is flagged, except prompts without a repeated answer: generations with no
+    # extractable answer ("E" here) are each their own category, never a label-error candidate
+    sel = {k: at.selectbox(key=k).value for k in ("dm_model", "dm_mode", "dm_rule")}
+    repeated = store.query_df(small_db, """
+        SELECT count(*) FROM (SELECT prompt_id FROM scores WHERE run_id = 'run-small' AND model = ? AND mode = ?
+                              AND rule = ? AND extracted <> 'E' GROUP BY prompt_id, extracted HAVING count(*) >= 2)""",
+                              [sel["dm_model"], sel["dm_mode"], sel["dm_rule"]]).iloc[0, 0]
+    assert 0 < int(flagged) == int(repeated) < N_PROMPTS
 
 
 def test_upload_page_lists_sets(app):
@@ -347,10 +431,10 @@ def test_align_traces_matches_a_naive_loop(small_db):
     for s in sorted(steps["step"].unique()):
         toks = [steps[(steps.step == s) & (steps.model == m)]["token_id"].iloc[0] for m in MODELS]
         naive_agree.append(len(set(toks)) == 1)
-    assert al["agree"] == naive_agree
+    assert al.agree == naive_agree
     first = next((i for i, a in enumerate(naive_agree) if not a), None)
-    assert al["first_divergence"] == first
-    assert al["n_agree"] == sum(naive_agree)
+    assert al.first_divergence == first
+    assert al.n_agree == sum(naive_agree)
 
 
 def test_trace_paging_covers_every_step_once(small_db):
@@ -559,7 +643,7 @@ def test_divergence_summary_sql_matches_alignment_per_unit(small_db):
     assert len(summary) == N_PROMPTS * N_REPEATS
     for rec in summary.sample(12, random_state=0).itertuples():
         steps = traces.trace_steps(small_db, "run-small", rec.prompt_id, int(rec.repeat), "coupled", list(MODELS))
-        first = traces.align_traces(steps, list(MODELS))["first_divergence"]
+        first = traces.align_traces(steps, list(MODELS)).first_divergence
         assert (None if pd.isna(rec.first_divergence) else int(rec.first_divergence)) == first
         assert rec.n_steps == N_STEPS
     with pytest.raises(Exception, match="at least two models"):
@@ -662,10 +746,10 @@ def test_divergence_explanation_exact_tiny_case():
 
 def test_trace_view_has_the_deciding_quantity(small_db):
     view = traces.trace_view(small_db, "run-small", "q1", 0, "coupled", MODELS)
-    assert view["temperature"] == 0.7
-    first = view["alignment"]["first_divergence"]
-    assert first is not None and list(view["decisions"]["model"]) == list(MODELS)
-    assert view["explanation"]["text"].startswith(f"At step {first}")
+    assert view.temperature == 0.7
+    first = view.alignment.first_divergence
+    assert first is not None and list(view.decisions["model"]) == list(MODELS)
+    assert view.explanation["text"].startswith(f"At step {first}")
 
 
 def test_divergence_table_selection_opens_the_unit(app, small_db):

@@ -28,12 +28,13 @@ from engine import generation as G
 from engine import models, store
 from engine.cli import main as cli_main
 from engine.errors import UserError
-from engine.generation.types import ModelTask
+from engine.generation.types import ModelTask, Unit
 from engine.progress import read_progress
 from engine.tasks import datasets
 from engine.testing import descendants, tiny_lm
 
 ray = pytest.importorskip("ray", reason="the ray package is not installed (pip install ray)")
+from engine.generation import ray_cluster  # noqa: E402
 from engine.generation.distributed import RayConfig, RayExecutor, plan_shards  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +110,7 @@ def _assert_same_rows(db, ref_db, exact_probs: bool = False, rtol: float = 1e-5)
 
 
 def test_plan_shards_keeps_prompts_whole_and_is_deterministic():
-    units = tuple((f"p{i}", r, sd) for sd in (7, 9) for i in range(5) for r in range(3))  # mode-major, 30 units
+    units = tuple(Unit(f"p{i}", r, sd) for sd in (7, 9) for i in range(5) for r in range(3))  # mode-major, 30 units
     tasks = [ModelTask("m", "m", units), ModelTask("n", "n", units[:6])]
     shards = plan_shards(tasks, shard_units=13)
     assert shards == plan_shards(tasks, shard_units=13)
@@ -117,7 +118,7 @@ def test_plan_shards_keeps_prompts_whole_and_is_deterministic():
     assert [s.name for s in shards] == ["m", "m", "m", "n"]
     assert sorted(u for s in shards[:3] for u in s.units) == sorted(units)
     for i in range(5):  # each prompt's 6 units (3 repeats x 2 seeds) lie in exactly one shard of m
-        assert sum(any(u[0] == f"p{i}" for u in s.units) for s in shards[:3]) == 1
+        assert sum(any(u.prompt_id == f"p{i}" for u in s.units) for s in shards[:3]) == 1
     assert [len(s.units) for s in plan_shards(tasks, shard_units=1)] == [6] * 5 + [3, 3]  # a prompt alone > shard
 
 
@@ -201,8 +202,17 @@ def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path
             time.sleep(0.05)
         else:
             pytest.fail("the distributed driver made no progress in time")
+        family |= descendants(child.pid)
+        agents = {p for p in family if ray_cluster._is_ray(p) and "Agent" in _title(p)}
+        assert len(agents) >= 2  # ray::DashboardAgent, ray::RuntimeEnvAgent
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=60) == -signal.SIGKILL
+        # its local cluster does not outlive it: raylet and gcs die with it (Ray's fate sharing), and
+        # its watchdog (engine.generation.ray_cluster) ends the agents, which would outlive it
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (left := {p for p in family if ray_cluster.alive(p, None)}):
+            time.sleep(0.2)
+        assert not left, {p: _title(p) for p in left}
     finally:
         for pid in family | descendants(child.pid):  # the cluster it started (raylet, gcs, replicas)
             try:
@@ -221,6 +231,49 @@ def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path
     assert cli_main(base + ["--db", str(db), "--workers", "2", "--shard-size", "4"]) == 0
     _assert_same_rows(db, ref_db)
     assert store.table_counts(db)["generations"] == 32
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_json_stdout_stays_json_when_a_replica_is_killed(ray_session, folders, tmp_path, monkeypatch, capsys):
+    """Ray's driver prints raylet messages (a retried task's dead worker) on stdout from a thread;
+    while a RayExecutor is connected they go to stderr, so `generate --json` prints only JSON."""
+    from ray._private.worker import print_to_stdstream
+
+    import engine.generation.run as R
+
+    executors, write, killed = [], R._write_chunk, []
+    prepare = RayExecutor.prepare
+
+    def record_executor(self, *a, **k):
+        executors.append(self)
+        return prepare(self, *a, **k)
+
+    def write_then_kill(*a, **k):
+        write(*a, **k)
+        if not killed:  # after the first stored shard: kill a replica; Ray restarts it and retries
+            pid = next(iter(executors[0].worker_info.values()))["pid"]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            # what Ray's error listener thread prints for it (its timing is Ray's: made certain here)
+            print_to_stdstream({"lines": ["worker died: MARKER"], "pid": "raylet", "is_err": False},
+                               ignore_prefix=False)
+
+    monkeypatch.setattr(RayExecutor, "prepare", record_executor)
+    monkeypatch.setattr(R, "_write_chunk", write_then_kill)
+    db = tmp_path / "j.duckdb"
+    assert cli_main(_KILL_CMD + ["--models", *folders, "--db", str(db), "--workers", "2", "--shard-size", "4",
+                                 "--json"]) == 0
+    cap = capsys.readouterr()
+    res = json.loads(cap.out)  # stdout is exactly our JSON
+    assert killed and (res["status"], res["units"]) == ("done", 32)
+    assert "MARKER" in cap.err and "MARKER" not in cap.out
+    assert executors[0]._stdout is None  # stdout restored on close
 
 
 def _free_port() -> int:

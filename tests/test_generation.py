@@ -428,7 +428,7 @@ def test_hf_backend_matches_iter_generate_and_satisfies_the_protocol():
     be = load_backend("hf", lm)
     assert isinstance(be, Backend)
     units = [("p0", 0), ("p1", 1)]
-    got = [r for chunk in be.generate(PROMPTS, units, 4, CFG) for r in chunk]
+    got = [r for chunk in be.generate(PROMPTS, G.as_units(units, 4), CFG) for r in chunk]
     want = G.generate_units(lm, PROMPTS, units, 4, CFG)
     assert sorted(r.token_ids for r in got) == sorted(r.token_ids for r in want)
     assert set(be.describe()) >= {"backend", "backend_version", "dtype", "device"}

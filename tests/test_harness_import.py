@@ -62,8 +62,8 @@ def test_import_pairs_models_and_analyses_show_the_harness_accuracy(tmp_db, path
     assert res.models == models and res.n_common == res.n_prompts == 8
     assert res.ours == res.headline
     s = run_summary(tmp_db, "h")
-    acc = {r["model"]: r["accuracy"] for r in s["accuracy"]}
-    assert acc == res.headline and s["n_repeats"] == repeats and s["modes"] == ["independent"]
+    acc = {r.model: r.accuracy for r in s.accuracy}
+    assert acc == res.headline and s.n_repeats == repeats and s.modes == ["independent"]
     ranks = accuracy_ranksets(tmp_db, "h")
     assert ranks.imported and {m.model: m.accuracy for m in ranks.models} == res.headline
     assert all(m.harness_accuracy == m.accuracy for m in ranks.models)
@@ -74,7 +74,7 @@ def test_import_pairs_models_and_analyses_show_the_harness_accuracy(tmp_db, path
     assert again.n_generations == res.n_generations == 8 * repeats * 2
     from engine.analysis.multigen import multigen_summary
     mg = multigen_summary(tmp_db, "h", models[0], mode="independent", rule="harness")
-    assert mg["score"]["mu"] == res.headline[models[0]] and mg["k"] == repeats and mg["n"] == 8  # epochs = repeats
+    assert mg.score["mu"] == res.headline[models[0]] and mg.k == repeats and mg.n == 8  # epochs = repeats
 
 
 def test_rank_sets_match_a_direct_computation(tmp_db):

@@ -255,6 +255,23 @@ def test_smoothed_eta_is_the_average_pace():
     assert jobs.smoothed_eta(5, 0, 10.0) is None
 
 
+def test_eta_does_not_grow_during_a_chunk(monkeypatch):
+    """Issue 21 item 10: while a chunk runs (no unit finishes, time passes) the ETA counts down
+    from the estimate made at the last progress update; it never grows."""
+    # 25 of 100 units done at t = 10 s: 30 s left then; 4 s later, still 25 done: 26 s
+    etas = [jobs.smoothed_eta(25, 100, 10.0 + dt, since_update_s=dt) for dt in (0.0, 1.0, 4.0, 29.0, 60.0)]
+    assert etas == pytest.approx([30.0, 29.0, 26.0, 1.0, 0.0])
+    assert all(b <= a for a, b in zip(etas, etas[1:]))
+    # the old formula (average pace until now) grew: 75 * 14 / 25 = 42 > 30
+    assert 75 * 14.0 / 25 > etas[0]
+    assert jobs.smoothed_eta(0, 100, 20.0, 42.0, since_update_s=2.0) == 40.0  # the engine's estimate, counted down
+    # through a job's files: the progress file's updated_at is the update time
+    prog = {"done": 25, "total": 100, "updated_at": 1000.0}
+    meta = {"started_at": 990.0}
+    monkeypatch.setattr(jobs.time, "time", lambda: 1004.0)
+    assert jobs._eta(prog, meta) == pytest.approx(26.0)
+
+
 def test_demo_running_covers_the_chain(tmp_db, fake_python):
     assert not jobs.demo_running(tmp_db)
     job = jobs.start_job(["fake", "--units", "4", "--sleep", "0.3", "--run-id", jobs.DEMO_RUN], kind="generate",

@@ -142,3 +142,13 @@ def test_bad_input_errors():
         mg.data_map_flags(np.zeros(3), np.zeros(3), p_max=2)
     with pytest.raises(UserError, match="s_min"):
         mg.data_map_flags(np.zeros(3), np.zeros(3), s_min=0.5)
+
+
+def test_largest_answer_cluster_vectorised_vs_loop():
+    from engine.stats.multigen import largest_answer_cluster
+    rng = np.random.default_rng(3)
+    C = rng.integers(0, 4, size=(200, 7))
+    A = rng.random((200, 7)) < 0.6
+    naive = [max([sum(1 for j in range(7) if C[i, j] == c and A[i, j]) for c in set(C[i])] + [0]) for i in range(200)]
+    assert largest_answer_cluster(C, A).tolist() == naive
+    assert largest_answer_cluster([[1, 1, 2]], [[False, False, True]]).tolist() == [1]

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from engine import store
 from engine.errors import UserError
+from engine.store import catalog
 
 
 def db_signature(db: str | os.PathLike) -> tuple[str, float]:
@@ -76,15 +78,7 @@ def runs(db: str | os.PathLike) -> pd.DataFrame:
             "modes", "repeats", "temperature", "max_new_tokens", "seed", "key_mode", "warnings", "resume_command"]
     if not db_exists(db):
         return pd.DataFrame(columns=cols)
-    df = store.query_df(db, """
-        SELECT r.run_id, r.created_at, r.dataset_id, r.status, r.n_units, r.key_mode,
-               CAST(r.config AS VARCHAR) AS config, CAST(r.warnings AS VARCHAR) AS warnings,
-               coalesce(g.n, 0) AS n_generations, g.models, g.modes
-        FROM runs r LEFT JOIN (
-            SELECT run_id, count(*) AS n, list(DISTINCT model ORDER BY model) AS models,
-                   list(DISTINCT mode ORDER BY mode) AS modes
-            FROM generations GROUP BY run_id) g USING (run_id)
-        ORDER BY r.created_at DESC, r.run_id""")
+    df = catalog.runs_with_counts(db)
     conf = [json.loads(c) if isinstance(c, str) and c else {} for c in df.pop("config")]
     for key, col in (("repeats", "repeats"), ("temperature", "temperature"),
                      ("max_new_tokens", "max_new_tokens"), ("seed", "seed")):
@@ -102,40 +96,34 @@ def models_table(db: str | os.PathLike) -> pd.DataFrame:
     """Stored models (name, variant, vocab_id, vocab_size, source) with their generation counts."""
     if not db_exists(db):
         return pd.DataFrame(columns=["name", "variant", "vocab_id", "vocab_size", "source", "n_generations"])
-    return store.query_df(db, """
-        SELECT m.name, m.variant, m.vocab_id, m.vocab_size, m.source, coalesce(g.n, 0) AS n_generations
-        FROM models m LEFT JOIN (SELECT model, count(*) AS n FROM generations GROUP BY model) g
-             ON g.model = m.name
-        ORDER BY m.name""")
+    return catalog.models_with_counts(db)
 
 
 def datasets_table(db: str | os.PathLike) -> pd.DataFrame:
     """Stored datasets (dataset_id, kind, n_prompts, source, subjects)."""
     if not db_exists(db):
         return pd.DataFrame(columns=["dataset_id", "kind", "n_prompts", "n_subjects", "source"])
-    return store.query_df(db, """
-        SELECT d.dataset_id, d.kind, d.n_prompts, coalesce(p.n_subjects, 0) AS n_subjects, d.source
-        FROM datasets d LEFT JOIN (SELECT dataset_id, count(DISTINCT subject) AS n_subjects
-                                   FROM prompts GROUP BY dataset_id) p USING (dataset_id)
-        ORDER BY d.dataset_id""")
+    return catalog.datasets_with_counts(db)
 
 
-def run_options(db: str | os.PathLike, run_id: str) -> dict:
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run holds (sorted): its models, modes and repeats, and the number of prompts."""
+    models: list[str]
+    modes: list[str]
+    repeats: list[int]
+    n_prompts: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_options(db: str | os.PathLike, run_id: str) -> RunOptions:
     """What a run holds: models, modes, repeats (sorted list) and the number of prompts."""
-    with store.reader(db) as con:
-        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == 0 and \
-                con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run_id]).fetchone()[0] == 0:
-            known = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY run_id LIMIT 20").fetchall()]
-            raise UserError(f"unknown run {run_id!r}; stored runs: {known}")
-        models = [r[0] for r in con.execute(
-            "SELECT DISTINCT model FROM generations WHERE run_id = ? ORDER BY model", [run_id]).fetchall()]
-        modes = [r[0] for r in con.execute(
-            "SELECT DISTINCT mode FROM generations WHERE run_id = ? ORDER BY mode", [run_id]).fetchall()]
-        repeats = [int(r[0]) for r in con.execute(
-            "SELECT DISTINCT repeat FROM generations WHERE run_id = ? ORDER BY repeat", [run_id]).fetchall()]
-        n_prompts = con.execute("SELECT count(DISTINCT prompt_id) FROM generations WHERE run_id = ?",
-                                [run_id]).fetchone()[0]
-    return {"models": models, "modes": modes, "repeats": repeats, "n_prompts": int(n_prompts)}
+    contents = catalog.run_contents(db, run_id)
+    if contents is None:
+        raise UserError(f"unknown run {run_id!r}; stored runs: {catalog.some_runs(db)}")
+    return RunOptions(*contents)
 
 
 def run_prompts(db: str | os.PathLike, run_id: str, search: str | None = None, limit: int = 500,
@@ -148,25 +136,12 @@ def run_prompts(db: str | os.PathLike, run_id: str, search: str | None = None, l
     limit, offset = int(limit), int(offset)
     if limit < 1 or offset < 0:
         raise UserError(f"limit must be >= 1 and offset >= 0, got {limit}, {offset}")
-    sql = """
-        SELECT g.prompt_id, p.idx, p.subject, p.question, p.gold
-        FROM (SELECT DISTINCT prompt_id FROM generations WHERE run_id = ?) g
-        LEFT JOIN runs r ON r.run_id = ?
-        LEFT JOIN prompts p ON p.dataset_id = r.dataset_id AND p.prompt_id = g.prompt_id"""
-    params: list = [run_id, run_id]
-    if search:
-        sql += " WHERE contains(lower(g.prompt_id), ?) OR contains(lower(coalesce(p.question, '')), ?)"
-        params += [search.lower(), search.lower()]
-    sql += " ORDER BY p.idx NULLS LAST, g.prompt_id LIMIT ? OFFSET ?"
-    return store.query_df(db, sql, params + [limit, offset])
+    return catalog.run_prompts(db, run_id, search, limit, offset)
 
 
 def prompt_info(db: str | os.PathLike, run_id: str, prompt_id: str) -> dict:
     """The prompt row of a run's dataset (question, choices, gold, user_prompt, subject); {} if unknown."""
-    df = store.query_df(db, """
-        SELECT p.prompt_id, p.subject, p.question, CAST(p.choices AS VARCHAR) AS choices, p.gold, p.user_prompt
-        FROM runs r JOIN prompts p ON p.dataset_id = r.dataset_id
-        WHERE r.run_id = ? AND p.prompt_id = ?""", [run_id, prompt_id])
+    df = catalog.prompt_row(db, run_id, prompt_id)
     if df.empty:
         return {}
     row = df.iloc[0].to_dict()
@@ -177,21 +152,9 @@ def prompt_info(db: str | os.PathLike, run_id: str, prompt_id: str) -> dict:
 def unit_generations(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int) -> pd.DataFrame:
     """Every generation of one unit (all models, both modes): model, mode, text, n_tokens,
     finish_reason, seed, extracted, score (the 'paper' rule if scored, else any rule)."""
-    return store.query_df(db, """
-        SELECT g.model, g.mode, g.text, g.n_tokens, g.finish_reason, CAST(g.seed AS VARCHAR) AS seed,
-               s.rule, s.extracted, s.score
-        FROM generations g
-        LEFT JOIN (SELECT *, row_number() OVER (PARTITION BY run_id, model, prompt_id, repeat, mode
-                                                 ORDER BY rule <> 'paper', rule) AS rk
-                   FROM scores WHERE run_id = ? AND prompt_id = ? AND repeat = ?) s
-             ON s.model = g.model AND s.mode = g.mode AND s.rk = 1
-        WHERE g.run_id = ? AND g.prompt_id = ? AND g.repeat = ?
-        ORDER BY g.mode, g.model""", [run_id, prompt_id, int(repeat), run_id, prompt_id, int(repeat)])
+    return catalog.unit_rows(db, run_id, prompt_id, repeat)
 
 
 def generations_page(db: str | os.PathLike, run_id: str, limit: int = 200, offset: int = 0) -> pd.DataFrame:
     """One page of a run's generations (for browsing and CSV export)."""
-    return store.query_df(db, """
-        SELECT model, prompt_id, repeat, mode, n_tokens, finish_reason, text FROM generations
-        WHERE run_id = ? ORDER BY prompt_id, repeat, mode, model LIMIT ? OFFSET ?""",
-                          [run_id, int(limit), int(offset)])
+    return catalog.generation_rows(db, run_id, limit, offset)

@@ -11,13 +11,54 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from engine import store
 from engine.config import MODES
 from engine.errors import UserError
+from engine.store import traces as trace_store
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, character -> byte (``bytes_to_unicode`` inverted): printable
+    bytes stand for themselves, the others (space, newline, ...) for the characters 256 + i."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+BYTE_LEVEL = _byte_level_alphabet()
+_REMAPPED = {c for c in BYTE_LEVEL if ord(c) >= 256}  # 'Ġ' (space), 'Ċ' (newline), ...
+
+
+def decode_pieces(pieces: Sequence) -> list[str]:
+    """The text of tokenizer pieces as stored in ``token_traces.token_text``.
+
+    Byte-level BPE pieces (GPT-2, Llama 3, SmolLM2: ``Ġactually`` for " actually") are mapped back to
+    their bytes and decoded as UTF-8 (a character split over two tokens shows as its escaped bytes);
+    SentencePiece's ``▁`` is a space and ``<0xNN>`` a byte. The byte-level mapping is used only when
+    some piece of the sequence uses a remapped character and none uses ``▁``, so other tokenizers'
+    pieces (character-level, already decoded text) come back unchanged.
+    """
+    texts = ["" if p is None or (isinstance(p, float) and math.isnan(p)) else str(p) for p in pieces]
+    byte_level = any(ch in _REMAPPED for t in texts for ch in t) and not any("▁" in t for t in texts)
+    out = []
+    for t in texts:
+        if byte_level and all(ch in BYTE_LEVEL for ch in t):
+            out.append(bytes(BYTE_LEVEL[ch] for ch in t).decode("utf-8", errors="backslashreplace"))
+        elif t.startswith("<0x") and t.endswith(">") and len(t) == 6:
+            out.append(bytes([int(t[3:5], 16)]).decode("utf-8", errors="backslashreplace"))
+        else:
+            out.append(t.replace("▁", " "))
+    return out
 
 
 def trace_steps(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, mode: str,
@@ -29,31 +70,14 @@ def trace_steps(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int,
     if not models:
         return pd.DataFrame(columns=["model", "step", "token_id", "token_text", "prob", "top_ids",
                                      "top_probs", "top_gumbels", "seed"])
-    return store.query_df(db, """
-        SELECT t.model, t.step, t.token_id, t.token_text, t.prob, t.top_ids, t.top_probs, t.top_gumbels,
-               CAST(g.seed AS VARCHAR) AS seed
-        FROM token_traces t
-        LEFT JOIN generations g ON g.run_id = t.run_id AND g.model = t.model AND g.prompt_id = t.prompt_id
-             AND g.repeat = t.repeat AND g.mode = t.mode
-        WHERE t.run_id = ? AND t.prompt_id = ? AND t.repeat = ? AND t.mode = ? AND list_contains(?, t.model)
-              AND t.step >= ? AND t.step < ?
-        ORDER BY t.step, t.model""",
-                          [run_id, prompt_id, int(repeat), mode, list(models), int(step_offset),
-                           int(step_offset) + int(max_steps)])
+    df = trace_store.trace_rows(db, run_id, prompt_id, repeat, mode, list(models), step_offset, max_steps)
+    df["token_text"] = decode_pieces(df["token_text"].tolist())  # the text, not tokenizer pieces
+    return df
 
 
 def unit_trace_length(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, mode: str) -> int:
     """The longest trace (steps) of one unit over its models (for paging)."""
-    with store.reader(db) as con:
-        n = con.execute("""SELECT coalesce(max(step) + 1, 0) FROM token_traces
-                           WHERE run_id = ? AND prompt_id = ? AND repeat = ? AND mode = ?""",
-                        [run_id, prompt_id, int(repeat), mode]).fetchone()[0]
-    return int(n)
-
-
-def _run_key_mode(db, run_id: str) -> str | None:
-    df = store.query_df(db, "SELECT key_mode FROM runs WHERE run_id = ?", [run_id])
-    return None if df.empty else df.iloc[0, 0]
+    return trace_store.trace_length(db, run_id, prompt_id, repeat, mode)
 
 
 def recompute_gumbels(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int,
@@ -64,7 +88,7 @@ def recompute_gumbels(db: str | os.PathLike, run_id: str, prompt_id: str, repeat
     repeat), step, token_id). Returns ``steps`` with a ``gumbel`` column, or None when the run uses
     byte-string keys (which need the tokenizer) or engine.sampling.noise is unavailable.
     """
-    if steps.empty or _run_key_mode(db, run_id) not in ("token_id", None):
+    if steps.empty or trace_store.run_key_mode(db, run_id) not in ("token_id", None):
         return None
     try:
         import torch
@@ -108,18 +132,41 @@ def gumbel_check(steps: pd.DataFrame) -> float | None:
     return float(max(diffs)) if diffs else None
 
 
-def align_traces(steps: pd.DataFrame, models: list[str]) -> dict:
+@dataclass(frozen=True)
+class Alignment:
+    """Several models' traces of one unit aligned by step (:func:`align_traces`)."""
+    table: pd.DataFrame            # step, then per model <m> (token text) and <m>:prob, then agree
+    agree: list[bool]              # per step: every model generated the same token id
+    first_divergence: int | None   # the first step where they differ (None: never, in the shown steps)
+    n_agree: int
+    n_steps: int
+
+
+@dataclass(frozen=True)
+class TraceView:
+    """Everything the token-trace view draws for one unit and mode (:func:`trace_view`)."""
+    steps: pd.DataFrame                  # trace rows, decoded text, recomputed Gumbel values where possible
+    alignment: Alignment
+    gumbel_recomputed: bool
+    gumbel_check: float | None           # largest |stored - recomputed| Gumbel value
+    length: int                          # the unit's longest trace (for paging)
+    token_names: dict[int, str]
+    temperature: float | None
+    decisions: pd.DataFrame | None       # step_decisions at the first divergence
+    explanation: dict | None             # divergence_explanation (coupled mode)
+
+
+def align_traces(steps: pd.DataFrame, models: list[str]) -> Alignment:
     """Align the traces of several models of one unit by step.
 
     Returns:
-        dict with ``table`` (one row per step: step, then per model ``<m>`` token text and
+        :class:`Alignment`: ``table`` (one row per step: step, then per model ``<m>`` token text and
         ``<m>:prob``), ``agree`` (bool per step: every model generated the same token id at that
         step), ``first_divergence`` (the first step where they differ, None if never within the
         shown steps), ``n_agree`` and ``n_steps``.
     """
     if steps.empty:
-        return {"table": pd.DataFrame(columns=["step"]), "agree": [], "first_divergence": None,
-                "n_agree": 0, "n_steps": 0}
+        return Alignment(pd.DataFrame(columns=["step"]), [], None, 0, 0)
     tok = steps.pivot_table(index="step", columns="model", values="token_id", aggfunc="first")
     txt = steps.pivot_table(index="step", columns="model", values="token_text", aggfunc="first")
     prob = steps.pivot_table(index="step", columns="model", values="prob", aggfunc="first")
@@ -132,8 +179,7 @@ def align_traces(steps: pd.DataFrame, models: list[str]) -> dict:
         table[f"{m}:prob"] = prob[m].reindex(tok.index).to_numpy()
     table["agree"] = agree.to_numpy()
     first = None if bool(agree.all()) else int(tok.index[~agree.to_numpy()][0])
-    return {"table": table, "agree": agree.tolist(), "first_divergence": first,
-            "n_agree": int(agree.sum()), "n_steps": int(len(agree))}
+    return Alignment(table, agree.tolist(), first, int(agree.sum()), int(len(agree)))
 
 
 def token_names(db: str | os.PathLike, run_id: str, steps: pd.DataFrame, limit: int = 2000) -> dict[int, str]:
@@ -148,10 +194,8 @@ def token_names(db: str | os.PathLike, run_id: str, steps: pd.DataFrame, limit: 
     ids -= set(int(i) for i in steps.get("token_id", []))
     names = {int(i): str(t) for i, t in zip(steps.get("token_id", []), steps.get("token_text", []))}
     if ids:
-        found = store.query_df(db, """SELECT token_id, any_value(token_text) AS token_text FROM token_traces
-                                      WHERE run_id = ? AND list_contains(?, token_id) GROUP BY token_id LIMIT ?""",
-                               [run_id, sorted(ids)[:limit], int(limit)])
-        names.update({int(i): str(t) for i, t in zip(found["token_id"], found["token_text"])})
+        found = trace_store.token_pieces(db, run_id, sorted(ids), limit)
+        names.update(dict(zip((int(i) for i in found["token_id"]), decode_pieces(found["token_text"].tolist()))))
     return names
 
 
@@ -311,10 +355,10 @@ def divergence_explanation(steps: pd.DataFrame, step: int, models: Sequence[str]
 
 
 def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, mode: str,
-               models: tuple[str, ...], step_offset: int = 0, max_steps: int = 120) -> dict:
-    """Everything the token-trace view draws for one unit and mode: the steps (with recomputed
-    Gumbel values where possible), the alignment, the total trace length and whether the Gumbel
-    values were recomputed."""
+               models: tuple[str, ...], step_offset: int = 0, max_steps: int = 120) -> TraceView:
+    """Everything the token-trace view draws for one unit and mode: the steps (decoded text, with
+    recomputed Gumbel values where possible), the alignment, the total trace length, and at the
+    first divergence each model's decision and (coupled) why they differ."""
     steps = trace_steps(db, run_id, prompt_id, repeat, mode, list(models), max_steps=max_steps,
                         step_offset=step_offset)
     with_g = recompute_gumbels(db, run_id, prompt_id, repeat, steps)
@@ -322,23 +366,22 @@ def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, 
     shown = with_g if with_g is not None else steps
     names = token_names(db, run_id, steps)
     temperature = _run_temperature(db, run_id)
-    first = al["first_divergence"]
-    return {"steps": shown, "alignment": al,
-            "gumbel_recomputed": with_g is not None,
-            "gumbel_check": gumbel_check(with_g) if with_g is not None else None,
-            "length": unit_trace_length(db, run_id, prompt_id, repeat, mode),
-            "token_names": names, "temperature": temperature,
-            "decisions": None if first is None else step_decisions(shown, first, list(models), temperature, names),
-            "explanation": None if first is None or mode != "coupled" else
-            divergence_explanation(shown, first, list(models), temperature, names)}
+    first = al.first_divergence
+    return TraceView(
+        steps=shown, alignment=al, gumbel_recomputed=with_g is not None,
+        gumbel_check=gumbel_check(with_g) if with_g is not None else None,
+        length=unit_trace_length(db, run_id, prompt_id, repeat, mode), token_names=names, temperature=temperature,
+        decisions=None if first is None else step_decisions(shown, first, list(models), temperature, names),
+        explanation=None if first is None or mode != "coupled" else
+        divergence_explanation(shown, first, list(models), temperature, names))
 
 
 def _run_temperature(db, run_id: str) -> float | None:
     """The run's sampling temperature from its stored config (None when unknown)."""
-    df = store.query_df(db, "SELECT config FROM runs WHERE run_id = ?", [run_id])
-    if df.empty or df.iloc[0, 0] is None:
+    conf = trace_store.run_config_text(db, run_id)
+    if conf is None:
         return None
-    t = json.loads(df.iloc[0, 0]).get("temperature")
+    t = json.loads(conf).get("temperature")
     return None if t is None else float(t)
 
 
@@ -350,12 +393,4 @@ def divergence_summary(db: str | os.PathLike, run_id: str, models: tuple[str, ..
         raise UserError(f"unknown mode {mode!r}; allowed: {list(MODES)}")
     if len(models) < 2:
         raise UserError(f"choose at least two models to compare, got {list(models)}")
-    return store.query_df(db, """
-        WITH t AS (SELECT prompt_id, repeat, step, count(DISTINCT token_id) AS n_tokens, count(*) AS n_models
-                   FROM token_traces WHERE run_id = ? AND mode = ? AND list_contains(?, model)
-                   GROUP BY prompt_id, repeat, step)
-        SELECT prompt_id, repeat,
-               min(step) FILTER (WHERE n_tokens > 1 OR n_models < ?) AS first_divergence,
-               max(step) + 1 AS n_steps
-        FROM t GROUP BY prompt_id, repeat ORDER BY prompt_id, repeat""",
-                          [run_id, mode, list(models), len(models)])
+    return trace_store.first_divergences(db, run_id, list(models), mode)

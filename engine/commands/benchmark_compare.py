@@ -18,7 +18,8 @@ def register(sub) -> None:
     p.add_argument("--model-b", default=None)
     p.add_argument("--subject", default=None, help="restrict to one subject (prompts.subject)")
     p.add_argument("--run", default=None, help="run id (default: the latest run scoring both models)")
-    p.add_argument("--rule", default=config.DEFAULT_RULE, help="scoring rule (default: paper)")
+    p.add_argument("--rule", default=None, choices=config.RULES,
+                   help="scoring rule (default: the one the run was scored with, its dataset's rule)")
     p.add_argument("--target-error", type=float, default=None,
                    help="error level for the sample saving (default: the coupled error at n=120)")
     p.add_argument("--target-mde", type=float, default=config.DEFAULT_PLAN_MDE,
@@ -90,9 +91,11 @@ def run(args) -> int:
         from engine.commands.accuracy_ranks import paired_text
         return emit(args, paired.to_dict(), lambda: paired_text(paired))
     from engine.analysis.benchmark import benchmark_compare
+    from engine.store.scores import run_rule
+    rule = run_rule(args.db, args.run, [args.model_a, args.model_b], args.rule)
     out = benchmark_compare(args.db, args.model_a, args.model_b, subject=args.subject,
                             target_error=args.target_error, n_resamples=args.resamples, seed=args.seed,
-                            run=args.run, rule=args.rule, max_n=args.max_n, saving_n=args.saving_n,
+                            run=args.run, rule=rule, max_n=args.max_n, saving_n=args.saving_n,
                             target_mde=args.target_mde, target_se=args.target_se, power=args.power)
     if args.figures:
         from engine.figures import write_benchmark_figures

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import shlex
 import sys
 import time
 
@@ -84,7 +84,7 @@ def run(args) -> int:
         resolve_device(args.device)  # UserError before any work
     from engine.commands.datasets import columns_from_args
     ds = datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject, columns=columns_from_args(args))
-    executor = contextlib.nullcontext()
+    executor: contextlib.AbstractContextManager = contextlib.nullcontext()
     if args.workers is not None or args.ray_address is not None:
         from engine.generation.distributed import RayConfig, RayExecutor
         executor = RayExecutor(RayConfig(
@@ -111,28 +111,27 @@ def run(args) -> int:
 
 def run_summary(db, run_id: str) -> dict:
     """Per model and mode: units stored, tokens; the run's status and expected units."""
-    from engine import store
+    from engine.store.generations import per_model_counts
+    from engine.store.runs import run_record
 
-    row = store.query_df(db, "SELECT status, n_units, CAST(config AS VARCHAR) AS config FROM runs WHERE run_id = ?",
-                         [run_id]).iloc[0]
-    per = store.query_df(db, "SELECT model, mode, count(*) AS units, sum(n_tokens) AS tokens, "
-                             "avg(CASE WHEN finish_reason = 'length' THEN 1.0 ELSE 0.0 END) AS cut_at_max "
-                             "FROM generations WHERE run_id = ? GROUP BY model, mode ORDER BY model, mode", [run_id])
-    conf = json.loads(row["config"] or "{}")
-    return {"run_id": run_id, "status": str(row["status"]), "n_units": int(row["n_units"]),
-            "units": int(per["units"].sum()), "tokens": int(per["tokens"].sum()),
+    run, per = run_record(db, run_id), per_model_counts(db, run_id)
+    conf = run.config
+    return {"run_id": run_id, "status": run.status, "n_units": run.n_units,
+            "units": sum(c.units for c in per), "tokens": sum(c.tokens for c in per),
             "models": conf.get("models"), "dataset_id": conf.get("dataset_id"), "repeats": conf.get("repeats"),
-            "per_model": [{"model": r.model, "mode": r.mode, "units": int(r.units), "tokens": int(r.tokens),
-                           "cut_at_max": float(r.cut_at_max)} for r in per.itertuples()]}
+            "per_model": [c._asdict() for c in per]}
 
 
 def next_commands(run_id: str, db, models: list[str]) -> list[str]:
-    """What one usually runs next on a finished run (score, compare two models, export)."""
-    d = "" if str(db) == str(config.DEFAULT_DB) else f" --db {db}"
-    out = [f"python -m engine score --run {run_id}{d}"]
+    """What one usually runs next on a finished run (score, its summary, compare two models, export),
+    each runnable as printed (every command then uses the rule the run was scored with)."""
+    d = "" if str(db) == str(config.DEFAULT_DB) else f" --db {shlex.quote(str(db))}"
+    run = shlex.quote(run_id)
+    out = [f"python -m engine score --run {run}{d}", f"python -m engine summary --run {run}{d}"]
     if len(models) >= 2:
-        out.append(f"python -m engine benchmark-compare --run {run_id} --model-a {models[0]} --model-b {models[1]}{d}")
-    out.append(f"python -m engine export generations --run {run_id}{d} --out {run_id}.csv")
+        out.append(f"python -m engine benchmark-compare --run {run} --model-a {shlex.quote(models[0])} "
+                   f"--model-b {shlex.quote(models[1])}{d}")
+    out.append(f"python -m engine export generations --run {run}{d} --out {shlex.quote(run_id + '.csv')}")
     return out
 
 

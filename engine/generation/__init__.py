@@ -15,11 +15,11 @@ A new backend is a module next to :mod:`.hf` whose class satisfies :class:`.type
 GenResult chunks for the same (prompt, repeat, seed) units, noise from :mod:`engine.sampling.noise`.
 """
 
-from engine.generation.hf import complete, generate_units, iter_generate
+from engine.generation.hf import complete, generate_units, iter_generate, stream_units
 from engine.generation.prompts import chat_text, prompt_messages
 from engine.generation.run import code_version, run_generation, run_id_for
-from engine.generation.types import Backend, GenConfig, GenResult
+from engine.generation.types import Backend, GenConfig, GenResult, Unit, as_units
 from engine.store.runs import run_settings
 
-__all__ = ["Backend", "GenConfig", "GenResult", "iter_generate", "generate_units", "complete", "run_generation",
-           "run_id_for", "chat_text", "prompt_messages", "code_version", "run_settings"]
+__all__ = ["Backend", "GenConfig", "GenResult", "Unit", "as_units", "iter_generate", "stream_units", "generate_units",
+           "complete", "run_generation", "run_id_for", "chat_text", "prompt_messages", "code_version", "run_settings"]

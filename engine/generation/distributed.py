@@ -19,7 +19,7 @@ token), never by batch layout, worker or time, so units can run anywhere, in any
 * Failures: a replica that dies is restarted by Ray and its in-flight shards retried
   (``max_restarts`` / ``max_task_retries``); a replica that is gone for good is replaced and its
   shards go back to the queue. A shard's results are yielded once (a set of done shards), so
-  progress is never counted twice; the store's INSERT OR IGNORE makes a re-write harmless anyway.
+  progress is never counted twice; the store ignores a row written twice anyway.
   A replica whose backend's engine died (:class:`~engine.generation.types.EngineDead`: one of
   vLLM's tensor-parallel rank workers was killed) ends its own process, so the same path applies.
 * Resume: the run id does not depend on the executor or the number of workers; a rerun after a
@@ -28,9 +28,11 @@ token), never by batch layout, worker or time, so units can run anywhere, in any
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections import Counter, deque
@@ -40,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.generation.types import EngineDead, ExecChunk, ModelTask, RunSpec
+from engine.generation import ray_cluster
+from engine.generation.types import Backend, EngineDead, ExecChunk, ModelTask, RunSpec, Unit
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 # environment a replica on another machine needs to load models like the driver would
@@ -87,7 +90,7 @@ class Shard:
     shard_id: str                             # "<model>#<k>": k-th shard of that model in this plan
     name: str                                 # the run's model name
     model: str                                # what the replica loads (registry name / path)
-    units: tuple[tuple[str, int, int], ...]   # (prompt_id, repeat, seed)
+    units: tuple[Unit, ...]
 
 
 def plan_shards(tasks: Sequence[ModelTask], shard_units: int) -> list[Shard]:
@@ -97,12 +100,12 @@ def plan_shards(tasks: Sequence[ModelTask], shard_units: int) -> list[Shard]:
     Deterministic: the same tasks give the same shards (a resumed run has fewer units, so its
     shards are those of what is left).
     """
-    shards = []
+    shards: list[Shard] = []
     for t in tasks:
-        by_prompt: dict[str, list] = {}
+        by_prompt: dict[str, list[Unit]] = {}
         for u in t.units:  # prompt-major, each prompt's units in their given (mode-major) order
-            by_prompt.setdefault(u[0], []).append(u)
-        cur: list = []
+            by_prompt.setdefault(u.prompt_id, []).append(u)
+        cur: list[Unit] = []
         for us in by_prompt.values():
             if cur and len(cur) + len(us) > shard_units:
                 shards.append(Shard(f"{t.name}#{len(shards)}", t.name, t.model, tuple(cur)))
@@ -135,29 +138,31 @@ class Replica:
             torch.set_num_threads(threads)
         self.worker, self.spec = worker, spec
         self.device = device
-        self.name, self.backend, self.keys = None, None, None
+        self.name: str | None = None
+        self.backend: Backend | None = None
+        self.keys: Any = None
 
-    def _load(self, model: str):
+    def _load(self, model: str) -> Backend:
         from engine.generation.run import free_memory, open_backend, token_keys
 
-        if self.name != model:
-            if self.backend is not None:  # one model at a time: free the previous one first
-                self.backend.close()
-            self.name, self.backend, self.keys = None, None, None
-            free_memory()
-            self.backend = open_backend(model, device=self.device, backend=self.spec.backend,
-                                        tensor_parallel=self.spec.tensor_parallel, dtype=self.spec.dtype)
-            self.keys = token_keys(self.backend, self.spec.key_mode)
-            self.name = model
-        return self.backend
+        if self.name == model and self.backend is not None:
+            return self.backend
+        if self.backend is not None:  # one model at a time: free the previous one first
+            self.backend.close()
+        self.name, self.backend, self.keys = None, None, None
+        free_memory()
+        backend = open_backend(model, device=self.device, backend=self.spec.backend,
+                               tensor_parallel=self.spec.tensor_parallel, dtype=self.spec.dtype)
+        self.keys = token_keys(backend, self.spec.key_mode)
+        self.name, self.backend = model, backend
+        return backend
 
     def run(self, shard: Shard, prompts: dict[str, str]) -> dict:
         """Generate one shard (``prompts``: its prompts' texts) -> results, token texts, model row."""
         t0 = time.perf_counter()
         b, s = self._load(shard.model), self.spec
         try:
-            results = [r for chunk in b.generate(prompts, [(p, r) for p, r, _ in shard.units],
-                                                 [sd for _, _, sd in shard.units], s.cfg, self.keys, s.system_prompt)
+            results = [r for chunk in b.generate(prompts, shard.units, s.cfg, self.keys, s.system_prompt)
                        for r in chunk]
         except EngineDead as exc:
             # a dead engine (one of vLLM's rank workers died) makes this replica useless: end the
@@ -226,12 +231,17 @@ class RayExecutor:
 
     def __init__(self, cfg: RayConfig = RayConfig()):
         self.cfg = cfg
-        self.ray = None
+        self.ray: Any = None  # the ray module once connected
         self._owns_cluster = False
-        self.cpus_per_worker = self.gpus_per_worker = self.threads = None
+        self.cpus_per_worker: float | None = None
+        self.gpus_per_worker: float | None = None
+        self.threads: int | None = None
         self.tensor_parallel = 1  # the run's (prepare)
         self.worker_info: dict[str, dict] = {}
         self.actors: list = []
+        self._record: Path | None = None  # the local cluster's record and watchdog (ray_cluster)
+        self._watchdog: subprocess.Popen | None = None
+        self._stdout: contextlib.AbstractContextManager | None = None  # sys.stdout -> sys.stderr while connected
 
     # ---- 0. connect and validate (before run_generation writes anything)
     def prepare(self, models: Sequence = (), backend: str = "hf", tensor_parallel: int = 1) -> None:
@@ -248,6 +258,7 @@ class RayExecutor:
             return
         ray = _import_ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network calls home
+        ray_cluster.reap_dead()  # what a killed driver's local cluster left (its watchdog died too)
         if cfg.address is not None:
             _check_reachable(cfg.address)
         if not ray.is_initialized():  # else: this process's session (e.g. a test's) is used as it is
@@ -262,8 +273,15 @@ class RayExecutor:
             else:
                 ray.init(address="local", num_cpus=cfg.num_cpus, object_store_memory=cfg.object_store_mb * 2 ** 20,
                          **quiet)
+                # its agents outlive a SIGKILLed driver: record the cluster, a watchdog reaps it
+                self._record = ray_cluster.record_cluster()
+                self._watchdog = ray_cluster.start_watchdog(self._record)
             self._owns_cluster = True
         self.ray = ray
+        # Ray's driver prints raylet messages (e.g. a retried task's "worker died") on sys.stdout from a
+        # thread: stdout is for our own output (--json), so they go to stderr while Ray is connected
+        self._stdout = contextlib.redirect_stdout(sys.stderr)
+        self._stdout.__enter__()
         try:
             self._check_resources()
         except UserError:
@@ -320,10 +338,11 @@ class RayExecutor:
         spec_small = replace(spec, prompts={})
         n = min(cfg.workers, len(shards))
         self.actors = [self._new_actor(i, spec_small, device) for i in range(n)]
-        replaced, attempts = Counter(), Counter()
+        replaced: Counter[int] = Counter()
+        attempts: Counter[str] = Counter()
         queue = deque(shards)
         inflight: dict = {}  # ObjectRef -> (shard, slot, the actor handle it went to)
-        load = Counter()      # shards in flight per slot
+        load: Counter[int] = Counter()  # shards in flight per slot
         done: set[str] = set()
         recorded: set[str] = set()
         try:
@@ -331,7 +350,7 @@ class RayExecutor:
                 for i, a in enumerate(self.actors):
                     while queue and load[i] < cfg.queue_depth:
                         sh = queue.popleft()
-                        texts = {p: spec.prompts[p] for p in dict.fromkeys(u[0] for u in sh.units)}
+                        texts = {p: spec.prompts[p] for p in dict.fromkeys(u.prompt_id for u in sh.units)}
                         inflight[a.run.remote(sh, texts)] = (sh, i, a)
                         load[i] += 1
                 [ref], _ = ray.wait(list(inflight), num_returns=1)
@@ -370,19 +389,27 @@ class RayExecutor:
             self.actors = []
 
     def close(self) -> None:
-        if self.ray is not None:
-            _release(self.ray, self.actors)
-            self.actors = []
-            if self._owns_cluster:
-                self.ray.shutdown()
-        self.ray, self._owns_cluster = None, False
+        try:
+            if self.ray is not None:
+                _release(self.ray, self.actors)
+                self.actors = []
+                if self._owns_cluster:
+                    self.ray.shutdown()
+        finally:
+            ray_cluster.release(self._record)  # anything of our cluster that shutdown left (its agents)
+            if self._watchdog is not None:  # it sees the record gone and exits (reaped here, no zombie)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._watchdog.wait(timeout=10)
+            if self._stdout is not None:
+                self._stdout.__exit__(None, None, None)
+            self.ray, self._owns_cluster = None, False
+            self._record = self._watchdog = self._stdout = None
 
     def __enter__(self) -> RayExecutor:
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self.close()
-        return False
 
 
 def _release(ray, actors, timeout_s: float = 30.0) -> None:

@@ -35,7 +35,7 @@ from engine.generation.hf_kv import PreallocLayer as _PreallocLayer  # noqa: F40
 from engine.generation.hf_prefill import PrefillCache
 from engine.generation.hf_prefill import common_prefix as _common_prefix  # noqa: F401
 from engine.generation.prompts import chat_text, group_units, prompt_messages, stop_token_ids
-from engine.generation.types import GenConfig, GenResult
+from engine.generation.types import GenConfig, GenResult, Unit, as_units
 from engine.sampling import noise
 
 
@@ -45,9 +45,9 @@ def _forward(model, **kw):
 
 
 @torch.inference_mode()
-def _stream(lm, texts: dict[str, str], pending: list[tuple[str, int, int]], cfg: GenConfig,
+def _stream(lm, texts: dict[str, str], pending: list[Unit], cfg: GenConfig,
             token_keys: torch.Tensor, batch_size: int) -> Iterator[list[Row]]:
-    """Decode ``pending`` units (prompt_id, repeat, seed), grouped by prompt, up to ``batch_size``
+    """Decode ``pending`` units, grouped by prompt, up to ``batch_size``
     rows at once; yields the rows that finish at each step."""
     model, tok, dev = lm.model, lm.tokenizer, lm.device
     todo = list(pending)
@@ -89,18 +89,18 @@ def _detok(lm, rows: list[Row], stop_ids: set[int]) -> list[str]:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    oom: Any = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
     return isinstance(exc, oom) or "out of memory" in str(exc).lower()
 
 
-def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[str, int]],
-                  seed: int | Sequence[int],
-                  cfg: GenConfig, token_keys: torch.Tensor | None = None,
-                  system_prompt: str | None = None) -> Iterator[list[GenResult]]:
+def stream_units(lm, prompts: dict[str, str] | Sequence, units: Sequence[Unit], cfg: GenConfig,
+                 token_keys: torch.Tensor | None = None,
+                 system_prompt: str | None = None) -> Iterator[list[GenResult]]:
     """Generate ``units`` with continuous batching, yielding completed results in chunks of about
     ``cfg.batch_size`` (list of GenResult, in completion order).
 
-    Units are grouped by prompt so that the repeats of a prompt share one prefill. On CUDA
+    Units are grouped by prompt so that the repeats of a prompt share one prefill (and so do a
+    run's coupled and independent units of one prompt: each unit carries its own seed). On CUDA
     out-of-memory the batch size is halved and the unfinished units are generated again (nothing
     is lost: a unit is only yielded when complete, and its result does not depend on the batch).
 
@@ -108,13 +108,11 @@ def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[
         lm: a models.LoadedModel (or any object with .model, .tokenizer, .device).
         prompts: prompt_id -> user prompt string, or a sequence of objects with .prompt_id and
             .user_prompt (datasets.Prompt).
-        units: (prompt_id, repeat) pairs.
-        seed: the noise seed (shared by all models in coupled mode), or one seed per unit (a
-            run's coupled and independent units of one prompt then share one prefill).
+        units: the :class:`~engine.generation.types.Unit` s (prompt_id, repeat, seed) to generate.
         token_keys: LongTensor (V,) (default: token ids over the model's logit width).
         system_prompt: prepended as a system message when given.
     """
-    prompts, todo = group_units(prompts, units, seed)
+    prompts, todo = group_units(prompts, units)
     V = int(lm.model.get_output_embeddings().weight.shape[0])  # the logits' width
     if token_keys is None:
         token_keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=V)
@@ -151,14 +149,22 @@ def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[
         yield buf
 
 
+def iter_generate(lm, prompts: dict[str, str] | Sequence, units: Sequence[tuple[str, int]],
+                  seed: int | Sequence[int], cfg: GenConfig, token_keys: torch.Tensor | None = None,
+                  system_prompt: str | None = None) -> Iterator[list[GenResult]]:
+    """:func:`stream_units` for (prompt_id, repeat) pairs and one noise seed (shared by all models
+    in coupled mode), or one seed per pair."""
+    return stream_units(lm, prompts, as_units(units, seed), cfg, token_keys, system_prompt)
+
+
 def generate_units(lm, prompts, units: Sequence[tuple[str, int]], seed: int | Sequence[int],
                    cfg: GenConfig = GenConfig(), token_keys: torch.Tensor | None = None,
                    system_prompt: str | None = None) -> list[GenResult]:
-    """All units generated (batched), returned in the order of ``units``. See :func:`iter_generate`."""
-    seeds = [int(seed)] * len(units) if isinstance(seed, int) else [int(x) for x in seed]
-    got = {(r.prompt_id, r.repeat, r.seed): r
-           for chunk in iter_generate(lm, prompts, units, seeds, cfg, token_keys, system_prompt) for r in chunk}
-    return [got[(p, int(r), sd)] for (p, r), sd in zip(units, seeds)]
+    """All units generated (batched), returned in the order of ``units``: (prompt_id, repeat) pairs
+    with one seed, or one per pair (see :func:`iter_generate`)."""
+    todo = as_units(units, seed)
+    got = {r.unit: r for chunk in stream_units(lm, prompts, todo, cfg, token_keys, system_prompt) for r in chunk}
+    return [got[u] for u in todo]
 
 
 def complete(lm, messages_list: Sequence[list[dict]], max_new_tokens: int = 64, temperature: float = 0.0,
@@ -176,7 +182,7 @@ def complete(lm, messages_list: Sequence[list[dict]], max_new_tokens: int = 64, 
     keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=V).to(lm.device)
     out: dict[str, str] = {}
     stop_ids = stop_token_ids(lm)
-    for rows in _stream(lm, texts, [(pid, 0, seed) for pid in ids], cfg, keys, batch_size):
+    for rows in _stream(lm, texts, [Unit(pid, 0, seed) for pid in ids], cfg, keys, batch_size):
         out.update((row.unit[0], t) for row, t in zip(rows, _detok(lm, rows, stop_ids)))
     return [out[pid] for pid in ids]
 
@@ -188,9 +194,9 @@ class HFBackend:
         self.lm, self.name, self.tokenizer = lm, lm.name, lm.tokenizer
         self.vocab_size, self.device, self.vocab_id = lm.vocab_size, lm.device, lm.vocab_id
 
-    def generate(self, prompts, units: Sequence[tuple[str, int]], seed: int | Sequence[int], cfg: GenConfig,
-                 token_keys: torch.Tensor | None = None, system_prompt: str | None = None) -> Iterator[list[GenResult]]:
-        return iter_generate(self.lm, prompts, units, seed, cfg, token_keys, system_prompt)
+    def generate(self, prompts, units: Sequence[Unit], cfg: GenConfig, token_keys: torch.Tensor | None = None,
+                 system_prompt: str | None = None) -> Iterator[list[GenResult]]:
+        return stream_units(self.lm, prompts, units, cfg, token_keys, system_prompt)
 
     def describe(self) -> dict[str, Any]:
         import transformers

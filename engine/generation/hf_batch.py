@@ -18,16 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from engine.generation.hf_kv import PreallocLayer, pack
 from engine.generation.hf_prefill import PrefillCache
-from engine.generation.types import GenConfig
+from engine.generation.types import GenConfig, Unit
 from engine.sampling import noise
 from engine.sampling.keyed import draw
-
-Unit = tuple[str, int, int]  # (prompt_id, repeat, seed)
 
 
 @dataclass
@@ -44,9 +43,9 @@ class Row:
 
 
 def unit_tensors(units: Sequence[Unit], dev) -> tuple[torch.Tensor, torch.Tensor]:
-    """(unit keys, seeds as int64 bits), both (n,), for units (prompt_id, repeat, seed)."""
-    keys = noise.unit_keys([(p, r) for p, r, _ in units]).to(dev)
-    seeds = noise.seed_tensor([sd for _, _, sd in units], device=dev)
+    """(unit keys, seeds as int64 bits), both (n,), for these units."""
+    keys = noise.unit_keys([(u.prompt_id, u.repeat) for u in units]).to(dev)
+    seeds = noise.seed_tensor([u.seed for u in units], device=dev)
     return keys, seeds
 
 
@@ -58,8 +57,16 @@ class BatchState:
     def __init__(self, cfg: GenConfig, token_keys: torch.Tensor, stop: torch.Tensor, dev):
         self.cfg, self.token_keys, self.stop, self.dev = cfg, token_keys, stop, dev
         self.rows: list[Row] = []
-        self.cache = None
-        self.logits = self.mask = self.lens = self.keys = self.seed_t = self.step_t = self.last_pos = self.live = None
+        # set by start() (None while no batch runs): the KV cache, and tensors as in the docstring
+        self.cache: Any = None
+        self.logits: Any = None
+        self.mask: Any = None
+        self.lens: Any = None
+        self.keys: Any = None
+        self.seed_t: Any = None
+        self.step_t: Any = None
+        self.last_pos: Any = None
+        self.live: Any = None
 
     @property
     def n_live(self) -> int:
@@ -162,13 +169,13 @@ class BatchState:
         # the sampler shared with the vLLM processor: fused kernel on CUDA, bounded temporaries
         d = draw(self.logits[idx], sd, ky, st, self.token_keys, cfg.temperature, cfg.top_k, cfg.top_p, k)
         tokens = d.tokens  # (m,)
-        parts = [tokens, d.probs]
+        parts: list[torch.Tensor | None] = [tokens, d.probs]
         if k:
             parts += [d.top_ids, d.top_probs, d.top_gumbels]
         eos = torch.isin(tokens, self.stop)  # (m,)
         done = (eos | (st >= cfg.max_new_tokens - 1)) & self.live[idx]  # (m,)
         # one device->host copy per tensor per step (no .item() per row)
-        host = [t.tolist() if t is not None else None for t in parts]
+        host: list[Any] = [t.tolist() if t is not None else None for t in parts]
         live_h, done_h, eos_h = self.live[idx].tolist(), done.tolist(), eos.tolist()
         finished = []
         for j, r in enumerate(idx.tolist()):

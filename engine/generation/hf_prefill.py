@@ -12,6 +12,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.generation.hf_kv import repackable
+from engine.generation.types import Unit
 
 PromptKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (K, V), each (1, H, Lp, D)
 
@@ -54,7 +55,7 @@ class PrefillCache:
 
     def _prefill(self, pids: list[str]) -> bool:
         """Prefill each prompt's own suffix after the shared prefix, left padded; keep its KV."""
-        P, dev = self.P, self.dev
+        P, dev, prefix = self.P, self.dev, self.prefix_kv or []
         suf = [self.tok_ids[p][P:] for p in pids]
         ids, smask = left_pad(suf, self.pad, dev)  # (U, Ls)
         Ls = ids.shape[1]
@@ -64,7 +65,7 @@ class PrefillCache:
             U = len(pids)
             kw["past_key_values"] = DynamicCache(ddp_cache_data=[(k.expand(U, -1, -1, -1).contiguous(),
                                                                   v.expand(U, -1, -1, -1).contiguous())
-                                                                 for k, v in self.prefix_kv])
+                                                                 for k, v in prefix])
             smask = torch.cat([smask.new_ones(U, P), smask], dim=1)  # (U, P + Ls)
         out = self.forward(input_ids=ids, attention_mask=smask, position_ids=pos, logits_to_keep=1, **kw)
         if not repackable(out.past_key_values):
@@ -77,14 +78,14 @@ class PrefillCache:
             a = P + Ls - len(x)  # first suffix column of this prompt
             kv = [(layer.keys[u:u + 1, :, a:], layer.values[u:u + 1, :, a:]) for layer in layers]
             if P:  # prefix columns + this prompt's suffix, contiguous
-                kv = [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(self.prefix_kv, kv)]
+                kv = [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(prefix, kv)]
             self.kv[p] = (kv, lg[u], P + len(x))
         return True
 
     def length(self, pid: str) -> int:
         return self.kv[pid][2]
 
-    def joined(self, units: Iterable[tuple[str, int, int]]) -> None:
+    def joined(self, units: Iterable[Unit]) -> None:
         """Units joined the batch; a prompt whose every unit has joined drops its KV."""
         for p, _, _ in units:
             self.pending[p] -= 1

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from engine.generation.types import Unit
+
 
 def chat_text(tokenizer, messages: list[dict]) -> str:
     """The prompt string for a chat (``[{"role", "content"}, ...]``) with the generation prompt.
@@ -42,28 +46,24 @@ def eos_ids(tokenizer, generation_config) -> set[int]:
     return ids
 
 
-def group_units(prompts, units, seed) -> tuple[dict[str, str], list[tuple[str, int, int]]]:
+def group_units(prompts, units: Sequence[Unit]) -> tuple[dict[str, str], list[Unit]]:
     """Check a backend call's inputs and order its units by prompt (first appearance), so a
     prompt's units run together and share its prefill / cached prefix.
 
     Args:
         prompts: prompt_id -> user prompt, or objects with .prompt_id and .user_prompt.
-        units: (prompt_id, repeat) pairs.
-        seed: one noise seed for every unit, or one per unit.
+        units: the units to generate (each with its noise seed).
     Returns:
-        (prompt_id -> user prompt, [(prompt_id, repeat, seed), ...] grouped by prompt).
+        (prompt_id -> user prompt, the units grouped by prompt).
     """
     from engine.errors import UserError
 
     if not isinstance(prompts, dict):
         prompts = {p.prompt_id: p.user_prompt for p in prompts}
-    missing = sorted({p for p, _ in units} - set(prompts))
+    missing = sorted({u[0] for u in units} - set(prompts))
     if missing:
         raise UserError(f"units refer to unknown prompt ids: {missing[:5]}")
-    seeds = [int(seed)] * len(units) if isinstance(seed, int) else [int(x) for x in seed]
-    if len(seeds) != len(units):
-        raise UserError(f"got {len(seeds)} seeds for {len(units)} units")
-    order: dict[str, list[tuple[str, int, int]]] = {}
-    for u, sd in zip(units, seeds):
-        order.setdefault(u[0], []).append((u[0], int(u[1]), sd))
+    order: dict[str, list[Unit]] = {}
+    for p, r, sd in units:
+        order.setdefault(p, []).append(Unit(p, int(r), int(sd)))
     return prompts, [u for us in order.values() for u in us]

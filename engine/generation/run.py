@@ -15,15 +15,16 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-import pandas as pd
 import torch
 
 import engine
@@ -31,9 +32,12 @@ from engine import store
 from engine.config import DEFAULT_BACKEND, MODES, SEED_MAX, TRACES_AUTO_MAX_UNITS
 from engine.errors import UserError
 from engine.generation.backends import check_run, load_backend
-from engine.generation.types import Backend, ExecChunk, GenConfig, GenResult, ModelTask, RunSpec
+from engine.generation.types import Backend, ExecChunk, GenConfig, GenResult, ModelTask, RunSpec, Unit
 from engine.progress import Progress
 from engine.sampling import noise
+from engine.store import runs as store_runs
+from engine.store.generations import GenerationRow, TraceRow, stored_units, write_chunk
+from engine.store.runs import DatasetRecord, PromptRow
 
 
 def code_version() -> str:
@@ -65,17 +69,17 @@ def run_id_for(settings: dict) -> str:
     return "run-" + hashlib.blake2b(blob, digest_size=6).hexdigest()
 
 
-def _dataset_rows(dataset) -> tuple[dict, list[tuple]]:
+def _dataset_rows(dataset) -> tuple[DatasetRecord, tuple[PromptRow, ...]]:
     prompts = list(dataset.prompts)  # all of them (also any left out by --drop-long-prompts): idx = position
-    ds = {"dataset_id": dataset.dataset_id, "source": str(getattr(dataset, "source", "")),
-          "kind": getattr(dataset, "kind", "prompts"), "n_prompts": len(prompts)}
+    ds = DatasetRecord(dataset.dataset_id, str(getattr(dataset, "source", "")), getattr(dataset, "kind", "prompts"),
+                       len(prompts))
     rows = []
     for i, p in enumerate(prompts):
         choices = getattr(p, "choices", None)
-        rows.append((dataset.dataset_id, p.prompt_id, i, getattr(p, "subject", None),
-                     getattr(p, "question", None), json.dumps(choices) if choices else None,
-                     None if getattr(p, "gold", None) is None else str(p.gold), p.user_prompt))
-    return ds, rows
+        rows.append(PromptRow(dataset.dataset_id, p.prompt_id, i, getattr(p, "subject", None),
+                              getattr(p, "question", None), json.dumps(choices) if choices else None,
+                              None if getattr(p, "gold", None) is None else str(p.gold), p.user_prompt))
+    return ds, tuple(rows)
 
 
 def _write_chunk(db, run_id: str, model: str, mode_of: dict[int, str], results: list[GenResult],
@@ -84,38 +88,18 @@ def _write_chunk(db, run_id: str, model: str, mode_of: dict[int, str], results: 
 
     ``mode_of`` maps each noise seed to its mode (coupled: the run seed; independent: per model).
     """
-    gens = pd.DataFrame({
-        "run_id": run_id, "model": model, "prompt_id": [r.prompt_id for r in results],
-        "repeat": [r.repeat for r in results], "mode": [mode_of[r.seed] for r in results],
-        "seed": [r.seed for r in results],
-        "text": [r.text for r in results], "token_ids": [list(r.token_ids) for r in results],
-        "finish_reason": [r.finish_reason for r in results],
-        "n_tokens": [len(r.token_ids) for r in results]})
-    tr = []
+    gens = [GenerationRow(run_id, model, r.prompt_id, r.repeat, mode_of[r.seed], r.seed, r.text, list(r.token_ids),
+                          r.finish_reason, len(r.token_ids)) for r in results]
+    traces = []
     if record_traces:
         for r in results:
             pieces = tokenizer.convert_ids_to_tokens(list(r.token_ids))
             for s, (t, p) in enumerate(zip(r.token_ids, r.probs)):
-                tr.append((run_id, model, r.prompt_id, r.repeat, mode_of[r.seed], s, t, pieces[s], p,
-                           list(r.top_ids[s]) if r.top_ids else None,
-                           list(r.top_probs[s]) if r.top_probs else None,
-                           list(r.top_gumbels[s]) if r.top_gumbels else None))
-    traces = pd.DataFrame(tr, columns=["run_id", "model", "prompt_id", "repeat", "mode", "step", "token_id",
-                                       "token_text", "prob", "top_ids", "top_probs", "top_gumbels"])
-    with store.transaction(db) as con:
-        store.insert_df(con, "generations", gens, list(gens.columns), casts={"token_ids": "INTEGER[]"},
-                        conflict="OR IGNORE")
-        if len(traces):
-            store.insert_df(con, "token_traces", traces, list(traces.columns),
-                            casts={"top_ids": "INTEGER[]", "top_probs": "FLOAT[]", "top_gumbels": "FLOAT[]"},
-                            conflict="OR IGNORE")
-
-
-def _record_backend(con, run_id: str, model: str, desc: dict) -> None:
-    """The run config's ``backends[model]``: backend, its version, dtype and device of this model."""
-    cfg = json.loads(con.execute("SELECT config FROM runs WHERE run_id = ?", [run_id]).fetchone()[0])
-    cfg.setdefault("backends", {})[model] = desc
-    con.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(cfg), run_id])
+                traces.append(TraceRow(run_id, model, r.prompt_id, r.repeat, mode_of[r.seed], s, t, pieces[s], p,
+                                       list(r.top_ids[s]) if r.top_ids else None,
+                                       list(r.top_probs[s]) if r.top_probs else None,
+                                       list(r.top_gumbels[s]) if r.top_gumbels else None))
+    write_chunk(db, gens, traces)
 
 
 # ---- backends and executors: where the units of a run are generated
@@ -136,8 +120,10 @@ def dtype_name(dtype: str | None) -> str | None:
 
 def token_keys(b, key_mode: str):
     """The noise keys of a backend's vocabulary (token ids, or hashes of token byte strings)."""
-    return noise.token_keys_for(b.tokenizer, key_mode, vocab_size=getattr(b, "vocab_size", None),
-                                device=getattr(b, "device", "cpu"))
+    if key_mode not in ("token_id", "bytes"):
+        raise ValueError(f"unknown key_mode {key_mode!r}; allowed: token_id, bytes")
+    return noise.token_keys_for(b.tokenizer, "bytes" if key_mode == "bytes" else "token_id",
+                                vocab_size=getattr(b, "vocab_size", None), device=getattr(b, "device", "cpu"))
 
 
 def free_memory() -> None:
@@ -153,8 +139,7 @@ def local_executor(tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecCh
                          dtype=spec.dtype)
         yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
         keys = token_keys(b, spec.key_mode)
-        for chunk in b.generate(spec.prompts, [(p, r) for p, r, _ in t.units], [sd for _, _, sd in t.units],
-                                spec.cfg, keys, spec.system_prompt):
+        for chunk in b.generate(spec.prompts, t.units, spec.cfg, keys, spec.system_prompt):
             yield ExecChunk(t.name, chunk, b.tokenizer)
         b.close()
         del b, keys
@@ -178,14 +163,250 @@ class _SigtermAsInterrupt:
         return False
 
 
-def _final_status(db, run_id: str, status: str, n_units: int) -> str:
-    """Store the run's end status from what is stored: every unit stored -> 'done', whatever ended
-    the driver (a signal after the last chunk must not leave a complete run 'cancelled')."""
-    with store.writer(db) as con:
-        n = con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run_id]).fetchone()[0]
-        final = "done" if n >= n_units else status
-        con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [final, run_id])
-    return final
+# ---- the plan: everything checked and derived before the database is touched
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A checked run: its id, what it stores about itself, and the units it consists of.
+
+    Made by :func:`plan_run` without writing anything; :func:`drive` generates it.
+    """
+
+    db: str | os.PathLike
+    run_id: str
+    settings: dict[str, Any]                   # the result-determining settings (hashed into the run id)
+    config: dict[str, Any]                     # stored with the run: settings + batch size, device, backend, ...
+    dataset: DatasetRecord
+    prompt_rows: tuple[PromptRow, ...]         # every prompt of the dataset (stored with it)
+    prompts: dict[str, str]                    # prompt_id -> user prompt, of the prompts this run generates
+    models: tuple                              # registry names / paths, or models.LoadedModel objects
+    names: tuple[str, ...]                     # the run's name of each model
+    modes: tuple[str, ...]
+    repeats: int
+    seed: int
+    cfg: GenConfig                             # record_traces resolved (never None)
+    key_mode: str                              # 'token_id' | 'bytes'
+    warnings: tuple[str, ...]
+    system_prompt: str | None = None
+    device: str | None = None
+    backend: str = DEFAULT_BACKEND
+    tensor_parallel: int = 1
+    resume: bool = True
+    command: tuple[str, ...] | None = None
+
+    @property
+    def n_units(self) -> int:
+        return len(self.names) * len(self.prompts) * self.repeats * len(self.modes)
+
+    def mode_of(self, name: str) -> dict[int, str]:
+        """noise seed -> mode, for one model (coupled: the run seed; independent: one per model)."""
+        return {self.seed if md == "coupled" else noise.independent_seed(self.seed, name): md for md in self.modes}
+
+    def tasks(self, stored: set[tuple[str, str, str, int]]) -> list[ModelTask]:
+        """Per model, the units not in ``stored`` ((model, mode, prompt_id, repeat)); both modes in
+        one task, so that a prompt's coupled and independent units share a prefill."""
+        tasks = []
+        for m, name in zip(self.models, self.names):
+            units = tuple(Unit(p, r, sd) for sd, md in self.mode_of(name).items()
+                          for p in self.prompts for r in range(self.repeats) if (name, md, p, r) not in stored)
+            if units:
+                tasks.append(ModelTask(m, name, units))
+        return tasks
+
+    def spec(self) -> RunSpec:
+        return RunSpec(dict(self.prompts), self.system_prompt,
+                       self.cfg if self.cfg.record_traces else replace(self.cfg, trace_top_k=0), self.key_mode,
+                       self.device, self.backend, self.tensor_parallel, self.settings.get("dtype"))
+
+
+def _check_args(model_names: Sequence, modes: Sequence[str], repeats: int, seed: int, dataset) -> list[str]:
+    """UserError for a bad argument; returns the models' names."""
+    if not model_names:
+        raise UserError("no models given; pass at least one model name")
+    names = [_model_name(m) for m in model_names]
+    if len(set(names)) != len(names):
+        raise UserError(f"model names must be distinct, got {names}")
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise UserError(f"unknown mode(s) {bad or list(modes)}; allowed: {', '.join(MODES)}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise UserError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_MAX:
+        raise UserError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+    pids = [p.prompt_id for p in dataset.prompts]
+    if not pids:
+        raise UserError(f"dataset {dataset.dataset_id!r} has no prompts")
+    if len(set(pids)) != len(pids):
+        raise UserError(f"dataset {dataset.dataset_id!r} has duplicate prompt ids")
+    return names
+
+
+def _key_mode(model_names: Sequence, warnings: list[str]) -> str:
+    """One shared vocabulary -> token-id keys; else byte-string keys (with a warning)."""
+    vids = _vocab_ids(model_names)
+    if len(set(vids.values())) == 1:
+        return "token_id"
+    warnings.append("models do not share one vocabulary (" + ", ".join(f"{n}: {v}" for n, v in vids.items())
+                    + "); noise is keyed by token byte strings, so coupling only holds where the "
+                    "tokenizers produce the same strings (expect weaker coupling)")
+    return "bytes"
+
+
+def _fitting_prompts(model_names: Sequence, dataset, system_prompt: str | None, max_new_tokens: int,
+                     drop_long_prompts: bool, warnings: list[str]) -> list:
+    """The dataset's prompts whose chat-templated length + max_new_tokens fits every model's context
+    (tokenizers and configs only, no weights); a UserError listing the others unless they may be dropped."""
+    from engine.generation import lengths
+
+    prompts = list(dataset.prompts)
+    over = lengths.too_long(model_names, {p.prompt_id: p.user_prompt for p in prompts}, system_prompt, max_new_tokens)
+    long_ids = {p for _, _, o in over.values() for p in o}
+    if not long_ids:
+        return prompts
+    msg = lengths.offenders_message(over)
+    if not drop_long_prompts:
+        raise UserError(msg + "; lower --max-new-tokens, shorten those prompts, or pass --drop-long-prompts "
+                        "to leave them out")
+    prompts = [p for p in prompts if p.prompt_id not in long_ids]
+    if not prompts:
+        raise UserError(f"no prompt fits ({msg})")
+    warnings.append(f"{len(long_ids)} prompt(s) left out (--drop-long-prompts): {msg}")
+    return prompts
+
+
+def plan_run(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[str] = ("coupled",),
+             seed: int = 0, cfg: GenConfig = GenConfig(), *, run_id: str | None = None, resume: bool = True,
+             device: str | None = None, drop_long_prompts: bool = False, command: Sequence[str] | None = None,
+             backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1, dtype: str | None = None) -> RunPlan:
+    """Check a run and derive everything about it, writing nothing (arguments: :func:`run_generation`).
+
+    1. arguments, backend and models (backends.check_run); 2. the vocabulary check: one shared
+    vocabulary -> token-id keys, else byte-string keys; 3. prompt lengths vs each model's context;
+    4. the run id from the result-determining settings (so rerunning the same command resumes).
+    """
+    from engine import models as models_mod
+    from engine.store.db import ensure_db_folder
+
+    ensure_db_folder(db)
+    if isinstance(dataset, (str, Path)):
+        from engine.tasks import datasets as datasets_mod
+        dataset = datasets_mod.load_dataset(str(dataset))
+    modes = list(dict.fromkeys(modes))
+    names = _check_args(model_names, modes, repeats, seed, dataset)
+    system_prompt = getattr(dataset, "system_prompt", None)
+    dtype = dtype_name(dtype)
+    backend_version = check_run(backend, list(model_names), cfg, tensor_parallel)
+    warnings: list[str] = []
+    key_mode = _key_mode(model_names, warnings)
+    prompts = _fitting_prompts(model_names, dataset, system_prompt, cfg.max_new_tokens, drop_long_prompts, warnings)
+    pids = [p.prompt_id for p in prompts]
+    n_units = len(names) * len(prompts) * repeats * len(modes)
+    if cfg.record_traces is None:  # auto: resolved from the run's size, so a rerun resolves the same
+        cfg = replace(cfg, record_traces=n_units <= TRACES_AUTO_MAX_UNITS)
+        if not cfg.record_traces:
+            warnings.append(f"token traces are off for this run ({n_units:,} generations > "
+                            f"{TRACES_AUTO_MAX_UNITS:,}); pass --traces on to store them")
+    settings = {"models": sorted(names), "dataset_id": dataset.dataset_id,
+                "prompt_ids_hash": hashlib.blake2b("\x00".join(pids).encode(), digest_size=8).hexdigest(),
+                "system_prompt": system_prompt, "repeats": repeats, "modes": sorted(modes), "seed": seed,
+                "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p,
+                "max_new_tokens": cfg.max_new_tokens, "record_traces": cfg.record_traces,
+                "trace_top_k": cfg.trace_top_k, "key_mode": key_mode}
+    if backend != DEFAULT_BACKEND:  # so that runs of the default backend keep their ids
+        settings["backend"] = backend
+    if dtype is not None:  # likewise: auto runs keep their ids
+        settings["dtype"] = dtype
+    config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
+              "device": str(device or models_mod.default_device()), "n_prompts": len(prompts),
+              "backend": backend, "backend_version": backend_version, "tensor_parallel": tensor_parallel,
+              "dtype": dtype or "auto"}
+    if command:
+        config["command"] = list(command)
+    ds_row, prompt_rows = _dataset_rows(dataset)
+    return RunPlan(db, run_id or run_id_for(settings), settings, config, ds_row, prompt_rows,
+                   {p.prompt_id: p.user_prompt for p in prompts}, tuple(model_names), tuple(names), tuple(modes),
+                   repeats, seed, cfg, key_mode, tuple(warnings), system_prompt, device, backend, tensor_parallel,
+                   resume, tuple(command) if command else None)
+
+
+# ---- the drive: lock, record, generate, end status
+
+def _record_run(plan: RunPlan) -> set[tuple[str, str, str, int]]:
+    """Record the run (new, or resumed with the same settings), its dataset and prompts; return
+    what is already stored as (model, mode, prompt_id, repeat). One transaction."""
+    with store.transaction(plan.db) as con:
+        prev = store_runs.stored_config(con, plan.run_id)
+        if prev is not None:
+            prev_id = {k: prev.get(k) for k in plan.settings}
+            prev_id["models"], prev_id["modes"] = sorted(prev_id["models"] or []), sorted(prev_id["modes"] or [])
+            if prev_id != plan.settings:
+                diff = sorted(k for k in plan.settings if prev_id.get(k) != plan.settings[k])
+                raise UserError(f"run {plan.run_id!r} exists with different settings ({', '.join(diff)}); "
+                                "use another --run-id or the original settings")
+            if not plan.resume:
+                raise UserError(f"run {plan.run_id!r} already exists; resume it or pass another --run-id")
+            store_runs.update_status(con, plan.run_id, "running")
+        else:
+            store_runs.create_run(con, plan.run_id, plan.dataset.dataset_id, plan.config, code_version(),
+                                  plan.key_mode, plan.warnings, plan.n_units)
+        store_runs.save_dataset(con, plan.dataset, plan.prompt_rows)
+        return stored_units(con, plan.run_id)
+
+
+def drive(plan: RunPlan, executor=None, *, progress_file=None, show_bar: bool = True, after_chunk=None) -> str:
+    """Generate what of ``plan`` is not stored yet; the database's only writer; returns the run id.
+
+    ``executor``: where the units are generated (None: :func:`local_executor`; or a callable
+    (tasks, spec) -> ExecChunk iterator whose ``prepare(models, backend, tensor_parallel)``, if
+    any, runs before anything is written). ``after_chunk``: a test hook called after each stored chunk.
+    """
+    from engine.store.runlock import RunLock
+
+    # ---- 5. one driver per run (lock file next to the database, with pid, host and heartbeat)
+    with RunLock(plan.db, plan.run_id, list(plan.command) if plan.command else None) as lock:
+        if executor is not None and hasattr(executor, "prepare"):  # e.g. Ray reachable, enough resources
+            executor.prepare(list(plan.models), plan.backend, plan.tensor_parallel)
+        # ---- 6. record the run and its prompts; read what is already stored (one transaction)
+        have = _record_run(plan)
+        n_done = sum(1 for m in plan.names for md in plan.modes for p in plan.prompts for r in range(plan.repeats)
+                     if (m, md, p, r) in have)
+        prog = Progress(plan.n_units, kind="generate", job=plan.run_id, path=progress_file, done=n_done,
+                        show_bar=show_bar)
+        # ---- 7. generate what is missing (this process or Ray replicas); one transaction per chunk
+        status = "failed"
+        try:
+            with _SigtermAsInterrupt():
+                _generate(plan, executor or local_executor, have, lock, prog, after_chunk)
+                status = "done"
+        except KeyboardInterrupt:
+            status = "cancelled"
+        finally:
+            # ---- 8. the end status from what is stored (complete -> done, whatever stopped the driver)
+            try:
+                status = store_runs.finish_run(plan.db, plan.run_id, status, plan.n_units)
+            except Exception as exc:  # never mask the original error (e.g. the file stayed locked)
+                print(f"warning: could not mark run {plan.run_id} as {status}: {exc}", file=sys.stderr)
+            prog.finish(status, "" if status == "done" else f"{status}: rerun the same command to resume")
+    if status == "cancelled":
+        raise KeyboardInterrupt(f"run {plan.run_id} cancelled")
+    return plan.run_id
+
+
+def _generate(plan: RunPlan, executor, have, lock, prog: Progress, after_chunk) -> None:
+    """Step 7 of :func:`drive`: store each chunk the executor hands over (and each model's row)."""
+    mode_of = {name: plan.mode_of(name) for name in plan.names}
+    for out in executor(plan.tasks(have), plan.spec()):
+        if out.record is not None:
+            store_runs.save_model(plan.db, out.record, plan.run_id, out.name, out.describe)
+        if not out.results:
+            continue
+        _write_chunk(plan.db, plan.run_id, out.name, mode_of[out.name], out.results, out.tokenizer,
+                     bool(plan.cfg.record_traces))
+        lock.beat()
+        prog.update(len(out.results), tokens=sum(len(r.token_ids) for r in out.results),
+                    message=out.name, worker=out.worker)
+        if after_chunk is not None:
+            after_chunk(out.results)
 
 
 def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[str] = ("coupled",),
@@ -195,6 +416,8 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                    _after_chunk=None, backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1,
                    dtype: str | None = None) -> str:
     """Generate every (model, prompt, repeat, mode) of a run into ``db``; resumable; returns run_id.
+
+    :func:`plan_run` (check, derive, write nothing), then :func:`drive` (lock, record, generate).
 
     Args:
         db: DuckDB file path (its folder must exist, except the default location's).
@@ -230,185 +453,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         (SIGTERM / Ctrl-C; re-raised as KeyboardInterrupt) or 'failed' (exception re-raised);
         stored chunks always stay. A second driver of the same run is a UserError (run lock).
     """
-    from engine import models as models_mod
-    from engine.generation import lengths
-    from engine.store.db import ensure_db_folder
-    from engine.store.runlock import RunLock
-
-    # ---- 1. validate everything before touching the database
-    ensure_db_folder(db)
-    if isinstance(dataset, (str, Path)):
-        from engine.tasks import datasets as datasets_mod
-        dataset = datasets_mod.load_dataset(str(dataset))
-    if not model_names:
-        raise UserError("no models given; pass at least one model name")
-    names = [_model_name(m) for m in model_names]
-    if len(set(names)) != len(names):
-        raise UserError(f"model names must be distinct, got {names}")
-    modes = list(dict.fromkeys(modes))
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise UserError(f"unknown mode(s) {bad or modes}; allowed: {', '.join(MODES)}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise UserError(f"repeats must be an integer >= 1, got {repeats!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_MAX:
-        raise UserError(f"seed must be an integer in [0, 2^63), got {seed!r}")
-    prompts = list(dataset.prompts)
-    if not prompts:
-        raise UserError(f"dataset {dataset.dataset_id!r} has no prompts")
-    pids = [p.prompt_id for p in prompts]
-    if len(set(pids)) != len(pids):
-        raise UserError(f"dataset {dataset.dataset_id!r} has duplicate prompt ids")
-    system_prompt = getattr(dataset, "system_prompt", None)
-    dtype = dtype_name(dtype)
-    backend_version = check_run(backend, list(model_names), cfg, tensor_parallel)
-
-    # ---- 2. vocabulary check: one shared vocabulary -> token-id keys; else byte-string keys
-    vids = _vocab_ids(model_names)
-    warnings: list[str] = []
-    if len(set(vids.values())) == 1:
-        key_mode = "token_id"
-    else:
-        key_mode = "bytes"
-        warnings.append("models do not share one vocabulary (" + ", ".join(f"{n}: {v}" for n, v in vids.items())
-                        + "); noise is keyed by token byte strings, so coupling only holds where the "
-                        "tokenizers produce the same strings (expect weaker coupling)")
-
-    # ---- 3. prompt lengths vs each model's context (tokenizers and configs only, no weights)
-    over = lengths.too_long(model_names, {p.prompt_id: p.user_prompt for p in prompts}, system_prompt,
-                            cfg.max_new_tokens)
-    long_ids = {p for _, _, o in over.values() for p in o}
-    if long_ids:
-        msg = lengths.offenders_message(over)
-        if not drop_long_prompts:
-            raise UserError(msg + "; lower --max-new-tokens, shorten those prompts, or pass --drop-long-prompts "
-                            "to leave them out")
-        prompts = [p for p in prompts if p.prompt_id not in long_ids]
-        pids = [p.prompt_id for p in prompts]
-        if not prompts:
-            raise UserError(f"no prompt fits ({msg})")
-        warnings.append(f"{len(long_ids)} prompt(s) left out (--drop-long-prompts): {msg}")
-
-    n_units = len(names) * len(prompts) * repeats * len(modes)
-    if cfg.record_traces is None:  # auto: resolved from the run's size, so a rerun resolves the same
-        cfg = replace(cfg, record_traces=n_units <= TRACES_AUTO_MAX_UNITS)
-        if not cfg.record_traces:
-            warnings.append(f"token traces are off for this run ({n_units:,} generations > "
-                            f"{TRACES_AUTO_MAX_UNITS:,}); pass --traces on to store them")
-
-    settings = {"models": sorted(names), "dataset_id": dataset.dataset_id,
-                "prompt_ids_hash": hashlib.blake2b("\x00".join(pids).encode(), digest_size=8).hexdigest(),
-                "system_prompt": system_prompt, "repeats": repeats, "modes": sorted(modes), "seed": seed,
-                "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p,
-                "max_new_tokens": cfg.max_new_tokens, "record_traces": cfg.record_traces,
-                "trace_top_k": cfg.trace_top_k, "key_mode": key_mode}
-    if backend != DEFAULT_BACKEND:  # so that runs of the default backend keep their ids
-        settings["backend"] = backend
-    if dtype is not None:  # likewise: auto runs keep their ids
-        settings["dtype"] = dtype
-    run_id = run_id or run_id_for(settings)
-    config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
-              "device": str(device or models_mod.default_device()), "n_prompts": len(prompts),
-              "backend": backend, "backend_version": backend_version, "tensor_parallel": tensor_parallel,
-              "dtype": dtype or "auto"}
-    if command:
-        config["command"] = list(command)
-    ds_row, prompt_rows = _dataset_rows(dataset)
-
-    # ---- 4. one driver per run (lock file next to the database, with pid, host and heartbeat)
-    with RunLock(db, run_id, list(command) if command else None) as lock:
-        if executor is not None and hasattr(executor, "prepare"):
-            # e.g. Ray reachable, enough resources: before any write
-            executor.prepare(list(model_names), backend, tensor_parallel)
-        return _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, prompts, pids, names,
-                      model_names, modes, repeats, seed, cfg, key_mode, warnings, n_units, system_prompt,
-                      device, resume, progress_file, show_bar, executor, _after_chunk, backend)
-
-
-def _drive(db, lock, run_id, settings, config, dataset, ds_row, prompt_rows, prompts, pids, names, model_names,
-           modes, repeats, seed, cfg, key_mode, warnings, n_units, system_prompt, device, resume, progress_file,
-           show_bar, executor, _after_chunk, backend) -> str:
-    """Steps 5-7 of :func:`run_generation`, with the run lock held."""
-    # ---- 5. record the run and its prompts; read what is already stored (one transaction)
-    with store.transaction(db) as con:
-        old = con.execute("SELECT config FROM runs WHERE run_id = ?", [run_id]).fetchone()
-        if old is not None:
-            prev = json.loads(old[0])
-            prev_id = {k: prev.get(k) for k in settings}
-            prev_id["models"], prev_id["modes"] = sorted(prev_id["models"] or []), sorted(prev_id["modes"] or [])
-            if prev_id != settings:
-                diff = sorted(k for k in settings if prev_id.get(k) != settings[k])
-                raise UserError(f"run {run_id!r} exists with different settings ({', '.join(diff)}); "
-                                "use another --run-id or the original settings")
-            if not resume:
-                raise UserError(f"run {run_id!r} already exists; resume it or pass another --run-id")
-            con.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", [run_id])
-        else:
-            con.execute("""INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings,
-                           status, n_units) VALUES (?, ?, ?, ?, ?, ?, 'running', ?)""",
-                        [run_id, dataset.dataset_id, json.dumps(config), code_version(), key_mode,
-                         json.dumps(warnings), n_units])
-        con.execute("INSERT OR IGNORE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
-                    [ds_row["dataset_id"], ds_row["source"], ds_row["kind"], ds_row["n_prompts"]])
-        cols = ["dataset_id", "prompt_id", "idx", "subject", "question", "choices", "gold", "user_prompt"]
-        new_prompts = pd.DataFrame(prompt_rows, columns=cols).astype(
-            {"subject": "object", "question": "object", "choices": "object", "gold": "object"})
-        store.insert_df(con, "prompts", new_prompts, cols, conflict="OR IGNORE",
-                        casts={"subject": "VARCHAR", "question": "VARCHAR", "choices": "JSON", "gold": "VARCHAR"})
-        # a --limit run stores a subset of the dataset's prompts: count what is stored
-        con.execute("UPDATE datasets SET n_prompts = (SELECT count(*) FROM prompts WHERE dataset_id = ?) "
-                    "WHERE dataset_id = ?", [dataset.dataset_id, dataset.dataset_id])
-        stored = con.execute("SELECT model, mode, prompt_id, repeat FROM generations WHERE run_id = ?",
-                             [run_id]).fetchall()
-    have = {(m, md, p, r) for m, md, p, r in stored}
-    all_units = [(p, r) for p in pids for r in range(repeats)]
-    n_done = sum(1 for m in names for md in modes for p, r in all_units if (m, md, p, r) in have)
-    prog = Progress(n_units, kind="generate", job=run_id, path=progress_file, done=n_done, show_bar=show_bar)
-
-    # ---- 6. generate what is missing (this process or Ray replicas); one transaction per chunk
-    status, mode_of = "failed", {}
-    try:
-        with _SigtermAsInterrupt():
-            tasks = []
-            for m in model_names:
-                name = _model_name(m)
-                # both modes in one task: a prompt's coupled and independent units share a prefill
-                mode_of[name] = {seed if md == "coupled" else noise.independent_seed(seed, name): md for md in modes}
-                units = tuple((p, r, sd) for sd, md in mode_of[name].items()
-                              for p, r in all_units if (name, md, p, r) not in have)
-                if units:
-                    tasks.append(ModelTask(m, name, units))
-            spec = RunSpec({p.prompt_id: p.user_prompt for p in prompts}, system_prompt,
-                           cfg if cfg.record_traces else replace(cfg, trace_top_k=0), key_mode, device, backend,
-                           config.get("tensor_parallel", 1), settings.get("dtype"))
-            for out in (executor or local_executor)(tasks, spec):
-                if out.record is not None:
-                    rec = out.record
-                    with store.writer(db) as con:
-                        con.execute("INSERT OR REPLACE INTO models (name, source, variant, vocab_id, vocab_size, "
-                                    "config) VALUES (?, ?, ?, ?, ?, ?)",
-                                    [rec["name"], rec["source"], rec["variant"], rec["vocab_id"],
-                                     rec["vocab_size"], rec["config"]])
-                        if out.describe is not None:
-                            _record_backend(con, run_id, out.name, out.describe)
-                if not out.results:
-                    continue
-                _write_chunk(db, run_id, out.name, mode_of[out.name], out.results, out.tokenizer, cfg.record_traces)
-                lock.beat()
-                prog.update(len(out.results), tokens=sum(len(r.token_ids) for r in out.results),
-                            message=out.name, worker=out.worker)
-                if _after_chunk is not None:
-                    _after_chunk(out.results)
-            status = "done"
-    except KeyboardInterrupt:
-        status = "cancelled"
-    finally:
-        # ---- 7. the end status from what is stored (complete -> done, whatever stopped the driver)
-        try:
-            status = _final_status(db, run_id, status, n_units)
-        except Exception as exc:  # never mask the original error (e.g. the file stayed locked)
-            print(f"warning: could not mark run {run_id} as {status}: {exc}", file=sys.stderr)
-        prog.finish(status, "" if status == "done" else f"{status}: rerun the same command to resume")
-    if status == "cancelled":
-        raise KeyboardInterrupt(f"run {run_id} cancelled")
-    return run_id
+    plan = plan_run(db, model_names, dataset, repeats, modes, seed, cfg, run_id=run_id, resume=resume, device=device,
+                    drop_long_prompts=drop_long_prompts, command=command, backend=backend,
+                    tensor_parallel=tensor_parallel, dtype=dtype)
+    return drive(plan, executor, progress_file=progress_file, show_bar=show_bar, after_chunk=_after_chunk)

@@ -4,11 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from engine import config
 from engine.errors import UserError
 from engine.sampling.gumbel import check_params
+
+
+class Unit(NamedTuple):
+    """One generation of a run: a prompt, a repeat index and the noise seed it is drawn with.
+
+    A unit's noise depends on exactly these three (and the step and token): never on the batch,
+    the backend, the worker or the time. A tuple, so ``p, r, sd = unit`` keeps working.
+    """
+
+    prompt_id: str
+    repeat: int
+    seed: int
+
+
+def as_units(pairs: Sequence[tuple[str, int]], seed: int | Sequence[int]) -> tuple[Unit, ...]:
+    """Units from (prompt_id, repeat) pairs and one noise seed for all of them, or one per pair."""
+    seeds = [int(seed)] * len(pairs) if isinstance(seed, int) else [int(x) for x in seed]
+    if len(seeds) != len(pairs):
+        raise UserError(f"got {len(seeds)} seeds for {len(pairs)} units")
+    return tuple(Unit(str(p), int(r), sd) for (p, r), sd in zip(pairs, seeds))
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,10 @@ class GenResult:
     top_probs: tuple[tuple[float, ...], ...] | None = None
     top_gumbels: tuple[tuple[float, ...], ...] | None = None  # None when T = 0 (no noise)
 
+    @property
+    def unit(self) -> Unit:
+        return Unit(self.prompt_id, self.repeat, self.seed)
+
 
 class EngineDead(RuntimeError):
     """The backend's engine is gone (e.g. one of vLLM's tensor-parallel worker processes died): this
@@ -77,11 +101,10 @@ class Backend(Protocol):
     vocab_size: int      # the logits' width
     device: Any
 
-    def generate(self, prompts: Mapping[str, str], units: Sequence[tuple[str, int]], seed: int | Sequence[int],
-                 cfg: GenConfig, token_keys: Any = None,
+    def generate(self, prompts: Mapping[str, str], units: Sequence[Unit], cfg: GenConfig, token_keys: Any = None,
                  system_prompt: str | None = None) -> Iterator[list[GenResult]]:
-        """Generate these (prompt_id, repeat) units with this config (one seed, or one per unit):
-        lists of GenResult (token ids, finish reason, traces) in completion order."""
+        """Generate these units (each with its own noise seed) with this config: lists of GenResult
+        (token ids, finish reason, traces) in completion order."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -90,6 +113,10 @@ class Backend(Protocol):
 
     def record(self) -> dict[str, Any]:
         """A row for the store's ``models`` table."""
+        ...
+
+    def close(self) -> None:
+        """Free the model (and any engine processes or files it holds)."""
         ...
 
 
@@ -103,7 +130,7 @@ class ModelTask:
 
     model: Any                                 # registry name / path, or a models.LoadedModel
     name: str                                  # the run's name for it (generations.model)
-    units: tuple[tuple[str, int, int], ...]    # (prompt_id, repeat, seed); one seed per mode
+    units: tuple[Unit, ...]                    # one seed per mode
 
 
 @dataclass(frozen=True)

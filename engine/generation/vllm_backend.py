@@ -215,12 +215,12 @@ class VllmBackend:
             sink.close()
 
     # ---- generation
-    def generate(self, prompts: Mapping[str, str] | Sequence, units: Sequence[tuple],
-                 seed: int | Sequence[int], cfg, token_keys: torch.Tensor | None = None,
-                 system_prompt: str | None = None) -> Iterator[list[GenResult]]:
-        """Generate ``units``, yielding GenResult chunks of about ``cfg.batch_size`` in completion order.
+    def generate(self, prompts: Mapping[str, str] | Sequence, units: Sequence, cfg,
+                 token_keys: torch.Tensor | None = None, system_prompt: str | None = None) -> Iterator[list[GenResult]]:
+        """Generate ``units`` (engine.generation.types.Unit: prompt_id, repeat, seed), yielding
+        GenResult chunks of about ``cfg.batch_size`` in completion order.
 
-        Same arguments and results as ``engine.generation.iter_generate`` (token ids with the stop
+        Same arguments and results as ``engine.generation.hf.stream_units`` (token ids with the stop
         token, text without it, finish_reason 'eos' | 'length', per-step probabilities and, when
         ``cfg.trace_top_k``, the top-k alternatives with their probabilities and Gumbel values).
         """
@@ -229,7 +229,7 @@ class VllmBackend:
 
         # grouped by prompt, as the transformers loop: a prompt's requests arrive together and share
         # its cached prefix
-        prompts, todo = group_units(prompts, units, seed)
+        prompts, todo = group_units(prompts, units)
         ids = self._prompt_ids(prompts, todo, cfg, system_prompt)
         call, kid, route = self._register_keys(token_keys)
         inflight: dict[str, tuple[str, int, int]] = {}  # tag -> unit
@@ -401,7 +401,9 @@ def iter_generate(backend: VllmBackend, prompts, units: Sequence[tuple[str, int]
                   cfg, token_keys: torch.Tensor | None = None,
                   system_prompt: str | None = None) -> Iterator[list]:
     """``engine.generation.iter_generate`` with a :class:`VllmBackend` in place of a LoadedModel."""
-    return backend.generate(prompts, units, seed, cfg, token_keys, system_prompt)
+    from engine.generation.types import as_units
+
+    return backend.generate(prompts, as_units(units, seed), cfg, token_keys, system_prompt)
 
 
 __all__ = ["VllmBackend", "iter_generate", "keyed_scores", "apply_rows", "check_sampling_params", "RowArgs",

@@ -11,7 +11,8 @@ Family:
 * :func:`bootstrap_score_ci`      percentile bootstrap over prompts (the check of the above)
 * :func:`single_generation_scores` column means of Y and their spread (best - worst)
 * :func:`semantic_consistency`    S_i = Σ_c Prop_c log Prop_c from an (n, k) cluster-id matrix
-* :func:`data_map_flags`          p̂_i <= p_max and S_i >= s_min
+* :func:`largest_answer_cluster`  size of the biggest cluster of answered generations per prompt
+* :func:`data_map_flags`          p̂_i <= p_max and S_i >= s_min (and an answer shared by >= 2 generations)
 """
 
 from __future__ import annotations
@@ -154,14 +155,42 @@ def semantic_consistency(C) -> np.ndarray:
     return terms.sum(axis=1)
 
 
-def data_map_flags(p, S, p_max: float = 0.1, s_min: float = -0.8) -> np.ndarray:
+def largest_answer_cluster(C, answered) -> np.ndarray:
+    """Per prompt, the number of generations in its largest cluster of *answered* generations.
+
+    m_i = max_c |{j : C_ij = c and answered_ij}| (0 when no generation has an answer). A
+    generation without an extractable answer belongs to no answer cluster: it never makes a
+    prompt look consistent.
+
+    Args:
+        C: (n, k) integer cluster ids.  answered: (n, k) bool, the generation has an answer.
+    Returns:
+        (n,) int counts in [0, k].
+    """
+    C, A = np.asarray(C), np.asarray(answered, dtype=bool)
+    if C.shape != A.shape or C.ndim != 2:
+        raise UserError(f"cluster ids and the answered mask must be (n, k) of one shape, got {C.shape} and {A.shape}")
+    n, k = C.shape
+    order = np.argsort(C, axis=1, kind="stable")
+    s, a = np.take_along_axis(C, order, axis=1), np.take_along_axis(A, order, axis=1)  # (n, k)
+    starts = np.concatenate([np.zeros((n, 1), dtype=np.int64), (s[:, 1:] != s[:, :-1]).astype(np.int64)], axis=1)
+    keys = (np.arange(n)[:, None] * k + np.cumsum(starts, axis=1)).ravel()
+    counts = np.bincount(keys, weights=a.ravel().astype(np.float64), minlength=n * k).reshape(n, k)
+    return counts.max(axis=1).astype(np.int64)
+
+
+def data_map_flags(p, S, p_max: float = 0.1, s_min: float = -0.8, largest_answer=None) -> np.ndarray:
     """Data-map flag: prompts with low P(correct) yet consistent answers (suspect labels).
 
-    flag_i = (p̂_i <= p_max) and (S_i >= s_min).
+    flag_i = (p̂_i <= p_max) and (S_i >= s_min) [and m_i >= 2 with m_i the largest cluster of answered
+    generations, :func:`largest_answer_cluster`: a prompt is a label-error candidate only through an
+    answer the model gives repeatedly, never through generations without an answer; with k = 1
+    nothing repeats, and a data map needs several generations anyway].
 
     Args:
         p: (n,) P(correct).  S: (n,) semantic consistency.
         p_max, s_min: thresholds (paper: 0.1 and −0.8).
+        largest_answer: optional (n,) m_i; when given, prompts without a repeated answer are not flagged.
     Returns:
         (n,) bool.
     Paper: Zhang et al., Sec. 4 (18 GSM8K prompts flagged, 44% mislabelled or ambiguous).
@@ -174,4 +203,7 @@ def data_map_flags(p, S, p_max: float = 0.1, s_min: float = -0.8) -> np.ndarray:
         raise UserError(f"p_max must lie in [0, 1], got {p_max}")
     if s_min > 0:
         raise UserError(f"s_min must be <= 0 (S = Σ Prop log Prop is never positive), got {s_min}")
-    return (p <= p_max) & (S >= s_min)
+    flags = (p <= p_max) & (S >= s_min)
+    if largest_answer is not None:
+        flags &= np.asarray(largest_answer) >= 2
+    return flags

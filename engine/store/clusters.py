@@ -6,7 +6,7 @@ import os
 
 import pandas as pd
 
-from engine.store.db import insert_df, reader, transaction
+from engine.store.db import insert_df, query_df, reader, transaction
 
 CLUSTER_COLUMNS = ("run_id", "model", "prompt_id", "repeat", "mode", "method", "cluster_id")
 
@@ -32,3 +32,9 @@ def replace_clusters(db: str | os.PathLike, run: str, method: str, rows: pd.Data
     with transaction(db) as con:
         con.execute("DELETE FROM clusters WHERE run_id = ? AND method = ?", [run, method])
         insert_df(con, "clusters", rows, list(CLUSTER_COLUMNS))
+
+
+def cluster_methods(db: str | os.PathLike, run: str) -> list[str]:
+    """Clustering methods stored for ``run`` (the data map's choices)."""
+    df = query_df(db, "SELECT DISTINCT method FROM clusters WHERE run_id = ? ORDER BY method", [run])
+    return [str(m) for m in df["method"]]

@@ -1,16 +1,19 @@
-"""Runs: the unknown-run check, stored settings, warnings and status, and the generations export."""
+"""Runs: the unknown-run check, stored settings, warnings and status, the generations export, and
+what a run's driver records (the run, its dataset and prompts, the models it loaded)."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import duckdb
 import pandas as pd
 
 from engine.errors import UserError
-from engine.store.db import query_df, reader, scalar, writer
+from engine.store.db import insert_df, query_df, reader, scalar, writer
+from engine.store.generations import count_generations
 
 RUN_STATUSES = ("running", "done", "failed", "cancelled")
 
@@ -49,11 +52,111 @@ def run_warnings(db: str | os.PathLike, run_id: str) -> list[str]:
     return json.loads(df.iloc[0, 0] or "[]") if len(df) else []
 
 
-def set_status(db: str | os.PathLike, run_id: str, status: str) -> None:
+def update_status(con: duckdb.DuckDBPyConnection, run_id: str, status: str) -> None:
+    """Set a run's status on an open writer connection."""
     if status not in RUN_STATUSES:
         raise ValueError(f"unknown run status {status!r}; allowed: {', '.join(RUN_STATUSES)}")
+    con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id])
+
+
+def set_status(db: str | os.PathLike, run_id: str, status: str) -> None:
     with writer(db) as con:
-        con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id])
+        update_status(con, run_id, status)
+
+
+# ---- what a run's driver records (engine.generation.run)
+
+class DatasetRecord(NamedTuple):
+    """A row of ``datasets``."""
+
+    dataset_id: str
+    source: str
+    kind: str
+    n_prompts: int
+
+
+class PromptRow(NamedTuple):
+    """A row of ``prompts`` (``choices``: a JSON list or None)."""
+
+    dataset_id: str
+    prompt_id: str
+    idx: int
+    subject: str | None
+    question: str | None
+    choices: str | None
+    gold: str | None
+    user_prompt: str
+
+
+class RunRecord(NamedTuple):
+    """A stored run's status, expected units and config."""
+
+    run_id: str
+    status: str
+    n_units: int
+    config: dict[str, Any]
+
+
+def stored_config(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
+    """The run's stored config, None when the run is not stored."""
+    row = con.execute("SELECT config FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return None if row is None else json.loads(row[0])
+
+
+def create_run(con: duckdb.DuckDBPyConnection, run_id: str, dataset_id: str, config: dict[str, Any],
+               code_version: str, key_mode: str, warnings: Sequence[str], n_units: int) -> None:
+    """A new run, status 'running'."""
+    con.execute("""INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units)
+                   VALUES (?, ?, ?, ?, ?, ?, 'running', ?)""",
+                [run_id, dataset_id, json.dumps(config), code_version, key_mode, json.dumps(list(warnings)), n_units])
+
+
+def save_dataset(con: duckdb.DuckDBPyConnection, dataset: DatasetRecord, prompts: Sequence[PromptRow]) -> None:
+    """The dataset and its prompts (rows already stored stay); ``n_prompts`` = the prompts stored
+    for it (a --limit run stores a subset of the dataset's prompts)."""
+    con.execute("INSERT OR IGNORE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
+                list(dataset))
+    cols = list(PromptRow._fields)
+    df = pd.DataFrame(list(prompts), columns=cols).astype(
+        {"subject": "object", "question": "object", "choices": "object", "gold": "object"})
+    insert_df(con, "prompts", df, cols, conflict="OR IGNORE",
+              casts={"subject": "VARCHAR", "question": "VARCHAR", "choices": "JSON", "gold": "VARCHAR"})
+    con.execute("UPDATE datasets SET n_prompts = (SELECT count(*) FROM prompts WHERE dataset_id = ?) "
+                "WHERE dataset_id = ?", [dataset.dataset_id, dataset.dataset_id])
+
+
+def save_model(db: str | os.PathLike, record: dict[str, Any], run_id: str | None = None, model: str | None = None,
+               backend: dict[str, Any] | None = None) -> None:
+    """A loaded model's ``models`` row (replacing an older one); with ``run_id``, ``model`` (the run's
+    name for it) and ``backend``, also the run config's ``backends[model]`` (backend, its version,
+    dtype and device). One transaction."""
+    with writer(db) as con:
+        con.execute("INSERT OR REPLACE INTO models (name, source, variant, vocab_id, vocab_size, config) "
+                    "VALUES (?, ?, ?, ?, ?, ?)", [record["name"], record["source"], record["variant"],
+                                                  record["vocab_id"], record["vocab_size"], record["config"]])
+        if run_id is not None and model is not None and backend is not None:
+            cfg = stored_config(con, run_id) or {}
+            cfg.setdefault("backends", {})[model] = backend
+            con.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(cfg), run_id])
+
+
+def finish_run(db: str | os.PathLike, run_id: str, status: str, n_units: int) -> str:
+    """Store the run's end status from what is stored: every unit stored -> 'done', else ``status``
+    (a signal after the last chunk must not leave a complete run 'cancelled'). Returns it."""
+    with writer(db) as con:
+        final = "done" if count_generations(con, run_id) >= n_units else status
+        update_status(con, run_id, final)
+    return final
+
+
+def run_record(db: str | os.PathLike, run_id: str) -> RunRecord:
+    """The stored run (UserError listing known runs when absent)."""
+    with reader(db) as con:
+        row = con.execute("SELECT status, n_units, CAST(config AS VARCHAR) FROM runs WHERE run_id = ?",
+                          [run_id]).fetchone()
+        if row is None:
+            raise unknown_run(con, run_id)
+    return RunRecord(run_id, str(row[0]), int(row[1]), json.loads(row[2] or "{}"))
 
 
 def generations_for_export(db: str | os.PathLike, run_id: str | None = None) -> pd.DataFrame:

@@ -1,4 +1,6 @@
-"""Scores and imported runs: the SQL of scoring a run and of storing an import in one transaction."""
+"""Scores and imported runs: the SQL of scoring a run and of storing an import in one transaction; which
+rules a run was scored with, the rule a command uses by default, and the score rows the analyses read
+(the run summary, the data map)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from engine.config import rule_for_dataset
 from engine.errors import UserError
-from engine.store.db import insert_df, reader, scalar, transaction
+from engine.store.db import insert_df, query_df, reader, scalar, transaction
 from engine.store.runs import require_run
 
 SCORE_COLUMNS = ["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted", "score"]
@@ -141,3 +144,140 @@ def per_question_scores(db: str | os.PathLike, run: str, rule: str | None = None
         return con.execute("""SELECT model, prompt_id, repeat, mode, score FROM scores
                               WHERE run_id = ? AND rule = ? AND score IS NOT NULL
                               ORDER BY model, mode, prompt_id, repeat""", [run, rule]).df()
+
+
+# ------------------------------------------------------------------ reads of the analyses (rule, summary, data map)
+
+def scored_rules(db: str | os.PathLike, run: str) -> list[str]:
+    """The rules ``run`` has scores for, sorted ([] when none)."""
+    df = query_df(db, "SELECT DISTINCT rule FROM scores WHERE run_id = ? ORDER BY rule", [run])
+    return [str(r) for r in df["rule"]]
+
+
+def newest_scored_run(db: str | os.PathLike, models: list[str] | None = None) -> str | None:
+    """The newest run with scores (for every one of ``models`` when given), or None."""
+    if not os.path.exists(db):
+        return None
+    models = list(models or [])
+    df = query_df(db, """
+        SELECT r.run_id FROM runs r
+        WHERE (SELECT count(DISTINCT s.model) FROM scores s
+               WHERE s.run_id = r.run_id AND (len(?) = 0 OR list_contains(?, s.model))) >= greatest(len(?), 1)
+        ORDER BY r.created_at DESC, r.run_id LIMIT 1""", [models, models, models])
+    return None if df.empty else str(df.iloc[0, 0])
+
+
+def scored_runs(db: str | os.PathLike) -> list[str]:
+    """Every run with scores, newest first (the Home page's run choice)."""
+    if not os.path.exists(db):
+        return []
+    df = query_df(db, """SELECT r.run_id FROM runs r WHERE EXISTS (SELECT 1 FROM scores s WHERE s.run_id = r.run_id)
+                         ORDER BY r.created_at DESC, r.run_id""")
+    return [str(r) for r in df["run_id"]]
+
+
+def run_rule(db: str | os.PathLike, run: str | None = None, models: list[str] | None = None,
+             rule: str | None = None) -> str:
+    """The scoring rule a command uses on ``run``: ``rule`` when given; else the rule that fits the
+    run's dataset (:func:`engine.config.rule_for_dataset`, what ``score`` uses by default) when the
+    run is scored with it, else the only (first) rule the run is scored with. ``run`` None: the
+    newest run scored for all of ``models``. No scores at all: the dataset's rule (the caller's
+    'no scores' error then names it)."""
+    if rule is not None:
+        return rule
+    run = run if run is not None else newest_scored_run(db, models)
+    if run is None:
+        return rule_for_dataset(None)
+    dataset, kind = run_dataset_kind(db, run)
+    preferred = rule_for_dataset(kind, dataset)
+    rules = scored_rules(db, run)
+    return preferred if preferred in rules or not rules else rules[0]
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run summary needs besides the scores: dataset and kind, status, creation time, the
+    rules it is scored with, generation counts and the prompts' choices and gold answers."""
+    dataset_id: str | None
+    kind: str | None
+    status: str | None
+    created_at: str | None
+    rules: list[str]
+    n_generations: int
+    n_tokens: int
+    generation_s: float | None
+    choices: list
+    golds: list
+
+
+def run_facts(db: str | os.PathLike, run: str) -> RunFacts:
+    """:class:`RunFacts` of ``run`` (UserError for an unknown run)."""
+    with reader(db) as con:
+        require_run(con, run)
+        row = con.execute("""SELECT r.dataset_id, d.kind, r.status, CAST(r.created_at AS VARCHAR)
+                             FROM runs r LEFT JOIN datasets d USING (dataset_id) WHERE r.run_id = ?""",
+                          [run]).fetchone()
+        dataset_id, kind, status, created = row if row else (None, None, None, None)
+        rules = [r[0] for r in con.execute(
+            "SELECT DISTINCT rule FROM scores WHERE run_id = ? ORDER BY rule", [run]).fetchall()]
+        gen = con.execute("""SELECT count(*), coalesce(sum(n_tokens), 0),
+                                    epoch(max(g.created_at)) - epoch(min(r.created_at))
+                             FROM generations g JOIN runs r USING (run_id) WHERE g.run_id = ?""", [run]).fetchone()
+        n_gen, n_tok, gen_s = gen if gen else (0, 0, None)
+        prompt_rows = con.execute("""SELECT CAST(p.choices AS VARCHAR), p.gold FROM prompts p
+                                     WHERE p.dataset_id = ? AND p.prompt_id IN
+                                           (SELECT DISTINCT prompt_id FROM generations WHERE run_id = ?)""",
+                                  [dataset_id, run]).fetchall()
+    return RunFacts(dataset_id, kind, status, created, rules, int(n_gen), int(n_tok),
+                    None if gen_s is None else float(gen_s), [r[0] for r in prompt_rows], [r[1] for r in prompt_rows])
+
+
+def run_scores(db: str | os.PathLike, run: str, rule: str) -> pd.DataFrame:
+    """The scored rows of ``run`` under ``rule``: model, mode, prompt_id, repeat, score, extracted
+    (rows without a gold answer, score NULL, left out)."""
+    return query_df(db, """
+        SELECT model, mode, prompt_id, repeat, score, extracted FROM scores
+        WHERE run_id = ? AND rule = ? AND score IS NOT NULL""", [run, rule])
+
+
+def model_scores(db: str | os.PathLike, run: str, model: str, mode: str, rule: str, method: str,
+                 subject: str | None = None) -> pd.DataFrame:
+    """One model's scores in one mode of ``run`` under ``rule``, with the prompt's dataset order
+    (idx), subject and the stored cluster of ``method``: prompt_id, repeat, score, extracted, idx,
+    subject, cluster_id. UserError naming what is available when there are none."""
+    sql = """SELECT s.prompt_id, s.repeat, s.score, s.extracted, coalesce(p.idx, 0) AS idx, p.subject,
+                    c.cluster_id
+             FROM scores s
+             LEFT JOIN runs r ON r.run_id = s.run_id
+             LEFT JOIN prompts p ON p.dataset_id = r.dataset_id AND p.prompt_id = s.prompt_id
+             LEFT JOIN clusters c ON c.run_id = s.run_id AND c.model = s.model AND c.prompt_id = s.prompt_id
+                  AND c.repeat = s.repeat AND c.mode = s.mode AND c.method = ?
+             WHERE s.run_id = ? AND s.model = ? AND s.mode = ? AND s.rule = ?"""
+    params: list = [method, run, model, mode, rule]
+    if subject is not None:
+        sql += " AND p.subject = ?"
+        params.append(subject)
+    with reader(db) as con:
+        df = con.execute(sql, params).df()
+        if df.empty:
+            avail = con.execute("SELECT DISTINCT run_id, model, mode, rule FROM scores ORDER BY ALL").fetchall()
+            raise UserError(f"no scores for run={run!r} model={model!r} mode={mode!r} rule={rule!r}"
+                            + (f" subject={subject!r}" if subject else "")
+                            + f"; available (run, model, mode, rule): {avail[:20]}")
+    return df
+
+
+def scored_generations(db: str | os.PathLike, run: str, model: str, mode: str, prompt_ids: list[str],
+                       rule: str, limit: int = 2000) -> pd.DataFrame:
+    """Generations of ``prompt_ids`` (one model and mode) with gold answer, extraction and score:
+    prompt_id, question, gold, repeat, extracted, score, text."""
+    return query_df(db, """
+        SELECT g.prompt_id, p.question, p.gold, g.repeat, s.extracted, s.score, g.text
+        FROM generations g
+        LEFT JOIN runs r ON r.run_id = g.run_id
+        LEFT JOIN prompts p ON p.dataset_id = r.dataset_id AND p.prompt_id = g.prompt_id
+        LEFT JOIN scores s ON s.run_id = g.run_id AND s.model = g.model AND s.prompt_id = g.prompt_id
+             AND s.repeat = g.repeat AND s.mode = g.mode AND s.rule = ?
+        WHERE g.run_id = ? AND g.model = ? AND g.mode = ? AND list_contains(?, g.prompt_id)
+        ORDER BY p.idx NULLS LAST, g.prompt_id, g.repeat LIMIT ?""",
+                    [rule, run, model, mode, list(prompt_ids), int(limit)])

@@ -39,7 +39,7 @@ from typing import Any  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from engine.config import RULES  # noqa: E402
+from engine.config import RULES, rule_for_dataset  # noqa: E402
 from engine.errors import UserError  # noqa: E402
 from engine.store import scores as scores_store  # noqa: E402
 
@@ -192,23 +192,15 @@ def score_generation(text: str | None, prompt_row: Mapping[str, Any] | None,
 
 
 def default_rule(kind: str | None, dataset_id: str | None = None) -> str:
-    """The scoring rule that fits a dataset when none is asked for.
-
-    numeric -> "numeric" (last number / "####"); prompt lists -> "exact"; multiple choice ->
-    "lenient" for the built-in ``demo`` set (its questions were written for this project and a
-    small model answers "1. 17 + 26 = 43" or "B. 43"), else "paper": MMLU files and folders keep
-    the coupled-generation paper's exact rule, so paper reproductions need no flag.
-    """
-    if kind == "numeric":
-        return "numeric"
-    if kind == "prompts":
-        return "exact"
-    from engine.tasks.hf_datasets import default_rule_of
-    registry = default_rule_of(dataset_id or "")  # hf: datasets: the rule of their layout
-    if registry is not None:
-        return registry
-    base = (dataset_id or "").split(":", 1)[0]
-    return "lenient" if base == "demo" else "paper"
+    """The scoring rule that fits a dataset when none is asked for: a registered ``hf:`` dataset's
+    rule of its layout, else :func:`engine.config.rule_for_dataset` (numeric -> "numeric", prompt
+    lists -> "exact", the built-in MC ``demo`` -> "lenient", other multiple choice -> "paper")."""
+    if kind not in ("numeric", "prompts"):
+        from engine.tasks.hf_datasets import default_rule_of
+        registry = default_rule_of(dataset_id or "")  # hf: datasets: the rule of their layout
+        if registry is not None:
+            return registry
+    return rule_for_dataset(kind, dataset_id)
 
 
 def run_default_rule(db, run: str) -> str:

@@ -22,7 +22,7 @@ import torch
 from vllm_testlib import ENGINE_KWARGS, needs_vllm
 
 from engine import models
-from engine.generation import GenConfig, generate_units
+from engine.generation import GenConfig, as_units, generate_units
 from engine.sampling import noise
 
 pytestmark = [pytest.mark.vllm, needs_vllm]
@@ -39,7 +39,7 @@ def _units(prompts, repeats, seed, name):
 
 def _vllm(backend, prompts, units, seeds, cfg, system_prompt=None):
     got = {}
-    for chunk in backend.generate(prompts, units, seeds, cfg, system_prompt=system_prompt):
+    for chunk in backend.generate(prompts, as_units(units, seeds), cfg, system_prompt=system_prompt):
         assert 0 < len(chunk)
         for r in chunk:
             got[(r.prompt_id, r.repeat, r.seed)] = r

@@ -21,7 +21,7 @@ import pytest
 from vllm_testlib import ENGINE_KWARGS, needs_vllm
 
 from engine import models, store
-from engine.generation import GenConfig, generate_units, run_generation
+from engine.generation import GenConfig, as_units, generate_units, run_generation
 from engine.sampling import noise
 from engine.tasks import datasets
 from engine.testing import tiny_lm
@@ -56,7 +56,7 @@ def test_out_of_process_processor_equals_the_transformers_loop(folder, monkeypat
     try:
         assert be.describe()["tensor_parallel"] == tp
         got = {}
-        for chunk in be.generate(PROMPTS, units, seeds, cfg):
+        for chunk in be.generate(PROMPTS, as_units(units, seeds), cfg):
             got.update({(r.prompt_id, r.repeat, r.seed): r for r in chunk})
         writers = {p.name.split("-")[0] for p in sink.glob("*.trace")}
     finally:
