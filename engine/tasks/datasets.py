@@ -33,6 +33,7 @@ import re
 from pathlib import Path
 
 from engine.errors import UserError
+from engine.store.jsonl import parse_object
 from engine.tasks.dataset_types import (  # re-exported: the types' home is the leaf dataset_types
     CHAT_SYSTEM_PROMPT,
     KINDS,
@@ -43,7 +44,6 @@ from engine.tasks.dataset_types import (  # re-exported: the types' home is the 
     Prompt,
     format_mc_prompt,
 )
-from engine.tasks.jsonl import parse_object
 from engine.tasks.numbers import extract_numeric
 
 __all__ = ["CHAT_SYSTEM_PROMPT", "KINDS", "LETTERS", "MMLU_SYSTEM_PROMPT", "NUMERIC_SYSTEM_PROMPT", "Dataset", "Prompt",

@@ -1,6 +1,6 @@
 """Chatbot Arena JSON lines (a human file and/or a line-aligned judge file): validation listing
 every problem (:func:`validate_arena`) and reading (:func:`read_arena`), in the normalised form of
-:mod:`engine.tasks.comparison_files` (whose encoding policy applies: UTF-8, optional BOM, or UTF-16
+:mod:`engine.store.comparison_files` (whose encoding policy applies: UTF-8, optional BOM, or UTF-16
 with a BOM)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine.errors import UserError
-from engine.tasks.comparison_files import (
+from engine.store.comparison_files import (
     MAX_UPLOAD_BYTES,
     NORMALISED_COLUMNS,
     Problem,
@@ -21,7 +21,7 @@ from engine.tasks.comparison_files import (
     read_text,
     require_file,
 )
-from engine.tasks.jsonl import parse_object
+from engine.store.jsonl import parse_object
 
 
 def arena_prompt_id(row: dict, i: int) -> str | None:
