@@ -110,8 +110,8 @@ def recompute_gumbels(db: str | os.PathLike, run_id: str, prompt_id: str, repeat
         # with the chosen id). Noise is evaluated on the (S, U) grid of the unique ids and
         # gathered, so the cost stays O(S * U) with U small.
         ids = np.array([[c] + t + [c] * (width - len(t)) for c, t in zip(part["token_id"], tops)], dtype=np.int64)
-        uniq, inv = np.unique(ids, return_inverse=True)
-        inv = torch.from_numpy(inv.reshape(ids.shape))  # (S, 1 + K)
+        uniq, inv_np = np.unique(ids, return_inverse=True)
+        inv = torch.from_numpy(inv_np.reshape(ids.shape))  # (S, 1 + K)
         step_t = torch.tensor(part["step"].to_numpy(dtype=np.int64))  # (S,)
         g = noise.gumbel(int(seed), torch.full((len(part),), ukey, dtype=torch.int64), step_t,
                          torch.from_numpy(uniq))  # (S, U)

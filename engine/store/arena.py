@@ -108,8 +108,10 @@ def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | 
         return empty, [Problem(None, None, f"human and judge files are not line-aligned: {len(h)} vs {len(j)} "
                                            "comparisons")]
     base = h if h is not None else j
+    assert base is not None  # at least one file was given (checked above)
     base_label = _label(human if h is not None else judge)
-    out, seen_num = [], {}
+    out: list[dict] = []
+    seen_num: dict[object, int] = {}  # Arena "num" -> first line
     for i, (lineno, row) in enumerate(base):
         human_w = _winner(row["winner"], lineno, "winner", _label(human), problems) if h is not None else None
         judge_w = None

@@ -101,9 +101,10 @@ def import_comparisons(db, source, name: str, *, judge_file=None, fmt: str | Non
     if problems:
         raise InvalidUpload(problems)
     files = [s for s in (source, judge_file) if s is not None]
-    meta = {"format": fmt, "files": [_label(s) for s in files], "sha256": [_sha256(s) for s in files],
+    labels = [_label(s) for s in files]
+    meta = {"format": fmt, "files": labels, "sha256": [_sha256(s) for s in files],
             "judge_file": _label(judge_file) if judge_file is not None else None}
-    exists = store_comparison_set(db, df, name, ", ".join(meta["files"]), meta, replace=replace)
+    exists = store_comparison_set(db, df, name, ", ".join(labels), meta, replace=replace)
     return {"name": name, "format": fmt, "n_rows": int(len(df)), "replaced": bool(exists),
             "models": sorted(set(df.model_a) | set(df.model_b)),
             "n_human_labels": int(df.human_winner.notna().sum()),
