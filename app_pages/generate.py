@@ -64,6 +64,8 @@ with st.form("generate_form", border=True):
         tensor_parallel = a2.number_input("Tensor parallel (vLLM)", min_value=1, max_value=64, value=1,
                                           key="gen_tp", help="devices one model copy is split over; > 1 needs "
                                           "the vllm backend")
+        dtype = a3.selectbox("dtype", ["auto", "float32", "bfloat16", "float16"], key="gen_dtype",
+                             help="auto: the checkpoint's own dtype on CUDA, float32 on CPU (both backends)")
     submitted = st.form_submit_button("Start generation", type="primary", icon=":material/play_arrow:")
 
 if submitted:
@@ -84,7 +86,7 @@ if submitted:
         if len(all_models) < 2:
             st.warning("One model only: coupled mode needs two or more models to compare.")
         args = jobs_panel.generate_args(all_models, ds, repeats, temperature, max_tokens, modes, seed, limit or None,
-                                top_k, top_p, traces, backend, workers, tensor_parallel)
+                                top_k, top_p, traces, backend, workers, tensor_parallel, dtype)
         rule = None if score_rule == DATASET_RULE else score_rule
         job = jobs_panel.start_generation(args, score_after, rule)
         if job:

@@ -37,6 +37,7 @@ import gc
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -65,6 +66,8 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None, help="write the JSON report here")
     ap.add_argument("--overhead", action="store_true", help="coupled vs plain vLLM (see the module docstring)")
     ap.add_argument("--batch", type=int, default=64, help="--overhead: rows (max_num_seqs and prompts)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="--overhead: timed generations per engine (medians reported; each engine warm)")
     ap.add_argument("--smoke", action="store_true", help="tiny --overhead run; skipped without vLLM")
     a = ap.parse_args(argv)
     if a.smoke:
@@ -184,7 +187,7 @@ def overhead(a) -> dict:
     import vllm
     from vllm import SamplingParams
 
-    from engine.generation import GenConfig
+    from engine.generation import GenConfig, as_units
     from engine.generation.vllm_backend import VllmBackend, _scoped_env
 
     folder, B, N = a.models[0], a.batch, a.max_new_tokens
@@ -197,14 +200,19 @@ def overhead(a) -> dict:
     try:
         be = VllmBackend(folder, dtype=a.dtype, kv_cache_gib=a.kv_cache_gib, engine_kwargs=kw)
         dtype, ids = be.dtype, be._prompt_ids(prompts, [(p, 0, 0) for p in prompts], cfg, None)
-        list(be.generate(prompts, units[:2], a.seed, GenConfig(max_new_tokens=2)))  # warm-up
+        list(be.generate(prompts, as_units(units[:2], a.seed), GenConfig(max_new_tokens=2)))  # warm-up
         clear()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        t = time.perf_counter()
-        tokens = sum(len(r.token_ids) for ch in be.generate(prompts, units, a.seed, cfg) for r in ch)
-        coupled_s = time.perf_counter() - t
-        proc = seconds()
+        coupled_runs, proc = [], []
+        for _ in range(max(1, a.rounds)):
+            t = time.perf_counter()
+            tokens = sum(len(r.token_ids) for ch in be.generate(prompts, as_units(units, a.seed), cfg) for r in ch)
+            coupled_runs.append(time.perf_counter() - t)
+            proc.append(sum(seconds()))
+            calls = len(seconds())
+            clear()
+        coupled_s = statistics.median(coupled_runs)
         peak_coupled = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
         be.close()
         del be
@@ -218,18 +226,23 @@ def overhead(a) -> dict:
     llm.generate(reqs[:2], SamplingParams(max_tokens=2), use_tqdm=False)  # warm-up
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    t = time.perf_counter()
-    res = llm.generate(reqs, SamplingParams(temperature=a.temperature, max_tokens=N), use_tqdm=False)
-    plain_s = time.perf_counter() - t
+    plain_runs = []
+    for _ in range(max(1, a.rounds)):
+        t = time.perf_counter()
+        res = llm.generate(reqs, SamplingParams(temperature=a.temperature, max_tokens=N), use_tqdm=False)
+        plain_runs.append(time.perf_counter() - t)
+    plain_s = statistics.median(plain_runs)
     plain_tokens = sum(len(o.outputs[0].token_ids) for o in res)
     peak_plain = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
     return {"machine": f"{platform.node()} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.1f}",
             "gpu": torch.cuda.get_device_name() if cuda else None, "vllm": vllm.__version__, "dtype": dtype,
             "batch": B, "max_new_tokens": N, "temperature": a.temperature, "command": " ".join(sys.argv),
-            "coupled": {"tokens": tokens, "seconds": coupled_s, "tok_s": tokens / coupled_s,
-                        "processor_calls": len(proc), "processor_ms_per_step": 1e3 * sum(proc) / max(1, len(proc)),
-                        "processor_share": sum(proc) / coupled_s, "peak_gib": peak_coupled},
-            "plain": {"tokens": plain_tokens, "seconds": plain_s, "tok_s": plain_tokens / plain_s, "peak_gib": peak_plain},
+            "coupled": {"tokens": tokens, "seconds": coupled_s, "tok_s": tokens / coupled_s, "rounds_s": coupled_runs,
+                        "processor_calls": calls, "processor_ms_per_step": 1e3 * statistics.median(proc) / max(1, calls),
+                        "processor_share": statistics.median(p / s for p, s in zip(proc, coupled_runs)),
+                        "peak_gib": peak_coupled},
+            "plain": {"tokens": plain_tokens, "seconds": plain_s, "tok_s": plain_tokens / plain_s, "rounds_s": plain_runs,
+                      "peak_gib": peak_plain},
             "coupled_over_plain": (tokens / coupled_s) / (plain_tokens / plain_s)}
 
 

@@ -9,6 +9,7 @@ are imported once for all of them, which keeps the whole file within seconds per
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
@@ -34,8 +35,20 @@ def test_bench_script_smoke(script, monkeypatch, tmp_path, capsys):
     monkeypatch.syspath_prepend(str(BENCH))
     monkeypatch.chdir(tmp_path)  # anything a script writes to its working folder lands here
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    env = dict(os.environ)  # a script may set variables (winrates_page: COUPLED_EVAL_SHARED): never past this test
     try:
         runpy.run_path(str(path), run_name="__main__")
     except SystemExit as exc:
         assert exc.code in (0, None), f"bench/{script} --smoke exited with {exc.code}"
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
     assert capsys.readouterr().out.strip(), f"bench/{script} --smoke printed nothing"
+
+
+def test_a_smoke_run_leaves_the_environment_as_it_was(monkeypatch, tmp_path, capsys):
+    """winrates_page --smoke points COUPLED_EVAL_SHARED at synthetic data; later tests (and the
+    browser tests' Streamlit server, which inherits this process's environment) must not see it."""
+    before = os.environ.get("COUPLED_EVAL_SHARED")
+    test_bench_script_smoke("winrates_page.py", monkeypatch, tmp_path, capsys)
+    assert os.environ.get("COUPLED_EVAL_SHARED") == before

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.errors import UserError
 from engine.sampling import keyed, noise
 from engine.sampling.gumbel import sample
 
@@ -69,3 +70,30 @@ def test_gumbel_at_is_the_reference_noise_at_those_tokens():
 def test_keyed_noise_on_cpu_is_the_reference():
     _, seeds, units, steps, keys = _batch(B=4, V=100)
     assert torch.equal(keyed.keyed_noise(seeds, units, steps, keys), noise.gumbel(seeds, units, steps, keys))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_draw_does_not_depend_on_the_cpu_threads(monkeypatch, threads):
+    """One intra-op thread (the CPU default) or two: identical bits; torch's own count restored.
+    Rows of 20,000 tokens so that torch's elementwise passes really run in parallel (> its grain)."""
+    logits, seeds, units, steps, keys = _batch(B=6, V=20_000, seed=3)
+    g = noise.gumbel(seeds, units, steps, keys)
+    ref = sample(logits, g, 0.8, 0, 0.9)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setenv(keyed.THREADS_ENV, threads)
+        d = keyed.draw(logits, seeds, units, steps, keys, 0.8, 0, 0.9, trace_k=2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(d.tokens, ref.tokens)
+    assert torch.equal(d.top_gumbels, g.gather(1, d.top_ids))
+
+
+def test_cpu_threads_refuses_a_bad_setting(monkeypatch):
+    monkeypatch.setenv(keyed.THREADS_ENV, "0")
+    with pytest.raises(UserError, match="COUPLED_EVAL_NOISE_THREADS must be an integer >= 1"):
+        keyed.cpu_draw_threads()
+    monkeypatch.delenv(keyed.THREADS_ENV)
+    assert keyed.cpu_draw_threads() == 1

@@ -40,6 +40,9 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=list(config.BACKENDS), default=config.DEFAULT_BACKEND,
                    help="hf (default): our transformers loop; vllm: vLLM with the same keyed noise "
                         "(needs the vLLM venv: scripts/install_vllm.sh)")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (default: the checkpoint's own dtype on CUDA, float32 on CPU), float32, bfloat16 "
+                        "or float16; both backends; in the run id only when not auto")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is faster on a busy shared CPU)")
     p.add_argument("--drop-long-prompts", "--truncate-prompts", dest="drop_long_prompts", action="store_true",
@@ -93,6 +96,7 @@ def run(args) -> int:
                                 progress_file=args.progress_file, run_id=args.run_id,
                                 resume=not args.no_resume, device=args.device, backend=args.backend, executor=ex,
                                 drop_long_prompts=args.drop_long_prompts, tensor_parallel=args.tensor_parallel,
+                                dtype=args.dtype,
                                 command=["python", "-m", "engine", *sys.argv[1:]] if sys.argv[1:2] == ["generate"]
                                 else None)
     seconds = time.perf_counter() - t0

@@ -102,14 +102,15 @@ def check_run(backend: str, model_list: list, cfg: GenConfig, tensor_parallel: i
     return version
 
 
-def _hf_factory(model: Any, *, device: str | None = None, tensor_parallel: int = 1) -> Backend:
+def _hf_factory(model: Any, *, device: str | None = None, tensor_parallel: int = 1,
+                dtype: str | None = None) -> Backend:
     from engine import models
     from engine.generation.hf import HFBackend
 
     if tensor_parallel != 1:
         raise UserError(f"the hf backend runs one device per model; tensor_parallel={tensor_parallel} "
                         "needs --backend vllm on GPUs")
-    return HFBackend(models.load_model(model, device=device) if isinstance(model, str) else model)
+    return HFBackend(models.load_model(model, device=device, dtype=dtype) if isinstance(model, str) else model)
 
 
 VLLM_ARGS_ENV = "COUPLED_EVAL_VLLM_ARGS"  # JSON object of further vllm.LLM arguments (forwarded to Ray replicas)
@@ -135,21 +136,24 @@ def vllm_engine_args(tensor_parallel: int = 1) -> dict:
     return check_engine_kwargs(kw)
 
 
-def _vllm_factory(model: Any, *, device: str | None = None, tensor_parallel: int = 1) -> Backend:
+def _vllm_factory(model: Any, *, device: str | None = None, tensor_parallel: int = 1,
+                  dtype: str | None = None) -> Backend:
     from engine.generation.vllm_backend import VllmBackend
 
     if not isinstance(model, str):
         raise UserError("--backend vllm loads models by name or path, not an already loaded model")
     kw = vllm_engine_args(tensor_parallel)
-    # a "dtype" in $COUPLED_EVAL_VLLM_ARGS overrides the models' default dtype (ModelRef.default_dtype)
-    return VllmBackend(model, dtype=kw.pop("dtype", None), engine_kwargs=kw)
+    # --dtype, else a "dtype" in $COUPLED_EVAL_VLLM_ARGS, overrides the default (ModelRef.default_dtype)
+    env_dtype = kw.pop("dtype", None)
+    return VllmBackend(model, dtype=dtype or env_dtype, engine_kwargs=kw)
 
 
 FACTORIES: dict[str, Callable[..., Backend]] = {"hf": _hf_factory, "vllm": _vllm_factory}
 
 
-def load_backend(backend: str, model: Any, *, device: str | None = None, tensor_parallel: int = 1) -> Backend:
+def load_backend(backend: str, model: Any, *, device: str | None = None, tensor_parallel: int = 1,
+                 dtype: str | None = None) -> Backend:
     """``model`` (a name/path, or a LoadedModel for "hf") loaded into the chosen backend."""
     if backend not in FACTORIES:
         raise UserError(f"unknown backend {backend!r}; allowed: {', '.join(config.BACKENDS)}")
-    return FACTORIES[backend](model, device=device, tensor_parallel=tensor_parallel)
+    return FACTORIES[backend](model, device=device, tensor_parallel=tensor_parallel, dtype=dtype)

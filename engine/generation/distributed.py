@@ -152,7 +152,7 @@ class Replica:
         self.name, self.backend, self.keys = None, None, None
         free_memory()
         backend = open_backend(model, device=self.device, backend=self.spec.backend,
-                               tensor_parallel=self.spec.tensor_parallel)
+                               tensor_parallel=self.spec.tensor_parallel, dtype=self.spec.dtype)
         self.keys = token_keys(backend, self.spec.key_mode)
         self.name, self.backend = model, backend
         return backend

@@ -104,9 +104,18 @@ def _write_chunk(db, run_id: str, model: str, mode_of: dict[int, str], results: 
 
 # ---- backends and executors: where the units of a run are generated
 
-def open_backend(model, *, device: str | None = None, backend: str = "hf", tensor_parallel: int = 1) -> Backend:
+def open_backend(model, *, device: str | None = None, backend: str = "hf", tensor_parallel: int = 1,
+                 dtype: str | None = None) -> Backend:
     """The backend factory the executors call (this process, each Ray replica): backends.load_backend."""
-    return load_backend(backend, model, device=device, tensor_parallel=tensor_parallel)
+    return load_backend(backend, model, device=device, tensor_parallel=tensor_parallel, dtype=dtype)
+
+
+def dtype_name(dtype: str | None) -> str | None:
+    """A ``--dtype`` value as its canonical name ("float32", ...), None for auto; UserError for a bad one."""
+    from engine.models import parse_dtype
+
+    dt = parse_dtype(dtype)
+    return None if dt is None else str(dt).removeprefix("torch.")
 
 
 def token_keys(b, key_mode: str):
@@ -126,7 +135,8 @@ def free_memory() -> None:
 def local_executor(tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecChunk]:
     """The single-process executor: each model loaded here in turn, one in memory at a time."""
     for t in tasks:
-        b = open_backend(t.model, device=spec.device, backend=spec.backend, tensor_parallel=spec.tensor_parallel)
+        b = open_backend(t.model, device=spec.device, backend=spec.backend, tensor_parallel=spec.tensor_parallel,
+                         dtype=spec.dtype)
         yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
         keys = token_keys(b, spec.key_mode)
         for chunk in b.generate(spec.prompts, t.units, spec.cfg, keys, spec.system_prompt):
@@ -206,7 +216,7 @@ class RunPlan:
     def spec(self) -> RunSpec:
         return RunSpec(dict(self.prompts), self.system_prompt,
                        self.cfg if self.cfg.record_traces else replace(self.cfg, trace_top_k=0), self.key_mode,
-                       self.device, self.backend, self.tensor_parallel)
+                       self.device, self.backend, self.tensor_parallel, self.settings.get("dtype"))
 
 
 def _check_args(model_names: Sequence, modes: Sequence[str], repeats: int, seed: int, dataset) -> list[str]:
@@ -267,7 +277,7 @@ def _fitting_prompts(model_names: Sequence, dataset, system_prompt: str | None, 
 def plan_run(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[str] = ("coupled",),
              seed: int = 0, cfg: GenConfig = GenConfig(), *, run_id: str | None = None, resume: bool = True,
              device: str | None = None, drop_long_prompts: bool = False, command: Sequence[str] | None = None,
-             backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1) -> RunPlan:
+             backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1, dtype: str | None = None) -> RunPlan:
     """Check a run and derive everything about it, writing nothing (arguments: :func:`run_generation`).
 
     1. arguments, backend and models (backends.check_run); 2. the vocabulary check: one shared
@@ -283,6 +293,7 @@ def plan_run(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[s
     modes = list(dict.fromkeys(modes))
     names = _check_args(model_names, modes, repeats, seed, dataset)
     system_prompt = getattr(dataset, "system_prompt", None)
+    dtype = dtype_name(dtype)
     backend_version = check_run(backend, list(model_names), cfg, tensor_parallel)
     warnings: list[str] = []
     key_mode = _key_mode(model_names, warnings)
@@ -302,9 +313,12 @@ def plan_run(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[s
                 "trace_top_k": cfg.trace_top_k, "key_mode": key_mode}
     if backend != DEFAULT_BACKEND:  # so that runs of the default backend keep their ids
         settings["backend"] = backend
+    if dtype is not None:  # likewise: auto runs keep their ids
+        settings["dtype"] = dtype
     config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
               "device": str(device or models_mod.default_device()), "n_prompts": len(prompts),
-              "backend": backend, "backend_version": backend_version, "tensor_parallel": tensor_parallel}
+              "backend": backend, "backend_version": backend_version, "tensor_parallel": tensor_parallel,
+              "dtype": dtype or "auto"}
     if command:
         config["command"] = list(command)
     ds_row, prompt_rows = _dataset_rows(dataset)
@@ -398,7 +412,8 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
                    seed: int = 0, cfg: GenConfig = GenConfig(), progress_file=None, run_id: str | None = None,
                    resume: bool = True, device: str | None = None, show_bar: bool = True,
                    executor=None, drop_long_prompts: bool = False, command: Sequence[str] | None = None,
-                   _after_chunk=None, backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1) -> str:
+                   _after_chunk=None, backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1,
+                   dtype: str | None = None) -> str:
     """Generate every (model, prompt, repeat, mode) of a run into ``db``; resumable; returns run_id.
 
     :func:`plan_run` (check, derive, write nothing), then :func:`drive` (lock, record, generate).
@@ -428,6 +443,9 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         tensor_parallel: devices each model copy is split over (vLLM only; in every Ray replica
             too). Recorded in the run's config, not in its id: like the device, it changes the
             arithmetic, not the design.
+        dtype: "auto"/None (ModelRef.default_dtype: the checkpoint's own on CUDA, float32 on CPU),
+            "float32", "bfloat16" or "float16", for every model and both backends; in the run id
+            only when not auto (so auto runs keep their ids), like ``backend``.
 
     Returns:
         The run id. The run's status is 'done' when every unit is stored, else 'cancelled'
@@ -436,5 +454,5 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     """
     plan = plan_run(db, model_names, dataset, repeats, modes, seed, cfg, run_id=run_id, resume=resume, device=device,
                     drop_long_prompts=drop_long_prompts, command=command, backend=backend,
-                    tensor_parallel=tensor_parallel)
+                    tensor_parallel=tensor_parallel, dtype=dtype)
     return drive(plan, executor, progress_file=progress_file, show_bar=show_bar, after_chunk=_after_chunk)

@@ -144,6 +144,7 @@ class RunSpec:
     device: str | None
     backend: str = "hf"                        # run.open_backend's name for the generation backend
     tensor_parallel: int = 1                   # devices one model copy is split over (vLLM's tensor parallelism)
+    dtype: str | None = None                   # --dtype ("float32", ...); None = auto (ModelRef.default_dtype)
 
 
 @dataclass(frozen=True)

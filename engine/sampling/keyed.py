@@ -17,19 +17,31 @@ Bounded temporaries: rows are drawn in chunks of :func:`rows_per_chunk`, so the 
 draw is a fixed budget (``TEMP_BUDGET_BYTES``) whatever the batch size; every operation is per
 row, so the result does not depend on the chunking (tests/test_sampling.py).
 
+CPU threads (:func:`cpu_threads`): the reference noise is ~20 elementwise passes per column chunk,
+each its own OpenMP fork/join (~2,000 per step at B = 64, V = 128,256). When any other process
+shares the cores, every join waits for a descheduled thread: on the 2-core VM a step that costs
+~100 ms of arithmetic on one thread took 0.7-4.7 s on two (docs/BENCHMARKS.md, vLLM CPU). So a CPU
+draw runs on one intra-op thread by default; ``$COUPLED_EVAL_NOISE_THREADS`` = N gives it N (a
+dedicated many-core CPU server). Speed only: the bits never depend on it.
+
 Imports nothing outside engine.sampling (and engine.errors).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
 
+from engine.errors import UserError
 from engine.sampling import noise
 from engine.sampling.gumbel import check_params, masked_logprobs
 
 TEMP_BUDGET_BYTES = 256 << 20  # peak extra memory of one draw, whatever the number of rows
+THREADS_ENV = "COUPLED_EVAL_NOISE_THREADS"  # intra-op threads of a CPU draw (default 1)
 
 
 class Draw(NamedTuple):
@@ -50,6 +62,33 @@ def _fused_available(device: torch.device) -> bool:
     from engine.sampling.triton_noise import triton_importable
 
     return triton_importable()
+
+
+def cpu_draw_threads() -> int:
+    """Intra-op threads of a draw on CPU: ``$COUPLED_EVAL_NOISE_THREADS`` (an integer >= 1), default 1."""
+    env = os.environ.get(THREADS_ENV, "").strip()
+    if env and (not env.isdigit() or int(env) < 1):
+        raise UserError(f"${THREADS_ENV} must be an integer >= 1, got {env!r}")
+    return int(env) if env else 1
+
+
+@contextmanager
+def cpu_threads(device: torch.device) -> Iterator[None]:
+    """Run the block with :func:`cpu_draw_threads` intra-op threads (CPU only; restored after).
+
+    torch._C's setter, not ``torch.set_num_threads``: vLLM's CPU worker replaces the latter with a
+    no-op after binding its OpenMP threads to cores; shrinking the team and growing it back reuses
+    those bound threads."""
+    n = cpu_draw_threads() if device.type == "cpu" else None
+    old = torch.get_num_threads()  # (vLLM replaces only the setter)
+    if n is None or n >= old:  # never more threads than torch (or vLLM's binding) was given
+        yield
+        return
+    torch._C.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch._C.set_num_threads(old)
 
 
 def keyed_noise(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor,
@@ -136,9 +175,10 @@ def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: 
         return _draw_chunk(x, seeds[a:a + n], units[a:a + n], steps[a:a + n], token_keys, temperature, top_k,
                            top_p, trace_k, fused)
 
-    if R <= n:
-        return chunk(0)
-    parts = [chunk(a) for a in range(0, R, n)]
+    with cpu_threads(logits.device):
+        parts = [chunk(a) for a in range(0, max(R, 1), n)]  # R = 0: one empty chunk
+    if len(parts) == 1:
+        return parts[0]
     def cat(col: tuple) -> torch.Tensor | None:
         return torch.cat(col) if col[0] is not None else None
 
@@ -166,4 +206,5 @@ def keyed_scores(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor,
     return logp + g, logp, g
 
 
-__all__ = ["Draw", "keyed_scores", "TEMP_BUDGET_BYTES", "bytes_per_row", "draw", "keyed_noise", "rows_per_chunk"]
+__all__ = ["THREADS_ENV", "cpu_draw_threads", "cpu_threads",
+           "Draw", "keyed_scores", "TEMP_BUDGET_BYTES", "bytes_per_row", "draw", "keyed_noise", "rows_per_chunk"]

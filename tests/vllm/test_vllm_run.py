@@ -30,7 +30,7 @@ def test_vllm_run_records_backend_and_equals_hf(tmp_path, monkeypatch):
     from engine.generation.vllm_backend import VllmBackend
 
     # eager mode, as the other vLLM tests (no torch.compile warm-up); the factory is otherwise the real one
-    monkeypatch.setitem(backends.FACTORIES, "vllm", lambda model, device=None, tensor_parallel=1:
+    monkeypatch.setitem(backends.FACTORIES, "vllm", lambda model, device=None, tensor_parallel=1, dtype=None:
                         VllmBackend(model, engine_kwargs=ENGINE_KWARGS))
     folder = tmp_path / "tiny-llama"
     m, t = tiny_lm(seed=0, hidden=128)
