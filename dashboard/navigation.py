@@ -50,5 +50,6 @@ def st_pages() -> list:
     """The st.Page objects for st.navigation (the first page is the default)."""
     import streamlit as st
 
-    return [st.Page(p.path, title=p.title, icon=p.icon, default=(i == 0), **({"url_path": p.url_path} if i else {}))
+    return [st.Page(p.path, title=p.title, icon=p.icon, default=(i == 0),
+                    url_path=p.url_path if i else None)
             for i, p in enumerate(PAGES)]

@@ -58,5 +58,6 @@ def tiny_lm(seed: int = 0, vocab_perm_seed: int | None = None, hidden: int = 64,
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-    model = model.to(dtype).eval()
+    # ignore: transformers wraps PreTrainedModel.to in functools.wraps, which mypy reads as an unbound function
+    model = model.to(dtype).eval()  # type: ignore[arg-type]
     return model, tok

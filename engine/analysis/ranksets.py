@@ -298,11 +298,12 @@ def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, al
     if models:
         df = df[df.model_a.isin(models) & df.model_b.isin(models)].reset_index(drop=True)
     mlist = list(models) if models else None
-    kw = dict(covariance=covariance, models=mlist, procedure=procedure, seed=seed)
-    res = ranksets_for(df, method, alpha, human_labels=n_human if method != "judge" else None, **kw)
+    res = ranksets_for(df, method, alpha, covariance=covariance, models=mlist, procedure=procedure, seed=seed,
+                       human_labels=n_human if method != "judge" else None)
     results = {method: res}
     if method == "ppr":
-        results["human"] = ranksets_for(df, "human", alpha, human_labels=res.n, **kw)
+        results["human"] = ranksets_for(df, "human", alpha, covariance=covariance, models=mlist, procedure=procedure,
+                                        seed=seed, human_labels=res.n)
 
     def table(r: RankSets) -> pd.DataFrame:
         return pd.DataFrame([{"model": m, "rank": r.rank[m], "lower": lo, "upper": up, "theta": r.theta[m],

@@ -18,7 +18,8 @@ import pandas as pd
 
 from engine.config import MODES
 from engine.errors import UserError
-from engine.store import traces as trace_store
+from engine.store import generations as generations_store
+from engine.store import runs as runs_store
 
 
 def _byte_level_alphabet() -> dict[str, int]:
@@ -70,14 +71,14 @@ def trace_steps(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int,
     if not models:
         return pd.DataFrame(columns=["model", "step", "token_id", "token_text", "prob", "top_ids",
                                      "top_probs", "top_gumbels", "seed"])
-    df = trace_store.trace_rows(db, run_id, prompt_id, repeat, mode, list(models), step_offset, max_steps)
+    df = generations_store.trace_rows(db, run_id, prompt_id, repeat, mode, list(models), step_offset, max_steps)
     df["token_text"] = decode_pieces(df["token_text"].tolist())  # the text, not tokenizer pieces
     return df
 
 
 def unit_trace_length(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, mode: str) -> int:
     """The longest trace (steps) of one unit over its models (for paging)."""
-    return trace_store.trace_length(db, run_id, prompt_id, repeat, mode)
+    return generations_store.trace_length(db, run_id, prompt_id, repeat, mode)
 
 
 def recompute_gumbels(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int,
@@ -88,7 +89,7 @@ def recompute_gumbels(db: str | os.PathLike, run_id: str, prompt_id: str, repeat
     repeat), step, token_id). Returns ``steps`` with a ``gumbel`` column, or None when the run uses
     byte-string keys (which need the tokenizer) or engine.sampling.noise is unavailable.
     """
-    if steps.empty or trace_store.run_key_mode(db, run_id) not in ("token_id", None):
+    if steps.empty or runs_store.run_key_mode(db, run_id) not in ("token_id", None):
         return None
     try:
         import torch
@@ -109,8 +110,8 @@ def recompute_gumbels(db: str | os.PathLike, run_id: str, prompt_id: str, repeat
         # with the chosen id). Noise is evaluated on the (S, U) grid of the unique ids and
         # gathered, so the cost stays O(S * U) with U small.
         ids = np.array([[c] + t + [c] * (width - len(t)) for c, t in zip(part["token_id"], tops)], dtype=np.int64)
-        uniq, inv = np.unique(ids, return_inverse=True)
-        inv = torch.from_numpy(inv.reshape(ids.shape))  # (S, 1 + K)
+        uniq, inv_np = np.unique(ids, return_inverse=True)
+        inv = torch.from_numpy(inv_np.reshape(ids.shape))  # (S, 1 + K)
         step_t = torch.tensor(part["step"].to_numpy(dtype=np.int64))  # (S,)
         g = noise.gumbel(int(seed), torch.full((len(part),), ukey, dtype=torch.int64), step_t,
                          torch.from_numpy(uniq))  # (S, U)
@@ -194,7 +195,7 @@ def token_names(db: str | os.PathLike, run_id: str, steps: pd.DataFrame, limit: 
     ids -= set(int(i) for i in steps.get("token_id", []))
     names = {int(i): str(t) for i, t in zip(steps.get("token_id", []), steps.get("token_text", []))}
     if ids:
-        found = trace_store.token_pieces(db, run_id, sorted(ids), limit)
+        found = generations_store.token_pieces(db, run_id, sorted(ids), limit)
         names.update(dict(zip((int(i) for i in found["token_id"]), decode_pieces(found["token_text"].tolist()))))
     return names
 
@@ -378,7 +379,7 @@ def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, 
 
 def _run_temperature(db, run_id: str) -> float | None:
     """The run's sampling temperature from its stored config (None when unknown)."""
-    conf = trace_store.run_config_text(db, run_id)
+    conf = runs_store.run_config_text(db, run_id)
     if conf is None:
         return None
     t = json.loads(conf).get("temperature")
@@ -393,4 +394,4 @@ def divergence_summary(db: str | os.PathLike, run_id: str, models: tuple[str, ..
         raise UserError(f"unknown mode {mode!r}; allowed: {list(MODES)}")
     if len(models) < 2:
         raise UserError(f"choose at least two models to compare, got {list(models)}")
-    return trace_store.first_divergences(db, run_id, list(models), mode)
+    return generations_store.first_divergences(db, run_id, list(models), mode)

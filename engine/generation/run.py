@@ -288,9 +288,8 @@ def plan_run(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[s
     from engine.store.db import ensure_db_folder
 
     ensure_db_folder(db)
-    if isinstance(dataset, (str, Path)):
-        from engine.tasks import datasets as datasets_mod
-        dataset = datasets_mod.load_dataset(str(dataset))
+    if isinstance(dataset, (str, Path)):  # generation never imports tasks (layer rule): the caller loads it
+        raise TypeError("plan_run takes a loaded dataset (engine.tasks.datasets.load_dataset), not a name or path")
     modes = list(dict.fromkeys(modes))
     names = _check_args(model_names, modes, repeats, seed, dataset)
     system_prompt = getattr(dataset, "system_prompt", None)
@@ -422,7 +421,7 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
     Args:
         db: DuckDB file path (its folder must exist, except the default location's).
         model_names: registry names / paths (loaded one at a time), or models.LoadedModel objects.
-        dataset: a datasets.Dataset, or a name/path for datasets.load_dataset.
+        dataset: a loaded dataset (``engine.tasks.datasets.load_dataset``: the caller loads a name or path).
         repeats: generations per prompt (repeat indices 0..repeats-1).
         modes: subset of config.MODES ("coupled", "independent"). Coupled: every model uses ``seed``;
             independent: each model uses noise.independent_seed(seed, model name).

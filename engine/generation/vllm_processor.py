@@ -41,7 +41,8 @@ from vllm.v1.sample.logits_processor import LogitsProcessor as V1LogitsProcessor
 try:  # Model Runner V2's interface (vLLM >= 0.32); absent in older releases
     from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as V2LogitsProcessor
 except ImportError:  # pragma: no cover - the supported range has it
-    V2LogitsProcessor = object  # type: ignore[misc,assignment]
+    # ignore: a fallback class for a module that may be absent (unused where vllm is not installed)
+    V2LogitsProcessor = object  # type: ignore[misc,assignment,unused-ignore]
 
 from engine.errors import UserError
 from engine.generation.vllm_sampler import RowArgs, SlotTable, apply_rows, check_sampling_params
@@ -153,6 +154,7 @@ class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
             # the row's sequence holds pos + 1 tokens (exact without speculative decoding): it samples
             # token pos + 1, i.e. generated-token index seq_len - prompt_len
             seq = np.asarray(ctx.seq_lens_upper_bound_np, dtype=np.int64)[rows]
+            assert self.req_states is not None  # set by the V2 constructor
             steps = seq - np.asarray(self.req_states.prompt_len.np, dtype=np.int64)[slots]
             keep = steps >= 0  # < 0: a chunk of a prompt still being prefilled (its sample is dropped)
             rows, slots, steps = rows[keep], slots[keep], steps[keep]

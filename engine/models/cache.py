@@ -24,6 +24,7 @@ from engine.config import PROJECT_ROOT
 from engine.errors import UserError
 from engine.models.quantize import quantize_linear_weights
 from engine.models.registry import ModelSpec, base_spec
+from engine.models.tokens import vocab_id
 
 CACHE_FORMAT = 1  # bump when the conversion code changes: older caches are rebuilt
 MANIFEST = "coupled_eval.json"
@@ -90,8 +91,6 @@ def is_cached(spec: ModelSpec) -> bool:
 
 def _write_cache(path: Path, spec: ModelSpec, model, tokenizer, seconds: float) -> None:
     """Save model + tokenizer + manifest into a temp folder, then rename it into place (atomic)."""
-    from engine.models.vocab import vocab_id
-
     path.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale_tmp(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -49,7 +49,7 @@ from engine.models.cache import discard_cache, ensure_cached, is_cached, quiet_h
 from engine.models.devices import parse_dtype, resolve_device
 from engine.models.refs import resolve
 from engine.models.registry import ModelSpec, bitsandbytes_available, list_models
-from engine.models.vocab import prepare_tokenizer, vocab_id
+from engine.models.tokens import prepare_tokenizer, vocab_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

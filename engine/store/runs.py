@@ -175,3 +175,21 @@ def generations_for_export(db: str | os.PathLike, run_id: str | None = None) -> 
         params.append(run_id)
     sql += " ORDER BY g.run_id, g.model, g.mode, p.idx, g.prompt_id, g.repeat"
     return query_df(db, sql, params)
+
+
+def some_runs(db: str | os.PathLike, limit: int = 20) -> list[str]:
+    """Up to ``limit`` stored run ids (for an 'unknown run' message)."""
+    with reader(db) as con:
+        return known_runs(con, limit)
+
+
+def run_key_mode(db: str | os.PathLike, run_id: str) -> str | None:
+    """How the run keys its noise ('token_id' or 'bytes'); None for an unknown run."""
+    df = query_df(db, "SELECT key_mode FROM runs WHERE run_id = ?", [run_id])
+    return None if df.empty else df.iloc[0, 0]
+
+
+def run_config_text(db: str | os.PathLike, run_id: str) -> str | None:
+    """The run's stored config (JSON text), None when the run or its config is missing."""
+    df = query_df(db, "SELECT CAST(config AS VARCHAR) AS config FROM runs WHERE run_id = ?", [run_id])
+    return None if df.empty or df.iloc[0, 0] is None else str(df.iloc[0, 0])

@@ -1,5 +1,5 @@
-"""Comparison sets: import a validated file (:mod:`engine.tasks.comparison_files` for CSV,
-:mod:`engine.tasks.arena` for Chatbot Arena JSON lines) as a named set, list / read / delete /
+"""Comparison sets: import a validated file (:mod:`engine.store.comparison_files` for CSV,
+:mod:`engine.store.arena` for Chatbot Arena JSON lines) as a named set, list / read / delete /
 export sets (SQL: :mod:`engine.store.comparisons`), and read the CLI's ``--comparisons`` CSV.
 
 Nothing is written unless the whole file validates; a set is written in ONE transaction.
@@ -15,8 +15,8 @@ import pandas as pd
 from engine import config
 from engine.errors import UserError
 from engine.store import comparisons as SC
-from engine.tasks.arena import arena_prompt_id, read_arena, validate_arena
-from engine.tasks.comparison_files import (
+from engine.store.arena import arena_prompt_id, read_arena, validate_arena
+from engine.store.comparison_files import (
     ALLOWED_WINNERS,
     MAX_UPLOAD_BYTES,
     NORMALISED_COLUMNS,
@@ -24,7 +24,7 @@ from engine.tasks.comparison_files import (
     Problem,
     _label,
     normalise_winner,
-    require_file,
+    read_comparisons_file,
     validate_comparisons_csv,
 )
 
@@ -101,9 +101,10 @@ def import_comparisons(db, source, name: str, *, judge_file=None, fmt: str | Non
     if problems:
         raise InvalidUpload(problems)
     files = [s for s in (source, judge_file) if s is not None]
-    meta = {"format": fmt, "files": [_label(s) for s in files], "sha256": [_sha256(s) for s in files],
+    labels = [_label(s) for s in files]
+    meta = {"format": fmt, "files": labels, "sha256": [_sha256(s) for s in files],
             "judge_file": _label(judge_file) if judge_file is not None else None}
-    exists = store_comparison_set(db, df, name, ", ".join(meta["files"]), meta, replace=replace)
+    exists = store_comparison_set(db, df, name, ", ".join(labels), meta, replace=replace)
     return {"name": name, "format": fmt, "n_rows": int(len(df)), "replaced": bool(exists),
             "models": sorted(set(df.model_a) | set(df.model_b)),
             "n_human_labels": int(df.human_winner.notna().sum()),
@@ -142,19 +143,3 @@ def export_comparison_set(db, name: str, out=None) -> str:
     if out is not None:
         Path(out).write_text(text, encoding="utf-8")
     return text
-
-
-def read_comparisons_file(path: str | Path) -> pd.DataFrame:
-    """A CSV of comparisons (the CLI's ``--comparisons``) -> the normalised rows, through the same
-    validator as uploads (:func:`validate_comparisons_csv`, no size limit; repeated votes on one
-    prompt and pair are data here, as in Arena, not duplicates); every problem is listed
-    in one :class:`InvalidUpload`-style UserError."""
-    require_file(path)
-    df, problems = validate_comparisons_csv(path, max_bytes=2 ** 62, repeats=True)
-    if problems:
-        shown = "\n  ".join(str(p) for p in problems[:50])
-        more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
-        raise UserError(f"{path}: not a readable CSV of comparisons ({len(problems)} problem"
-                        f"{'s' if len(problems) != 1 else ''}):\n  {shown}{more}")
-    return df
-

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.tasks.datasets import (
+from engine.tasks.dataset_types import (
     CHAT_SYSTEM_PROMPT,
     LETTERS,
     MMLU_SYSTEM_PROMPT,
@@ -32,6 +32,7 @@ from engine.tasks.datasets import (
     Prompt,
     format_mc_prompt,
 )
+from engine.tasks.numbers import extract_numeric
 
 PREFIX = "hf:"
 OPTION_SYSTEM_PROMPT = ("You will be given multiple choice questions. Please reply with the letter of the "
@@ -255,7 +256,6 @@ def _truthfulqa(row: Mapping, i: int, state: dict) -> Prompt:
 
 
 def _gsm8k(row: Mapping, i: int, state: dict) -> Prompt:
-    from engine.tasks.scoring import extract_numeric
     q = str(row["question"])
     gold = extract_numeric(str(row["answer"]))
     if gold is None:
@@ -284,7 +284,6 @@ _ROWS: dict[str, Callable[[Mapping, int, dict], Prompt]] = {
 
 def _custom(cols: Columns, names: list[str]) -> tuple[str, Callable[[Mapping, int, dict], Prompt]]:
     """The kind and row reader of a layout described by its columns."""
-    from engine.tasks.scoring import extract_numeric
     named = {"prompt": cols.prompt, "answer": cols.answer, "choices": cols.choices, "id": cols.id}
     missing = [f"--{k}-column {v!r}" for k, v in named.items() if v is not None and v not in names]
     if cols.prompt is None:

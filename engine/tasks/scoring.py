@@ -42,6 +42,7 @@ import pandas as pd  # noqa: E402
 from engine.config import RULES, rule_for_dataset  # noqa: E402
 from engine.errors import UserError  # noqa: E402
 from engine.store import scores as scores_store  # noqa: E402
+from engine.tasks.numbers import extract_numeric, normalise_number  # noqa: E402,F401  (re-exported)
 
 NO_ANSWER = "E"  # what the multiple-choice rules extract when they find no option (always wrong)
 
@@ -49,7 +50,6 @@ NO_ANSWER = "E"  # what the multiple-choice rules extract when they find no opti
 _ANSWER_IS = re.compile(r"(?i:answer)\s*(?:(?i:is)|:)\s*[:\-]?\s*\(?\s*([A-Z])\s*\)?(?![A-Za-z])")
 _PAREN_LETTER = re.compile(r"\(\s*([A-Z])\s*\)")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9'’])([A-Z])(?![A-Za-z0-9'’])")
-_NUMBER = re.compile(r"[-−]?\$?\s?\d[\d,]*(?:\.\d+)?|[-−]?\$?\.\d+")
 _PUNCT_TABLE = str.maketrans({c: " " for c in string.punctuation + "‘’“”–—…"})
 
 
@@ -111,40 +111,6 @@ def extract_lenient(text: str | None, choices: Mapping[str, str] | None = None) 
     if len(standalone) == 1:
         return standalone.pop()
     return NO_ANSWER
-
-
-def normalise_number(token: str | None) -> str | None:
-    """A number's canonical string: no "$", commas or spaces; unicode minus -> "-"; "12.50" -> "12.5", "3.0" -> "3"."""
-    if token is None:
-        return None
-    t = str(token).strip().replace("$", "").replace(",", "").replace(" ", "").replace("−", "-")
-    t = t.rstrip(".")
-    if not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)", t):
-        return None
-    sign = "-" if t.startswith("-") else ""
-    t = t.lstrip("+-")
-    if "." in t:
-        t = t.rstrip("0").rstrip(".")
-    t = t.lstrip("0") or "0"
-    if t.startswith("."):
-        t = "0" + t
-    return "0" if t == "0" else sign + t
-
-
-def extract_numeric(text: str | None) -> str | None:
-    """GSM8K style: the number after the last "####" if any, else the last number in the text.
-
-    Normalised by :func:`normalise_number`; None when the text holds no number.
-    """
-    if text is None or not isinstance(text, str):
-        return None
-    if "####" in text:
-        tail = text.rsplit("####", 1)[1]
-        m = _NUMBER.search(tail)
-        if m:
-            return normalise_number(m.group(0))
-    found = _NUMBER.findall(text)
-    return normalise_number(found[-1]) if found else None
 
 
 def _gold_number(gold: str | None) -> str | None:

@@ -1,6 +1,6 @@
 """Chatbot Arena JSON lines (a human file and/or a line-aligned judge file): validation listing
 every problem (:func:`validate_arena`) and reading (:func:`read_arena`), in the normalised form of
-:mod:`engine.tasks.comparison_files` (whose encoding policy applies: UTF-8, optional BOM, or UTF-16
+:mod:`engine.store.comparison_files` (whose encoding policy applies: UTF-8, optional BOM, or UTF-16
 with a BOM)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine.errors import UserError
-from engine.tasks.comparison_files import (
+from engine.store.comparison_files import (
     MAX_UPLOAD_BYTES,
     NORMALISED_COLUMNS,
     Problem,
@@ -21,7 +21,7 @@ from engine.tasks.comparison_files import (
     read_text,
     require_file,
 )
-from engine.tasks.jsonl import parse_object
+from engine.store.jsonl import parse_object
 
 
 def arena_prompt_id(row: dict, i: int) -> str | None:
@@ -108,8 +108,10 @@ def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | 
         return empty, [Problem(None, None, f"human and judge files are not line-aligned: {len(h)} vs {len(j)} "
                                            "comparisons")]
     base = h if h is not None else j
+    assert base is not None  # at least one file was given (checked above)
     base_label = _label(human if h is not None else judge)
-    out, seen_num = [], {}
+    out: list[dict] = []
+    seen_num: dict[object, int] = {}  # Arena "num" -> first line
     for i, (lineno, row) in enumerate(base):
         human_w = _winner(row["winner"], lineno, "winner", _label(human), problems) if h is not None else None
         judge_w = None

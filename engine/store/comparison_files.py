@@ -367,3 +367,19 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
         return empty, [Problem(None, None, "file has a header but no data rows: no comparisons in file", label)]
     # object columns: a missing label stays None (not NaN, not a string dtype)
     return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()}), problems
+
+
+def read_comparisons_file(path: str | Path) -> pd.DataFrame:
+    """A CSV of comparisons (the CLI's ``--comparisons``) -> the normalised rows, through the same
+    validator as uploads (:func:`validate_comparisons_csv`, no size limit; repeated votes on one
+    prompt and pair are data here, as in Arena, not duplicates); every problem is listed
+    in one :class:`InvalidUpload`-style UserError."""
+    require_file(path)
+    df, problems = validate_comparisons_csv(path, max_bytes=2 ** 62, repeats=True)
+    if problems:
+        shown = "\n  ".join(str(p) for p in problems[:50])
+        more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
+        raise UserError(f"{path}: not a readable CSV of comparisons ({len(problems)} problem"
+                        f"{'s' if len(problems) != 1 else ''}):\n  {shown}{more}")
+    return df
+

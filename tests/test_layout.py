@@ -1,0 +1,181 @@
+"""The layout rules of docs/ARCHITECTURE.md, checked on the code itself (issue 17 items 5 and 8).
+
+The layer table: which engine packages a package may import, besides itself and the leaf modules
+``engine.config``, ``engine.errors`` and ``engine.progress``. Imports inside functions count too
+(a lazy import is still a dependency). ``engine`` never imports the dashboard, its pages or Streamlit.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+LEAVES = {"config", "errors", "progress"}
+ALLOWED: dict[str, set[str]] = {
+    "sampling": set(),
+    "stats": set(),
+    "store": set(),
+    "models": {"sampling"},
+    "tasks": {"store", "stats", "models", "sampling"},
+    "generation": {"sampling", "models", "store"},
+    "analysis": {"store", "stats", "sampling", "figures"},
+}
+FORBIDDEN_EVERYWHERE = ("dashboard", "app_pages", "streamlit")
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 500
+LIMITED = ("engine", "dashboard", "app_pages")
+
+
+def _imports(path: Path, members: bool = False) -> list[tuple[int, str]]:
+    """(line, dotted module) of every import in a file, relative ones resolved. ``members``: also
+    ``pkg.name`` for each name of ``from pkg import name`` (a submodule when it is one)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append((node.lineno, mod))
+            # `from engine import stats` names a package, not a symbol
+            if mod == "engine" or members:
+                out += [(node.lineno, f"{mod}.{a.name}") for a in node.names]
+    return out
+
+
+def _engine_files() -> list[Path]:
+    return sorted((ROOT / "engine").rglob("*.py"))
+
+
+def test_layer_table_names_real_packages():
+    for name in ALLOWED:
+        assert (ROOT / "engine" / name / "__init__.py").is_file(), name
+
+
+def test_no_engine_module_imports_against_the_layer_table():
+    bad = []
+    for path in _engine_files():
+        parts = path.relative_to(ROOT / "engine").parts
+        layer = parts[0] if len(parts) > 1 else None
+        for line, mod in _imports(path):
+            top = mod.split(".")[0]
+            if top in FORBIDDEN_EVERYWHERE:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
+                continue
+            if layer not in ALLOWED or top != "engine" or mod == "engine":
+                continue
+            target = mod.split(".")[1]
+            if target == layer or target in LEAVES:
+                continue
+            if target not in ALLOWED[layer]:
+                bad.append(f"{path.relative_to(ROOT)}:{line} ({layer}) imports {mod}")
+    assert not bad, "imports against the layer table (docs/ARCHITECTURE.md):\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
+    """The checker is not vacuous: an upward import in a stats-like file is found."""
+    src = "from engine.store import db\nimport streamlit\n"
+    f = ROOT / "engine" / "stats" / "__probe_layout__.py"
+    try:
+        f.write_text(src)
+        with pytest.raises(AssertionError, match="__probe_layout__"):
+            test_no_engine_module_imports_against_the_layer_table()
+    finally:
+        f.unlink()
+
+
+def _too_long() -> tuple[list[str], list[str]]:
+    funcs, mods = [], []
+    for folder in LIMITED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            n = len(text.splitlines())
+            if n > MAX_MODULE_LINES:
+                mods.append(f"{path.relative_to(ROOT)}: {n} lines")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    length = node.end_lineno - node.lineno + 1
+                    if length > MAX_FUNCTION_LINES:
+                        funcs.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
+    return funcs, mods
+
+
+def test_no_function_over_80_lines_and_no_module_over_500():
+    funcs, mods = _too_long()
+    assert not funcs and not mods, "\n".join(funcs + mods)
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _engine_cycles() -> list[list[str]]:
+    """Strongly connected components (> 1 module) of the engine's module import graph."""
+    names = {_module_name(p): p for p in _engine_files()}
+    graph: dict[str, set[str]] = {n: set() for n in names}
+    for name, path in names.items():
+        for _, mod in _imports(path, members=True):   # `from engine.store import runs` imports engine.store.runs
+            while mod and mod not in names:       # `from engine.x.y import f`: f is not a module
+                mod = mod.rpartition(".")[0]
+            if mod and mod != name and not name.startswith(mod + ".") and mod != "engine":
+                graph[name].add(mod)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:   # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_in_the_engine():
+    cycles = _engine_cycles()
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_checker_sees_a_circle_through_from_package_imports():
+    """`from engine.stats import b` in a and `from engine.stats import a` in b is a circle (the
+    checker once attributed both imports to the package engine.stats and missed it)."""
+    a, b = (ROOT / "engine" / "stats" / f"__probe_cycle_{x}__.py" for x in "ab")
+    try:
+        a.write_text("from engine.stats import __probe_cycle_b__\n")
+        b.write_text("from engine.stats import __probe_cycle_a__\n")
+        assert ["engine.stats.__probe_cycle_a__", "engine.stats.__probe_cycle_b__"] in _engine_cycles()
+    finally:
+        a.unlink(missing_ok=True)
+        b.unlink(missing_ok=True)
