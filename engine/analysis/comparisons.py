@@ -24,7 +24,8 @@ from engine.stats import ranking as R
 from engine.stats.comparisons import A_WINS, B_WINS, Comparisons, outcome_codes
 from engine.store import comparisons as SC
 from engine.store import verdicts as VS
-from engine.tasks.comparisons import read_arena, read_comparisons_file
+from engine.store.arena import read_arena
+from engine.store.comparison_files import read_comparisons_file
 
 CSV_COLUMNS = ("model_a", "model_b", "human_winner", "judge_winner")
 # The 12 Chatbot Arena models of the PPR paper (Chatzi et al., 2024): 14,947 comparisons.

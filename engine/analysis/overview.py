@@ -16,7 +16,8 @@ import pandas as pd
 
 from engine import store
 from engine.errors import UserError
-from engine.store import catalog
+from engine.store import generations
+from engine.store import runs as stored_runs
 
 
 def db_signature(db: str | os.PathLike) -> tuple[str, float]:
@@ -78,7 +79,7 @@ def runs(db: str | os.PathLike) -> pd.DataFrame:
             "modes", "repeats", "temperature", "max_new_tokens", "seed", "key_mode", "warnings", "resume_command"]
     if not db_exists(db):
         return pd.DataFrame(columns=cols)
-    df = catalog.runs_with_counts(db)
+    df = generations.runs_with_counts(db)
     conf = [json.loads(c) if isinstance(c, str) and c else {} for c in df.pop("config")]
     for key, col in (("repeats", "repeats"), ("temperature", "temperature"),
                      ("max_new_tokens", "max_new_tokens"), ("seed", "seed")):
@@ -96,14 +97,14 @@ def models_table(db: str | os.PathLike) -> pd.DataFrame:
     """Stored models (name, variant, vocab_id, vocab_size, source) with their generation counts."""
     if not db_exists(db):
         return pd.DataFrame(columns=["name", "variant", "vocab_id", "vocab_size", "source", "n_generations"])
-    return catalog.models_with_counts(db)
+    return generations.models_with_counts(db)
 
 
 def datasets_table(db: str | os.PathLike) -> pd.DataFrame:
     """Stored datasets (dataset_id, kind, n_prompts, source, subjects)."""
     if not db_exists(db):
         return pd.DataFrame(columns=["dataset_id", "kind", "n_prompts", "n_subjects", "source"])
-    return catalog.datasets_with_counts(db)
+    return generations.datasets_with_counts(db)
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,9 @@ class RunOptions:
 
 def run_options(db: str | os.PathLike, run_id: str) -> RunOptions:
     """What a run holds: models, modes, repeats (sorted list) and the number of prompts."""
-    contents = catalog.run_contents(db, run_id)
+    contents = generations.run_contents(db, run_id)
     if contents is None:
-        raise UserError(f"unknown run {run_id!r}; stored runs: {catalog.some_runs(db)}")
+        raise UserError(f"unknown run {run_id!r}; stored runs: {stored_runs.some_runs(db)}")
     return RunOptions(*contents)
 
 
@@ -136,7 +137,7 @@ def run_prompts(db: str | os.PathLike, run_id: str, search: str | None = None, l
     limit, offset = int(limit), int(offset)
     if limit < 1 or offset < 0:
         raise UserError(f"limit must be >= 1 and offset >= 0, got {limit}, {offset}")
-    return catalog.run_prompts(db, run_id, search, limit, offset)
+    return generations.run_prompts(db, run_id, search, limit, offset)
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ class PromptInfo:
 
 def prompt_info(db: str | os.PathLike, run_id: str, prompt_id: str) -> PromptInfo | None:
     """The prompt row of a run's dataset (question, choices, gold, user_prompt, subject); None if unknown."""
-    df = catalog.prompt_row(db, run_id, prompt_id)
+    df = generations.prompt_row(db, run_id, prompt_id)
     if df.empty:
         return None
     row = df.iloc[0].to_dict()
@@ -168,9 +169,9 @@ def prompt_info(db: str | os.PathLike, run_id: str, prompt_id: str) -> PromptInf
 def unit_generations(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int) -> pd.DataFrame:
     """Every generation of one unit (all models, both modes): model, mode, text, n_tokens,
     finish_reason, seed, extracted, score (the 'paper' rule if scored, else any rule)."""
-    return catalog.unit_rows(db, run_id, prompt_id, repeat)
+    return generations.unit_rows(db, run_id, prompt_id, repeat)
 
 
 def generations_page(db: str | os.PathLike, run_id: str, limit: int = 200, offset: int = 0) -> pd.DataFrame:
     """One page of a run's generations (for browsing and CSV export)."""
-    return catalog.generation_rows(db, run_id, limit, offset)
+    return generations.generation_rows(db, run_id, limit, offset)
