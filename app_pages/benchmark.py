@@ -104,7 +104,7 @@ with t2:
     st.caption(res.error_curve_band)
     ui.table(ui.records(res.error_curve), "error_curve", key="bm_err_table", ctx=ctx)
 with t3:
-    st.markdown("**Paired difference of accuracy A − B per noise mode** (METHODS 7.1): one mean difference per "
+    st.markdown("**Paired difference of accuracy A − B per noise mode** (docs/METHODS.md 7.1): one mean difference per "
                 "question, t interval over questions (repeats of a question are not independent samples); the "
                 "paired bootstrap over questions is the check; MDE = smallest difference this design detects "
                 "with 80% power at α = 0.05; corr = correlation of the two models' per-question accuracies.")
@@ -120,7 +120,7 @@ with t3:
     ui.table(ui.mcnemar_majority_rows(res), "mcnemar_majority", key="bm_mcn", ctx=ctx)
 with t4:
     pl = res.planner
-    st.markdown(f"Var(d̄) = σ²_b/n + σ²_w/(n k) from this run's variance components (METHODS 7.1). "
+    st.markdown(f"Var(d̄) = σ²_b/n + σ²_w/(n k) from this run's variance components (docs/METHODS.md 7.1). "
                 f"Plans for a minimum detectable effect **{pl.target_mde:g}** at {pl.power:.0%} power "
                 f"(α = {pl.alpha:g}, paired t test), coupled vs independent (measured, and predicted from the "
                 f"coupled run).")

@@ -73,7 +73,7 @@ with c2:
     st.caption(f"Var̂(μ̂) = σ̂²/n = {sc['var']:.3g} (the CI's variance) = within-prompt "
                f"{sc['var_within']:.3g} (E[p(1−p)] ≈ {ui.fmt(sc['within'], '.4f')}, divided by n·k) + between-prompt "
                f"{sc['var_between']:.3g} (σ² ≈ {ui.fmt(sc['sigma2_between'], '.4f')}, divided by n); each component "
-               "unbiased (METHODS 5), the between part clipped at 0.")
+               "unbiased (docs/METHODS.md 5), the between part clipped at 0.")
     b = res.bootstrap
     st.caption(f"Bootstrap over prompts: {ui.bootstrap_text(b)}")
 sg = res.single_generation

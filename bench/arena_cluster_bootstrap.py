@@ -1,4 +1,4 @@
-"""Timing of the prompt-clustered bootstrap on the Chatbot Arena human data (METHODS.md 7.2).
+"""Timing of the prompt-clustered bootstrap on the Chatbot Arena human data (docs/METHODS.md 7.2).
 
 All 26,919 human comparisons (every model in the file), clusters = question_id, B resamples:
 win-rates + average win-rates, BT/Davidson (batched MM), Elo (one pass over the rows, numpy over

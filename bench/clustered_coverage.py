@@ -1,4 +1,4 @@
-"""Coverage / size of the prompt-clustered intervals and tests with known truth (METHODS.md 7.1, 7.2).
+"""Coverage / size of the prompt-clustered intervals and tests with known truth (docs/METHODS.md 7.1, 7.2).
 
 Clustered judge design (engine.stats.simulate.JudgeDesign defaults: 100 prompts x 5 repeats, 4
 models, both orders, judge consistent across orders ~86% of the time, position bias), coupled mode:

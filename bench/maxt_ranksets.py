@@ -1,4 +1,4 @@
-"""Max-t simultaneous rank-sets (METHODS.md 7.3) vs the paper's Algorithm 2, on the same draws.
+"""Max-t simultaneous rank-sets (docs/METHODS.md 7.3) vs the paper's Algorithm 2, on the same draws.
 
 A. Paper's synthetic experiment (Chatzi et al. App. E): k = 8, theta ~ U(0, 1/2), judge noise
    u in {0.05, 0.1, 0.3}, N + n = 50,000 balanced comparisons, alpha in {0.05, 0.1}; methods

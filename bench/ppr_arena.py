@@ -1,11 +1,11 @@
-"""PPR on Chatbot Arena (Chatzi et al. 2024, Section 5 / Fig. 1 / App. D; METHODS.md section 4).
+"""PPR on Chatbot Arena (Chatzi et al. 2024, Section 5 / Fig. 1 / App. D; docs/METHODS.md section 4).
 
 The 12 models of the paper (Table 1), 14,947 comparisons labelled by humans and by three LLM
 judges (GPT-4, Claude 3 Opus, GPT-3.5). This script
 
 1. computes full-data rank-sets (human-only on all 14,947; judge-only for each judge) for both
    covariances;
-2. checks METHODS.md's claim on the covariance: the bootstrap variance of theta_hat on the human
+2. checks docs/METHODS.md's claim on the covariance: the bootstrap variance of theta_hat on the human
    data vs the paper's Sigma_hat and the count-normalised (delta) one;
 3. repeats the paper's protocol: ``reps`` random balanced draws of N + n = 66 pairs x 96 = 6,336
    comparisons, n human-labelled (balanced too); methods BASELINE (humans on all N + n),

@@ -1,4 +1,4 @@
-"""PPR synthetic coverage experiment (Chatzi et al. 2024, Appendix E; METHODS.md section 4).
+"""PPR synthetic coverage experiment (Chatzi et al. 2024, Appendix E; docs/METHODS.md section 4).
 
 k = 8 models, a fresh random true theta ~ U(0, 1/2)^8 per repetition, judges with
 theta_judge = clip(theta + U(-u, u), 0, 1/2) for u in {0.05, 0.1, 0.3}, N + n comparisons with an

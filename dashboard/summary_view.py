@@ -39,7 +39,7 @@ def pair_caption(p: PairSummary) -> str:
 def saving_help(p: PairSummary) -> str:
     """The saving's definition (and its interval when the analysis gives one)."""
     text = p.saving_definition or ("1 - SE²(coupled) / SE²(independent) of the paired per-question accuracy "
-                                   "difference (METHODS 7.1)")
+                                   "difference (docs/METHODS.md 7.1)")
     if p.variance_saving_ci is not None:
         text += f"; 95% CI [{pct(p.variance_saving_ci[0])}, {pct(p.variance_saving_ci[1])}]"
     return text

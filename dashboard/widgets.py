@@ -170,7 +170,7 @@ def accuracy_rows(res: BenchmarkComparison) -> pd.DataFrame:
 
 
 def paired_rows(res: BenchmarkComparison) -> pd.DataFrame:
-    """benchmark_compare's paired comparison (METHODS 7.1), one row per noise mode."""
+    """benchmark_compare's paired comparison (docs/METHODS.md 7.1), one row per noise mode."""
     rows = []
     for mode, p in res.paired.items():
         bt = p.get("bootstrap") or {}

@@ -186,7 +186,7 @@ def test_real_mmlu_file_agrees_with_plain_csv_reader():
 def test_real_mmlu_folder_has_all_questions():
     folder = shared_path("data", "mmlu")
     ds = D.load_dataset(str(folder))
-    assert len(ds) == 14042 and len(ds.subjects()) == 57  # METHODS.md section 6
+    assert len(ds) == 14042 and len(ds.subjects()) == 57  # docs/METHODS.md section 6
     assert ds.subjects() == sorted(ds.subjects())
     assert set(p.gold for p in ds.prompts) == {"A", "B", "C", "D"}
     sub = D.load_dataset(str(folder), subject="anatomy", limit=5)
@@ -205,7 +205,7 @@ def test_real_mmlu_folder_matches_the_paper_importer():
     assert [p.prompt_id for p in ds.prompts] == list(q["prompt_id"])
     assert [p.gold for p in ds.prompts] == list(q["gold"])
     want = list(q["question"] + "\nA. " + q["A"] + "\nB. " + q["B"] + "\nC. " + q["C"] + "\nD. " + q["D"]
-                + "\nAnswer:")  # METHODS.md 1.4, strings verbatim
+                + "\nAnswer:")  # docs/METHODS.md 1.4, strings verbatim
     assert [p.user_prompt for p in ds.prompts] == want
     assert ds.dataset_id == importers.PAPER_DATASET_ID
 

@@ -221,7 +221,7 @@ def test_arena_real_files_count_and_cli(capsys, tmp_path):
 
 @pytest.mark.shared
 def test_arena_bootstrap_variance_vs_covariances():
-    """METHODS.md section 4: on Arena human data Var_boot(theta_hat) is ~17-100x the paper Sigma and ~1x the delta one."""
+    """docs/METHODS.md section 4: on Arena human data Var_boot(theta_hat) is ~17-100x the paper Sigma and ~1x the delta one."""
     human = shared_path("data", "arena", "human.json")
     df = C.load_comparisons(human=human, models=ARENA_12)
     first, second = C.model_indices(df, ARENA_12)

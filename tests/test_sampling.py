@@ -1,5 +1,5 @@
 """The Gumbel-max sampler: exactness (chi-square), masking, counterfactual stability, and the
-exact two-answer win-rate example of METHODS.md section 3 simulated with the engine's sampler."""
+exact two-answer win-rate example of docs/METHODS.md section 3 simulated with the engine's sampler."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_bad_sampling_parameters_raise_user_error():
 
 
 def test_counterfactual_stability_on_random_distributions():
-    # METHODS 1.2: if noise makes a win under D, no b with D'[a]/D'[b] >= D[a]/D[b] wins under D'
+    # docs/METHODS.md 1.2: if noise makes a win under D, no b with D'[a]/D'[b] >= D[a]/D[b] wins under D'
     rng = np.random.default_rng(7)
     n, V = 4000, 6
     D = torch.tensor(rng.dirichlet(np.ones(V), size=n), dtype=torch.float32)
@@ -95,7 +95,7 @@ def test_counterfactual_stability_on_random_distributions():
     assert (b2 != a).any() and (b2 == a).any()  # the check was not vacuous
 
 
-# Exact test case of METHODS.md section 3 (Proposition 4 / Appendix B.6)
+# Exact test case of docs/METHODS.md section 3 (Proposition 4 / Appendix B.6)
 P_PREF = {"m1": (0.4, 1.0), "m2": (0.48, 0.9), "m3": (0.5, 0.89)}
 
 

@@ -1,4 +1,4 @@
-"""Simultaneous max-t rank-sets (METHODS.md 7.3) and the prompt-clustered covariance of theta_hat.
+"""Simultaneous max-t rank-sets (docs/METHODS.md 7.3) and the prompt-clustered covariance of theta_hat.
 
 Shapes: an independent naive implementation on fixed inputs (same seeded draws); exact tiny cases;
 seeded coverage in the paper's synthetic design and in the clustered judge design (large runs:

@@ -21,7 +21,7 @@ def test_score_variance_exact_tiny():
     pq = (2 / 3 * 1 / 3 + 0.0) / 2  # mean p(1 - p)
     assert r["mu"] == pytest.approx(mu)
     assert r["sigma2_hat"] == pytest.approx(sigma2)
-    assert r["var"] == pytest.approx(sigma2 / 2)  # METHODS 5 (amended): Var = sigma_hat^2 / n
+    assert r["var"] == pytest.approx(sigma2 / 2)  # docs/METHODS.md 5 (amended): Var = sigma_hat^2 / n
     assert r["within"] == pytest.approx(pq * 3 / 2)
     assert r["sigma2_between"] == pytest.approx(max(0.0, sigma2 - pq / 2))
     assert r["var_within"] + r["var_between"] == pytest.approx(r["var"])  # not clipped here

@@ -1,4 +1,4 @@
-"""Paired benchmark comparison (METHODS.md 7.1): t over questions, MDE, planner, McNemar on one outcome per question."""
+"""Paired benchmark comparison (docs/METHODS.md 7.1): t over questions, MDE, planner, McNemar on one outcome per question."""
 
 from __future__ import annotations
 

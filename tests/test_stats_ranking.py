@@ -1,4 +1,4 @@
-"""PPR rank-sets (METHODS.md section 4): exact tiny cases, naive loops, agreement, coverage simulation."""
+"""PPR rank-sets (docs/METHODS.md section 4): exact tiny cases, naive loops, agreement, coverage simulation."""
 
 from __future__ import annotations
 
@@ -298,7 +298,7 @@ def test_synthetic_bench_runs_and_reports_both_covariances():
 
 
 def test_ppr_lambda_paper_form_equals_ppi_plus_plus_form():
-    """Algorithm 4 as printed equals METHODS' tr(Cov_n) / ((1 + n/N) tr(Var_N)) with per-sample (co)variances."""
+    """Algorithm 4 as printed equals docs/METHODS.md's tr(Cov_n) / ((1 + n/N) tr(Var_N)) with per-sample (co)variances."""
     rng = np.random.default_rng(9)
     k = 5
     first, second = R.balanced_design(k, 24)

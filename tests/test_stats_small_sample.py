@@ -4,7 +4,7 @@ interval, intervals that respect [0, 1] and do not collapse, typed warnings, pro
 
 Shapes: two implementations that agree (vectorised vs naive loop), exact tiny cases, and seeded
 simulations whose tolerance is 3 Monte Carlo standard errors (the large runs: bench/ and
-docs/REPRODUCTION.md, "Statistical choices beyond METHODS.md").
+docs/REPRODUCTION.md, "Statistical choices beyond docs/METHODS.md").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Win-rates, CIs, z-tests, Davidson Bradley-Terry and Elo (METHODS.md section 3)."""
+"""Win-rates, CIs, z-tests, Davidson Bradley-Terry and Elo (docs/METHODS.md section 3)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Benz et al., "Evaluation of Large Language Models via Coupled Token Generation", Section 4 and
 Fig. 2: per-question covariance, variance of the score difference, estimation error vs number of
-samples, sample saving; plus (METHODS.md 7.1) the paired comparison with questions as the unit,
+samples, sample saving; plus (docs/METHODS.md 7.1) the paired comparison with questions as the unit,
 the saving's interval, and a planner from the variance components.
 """
 
@@ -124,11 +124,11 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
                       saving_n: int = DEFAULT_SAVING_N, kde_points: int = 200, max_n: int = 10_000,
                       target_mde: float = DEFAULT_PLAN_MDE, target_se: float | None = None,
                       alpha: float = 0.05, power: float = 0.8) -> BenchmarkComparison:
-    """Coupled vs independent comparison of two models (METHODS.md sections 2 and 7.1).
+    """Coupled vs independent comparison of two models (docs/METHODS.md sections 2 and 7.1).
 
     Fields (:class:`BenchmarkComparison`; ``to_dict()`` is the CLI's JSON): run, subject, rule, models,
     n_questions, n_repeats, mean_covariance_coupled, median_ and mean_var_diff_{coupled,independent},
-    accuracy (pooled over modes), accuracy_by_mode (t CI, METHODS 5), paired ({mode: :func:`bm.paired_diff_ci`,
+    accuracy (pooled over modes), accuracy_by_mode (t CI, docs/METHODS.md 5), paired ({mode: :func:`bm.paired_diff_ci`,
     questions the unit}), mcnemar_majority (ONE majority-vote outcome per question), kde (variances reflected
     at 0), error_curve (rows of mean error and 2.5/97.5 percentiles), truth, the savings (:func:`_savings`:
     variance_saving = the HEADLINE, 1 − SE²_c/SE²_i with a studentised CI; saving / saving_detail / saving_at_n
@@ -161,9 +161,9 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     cov = bm.per_question_covariance(Ac, Bc)
     vdiff = {mode: bm.per_question_var_diff(*ab) for mode, ab in mats.items()}
     # Accuracy: pooled over modes (both are unbiased samples of the same accuracy), plus per mode
-    # with the within/between-question CI of METHODS 5.
+    # with the within/between-question CI of docs/METHODS.md 5.
     accuracy, accuracy_by_mode = _accuracy(mats, models)
-    # The paired comparison (METHODS 7.1): one mean difference per question, t over questions.
+    # The paired comparison (docs/METHODS.md 7.1): one mean difference per question, t over questions.
     paired = {mode: bm.paired_diff_ci(*ab, rng=rng_boot, alpha=alpha, power=power, n_resamples=max(n_resamples, 200))
               for mode, ab in mats.items()}
 
@@ -270,7 +270,7 @@ PLAN_FORMULA = ("Var(mean diff) = sigma2_between/n + sigma2_within/(n k); MDE pl
 
 def _planner(mats: dict, eps: float, target_mde: float, target_se: float | None, alpha: float, power: float,
              Q: int, R: int, warnings: list[AnalysisWarning]) -> Planner:
-    """Questions × repeats per design (METHODS 7.1): Var(d̄) = σ²_b/n + σ²_w/(n k), from this run's
+    """Questions × repeats per design (docs/METHODS.md 7.1): Var(d̄) = σ²_b/n + σ²_w/(n k), from this run's
     variance components; independent generation is also predicted from the coupled run. A run whose
     coupled differences never vary, or with no error level and no target SE, cannot be planned from
     (a typed CANNOT_PLAN warning; ``can_plan`` False)."""

@@ -40,7 +40,7 @@ class Kdes(_ToDict):
 
 @dataclass(frozen=True)
 class Planner(_ToDict):
-    """Questions × repeats per design (METHODS 7.1) from this run's variance components.
+    """Questions × repeats per design (docs/METHODS.md 7.1) from this run's variance components.
     ``can_plan`` False (with a CANNOT_PLAN warning) when the run gives no variance or error level."""
 
     target_mde: float

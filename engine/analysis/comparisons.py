@@ -113,7 +113,7 @@ def require_models(models: list[str], first, second, what: str) -> None:
 
 
 def cluster_ids(df: pd.DataFrame) -> np.ndarray | None:
-    """The prompt ids of the rows as the cluster ids of METHODS.md 7.2, or None when no row has one
+    """The prompt ids of the rows as the cluster ids of docs/METHODS.md 7.2, or None when no row has one
     (then every row is its own cluster). Rows without an id are each their own cluster."""
     if "prompt_id" not in df or df["prompt_id"].isna().all():
         return None

@@ -142,7 +142,7 @@ def multigen_summary(db: str | os.PathLike, run: str, model: str, mode: str = "c
     return Multigen(
         run=run, model=model, mode=mode, rule=rule, method=method, subject=subject, clusters_source=source,
         n=int(Y.shape[0]), k=int(Y.shape[1]), score=mg.score_variance(Y),
-        score_method="t CI with Var(mu) = sigma_hat^2/n; unbiased within/between components (METHODS 5)",
+        score_method="t CI with Var(mu) = sigma_hat^2/n; unbiased within/between components (docs/METHODS.md 5)",
         bootstrap=mg.bootstrap_score_ci(Y, np.random.default_rng(seed), n_resamples=n_bootstrap),
         single_generation=mg.single_generation_scores(Y),
         p_correct_distribution={"values": values.tolist(), "counts": counts.tolist()},

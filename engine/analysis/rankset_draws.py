@@ -1,5 +1,5 @@
 """Repeated draws of rank-sets (Chatzi et al., Section 5, Fig. 1, 3, 9, 10): the Rank-sets page's
-"Repeated draws" tab. With prompt ids each draw takes whole prompts (METHODS.md 7.2), otherwise the
+"Repeated draws" tab. With prompt ids each draw takes whole prompts (docs/METHODS.md 7.2), otherwise the
 paper's balanced draws of rows.
 """
 
@@ -116,7 +116,7 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
     if cluster is None:  # rows independent: the paper's balanced draws of comparisons
         idx, lab0 = balanced_draws(pairs, int(per_pair), lab_per_pair, reps, rng)
         draws = [(idx[r], lab0) for r in range(reps)]
-    else:  # prompts are the unit: draw whole prompts (METHODS.md 7.2), about the same sizes
+    else:  # prompts are the unit: draw whole prompts (docs/METHODS.md 7.2), about the same sizes
         codes = cluster_codes(cluster, first.shape[0])[0]  # a row without a prompt id is its own prompt
         draws = prompt_draws(codes, int(per_pair * n_pairs), lab_per_pair * n_pairs, reps, rng)
     out_lo: dict[str, list] = {}

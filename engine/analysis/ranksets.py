@@ -188,7 +188,7 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
     others become judge-only; for PPR on data where every row carries both labels (the Arena
     files) the default is ``config.PPR_DEFAULT_HUMAN_LABELS`` (the paper's setting), said in
     ``notes``. Covariance "delta" is cluster-robust by prompt when the rows carry prompt ids
-    (METHODS.md 7.3: residual columns summed within a prompt). Rank-sets by ``procedure``:
+    (docs/METHODS.md 7.3: residual columns summed within a prompt). Rank-sets by ``procedure``:
     "maxt" (simultaneous max-t step-down, default; ``n_draws`` normal draws seeded by ``seed``),
     "marginal", or "chi2" (the paper's Algorithm 2).
 

@@ -4,7 +4,7 @@ sets) compared per pair by a t test paired by prompt with Westfall-Young max-T a
 both presentation orders were judged.
 
 Benz et al., "Evaluation of Large Language Models via Coupled Token Generation", Section 5 and
-Table 1, with the clustering and multiplicity rules of METHODS.md 7.2 (the paper's Wilson intervals
+Table 1, with the clustering and multiplicity rules of docs/METHODS.md 7.2 (the paper's Wilson intervals
 and two-proportion z tests treat rows as independent; they are not used here).
 """
 
@@ -65,7 +65,7 @@ def _draws_cov(draws: np.ndarray) -> np.ndarray:
 
 
 def _rank_sets(theta: np.ndarray, draws: np.ndarray, alpha: float, procedure: str, seed: int) -> dict:
-    """Rank-sets of ``theta`` with the cluster-bootstrap covariance of its draws (METHODS.md 7.3)."""
+    """Rank-sets of ``theta`` with the cluster-bootstrap covariance of its draws (docs/METHODS.md 7.3)."""
     sigma = _draws_cov(draws)
     if np.isnan(theta).any() or not np.isfinite(sigma).all():
         k = theta.size
@@ -197,7 +197,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
                  procedure: str = "maxt", group: str = "this", compare_group: str = "other",
                  elo: bool = True) -> WinRates:
     """Win-rates of one group of comparisons (``to_dict()`` = the ``winrates`` CLI JSON), every
-    interval a prompt-cluster bootstrap (METHODS.md 7.2).
+    interval a prompt-cluster bootstrap (docs/METHODS.md 7.2).
 
     W_ij = #{i beat j}/#{i vs j} (ties: a non-win for both); avg_i = mean_j W_ij; Davidson BT β;
     online Elo (K = 4, rows in file order); percentile CIs from ``reps`` resamples of prompts

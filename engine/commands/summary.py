@@ -42,7 +42,7 @@ def summary_text(s: RunSummary) -> str:
     out = [head, "", table(acc, digits=3)]
     if pairs:
         out += ["", "accuracy CI: t interval over questions (questions are clusters); SE diff: paired per-question "
-                    "difference (METHODS 7.1); variance saving = 1 - SE_coupled^2 / SE_indep^2", table(pairs, digits=3)]
+                    "difference (docs/METHODS.md 7.1); variance saving = 1 - SE_coupled^2 / SE_indep^2", table(pairs, digits=3)]
     out += [f"warning: {w.message}" for w in s.warnings]
     return "\n".join(out)
 

@@ -1,4 +1,4 @@
-"""vLLM backend: coupled generation with our keyed Gumbel noise inside vLLM (METHODS.md 1.2-1.3).
+"""vLLM backend: coupled generation with our keyed Gumbel noise inside vLLM (docs/METHODS.md 1.2-1.3).
 
 vLLM samples greedily (temperature 0) and our logits processor (:mod:`engine.generation.vllm_processor`)
 draws each of our rows' token as

@@ -1,5 +1,5 @@
 """The trace channel of the vLLM backend: how the keyed-Gumbel processor's step records reach the
-backend, wherever vLLM runs the processor (METHODS.md 1.3 traces; issue 11's tensor parallelism).
+backend, wherever vLLM runs the processor (docs/METHODS.md 1.3 traces; issue 11's tensor parallelism).
 
 * In the backend's own process (one device, engine core in-process): the processor writes
   :data:`TRACES` directly and reads :data:`TOKEN_KEYS` directly.

@@ -1,4 +1,4 @@
-"""The Gumbel-Max sampler with temperature, top-k and top-p (METHODS.md 1.2).
+"""The Gumbel-Max sampler with temperature, top-k and top-p (docs/METHODS.md 1.2).
 
     T_i = argmax_v ( log D_i[v] + g_{i,v} ),   D_i = softmax(logits / T) after top-k / top-p masking
 

@@ -1,6 +1,6 @@
 """Keyed Gumbel noise: a pure, counter-based function of (seed, unit, step, token key).
 
-METHODS.md 1.3. The reference code draws ``torch.rand(V, generator=rng)`` per step from a per-row
+docs/METHODS.md 1.3. The reference code draws ``torch.rand(V, generator=rng)`` per step from a per-row
 generator, so its noise depends on how rows are batched. Here every Gumbel value is a hash of its
 key, computed vectorised in torch on any device, with no generator state:
 

@@ -1,6 +1,6 @@
 """Fused keyed Gumbel noise (and Gumbel-max) in Triton; the torch reference is engine.sampling.noise.gumbel.
 
-One kernel pass writes g[b, v] = G(seed[b], unit[b], step[b], token_key[v]) (METHODS.md 1.3):
+One kernel pass writes g[b, v] = G(seed[b], unit[b], step[b], token_key[v]) (docs/METHODS.md 1.3):
 
     row = mix(mix(mix(seed) + unit) + step)                     per program (one row): 3 scalar mixes
     h   = mix(row + mix(token_key + SALT))                      per element: 2 mixes, uint64

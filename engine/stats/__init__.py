@@ -1,1 +1,1 @@
-"""Pure, vectorised statistics (numpy/scipy only, no I/O). See ../shared/docs/METHODS.md."""
+"""Pure, vectorised statistics (numpy/scipy only, no I/O). See docs/METHODS.md."""

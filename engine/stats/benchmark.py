@@ -1,4 +1,4 @@
-"""Benchmark comparison of two models, coupled vs independent generation (METHODS.md section 2).
+"""Benchmark comparison of two models, coupled vs independent generation (docs/METHODS.md section 2).
 
 Pure, vectorised functions over ``(Q, R)`` score matrices (``Q`` questions, ``R`` repeats) of two models
 ``A``, ``B`` in one noise mode. Paper: Benz et al. 2025, Proposition 1, Fig. 2 and Appendix D.
@@ -17,7 +17,7 @@ Family:
 * :func:`mcnemar_majority`         McNemar on ONE outcome per question (majority vote), labelled as such
 * :func:`mcnemar`                  McNemar on independent paired binary outcomes (never (question, repeat) pairs)
 * :func:`paired_bootstrap_diff`    percentile CI of the accuracy difference, questions resampled
-* :func:`variance_components_diff` between/within variance of the difference (METHODS 5 on A − B)
+* :func:`variance_components_diff` between/within variance of the difference (docs/METHODS.md 5 on A − B)
 * :func:`independent_components`   σ²_b, σ²_w of independent generation predicted from a coupled run
 * :func:`predict_se`               SE(n, k) = sqrt(σ²_b/n + σ²_w/(n k))
 * :func:`paired_power`             power of the paired t test at effect Δ for an n × k design
@@ -238,7 +238,7 @@ def mcnemar(a, b, exact_below: int = 25) -> dict:
 
     Guarantee: level-α test under H0 for independent pairs (the exact version at any size).
     NOT valid on (question, repeat) pairs: repeats of a question are dependent (size ~40% at 5%,
-    METHODS.md 7.1). Use :func:`paired_diff_ci`, or :func:`mcnemar_majority` for one outcome per
+    docs/METHODS.md 7.1). Use :func:`paired_diff_ci`, or :func:`mcnemar_majority` for one outcome per
     question.
 
     Args:
@@ -313,7 +313,7 @@ def plan_sample_size(sigma2_between: float, sigma2_within: float, target_se: flo
                      target_error: float | None = None, repeats=(1, 2, 5, 10)) -> list[dict]:
     """Questions × repeats needed for a target precision of the estimated difference.
 
-    Var(mean diff over n questions × k repeats) = σ²_b / n + σ²_w / (n k)  (METHODS 5 on differences), so
+    Var(mean diff over n questions × k repeats) = σ²_b / n + σ²_w / (n k)  (docs/METHODS.md 5 on differences), so
     n(k) = ceil((σ²_b + σ²_w / k) / se²).  A target mean absolute error ε is converted with
     se = ε / sqrt(2/π) (E|N(0, se²)| = se sqrt(2/π)).
 
@@ -343,11 +343,11 @@ def plan_sample_size(sigma2_between: float, sigma2_within: float, target_se: flo
     return out
 
 
-# ----------------------------------------------------------------------------- METHODS.md 7.1
+# ----------------------------------------------------------------------------- docs/METHODS.md 7.1
 
 def paired_diff_ci(A, B, rng: np.random.Generator | None = None, alpha: float = 0.05, power: float = 0.8,
                    n_resamples: int = 2000) -> dict:
-    """Paired comparison of two models on one benchmark, questions as the unit (METHODS.md 7.1).
+    """Paired comparison of two models on one benchmark, questions as the unit (docs/METHODS.md 7.1).
 
     d_i = (1/k) Σ_r (A_ir − B_ir);  Δ̂ = mean_i d_i;  SE = sd(d; ddof 1)/sqrt(n);
     CI = Δ̂ ± t_{n−1, 1−α/2} SE;  p = two-sided t test of Δ = 0;  MDE = (z_{1−α/2} + z_{1−β}) SE.

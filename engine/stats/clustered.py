@@ -1,4 +1,4 @@
-"""Prompt-clustered inference for pairwise comparisons (METHODS.md section 7.2).
+"""Prompt-clustered inference for pairwise comparisons (docs/METHODS.md section 7.2).
 
 One prompt yields many comparison rows (model pairs, both presentation orders, repeats, both
 noise modes), so rows are not independent: every interval here treats the prompt as the unit of
@@ -79,7 +79,7 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
     Guarantee: asymptotically (C → ∞) valid for independent prompts, whatever the dependence of
     the rows within a prompt (pairs, orders, repeats, modes). Coverage in the clustered judge
     design: docs/REPRODUCTION.md. Paper: Benz et al. Table 1 / Fig. 3 quantities, with the
-    clustering of METHODS.md 7.2 (the paper's Wilson intervals treat rows as independent).
+    clustering of docs/METHODS.md 7.2 (the paper's Wilson intervals treat rows as independent).
 
     Args:
         a, b, outcome: (n,) comparisons; k: models; rng: randomness; cluster: (n,) prompt ids or
@@ -108,7 +108,7 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
     W_lo, W_hi = percentile(Wb, conf)
     a_lo, a_hi = percentile(avg_b, conf)
     # a degenerate bootstrap (every resample the same value, e.g. 0 wins of 12) would give [x, x]:
-    # fall back to the Wilson interval with one observation per prompt (METHODS.md 7)
+    # fall back to the Wilson interval with one observation per prompt (docs/METHODS.md 7)
     Cij, Cm = pair_cluster_counts(X, k)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -1,4 +1,4 @@
-"""Prompt clusters: codes, bootstrap multiplicities and per-cluster win/tie counts (METHODS.md 7.2).
+"""Prompt clusters: codes, bootstrap multiplicities and per-cluster win/tie counts (docs/METHODS.md 7.2).
 
 The shared base of :mod:`engine.stats.clustered` (intervals) and :mod:`engine.stats.paired_tests`
 (tests). Data convention as :mod:`engine.stats.winrates`.

@@ -1,14 +1,14 @@
 """Rank-set procedures: Algorithm 2 (chi^2 projection), simultaneous max-t step-down and marginal max-t.
 
-METHODS.md sections 4 (Algorithm 2, Chatzi et al. 2024) and 7.3 (max-t, after Mogstad, Romano,
+docs/METHODS.md sections 4 (Algorithm 2, Chatzi et al. 2024) and 7.3 (max-t, after Mogstad, Romano,
 Shaikh & Wilhelm). The max-t critical value is calibrated in one of two ways:
 
 * ``normal``: Z ~ N(0, Sigma_hat) (n_draws seeded standard normals), t*_ij = (Z_i - Z_j)/s_ij
-  (METHODS.md 7.3 as written; treats Sigma_hat as known);
+  (docs/METHODS.md 7.3 as written; treats Sigma_hat as known);
 * ``wild``: the wild cluster bootstrap-t (Rademacher weights per prompt, Cameron, Gelbach &
   Miller 2008): each draw re-weights the prompts' residual sums, re-estimates theta AND
   Sigma, and studentises with its own s*_ij, so the critical value accounts for estimating
-  Sigma from few prompts (docs/REPRODUCTION.md, "Statistical choices beyond METHODS.md":
+  Sigma from few prompts (docs/REPRODUCTION.md, "Statistical choices beyond docs/METHODS.md":
   the normal calibration covers 0.92 at nominal 0.95 with 60 prompts, the wild one 0.95).
 """
 
@@ -220,7 +220,7 @@ def _null(theta, sigma, rng, n_draws, normals, null_draws, who: str) -> tuple[np
 def ranksets_maxt(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: np.random.Generator | None = None,
                   n_draws: int = 10_000, stepdown: bool = True, normals: np.ndarray | None = None,
                   null_draws: np.ndarray | None = None) -> dict:
-    """Simultaneous max-t rank-sets with step-down (METHODS.md 7.3; Mogstad, Romano, Shaikh & Wilhelm).
+    """Simultaneous max-t rank-sets with step-down (docs/METHODS.md 7.3; Mogstad, Romano, Shaikh & Wilhelm).
 
     t_ij = (theta_i - theta_j)/s_ij; c = (1 - alpha) quantile of max_{(i,j) in P} t*_ij over null
     draws (normal: t*_ij = (Z_i - Z_j)/s_ij, Z ~ N(0, Sigma); wild: ``null_draws`` from
@@ -299,7 +299,7 @@ def rank_sets(theta: np.ndarray, sigma: np.ndarray, alpha: float, procedure: str
 
 def rank_column(lower: np.ndarray) -> np.ndarray:
     """A table's rank column: the lower end of each model's rank-set (1 + #models significantly
-    better), so statistically tied models share a rank (METHODS.md 7.2). Never a rank from point
+    better), so statistically tied models share a rank (docs/METHODS.md 7.2). Never a rank from point
     estimates with ties broken by name."""
     return np.asarray(lower, dtype=int).copy()
 

@@ -1,4 +1,4 @@
-"""Multiple generations per prompt (METHODS.md section 5; Zhang et al., "Beyond the Singular").
+"""Multiple generations per prompt (docs/METHODS.md section 5; Zhang et al., "Beyond the Singular").
 
 Pure, vectorised functions over an ``(n, k)`` matrix ``Y`` of 0/1 (or [0, 1]) scores: ``n``
 prompts, ``k`` generations each. Hierarchical model: ``p_i ~ P(mu, sigma)``,
@@ -66,7 +66,7 @@ def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
     Returns:
         dict with mu, sigma2_hat (σ̂²), within (w), sigma2_between (b), var_within, var_between, var,
         se, df, ci_low, ci_high, n, k. With n = 1, var/se/CI are NaN; with k = 1 the decomposition is NaN.
-    Paper: Zhang et al., Lemma 2.1; METHODS.md section 5 (amended).
+    Paper: Zhang et al., Lemma 2.1; docs/METHODS.md section 5 (amended).
     """
     Y = _as_matrix(Y)
     n, k = Y.shape

@@ -1,7 +1,7 @@
 """Tests on prompt-clustered comparisons: coupled vs independent paired by prompt, position bias,
 and multiplicity (Westfall-Young step-down max-T over the cluster bootstrap; Holm kept for reference).
 
-METHODS.md 7.2. Data convention as :mod:`engine.stats.winrates`.
+docs/METHODS.md 7.2. Data convention as :mod:`engine.stats.winrates`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from engine.stats.winrates import A_WINS, B_WINS, TIE, _check, cluster_wilson, n
 
 def mode_diff_paired_test(a, b, outcome, mode, cluster, k: int, conf: float = 0.95,
                           rng: np.random.Generator | None = None, n_resamples: int = 1000) -> dict:
-    """Coupled − independent win-rate of every pair, a t test paired by prompt (METHODS.md 7.2).
+    """Coupled − independent win-rate of every pair, a t test paired by prompt (docs/METHODS.md 7.2).
 
     For pair (i, j) and prompt c with rows in both modes: d_c = W^{coupled}_{ij,c} − W^{indep}_{ij,c}
     (per-prompt win fractions of i over j);  Δ̂_ij = mean_c d_c,  SE = sd(d_c)/sqrt(C_ij),
@@ -137,7 +137,7 @@ def maxt_adjust(d, rng: np.random.Generator, n_resamples: int = 1000) -> np.ndar
 
 
 def position_bias(a, b, outcome, unit, cluster=None, conf: float = 0.95) -> dict:
-    """Position bias when both orders of a judgement are judged (METHODS.md 7.2).
+    """Position bias when both orders of a judgement are judged (docs/METHODS.md 7.2).
 
     Pairs the two rows of each judgement (same ``unit``, models swapped). flip rate = share of
     judgements whose model-level verdict differs between the two orders; first-position share =

@@ -1,6 +1,6 @@
 """Prediction-powered ranking (PPR): win-rate estimates, confidence ellipsoids and rank-sets.
 
-Implements METHODS.md section 4 (Chatzi et al., *Prediction-Powered Ranking of Large Language
+Implements docs/METHODS.md section 4 (Chatzi et al., *Prediction-Powered Ranking of Large Language
 Models*, NeurIPS 2024, seed 003): Algorithm 3 (one source), Algorithm 1 (PPR), Algorithm 4 (the
 trace-optimal lambda), Algorithm 2 (rank-sets), and the paper's quality metrics.
 
@@ -170,7 +170,7 @@ def onesource_theta_sigma(first, second, w, w2, k: int, covariance: str = "delta
     """Algorithm 3: theta_hat = diag(c)^-1 (M w + M' w'), Sigma_hat = A A^T / (c c^T) (or / n^2).
 
     With ``cluster`` (prompt ids) the covariance is cluster-robust: A -> A G (columns summed
-    within each prompt), Sigma_hat = (A G)(A G)^T / (c c^T) (METHODS.md 7.3); with one comparison
+    within each prompt), Sigma_hat = (A G)(A G)^T / (c c^T) (docs/METHODS.md 7.3); with one comparison
     per prompt this is the formula above unchanged.
 
     Guarantee (delta): sqrt(n)(theta_hat - theta) -> N(0, Sigma) and Sigma_hat is consistent

@@ -1,7 +1,7 @@
-"""Sample saving of coupled over independent generation (METHODS.md section 2), with intervals.
+"""Sample saving of coupled over independent generation (docs/METHODS.md section 2), with intervals.
 
 The HEADLINE saving (Home, Benchmark page, CLI) is the variance saving of the paired comparison
-as run (Q questions x R repeats, questions the unit, METHODS.md 7.1):
+as run (Q questions x R repeats, questions the unit, docs/METHODS.md 7.1):
 
     saving = 1 − SE²_coupled / SE²_independent = 1 − var(d^c_i) / var(d^i_i)
 

@@ -1,4 +1,4 @@
-"""Simulators with known truth for the product's evaluation designs (METHODS.md section 7).
+"""Simulators with known truth for the product's evaluation designs (docs/METHODS.md section 7).
 
 Pure functions of a passed-in ``np.random.Generator``; used by the tests (small) and the bench
 scripts (large) to check that intervals cover and tests hold their size.

@@ -1,6 +1,6 @@
 """Pairwise win-rates, confidence intervals, coupled-vs-independent tests, Bradley-Terry (Davidson ties), Elo.
 
-Implements METHODS.md section 3 (Benz et al., *Evaluation of LLMs via Coupled Token Generation*,
+Implements docs/METHODS.md section 3 (Benz et al., *Evaluation of LLMs via Coupled Token Generation*,
 seed 002, Section 4 / Fig. 3 / Table 1 / Proposition 4) and the "beyond the paper" rating models.
 
 Data convention (every function): comparison ``i`` is between model ``a[i]`` (shown/listed
@@ -109,7 +109,7 @@ def cluster_wilson(p, n_eff, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray
     With clustered rows n_eff = p(1 − p)/SE²_cluster (the rows' count divided by the design effect);
     where that is undefined (p = 0 or 1, or a zero cluster-robust SE: every prompt says the same)
     the caller passes the number of prompts, the most conservative count that still treats prompts as
-    independent. Always inside [0, 1] and never of zero width for finite n_eff (METHODS.md 7: a
+    independent. Always inside [0, 1] and never of zero width for finite n_eff (docs/METHODS.md 7: a
     degenerate bootstrap falls back to an interval that does not collapse).
 
     Args:
@@ -198,7 +198,7 @@ def population_average_winrate(p_pref: np.ndarray, prompt_weights: np.ndarray, m
     With one preferred answer per prompt and P(model k gives it) = p_k(q):
     coupled (shared noise; Gumbel-max over two answers is a common-threshold rule)
     E[1{R_k > R_j}] = (p_k - p_j)_+; independent E = p_k (1 - p_j). Paper: seed 002,
-    Proposition 4 and Appendix B.6 (METHODS.md section 3's exact test case).
+    Proposition 4 and Appendix B.6 (docs/METHODS.md section 3's exact test case).
 
     Args:
         p_pref: (k, Q) probabilities of the preferred answer; prompt_weights: (Q,) P(q);

@@ -1,6 +1,6 @@
 """Semantic clustering of the k generations of a prompt (per run, model and mode).
 
-Used for semantic consistency ``S = Σ_c Prop_c log Prop_c`` and the data map (METHODS.md
+Used for semantic consistency ``S = Σ_c Prop_c log Prop_c`` and the data map (docs/METHODS.md
 section 5; Zhang et al., "Beyond the Singular"). Three methods, stored per generation in the
 ``clusters`` table:
 

@@ -53,7 +53,7 @@ class Dataset:
 
 
 def format_mc_prompt(question: str, choices: dict) -> str:
-    """The paper's 0-shot user prompt: ``question\\nA. a\\nB. b\\nC. c\\nD. d\\nAnswer:`` (METHODS.md 1.4)."""
+    """The paper's 0-shot user prompt: ``question\\nA. a\\nB. b\\nC. c\\nD. d\\nAnswer:`` (docs/METHODS.md 1.4)."""
     missing = [k for k in LETTERS if k not in choices]
     if missing:
         raise UserError(f"choices lack {', '.join(missing)}; multiple-choice questions need A, B, C and D")

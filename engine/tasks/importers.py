@@ -2,7 +2,7 @@
 
 :func:`import_paper_mmlu` loads the coupled-generation paper's MMLU responses (Benz et al., data
 release; ``../shared/data/coupled-mmlu/``) with the MMLU questions and answers
-(``../shared/data/mmlu/``), scores them with the paper's rule (METHODS.md 1.5) and stores one run:
+(``../shared/data/mmlu/``), scores them with the paper's rule (docs/METHODS.md 1.5) and stores one run:
 
 * responses: ``<responses_dir>/<model>/responses_*_seed<S>.csv``, one column (header ``0``),
   row r = question r // repeats, repeat r % repeats; question order = the subjects sorted
@@ -145,7 +145,7 @@ def _subject_mask(questions: pd.DataFrame, subjects) -> np.ndarray:
 
 
 def _paper_prompts(qk: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the prompts table (the user message as in METHODS.md 1.4)."""
+    """Rows of the prompts table (the user message as in docs/METHODS.md 1.4)."""
     choices = [json.dumps({"A": a, "B": b, "C": c, "D": d}) for a, b, c, d in
                zip(qk["A"], qk["B"], qk["C"], qk["D"])]
     user_prompt = (qk["question"] + "\nA. " + qk["A"] + "\nB. " + qk["B"] + "\nC. " + qk["C"]

@@ -1,6 +1,6 @@
 """Scoring generations: answer extraction rules and per-generation scores.
 
-The paper's rule (METHODS.md 1.5) is reproduced exactly by :func:`extract_paper`.
+The paper's rule (docs/METHODS.md 1.5) is reproduced exactly by :func:`extract_paper`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ PAPER_CHOICES = ("A", "B", "C", "D")
 
 
 def extract_paper(text: str | None) -> str:
-    """The reference notebook's ``get_choice``, bit for bit (METHODS.md 1.5).
+    """The reference notebook's ``get_choice``, bit for bit (docs/METHODS.md 1.5).
 
     Text before the first space; delete ``. " , ) ;``; strip; if not A-D keep the part before
     the first newline; if still not A-D the answer is "E" (always wrong). Case-sensitive.
