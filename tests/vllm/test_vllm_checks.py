@@ -296,12 +296,14 @@ def test_vllm_engine_args_from_the_environment(monkeypatch):
 def test_tensor_parallel_needs_vllm_before_anything_is_written(tmp_path):
     from engine import models
     from engine.generation import GenConfig, run_generation
+    from engine.tasks.datasets import load_dataset
     from engine.testing import tiny_lm
     db = tmp_path / "x.duckdb"
     lm = models.from_objects("tiny", *tiny_lm(0))
+    demo = load_dataset("demo")  # run_generation takes a loaded dataset (generation never imports tasks)
     for tp, words in ((2, "needs a backend with tensor parallelism"), (0, "integer >= 1")):
         with pytest.raises(UserError) as e:
-            run_generation(db, [lm], "demo", 1, cfg=GenConfig(max_new_tokens=2), tensor_parallel=tp, show_bar=False)
+            run_generation(db, [lm], demo, 1, cfg=GenConfig(max_new_tokens=2), tensor_parallel=tp, show_bar=False)
         assert words in str(e.value)
     assert not db.exists()
 
