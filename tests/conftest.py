@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,15 @@ def tmp_db(tmp_path) -> Path:
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_main_module():
+    """Streamlit's AppTest installs the script it runs as ``sys.modules["__main__"]`` and leaves it
+    there; a later test that starts a ``spawn`` child (as vLLM starts its workers) then makes the
+    child re-run that temporary script, which fails (``NameError: __args``). Every test ends with
+    the process's own ``__main__``."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None and sys.modules.get("__main__") is not main:
+        sys.modules["__main__"] = main
