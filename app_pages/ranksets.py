@@ -59,9 +59,9 @@ with tab1:
     view = ui.safe(L.ranksets, source, name, method, float(alpha), covariance=covariance, models=tuple(models),
                    n_human=int(n), procedure=procedure)
     if view is not None:
-        r = view["result"]
-        counts = " · ".join(f"{m}: n = {c['n']:,} human-labelled, N = {c['N']:,} judge-only"
-                            for m, c in view["counts"].items())
+        r = view.result
+        counts = " · ".join(f"{m}: n = {c.n:,} human-labelled, N = {c.N:,} judge-only"
+                            for m, c in view.counts.items())
         st.caption(f"method {method} · procedure {r.procedure} · covariance {r.covariance_detail} · "
                    f"{r.clustering} · {counts}" + (f" · λ = {r.lam:.3f}" if r.lam is not None else ""))
         for note in r.notes:
@@ -69,16 +69,16 @@ with tab1:
         for w in r.warnings:
             if w.kind is not Notice.JUDGE_ONLY:  # the judge-only warning is shown above
                 st.warning(w)
-        if view["compare"] is not None:
+        if view.compare is not None:
             st.markdown("PPR against human-only **on the same human labels** (the judge-only comparisons are what "
                         "PPR adds):")
-            ui.chart(figures.rankset_intervals_figure(view["compare"], title=f"Rank-sets at α = {alpha}"),
+            ui.chart(figures.rankset_intervals_figure(view.compare, title=f"Rank-sets at α = {alpha}"),
                      "ranksets", key="rs_int", ctx=ctx)
-            ui.table(view["compare"], "ranksets_compare", key="rs_cmp_table", ctx=ctx)
+            ui.table(view.compare, "ranksets_compare", key="rs_cmp_table", ctx=ctx)
         else:
-            ui.chart(figures.rankset_intervals_figure(view["table"], title=f"Rank-sets at α = {alpha}"),
+            ui.chart(figures.rankset_intervals_figure(view.table, title=f"Rank-sets at α = {alpha}"),
                      "ranksets", key="rs_int", ctx=ctx)
-            ui.table(view["table"], "ranksets", key="rs_table", ctx=ctx)
+            ui.table(view.table, "ranksets", key="rs_table", ctx=ctx)
 with tab2:
     st.markdown("Draw **n** human-labelled comparisons (and the rest judge-only) many times, balanced per pair; how "
                 "often is each rank position in each model's rank-set? (dot size = probability). **Baseline** = the "
@@ -93,14 +93,14 @@ with tab2:
             dv = ui.safe(L.rankset_draws, source, name, int(n), int(reps), float(alpha), covariance=covariance,
                          seed=int(seed), models=tuple(models), procedure=procedure)
         if dv is not None:
-            res = dv["result"]
-            st.caption(f"procedure {res['procedure']} · each draw resamples {res['unit']} · per draw n ≈ "
-                       f"{res['n']:,} human-labelled, N ≈ {res['N']:,} judge-only")
-            shown = [m for m in ("baseline", "human", "judge", "ppr") if m in res["position_prob"]]
+            res = dv.result
+            st.caption(f"procedure {res.procedure} · each draw resamples {res.unit} · per draw n ≈ "
+                       f"{res.n:,} human-labelled, N ≈ {res.N:,} judge-only")
+            shown = [m for m in ("baseline", "human", "judge", "ppr") if m in res.position_prob]
             which = st.radio("Method shown", shown, index=shown.index(method) if method in shown else 0,
                              horizontal=True, key="rs_draw_method")
-            ui.chart(figures.rankset_dots_figure(res["position_prob"][which], res["models"],
-                                                 title=f"P(rank in rank-set), {which}, α = {alpha}, n = {res['n']}"),
+            ui.chart(figures.rankset_dots_figure(res.position_prob[which], res.models,
+                                                 title=f"P(rank in rank-set), {which}, α = {alpha}, n = {res.n}"),
                      f"rank_positions_{which}", key="rs_dots", ctx=ctx)
-            ui.chart(figures.tradeoff_figure(dv["curve"]), "size_vs_intersection", key="rs_curve", ctx=ctx)
-            ui.table(dv["curve"], "size_vs_intersection", key="rs_curve_table", ctx=ctx)
+            ui.chart(figures.tradeoff_figure(dv.curve), "size_vs_intersection", key="rs_curve", ctx=ctx)
+            ui.table(dv.curve, "size_vs_intersection", key="rs_curve_table", ctx=ctx)

@@ -175,24 +175,24 @@ def test_rankset_draws_consistency():
     df = pd.DataFrame({"model_a": [names[i] for i in first], "model_b": [names[i] for i in second],
                        "human_winner": np.where(w == 1, "a", "tie"), "judge_winner": np.where(wh == 1, "a", "tie")})
     res = RS.rankset_draws(df, None, n=60, reps=30, alpha=0.1, seed=3, alphas=(0.3, 0.1, 0.05))
-    assert set(res["position_prob"]) == {"baseline", "human", "judge", "ppr"}
-    assert res["n"] == 60 and res["N"] == 6 * 80 - 60
-    for m in res["position_prob"]:
-        P = np.array(res["position_prob"][m])
-        size = [c["size"] for c in res["curve"][m] if c["alpha"] == 0.1][0]
+    assert set(res.position_prob) == {"baseline", "human", "judge", "ppr"}
+    assert res.n == 60 and res.N == 6 * 80 - 60
+    for m in res.position_prob:
+        P = np.array(res.position_prob[m])
+        size = [c.size for c in res.curve[m] if c.alpha == 0.1][0]
         # two routes to the mean rank-set size: from the position probabilities and directly
         assert P.sum() / k == pytest.approx(size)
-    for m, per_model in res["rankset_prob"].items():
-        P = np.array(res["position_prob"][m])
-        for i, name in enumerate(res["models"]):
+    for m, per_model in res.rankset_prob.items():
+        P = np.array(res.position_prob[m])
+        for i, name in enumerate(res.models):
             sets = per_model[name]
-            assert sum(s["prob"] for s in sets) == pytest.approx(1.0)
+            assert sum(s.prob for s in sets) == pytest.approx(1.0)
             # two routes to P(rank r in the set): from the rank-set distribution and directly
-            via = [sum(s["prob"] for s in sets if s["lower"] <= r <= s["upper"]) for r in range(1, k + 1)]
+            via = [sum(s.prob for s in sets if s.lower <= r <= s.upper) for r in range(1, k + 1)]
             np.testing.assert_allclose(via, P[i], atol=1e-12)
-    base = [c for c in res["curve"]["baseline"]]
-    assert all(c["intersection"] == 1.0 and c["coverage"] == 1.0 for c in base)
-    sizes = [c["size"] for c in res["curve"]["human"]]  # alphas descending -> sizes non-decreasing
+    base = [c for c in res.curve["baseline"]]
+    assert all(c.intersection == 1.0 and c.coverage == 1.0 for c in base)
+    sizes = [c.size for c in res.curve["human"]]  # alphas descending -> sizes non-decreasing
     assert sizes == sorted(sizes)
 
 

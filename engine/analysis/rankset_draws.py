@@ -6,6 +6,7 @@ paper's balanced draws of rows.
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
@@ -18,12 +19,62 @@ from engine.analysis.comparisons import (
     restrict_models,
     win_indicators,
 )
+from engine.analysis.result_base import ToDict
 from engine.errors import UserError
 from engine.stats import ranking as R
 from engine.stats.clusters import cluster_codes
 
 # the paper's alpha grid (Appendix D, footnote 8)
 PAPER_ALPHAS = (0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.075, 0.05, 0.025, 0.01)
+
+
+@dataclass(frozen=True)
+class RankSetProb(ToDict):
+    """One rank-set [lower, upper] of a model and how often the draws gave it (paper Fig. 10)."""
+
+    lower: int
+    upper: int
+    prob: float
+
+
+@dataclass(frozen=True)
+class CurvePoint(ToDict):
+    """One method at one alpha over the draws: mean rank-set size, and how often its sets intersect /
+    cover the same draw's baseline sets (:func:`summarise_draws`)."""
+
+    alpha: float
+    size: float
+    intersection: float
+    coverage: float
+
+
+@dataclass(frozen=True)
+class RankSetDraws(ToDict):
+    """Repeated draws of rank-sets (:func:`rankset_draws`), keyed by method (baseline, human, judge, ppr).
+
+    ``position_prob[method]``: (k, k) P(rank position r in the rank-set of model m) at ``alpha`` (paper
+    Fig. 9); ``rankset_prob[method][model]``: the distribution of that model's rank-sets (Fig. 10);
+    ``curve[method]``: one :class:`CurvePoint` per alpha (descending)."""
+
+    models: list[str]
+    alpha: float
+    n: int  # mean human-labelled rows per draw
+    N: int  # mean judge-only rows per draw
+    covariance: str
+    procedure: str
+    unit: str  # what a draw resamples (rows balanced per pair, or whole prompts)
+    position_prob: dict[str, list[list[float]]]
+    rankset_prob: dict[str, dict[str, list[RankSetProb]]]
+    curve: dict[str, list[CurvePoint]]
+
+
+@dataclass(frozen=True)
+class RankSetDrawsView:
+    """The Rank-sets page's "Repeated draws" tab: the draws and their curves as one long table
+    (method, alpha, size, intersection, coverage)."""
+
+    result: RankSetDraws
+    curve: pd.DataFrame
 
 
 def pair_ids(first: np.ndarray, second: np.ndarray, k: int) -> np.ndarray:
@@ -183,7 +234,7 @@ def summarise_draws(res: dict, alphas) -> dict:
 def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, n: int = 990, reps: int = 200,
                   alpha: float = 0.05, covariance: str = "delta", seed: int = 0,
                   alphas=PAPER_ALPHAS, models: list[str] | None = None, total: int | None = None,
-                  procedure: str = "maxt") -> dict:
+                  procedure: str = "maxt") -> RankSetDraws:
     """Dashboard view of repeated draws: per-model rank-position probabilities and size-vs-intersection curves.
 
     ``df_human`` holds the comparisons with human labels (``human_winner``); the judge labels come
@@ -191,11 +242,7 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     models; its ``judge_winner`` column). Only rows with both labels are used.
 
     Returns:
-        {"models", "alpha", "n", "N", "covariance",
-         "position_prob": {method: [[P(rank r in set of model m)]]} (k x k, at ``alpha``; paper Fig. 9),
-         "rankset_prob": {method: {model: [{"lower", "upper", "prob"}, ...]}} (at ``alpha``; Fig. 10),
-         "curve": {method: [{"alpha", "size", "intersection", "coverage"}, ...]}} with methods
-         baseline, human, judge, ppr.
+        :class:`RankSetDraws` with methods baseline, human, judge, ppr.
     """
     R.check_covariance(covariance)
     if df_judge is not None:
@@ -219,24 +266,25 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     ai = alphas_all.index(float(alpha))
     names = {"baseline": "baseline", "human": "human", "judge:judge": "judge", "ppr:judge": "ppr"}
     curve = summarise_draws(res, alphas_all)
-    return {"models": models, "alpha": float(alpha), "n": res["n"], "N": res["N"], "covariance": covariance,
-            "procedure": procedure, "unit": res["unit"],
-            "position_prob": {names[m]: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).tolist()
-                              for m in res["lower"]},
-            "rankset_prob": {names[m]: {mod: [{"lower": lo, "upper": up, "prob": pr} for (lo, up), pr in d.items()]
-                                        for mod, d in zip(models, R.rankset_distribution(res["lower"][m][ai],
-                                                                                         res["upper"][m][ai]))}
-                             for m in res["lower"]},
-            "curve": {names[m]: v for m, v in curve.items()}}
+    return RankSetDraws(
+        models=models, alpha=float(alpha), n=res["n"], N=res["N"], covariance=covariance, procedure=procedure,
+        unit=res["unit"],
+        position_prob={names[m]: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).tolist()
+                       for m in res["lower"]},
+        rankset_prob={names[m]: {mod: [RankSetProb(lower=lo, upper=up, prob=pr) for (lo, up), pr in d.items()]
+                                 for mod, d in zip(models, R.rankset_distribution(res["lower"][m][ai],
+                                                                                  res["upper"][m][ai]))}
+                      for m in res["lower"]},
+        curve={names[m]: [CurvePoint(**pt) for pt in v] for m, v in curve.items()})
 
 
 def rankset_draws_view(db: str | os.PathLike, source: str, name: str, n: int, reps: int, alpha: float,
                        covariance: str = "delta", seed: int = 0, models: tuple[str, ...] | None = None,
-                       procedure: str = "maxt") -> dict:
+                       procedure: str = "maxt") -> RankSetDrawsView:
     """Repeated draws (:func:`rankset_draws`): rank-position probabilities per method and
     the size vs baseline-intersection curve as a long table (method, alpha, size, intersection, coverage)."""
     df = ranking_comparisons(db, source, name)
     res = rankset_draws(df, n=int(n), reps=int(reps), alpha=float(alpha), covariance=covariance,
                         seed=int(seed), models=list(models) if models else None, procedure=procedure)
-    curve = pd.DataFrame([{"method": m, **pt} for m, pts in res["curve"].items() for pt in pts])
-    return {"result": res, "curve": curve}
+    curve = pd.DataFrame([{"method": m, **asdict(pt)} for m, pts in res.curve.items() for pt in pts])
+    return RankSetDrawsView(result=res, curve=curve)

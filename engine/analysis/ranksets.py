@@ -30,6 +30,10 @@ from engine.analysis.comparisons import (
 from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
 from engine.analysis.rankset_draws import (  # noqa: E402,F401  (re-exported: the repeated draws live there)
     PAPER_ALPHAS,
+    CurvePoint,
+    RankSetDraws,
+    RankSetDrawsView,
+    RankSetProb,
     balanced_draws,
     draws_experiment,
     pair_ids,
@@ -38,6 +42,7 @@ from engine.analysis.rankset_draws import (  # noqa: E402,F401  (re-exported: th
     rankset_draws_view,
     summarise_draws,
 )
+from engine.analysis.result_base import ToDict
 from engine.config import PPR_DEFAULT_HUMAN_LABELS
 from engine.config import RANK_METHODS as METHODS
 from engine.errors import UserError
@@ -76,6 +81,27 @@ class RankSets:
         if d["critical_values"] is None:
             del d["critical_values"]
         return d
+
+
+@dataclass(frozen=True)
+class LabelCounts(ToDict):
+    """The comparisons a method used: ``n`` with a human label, ``N`` judge-only."""
+
+    n: int
+    N: int
+
+
+@dataclass(frozen=True)
+class RankSetsView:
+    """The Rank-sets page's first tab (:func:`ranksets_view`): the chosen method's :class:`RankSets`,
+    its table (model, rank, lower, upper, theta, theta_low, theta_high; best first), for PPR the same
+    columns + method for PPR and human-only on the same human labels (``compare``; None otherwise), and
+    the labels each method used (``counts``, keyed by method)."""
+
+    result: RankSets
+    table: pd.DataFrame
+    compare: pd.DataFrame | None
+    counts: dict[str, LabelCounts]
 
 
 def _keep_human_labels(df: pd.DataFrame, method: str, human_labels: int | None,
@@ -281,7 +307,7 @@ def parse_alpha(value: str | float) -> float:
 
 def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, alpha: float,
                   covariance: str = "delta", models: tuple[str, ...] | None = None,
-                  n_human: int | None = None, seed: int = 0, procedure: str = "maxt") -> dict:
+                  n_human: int | None = None, seed: int = 0, procedure: str = "maxt") -> RankSetsView:
     """Rank-sets of one method (:func:`ranksets_for`) with a table of the results, and for PPR the
     human-only rank-sets on the SAME human labels (same n, same seeded rows) to compare with.
 
@@ -290,9 +316,7 @@ def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, al
     the default of :func:`ranksets_for`).
 
     Returns:
-        {"result": :class:`RankSets`, "table": model, rank, lower, upper, theta, theta_low,
-         theta_high (best first), "compare": the same columns + method for PPR and human-only (PPR
-         only, else None), "counts": {method: {"n": human labels used, "N": judge-only rows}}}.
+        :class:`RankSetsView`.
     """
     df = ranking_comparisons(db, source, name)
     if models:
@@ -319,5 +343,5 @@ def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, al
         order = main["model"].tolist()
         compare = pd.concat([table(r).set_index("model").loc[order].reset_index().assign(method=names[m])
                              for m, r in results.items()], ignore_index=True)
-    return {"result": res, "table": main, "compare": compare,
-            "counts": {m: {"n": r.n, "N": r.N} for m, r in results.items()}}
+    return RankSetsView(result=res, table=main, compare=compare,
+                        counts={m: LabelCounts(n=r.n, N=r.N) for m, r in results.items()})
