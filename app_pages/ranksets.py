@@ -12,15 +12,15 @@ from engine.analysis.ranksets import PAPER_ALPHAS, THETA_TEXT
 ui.header("Rank-sets", "A rank-set is the set of ranks a model could hold; with probability ≥ 1 − α every model's "
                        "true rank lies in its set, simultaneously (max-t; rank 1 = best).")
 
-sources = [s for s in L.comparison_sources() if s["source"] in ("set", "arena")]
+sources = [s for s in L.comparison_sources() if s.source in ("set", "arena")]
 if not sources:
     ui.empty_state("No comparisons to rank: upload human (and judge) comparisons on the Upload page. "
                    "PPR needs rows labelled by humans and by a judge.", "upload", "Upload")
     st.stop()
 
 c1, c2, c3 = st.columns([3, 2, 2])
-idx = c1.selectbox("Comparisons", range(len(sources)), format_func=lambda i: sources[i]["label"], key="rs_source")
-source, name = sources[idx]["source"], sources[idx]["name"]
+idx = c1.selectbox("Comparisons", range(len(sources)), format_func=lambda i: sources[i].label, key="rs_source")
+source, name = sources[idx].source, sources[idx].name
 method = c2.radio("Method", list(config.RANK_METHODS)[::-1], horizontal=True, key="rs_method",
                   format_func={"ppr": "PPR (human + judge)", "human": "human only", "judge": "judge only"}.get)
 procedure = c3.radio("Procedure", list(config.RANK_PROCEDURES), horizontal=True, key="rs_procedure",

@@ -17,18 +17,18 @@ if not sources:
     st.stop()
 
 c1, c2, c3 = st.columns([3, 1, 1])
-idx = c1.selectbox("Comparisons", range(len(sources)), format_func=lambda i: sources[i]["label"], key="wr_source")
+idx = c1.selectbox("Comparisons", range(len(sources)), format_func=lambda i: sources[i].label, key="wr_source")
 src = sources[idx]
-ctx = (ui.export_context("winrates", run=src["name"]) if src["source"] == "judgments"
-       else ui.export_context("winrates", set_name=src["name"]))
+ctx = (ui.export_context("winrates", run=src.name) if src.source == "judgments"
+       else ui.export_context("winrates", set_name=src.name))
 label = c2.radio("Labels", list(config.RANK_LABELS), horizontal=True, key="wr_label",
-                 disabled=src["source"] == "judgments")
+                 disabled=src.source == "judgments")
 reps = c3.select_slider("Bootstrap resamples", [200, 500, 1000, 2000], value=1000, key="wr_reps",
                         help="prompts drawn with replacement, all their comparisons kept; seeded (seed 0)")
 d1, d2, d3 = st.columns([3, 2, 1])
 compare = None
-sets = [s["name"] for s in sources if s["source"] == "set" and s["name"] != src["name"]]
-if src["source"] == "set" and sets:
+sets = [s.name for s in sources if s.source == "set" and s.name != src.name]
+if src.source == "set" and sets:
     choice = d1.selectbox("Compare with another set on the same prompts (paired by prompt)", ["(none)"] + sets,
                           key="wr_compare")
     compare = None if choice == "(none)" else choice
@@ -38,11 +38,11 @@ procedure = d2.radio("Rank-sets behind the rank column", list(config.RANK_PROCED
 with_elo = d3.toggle("Elo", value=False, key="wr_elo",
                      help="online Elo with cluster-bootstrap CIs (the slowest part on large sets; BT is shown always)")
 with st.spinner("Computing win-rates and cluster-bootstrap intervals…"):
-    if src["source"] == "judgments":
-        res = ui.safe(L.winrates, "judgments", src["name"], judge=src["judge"], reps=int(reps),
+    if src.source == "judgments":
+        res = ui.safe(L.winrates, "judgments", src.name, judge=src.judge, reps=int(reps),
                       procedure=procedure, elo=with_elo)
     else:
-        res = ui.safe(L.winrates, src["source"], src["name"], label=label, reps=int(reps), compare_name=compare,
+        res = ui.safe(L.winrates, src.source, src.name, label=label, reps=int(reps), compare_name=compare,
                       procedure=procedure, elo=with_elo)
 if res is None:
     st.stop()

@@ -503,9 +503,9 @@ def test_comparison_sources_list_an_imported_copy_of_the_builtin_arena_once(tmp_
     import_comparisons(tmp_db, arena / "human.json", "my-arena", judge_file=arena / "gpt-4-0125-preview.json")
     import_comparisons(tmp_db, (ARENA_OK).encode(), "other", fmt="arena")
     srcs = C.comparison_sources(tmp_db)
-    names = [(s["source"], s["name"]) for s in srcs]
+    names = [(s.source, s.name) for s in srcs]
     assert names == [("set", "other"), ("arena", "gpt-4-0125-preview")]
-    assert srcs[1]["also_stored_as"] == ["my-arena"] and "also stored as my-arena" in srcs[1]["label"]
+    assert srcs[1].also_stored_as == ["my-arena"] and "also stored as my-arena" in srcs[1].label
 
 
 def test_position_bias_exact_tiny_case():

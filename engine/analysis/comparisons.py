@@ -19,6 +19,7 @@ import pandas as pd
 
 from engine import store
 from engine.analysis.overview import db_exists
+from engine.analysis.result_base import ToDict
 from engine.errors import Unavailable, UserError
 from engine.stats import ranking as R
 from engine.stats.comparisons import A_WINS, B_WINS, Comparisons, outcome_codes
@@ -250,7 +251,20 @@ def _content_key(paths: list[Path]) -> tuple[str, ...]:
     return tuple(_file_sha256(str(p), p.stat().st_mtime, p.stat().st_size) for p in paths)
 
 
-def comparison_sources(db: str | os.PathLike) -> list[dict]:
+@dataclass(frozen=True)
+class ComparisonSource(ToDict):
+    """One source of pairwise comparisons (:func:`comparison_sources`): ``source`` 'arena' | 'set' |
+    'judgments'; ``name`` the judge file stem, set name or run id; ``judge`` (judgments only); ``label``
+    for a selector; ``also_stored_as`` the stored sets with the same content, listed under this one."""
+
+    source: str
+    name: str
+    judge: str | None
+    label: str
+    also_stored_as: list[str]
+
+
+def comparison_sources(db: str | os.PathLike) -> list[ComparisonSource]:
     """Every source of pairwise comparisons, each once: the built-in Chatbot Arena files (human +
     one judge, when ../shared is present), stored comparison sets, and LLM-judge verdicts of runs.
 
@@ -261,8 +275,7 @@ def comparison_sources(db: str | os.PathLike) -> list[dict]:
     Order: runs' verdicts, stored sets, built-in Arena files.
 
     Returns:
-        dicts: source ('arena' | 'set' | 'judgments'), name (judge file stem, set name or run id),
-        judge (judgments only), label (for a selector), also_stored_as (list).
+        :class:`ComparisonSource` in that order.
     """
     out: list[dict] = []
     by_key: dict[tuple[str, ...], dict] = {}
@@ -299,7 +312,9 @@ def comparison_sources(db: str | os.PathLike) -> list[dict]:
              "label": f"run {rec['run_id']} · LLM judge {rec['judge']}"}
             for rec in judg.drop_duplicates(["run_id", "judge"]).to_dict("records")]
     # the user's own data first (runs' verdicts, stored sets), the built-in Arena files last
-    return runs + [e for e in out if e["source"] == "set"] + [e for e in out if e["source"] == "arena"]
+    ordered = runs + [e for e in out if e["source"] == "set"] + [e for e in out if e["source"] == "arena"]
+    return [ComparisonSource(source=e["source"], name=e["name"], judge=e["judge"], label=e["label"],
+                             also_stored_as=list(e["also_stored_as"])) for e in ordered]
 
 
 def keep_human_labels(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
