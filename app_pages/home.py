@@ -8,16 +8,17 @@ from dashboard import loaders as L
 from dashboard import summary_view as sv
 from dashboard import widgets as ui
 from engine.analysis.notices import Notice
+from engine.analysis.overview import Overview
 
 ui.header("Coupled Eval", "Evaluate and rank LLMs with coupled token generation and honest uncertainty.")
 
 
-def _counters(counts: dict) -> None:
+def _counters(counts: Overview) -> None:
     cols = st.columns(6)
-    for col, (label, key) in zip(cols, [("Runs", "runs"), ("Models", "models"), ("Generations", "generations"),
-                                         ("Token traces", "token_traces"), ("Scores", "scores"),
-                                         ("Comparison sets", "comparison_sets")]):
-        col.metric(label, f"{counts.get(key, 0):,}")
+    for col, (label, n) in zip(cols, [("Runs", counts.runs), ("Models", counts.models),
+                                       ("Generations", counts.generations), ("Token traces", counts.token_traces),
+                                       ("Scores", counts.scores), ("Comparison sets", counts.comparison_sets)]):
+        col.metric(label, f"{n:,}")
 
 
 def _demo_text() -> None:
@@ -38,14 +39,14 @@ def _demo_button(label: str, demo_running: bool) -> None:
         st.rerun()
 
 
-def _demo_box(counts: dict, demo_running: bool, demo_stored: bool) -> None:
+def _demo_box(counts: Overview, demo_running: bool, demo_stored: bool) -> None:
     """The demo: a box of its own on an empty database or while it runs; otherwise it stays
     reachable in an expander and can be run again (the same command: a finished demo is re-scored,
     an interrupted one resumes where it stopped)."""
-    if counts.get("generations", 0) == 0 or demo_running:
+    if counts.generations == 0 or demo_running:
         with st.container(border=True):
             st.subheader("First run: the demo")
-            if counts.get("generations", 0) == 0 and not demo_running:
+            if counts.generations == 0 and not demo_running:
                 st.markdown("The database is empty.")
             _demo_text()
             _demo_button("Run the demo", demo_running)

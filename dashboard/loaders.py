@@ -73,13 +73,13 @@ latest_scored_run = _view(_summary.latest_scored_run)
 scored_runs = _view(_summary.scored_runs)
 
 
-def overview_live() -> dict[str, int]:
+def overview_live() -> _overview.Overview:
     """Table counts for the live Home counters; while the writer holds the file (a chunk being
     committed) the last counts are kept instead of showing zeros."""
     try:
         counts = overview()
     except (duckdb.Error, OSError, UserError):  # a busy database (writer lock) must not blank the counters
-        return st.session_state.get("_last_counts", {})
+        return st.session_state.get("_last_counts", _overview.Overview())
     st.session_state["_last_counts"] = counts
     return counts
 

@@ -463,8 +463,11 @@ def test_runs_and_overview_agree_with_table_counts(small_db):
     runs = overview.runs(small_db)
     assert runs.loc[0, "n_generations"] == len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES)
     assert sorted(runs.loc[0, "models"]) == sorted(MODELS)
-    assert overview.overview(small_db)["comparisons"] == 400
-    assert overview.overview(small_db.parent / "missing.duckdb")["runs"] == 0
+    assert overview.overview(small_db).comparisons == 400
+    assert overview.overview(small_db.parent / "missing.duckdb").runs == 0
+    # one field per table, in the schema's order: the typed counts are the store's counts
+    assert overview.overview(small_db).to_dict() == store.table_counts(small_db)
+    assert list(overview.overview(small_db).to_dict()) == list(store.TABLES)
 
 
 def test_keep_human_labels_exact_and_seeded():

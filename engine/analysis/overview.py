@@ -1,7 +1,7 @@
 """Overview of what is stored: table counts, runs, models, datasets, and one run's prompts and units.
 
 Every function opens the database read-only for one short batch (``store.reader``) and returns
-plain values (DataFrames, dicts); nothing keeps a connection.
+plain values (DataFrames, lists) or frozen records (:class:`Overview`); nothing keeps a connection.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine import store
+from engine.analysis.result_base import ToDict
 from engine.errors import UserError
 from engine.store import generations
 from engine.store import runs as stored_runs
@@ -36,11 +37,30 @@ def db_exists(db: str | os.PathLike) -> bool:
     return Path(db).exists()
 
 
-def overview(db: str | os.PathLike) -> dict[str, int]:
+@dataclass(frozen=True)
+class Overview(ToDict):
+    """Row count of every table (:func:`overview`), one field per table in ``store.TABLES`` order
+    (a test checks the two agree); all zeros by default (no database yet)."""
+
+    meta: int = 0
+    runs: int = 0
+    models: int = 0
+    datasets: int = 0
+    prompts: int = 0
+    generations: int = 0
+    token_traces: int = 0
+    scores: int = 0
+    judgments: int = 0
+    comparison_sets: int = 0
+    comparisons: int = 0
+    clusters: int = 0
+
+
+def overview(db: str | os.PathLike) -> Overview:
     """Row count of every table; all zeros when the database does not exist yet."""
     if not db_exists(db):
-        return {ddl.split("EXISTS", 1)[1].split("(", 1)[0].strip(): 0 for ddl in store.SCHEMA}
-    return store.table_counts(db)
+        return Overview()
+    return Overview(**store.table_counts(db))
 
 
 def resume_command(run_id: str, conf: dict, db: str | os.PathLike) -> str:
