@@ -55,35 +55,35 @@ with st.spinner("Computing the comparison…"):
 if res is None:
     st.stop()
 
-sd, sci, pc = res.saving_detail, res.saving_ci or {}, res.paired["coupled"]
+sd, sci, pc = res.saving_detail, res.saving_ci, res.paired["coupled"]
 for w in res.warnings:  # typed (engine.analysis.notices): few questions, no error level, nothing to plan from
     st.warning(w)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Questions × repeats", f"{res.n_questions} × {res.n_repeats}")
-m2.metric("Diff A − B (coupled)", f"{pc['diff']:+.3f}",
+m2.metric("Diff A − B (coupled)", f"{pc.diff:+.3f}",
           help=f"Mean over questions of the per-question accuracy difference; 95% t CI over questions "
-               f"[{pc['ci_low']:+.3f}, {pc['ci_high']:+.3f}], p = {pc['p_value']:.2g}")
+               f"[{pc.ci_low:+.3f}, {pc.ci_high:+.3f}], p = {pc.p_value:.2g}")
 m3.metric("Mean per-question covariance", f"{res.mean_covariance_coupled:.4f}",
           help="Mean over questions of the covariance of the two models' scores over the repeats (coupled run)")
 m4.metric("Median Var(diff) c / i", f"{res.median_var_diff_coupled:.3f} / "
           + ui.fmt(res.median_var_diff_independent, ".3f"),
           help="Median over questions of the per-question variance of R_A − R_B: coupled / independent")
-st.caption(f"Paired difference {model_a} − {model_b}, coupled: {pc['diff']:+.3f}, "
-           f"95% CI [{pc['ci_low']:+.3f}, {pc['ci_high']:+.3f}] (t over {pc['n_questions']} questions), p = {pc['p_value']:.2g}")
+st.caption(f"Paired difference {model_a} − {model_b}, coupled: {pc.diff:+.3f}, "
+           f"95% CI [{pc.ci_low:+.3f}, {pc.ci_high:+.3f}] (t over {pc.n_questions} questions), p = {pc.p_value:.2g}")
 
 s1, s2 = st.columns([1, 3])
 vs, defs = res.variance_saving, res.saving_definitions
-if vs is not None and vs["saving"] is not None:
-    s1.metric("Sample saving", f"{vs['saving']:.1%}", help=defs["variance_saving"])
-    s1.markdown(f"{vs['level']:.0%} CI **[{ui.fmt(vs['ci_low'], '.1%')}, {ui.fmt(vs['ci_high'], '.1%')}]**")
+if vs is not None and vs.saving is not None:
+    s1.metric("Sample saving", f"{vs.saving:.1%}", help=defs.variance_saving)
+    s1.markdown(f"{vs.level:.0%} CI **[{ui.fmt(vs.ci_low, '.1%')}, {ui.fmt(vs.ci_high, '.1%')}]**")
     s2.markdown(
-        f"**Sample saving {vs['saving']:.1%}** = {defs['variance_saving']}; CI {vs['method']}. "
+        f"**Sample saving {vs.saving:.1%}** = {defs.variance_saving}; CI {vs.method}. "
         f"Other figures, scoring rule **{rule}**, at error ε = {sd.error:.4f} ({sd.error_source}): "
-        f"*{defs['saving_ci']}*: {ui.fmt(sci.get('saving'), '.1%')} [{ui.fmt(sci.get('ci_low'), '.1%')}, "
-        f"{ui.fmt(sci.get('ci_high'), '.1%')}]; *{defs['saving']}*: {ui.fmt(res.saving, '.1%')} "
+        f"*{defs.saving_ci}*: {ui.fmt(sci and sci.saving, '.1%')} [{ui.fmt(sci and sci.ci_low, '.1%')}, "
+        f"{ui.fmt(sci and sci.ci_high, '.1%')}]; *{defs.saving}*: {ui.fmt(res.saving, '.1%')} "
         f"(n {ui.fmt(sd.n_coupled, '.0f')} vs {ui.fmt(sd.n_independent, '.0f')}), without an interval.")
 else:
-    s1.metric("Sample saving", "–", help=defs["variance_saving"])
+    s1.metric("Sample saving", "–", help=defs.variance_saving)
     s2.markdown(f"At error ε = {sd.error:.4f} ({sd.error_source}), scoring rule **{rule}**. "
                 "No saving: the run has no independent scores to compare with (or their difference never varies).")
 

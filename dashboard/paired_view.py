@@ -20,9 +20,9 @@ def render(run: str, model_a: str, model_b: str, rule: str, mde: float) -> None:
     p = res.paired
     m1, m2, m3 = st.columns(3)
     m1.metric("Questions × repeats", f"{res.n_questions} × {res.n_repeats}")
-    m2.metric("Diff A − B", f"{p['diff']:+.3f}", help=f"95% t CI over questions [{p['ci_low']:+.3f}, "
-                                                     f"{p['ci_high']:+.3f}], p = {p['p_value']:.2g}")
-    m3.metric("MDE (80% power)", f"{p['mde']:.3f}")
+    m2.metric("Diff A − B", f"{p.diff:+.3f}", help=f"95% t CI over questions [{p.ci_low:+.3f}, "
+                                                 f"{p.ci_high:+.3f}], p = {p.p_value:.2g}")
+    m3.metric("MDE (80% power)", f"{p.mde:.3f}")
     ctx = ui.export_context("benchmark", run=run, models=res.models)
     ui.table(pd.DataFrame({"model": list(res.models), "accuracy": list(res.accuracy),
                            "harness reported": list(res.harness_accuracy)}), "paired_accuracy",

@@ -165,7 +165,8 @@ def records(rows):
 
 def accuracy_rows(res: BenchmarkComparison) -> pd.DataFrame:
     """Flatten benchmark_compare's accuracy_by_mode into rows (mode, model, mu, ci_low, ci_high, n, k)."""
-    return pd.DataFrame([{"mode": mode, "model": m, **{k: v[k] for k in ("mu", "ci_low", "ci_high", "se", "n", "k")}}
+    return pd.DataFrame([{"mode": mode, "model": m, "mu": v.mu, "ci_low": v.ci_low, "ci_high": v.ci_high, "se": v.se,
+                          "n": v.n, "k": v.k}
                          for mode, per in res.accuracy_by_mode.items() for m, v in per.items()])
 
 
@@ -173,17 +174,18 @@ def paired_rows(res: BenchmarkComparison) -> pd.DataFrame:
     """benchmark_compare's paired comparison (docs/METHODS.md 7.1), one row per noise mode."""
     rows = []
     for mode, p in res.paired.items():
-        bt = p.get("bootstrap") or {}
-        rows.append({"mode": mode, "diff A−B": p["diff"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
-                     "p_value": p["p_value"], "SE": p["se"], "corr": p["corr"], "boot_ci_low": bt.get("ci_low"),
-                     "boot_ci_high": bt.get("ci_high"), "MDE": p["mde"], "questions": p["n_questions"],
-                     "repeats": p["n_repeats"]})
+        bt = p.bootstrap
+        rows.append({"mode": mode, "diff A−B": p.diff, "ci_low": p.ci_low, "ci_high": p.ci_high,
+                     "p_value": p.p_value, "SE": p.se, "corr": p.corr,
+                     "boot_ci_low": None if bt is None else bt.ci_low,
+                     "boot_ci_high": None if bt is None else bt.ci_high, "MDE": p.mde, "questions": p.n_questions,
+                     "repeats": p.n_repeats})
     return pd.DataFrame(rows)
 
 
 def mcnemar_majority_rows(res: BenchmarkComparison) -> pd.DataFrame:
     """McNemar on one majority-vote outcome per question, one row per noise mode."""
-    return pd.DataFrame([{"mode": mode, **v} for mode, v in res.mcnemar_majority.items()])
+    return pd.DataFrame([{"mode": mode, **v.to_dict()} for mode, v in res.mcnemar_majority.items()])
 
 
 def planner_rows(res: BenchmarkComparison, kind: str = "mde_plans") -> pd.DataFrame:

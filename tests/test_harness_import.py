@@ -68,7 +68,7 @@ def test_import_pairs_models_and_analyses_show_the_harness_accuracy(tmp_db, path
     assert ranks.imported and {m.model: m.accuracy for m in ranks.models} == res.headline
     assert all(m.harness_accuracy == m.accuracy for m in ranks.models)
     pa = paired_accuracy(tmp_db, "h", *models)
-    assert pa.paired["diff"] == pytest.approx(res.headline[models[0]] - res.headline[models[1]], abs=1e-15)
+    assert pa.paired.diff == pytest.approx(res.headline[models[0]] - res.headline[models[1]], abs=1e-15)
     assert pa.n_questions == 8 and pa.n_repeats == repeats
     again = import_harness(tmp_db, [str(p) for p in paths], name="h")  # idempotent
     assert again.n_generations == res.n_generations == 8 * repeats * 2

@@ -104,7 +104,7 @@ def test_benchmark_compare_on_five_questions_that_never_differ(tmp_db, capsys):
     res = benchmark_compare(tmp_db, "m1", "m2", run="r1", rule="numeric", n_resamples=50)
     assert [w.kind for w in res.warnings] == [Notice.SMALL_SAMPLE, Notice.NO_ERROR_LEVEL, Notice.CANNOT_PLAN]
     assert (res.n_questions, res.n_repeats) == (5, 2) and res.accuracy == {"m1": 1.0, "m2": 1.0}
-    assert res.paired["coupled"]["diff"] == 0.0 and res.saving_detail.error == 0.0
+    assert res.paired["coupled"].diff == 0.0 and res.saving_detail.error == 0.0
     assert res.saving is None and res.saving_detail.saving is None and res.saving_ci is None
     assert not res.planner.can_plan and res.planner.mde_plans == [] and res.planner.se_plans == []
     assert res.planner.headline.startswith("cannot plan: the coupled score differences of this run never vary")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -311,3 +312,29 @@ def test_saving_predicted_interval_covers_the_population_saving():
         r = bm.saving_predicted(*_coupled_pair(rng, Q, R), eps, rng=rng, n_resamples=400)
         hits.append(r["ci_low"] <= truth <= r["ci_high"])
     assert 0.89 <= np.mean(hits) <= 0.99, np.mean(hits)
+
+
+def test_stats_records_give_back_the_stats_dicts():
+    """The typed records of the analyses (engine.analysis.stats_records) hold exactly the stats
+    dicts: to_dict() is the dict itself, key order included, optional keys absent as before."""
+    from engine.analysis import stats_records as SR
+    from engine.stats import multigen as mg
+    rng = np.random.default_rng(5)
+    A = (rng.random((30, 4)) < 0.6).astype(float)
+    B = np.clip(A + (rng.random((30, 4)) < 0.2), 0, 1) * (rng.random((30, 4)) < 0.9)
+    Ai, Bi = (rng.random((30, 4)) < 0.6).astype(float), (rng.random((30, 4)) < 0.55).astype(float)
+    cases = [(SR.PairedDiff, bm.paired_diff_ci(A, B, rng=np.random.default_rng(1), n_resamples=200)),
+             (SR.PairedDiff, bm.paired_diff_ci(A, B)),  # no bootstrap: None
+             (SR.McNemar, bm.mcnemar_majority(A, B)),
+             (SR.ScoreVariance, mg.score_variance(A)),
+             (SR.VarianceSaving, bm.variance_saving(A - B, Ai - Bi)),
+             (SR.PredictedSaving, bm.saving_predicted(A - B, Ai - Bi, 0.05, rng=np.random.default_rng(2),
+                                                      n_resamples=200)),
+             (SR.PredictedSaving, bm.saving_predicted(A - B, Ai - Bi, 0.05))]  # no interval: no ci_method key
+    for cls, d in cases:
+        assert json.dumps(cls.of(d).to_dict()) == json.dumps(d), cls  # same keys, order and values (NaN too)
+    assert "ci_method" in cases[5][1] and "ci_method" not in SR.PredictedSaving.of(cases[6][1]).to_dict()
+    assert SR.PairedDiff.of(cases[0][1]).to_dict()["bootstrap"] == cases[0][1]["bootstrap"]
+    assert SR.PairedDiff.of(cases[0][1]).bootstrap.n_resamples == 200
+    with pytest.raises(ValueError, match="unexpected keys \\['extra'\\]"):
+        SR.McNemar.of({**cases[2][1], "extra": 1})

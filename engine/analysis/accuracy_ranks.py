@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as _st
 
+from engine.analysis.stats_records import PairedDiff
 from engine.errors import UserError
 from engine.stats.ranking import ranksets_maxt
 from engine.store.scores import imported_facts, per_question_scores
@@ -159,7 +160,7 @@ class PairedAccuracy:
     harness_accuracy: tuple[float | None, float | None]
     n_questions: int
     n_repeats: int
-    paired: dict            # engine.stats.benchmark.paired_diff_ci (diff, se, ci, p, corr, mde, bootstrap)
+    paired: PairedDiff      # engine.stats.benchmark.paired_diff_ci (diff, se, ci, p, corr, mde, bootstrap)
     target_mde: float
     plan: tuple[dict, ...]  # engine.stats.benchmark.plan_sample_size rows at se = mde / (z_{1-a/2} + z_power)
     imported: bool
@@ -167,7 +168,7 @@ class PairedAccuracy:
     def to_dict(self) -> dict:
         return {"run": self.run, "mode": self.mode, "models": list(self.models), "accuracy": list(self.accuracy),
                 "harness_accuracy": list(self.harness_accuracy), "n_questions": self.n_questions,
-                "n_repeats": self.n_repeats, "paired": self.paired, "target_mde": self.target_mde,
+                "n_repeats": self.n_repeats, "paired": self.paired.to_dict(), "target_mde": self.target_mde,
                 "plan": list(self.plan), "imported": self.imported}
 
 
@@ -185,8 +186,8 @@ def paired_accuracy(db: str | os.PathLike, run: str, model_a: str, model_b: str,
                         f"{', '.join(sorted(per_question_scores(db, run, rule)['model'].unique()))}")
     wide = df.pivot_table(index="prompt_id", columns=["model", "repeat"], values="score", aggfunc="first").dropna()
     A, B = wide[model_a].to_numpy(float), wide[model_b].to_numpy(float)  # (Q, R) each
-    paired = bm.paired_diff_ci(A, B, rng=np.random.default_rng(seed), alpha=alpha, power=power,
-                               n_resamples=n_resamples)
+    paired = PairedDiff.of(bm.paired_diff_ci(A, B, rng=np.random.default_rng(seed), alpha=alpha, power=power,
+                                             n_resamples=n_resamples))
     comp = bm.variance_components_diff(A, B)
     se = target_mde / float(_st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power))
     plan = bm.plan_sample_size(comp["sigma2_between"], comp["sigma2_within"], target_se=se,

@@ -13,9 +13,17 @@ import os
 import numpy as np
 import pandas as pd
 
-from engine.analysis.benchmark_result import BenchmarkChoices, BenchmarkComparison, Kdes, Planner, SavingAt
+from engine.analysis.benchmark_result import (
+    BenchmarkChoices,
+    BenchmarkComparison,
+    Kdes,
+    Planner,
+    SavingAt,
+    SavingDefinitions,
+)
 from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
 from engine.analysis.overview import db_exists
+from engine.analysis.stats_records import McNemar, PairedDiff, PredictedSaving, ScoreVariance, VarianceSaving
 from engine.config import DEFAULT_PLAN_MDE, DEFAULT_SAVING_N, MODES, PLAN_REPEATS
 from engine.errors import UserError
 from engine.stats import benchmark as bm
@@ -23,14 +31,14 @@ from engine.stats import multigen as mg
 from engine.store import scores as benchmark_scores
 
 # one headline saving everywhere (Home, Benchmark page, CLI); the others are always shown with their label
-SAVING_DEFINITIONS = {
-    "variance_saving": "headline: 1 − SE²_coupled / SE²_independent of the paired difference over questions "
-                       "(the share of questions coupling saves for the same precision, at this many repeats)",
-    "saving": "paper's method: 1 − n_coupled(ε) / n_independent(ε), interpolated on the resampling error curves "
-              "of (question, repeat) samples",
-    "saving_ci": "predicted at error ε from the per-sample variances: 1 − n_c(ε)/n_i(ε), n(ε) = S²N/(s²N + S²)",
-    "questions_factor": "1 / (1 − headline saving) = SE²_independent / SE²_coupled",
-}
+SAVING_DEFINITIONS = SavingDefinitions(
+    variance_saving="headline: 1 − SE²_coupled / SE²_independent of the paired difference over questions "
+                    "(the share of questions coupling saves for the same precision, at this many repeats)",
+    saving="paper's method: 1 − n_coupled(ε) / n_independent(ε), interpolated on the resampling error curves "
+           "of (question, repeat) samples",
+    saving_ci="predicted at error ε from the per-sample variances: 1 − n_c(ε)/n_i(ε), n(ε) = S²N/(s²N + S²)",
+    questions_factor="1 / (1 − headline saving) = SE²_independent / SE²_coupled",
+)
 
 
 def list_runs_with_scores(db: str | os.PathLike) -> pd.DataFrame:
@@ -164,7 +172,8 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
     # with the within/between-question CI of docs/METHODS.md 5.
     accuracy, accuracy_by_mode = _accuracy(mats, models)
     # The paired comparison (docs/METHODS.md 7.1): one mean difference per question, t over questions.
-    paired = {mode: bm.paired_diff_ci(*ab, rng=rng_boot, alpha=alpha, power=power, n_resamples=max(n_resamples, 200))
+    paired = {mode: PairedDiff.of(bm.paired_diff_ci(*ab, rng=rng_boot, alpha=alpha, power=power,
+                                                     n_resamples=max(n_resamples, 200)))
               for mode, ab in mats.items()}
 
     # Error curves: one set of permutations shared by both modes.
@@ -183,7 +192,7 @@ def benchmark_compare(db: str | os.PathLike, model_a: str, model_b: str, subject
         mean_var_diff_independent=float(vdiff["independent"].mean()) if "independent" in vdiff else None,
         accuracy=accuracy, accuracy_by_mode=accuracy_by_mode, paired=paired,
         # McNemar only on one outcome per question (never on (question, repeat) pairs: size ~40% at 5%).
-        mcnemar_majority={mode: bm.mcnemar_majority(*ab) for mode, ab in mats.items()},
+        mcnemar_majority={mode: McNemar.of(bm.mcnemar_majority(*ab)) for mode, ab in mats.items()},
         kde=_kdes(cov, vdiff, kde_points), truth={mode: c["truth"] for mode, c in curves.items()},
         error_curve=_curve_rows(sizes, curves),
         error_curve_band="2.5% and 97.5% percentiles of the absolute error over the resamples",
@@ -200,9 +209,10 @@ def _kdes(cov: np.ndarray, vdiff: dict, kde_points: int) -> Kdes:
                 var_diff_independent=per_mode.get("independent"))
 
 
-def _accuracy(mats: dict, models: list[str]) -> tuple[dict, dict]:
+def _accuracy(mats: dict, models: list[str]) -> tuple[dict[str, float], dict[str, dict[str, ScoreVariance]]]:
     pooled = {m: float(np.mean([mats[mode][i].mean() for mode in mats])) for i, m in enumerate(models)}
-    by_mode = {mode: {m: mg.score_variance(ab[i]) for i, m in enumerate(models)} for mode, ab in mats.items()}
+    by_mode = {mode: {m: ScoreVariance.of(mg.score_variance(ab[i])) for i, m in enumerate(models)}
+               for mode, ab in mats.items()}
     return pooled, by_mode
 
 
@@ -244,9 +254,10 @@ def _savings(curves: dict, sizes: np.ndarray, mats: dict, N: int, saving_n: int,
     # over questions (the interpolated resampling saving above has no interval of its own).
     if "independent" in mats:
         Dc, Di = (mats[m][0] - mats[m][1] for m in ("coupled", "independent"))
-        out["saving_ci"] = (bm.saving_predicted(Dc, Di, eps, rng=rng_boot, n_resamples=max(n_resamples, 200))
+        out["saving_ci"] = (PredictedSaving.of(bm.saving_predicted(Dc, Di, eps, rng=rng_boot,
+                                                                   n_resamples=max(n_resamples, 200)))
                             if eps > 0 else None)
-        out["variance_saving"] = bm.variance_saving(Dc, Di, level=1 - alpha)  # the headline saving
+        out["variance_saving"] = VarianceSaving.of(bm.variance_saving(Dc, Di, level=1 - alpha))  # the headline
     else:
         out["saving_ci"] = None
         out["variance_saving"] = None

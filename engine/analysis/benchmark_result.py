@@ -9,6 +9,7 @@ from typing import Any
 
 from engine.analysis.notices import AnalysisWarning, Notice
 from engine.analysis.result_base import ToDict as _ToDict
+from engine.analysis.stats_records import McNemar, PairedDiff, PredictedSaving, ScoreVariance, VarianceSaving
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,22 @@ class Planner(_ToDict):
 
 
 @dataclass(frozen=True)
+class SavingDefinitions(_ToDict):
+    """What each saving figure of :class:`BenchmarkComparison` means (one sentence each)."""
+
+    variance_saving: str  # the headline
+    saving: str  # the paper's resampling curves
+    saving_ci: str  # predicted at error ε
+    questions_factor: str
+
+
+@dataclass(frozen=True)
 class BenchmarkComparison(_ToDict):
     """Coupled vs independent comparison of two models (:func:`engine.analysis.benchmark.benchmark_compare`).
 
-    ``paired``, ``mcnemar_majority``, ``accuracy_by_mode``, ``saving_ci`` and ``variance_saving``
-    hold the engine.stats results per mode as they are; ``error_curve`` is a table of rows
+    ``paired``, ``mcnemar_majority`` and ``accuracy_by_mode`` (keyed by mode, then model) hold the
+    engine.stats results as typed records (:mod:`engine.analysis.stats_records`), as do ``saving_ci``
+    and ``variance_saving``; ``error_curve`` is a table of rows
     {n, coupled, independent, *_low, *_high}. ``warnings`` are typed (:class:`AnalysisWarning`).
     """
 
@@ -83,9 +95,9 @@ class BenchmarkComparison(_ToDict):
     mean_var_diff_coupled: float
     mean_var_diff_independent: float | None
     accuracy: dict[str, float]
-    accuracy_by_mode: dict[str, dict[str, dict[str, Any]]]
-    paired: dict[str, dict[str, Any]]
-    mcnemar_majority: dict[str, dict[str, Any]]
+    accuracy_by_mode: dict[str, dict[str, ScoreVariance]]  # mode -> model -> score
+    paired: dict[str, PairedDiff]  # mode -> paired difference
+    mcnemar_majority: dict[str, McNemar]  # mode -> test
     kde: Kdes
     truth: dict[str, float]
     error_curve: list[dict[str, Any]]
@@ -93,9 +105,9 @@ class BenchmarkComparison(_ToDict):
     saving: float | None
     saving_detail: SavingAt
     saving_at_n: SavingAt
-    saving_ci: dict[str, Any] | None
-    variance_saving: dict[str, Any] | None
-    saving_definitions: dict[str, str]
+    saving_ci: PredictedSaving | None
+    variance_saving: VarianceSaving | None
+    saving_definitions: SavingDefinitions
     planner: Planner
     warnings: list[AnalysisWarning] = field(default_factory=list)
 

@@ -45,8 +45,8 @@ def paired_text(res) -> str:
              "", table([{"model": m, "accuracy": acc, "harness reported": h}
                         for m, acc, h in zip(res.models, res.accuracy, res.harness_accuracy)], digits=4), "",
              "Paired difference of accuracy A − B (questions as the unit; t CI over questions):",
-             table([{"diff": p["diff"], "ci_low": p["ci_low"], "ci_high": p["ci_high"], "p_value": p["p_value"],
-                     "corr": p["corr"], "mde": p["mde"]}], digits=4), "",
+             table([{"diff": p.diff, "ci_low": p.ci_low, "ci_high": p.ci_high, "p_value": p.p_value,
+                     "corr": p.corr, "mde": p.mde}], digits=4), "",
              f"Planner: questions to detect a difference of {res.target_mde:g} (80% power, alpha 0.05): "
              + ", ".join(f"{r['questions']:,} at {r['repeats']} repeat(s)" for r in res.plan)]
     return "\n".join(lines)

@@ -57,18 +57,18 @@ def summary(res: BenchmarkComparison) -> str:
              "Paired difference of accuracy A − B (questions as the unit; t CI over questions):"]
     rows = []
     for mode, p in res.paired.items():
-        bt = p.get("bootstrap") or {}
-        rows.append({"mode": mode, "diff": p["diff"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
-                     "p_value": p["p_value"], "corr": p["corr"], "boot_low": bt.get("ci_low"),
-                     "boot_high": bt.get("ci_high"), "mde": p["mde"]})
+        bt = p.bootstrap
+        rows.append({"mode": mode, "diff": p.diff, "ci_low": p.ci_low, "ci_high": p.ci_high,
+                     "p_value": p.p_value, "corr": p.corr, "boot_low": None if bt is None else bt.ci_low,
+                     "boot_high": None if bt is None else bt.ci_high, "mde": p.mde})
     lines += [table(rows, digits=4), ""]
     lines.append(f"Mean per-question covariance (coupled) {fmt(res.mean_covariance_coupled, 4)}; median "
                  f"per-question Var(A − B): coupled {fmt(res.median_var_diff_coupled)}, independent "
                  f"{fmt(res.median_var_diff_independent)}")
     sd, ci, vs = res.saving_detail, res.saving_ci, res.variance_saving
-    if vs and vs["saving"] is not None:
-        lines.append(f"Sample saving (headline) {vs['saving']:.1%}, {vs['level']:.0%} CI [{_pct(vs['ci_low'])}, "
-                     f"{_pct(vs['ci_high'])}]: {res.saving_definitions['variance_saving']}")
+    if vs and vs.saving is not None:
+        lines.append(f"Sample saving (headline) {vs.saving:.1%}, {vs.level:.0%} CI [{_pct(vs.ci_low)}, "
+                     f"{_pct(vs.ci_high)}]: {res.saving_definitions.variance_saving}")
     lines.append(f"Other saving figures at error {sd.error:.4f} ({sd.error_source}), "
                  f"rule {res.rule}:")
     if res.saving is not None:
@@ -76,14 +76,14 @@ def summary(res: BenchmarkComparison) -> str:
                      f"{fmt(sd.n_coupled, 0)} vs independent {fmt(sd.n_independent, 0)} samples)")
     else:
         lines.append("  resampling curves: - (a curve never reaches this error, or no independent run)")
-    if ci and ci["saving"] is not None:
-        lines.append(f"  predicted at error e from the per-sample variances: {ci['saving']:.1%}, {ci['level']:.0%} CI "
-                     f"[{_pct(ci['ci_low'])}, {_pct(ci['ci_high'])}] (studentised over questions; assumes "
+    if ci and ci.saving is not None:
+        lines.append(f"  predicted at error e from the per-sample variances: {ci.saving:.1%}, {ci.level:.0%} CI "
+                     f"[{_pct(ci.ci_low)}, {_pct(ci.ci_high)}] (studentised over questions; assumes "
                      "independent questions and E|error| proportional to the SD)")
     lines.append(f"Planner: {res.planner.headline}")
     if res.mcnemar_majority:
         lines.append("McNemar on one majority-vote outcome per question: "
-                     + ", ".join(f"{mode} p = {fmt(v['p_value'], 4)}" for mode, v in res.mcnemar_majority.items()))
+                     + ", ".join(f"{mode} p = {fmt(v.p_value, 4)}" for mode, v in res.mcnemar_majority.items()))
     lines += [f"warning: {w}" for w in res.warnings]
     return "\n".join(lines)
 
