@@ -39,9 +39,9 @@ if res is None:
 sc = res.score
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Prompts × generations", f"{res.n} × {res.k}")
-m2.metric("Score μ̂", f"{sc['mu']:.3f}", help=f"standard error σ̂/√n = {sc['se']:.4f}")
-m3.metric("95% t CI", f"[{sc['ci_low']:.3f}, {sc['ci_high']:.3f}]",
-          help=f"μ̂ ± t(n−1 = {sc['df']}) · σ̂/√n, σ̂² = variance of P(correct) over prompts; prompts are the unit")
+m2.metric("Score μ̂", f"{sc.mu:.3f}", help=f"standard error σ̂/√n = {sc.se:.4f}")
+m3.metric("95% t CI", f"[{sc.ci_low:.3f}, {sc.ci_high:.3f}]",
+          help=f"μ̂ ± t(n−1 = {sc.df}) · σ̂/√n, σ̂² = variance of P(correct) over prompts; prompts are the unit")
 m4.metric("Flagged prompts", res.n_flagged)
 st.caption(f"Clusters: {res.clusters_source}")
 if res.n_no_answer:
@@ -64,15 +64,15 @@ else:
 c1, c2 = st.columns(2)
 with c1:
     dist = res.p_correct_distribution
-    ui.chart(figures.histogram_figure(dist["values"], dist["counts"], title="Distribution of P(correct)",
+    ui.chart(figures.histogram_figure(dist.values, dist.counts, title="Distribution of P(correct)",
                                       xaxis="P(correct)"), "p_correct_hist", key="dm_hist", ctx=ctx)
 with c2:
-    ui.chart(figures.variance_figure({"within-prompt": sc["var_within"], "between-prompt": sc["var_between"]},
-                                     title="Variance of μ̂: within + between prompts", total=sc["var"]),
+    ui.chart(figures.variance_figure({"within-prompt": sc.var_within, "between-prompt": sc.var_between},
+                                     title="Variance of μ̂: within + between prompts", total=sc.var),
              "variance", key="dm_var", ctx=ctx)
-    st.caption(f"Var̂(μ̂) = σ̂²/n = {sc['var']:.3g} (the CI's variance) = within-prompt "
-               f"{sc['var_within']:.3g} (E[p(1−p)] ≈ {ui.fmt(sc['within'], '.4f')}, divided by n·k) + between-prompt "
-               f"{sc['var_between']:.3g} (σ² ≈ {ui.fmt(sc['sigma2_between'], '.4f')}, divided by n); each component "
+    st.caption(f"Var̂(μ̂) = σ̂²/n = {sc.var:.3g} (the CI's variance) = within-prompt "
+               f"{sc.var_within:.3g} (E[p(1−p)] ≈ {ui.fmt(sc.within, '.4f')}, divided by n·k) + between-prompt "
+               f"{sc.var_between:.3g} (σ² ≈ {ui.fmt(sc.sigma2_between, '.4f')}, divided by n); each component "
                "unbiased (docs/METHODS.md 5), the between part clipped at 0.")
     b = res.bootstrap
     st.caption(f"Bootstrap over prompts: {ui.bootstrap_text(b)}")

@@ -15,6 +15,7 @@ from engine.errors import Unavailable, UserError
 
 if TYPE_CHECKING:
     from engine.analysis.benchmark_result import BenchmarkComparison
+    from engine.analysis.stats_records import BootstrapCI, SingleGeneration
 
 R = TypeVar("R")
 
@@ -223,12 +224,12 @@ def flagged_ids(prompts) -> list[str]:
     return prompts.loc[prompts["flagged"], "prompt_id"].tolist() if not prompts.empty else []
 
 
-def bootstrap_text(b: dict) -> str:
-    parts = [f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}" for k, v in b.items()
-             if not isinstance(v, (list, dict))]
-    return ", ".join(parts)
+def bootstrap_text(b: BootstrapCI) -> str:
+    """'se = …, ci_low = …, ci_high = …' (the bootstrap's fields, in order)."""
+    return ", ".join(f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}" for k, v in b.to_dict().items())
 
 
-def single_text(sg: dict) -> str:
-    return ", ".join(f"{k} = {v:.3f}" if isinstance(v, float) else f"{k} = {v}" for k, v in sg.items()
+def single_text(sg: SingleGeneration) -> str:
+    """'best = …, worst = …, spread = …' (the scalar fields; the k scores are in the JSON)."""
+    return ", ".join(f"{k} = {v:.3f}" if isinstance(v, float) else f"{k} = {v}" for k, v in sg.to_dict().items()
                      if not isinstance(v, (list, dict)))

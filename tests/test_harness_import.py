@@ -74,7 +74,7 @@ def test_import_pairs_models_and_analyses_show_the_harness_accuracy(tmp_db, path
     assert again.n_generations == res.n_generations == 8 * repeats * 2
     from engine.analysis.multigen import multigen_summary
     mg = multigen_summary(tmp_db, "h", models[0], mode="independent", rule="harness")
-    assert mg.score["mu"] == res.headline[models[0]] and mg.k == repeats and mg.n == 8  # epochs = repeats
+    assert mg.score.mu == res.headline[models[0]] and mg.k == repeats and mg.n == 8  # epochs = repeats
 
 
 def test_rank_sets_match_a_direct_computation(tmp_db):

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from engine.analysis.result_base import ToDict, plain
+from engine.analysis.stats_records import BootstrapCI, ScoreVariance, SingleGeneration
 from engine.config import MODES, NO_ANSWER
 from engine.errors import UserError
 from engine.stats import multigen as mg
@@ -40,6 +41,20 @@ class PromptPoint:
 
 
 @dataclass(frozen=True)
+class PCorrectDistribution(ToDict):
+    """How many prompts have each value of P(correct) (the values j/k, ascending)."""
+    values: list[float]
+    counts: list[int]
+
+
+@dataclass(frozen=True)
+class Thresholds(ToDict):
+    """The data map's flag region: P(correct) <= p_max and consistency S >= s_min."""
+    p_max: float
+    s_min: float
+
+
+@dataclass(frozen=True)
 class Multigen:
     """The multiple-generation analysis of one model in one mode (:func:`multigen_summary`)."""
     run: str
@@ -51,13 +66,13 @@ class Multigen:
     clusters_source: str
     n: int
     k: int
-    score: dict[str, Any]             # engine.stats.multigen.score_variance
+    score: ScoreVariance              # engine.stats.multigen.score_variance
     score_method: str
-    bootstrap: dict[str, float]       # engine.stats.multigen.bootstrap_score_ci
-    single_generation: dict[str, Any]  # engine.stats.multigen.single_generation_scores
-    p_correct_distribution: dict[str, list]
+    bootstrap: BootstrapCI            # engine.stats.multigen.bootstrap_score_ci
+    single_generation: SingleGeneration  # engine.stats.multigen.single_generation_scores
+    p_correct_distribution: PCorrectDistribution
     consistency_mean: float
-    thresholds: dict[str, float]
+    thresholds: Thresholds
     n_flagged: int
     n_no_answer: int  # generations without an extractable answer
     prompts: list[PromptPoint] = field(default_factory=list)
@@ -70,7 +85,7 @@ class Multigen:
         keys = ("run", "model", "mode", "rule", "method", "subject", "clusters_source", "n", "k", "score",
                 "score_method", "bootstrap", "single_generation", "p_correct_distribution", "consistency_mean",
                 "thresholds", "n_flagged", "n_no_answer")
-        out = {k: getattr(self, k) for k in keys}
+        out = {k: plain(getattr(self, k)) for k in keys}
         if with_prompts:
             out["prompts"] = [dict(vars(p)) for p in self.prompts]
         return out
@@ -141,12 +156,12 @@ def multigen_summary(db: str | os.PathLike, run: str, model: str, mode: str = "c
     values, counts = np.unique(np.round(p, 9), return_counts=True)  # p takes the values j/k
     return Multigen(
         run=run, model=model, mode=mode, rule=rule, method=method, subject=subject, clusters_source=source,
-        n=int(Y.shape[0]), k=int(Y.shape[1]), score=mg.score_variance(Y),
+        n=int(Y.shape[0]), k=int(Y.shape[1]), score=ScoreVariance.of(mg.score_variance(Y)),
         score_method="t CI with Var(mu) = sigma_hat^2/n; unbiased within/between components (docs/METHODS.md 5)",
-        bootstrap=mg.bootstrap_score_ci(Y, np.random.default_rng(seed), n_resamples=n_bootstrap),
-        single_generation=mg.single_generation_scores(Y),
-        p_correct_distribution={"values": values.tolist(), "counts": counts.tolist()},
-        consistency_mean=float(S.mean()), thresholds={"p_max": p_max, "s_min": s_min}, n_flagged=int(flags.sum()),
+        bootstrap=BootstrapCI.of(mg.bootstrap_score_ci(Y, np.random.default_rng(seed), n_resamples=n_bootstrap)),
+        single_generation=SingleGeneration.of(mg.single_generation_scores(Y)),
+        p_correct_distribution=PCorrectDistribution(values=values.tolist(), counts=counts.tolist()),
+        consistency_mean=float(S.mean()), thresholds=Thresholds(p_max=p_max, s_min=s_min), n_flagged=int(flags.sum()),
         n_no_answer=int((~answered).sum()),
         prompts=[PromptPoint(str(pid), None if pd.isna(sj) else sj, float(pi), float(si), float(1 - ai.mean()), bool(fi))
                  for pid, sj, pi, si, ai, fi in zip(keep, subj.to_numpy(), p, S, answered, flags)])

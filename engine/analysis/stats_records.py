@@ -158,3 +158,33 @@ class PredictedSaving(ToDict):
         if d["ci_method"] is None:
             del d["ci_method"]
         return d
+
+
+@dataclass(frozen=True)
+class BootstrapCI(ToDict):
+    """Percentile bootstrap interval of a score over prompts (:func:`engine.stats.multigen.bootstrap_score_ci`)."""
+
+    se: float
+    ci_low: float
+    ci_high: float
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> BootstrapCI:
+        _check_keys(cls, d)
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class SingleGeneration(ToDict):
+    """The k scores one would report from a single generation per prompt, and their spread
+    (:func:`engine.stats.multigen.single_generation_scores`)."""
+
+    scores: list[float]
+    best: float
+    worst: float
+    spread: float
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> SingleGeneration:
+        _check_keys(cls, d)
+        return cls(**d)

@@ -12,6 +12,7 @@ from engine.commands._common import add_db, add_output_args, emit, fmt
 
 if TYPE_CHECKING:
     from engine.analysis.multigen import Multigen
+    from engine.analysis.stats_records import ScoreVariance
 
 
 def register(sub) -> None:
@@ -32,9 +33,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _clipped(sc: dict) -> str:
-    parts = sc["var_within"] + sc["var_between"]
-    return "" if abs(parts - sc["var"]) <= 1e-12 * max(1.0, sc["var"]) else \
+def _clipped(sc: ScoreVariance) -> str:
+    parts = sc.var_within + sc.var_between
+    return "" if abs(parts - sc.var) <= 1e-12 * max(1.0, sc.var) else \
         " [between clipped at 0, so the parts exceed Var(μ̂)]"
 
 
@@ -45,14 +46,14 @@ def summary(res: Multigen) -> str:
     lines = [
         f"multigen  {res.model}  run {res.run}  mode {res.mode}  rule {res.rule}  "
         f"subject {res.subject or '(all)'}  {res.n} prompts × {res.k} generations",
-        f"score μ̂ = {fmt(sc['mu'], 4)}, 95% CI [{fmt(sc['ci_low'], 4)}, {fmt(sc['ci_high'], 4)}] "
-        f"(t, {sc['df']} df; SE = σ̂/√n = {fmt(sc['se'], 4)}); bootstrap over prompts "
-        f"[{fmt(b['ci_low'], 4)}, {fmt(b['ci_high'], 4)}]",
-        f"Var(μ̂) = {fmt(sc['var'], 6)} = within-prompt {fmt(sc['var_within'], 6)} (E[p(1−p)] ≈ "
-        f"{fmt(sc['within'], 4)}, /nk) + between-prompt {fmt(sc['var_between'], 6)} (σ² ≈ "
-        f"{fmt(sc['sigma2_between'], 4)}, /n)" + _clipped(sc),
-        f"single-generation scores: best {fmt(sg['best'])}, worst {fmt(sg['worst'])}, spread {fmt(sg['spread'])}",
-        f"data map: {res.n_flagged} prompt(s) flagged (P(correct) <= {th['p_max']} and S >= {th['s_min']}, "
+        f"score μ̂ = {fmt(sc.mu, 4)}, 95% CI [{fmt(sc.ci_low, 4)}, {fmt(sc.ci_high, 4)}] "
+        f"(t, {sc.df} df; SE = σ̂/√n = {fmt(sc.se, 4)}); bootstrap over prompts "
+        f"[{fmt(b.ci_low, 4)}, {fmt(b.ci_high, 4)}]",
+        f"Var(μ̂) = {fmt(sc.var, 6)} = within-prompt {fmt(sc.var_within, 6)} (E[p(1−p)] ≈ "
+        f"{fmt(sc.within, 4)}, /nk) + between-prompt {fmt(sc.var_between, 6)} (σ² ≈ "
+        f"{fmt(sc.sigma2_between, 4)}, /n)" + _clipped(sc),
+        f"single-generation scores: best {fmt(sg.best)}, worst {fmt(sg.worst)}, spread {fmt(sg.spread)}",
+        f"data map: {res.n_flagged} prompt(s) flagged (P(correct) <= {th.p_max} and S >= {th.s_min}, "
         f"an answer repeated); mean consistency {fmt(res.consistency_mean)}; clusters: {res.clusters_source}; "
         f"{res.n_no_answer} generation(s) without an answer (each its own category, never flagged)",
     ]
