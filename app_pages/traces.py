@@ -73,7 +73,7 @@ for mode in [m for m in MODES if m in opts.modes]:
         st.markdown(f"**What decided step {first}.** Each model picks the token with the largest log p + g "
                     "(log p under its temperature-scaled, masked distribution; g the Gumbel noise of that token, "
                     + ("shared by the models)." if mode == "coupled" else "drawn independently per model).")
-                    + (f" {view.explanation['text']}" if view.explanation and view.explanation["text"]
+                    + (f" {view.explanation.text}" if view.explanation and view.explanation.text
                        else ""))
         ui.table(ui.decision_rows(view.decisions), f"decision_{mode}_{prompt}_rep{repeat}_step{first}",
                  key=f"tr_decision_{mode}", ctx=ctx)

@@ -732,19 +732,19 @@ def test_step_decisions_exact_tiny_case():
 def test_divergence_explanation_exact_tiny_case():
     import math
     e = traces.divergence_explanation(_two_model_step(), 4, ["A", "B"], temperature=0.7)
-    assert e["models"] == ("A", "B") and e["tokens"] == ("·yes", "·no") and e["complete"]
-    assert e["threshold"] == pytest.approx(0.4)  # g(no) - g(yes)
-    assert e["log_odds"] == pytest.approx((math.log(0.5 / 0.3), 0.0))
-    assert e["margins"] == pytest.approx((math.log(0.5 / 0.3) - 0.4, 0.4))
-    assert e["probability_shift"] == pytest.approx(0.1)  # p(yes): 0.5 in A, 0.4 in B
-    assert "A probability shift of 0.1 in p(·yes)" in e["text"] and "crossed a margin of 0.111" in e["text"]
+    assert e.models == ("A", "B") and e.tokens == ("·yes", "·no") and e.complete
+    assert e.threshold == pytest.approx(0.4)  # g(no) - g(yes)
+    assert e.log_odds == pytest.approx((math.log(0.5 / 0.3), 0.0))
+    assert e.margins == pytest.approx((math.log(0.5 / 0.3) - 0.4, 0.4))
+    assert e.probability_shift == pytest.approx(0.1)  # p(yes): 0.5 in A, 0.4 in B
+    assert "A probability shift of 0.1 in p(·yes)" in e.text and "crossed a margin of 0.111" in e.text
     # B's probability of A's token is not stored: the text says what is missing instead of guessing
     steps = _two_model_step()
     steps.at[1, "top_ids"], steps.at[1, "top_probs"], steps.at[1, "top_gumbels"] = [2, 3], [0.4, 0.2], [0.6, -1.0]
     e = traces.divergence_explanation(steps, 4, ["A", "B"], temperature=0.7)
-    assert not e["complete"] and "p_B(·yes)" in e["text"] and "--trace-top-k" in e["text"]
+    assert not e.complete and "p_B(·yes)" in e.text and "--trace-top-k" in e.text
     # no divergence at that step
-    assert traces.divergence_explanation(steps[steps.model == "A"], 4, ["A"])["models"] is None
+    assert traces.divergence_explanation(steps[steps.model == "A"], 4, ["A"]).models is None
 
 
 def test_trace_view_has_the_deciding_quantity(small_db):
@@ -752,7 +752,7 @@ def test_trace_view_has_the_deciding_quantity(small_db):
     assert view.temperature == 0.7
     first = view.alignment.first_divergence
     assert first is not None and list(view.decisions["model"]) == list(MODELS)
-    assert view.explanation["text"].startswith(f"At step {first}")
+    assert view.explanation.text.startswith(f"At step {first}")
 
 
 def test_divergence_table_selection_opens_the_unit(app, small_db):

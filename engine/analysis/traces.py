@@ -144,6 +144,22 @@ class Alignment:
 
 
 @dataclass(frozen=True)
+class DivergenceExplanation:
+    """Why two coupled models chose different tokens a (model A) and b (model B) at one step
+    (:func:`divergence_explanation`); every field but ``complete`` None when no two models differ there."""
+    models: tuple[str, str] | None = None
+    tokens: tuple[str, str] | None = None    # the two tokens' text
+    threshold: float | None = None           # d = g(b) - g(a), the shared noise's preference for b
+    log_odds: tuple[float, float] | None = None   # L = log p(a) - log p(b), of A and of B
+    margins: tuple[float, float] | None = None    # A's L_A - d, B's d - L_B
+    log_odds_shift: float | None = None      # L_A - L_B
+    p_a: tuple[float, float] | None = None   # p_A(a), p_B(a)
+    probability_shift: float | None = None   # p_A(a) - p_B(a)
+    text: str | None = None                  # one sentence
+    complete: bool = False                   # False when a needed value is not among the stored top-K
+
+
+@dataclass(frozen=True)
 class TraceView:
     """Everything the token-trace view draws for one unit and mode (:func:`trace_view`)."""
     steps: pd.DataFrame                  # trace rows, decoded text, recomputed Gumbel values where possible
@@ -154,7 +170,7 @@ class TraceView:
     token_names: dict[int, str]
     temperature: float | None
     decisions: pd.DataFrame | None       # step_decisions at the first divergence
-    explanation: dict | None             # divergence_explanation (coupled mode)
+    explanation: DivergenceExplanation | None  # divergence_explanation (coupled mode)
 
 
 def align_traces(steps: pd.DataFrame, models: list[str]) -> Alignment:
@@ -287,7 +303,7 @@ def step_decisions(steps: pd.DataFrame, step: int, models: Sequence[str], temper
 
 
 def divergence_explanation(steps: pd.DataFrame, step: int, models: Sequence[str], temperature: float | None = None,
-                           names: Mapping[int, str] | None = None) -> dict:
+                           names: Mapping[int, str] | None = None) -> DivergenceExplanation:
     """Why two coupled models chose different tokens a (model A) and b (model B) at ``step``.
 
     Both share the noise, so each picks a over b iff its log-odds L = log p(a) - log p(b)
@@ -296,11 +312,11 @@ def divergence_explanation(steps: pd.DataFrame, step: int, models: Sequence[str]
     p_A(a) to p_B(a).
 
     Returns:
-        dict with ``models`` (A, B), ``tokens`` (a, b), ``threshold`` d, ``log_odds`` (L_A, L_B),
-        ``margins`` (A's, B's), ``log_odds_shift`` L_A - L_B, ``p_a`` (p_A(a), p_B(a)),
-        ``probability_shift`` p_A(a) - p_B(a), ``text`` (one sentence) and ``complete`` (False
-        when a probability or Gumbel value is not among the stored top-K; the text then says so);
-        None-valued entries when no two models differ at ``step``.
+        :class:`DivergenceExplanation`: ``models`` (A, B), ``tokens`` (a, b), ``threshold`` d,
+        ``log_odds`` (L_A, L_B), ``margins`` (A's, B's), ``log_odds_shift`` L_A - L_B, ``p_a``
+        (p_A(a), p_B(a)), ``probability_shift`` p_A(a) - p_B(a), ``text`` (one sentence) and
+        ``complete`` (False when a probability or Gumbel value is not among the stored top-K; the
+        text then says so); None-valued fields when no two models differ at ``step``.
     """
     greedy = temperature is not None and temperature == 0
     names = dict(names or {})
@@ -309,7 +325,7 @@ def divergence_explanation(steps: pd.DataFrame, step: int, models: Sequence[str]
     pair = next(((x, y) for i, x in enumerate(recs) for y in list(recs)[i + 1:]
                  if int(recs[x]["token_id"]) != int(recs[y]["token_id"])), None)
     if pair is None:
-        return {"models": None, "tokens": None, "text": None, "complete": False}
+        return DivergenceExplanation()
     A, B = pair
     a, b = int(recs[A]["token_id"]), int(recs[B]["token_id"])
     for m in (A, B):
@@ -350,9 +366,9 @@ def divergence_explanation(steps: pd.DataFrame, step: int, models: Sequence[str]
         text = (f"At step {step} {A} picks {ta!r} and {B} picks {tb!r}; the comparison needs "
                 f"{', '.join(missing)}, which are not among the stored top-K alternatives (store more with "
                 "--trace-top-k). Each model's own margin over its runner-up is in the table.")
-    return {"models": (A, B), "tokens": (ta, tb), "threshold": d, "log_odds": (L[A], L[B]), "margins": margins,
-            "log_odds_shift": L[A] - L[B], "p_a": p_a, "probability_shift": shift, "text": text,
-            "complete": complete}
+    return DivergenceExplanation(models=(A, B), tokens=(ta, tb), threshold=d, log_odds=(L[A], L[B]),
+                                 margins=margins, log_odds_shift=L[A] - L[B], p_a=p_a, probability_shift=shift,
+                                 text=text, complete=complete)
 
 
 def trace_view(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int, mode: str,
