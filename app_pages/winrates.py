@@ -85,10 +85,10 @@ with t3:
     for g in groups:
         pb = res.results[g].position_bias
         if pb:
-            st.markdown(f"**Position bias ({g})**, {pb['n_judgements']:,} judgements shown in both orders: the "
-                        f"verdict flips with the order in {ui.fmt(pb['flip_rate'], '.1%')}; the first-shown output "
-                        f"wins {ui.fmt(pb['first_win_share'], '.1%')} of decisive verdicts (95% CI "
-                        f"{ui.fmt(pb['first_win_low'], '.1%')}–{ui.fmt(pb['first_win_high'], '.1%')}; 50% = no bias).")
+            st.markdown(f"**Position bias ({g})**, {pb.n_judgements:,} judgements shown in both orders: the "
+                        f"verdict flips with the order in {ui.fmt(pb.flip_rate, '.1%')}; the first-shown output "
+                        f"wins {ui.fmt(pb.first_win_share, '.1%')} of decisive verdicts (95% CI "
+                        f"{ui.fmt(pb.first_win_low, '.1%')}–{ui.fmt(pb.first_win_high, '.1%')}; 50% = no bias).")
 with t4:
     for g in groups:
         bt = res.ratings[g]

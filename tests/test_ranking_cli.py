@@ -516,7 +516,7 @@ def test_position_bias_exact_tiny_case():
                       "unit": ["u1", "u1", "u2", "u2"]})
     pb = _position_bias(d, "judge_winner", d.prompt_id.to_numpy(object))
     # u1: x wins in both orders (no flip; shown-first wins once of two); u2: the shown-first output wins both (flip)
-    assert pb["n_judgements"] == 2 and pb["flip_rate"] == 0.5 and pb["first_win_share"] == 0.75
+    assert pb.n_judgements == 2 and pb.flip_rate == 0.5 and pb.first_win_share == 0.75
     assert _position_bias(d.drop(columns="unit"), "judge_winner", None) is None
 
 

@@ -188,3 +188,25 @@ class SingleGeneration(ToDict):
     def of(cls, d: dict[str, Any]) -> SingleGeneration:
         _check_keys(cls, d)
         return cls(**d)
+
+
+@dataclass(frozen=True)
+class PositionBias(ToDict):
+    """The judge's position bias from judgements shown in both orders
+    (:func:`engine.stats.paired_tests.position_bias`; NaN written as None for the JSON)."""
+
+    n_judgements: int  # judgements shown in both orders
+    n_unpaired: int
+    flip_rate: float | None  # share whose verdict flips with the order
+    consistency: float | None
+    first_win_share: float | None  # share of decisive verdicts won by the first-shown output (0.5 = no bias)
+    first_win_se: float | None
+    first_win_low: float | None
+    first_win_high: float | None
+    tie_rate: float | None
+    per_row_clusters: bool
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> PositionBias:
+        _check_keys(cls, d)
+        return cls(**d)

@@ -32,6 +32,7 @@ from engine.analysis.comparisons import (
     restrict_models,
 )
 from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
+from engine.analysis.stats_records import PositionBias
 from engine.analysis.winrates_result import (
     AverageWinRate,
     BradleyTerry,
@@ -73,7 +74,7 @@ def _rank_sets(theta: np.ndarray, draws: np.ndarray, alpha: float, procedure: st
     return RK.rank_sets(theta, sigma, alpha, procedure=procedure, rng=np.random.default_rng([seed, 7]))
 
 
-def _position_bias(d: pd.DataFrame, col: str, cluster) -> dict | None:
+def _position_bias(d: pd.DataFrame, col: str, cluster) -> PositionBias | None:
     """Position bias from rows that carry ``unit`` and ``presented`` ('ab' | 'ba'), when some
     judgement was shown in both orders; None otherwise."""
     if "unit" not in d or "presented" not in d:
@@ -90,7 +91,7 @@ def _position_bias(d: pd.DataFrame, col: str, cluster) -> dict | None:
     out = _outcome_codes(d[col])  # in model_a / model_b terms -> shown-order terms
     shown = np.where(out == WR.TIE, WR.TIE, np.where((out == WR.A_WINS) == ab, WR.A_WINS, WR.B_WINS))
     res = CL.position_bias(first, second, shown, units, cluster=cluster)
-    return {k: (json_float(v) if isinstance(v, float) else v) for k, v in res.items()}
+    return PositionBias.of({k: (json_float(v) if isinstance(v, float) else v) for k, v in res.items()})
 
 
 _BOOT_CACHE: OrderedDict[str, list] = OrderedDict()

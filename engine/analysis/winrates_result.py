@@ -10,6 +10,7 @@ import pandas as pd
 
 from engine.analysis.notices import AnalysisWarning, Notice
 from engine.analysis.result_base import ToDict
+from engine.analysis.stats_records import PositionBias
 
 Matrix = dict[str, dict[str, Any]]  # {model: {opponent: value}}, the diagonal left out
 
@@ -93,7 +94,7 @@ class WinRates(ToDict):
     tie_rate: float | None
     bradley_terry: BradleyTerry
     elo: Elo | None
-    position_bias: dict[str, Any] | None
+    position_bias: PositionBias | None
     warnings: list[AnalysisWarning] = field(default_factory=list)
     compare: dict[str, dict[str, PairDiff]] | None = None
     compare_test: str | None = None

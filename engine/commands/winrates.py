@@ -61,9 +61,9 @@ def summary(res: WinRates) -> str:
     lines.append(f"tie rate {res.tie_rate:.3f}")
     pb = res.position_bias
     if pb:
-        lines.append(f"position bias ({pb['n_judgements']:,} judgements in both orders): verdict flips with the "
-                     f"order {pb['flip_rate']:.3f}; first-shown output wins {pb['first_win_share']:.3f} of decisive "
-                     f"verdicts [{pb['first_win_low']:.3f}, {pb['first_win_high']:.3f}]")
+        lines.append(f"position bias ({pb.n_judgements:,} judgements in both orders): verdict flips with the "
+                     f"order {pb.flip_rate:.3f}; first-shown output wins {pb.first_win_share:.3f} of decisive "
+                     f"verdicts [{pb.first_win_low:.3f}, {pb.first_win_high:.3f}]")
     if res.compare:
         sig = [{"pair": f"{m} > {m2}", "diff": v.diff, "p": v.p, "p_maxt": v.p_maxt, "stars": v.stars}
                for m, opp in res.compare.items() for m2, v in opp.items() if v.stars]
