@@ -182,16 +182,17 @@ def prob_figure(steps: pd.DataFrame, models: Sequence[str], first_divergence: in
 
 # --------------------------------------------------------------------------- benchmark
 
-def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | None = None, title: str = "",
+def kde_figure(curves: Mapping[str, Any], markers: Mapping[str, float | None] | None = None, title: str = "",
                xaxis: str = "", marker_label: str = "mean") -> go.Figure:
-    """Density curves (``{label: {"x": [...], "density": [...]}}``) with dashed vertical markers.
+    """Density curves (``{label: curve}``, each an ``engine.analysis.stats_records.KdeCurve`` read by
+    attribute: x, density, lower) with dashed vertical markers.
 
     Curves with a ``lower`` bound (a boundary-corrected KDE, e.g. of a variance) start the x axis there.
     """
     fig = go.Figure()
     for i, (label, c) in enumerate(curves.items()):
         color = COLORS.get(label, PALETTE[i % len(PALETTE)])
-        fig.add_trace(go.Scatter(x=c["x"], y=c["density"], mode="lines", name=label, fill="tozeroy",
+        fig.add_trace(go.Scatter(x=c.x, y=c.density, mode="lines", name=label, fill="tozeroy",
                                  line=dict(color=color, width=2), opacity=0.6))
         if markers and label in markers and markers[label] is not None:
             v = float(markers[label])
@@ -201,10 +202,10 @@ def kde_figure(curves: Mapping[str, Mapping], markers: Mapping[str, float] | Non
                                xshift=4, font=dict(color=color), bgcolor="rgba(255,255,255,0.8)",
                                text=f"{marker_label} {label}: {v:.3f}" if len(curves) > 1 else f"{marker_label} = {v:.3f}")
     fig.update_xaxes(title=xaxis)
-    lowers = [c.get("lower") for c in curves.values()]
+    lowers = [c.lower for c in curves.values()]
     if curves and all(lo is not None for lo in lowers):
         fig.update_xaxes(range=[min(float(lo) for lo in lowers if lo is not None),
-                                max(max(c["x"]) for c in curves.values())])
+                                max(max(c.x) for c in curves.values())])
     fig.update_yaxes(title="density")
     return _layout(fig, title, height=360, legend=dict(orientation="h", y=-0.2))
 
@@ -450,7 +451,7 @@ def write_benchmark_figures(res: Any, folder: str) -> list[str]:
     paths = []
 
     k = res.kde.covariance_coupled
-    fig = go.Figure(go.Scatter(x=k["x"], y=k["density"], mode="lines", name="coupled",
+    fig = go.Figure(go.Scatter(x=k.x, y=k.density, mode="lines", name="coupled",
                                line=dict(color=colors["coupled"])))
     fig.add_vline(x=res.mean_covariance_coupled, line_dash="dash",
                   annotation_text=f"mean {res.mean_covariance_coupled:.3f}")
@@ -465,7 +466,7 @@ def write_benchmark_figures(res: Any, folder: str) -> list[str]:
         med = getattr(res, f"median_var_diff_{mode}")
         if k is None or med is None:
             continue
-        fig.add_trace(go.Scatter(x=k["x"], y=k["density"], mode="lines", name=mode, line=dict(color=colors[mode])))
+        fig.add_trace(go.Scatter(x=k.x, y=k.density, mode="lines", name=mode, line=dict(color=colors[mode])))
         fig.add_vline(x=med, line_dash="dash", line_color=colors[mode], annotation_text=f"median {med:.3f}",
                       annotation_position="top left" if mode == "coupled" else "top right")
     fig.update_layout(title=f"(b) Variance of the score difference per question<br><sub>{title}</sub>",

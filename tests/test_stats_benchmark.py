@@ -330,7 +330,9 @@ def test_stats_records_give_back_the_stats_dicts():
              (SR.VarianceSaving, bm.variance_saving(A - B, Ai - Bi)),
              (SR.PredictedSaving, bm.saving_predicted(A - B, Ai - Bi, 0.05, rng=np.random.default_rng(2),
                                                       n_resamples=200)),
-             (SR.PredictedSaving, bm.saving_predicted(A - B, Ai - Bi, 0.05))]  # no interval: no ci_method key
+             (SR.PredictedSaving, bm.saving_predicted(A - B, Ai - Bi, 0.05)),  # no interval: no ci_method key
+             (SR.KdeCurve, bm.kde_curve(A.mean(axis=1), n_grid=20)),
+             (SR.KdeCurve, bm.kde_curve(A.var(axis=1, ddof=1), n_grid=20, lower=0.0))]
     for cls, d in cases:
         assert json.dumps(cls.of(d).to_dict()) == json.dumps(d), cls  # same keys, order and values (NaN too)
     assert "ci_method" in cases[5][1] and "ci_method" not in SR.PredictedSaving.of(cases[6][1]).to_dict()

@@ -23,7 +23,14 @@ from engine.analysis.benchmark_result import (
 )
 from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
 from engine.analysis.overview import db_exists
-from engine.analysis.stats_records import McNemar, PairedDiff, PredictedSaving, ScoreVariance, VarianceSaving
+from engine.analysis.stats_records import (
+    KdeCurve,
+    McNemar,
+    PairedDiff,
+    PredictedSaving,
+    ScoreVariance,
+    VarianceSaving,
+)
 from engine.config import DEFAULT_PLAN_MDE, DEFAULT_SAVING_N, MODES, PLAN_REPEATS
 from engine.errors import UserError
 from engine.stats import benchmark as bm
@@ -204,8 +211,9 @@ def _kdes(cov: np.ndarray, vdiff: dict, kde_points: int) -> Kdes:
     """KDE of the per-question covariance, and of the per-question Var(A − B) per mode on one grid (reflected at 0)."""
     hi = max(float(v.max()) for v in vdiff.values())
     grid = np.linspace(0.0, hi + 0.15, kde_points)  # one grid so the curves overlay; a variance is >= 0
-    per_mode = {mode: bm.kde_curve(v, grid=grid, lower=0.0) for mode, v in vdiff.items()}
-    return Kdes(covariance_coupled=bm.kde_curve(cov, n_grid=kde_points), var_diff_coupled=per_mode["coupled"],
+    per_mode = {mode: KdeCurve.of(bm.kde_curve(v, grid=grid, lower=0.0)) for mode, v in vdiff.items()}
+    return Kdes(covariance_coupled=KdeCurve.of(bm.kde_curve(cov, n_grid=kde_points)),
+                var_diff_coupled=per_mode["coupled"],
                 var_diff_independent=per_mode.get("independent"))
 
 

@@ -9,7 +9,14 @@ from typing import Any
 
 from engine.analysis.notices import AnalysisWarning, Notice
 from engine.analysis.result_base import ToDict as _ToDict
-from engine.analysis.stats_records import McNemar, PairedDiff, PredictedSaving, ScoreVariance, VarianceSaving
+from engine.analysis.stats_records import (
+    KdeCurve,
+    McNemar,
+    PairedDiff,
+    PredictedSaving,
+    ScoreVariance,
+    VarianceSaving,
+)
 
 
 @dataclass(frozen=True)
@@ -26,11 +33,11 @@ class SavingAt(_ToDict):
 
 @dataclass(frozen=True)
 class Kdes(_ToDict):
-    """KDE curves ({"x", "density"}) of the per-question covariance and of Var(A − B) per mode."""
+    """KDE curves of the per-question covariance and of Var(A − B) per mode."""
 
-    covariance_coupled: dict[str, Any]
-    var_diff_coupled: dict[str, Any]
-    var_diff_independent: dict[str, Any] | None = None
+    covariance_coupled: KdeCurve
+    var_diff_coupled: KdeCurve
+    var_diff_independent: KdeCurve | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

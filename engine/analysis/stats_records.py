@@ -210,3 +210,20 @@ class PositionBias(ToDict):
     def of(cls, d: dict[str, Any]) -> PositionBias:
         _check_keys(cls, d)
         return cls(**d)
+
+
+@dataclass(frozen=True)
+class KdeCurve(ToDict):
+    """A kernel density estimate on a grid (:func:`engine.stats.benchmark.kde_curve`); ``lower`` the
+    support's bound when reflected there (a variance), else None."""
+
+    x: list[float]
+    density: list[float]
+    bandwidth: float
+    degenerate: bool  # the data could not choose a bandwidth: the fallback one was used
+    lower: float | None
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> KdeCurve:
+        _check_keys(cls, d)
+        return cls(**d)
