@@ -195,7 +195,7 @@ def planner_rows(res: BenchmarkComparison, kind: str = "mde_plans") -> pd.DataFr
 
 
 def components_rows(res: BenchmarkComparison) -> pd.DataFrame:
-    return pd.DataFrame([{"design": mode, **c} for mode, c in res.planner.components.items()])
+    return pd.DataFrame([{"design": mode, **c.to_dict()} for mode, c in res.planner.components.items()])
 
 
 def unique_by(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:

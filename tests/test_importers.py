@@ -291,9 +291,9 @@ def test_benchmark_planner_exact_tiny():
     A = np.array([[1, 0], [1, 1]], float)
     B = np.array([[0, 0], [0, 1]], float)
     pl = _planner({"coupled": (A, B)}, 0.05, 0.5, 0.1, 0.05, 0.8, 2, 2, [])
-    assert pl.components["coupled"] == {"sigma2_between": 0.0, "sigma2_within": 0.5, "Q": 2, "R": 2}
+    assert pl.components["coupled"].to_dict() == {"sigma2_between": 0.0, "sigma2_within": 0.5, "Q": 2, "R": 2}
     # independent, predicted: mean_i (var A_i + var B_i) = mean(0.5 + 0, 0 + 0.5) = 0.5
-    assert pl.components["independent (predicted from coupled)"]["sigma2_within"] == 0.5
+    assert pl.components["independent (predicted from coupled)"].sigma2_within == 0.5
     coupled = [(r["repeats"], r["questions"], r["fits"], r["note"]) for r in pl.se_plans if r["mode"] == "coupled"]
     assert coupled == [(1, 50, False, "needs 50 questions; this dataset has 2"),
                        (2, 25, False, "needs 25 questions; this dataset has 2"),
@@ -317,7 +317,7 @@ def test_benchmark_compare_without_an_independent_run(layout, tmp_db, capsys):
     assert set(res.paired) == set(res.mcnemar_majority) == {"coupled"}
     assert res.saving is None and res.saving_ci is None  # nothing to save against
     # the planner still predicts the independent design from the coupled run
-    assert res.planner.components["independent (predicted from coupled)"] == bm.independent_components(A, B)
+    assert res.planner.components["independent (predicted from coupled)"].to_dict() == bm.independent_components(A, B)
     assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
                  "--resamples", "50", "--target-error", "0.05"]) == 0
     assert "resampling curves: - (a curve never reaches this error, or no independent run)" in capsys.readouterr().out

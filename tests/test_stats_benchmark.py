@@ -331,6 +331,8 @@ def test_stats_records_give_back_the_stats_dicts():
              (SR.PredictedSaving, bm.saving_predicted(A - B, Ai - Bi, 0.05, rng=np.random.default_rng(2),
                                                       n_resamples=200)),
              (SR.PredictedSaving, bm.saving_predicted(A - B, Ai - Bi, 0.05)),  # no interval: no ci_method key
+             (SR.VarianceComponents, bm.variance_components_diff(A, B)),
+             (SR.VarianceComponents, bm.independent_components(A, B)),
              (SR.KdeCurve, bm.kde_curve(A.mean(axis=1), n_grid=20)),
              (SR.KdeCurve, bm.kde_curve(A.var(axis=1, ddof=1), n_grid=20, lower=0.0))]
     for cls, d in cases:

@@ -29,6 +29,7 @@ from engine.analysis.stats_records import (
     PairedDiff,
     PredictedSaving,
     ScoreVariance,
+    VarianceComponents,
     VarianceSaving,
 )
 from engine.config import DEFAULT_PLAN_MDE, DEFAULT_SAVING_N, MODES, PLAN_REPEATS
@@ -274,7 +275,7 @@ def _savings(curves: dict, sizes: np.ndarray, mats: dict, N: int, saving_n: int,
 
 
 def _cannot_plan(why: str, Q: int, R: int, eps: float, target_mde: float, target_se: float | None, alpha: float,
-                 power: float, components: dict, warnings: list[AnalysisWarning]) -> Planner:
+                 power: float, components: dict[str, VarianceComponents], warnings: list[AnalysisWarning]) -> Planner:
     warnings.append(AnalysisWarning(Notice.CANNOT_PLAN, f"planner: cannot plan, {why}"))
     return Planner(target_mde=target_mde, alpha=alpha, power=power, target_se=target_se,
                    target_se_source="given" if target_se is not None else "none (no error level)",
@@ -293,10 +294,11 @@ def _planner(mats: dict, eps: float, target_mde: float, target_se: float | None,
     variance components; independent generation is also predicted from the coupled run. A run whose
     coupled differences never vary, or with no error level and no target SE, cannot be planned from
     (a typed CANNOT_PLAN warning; ``can_plan`` False)."""
-    components = {mode: bm.variance_components_diff(*ab) for mode, ab in mats.items()}
-    components["independent (predicted from coupled)"] = bm.independent_components(*mats["coupled"])
+    components = {mode: VarianceComponents.of(bm.variance_components_diff(*ab)) for mode, ab in mats.items()}
+    components["independent (predicted from coupled)"] = VarianceComponents.of(
+        bm.independent_components(*mats["coupled"]))
     c = components["coupled"]
-    if not c["sigma2_between"] + c["sigma2_within"] > 0:
+    if not c.sigma2_between + c.sigma2_within > 0:
         return _cannot_plan("the coupled score differences of this run never vary (no variance to plan from)",
                             Q, R, eps, target_mde, target_se, alpha, power, components, warnings)
     if target_se is None and not eps > 0:
@@ -313,9 +315,10 @@ def _planner(mats: dict, eps: float, target_mde: float, target_se: float | None,
                        "not reachable (over 10 million questions)")
         return row
 
-    mde_rows = [fits(r) for r in bm.plan_mde(components, target_mde, alpha=alpha, power=power, repeats=repeats)]
+    mde_rows = [fits(r) for r in bm.plan_mde({m: v.to_dict() for m, v in components.items()}, target_mde,
+                                             alpha=alpha, power=power, repeats=repeats)]
     se_rows = [fits({"mode": mode, **r}) for mode, c in components.items()
-               for r in bm.plan_sample_size(c["sigma2_between"], c["sigma2_within"], target_se=se, repeats=repeats)]
+               for r in bm.plan_sample_size(c.sigma2_between, c.sigma2_within, target_se=se, repeats=repeats)]
     current = next(r for r in mde_rows if r["mode"] == "coupled" and r["repeats"] == R)
     return Planner(
         target_mde=target_mde, alpha=alpha, power=power, target_se=se,

@@ -15,6 +15,7 @@ from engine.analysis.stats_records import (
     PairedDiff,
     PredictedSaving,
     ScoreVariance,
+    VarianceComponents,
     VarianceSaving,
 )
 
@@ -60,7 +61,7 @@ class Planner(_ToDict):
     dataset_questions: int
     dataset_repeats: int
     formula: str
-    components: dict[str, dict[str, float]]
+    components: dict[str, VarianceComponents]  # design (a mode, or independent predicted from coupled)
     mde_plans: list[dict[str, Any]]
     se_plans: list[dict[str, Any]]
     headline_fits: bool

@@ -227,3 +227,19 @@ class KdeCurve(ToDict):
     def of(cls, d: dict[str, Any]) -> KdeCurve:
         _check_keys(cls, d)
         return cls(**d)
+
+
+@dataclass(frozen=True)
+class VarianceComponents(ToDict):
+    """Between- and within-question variance of the score difference A − B of a Q × R design
+    (:func:`engine.stats.benchmark.variance_components_diff`, ``independent_components``)."""
+
+    sigma2_between: float
+    sigma2_within: float
+    Q: int
+    R: int
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> VarianceComponents:
+        _check_keys(cls, d)
+        return cls(**d)
