@@ -1,4 +1,5 @@
-"""Analysis layer: database -> arrays -> :mod:`engine.stats` -> results (plain dicts / DataFrames).
+"""Analysis layer: database -> arrays -> :mod:`engine.stats` -> frozen result dataclasses (``to_dict()`` for
+``--json``; nested stats results as :mod:`.stats_records`) and DataFrames for tables.
 
 One module per analysis, each read-only (``store.reader``), each the single home of its view:
 
