@@ -194,8 +194,9 @@ def kde_figure(curves: Mapping[str, Any], markers: Mapping[str, float | None] | 
         color = COLORS.get(label, PALETTE[i % len(PALETTE)])
         fig.add_trace(go.Scatter(x=c.x, y=c.density, mode="lines", name=label, fill="tozeroy",
                                  line=dict(color=color, width=2), opacity=0.6))
-        if markers and label in markers and markers[label] is not None:
-            v = float(markers[label])
+        mark = markers.get(label) if markers else None
+        if mark is not None:
+            v = float(mark)
             fig.add_vline(x=v, line=dict(color=color, dash="dash", width=2))
             # one label per marker, stacked so that close markers do not overprint each other
             fig.add_annotation(x=v, y=1.0 - 0.09 * i, xref="x", yref="paper", showarrow=False, xanchor="left",
