@@ -9,7 +9,7 @@ import torch
 
 from engine.errors import UserError
 from engine.sampling import keyed, noise
-from engine.sampling.gumbel import sample
+from engine.sampling.gumbel import masked_logits, sample
 
 
 def _batch(B=13, V=301, seed=0):
@@ -29,12 +29,19 @@ def test_draw_is_the_gumbel_max_sample_with_its_records(temperature, top_k, top_
     g = noise.gumbel(seeds, units, steps, keys) if temperature > 0 else None
     ref = sample(logits, g, temperature, top_k, top_p)
     assert torch.equal(d.tokens, ref.tokens)
-    assert torch.equal(d.probs, ref.logprobs.gather(1, ref.tokens[:, None]).squeeze(1).exp())
+    # D[token] = exp(z[token] - logsumexp z): the same bits as that formula, and log D's to float32 rounding
+    z = masked_logits(logits, temperature, top_k, top_p)
+    lse = torch.logsumexp(z, -1)
+    assert torch.equal(d.probs, (z.gather(1, ref.tokens[:, None]).squeeze(1) - lse).exp())
+    torch.testing.assert_close(d.probs, ref.logprobs.gather(1, ref.tokens[:, None]).squeeze(1).exp(),
+                               rtol=2e-6, atol=1e-9)
     if not k:
         assert d.top_ids is None and d.top_gumbels is None
         return
     tv, ti = torch.topk(ref.logprobs, k, dim=-1)
-    assert torch.equal(d.top_ids, ti) and torch.equal(d.top_probs, tv.exp())
+    assert torch.equal(d.top_ids, ti)
+    torch.testing.assert_close(d.top_probs, tv.exp(), rtol=2e-6, atol=1e-9)
+    assert torch.equal(d.top_probs[:, 0] == d.probs, d.tokens == ti[:, 0])  # one formula for both records
     if temperature == 0:
         assert d.top_gumbels is None
     else:
