@@ -65,6 +65,19 @@ def test_rows_per_chunk_keeps_the_budget():
         assert n * keyed.bytes_per_row(V, top_p, fused) <= keyed.TEMP_BUDGET_BYTES
         assert (n + 1) * keyed.bytes_per_row(V, top_p, fused) > keyed.TEMP_BUDGET_BYTES
     assert keyed.rows_per_chunk(V, budget=1) == 1
+    # the single-read kernel holds no (R, V) temporary: one chunk takes any batch
+    assert keyed.bytes_per_row(V, 1.0, True, single_read=True) == 0
+    assert keyed.rows_per_chunk(V, fused=True, single_read=True) == keyed.TEMP_BUDGET_BYTES
+
+
+def test_single_read_is_taken_only_without_masks_trace_or_greedy(monkeypatch):
+    x = torch.zeros(4, 50)
+    assert not keyed.single_read(x, 0.7, 0, 1.0, 0)  # CPU: never (the kernel would run interpreted)
+    monkeypatch.setattr(keyed, "_fused_available", lambda device: True)
+    assert keyed.single_read(x, 0.7, 0, 1.0, 0) and keyed.single_read(x.half(), 1.0, 50, 1.0, 0)  # top-k >= V: no mask
+    for t, top_k, top_p, k in ((0.0, 0, 1.0, 0), (0.7, 49, 1.0, 0), (0.7, 0, 0.9, 0), (0.7, 0, 1.0, 1)):
+        assert not keyed.single_read(x, t, top_k, top_p, k)
+    assert not keyed.single_read(x.double(), 0.7, 0, 1.0, 0)  # float64 logits: the torch path
 
 
 def test_gumbel_at_is_the_reference_noise_at_those_tokens():

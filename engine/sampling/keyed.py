@@ -195,9 +195,9 @@ def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: 
     if single_read(logits, temperature, top_k, top_p, trace_k):
         from engine.sampling.triton_noise import gumbel_argmax_logits
 
-        tokens, probs = gumbel_argmax_logits(logits, seeds, units, steps, token_keys, temperature, rows=rows,
-                                             backend="triton")  # reads each drawn row once, writes 2 R values
-        return Draw(tokens, probs, None, None, None)
+        tok, prob = gumbel_argmax_logits(logits, seeds, units, steps, token_keys, temperature, rows=rows,
+                                         backend="triton")  # reads each drawn row once, writes 2 R values
+        return Draw(tok, prob, None, None, None)
     fused = temperature > 0 and _fused_available(logits.device)
     n = rows_per_chunk(V, top_p, fused, budget, gathered=rows is not None)
 

@@ -13,6 +13,14 @@ noise alone would cost more than a decode step of a 1B model. Here the integer h
 stay in registers and the only (B, V) traffic is the float32 output (or nothing at all:
 :func:`gumbel_argmax_fused` reduces to the sampled token inside the kernel).
 
+The single-read kernel (:func:`gumbel_argmax_logits`, issue 18) goes one step further: it reads the
+raw logits (float32 / bf16 / fp16, any strides, or a selection of rows), divides by T with IEEE
+rounding (``tl.math.div_rn``: Triton's ``/`` on fp32 is an approximate division on CUDA; torch's CUDA
+``x / number`` is ``x * (1 / number)``, so engine.sampling.gumbel.scale divides by a tensor), keeps the
+running argmax of z + g and an online logsumexp of z, and writes the token and its probability: one
+read of the logits, two values written per row, no (B, V) temporary. argmax(z + g) is the product's
+sampling formula (engine.sampling.gumbel), so its tokens are the torch reference's.
+
 Bit-identity with the reference: the integer part is exact by construction (Triton has uint64, whose
 ``>>`` is logical, and ``+``/``*`` wrap like torch's int64); the clamp to ``1 - 2^-53`` of the
 reference is a no-op on the 53-bit grid (its largest value is ``1 - 2^-53``), and the clamp to
@@ -28,9 +36,9 @@ Dispatch: :func:`gumbel_fused` runs the kernel on CUDA tensors when Triton impor
 reference everywhere else (CPU, no Triton, ``backend="torch"``). CPU tensors passed to
 :func:`gumbel_triton` (or ``backend="triton"``) run the same kernel source in Triton's interpreter
 (numpy; what ``TRITON_INTERPRET=1`` selects): that is how CI tests it without a GPU. CUDA tensors
-always run compiled. :func:`gumbel_argmax_fused` on CPU tensors needs ``TRITON_INTERPRET=1`` set
-before triton is first imported (Triton decorates its own reductions, tl.max / tl.argmax, at
-import); the noise kernel has no reductions and interprets either way.
+always run compiled. :func:`gumbel_argmax_fused` and :func:`gumbel_argmax_logits` on CPU tensors need
+``TRITON_INTERPRET=1`` set before triton is first imported (Triton decorates its own reductions,
+tl.max / tl.argmax, at import); the noise kernel has no reductions and interprets either way.
 """
 
 from __future__ import annotations
