@@ -163,7 +163,7 @@ def wild_maxt_draws(sources, rng: np.random.Generator, n_draws: int = 10_000, ch
             delta = (v @ u) / c  # (b, k) e*_s - e_s
             dtheta += lam * delta
             Ustar -= lam * delta[:, None, :] * En[None]  # residuals about the re-estimated e*_s
-        sig = np.einsum("bci,bcj->bij", Ustar, Ustar)  # (b, k, k)
+        sig = Ustar.transpose(0, 2, 1) @ Ustar  # (b, k, k): batched matmul (einsum here was ~50x slower)
         d = np.diagonal(sig, axis1=1, axis2=2)
         sc = np.sqrt(np.maximum(d[:, :, None] + d[:, None, :] - 2 * sig, 0.0))  # (b, k, k)
         gap = dtheta[:, :, None] - dtheta[:, None, :]
