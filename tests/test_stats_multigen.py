@@ -82,10 +82,10 @@ def test_ci_of_an_imported_run_stays_in_0_1(tmp_db):
     folder = ROOT / "tests" / "data" / "harness" / "inspect" / "tinyqa"
     import_harness(tmp_db, [str(p) for p in sorted(folder.iterdir())], name="h")
     sc = multigen_summary(tmp_db, "h", "mockllm/alpha", mode="independent", rule="harness").score
-    assert (sc["n"], sc["k"], sc["mu"]) == (8, 2, 0.75)
-    half = t_dist.ppf(0.975, 7) * sc["se"]
-    assert sc["mu"] + half > 1  # the unclipped upper end
-    assert sc["ci_low"] == pytest.approx(sc["mu"] - half) and sc["ci_high"] == 1.0
+    assert (sc.n, sc.k, sc.mu) == (8, 2, 0.75)
+    half = t_dist.ppf(0.975, 7) * sc.se
+    assert sc.mu + half > 1  # the unclipped upper end
+    assert sc.ci_low == pytest.approx(sc.mu - half) and sc.ci_high == 1.0
 
 
 def test_clipping_the_ci_to_0_1_keeps_coverage():
