@@ -13,6 +13,8 @@ What is timed (one decode step of the engine's sampler, logits already float32 (
 * ``step torch``       noise torch + sample torch: what engine.generation does per step today
 * ``step triton``      noise triton + sample torch
 * ``step fused``       masked_logprobs + gumbel_argmax_fused (noise never written) + chosen prob
+* ``step single-read``  gumbel_argmax_logits: one read of the logits, token + probability per row
+                       (what keyed.draw takes on CUDA without top-k / top-p / trace; issue 18)
 
 The share of a decode step: against the roofline step time of Llama-3.2-1B / 3B / 3.1-8B in bf16
 (bench/llama_shapes.py: weights + KV of batch x context positions over --hbm-gbps), and against a
@@ -161,11 +163,14 @@ def main(argv=None) -> int:
             tok, _ = nt.gumbel_argmax_fused(logp, 0, uk, steps, keys)
             return logp.gather(1, tok[:, None]).exp()
         variants["step fused = log-softmax + Gumbel-argmax kernel (no noise tensor)"] = fused
+        variants["step single-read = gumbel_argmax_logits (one read of the logits)"] = (
+            lambda: nt.gumbel_argmax_logits(logits, seeds_t, uk, steps, keys, T))
         # correctness on this device before timing: same bits, same tokens
         assert torch.equal(nt.gumbel_triton(0, uk, steps, keys).view(torch.int32), g_ref.view(torch.int32)), \
             "Triton noise differs from the torch reference on this device"
         lp = masked_logprobs(logits, T)
         assert torch.equal(nt.gumbel_argmax_fused(lp, 0, uk, steps, keys)[0], torch.argmax(lp + g_ref, -1))
+        assert torch.equal(nt.gumbel_argmax_logits(logits, seeds_t, uk, steps, keys, T)[0], sample(logits, g_ref, T).tokens)
     results = {}
     for name, fn in variants.items():
         med, ts = timer(fn, args.warmup, reps)

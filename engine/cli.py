@@ -1,4 +1,5 @@
-"""The command line: ``python -m engine <command> ...``.
+"""The command line: ``python -m engine <command> ...``, or ``coupled-eval <command> ...`` (the console
+script; usage and help name the program the way it was started, :func:`prog_name`).
 
 Each command lives in a module of ``engine.commands`` named after it, with ``register(subparsers)``;
 the parser it adds sets ``func`` (``args -> int`` exit code). Results go to stdout (a short
@@ -72,9 +73,25 @@ def _describe(sub: argparse._SubParsersAction, names: list[str], doc: str | None
             p.description = (doc or "").strip() or helps.get(name)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m engine",
-                    description="Coupled Eval from the command line. python -m engine COMMAND --help "
+SCRIPT = "coupled-eval"  # pyproject's console script (engine.cli:main)
+MODULE_PROG = "python -m engine"
+
+
+def prog_name(argv0: str | None = None) -> str:
+    """The program name help and usage show, following how the CLI was started: ``coupled-eval``
+    when ``argv0`` (default ``sys.argv[0]``) is the console script (any folder; pip's launcher may
+    leave a ``.exe``), else ``python -m engine`` (``sys.argv[0]`` is then engine/__main__.py)."""
+    import os
+
+    base = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    return SCRIPT if base.removesuffix(".exe") == SCRIPT else MODULE_PROG
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; ``prog``: the name in usage and help (default :func:`prog_name`)."""
+    prog = prog_name() if prog is None else prog
+    parser = Parser(prog=prog,
+                    description=f"Coupled Eval from the command line. {prog} COMMAND --help "
                                 "describes one command.",
                     epilog="Commands print a short summary by default; --json prints the full result "
                            "(and --out FILE writes it, where offered).")

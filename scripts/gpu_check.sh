@@ -3,8 +3,9 @@
 # command limit, with at most 64 MiB of carried wheels (.whl/, see docs/BENCHMARKS.md "GPU check").
 #
 #   1. the CUDA noise-kernel tests: the compiled Triton kernel bit-identical to the torch reference
-#      (same GPU) and to the CPU reference except counted float32 rounding midpoints
-#      (tests/test_noise_kernel.py, tests/test_keyed_draw.py);
+#      (same GPU) and to the CPU reference except counted float32 rounding midpoints; the single-read
+#      kernel (gumbel_argmax_logits, keyed.draw's path without top-k / top-p / trace) giving the torch
+#      formula's tokens (tests/test_noise_kernel.py, tests/test_keyed_draw.py);
 #   2. the transformers backend on CUDA against CPU on a tiny model: identical tokens
 #      (tests/test_cuda_backend.py);
 #   3. the generation benchmark at the Llama-3.2-1B shape (random bf16 weights), hf (reference noise)

@@ -79,6 +79,7 @@ def test_import_pairs_models_and_analyses_show_the_harness_accuracy(tmp_db, path
 
 def test_rank_sets_match_a_direct_computation(tmp_db):
     from engine.analysis.accuracy_ranks import accuracy_ranksets
+    from engine.stats.maxt import wild_draws_means
     from engine.stats.ranking import ranksets_maxt
     import_harness(tmp_db, [str(_one(INS_QA, "*.eval")), str(_one(INS_QA, "*.json"))], name="h")
     logs = read_harness(INS_QA)
@@ -89,8 +90,12 @@ def test_rank_sets_match_a_direct_computation(tmp_db):
     models = sorted(per)
     ids = sorted(per[models[0]])
     M = np.array([[np.mean(per[m][i]) for m in models] for i in ids])
-    rs = ranksets_maxt(M.mean(0), np.cov(M, rowvar=False) / len(ids), 0.05, rng=np.random.default_rng(0))
+    rng = np.random.default_rng(0)  # the wild bootstrap-t over questions (the default), then the max-t
+    rs = ranksets_maxt(M.mean(0), np.cov(M, rowvar=False) / len(ids), 0.05, rng=rng,
+                       null_draws=wild_draws_means(M, rng, 10_000))
     got = accuracy_ranksets(tmp_db, "h")
+    assert got.calibration == "wild" == got.to_dict()["calibration"]
+    assert list(got.critical_values) == pytest.approx(rs["critical_values"], rel=1e-12)
     byname = {m.model: (m.rank_low, m.rank_high) for m in got.models}
     assert [byname[m] for m in models] == list(zip(rs["lower"].tolist(), rs["upper"].tolist()))
 
@@ -160,7 +165,7 @@ def test_accuracy_rank_sets_cover_the_true_ranks_in_a_seeded_simulation():
         diff = rng.normal(0, 1.5, Q)[:, None, None]                       # (Q, 1, 1) shared difficulty
         p = 1 / (1 + np.exp(-(skill[None, :, None] - diff)))              # (Q, k, 1)
         Y = (rng.random((Q, 4, R)) < p).mean(axis=2)                      # (Q, k) per-question means
-        _, _, rs = rank_accuracies(Y, 0.05, rng, n_draws=2000)
+        _, _, rs = rank_accuracies(Y, 0.05, rng, n_draws=1000)  # the default (wild) calibration
         true = np.arange(1, 5)
         covered += bool(np.all((rs["lower"] <= true) & (true <= rs["upper"])))
     assert covered / sims >= 0.95 - 2.5 * np.sqrt(0.05 * 0.95 / sims)

@@ -213,6 +213,73 @@ def test_end_to_end_with_tiny_model(tmp_db):
     assert [J.parse_verdict(r) for r in df.raw] == [p if isinstance(p, str) else None for p in df.parsed]
 
 
+def test_local_judge_stores_its_resolved_model_and_batch_latency(tmp_db, tmp_path):
+    """The transformers judge ``--judge FOLDER`` builds (``model_complete_fn``, a tiny model saved as a
+    folder): every verdict stores the folder it resolved to as its reported model and the wall time
+    of its batch as its latency (one value per batch of ``batch_size``, all within the run's time)."""
+    import time
+
+    from engine.commands._judges import model_complete_fn
+    from engine.testing import tiny_lm
+
+    folder = tmp_path / "tiny-judge"
+    m, t = tiny_lm(0)
+    m.save_pretrained(folder)
+    t.save_pretrained(folder)
+    make_judge_run(tmp_db, n_prompts=2, repeats=1, models=("m1", "m2"), modes=("coupled", "independent"))
+    cfg = J.JudgeConfig(str(folder), prompt_template="Say A, B or tie.", batch_size=3, max_new_tokens=4)
+    fn = model_complete_fn(str(folder), max_new_tokens=4, batch_size=3)
+    t0 = time.perf_counter()
+    s = J.judge_run(tmp_db, "r1", "tiny", cfg, complete_fn=fn, show_bar=False)
+    elapsed = time.perf_counter() - t0
+    df = store.query_df(tmp_db, "SELECT reported_model, latency_s, attempts FROM judgments")
+    assert s.n_tasks == 8 == len(df)
+    assert (df.reported_model == str(folder.resolve())).all() and (df.attempts == 1).all()
+    assert df.latency_s.notna().all() and (df.latency_s > 0).all()
+    per_batch = df.latency_s.value_counts()
+    assert sorted(per_batch.tolist()) == [2, 3, 3]  # batches of 3, 3 and 2 verdicts
+    assert per_batch.index.to_series().sum() <= elapsed
+    assert s.stored_usage.mean_latency_s == pytest.approx(df.latency_s.mean())
+
+
+def test_batch_judge_latency_is_the_batch_wall_time(tmp_db):
+    """A stub that takes a known time per batch: each verdict's latency is that batch's call time;
+    a function without ``reported_model`` (a command, a stub) stores NULL as the model."""
+    import time
+
+    make_judge_run(tmp_db, n_prompts=2, repeats=1, models=("m1", "m2"), modes=("coupled",))  # 4 tasks
+
+    class Slow:
+        reported_model = "slow-judge"
+
+        def __init__(self):
+            self.seconds = []
+
+        def __call__(self, msgs):
+            t0 = time.perf_counter()
+            time.sleep(0.05 * len(msgs))
+            self.seconds.append(time.perf_counter() - t0)
+            return ["A"] * len(msgs)
+
+    slow = Slow()
+    J.judge_run(tmp_db, "r1", "slow", J.JudgeConfig("slow", batch_size=3), complete_fn=slow, show_bar=False)
+    df = store.query_df(tmp_db, "SELECT reported_model, latency_s FROM judgments WHERE judge = 'slow'")
+    assert (df.reported_model == "slow-judge").all()
+    got = sorted(df.latency_s)  # batches of 3 (~0.15 s) and 1 (~0.05 s)
+    assert len(set(got)) == 2 and got[0] >= 0.05 and got[1] >= 0.15
+    for stored, measured in zip(got, sorted(slow.seconds)):  # the judge's clock is around the stub's
+        assert measured <= stored < measured + 0.05
+    J.judge_run(tmp_db, "r1", "plain", J.JudgeConfig("plain"), complete_fn=lambda msgs: ["B"] * len(msgs),
+                show_bar=False)
+    plain = store.query_df(tmp_db, "SELECT reported_model, latency_s FROM judgments WHERE judge = 'plain'")
+    assert plain.reported_model.isna().all() and plain.latency_s.notna().all()
+
+
+def test_resolved_model_of_a_registry_name_keeps_its_variant():
+    from engine.commands._judges import resolved_model
+    assert resolved_model("smollm2-135m-int8") == "smollm2-135m-int8"
+
+
 def test_cli_score_judge_cluster_and_from_judge(tmp_db, tmp_path, capsys):
     import json
     import sys

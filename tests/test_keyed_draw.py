@@ -9,7 +9,7 @@ import torch
 
 from engine.errors import UserError
 from engine.sampling import keyed, noise
-from engine.sampling.gumbel import sample
+from engine.sampling.gumbel import masked_logits, sample
 
 
 def _batch(B=13, V=301, seed=0):
@@ -29,12 +29,19 @@ def test_draw_is_the_gumbel_max_sample_with_its_records(temperature, top_k, top_
     g = noise.gumbel(seeds, units, steps, keys) if temperature > 0 else None
     ref = sample(logits, g, temperature, top_k, top_p)
     assert torch.equal(d.tokens, ref.tokens)
-    assert torch.equal(d.probs, ref.logprobs.gather(1, ref.tokens[:, None]).squeeze(1).exp())
+    # D[token] = exp(z[token] - logsumexp z): the same bits as that formula, and log D's to float32 rounding
+    z = masked_logits(logits, temperature, top_k, top_p)
+    lse = torch.logsumexp(z, -1)
+    assert torch.equal(d.probs, (z.gather(1, ref.tokens[:, None]).squeeze(1) - lse).exp())
+    torch.testing.assert_close(d.probs, ref.logprobs.gather(1, ref.tokens[:, None]).squeeze(1).exp(),
+                               rtol=2e-6, atol=1e-9)
     if not k:
         assert d.top_ids is None and d.top_gumbels is None
         return
     tv, ti = torch.topk(ref.logprobs, k, dim=-1)
-    assert torch.equal(d.top_ids, ti) and torch.equal(d.top_probs, tv.exp())
+    assert torch.equal(d.top_ids, ti)
+    torch.testing.assert_close(d.top_probs, tv.exp(), rtol=2e-6, atol=1e-9)
+    assert torch.equal(d.top_probs[:, 0] == d.probs, d.tokens == ti[:, 0])  # one formula for both records
     if temperature == 0:
         assert d.top_gumbels is None
     else:
@@ -58,6 +65,19 @@ def test_rows_per_chunk_keeps_the_budget():
         assert n * keyed.bytes_per_row(V, top_p, fused) <= keyed.TEMP_BUDGET_BYTES
         assert (n + 1) * keyed.bytes_per_row(V, top_p, fused) > keyed.TEMP_BUDGET_BYTES
     assert keyed.rows_per_chunk(V, budget=1) == 1
+    # the single-read kernel holds no (R, V) temporary: one chunk takes any batch
+    assert keyed.bytes_per_row(V, 1.0, True, single_read=True) == 0
+    assert keyed.rows_per_chunk(V, fused=True, single_read=True) == keyed.TEMP_BUDGET_BYTES
+
+
+def test_single_read_is_taken_only_without_masks_trace_or_greedy(monkeypatch):
+    x = torch.zeros(4, 50)
+    assert not keyed.single_read(x, 0.7, 0, 1.0, 0)  # CPU: never (the kernel would run interpreted)
+    monkeypatch.setattr(keyed, "_fused_available", lambda device: True)
+    assert keyed.single_read(x, 0.7, 0, 1.0, 0) and keyed.single_read(x.half(), 1.0, 50, 1.0, 0)  # top-k >= V: no mask
+    for t, top_k, top_p, k in ((0.0, 0, 1.0, 0), (0.7, 49, 1.0, 0), (0.7, 0, 0.9, 0), (0.7, 0, 1.0, 1)):
+        assert not keyed.single_read(x, t, top_k, top_p, k)
+    assert not keyed.single_read(x.double(), 0.7, 0, 1.0, 0)  # float64 logits: the torch path
 
 
 def test_gumbel_at_is_the_reference_noise_at_those_tokens():

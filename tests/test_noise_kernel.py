@@ -253,7 +253,148 @@ def test_keyed_draw_fused_path_equals_the_reference_path(top_k, k, request):
     fused = keyed._draw_chunk(logits.to(DEV), seeds.to(DEV), units.to(DEV), steps.to(DEV), keys.to(DEV),
                               0.8, top_k, 1.0, k, fused=True)
     ref = keyed._draw_chunk(logits, seeds, units, steps, keys, 0.8, top_k, 1.0, k, fused=False)
-    for a, b in zip(fused, ref):
-        assert (a is None) == (b is None)
-        if a is not None:
-            assert torch.equal(a.cpu(), b)
+    _same_draw(fused, ref)
+
+
+def _same_draw(got, want) -> None:
+    """Tokens, top ids and Gumbel values bit for bit; probabilities bit for bit on CPU, to float32
+    rounding on CUDA (torch's CUDA logsumexp sums in another order than its CPU one)."""
+    for name, a, b in zip(got._fields, got, want):
+        assert (a is None) == (b is None), name
+        if a is None:
+            continue
+        if DEV.type == "cuda" and name in ("probs", "top_probs"):
+            torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-8)
+        else:
+            assert torch.equal(a.cpu(), b), name
+
+
+# ----------------------------------------------------------------------------- the single-read kernel
+def _formula(x: torch.Tensor, seed, uk, steps, keys, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The product's formula in plain torch, on CPU: argmax(z + g) and exp(log_softmax(z)[token])."""
+    from engine.sampling.gumbel import scale
+
+    z = scale(x.cpu(), temperature)  # (B, V) float32 / T, IEEE division
+    tok = torch.argmax(z + noise.gumbel(seed, uk, steps, keys), dim=-1)
+    return tok, torch.log_softmax(z, -1).gather(1, tok[:, None]).squeeze(1).exp()
+
+
+@needs_triton
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter: the -inf row's nan, on purpose
+def test_single_read_kernel_equals_the_formula(temperature, dtype, request):
+    if _in_fresh_interpreter(request):
+        return
+    # several row counts, V not a multiple of the block, strided rows (a view, no copy), -inf entries,
+    # a row of -inf (token 0, as torch.argmax; its probability nan, as log_softmax's), a late winner
+    gen = torch.Generator().manual_seed(5)
+    V = 3001
+    for B in (1, 6):
+        big = (torch.randn(2 * B, 2 * V, generator=gen) * 3).to(dtype)
+        x = big[::2, ::2]  # (B, V) strides (4 V, 2)
+        x[0, 200:900] = float("-inf")
+        x[-1, 2990] = 60.0
+        if B > 1:
+            x[1] = float("-inf")
+        uk, steps, keys = _units(B, seed=B), torch.arange(B) * 7, torch.arange(V) * 3 + 1
+        tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 9, uk.to(DEV), steps.to(DEV), keys.to(DEV), temperature,
+                                            backend="triton", block=1024)
+        want_tok, want_prob = _formula(x, 9, uk, steps, keys, temperature)
+        assert torch.equal(tok.cpu(), want_tok)
+        torch.testing.assert_close(prob.cpu(), want_prob, rtol=1e-5, atol=1e-8, equal_nan=True)
+        assert int(tok[-1]) == 2990 and (B == 1 or (int(tok[1]) == 0 and torch.isnan(prob[1])))
+        # the torch path of the same function: the same tokens
+        ref_tok, ref_prob = nt.gumbel_argmax_logits(x, 9, uk, steps, keys, temperature, backend="torch")
+        assert torch.equal(ref_tok, want_tok)
+        torch.testing.assert_close(ref_prob, want_prob, rtol=1e-5, atol=1e-8, equal_nan=True)
+
+
+@needs_triton
+def test_single_read_kernel_reads_the_selected_rows(request):
+    if _in_fresh_interpreter(request):
+        return
+    # rows = a gathered selection of a larger batch, read in place: the draw of x[rows]
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(9, 2500, generator=gen) * 2
+    rows = torch.tensor([7, 0, 3, 8])
+    uk, keys = _units(4, seed=6), torch.arange(2500)
+    tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 1, uk.to(DEV), 4, keys.to(DEV), 0.9, rows=rows.to(DEV),
+                                        backend="triton", block=512)
+    want_tok, want_prob = _formula(x[rows], 1, uk, 4, keys, 0.9)
+    assert torch.equal(tok.cpu(), want_tok)
+    torch.testing.assert_close(prob.cpu(), want_prob, rtol=1e-5, atol=1e-8)
+
+
+@needs_triton
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_single_read_kernel_ties_and_a_case_by_hand(temperature, request):
+    if _in_fresh_interpreter(request):
+        return
+    V = 3000
+    uk, keys = _units(2, seed=8), torch.arange(V)
+    g = noise.gumbel(4, uk, 0, keys)  # (2, V)
+    # exact ties: z = -g at chosen ids (others -inf) makes every kept z + g exactly 0 -> the lowest
+    # kept id wins, within a block (700 < 900) and across blocks (700 < 1500 < 2999)
+    x = torch.full((2, V), float("-inf"))
+    for b, ids in ((0, [900, 700, 1500, 2999]), (1, [2999, 1500])):
+        x[b, ids] = -g[b, ids] * temperature  # exact: a power-of-two scaling, divided back by T
+    tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 4, uk.to(DEV), 0, keys.to(DEV), temperature,
+                                        backend="triton", block=1024)
+    assert tok.tolist() == [700, 1500]
+    assert tok.tolist() == _formula(x, 4, uk, 0, keys, temperature)[0].tolist()
+    # by hand: logits (0, ln 3, -inf, 0, ...) at T = 1 is D = (1/5, 3/5, 0, 1/5); at T = 0.5, z doubles:
+    # D = (1/11, 9/11, 0, 1/11). The token is whichever of 0, 1, 3 has the largest z + g.
+    x = torch.full((2, V), float("-inf"))
+    x[:, [0, 3]] = 0.0
+    x[:, 1] = float(np.log(3.0))
+    z = x.double() / temperature
+    want = torch.argmax((z + g.double()).nan_to_num(neginf=-1e300), dim=-1)
+    p = {1.0: {0: 0.2, 1: 0.6, 3: 0.2}, 0.5: {0: 1 / 11, 1: 9 / 11, 3: 1 / 11}}[temperature]
+    tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 4, uk.to(DEV), 0, keys.to(DEV), temperature, backend="triton")
+    assert tok.tolist() == want.tolist()
+    assert prob.cpu().tolist() == pytest.approx([p[int(t)] for t in want], rel=1e-6)
+
+
+def test_single_read_refuses_bad_arguments():
+    uk, keys = _units(2), torch.arange(10)
+    for bad, word in ((torch.zeros(2, 9), "logits must be"), (torch.zeros(2, 10, dtype=torch.float64), "logits must be")):
+        with pytest.raises(ValueError, match=word):
+            nt.gumbel_argmax_logits(bad, 0, uk, 0, keys, 1.0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        nt.gumbel_argmax_logits(torch.zeros(2, 10), 0, uk, 0, keys, 0.0)
+    with pytest.raises(ValueError, match="rows must be"):
+        nt.gumbel_argmax_logits(torch.zeros(2, 10), 0, uk, 0, keys, 1.0, rows=torch.tensor([0.0, 1.0]))
+
+
+@needs_triton
+def test_keyed_draw_takes_the_single_read_kernel_when_it_can(monkeypatch, request):
+    """draw on 'CUDA' (here: the interpreter, by patching the device check): no top-k / top-p / trace
+    -> the single-read kernel on the raw logits (gathered rows too); the same tokens as the CPU
+    reference path, probabilities to float32 rounding; a trace or top-k -> the torch path."""
+    if _in_fresh_interpreter(request):
+        return
+    from engine.sampling import keyed
+
+    gen = torch.Generator().manual_seed(3)
+    B, V = 6, 2049
+    logits = (torch.randn(B, V, generator=gen) * 3).to(torch.bfloat16)
+    seeds, units, steps = noise.seed_tensor([3, 2**64 - 1, 9, 4, 4, 1]), _units(B, seed=3), torch.arange(B) * 2
+    keys = torch.arange(V) * 5 + 1
+    rows = torch.tensor([4, 1, 5])
+    want = [keyed.draw(logits, seeds, units, steps, keys, 0.8), keyed.draw(logits, seeds[:3], units[:3], steps[:3],
+                                                                          keys, 0.8, rows=rows)]
+    want_k = keyed.draw(logits, seeds, units, steps, keys, 0.8, top_k=30, trace_k=2)
+    calls = []
+    real = nt.gumbel_argmax_logits
+    monkeypatch.setattr(nt, "gumbel_argmax_logits", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(keyed, "_fused_available", lambda device: True)
+    dev = [t.to(DEV) for t in (logits, seeds, units, steps, keys, rows)]
+    got = [keyed.draw(*dev[:5], 0.8), keyed.draw(dev[0], dev[1][:3], dev[2][:3], dev[3][:3], dev[4], 0.8, rows=dev[5])]
+    assert len(calls) == 2
+    for d, w in zip(got, want):
+        assert torch.equal(d.tokens.cpu(), w.tokens) and d.top_ids is None
+        torch.testing.assert_close(d.probs.cpu(), w.probs, rtol=1e-5, atol=1e-8)
+    got_k = keyed.draw(*dev[:5], 0.8, top_k=30, trace_k=2)  # masks and a trace: the torch path
+    assert len(calls) == 2
+    _same_draw(got_k, want_k)

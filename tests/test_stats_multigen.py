@@ -7,6 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from scipy.stats import t as t_dist
 
 from engine.errors import UserError
 from engine.stats import multigen as mg
@@ -26,7 +27,8 @@ def test_score_variance_exact_tiny():
     assert r["sigma2_between"] == pytest.approx(max(0.0, sigma2 - pq / 2))
     assert r["var_within"] + r["var_between"] == pytest.approx(r["var"])  # not clipped here
     t = 12.706204736174698  # t_{1, 0.975}
-    assert r["ci_low"] == pytest.approx(mu - t * math.sqrt(r["var"]))
+    assert mu - t * math.sqrt(r["var"]) < 0 < 1 < mu + t * math.sqrt(r["var"])  # the t interval leaves [0, 1] ...
+    assert (r["ci_low"], r["ci_high"]) == (0.0, 1.0)  # ... and is intersected with it
     assert (r["n"], r["k"], r["df"]) == (2, 3, 1)
 
 
@@ -69,6 +71,52 @@ def test_ci_coverage_hierarchical_simulation():
     cover = [mg.score_variance(Y[r])["ci_low"] <= mu <= mg.score_variance(Y[r])["ci_high"] for r in range(reps)]
     # binomial sd at 0.95 over 1000 runs is 0.007: allow 3 sd below nominal
     assert np.mean(cover) >= 0.93
+
+
+def test_ci_of_an_imported_run_stays_in_0_1(tmp_db):
+    """The case that showed [0.363, 1.137]: Inspect's mockllm/alpha, 8 questions x 2 epochs, μ̂ = 0.75."""
+    from engine.analysis.multigen import multigen_summary
+    from engine.tasks.harness_import import import_harness
+    from tests.conftest import ROOT
+
+    folder = ROOT / "tests" / "data" / "harness" / "inspect" / "tinyqa"
+    import_harness(tmp_db, [str(p) for p in sorted(folder.iterdir())], name="h")
+    sc = multigen_summary(tmp_db, "h", "mockllm/alpha", mode="independent", rule="harness").score
+    assert (sc["n"], sc["k"], sc["mu"]) == (8, 2, 0.75)
+    half = t_dist.ppf(0.975, 7) * sc["se"]
+    assert sc["mu"] + half > 1  # the unclipped upper end
+    assert sc["ci_low"] == pytest.approx(sc["mu"] - half) and sc["ci_high"] == 1.0
+
+
+def test_clipping_the_ci_to_0_1_keeps_coverage():
+    """Seeded: few prompts and μ near 1 (p_i ~ Beta(9, 1), μ = 0.9; n = 8, k = 2), where μ̂ ± t·se often
+    passes 1. Each clipped interval covers μ exactly when the unclipped one does (μ is in [0, 1]),
+    so the coverage is the same number; every interval lies in [0, 1]."""
+    rng = np.random.default_rng(11)
+    mu, reps, n, k = 0.9, 2000, 8, 2
+    Y = (rng.random((reps, n, k)) < rng.beta(9, 1, (reps, n, 1))).astype(float)
+    rs = [mg.score_variance(Y[r]) for r in range(reps)]
+    lo, hi = np.array([r["ci_low"] for r in rs]), np.array([r["ci_high"] for r in rs])
+    # the unclipped t interval, written out (vectorised over replications)
+    p = Y.mean(axis=2)  # (reps, n)
+    m, se = p.mean(axis=1), p.std(axis=1, ddof=1) / np.sqrt(n)
+    t = t_dist.ppf(0.975, n - 1)
+    raw_lo, raw_hi = m - t * se, m + t * se
+    assert (raw_hi > 1).mean() > 0.3  # the case is exercised often
+    np.testing.assert_allclose(lo, np.maximum(raw_lo, 0.0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hi, np.minimum(raw_hi, 1.0), rtol=0, atol=1e-12)
+    assert lo.min() >= 0.0 and hi.max() <= 1.0
+    cover, raw_cover = (lo <= mu) & (mu <= hi), (raw_lo <= mu) & (mu <= raw_hi)
+    assert np.array_equal(cover, raw_cover) and cover.mean() == raw_cover.mean()
+
+
+def test_scores_outside_0_1_are_not_clipped():
+    """A metric on another scale (here 0..5) is no probability: its interval is left as it is."""
+    Y = np.array([[5, 0], [5, 5], [0, 5]], dtype=float)
+    r = mg.score_variance(Y)
+    half = t_dist.ppf(0.975, 2) * r["se"]
+    assert r["mu"] - half < 0
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((r["mu"] - half, r["mu"] + half))
 
 
 def test_lemma_2_1_variance_matches_simulation():

@@ -217,7 +217,8 @@ def _candidates(rec: Mapping, greedy: bool) -> dict[int, tuple[float, float]]:
     (model, step) trace row. log p = log(prob) as stored: the probability under the temperature-
     scaled, top-k/top-p masked distribution the sampler drew from (engine.sampling.gumbel.
     masked_logprobs). g: recomputed from the noise key where available, else as stored; 0 when
-    greedy (T = 0: no noise)."""
+    greedy (T = 0: no noise). The sampler's float formula is argmax(z + g), z = log p + a constant per
+    row: the same argmax, so log p + g explains the choice (up to float32 near-ties)."""
     ids = [int(i) for i in _cells(rec.get("top_ids"))]
     probs = _cells(rec.get("top_probs"))
     gs = _cells(rec.get("top_gumbels_recomputed")) or _cells(rec.get("top_gumbels"))

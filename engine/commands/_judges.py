@@ -9,11 +9,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from engine.errors import UserError
 
 CompleteFn = Callable[[list[list[dict]]], list[str]]
 PROVIDERS = ("openai", "vllm")
+
+
+@dataclass(frozen=True)
+class LocalJudgeFn:
+    """A local judge's batch completion function (``messages_list -> list[str]``) with what the
+    verdicts store about it: ``reported_model``, the model ``--judge`` resolved to (the registry
+    name, with its variant; else the absolute folder or .gguf path, or the hub id), which
+    ``engine.tasks.judge.judge_run`` stores as each verdict's reported model (an API judge stores
+    the server's). ``backend``: the vLLM backend the caller closes (None for transformers)."""
+
+    complete: CompleteFn
+    reported_model: str
+    backend: Any = None
+
+    def __call__(self, messages_list: list[list[dict]]) -> list[str]:
+        return self.complete(messages_list)
+
+
+def resolved_model(name: str) -> str:
+    """What a local judge ``name`` resolves to (:class:`LocalJudgeFn`'s ``reported_model``)."""
+    from engine.models import resolve
+
+    ref = resolve(name)
+    return ref.name if ref.kind == "registry" else ref.source
 
 
 @dataclass(frozen=True)
@@ -41,7 +66,7 @@ def parse_judge_spec(spec: str) -> JudgeSpec:
     return JudgeSpec("local", spec)
 
 
-def model_complete_fn(name: str, *, max_new_tokens: int = 8, batch_size: int = 16, seed: int = 0) -> CompleteFn:
+def model_complete_fn(name: str, *, max_new_tokens: int = 8, batch_size: int = 16, seed: int = 0) -> LocalJudgeFn:
     """Greedy completion with a local model our transformers loop runs (``engine.models``)."""
     from engine import generation, models  # heavy imports only when a real model judges
 
@@ -51,10 +76,10 @@ def model_complete_fn(name: str, *, max_new_tokens: int = 8, batch_size: int = 1
         return generation.complete(lm, messages_list, max_new_tokens=max_new_tokens, temperature=0.0,
                                    seed=seed, batch_size=batch_size)
 
-    return complete
+    return LocalJudgeFn(complete, resolved_model(name))
 
 
-def vllm_complete_fn(model: str, *, max_new_tokens: int = 8, engine_kwargs: dict | None = None) -> CompleteFn:
+def vllm_complete_fn(model: str, *, max_new_tokens: int = 8, engine_kwargs: dict | None = None) -> LocalJudgeFn:
     """Greedy completion on our vLLM backend: one request per comparison, the whole batch handed to
     vLLM at once (its scheduler batches them), prefix caching on (the shared system prompt and the
     question are computed once). The coupled-noise processor is idle: these requests carry no keys.
@@ -74,5 +99,4 @@ def vllm_complete_fn(model: str, *, max_new_tokens: int = 8, engine_kwargs: dict
         outs = backend.llm.generate(prompts, params, use_tqdm=False)
         return [o.outputs[0].text if o.outputs else "" for o in outs]
 
-    complete.backend = backend  # type: ignore[attr-defined]  # the caller may close() it
-    return complete
+    return LocalJudgeFn(complete, resolved_model(model), backend)  # the caller closes the backend

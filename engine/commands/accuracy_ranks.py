@@ -14,7 +14,7 @@ def register(sub) -> None:
     p.add_argument("--alpha", type=float, default=0.05, help="rank-sets hold simultaneously with prob. >= 1 - alpha")
     p.add_argument("--mode", default=None, choices=("coupled", "independent"), help="default: coupled when present")
     p.add_argument("--rule", default=None, help="scoring rule (default: the run's only rule; harness for imports)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the max-t critical value's normal draws")
+    p.add_argument("--seed", type=int, default=0, help="seed of the max-t critical value's draws (wild bootstrap-t)")
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -26,7 +26,8 @@ def summary_text(res) -> str:
     head = (f"run {res.run}  mode {res.mode}  {res.n_questions} questions x {res.n_repeats} repeats"
             f"{'  (imported from a harness)' if res.imported else ''}")
     return "\n".join([head, "", table(rows, digits=4), "",
-                      f"rank-sets: simultaneous max-t step-down at {1 - res.alpha:.0%} (rank 1 = best); accuracy CI: "
+                      f"rank-sets: simultaneous max-t step-down at {1 - res.alpha:.0%} ({res.calibration} calibration; "
+                      "rank 1 = best); accuracy CI: "
                       "t interval over questions (questions are clusters)"])
 
 

@@ -65,7 +65,24 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def require_ray() -> None:
+    """``--workers`` / ``--ray-address`` without the ``ray`` package: one line naming what to install,
+    raised before the dataset, the models, the database folder or a run lock are touched (the
+    executor's own check, ``RayExecutor.prepare``, runs only after the run is planned and locked)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # a broken or half-imported ray
+        found = False
+    if not found:
+        raise UserError("--workers / --ray-address need the 'ray' package, which is not installed here; "
+                        "install it with: pip install ray (or run without --workers / --ray-address)")
+
+
 def run(args) -> int:
+    if args.workers is not None or args.ray_address is not None:
+        require_ray()
     from engine import store
     from engine.generation import GenConfig, run_generation
     from engine.tasks import datasets

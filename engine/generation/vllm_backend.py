@@ -3,16 +3,18 @@
 vLLM samples greedily (temperature 0) and our logits processor (:mod:`engine.generation.vllm_processor`)
 draws each of our rows' token as
 
-    T_i = argmax_v ( log D_i[v] + g(seed, unit, step, token key v) ),   log D_i = log_softmax(masked(logits / T))
+    T_i = argmax_v ( z_i[v] + g(seed, unit, step, token key v) ),   z_i = masked(float32(logits) / T)
 
-(:func:`engine.sampling.keyed.draw`, the transformers loop's sampler) and makes that token's logit the
+(the Gumbel-max sample of D_i = softmax(z_i): z_i is log D_i plus one constant per row;
+:func:`engine.sampling.keyed.draw`, the transformers loop's sampler; on CUDA without top-k / top-p /
+trace, one Triton kernel that reads the logits once) and makes that token's logit the
 largest, so vLLM's argmax *is* our Gumbel-max sample, with the very noise the transformers loop draws:
 
 * ``step``  = tokens the request has generated so far (not the position), so prompts of different
   lengths share noise step by step;
 * ``unit``  = :func:`engine.sampling.noise.unit_key` (prompt id, repeat) and ``seed`` travel with each
   request in ``SamplingParams.extra_args[EXTRA_KEY]``;
-* top-k / top-p are applied inside the processor by token id (:func:`engine.sampling.masked_logprobs`),
+* top-k / top-p are applied inside the processor by token id (:func:`engine.sampling.gumbel.masked_logits`),
   never by vLLM, whose own top-k/top-p would act after our noise. T = 0 is greedy with no noise.
 
 One request per (prompt, repeat, seed); prefix caching makes a prompt's repeats (and its coupled and

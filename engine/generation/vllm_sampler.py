@@ -6,16 +6,18 @@ batch layout to (row, slot, step) arrays on the host and calls :func:`apply_rows
 lives here and in :mod:`engine.sampling.keyed` (the sampler the transformers loop uses too).
 
 Hot path (issue 18 item 2): :func:`apply_rows` does no device-to-host transfer and no per-row Python
-loop. Per group of sampler settings (normally one): one host-to-device copy of an int64 (4, R)
-array (rows, seeds, units, steps; pinned and asynchronous on CUDA), the token keys cached on the
-device once per ``generate`` call, one :func:`engine.sampling.keyed.draw` in bounded memory, and an
-O(R) write into the logits: the sampled token's logit becomes the float32 maximum, so vLLM's greedy
-argmax (T = 0) picks it. The step records (token, probability, top-k) are gathered on the device and
-their copy to the host is started asynchronously (:class:`engine.generation.vllm_traces.PendingRecords`):
-in the backend's process they wait in a list until a request finishes; in another process (tensor
-parallelism, a separate engine core) the process's writer thread waits for the copy and writes them
-to the trace directory (:func:`engine.generation.vllm_traces.write_later`). Either way the step
-itself neither waits for the copy nor converts or pickles anything.
+loop. Per group of sampler settings (normally one): one host-to-device copy of an int64 (4, R) array
+(rows, seeds, units, steps; pinned and asynchronous on CUDA), the token keys cached on the device
+once per ``generate`` call, one :func:`engine.sampling.keyed.draw` in bounded memory (on CUDA
+without top-k / top-p / trace: one Triton kernel that reads the rows once, selected rows included,
+and writes two values per row), and an O(R) write into the logits: the sampled token's logit becomes
+the float32 maximum, so vLLM's greedy argmax (T = 0) picks it. The step records (token, probability,
+top-k) are gathered on the device and their copy to the host is started asynchronously
+(:class:`engine.generation.vllm_traces.PendingRecords`): in the backend's process they wait in a
+list until a request finishes; in another process (tensor parallelism, a separate engine core) the
+process's writer thread waits for the copy and writes them to the trace directory
+(:func:`engine.generation.vllm_traces.write_later`). Either way the step itself neither waits for
+the copy nor converts or pickles anything.
 
 Imports neither vLLM nor transformers.
 """

@@ -1,17 +1,25 @@
 """Keyed Gumbel-max draws: the one sampling entry point of both backends (docs/METHODS.md 1.2-1.3).
 
-    T_i = argmax_v ( log D_i[v] + g(seed_i, unit_i, step_i, key_v) )
+    T_i = argmax_v ( z_i[v] + g(seed_i, unit_i, step_i, key_v) ),   z_i = float32(logits_i) / T, masked
 
-The transformers loop (engine.generation.hf_batch) and the vLLM logits processor
-(engine.generation.vllm_sampler) both call :func:`draw`, which picks the implementation by device:
+(z + g is log D + g shifted by one constant per row: the same argmax, the same distribution; see
+engine.sampling.gumbel). The transformers loop (engine.generation.hf_batch) and the vLLM logits
+processor (engine.generation.vllm_sampler) both call :func:`draw`, which picks the implementation by
+device and settings:
 
-* CUDA with Triton: the fused Gumbel-argmax kernel (engine.sampling.triton_noise): no (R, V) noise
-  tensor at all; the kernel reads log D once and writes R tokens. A trace's Gumbel values at the
-  top-k ids come from :func:`engine.sampling.noise.gumbel_at` on an (R, k) grid.
-* elsewhere: the torch reference (engine.sampling.noise.gumbel) and torch.argmax.
+* CUDA with Triton, no top-k / top-p, no trace, T > 0: the single-read kernel
+  (engine.sampling.triton_noise.gumbel_argmax_logits) on the raw logits: one read of each row in its
+  own dtype, the argmax of z + g and an online logsumexp in registers, two values written per row;
+  no (R, V) float32 copy, no x / T tensor, no log-softmax, no noise tensor (issue 18).
+* CUDA with Triton and top-k / top-p or a trace: z masked in torch, then the fused Gumbel-argmax
+  kernel over z (no (R, V) noise tensor). A trace's Gumbel values at the top-k ids come from
+  :func:`engine.sampling.noise.gumbel_at` on an (R, k) grid.
+* elsewhere (and T = 0): the torch reference (engine.sampling.noise.gumbel) and torch.argmax.
 
-Both give the same tokens by construction (the kernel is bit-identical to the reference noise and
-adds in float32 with torch.argmax's tie rule; tests/test_noise_kernel.py).
+All give the same tokens by construction (the kernels are bit-identical to the reference noise,
+divide with IEEE rounding and add in float32 with torch.argmax's tie rule; tests/test_noise_kernel.py).
+The probability of the token is exp(z[token] - logsumexp(z)): the same formula everywhere, equal to
+float32 rounding across implementations (the kernel sums in another order).
 
 Bounded temporaries: rows are drawn in chunks of :func:`rows_per_chunk`, so the extra memory of a
 draw is a fixed budget (``TEMP_BUDGET_BYTES``) whatever the batch size; every operation is per
@@ -38,7 +46,7 @@ import torch
 
 from engine.errors import UserError
 from engine.sampling import noise
-from engine.sampling.gumbel import check_params, masked_logprobs
+from engine.sampling.gumbel import check_params, masked_logits
 
 TEMP_BUDGET_BYTES = 256 << 20  # peak extra memory of one draw, whatever the number of rows
 THREADS_ENV = "COUPLED_EVAL_NOISE_THREADS"  # intra-op threads of a CPU draw (default 1)
@@ -102,45 +110,61 @@ def keyed_noise(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor,
     return noise.gumbel(seed, unit_keys, step, token_keys)
 
 
-def bytes_per_row(vocab: int, top_p: float, fused: bool, gathered: bool = False) -> int:
+def bytes_per_row(vocab: int, top_p: float, fused: bool, gathered: bool = False, single_read: bool = False) -> int:
     """Peak temporary bytes one row of :func:`draw` needs (float32 = 4 bytes per token).
 
-    x / T and log D (8 V); top-p adds a sort (values, int64 order, cumsum, mask, scatter: 29 V);
-    the reference noise adds g and log D + g (8 V, its own column chunks are smaller); gathering
-    the rows out of a larger logits tensor adds their copy (4 V).
+    The single-read kernel: none (it keeps O(BLOCK) values in registers and writes 12 bytes of
+    output per row). The torch paths: z = masked x / T (4 V), then either the noise stage (g and
+    z + g, 8 V) or the logsumexp of z (z - max and its exp, 8 V), never both at once (12 V);
+    top-p adds a log-softmax and a sort (values, int64 order, cumsum, mask, scatter: 29 V); the
+    reference noise's own column chunks add at most 4 V; gathering the rows out of a larger logits
+    tensor adds their copy (4 V).
     """
-    per = 8 + (29 if top_p < 1.0 else 0) + (0 if fused else 8) + (4 if gathered else 0)
+    if single_read:
+        return 0
+    per = 12 + (29 if top_p < 1.0 else 0) + (0 if fused else 4) + (4 if gathered else 0)
     return per * vocab
 
 
 def rows_per_chunk(vocab: int, top_p: float = 1.0, fused: bool = False,
-                   budget: int = TEMP_BUDGET_BYTES, gathered: bool = False) -> int:
+                   budget: int = TEMP_BUDGET_BYTES, gathered: bool = False, single_read: bool = False) -> int:
     """How many rows one chunk of :func:`draw` may hold within ``budget`` bytes (at least 1)."""
-    return max(1, budget // max(1, bytes_per_row(vocab, top_p, fused, gathered)))
+    return max(1, budget // max(1, bytes_per_row(vocab, top_p, fused, gathered, single_read)))
+
+
+def single_read(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int) -> bool:
+    """Whether :func:`draw` takes the single-read kernel: float32 / bfloat16 / float16 logits on CUDA
+    with Triton, T > 0, no top-k / top-p (top-k >= V masks nothing), no trace (a trace needs the
+    top-k of z, a torch pass)."""
+    return (temperature > 0 and (top_k == 0 or top_k >= logits.shape[-1]) and top_p >= 1.0 and trace_k == 0
+            and logits.dtype in (torch.float32, torch.bfloat16, torch.float16) and _fused_available(logits.device))
 
 
 def _draw_chunk(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
                 token_keys: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int,
                 fused: bool) -> Draw:
-    logp = masked_logprobs(logits, temperature, top_k, top_p)  # (r, V) float32, the one conversion
+    z = masked_logits(logits, temperature, top_k, top_p)  # (r, V) float32, the one conversion
     g = None
     if temperature == 0:
-        tokens = torch.argmax(logp, dim=-1)  # (r,) greedy: no noise
+        tokens = torch.argmax(z, dim=-1)  # (r,) greedy: no noise
     elif fused:
         from engine.sampling.triton_noise import gumbel_argmax_fused
 
-        tokens, _ = gumbel_argmax_fused(logp, seeds, units, steps, token_keys, backend="triton")
+        tokens, _ = gumbel_argmax_fused(z, seeds, units, steps, token_keys, backend="triton")
     else:
         g = noise.gumbel(seeds, units, steps, token_keys)  # (r, V)
-        tokens = torch.argmax(logp + g, dim=-1)  # (r,) -inf + g stays -inf; ties -> lowest id
-    probs = logp.gather(1, tokens[:, None]).squeeze(1).exp()  # (r,)
+        tokens = torch.argmax(z + g, dim=-1)  # (r,) -inf + g stays -inf; ties -> lowest id
+        if not trace_k:
+            g = None  # free it before the logsumexp's temporaries
+    lse = torch.logsumexp(z, dim=-1)  # (r,) log of D's normaliser; -inf for a row of -inf
+    probs = (z.gather(1, tokens[:, None]).squeeze(1) - lse).exp()  # (r,) D[token]
     if not trace_k:
         return Draw(tokens, probs, None, None, None)
-    tv, ti = torch.topk(logp, min(trace_k, logp.shape[-1]), dim=-1)  # (r, k)
+    tv, ti = torch.topk(z, min(trace_k, z.shape[-1]), dim=-1)  # (r, k) the most likely: top-k of z = of log D
     tg = None
     if temperature > 0:
         tg = g.gather(1, ti) if g is not None else noise.gumbel_at(seeds, units, steps, token_keys[ti])
-    return Draw(tokens, probs, ti, tv.exp(), tg)
+    return Draw(tokens, probs, ti, (tv - lse[:, None]).exp(), tg)
 
 
 def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
@@ -149,7 +173,8 @@ def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: 
     """The keyed Gumbel-max sample of R rows, with their step records, in bounded memory.
 
     Same tokens as ``engine.sampling.sample(logits, noise.gumbel(...), T, top_k, top_p).tokens``;
-    T = 0 is greedy (no noise, no Gumbel values).
+    T = 0 is greedy (no noise, no Gumbel values). On CUDA without top-k / top-p / trace, the
+    single-read kernel takes all R rows at once (no temporaries, so no chunks).
 
     Args:
         logits: (R, V) next-token logits, any float dtype (cast to float32 per chunk).
@@ -167,6 +192,12 @@ def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: 
     """
     check_params(temperature, top_k, top_p)
     R, V = (logits.shape[0] if rows is None else rows.shape[0]), logits.shape[1]
+    if single_read(logits, temperature, top_k, top_p, trace_k):
+        from engine.sampling.triton_noise import gumbel_argmax_logits
+
+        tok, prob = gumbel_argmax_logits(logits, seeds, units, steps, token_keys, temperature, rows=rows,
+                                         backend="triton")  # reads each drawn row once, writes 2 R values
+        return Draw(tok, prob, None, None, None)
     fused = temperature > 0 and _fused_available(logits.device)
     n = rows_per_chunk(V, top_p, fused, budget, gathered=rows is not None)
 
@@ -193,18 +224,21 @@ def keyed_scores(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor,
     """The scores whose argmax is :func:`draw`'s token, as (R, V) tensors (the readable form of the
     sampler, for tests and for checking one step by hand; :func:`draw` never builds them).
 
-    s = log D + g with log D = masked_logprobs(logits, T, top_k, top_p) and g = noise.gumbel(seed,
-    unit, step, token_keys); s = log D when T = 0 (greedy). Masked tokens are -inf in s.
+    s = z + g with z = masked_logits(logits, T, top_k, top_p) and g = noise.gumbel(seed, unit, step,
+    token_keys); s = z when T = 0 (greedy). Masked tokens are -inf in s. s is log D + g shifted by
+    logsumexp(z), one constant per row, so argmax s is the Gumbel-max sample of D; the float32 sum
+    z + g is the product's formula (argmax ties to the lowest id).
 
     Returns:
         (scores (R, V) float32, log D (R, V) float32, g (R, V) float32 or None when T = 0).
     """
-    logp = masked_logprobs(logits, temperature, top_k, top_p)  # (R, V) float32
+    z = masked_logits(logits, temperature, top_k, top_p)  # (R, V) float32
+    logp = torch.log_softmax(z, dim=-1)  # (R, V)
     if temperature == 0:
-        return logp, logp, None
-    g = noise.gumbel(seeds, units, steps, token_keys.to(logp.device))  # (R, V)
-    return logp + g, logp, g
+        return z, logp, None
+    g = noise.gumbel(seeds, units, steps, token_keys.to(z.device))  # (R, V)
+    return z + g, logp, g
 
 
-__all__ = ["THREADS_ENV", "cpu_draw_threads", "cpu_threads",
-           "Draw", "keyed_scores", "TEMP_BUDGET_BYTES", "bytes_per_row", "draw", "keyed_noise", "rows_per_chunk"]
+__all__ = ["THREADS_ENV", "cpu_draw_threads", "cpu_threads", "Draw", "keyed_scores", "TEMP_BUDGET_BYTES",
+           "bytes_per_row", "draw", "keyed_noise", "rows_per_chunk", "single_read"]

@@ -13,6 +13,14 @@ noise alone would cost more than a decode step of a 1B model. Here the integer h
 stay in registers and the only (B, V) traffic is the float32 output (or nothing at all:
 :func:`gumbel_argmax_fused` reduces to the sampled token inside the kernel).
 
+The single-read kernel (:func:`gumbel_argmax_logits`, issue 18) goes one step further: it reads the
+raw logits (float32 / bf16 / fp16, any strides, or a selection of rows), divides by T with IEEE
+rounding (``tl.math.div_rn``: Triton's ``/`` on fp32 is an approximate division on CUDA; torch's CUDA
+``x / number`` is ``x * (1 / number)``, so engine.sampling.gumbel.scale divides by a tensor), keeps the
+running argmax of z + g and an online logsumexp of z, and writes the token and its probability: one
+read of the logits, two values written per row, no (B, V) temporary. argmax(z + g) is the product's
+sampling formula (engine.sampling.gumbel), so its tokens are the torch reference's.
+
 Bit-identity with the reference: the integer part is exact by construction (Triton has uint64, whose
 ``>>`` is logical, and ``+``/``*`` wrap like torch's int64); the clamp to ``1 - 2^-53`` of the
 reference is a no-op on the 53-bit grid (its largest value is ``1 - 2^-53``), and the clamp to
@@ -28,14 +36,15 @@ Dispatch: :func:`gumbel_fused` runs the kernel on CUDA tensors when Triton impor
 reference everywhere else (CPU, no Triton, ``backend="torch"``). CPU tensors passed to
 :func:`gumbel_triton` (or ``backend="triton"``) run the same kernel source in Triton's interpreter
 (numpy; what ``TRITON_INTERPRET=1`` selects): that is how CI tests it without a GPU. CUDA tensors
-always run compiled. :func:`gumbel_argmax_fused` on CPU tensors needs ``TRITON_INTERPRET=1`` set
-before triton is first imported (Triton decorates its own reductions, tl.max / tl.argmax, at
-import); the noise kernel has no reductions and interprets either way.
+always run compiled. :func:`gumbel_argmax_fused` and :func:`gumbel_argmax_logits` on CPU tensors need
+``TRITON_INTERPRET=1`` set before triton is first imported (Triton decorates its own reductions,
+tl.max / tl.argmax, at import); the noise kernel has no reductions and interprets either way.
 """
 
 from __future__ import annotations
 
 import functools
+import struct
 from typing import Literal
 
 import torch
@@ -144,6 +153,51 @@ if triton_importable():
         tl.store(tok_ptr + b, best_i)
         tl.store(gval_ptr + b, best_g)
 
+    @triton.jit
+    def _gumbel_argmax_lse_kernel(tok_ptr, prob_ptr, x_ptr, rows_ptr, seed_ptr, unit_ptr, step_ptr, keys_ptr,
+                                  V, stride_r, stride_v, temperature, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr,
+                                  SCALE: tl.constexpr, HAS_ROWS: tl.constexpr):
+        # grid (B,): program b reads its logits row ONCE, in blocks, in their own dtype, keeping
+        # (1) the running argmax of z + g, z = float32(x) / T (IEEE division), ties -> lowest id as
+        # _gumbel_argmax_kernel, and (2) an online logsumexp of z (running max mx, sum s of exp(z - mx)).
+        # Writes token b and exp(z[token] - logsumexp(z)): O(1) per row.
+        b = tl.program_id(0).to(tl.int64)
+        if HAS_ROWS:  # a gathered selection: row b of the draw is row rows[b] of x (no copy)
+            r = tl.load(rows_ptr + b).to(tl.int64)
+        else:
+            r = b
+        row = _row_hash(seed_ptr, unit_ptr, step_ptr, b)
+        best = tl.full((), float("-inf"), tl.float32)
+        best_i = tl.full((), 0, tl.int64)
+        best_z = tl.full((), float("-inf"), tl.float32)
+        mx = tl.full((), float("-inf"), tl.float32)
+        s = tl.full((), 0.0, tl.float32)
+        for start in range(0, V, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            m = offs < V
+            x = tl.load(x_ptr + r * stride_r + offs.to(tl.int64) * stride_v, mask=m, other=float("-inf"))
+            z = x.to(tl.float32)  # (BLOCK,) exact from bf16 / fp16
+            if SCALE:  # div_rn: IEEE round-to-nearest (Triton's "/" is an approximate division on CUDA)
+                z = tl.math.div_rn(z, temperature)
+            z = tl.where(m, z, float("-inf"))
+            g = _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE)  # (BLOCK,)
+            sc = tl.where(m, z + g, float("-inf"))  # the float32 sum the reference's argmax sees
+            smax = tl.max(sc, axis=0)
+            si = tl.argmax(sc, axis=0, tie_break_left=True)
+            zi = tl.max(tl.where(offs == start + si, z, float("-inf")), axis=0)  # z at the block's winner
+            better = (smax > best) | (start == 0)  # the first block always sets it (all -inf -> id 0)
+            best_i = tl.where(better, (start + si).to(tl.int64), best_i)
+            best_z = tl.where(better, zi, best_z)
+            best = tl.where(better, smax, best)
+            bmax = tl.max(z, axis=0)
+            new = tl.maximum(mx, bmax)
+            base = tl.where(new == float("-inf"), 0.0, new)  # all -inf so far: keep s = 0, no nan
+            s = s * tl.exp(mx - base) + tl.sum(tl.exp(z - base), axis=0)
+            mx = new
+        tl.store(tok_ptr + b, best_i)
+        # log D[token] = (z - max) - log(sum), the order torch's log_softmax computes it in
+        tl.store(prob_ptr + b, tl.exp((best_z - mx) - tl.log(s)))
+
 
 def _this_mode() -> bool:
     """Whether this module's kernels were decorated as interpreted."""
@@ -154,9 +208,10 @@ def _this_mode() -> bool:
 
 @functools.lru_cache(maxsize=2)
 def _kernels(interpret: bool):
-    """(gumbel kernel, gumbel-argmax kernel), compiled (CUDA) or interpreted (numpy on CPU tensors)."""
+    """(gumbel kernel, gumbel-argmax kernel, single-read logits kernel), compiled (CUDA) or interpreted
+    (numpy on CPU tensors)."""
     if _this_mode() == interpret:
-        return _gumbel_kernel, _gumbel_argmax_kernel
+        return _gumbel_kernel, _gumbel_argmax_kernel, _gumbel_argmax_lse_kernel
     import importlib.util
     import os
     import sys
@@ -176,7 +231,7 @@ def _kernels(interpret: bool):
             del os.environ["TRITON_INTERPRET"]
         else:
             os.environ["TRITON_INTERPRET"] = old
-    return mod._gumbel_kernel, mod._gumbel_argmax_kernel
+    return mod._gumbel_kernel, mod._gumbel_argmax_kernel, mod._gumbel_argmax_lse_kernel
 
 
 def _row_inputs(seed, unit_keys: torch.Tensor, step, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -230,7 +285,7 @@ def gumbel_triton(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int |
         return out
     interp = _interpreting(dev)
     block = block or (16384 if interp else 1024)
-    kernel, _ = _kernels(interp)
+    kernel = _kernels(interp)[0]
     kernel[(B, -(-V // block))](out, s, unit, t, keys, V, BLOCK=block, LIBDEVICE=not interp)
     return out
 
@@ -295,9 +350,76 @@ def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys:
         return tok, gval
     interp = _interpreting(dev)
     block = block or (16384 if interp else 2048)
-    _, kernel = _kernels(interp)
+    kernel = _kernels(interp)[1]
     kernel[(B,)](tok, gval, logp, s, unit, t, keys, V, logp.stride(0), BLOCK=block, LIBDEVICE=not interp)
     return tok, gval
 
 
-__all__ = ["BACKENDS", "gumbel_argmax_fused", "gumbel_fused", "gumbel_triton", "triton_importable"]
+def _check_logits(logits: torch.Tensor, rows: torch.Tensor | None, temperature: float, V: int) -> None:
+    """ValueError naming the bad argument of :func:`gumbel_argmax_logits`."""
+    if logits.dim() != 2 or logits.shape[1] != V or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"logits must be (N, {V}) float32, bfloat16 or float16, got {logits.dtype} "
+                         f"{tuple(logits.shape)}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 here (greedy T = 0 takes no noise), got {temperature!r}")
+    if rows is not None and (rows.dim() != 1 or rows.dtype != torch.int64):
+        raise ValueError(f"rows must be a 1-D int64 tensor, got {rows.dtype} {tuple(rows.shape)}")
+
+
+def gumbel_argmax_logits(logits: torch.Tensor, seed: int | torch.Tensor, unit_keys: torch.Tensor,
+                         step: int | torch.Tensor, token_keys: torch.Tensor, temperature: float,
+                         rows: torch.Tensor | None = None, backend: Backend = "auto",
+                         block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keyed Gumbel-max sample straight from the logits, reading them once (no top-k / top-p).
+
+    T_b = argmax_v (z[b, v] + g[b, v]) with z = float32(logits) / T (engine.sampling.gumbel.scale:
+    IEEE division, none at T = 1), ties to the lowest id, and D[T_b] = exp(z[T_b] - logsumexp(z[b])).
+    The Triton kernel streams each row once in the logits' own dtype (strided rows, or the rows
+    ``rows`` selects, without a copy), keeps the running argmax and an online logsumexp in
+    registers, and writes two values per row: no (B, V) temporary at all. The torch path (CPU, or
+    ``backend="torch"``) computes the same formula with (B, V) tensors.
+
+    Args:
+        logits: (N, V) float32, bfloat16 or float16 logits, any strides.
+        seed, unit_keys, step, token_keys: as :func:`engine.sampling.noise.gumbel`, one row each per
+            drawn row (B = N, or B = len(rows)).
+        temperature: T > 0.
+        rows: optional (B,) int64 rows of ``logits`` to draw, on its device.
+        backend: as :func:`gumbel_fused`.
+
+    Returns:
+        (tokens int64 (B,), probabilities float32 (B,)); tokens equal the torch formula's (same noise
+        bits, same float32 rounding), probabilities agree to float32 rounding (a different
+        summation order).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    V = token_keys.shape[0]
+    _check_logits(logits, rows, temperature, V)
+    use_triton = backend == "triton" or (backend == "auto" and logits.device.type == "cuda" and triton_importable())
+    if not use_triton:
+        from engine.sampling.gumbel import scale
+
+        z = scale(logits if rows is None else logits[rows], temperature)  # (B, V)
+        tok = torch.argmax(z + noise.gumbel(seed, unit_keys, step, token_keys), dim=-1)  # (B,)
+        return tok, (z.gather(1, tok[:, None]).squeeze(1) - torch.logsumexp(z, dim=-1)).exp()
+    dev = logits.device
+    keys = token_keys.to(device=dev, dtype=torch.int64).contiguous()  # (V,)
+    s, unit, t = _row_inputs(seed, unit_keys, step, dev)
+    B = logits.shape[0] if rows is None else rows.shape[0]
+    tok = torch.empty(B, dtype=torch.int64, device=dev)
+    prob = torch.empty(B, dtype=torch.float32, device=dev)
+    if B == 0:
+        return tok, prob
+    interp = _interpreting(dev)
+    block = block or (16384 if interp else 2048)
+    t32 = struct.unpack("f", struct.pack("f", temperature))[0]  # float32(T): exact as the kernel's fp32 argument
+    kernel = _kernels(interp)[2]
+    kernel[(B,)](tok, prob, logits, tok if rows is None else rows, s, unit, t, keys, V, logits.stride(0),
+                 logits.stride(1), t32, BLOCK=block, LIBDEVICE=not interp, SCALE=temperature != 1.0,
+                 HAS_ROWS=rows is not None)
+    return tok, prob
+
+
+__all__ = ["BACKENDS", "gumbel_argmax_fused", "gumbel_argmax_logits", "gumbel_fused", "gumbel_triton",
+           "triton_importable"]

@@ -163,13 +163,33 @@ def wild_maxt_draws(sources, rng: np.random.Generator, n_draws: int = 10_000, ch
             delta = (v @ u) / c  # (b, k) e*_s - e_s
             dtheta += lam * delta
             Ustar -= lam * delta[:, None, :] * En[None]  # residuals about the re-estimated e*_s
-        sig = np.einsum("bci,bcj->bij", Ustar, Ustar)  # (b, k, k)
+        sig = Ustar.transpose(0, 2, 1) @ Ustar  # (b, k, k): batched matmul (einsum here was ~50x slower)
         d = np.diagonal(sig, axis1=1, axis2=2)
         sc = np.sqrt(np.maximum(d[:, :, None] + d[:, None, :] - 2 * sig, 0.0))  # (b, k, k)
         gap = dtheta[:, :, None] - dtheta[:, None, :]
         with np.errstate(invalid="ignore", divide="ignore"):
             out[s:s + b] = np.where(sc > 0, gap / np.where(sc > 0, sc, 1.0), 0.0)
     return out
+
+
+def wild_draws_means(M: np.ndarray, rng: np.random.Generator, n_draws: int = 10_000) -> np.ndarray:
+    """Wild cluster bootstrap-t null draws (D, k, k) for theta = column means of M, Sigma = Cov(M)/C.
+
+    The rows of M (C, k) are the clusters (a question's mean score per model, say): one source of
+    :func:`wild_maxt_draws` with Y = M, N = 1, whose Sigma* is the ddof-0 form sum_c u*_c u*_c^T / C^2;
+    the draws are multiplied by sqrt((C - 1)/C) so that each is studentised by the same ddof-1
+    covariance Cov(M*)/C as the observed t_ij (the bootstrap-t repeats the statistic as computed).
+
+    Args:
+        M: (C, k) per-cluster values, C >= 2; rng: randomness; n_draws: D.
+    Returns:
+        (D, k, k) draws (0 where s*_ij = 0).
+    """
+    M = np.asarray(M, float)
+    C = M.shape[0]
+    if M.ndim != 2 or C < 2:
+        raise UserError(f"the wild bootstrap needs a (clusters >= 2, k) matrix, got shape {M.shape}")
+    return wild_maxt_draws([(1.0, M, np.ones_like(M))], rng, n_draws) * np.sqrt((C - 1) / C)
 
 
 def _maxt_core(theta, sigma, alpha: float, null: np.ndarray, stepdown: bool, focus: int | None):

@@ -59,13 +59,20 @@ def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
     interval is asymptotically exact (n → ∞) for independent prompts. Agrees with
     :func:`engine.stats.benchmark.variance_components_diff` applied to (Y, 0) for 0/1 scores.
 
+    When every score lies in [0, 1] (0/1 correctness, a rate), μ does too, and the interval is
+    intersected with [0, 1]: with few prompts μ̂ ± t·se leaves it (e.g. [0.363, 1.137] for n = 8,
+    k = 2, μ̂ = 0.75), which no probability can. Intersecting an interval with a set known to hold μ
+    keeps its coverage exactly: it covers μ after the intersection iff it did before. Scores outside
+    [0, 1] (an imported harness metric on another scale) leave the interval as it is.
+
     Args:
         Y: (n, k) scores in [0, 1].
         z: optional fixed critical value (overrides the t quantile; kept for callers that pass 1.96).
         conf: confidence level.
     Returns:
         dict with mu, sigma2_hat (σ̂²), within (w), sigma2_between (b), var_within, var_between, var,
-        se, df, ci_low, ci_high, n, k. With n = 1, var/se/CI are NaN; with k = 1 the decomposition is NaN.
+        se, df, ci_low, ci_high (within [0, 1] for scores in [0, 1]), n, k. With n = 1, var/se/CI are
+        NaN; with k = 1 the decomposition is NaN.
     Paper: Zhang et al., Lemma 2.1; docs/METHODS.md section 5 (amended).
     """
     Y = _as_matrix(Y)
@@ -82,9 +89,12 @@ def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
     var = sigma2 / n
     se = float(np.sqrt(var))
     crit = float(z) if z is not None else (float(_st.t.ppf(0.5 + conf / 2, n - 1)) if n > 1 else float("nan"))
+    lo, hi = mu - crit * se, mu + crit * se
+    if Y.min() >= 0.0 and Y.max() <= 1.0:  # μ is a probability: the interval intersected with [0, 1]
+        lo, hi = max(lo, 0.0), min(hi, 1.0)  # (NaN stays NaN: max/min return their first argument)
     return {"mu": mu, "sigma2_hat": sigma2, "within": within, "sigma2_between": between,
             "var_within": within / (n * k), "var_between": between / n, "var": var, "se": se, "df": n - 1,
-            "ci_low": mu - crit * se, "ci_high": mu + crit * se, "n": int(n), "k": int(k)}
+            "ci_low": lo, "ci_high": hi, "n": int(n), "k": int(k)}
 
 
 def bootstrap_score_ci(Y, rng: np.random.Generator, n_resamples: int = 2000, level: float = 0.95) -> dict:

@@ -115,10 +115,10 @@ SCHEMA: tuple[str, ...] = (
         raw VARCHAR,                 -- raw judge output
         parsed VARCHAR,              -- 'A' | 'B' | 'tie' | NULL (unparseable), in presentation terms
         winner VARCHAR,              -- 'a' | 'b' | 'tie' | NULL, in model_a/model_b terms
-        reported_model VARCHAR,      -- v3: the judge model as the server reported it (API judges)
+        reported_model VARCHAR,      -- v3: the judge model as the server reported it (API), or as resolved (local)
         prompt_tokens INTEGER,       -- v3: token usage of the request, as reported (NULL: unknown)
         completion_tokens INTEGER,   -- v3
-        latency_s DOUBLE,            -- v3: seconds from the first attempt to the reply (all attempts)
+        latency_s DOUBLE,            -- v3: seconds from the first attempt to the reply (a batch judge: its batch's)
         attempts INTEGER,            -- v3: requests sent for this verdict (1 = no retry)
         error VARCHAR,               -- v3: why a request failed for good (its verdict is then unparseable)
         PRIMARY KEY (run_id, judge, prompt_id, repeat, mode, model_a, model_b, presented))""",

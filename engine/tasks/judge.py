@@ -5,8 +5,10 @@ prompt and the two responses and answers A, B or tie. By default both presentati
 judged (position bias cancels in aggregate); ``orders="random"`` judges one seeded random order.
 Every raw output is stored with its parse ('A'|'B'|'tie'|NULL, in presentation terms), the
 order shown ('ab' = model_a first), the winner in model terms ('a'|'b'|'tie'|NULL) and, for API
-judges, the model the server reported, token usage, latency, attempts and any error. Unparseable
-outputs and failed requests are stored with NULL and counted, never dropped.
+judges, the model the server reported, token usage, latency, attempts and any error; for batch
+judges (local models, a command) the latency (the wall time of the batch the verdict came in) and,
+for local models, the model ``--judge`` resolved to. Unparseable outputs and failed requests are
+stored with NULL and counted, never dropped.
 
 Phases of :func:`judge_run`: 1. plan the tasks  2. skip those already stored (resume)
 3. build prompts  4. call the judge  5. parse + store verdicts in small transactions as they arrive.
@@ -26,6 +28,7 @@ import shlex
 import string
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations, islice
@@ -342,13 +345,22 @@ class _Writer:
 
 def _judge_batches(complete_fn: CompleteFn, items: Iterator[tuple[JudgeTask, list[dict]]], batch_size: int,
                    writer: _Writer) -> None:
-    """Phase 4 for a batch judge: one call per ``batch_size`` prompts, each batch stored in one transaction."""
+    """Phase 4 for a batch judge: one call per ``batch_size`` prompts, each batch stored in one transaction.
+
+    Each verdict's ``latency_s`` is the wall time of the call that returned its batch (every reply
+    of a batch arrives at its end, so that is the time from asking to the answer, as for an API
+    request; the judge's throughput is then batch size / latency). Its ``reported_model`` is
+    ``complete_fn.reported_model`` when the function has one (a local model: the model ``--judge``
+    resolved to, ``engine.commands._judges.LocalJudgeFn``), else NULL (a command, a test stub)."""
+    reported = getattr(complete_fn, "reported_model", None)
     while batch := list(islice(items, batch_size)):
+        t0 = time.perf_counter()
         raws = list(complete_fn([m for _, m in batch]))
+        seconds = time.perf_counter() - t0
         if len(raws) != len(batch):
             raise UserError(f"the judge returned {len(raws)} outputs for {len(batch)} prompts")
         for (t, _), raw in zip(batch, raws):
-            writer.add(t, Reply(raw))
+            writer.add(t, Reply(raw, model=reported, latency_s=seconds))
         writer.flush()
 
 
@@ -361,7 +373,8 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
         db: database path. run: the run id.
         judge_model: the judge's name (stored in ``judgments.judge``); defaults to cfg.judge_model.
         cfg: :class:`JudgeConfig` (default: the paper's prompt, both orders).
-        complete_fn: a batch judge ``messages_list -> list[str]`` (a local model, a command), or
+        complete_fn: a batch judge ``messages_list -> list[str]`` (a local model, a command; its
+            verdicts store the batch's wall time and its ``reported_model``: :func:`_judge_batches`), or
         api: an :class:`ApiJudge` (concurrent requests; call its ``preflight()`` first).
         replace: delete this run's earlier judgments by this judge first (e.g. after editing the
             prompt); without it, judgments already stored are skipped (resume), and stored rows

@@ -44,6 +44,10 @@ def test_vllm_judge_equals_transformers_judge_and_stores_every_verdict(tmp_path,
     assert main(["judge", "--db", str(db), "--run", "r1", "--judge", f"vllm:{folder}", "--prompt-file", str(pf),
                  "--max-new-tokens", "4", "--out", str(tmp_path / "res.json")]) == 0
     res = json.loads((tmp_path / "res.json").read_text())  # (vLLM logs to stdout)
-    df = store.query_df(db, "SELECT raw, parsed FROM judgments ORDER BY prompt_id, model_a, model_b, presented")
+    df = store.query_df(db, "SELECT raw, parsed, reported_model, latency_s FROM judgments "
+                            "ORDER BY prompt_id, model_a, model_b, presented")
     assert res["n_judged_now"] == 18 == len(df) and sorted(df.raw) == sorted(got)
+    assert vl.reported_model == str(folder.resolve()) and (df.reported_model == vl.reported_model).all()
+    assert (df.latency_s > 0).all()
+    assert sorted(df.latency_s.value_counts()) == [2, 8, 8]  # one wall time per batch (--batch-size 8)
     assert [J.parse_verdict(r) for r in df.raw] == [p if isinstance(p, str) else None for p in df.parsed]
