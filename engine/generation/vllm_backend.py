@@ -33,8 +33,11 @@ decides how the records reach the backend, which reads them when the request fin
   :func:`require_vllm`): copied asynchronously and moved into the table ``TRACES`` when a request
   finishes (:func:`engine.generation.vllm_traces.flush_pending`);
 * in vLLM's worker processes (tensor parallelism, or a separate engine-core process): tensor-parallel
-  rank 0 appends them to the backend's private trace directory (``TraceSink``), which the backend
-  reads; the token keys travel the other way through the same directory.
+  rank 0's writer thread appends them, a little behind the steps, to the backend's private trace
+  directory (``TraceSink``), which the backend reads; the token keys travel the other way through
+  the same directory. A finished request whose records are not all there yet waits for them
+  (``FinishedRequests``: vLLM keeps stepping the other requests meanwhile), for at most
+  ``RECORDS_TIMEOUT_S``, then the run fails naming the request and its missing steps.
 
 The chosen tokens recorded by the processor are checked against vLLM's output: a mismatch would mean the step
 count or the row mapping went wrong, and raises.
@@ -52,7 +55,6 @@ import contextlib
 import json
 import math
 import os
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -73,7 +75,7 @@ from engine.generation.vllm_checks import (
     resolve_model,
 )
 from engine.generation.vllm_sampler import EXTRA_KEY, RowArgs, apply_rows, check_sampling_params, forget_device_keys
-from engine.generation.vllm_traces import TOKEN_KEYS, TRACES, TraceSink, flush_pending
+from engine.generation.vllm_traces import TOKEN_KEYS, TRACES, FinishedRequests, TraceSink, flush_pending
 from engine.sampling import noise
 from engine.sampling.keyed import keyed_scores
 
@@ -234,8 +236,11 @@ class VllmBackend:
         prompts, todo = group_units(prompts, units)
         ids = self._prompt_ids(prompts, todo, cfg, system_prompt)
         call, kid, route = self._register_keys(token_keys)
-        inflight: dict[str, tuple[str, int, int]] = {}  # tag -> unit
+        inflight: dict[str, tuple[str, int, int]] = {}  # tag -> unit, until its result is built
         alias: dict[str, str] = {}  # vLLM's request id (it appends a random suffix) -> tag
+        # finished in vLLM, waiting for their step records: in-process ones are complete at once;
+        # a worker's writer thread runs a little behind, so those may wait a step or two (polling)
+        done = FinishedRequests(self.sink if self.remote_records else None)
         # bounded number of requests handed to vLLM at once: enough to keep its batch full, few
         # enough that a 1M-unit run does not queue 1M prompts
         window = max(4 * cfg.batch_size, 256)
@@ -248,14 +253,13 @@ class VllmBackend:
                     alias[self._submit(tag, todo[pos], ids, cfg, route)] = tag
                     inflight[tag] = todo[pos]
                     pos += 1
-                finished = self._step()
-                if finished:
-                    if self.remote_records:
-                        self.sink.poll()  # records of out-of-process processors (written before these outputs)
-                    flush_pending()  # in-process records: this step's tokens are on the host, so are they
-                for out in finished:
+                running = len(inflight) > len(done)  # vLLM still has requests: step it, do not wait
+                for out in self._step() if running else []:
                     tag = alias.pop(out.request_id, out.request_id)
-                    buf.append(self._result(tag, inflight.pop(tag), list(out.outputs[0].token_ids), cfg, GenResult))
+                    done.add(tag, inflight[tag], list(out.outputs[0].token_ids))
+                for tag, unit, tokens, recs in done.ready(block=not running, check=self._check_alive):
+                    del inflight[tag]
+                    buf.append(self._result(unit, tokens, recs, cfg, GenResult))
                     if len(buf) >= cfg.batch_size:
                         yield buf
                         buf = []
@@ -336,29 +340,26 @@ class VllmBackend:
         """Whether ``exc`` from ``engine.step()`` means the engine is gone, not a bad request: vLLM's
         EngineDeadError (a separate engine-core process), or its in-process executor marked failed
         (a rank worker died: vLLM 0.32 then raises a bare RuntimeError("cancelled"))."""
-        if type(exc).__name__ == "EngineDeadError":
-            return True
-        core = getattr(getattr(self.llm.llm_engine, "engine_core", None), "engine_core", None)
-        return bool(getattr(getattr(core, "model_executor", None), "is_failed", False))
+        return type(exc).__name__ == "EngineDeadError" or self._executor_failed()
 
-    def _result(self, tag: str, unit: tuple[str, int, int], tokens: list[int], cfg, GenResult):
-        """One finished request -> GenResult, with the processor's per-step records checked."""
-        steps = TRACES.pop(tag, {})
-        deadline = time.monotonic() + 5.0
-        while len(steps) < len(tokens) and time.monotonic() < deadline:
-            # out-of-process records are written before the tokens leave the worker, so this is a
-            # safety net (e.g. a slow shared file system), not the normal path
-            time.sleep(0.01)
-            self.sink.poll()
-            flush_pending()
-            steps.update(TRACES.pop(tag, {}))
-        got = [steps.get(s) for s in range(len(tokens))]
-        bad = [s for s, (t, rec) in enumerate(zip(tokens, got)) if rec is None or rec.token != t]
-        if bad:
-            s = bad[0]
-            raise RuntimeError(f"vLLM chose token {tokens[s]} at step {s} of {unit} but the coupled logits "
-                               f"processor recorded {got[s]}: the step count or row mapping is wrong")
-        recs = [rec for rec in got if rec is not None]  # all of them (checked above)
+    def _executor_failed(self) -> bool:
+        """vLLM marked its engine dead: the in-process executor failed (a rank worker died), or the
+        separate engine-core process is gone."""
+        client = getattr(self.llm.llm_engine, "engine_core", None)
+        core = getattr(client, "engine_core", None)
+        return bool(getattr(getattr(core, "model_executor", None), "is_failed", False)
+                    or getattr(getattr(client, "resources", None), "engine_dead", False))
+
+    def _check_alive(self) -> None:
+        """EngineDead while the backend waits for a worker's records and the engine died (a killed
+        worker's records never come: no need to wait for the timeout)."""
+        if self._executor_failed():
+            from engine.generation.types import EngineDead
+            raise EngineDead(f"the vLLM engine of model {self.name!r} died while its step records were awaited")
+
+    def _result(self, unit: tuple[str, int, int], tokens: list[int], recs: list, cfg, GenResult):
+        """One finished request -> GenResult; ``recs``: the processor's records of steps 0..n-1, each
+        already checked to name vLLM's token (:class:`FinishedRequests`)."""
         p, r, sd = unit
         eos = bool(tokens) and tokens[-1] in self.stop_ids
         text = self.tokenizer.decode([t for t in tokens if t not in self.stop_ids], skip_special_tokens=True)

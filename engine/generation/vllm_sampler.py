@@ -12,10 +12,12 @@ once per ``generate`` call, one :func:`engine.sampling.keyed.draw` in bounded me
 without top-k / top-p / trace: one Triton kernel that reads the rows once, selected rows included,
 and writes two values per row), and an O(R) write into the logits: the sampled token's logit becomes
 the float32 maximum, so vLLM's greedy argmax (T = 0) picks it. The step records (token, probability,
-top-k) stay on the device and are copied to the host asynchronously
-(:class:`engine.generation.vllm_traces.PendingRecords`), read when the request finishes; a processor
-in another process (tensor parallelism) writes them to the trace directory, which needs them on the
-host in the step (one copy per step there).
+top-k) are gathered on the device and their copy to the host is started asynchronously
+(:class:`engine.generation.vllm_traces.PendingRecords`): in the backend's process they wait in a
+list until a request finishes; in another process (tensor parallelism, a separate engine core) the
+process's writer thread waits for the copy and writes them to the trace directory
+(:func:`engine.generation.vllm_traces.write_later`). Either way the step itself neither waits for
+the copy nor converts or pickles anything.
 
 Imports neither vLLM nor transformers.
 """
@@ -29,7 +31,7 @@ import numpy as np
 import torch
 
 from engine.errors import UserError
-from engine.generation.vllm_traces import PENDING, PendingRecords, load_token_keys, write_records
+from engine.generation.vllm_traces import PENDING, PendingRecords, load_token_keys, write_later
 from engine.sampling.keyed import draw
 
 EXTRA_KEY = "coupled_eval"  # SamplingParams.extra_args[EXTRA_KEY]: this request's noise key and sampler
@@ -181,7 +183,8 @@ def apply_rows(logits: torch.Tensor, table: SlotTable, rows: np.ndarray, slots: 
         logits: (N, V) float32, modified in place.
         table: the processor's slots; rows, slots, steps: (R,) int64 host arrays (row of the
             logits, its slot in ``table``, its generated-token index).
-        write_traces: tensor-parallel rank 0 (the other ranks sample the same rows, silently).
+        write_traces: tensor-parallel rank 0 (the other ranks sample the same rows, silently). In a
+            process other than the backend's, the records go to this process's writer thread.
     """
     dev, V = logits.device, logits.shape[1]
     gids = table.group[slots]
@@ -202,8 +205,8 @@ def apply_rows(logits: torch.Tensor, table: SlotTable, rows: np.ndarray, slots: 
                              d.top_gumbels is not None)
         if a.in_origin():
             PENDING.append(rec.copy_to_host())  # asynchronous on CUDA; read when a request finishes
-        elif write_traces:  # another process: the backend reads the directory when the request ends
-            write_records(a.sink, rec.as_tuples())
+        elif write_traces:  # another process: the writer thread waits for the copy and writes the frame
+            write_later(a.sink, rec.copy_to_host())
     return logits
 
 

@@ -24,14 +24,15 @@ from engine.generation.vllm_sampler import (
     check_sampling_params,
     forget_device_keys,
 )
-from engine.generation.vllm_traces import TOKEN_KEYS, TRACES, flush_pending
+from engine.generation.vllm_traces import TOKEN_KEYS, TRACES, drain_writes, flush_pending
 from engine.sampling import noise
 from engine.sampling.gumbel import sample
 from engine.sampling.keyed import keyed_scores
 
 
 def _apply(logits, rows, args, steps, write_traces=True):
-    """apply_rows with one slot per row argument (slot j = args[j]), records flushed into TRACES."""
+    """apply_rows with one slot per row argument (slot j = args[j]), records flushed into TRACES
+    (this process's records) or written to the sink (another process's: the writer thread drained)."""
     import numpy as np
     table = SlotTable()
     for j, a in enumerate(args):
@@ -39,6 +40,7 @@ def _apply(logits, rows, args, steps, write_traces=True):
     apply_rows(logits, table, np.asarray(rows, dtype=np.int64), np.arange(len(args), dtype=np.int64),
                np.asarray(steps, dtype=np.int64), write_traces=write_traces)
     flush_pending()
+    assert drain_writes()
     for a in args:  # tests reuse key ids with other keys; a backend's ids are unique per call
         forget_device_keys(a.keys)
     return logits

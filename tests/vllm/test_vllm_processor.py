@@ -152,48 +152,106 @@ class _HostTransfers(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@pytest.mark.parametrize("trace_k", [0, 3])
-def test_v2_apply_makes_no_host_transfer_at_batch_256(trace_k):
-    """Issue 18 item 2: Model Runner V2's apply at batch 256 (a 2,000-token vocabulary, every
-    request ours, one prefill chunk among them) calls no item/tolist/cpu/numpy/to("cpu") and no
-    implicit bool/int of a tensor; and its tokens are still the Gumbel-max samples."""
+class _OffThread:
+    """Records which thread waits for, converts, pickles or writes step records (the calls the hot
+    path must leave to the writer thread in a worker)."""
+
+    def __init__(self, monkeypatch):
+        from engine.generation import vllm_traces as vt
+        self.calls: list[tuple[str, str]] = []
+        for owner, name in ((vt.PendingRecords, "as_tuples"), (vt._SegmentWriter, "write"), (vt, "write_records"),
+                            (vt.pickle, "dumps")):
+            monkeypatch.setattr(owner, name, self._wrap(name, getattr(owner, name)))
+
+    def _wrap(self, name, fn):
+        import threading
+
+        def wrapped(*args, **kwargs):
+            self.calls.append((name, threading.current_thread().name))
+            return fn(*args, **kwargs)
+        return wrapped
+
+    def on(self, thread: str) -> set[str]:
+        return {name for name, t in self.calls if t == thread}
+
+
+def _batch_256(trace_k: int, sink_path: str, origin: int):
+    """Model Runner V2's processor with 256 requests in scattered slots (every request ours), and a
+    LogitsContext whose row 3 is a prompt chunk still being prefilled; (processor, context, seq)."""
     from vllm import SamplingParams
     from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
 
     from engine.generation.vllm_processor import KeyedGumbelProcessor
+    B = 256
+    prompt_len = np.full(B + 8, 5, dtype=np.int32)
+    proc = KeyedGumbelProcessor(None, SimpleNamespace(prompt_len=SimpleNamespace(np=prompt_len), max_num_reqs=B + 8))
+    slots = np.random.default_rng(0).permutation(B + 8)[:B]  # rows in scheduler order, slots scattered
+    for j, slot in enumerate(slots):
+        proc.add_request(int(slot), SamplingParams(temperature=0.0, max_tokens=4, extra_args={EXTRA_KEY: dict(
+            tag=f"u{j}", seed=noise.as_int64(11), unit=noise.unit_key(f"p{j}", 0), temperature=0.8,
+            top_k=0, top_p=1.0, trace_k=trace_k, keys="big-keys", sink=sink_path, origin=origin)}))
+    seq = (5 + np.arange(B) % 7).astype(np.int64)
+    seq[3] = 2  # a prompt chunk still being prefilled: not a sample
+    idx = torch.from_numpy(slots.astype(np.int64))
+    ctx = LogitsContext(expanded_idx_mapping=idx, idx_mapping=idx, idx_mapping_np=slots.astype(np.int64),
+                        expanded_local_pos=torch.zeros(B, dtype=torch.long), input_ids=torch.zeros(B, dtype=torch.long),
+                        pos=torch.from_numpy(seq - 1), seq_lens_upper_bound_np=seq)
+    return proc, ctx, seq
+
+
+@pytest.mark.parametrize("where", ["backend", "worker"])
+@pytest.mark.parametrize("trace_k", [0, 3])
+def test_v2_apply_makes_no_host_transfer_at_batch_256(trace_k, where, monkeypatch, tmp_path):
+    """Issue 18 item 2: Model Runner V2's apply at batch 256 (a 2,000-token vocabulary, every
+    request ours, one prefill chunk among them) calls no item/tolist/cpu/numpy/to("cpu") and no
+    implicit bool/int of a tensor; and its tokens are still the Gumbel-max samples. In the backend's
+    process the records wait in PENDING; in a worker (another process: a sink, origin not this pid)
+    the step also neither converts, pickles nor writes them: the writer thread does, after apply
+    returned, and they arrive in the trace directory."""
+    import threading
+
+    from engine.generation.vllm_traces import TraceSink, drain_writes
     B, Vb = 256, 2000
-    TOKEN_KEYS["big-keys"] = torch.arange(Vb)
+    sink = TraceSink(root=tmp_path)
+    if where == "backend":
+        TOKEN_KEYS["big-keys"] = torch.arange(Vb)
+        route = ("", 0)
+    else:  # a worker: the keys come from the sink (read at the call's first step, as in vLLM)
+        sink.put_keys("big-keys", torch.arange(Vb))
+        route = (str(sink.path), -1)
     try:
-        prompt_len = np.full(B + 8, 5, dtype=np.int32)
-        proc = KeyedGumbelProcessor(None, SimpleNamespace(prompt_len=SimpleNamespace(np=prompt_len), max_num_reqs=B + 8))
-        slots = np.random.default_rng(0).permutation(B + 8)[:B]  # rows in scheduler order, slots scattered
-        for j, slot in enumerate(slots):
-            proc.add_request(int(slot), SamplingParams(temperature=0.0, max_tokens=4, extra_args={EXTRA_KEY: dict(
-                tag=f"u{j}", seed=noise.as_int64(11), unit=noise.unit_key(f"p{j}", 0), temperature=0.8,
-                top_k=0, top_p=1.0, trace_k=trace_k, keys="big-keys")}))
-        seq = (5 + np.arange(B) % 7).astype(np.int64)
-        seq[3] = 2  # a prompt chunk still being prefilled: not a sample
-        idx = torch.from_numpy(slots.astype(np.int64))
-        ctx = LogitsContext(expanded_idx_mapping=idx, idx_mapping=idx, idx_mapping_np=slots.astype(np.int64),
-                            expanded_local_pos=torch.zeros(B, dtype=torch.long), input_ids=torch.zeros(B, dtype=torch.long),
-                            pos=torch.from_numpy(seq - 1), seq_lens_upper_bound_np=seq)
+        proc, ctx, seq = _batch_256(trace_k, *route)
         logits = torch.randn(B, Vb, generator=torch.Generator().manual_seed(4))
+        if where == "worker":  # the call's first step reads the token keys from the sink; then steady state
+            proc.apply(logits.clone(), ctx)
+            assert drain_writes()
+            assert sink.poll() == 1
+            TRACES.clear()
+        off = _OffThread(monkeypatch)
         out = logits.clone()
         with _HostTransfers() as mode:
             proc.apply(out, ctx)
         assert mode.calls == []
+        assert off.on(threading.current_thread().name) == set()  # nothing converted/pickled/written in apply
         keep = np.arange(B) != 3
         g = noise.gumbel(11, noise.unit_keys([(f"p{j}", 0) for j in range(B) if keep[j]]),
                          torch.from_numpy(seq[keep] - 5), torch.arange(Vb))
         want = sample(logits[torch.from_numpy(keep)], g, 0.8).tokens
         assert torch.equal(out[torch.from_numpy(keep)].argmax(-1), want)
         assert torch.equal(out[3], logits[3])
-        flush_pending()
+        if where == "worker":
+            assert not PENDING and drain_writes()
+            assert off.on("coupled-eval-trace-writer") == {"as_tuples", "write_records", "write", "dumps"}
+            assert sink.poll() == 1
+        else:
+            flush_pending()
         assert TRACES["u0"][0].token == int(want[0]) and len(TRACES["u0"][0].top_ids) == trace_k
-        assert "u3" not in TRACES
+        assert "u3" not in TRACES and len(TRACES) == B - 1
+        assert [TRACES[f"u{j}"][int(seq[j] - 5)].token for j in range(B) if keep[j]] == want.tolist()
     finally:
         TOKEN_KEYS.pop("big-keys", None)
         forget_device_keys("big-keys")
+        sink.close()
 
 
 def test_the_mode_sees_host_transfers():
