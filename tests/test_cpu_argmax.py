@@ -151,7 +151,7 @@ def test_a_read_only_install_compiles_into_a_temporary_cache(tmp_path):
     """No writable cache folder anywhere (the package, $NUMBA_CACHE_DIR, the user's): numba refuses
     ``cache=True`` at import; the module then caches in a fresh temporary folder and still draws the
     reference's tokens. (Root ignores file modes, so the read-only folders are simulated.)"""
-    code = f"""
+    code = """
 import numba.core.caching as c, tempfile, torch
 real = c._CacheLocator.ensure_cache_path
 def ensure(self):
@@ -160,7 +160,7 @@ def ensure(self):
     real(self)
 c._CacheLocator.ensure_cache_path = ensure
 import numba
-from engine.sampling import cpu_argmax, noise
+from engine.sampling import cpu_argmax
 from tests.test_cpu_argmax import _case, _reference
 args = _case(3, 50, 1.0, 2)
 assert torch.equal(cpu_argmax.gumbel_argmax_cpu(*args, 0.7), _reference(*args, 0.7))
