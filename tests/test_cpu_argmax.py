@@ -175,3 +175,23 @@ print(numba.config.CACHE_DIR)
     assert out.returncode == 0, out.stderr[-3000:]
     cache = out.stdout.strip().splitlines()[-1]
     assert cache.startswith(str(tmp_path / "tmp")) and any(p.suffix == ".nbi" for p in Path(cache).rglob("*"))
+
+
+def test_numba_modules_survive_the_module_scan_of_a_vllm_engine_start():
+    """vLLM 0.32 starts a worker by scanning every loaded module's globals: ``vars(value).get("kernel")``
+    for each value with a ``__dict__`` (vllm/triton_utils/dispatcher.py). llvmlite's ``ffi.lib`` broke
+    that scan (a second engine in the process failed to start once numba was imported); the same scan
+    over numba's and llvmlite's modules runs clean."""
+    assert numba_available()
+    from engine.sampling.cpu_argmax import _kernels
+
+    _kernels()
+    scanned = 0
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in ("numba", "llvmlite", "engine"):
+            continue
+        for value in list(getattr(module, "__dict__", {}).values()):
+            if hasattr(value, "__dict__"):
+                vars(value).get("kernel")
+                scanned += 1
+    assert scanned > 100

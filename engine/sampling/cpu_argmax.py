@@ -83,7 +83,26 @@ def numba_available() -> bool:
         import numba  # noqa: F401
     except Exception:  # ImportError, or a broken llvmlite: fall back, never crash
         return False
+    _shield_llvmlite()
     return True
+
+
+def _shield_llvmlite() -> None:
+    """Let vLLM build an engine in a process that has imported numba.
+
+    vLLM 0.32's worker start (``register_triton_kernel_overrides``) scans every loaded module's
+    globals and reads ``vars(value).get("kernel")`` of each value that has a ``__dict__``. llvmlite's
+    ``ffi.lib`` answers any attribute name with a wrapped ctypes symbol, ``__dict__`` included, so
+    ``vars(ffi.lib)`` is a function wrapper, ``.get`` raises AttributeError and the engine fails to
+    start: any vLLM engine built after a CPU draw imported numba (a second model in the same
+    process). An empty mapping under ``__dict__`` in its symbol table makes ``vars(ffi.lib)`` ``{}``
+    (tests/test_cpu_argmax.py runs the same scan)."""
+    try:
+        from llvmlite.binding import ffi
+
+        ffi.lib._fntab.setdefault("__dict__", {})
+    except Exception:  # another llvmlite layout: nothing to shield
+        pass
 
 
 @functools.lru_cache(maxsize=1)
