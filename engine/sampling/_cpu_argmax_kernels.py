@@ -18,13 +18,12 @@ _MUL2 = np.uint64(0x94D049BB133111EB)
 _TOKEN_SALT = np.uint64(0xD6E8FEB86659FD93)
 _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
 _TWO53 = np.uint64(1 << 53)
-_TWO53_F = float(1 << 53)
 _INV53 = 2.0 ** -53
 _TINY = float(np.finfo(np.float64).tiny)  # the reference's clamp of u = 0
 _LOG2E = 1.0 / math.log(2.0)
 # a lower bound of g: -log(-log tiny) = -6.5630 (u = tiny, the reference's clamp of u = 0)
 G_MIN = -6.57
-_BLOCK = 256  # tokens per vectorised block
+_BLOCK = 256  # tokens per vectorised block (256 and 1,024 measured alike; 4,096 slower)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
