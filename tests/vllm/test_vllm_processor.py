@@ -211,6 +211,11 @@ def test_v2_apply_makes_no_host_transfer_at_batch_256(trace_k, where, monkeypatc
     import threading
 
     from engine.generation.vllm_traces import TraceSink, drain_writes
+    from engine.sampling import keyed
+
+    # the device path, as on CUDA: the CPU-only numba draw (engine.sampling.cpu_argmax) reads its
+    # CPU tensors through zero-copy numpy views, which this mode would count although nothing moves
+    monkeypatch.setattr(keyed, "_cpu_argmax_available", lambda device: False)
     B, Vb = 256, 2000
     sink = TraceSink(root=tmp_path)
     if where == "backend":
