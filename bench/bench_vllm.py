@@ -69,7 +69,14 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=1,
                     help="--overhead: timed generations per engine (medians reported; each engine warm)")
     ap.add_argument("--smoke", action="store_true", help="tiny --overhead run; skipped without vLLM")
+    ap.add_argument("--reference-draw", action="store_true",
+                    help="CPU: draw with the torch reference noise instead of the numba Gumbel-argmax "
+                         "(engine.sampling.cpu_argmax), for an A/B on one machine (same tokens)")
     a = ap.parse_args(argv)
+    if a.reference_draw:  # the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+        from engine.sampling import keyed
+
+        keyed._cpu_argmax_available = lambda device: False  # type: ignore[assignment]
     if a.smoke:
         return smoke(a)
     if a.overhead:
@@ -237,6 +244,7 @@ def overhead(a) -> dict:
     return {"machine": f"{platform.node()} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.1f}",
             "gpu": torch.cuda.get_device_name() if cuda else None, "vllm": vllm.__version__, "dtype": dtype,
             "batch": B, "max_new_tokens": N, "temperature": a.temperature, "command": " ".join(sys.argv),
+            "cpu_draw": "reference" if a.reference_draw else "auto (numba where it imports)",
             "coupled": {"tokens": tokens, "seconds": coupled_s, "tok_s": tokens / coupled_s, "rounds_s": coupled_runs,
                         "processor_calls": calls, "processor_ms_per_step": 1e3 * statistics.median(proc) / max(1, calls),
                         "processor_share": statistics.median(p / s for p, s in zip(proc, coupled_runs)),
