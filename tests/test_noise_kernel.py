@@ -398,3 +398,35 @@ def test_keyed_draw_takes_the_single_read_kernel_when_it_can(monkeypatch, reques
     got_k = keyed.draw(*dev[:5], 0.8, top_k=30, trace_k=2)  # masks and a trace: the torch path
     assert len(calls) == 2
     _same_draw(got_k, want_k)
+
+
+@needs_triton
+def test_first_use_check_passes_the_kernels_and_refuses_a_wrong_one(monkeypatch, request):
+    """engine.sampling.kernel_check: on the probe both kernels give the torch formula's tokens (here
+    in the interpreter on DEV; on a GPU, compiled), so the check passes; a kernel that picks other
+    tokens, or fails to compile, is refused with one warning naming it, and draw keeps the torch path."""
+    if _in_fresh_interpreter(request):
+        return
+    from engine.sampling import kernel_check as kc
+
+    assert kc._disagreement(DEV) is None
+    real = nt.gumbel_argmax_logits
+
+    def off_by_one(logits, *a, **kw):
+        tok, p = real(logits, *a, **kw)
+        return (tok + 1) % logits.shape[1], p
+
+    monkeypatch.setattr(nt, "gumbel_argmax_logits", off_by_one)
+    why = kc._disagreement(DEV)
+    assert why is not None and "gumbel_argmax_logits picked other tokens" in why and f"{kc.PROBE_ROWS} probe rows" in why
+
+    def broken(*a, **kw):
+        raise RuntimeError("PTX lowering failed")
+
+    monkeypatch.setattr(nt, "gumbel_argmax_fused", broken)
+    why = kc._disagreement(DEV)
+    assert why is not None and "failed" in why and "PTX lowering failed" in why
+    kc.kernels_agree.cache_clear()
+    with pytest.warns(RuntimeWarning, match="uses the torch path instead"):
+        assert kc.kernels_agree(str(DEV)) is False
+    kc.kernels_agree.cache_clear()

@@ -63,13 +63,21 @@ class Draw(NamedTuple):
 
 
 def _fused_available(device: torch.device) -> bool:
-    """The fused kernel runs on CUDA tensors when Triton imports. Why not on CPU: triton_noise would
-    then run in Triton's interpreter (numpy, slow); importing triton on CPU also fixes its mode."""
+    """The fused kernels run on CUDA tensors when Triton imports and they passed the first-use check
+    (engine.sampling.kernel_check: the torch formula's tokens on this device). Why not on CPU:
+    triton_noise would then run in Triton's interpreter (numpy, slow); importing triton on CPU also
+    fixes its mode."""
     if device.type != "cuda":
         return False
     from engine.sampling.triton_noise import triton_importable
 
-    return triton_importable()
+    if not triton_importable():
+        return False
+    from engine.sampling.kernel_check import kernels_agree
+
+    # compiled kernels decide samples only after they matched the torch formula on this device
+    return kernels_agree(str(torch.device(device.type, device.index if device.index is not None
+                                          else torch.cuda.current_device())))
 
 
 def _cpu_argmax_available(device: torch.device) -> bool:
