@@ -10,7 +10,7 @@ be exactly the fields: a new key in the statistic fails loudly here instead of v
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from engine.analysis.result_base import ToDict
 
@@ -24,6 +24,18 @@ def _check_keys(cls: type, d: dict[str, Any], optional: tuple[str, ...] = ()) ->
                          f"allowed: {sorted(names)}")
 
 
+class StatsRecord(ToDict):
+    """A record of one stats dict: :meth:`of` checks its keys against the fields (``OPTIONAL`` may be
+    absent) and builds the record."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> Self:
+        _check_keys(cls, d, cls.OPTIONAL)
+        return cls(**d)
+
+
 @dataclass(frozen=True)
 class PairedBootstrap(ToDict):
     """The paired bootstrap over questions that checks the t interval of :class:`PairedDiff`."""
@@ -35,7 +47,7 @@ class PairedBootstrap(ToDict):
 
 
 @dataclass(frozen=True)
-class PairedDiff(ToDict):
+class PairedDiff(StatsRecord):
     """Paired difference A − B over questions (:func:`engine.stats.benchmark.paired_diff_ci`,
     docs/METHODS.md 7.1): t interval, p-value, MDE and the variance components of the difference."""
 
@@ -57,14 +69,14 @@ class PairedDiff(ToDict):
     bootstrap: PairedBootstrap | None
 
     @classmethod
-    def of(cls, d: dict[str, Any]) -> PairedDiff:
+    def of(cls, d: dict[str, Any]) -> Self:
         _check_keys(cls, d)
         boot = d["bootstrap"]
         return cls(**{**d, "bootstrap": None if boot is None else PairedBootstrap(**boot)})
 
 
 @dataclass(frozen=True)
-class McNemar(ToDict):
+class McNemar(StatsRecord):
     """McNemar's test on one outcome per question (:func:`engine.stats.benchmark.mcnemar_majority`)."""
 
     n: int
@@ -75,14 +87,9 @@ class McNemar(ToDict):
     method: str  # "exact" | "chi2"
     outcome: str
 
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> McNemar:
-        _check_keys(cls, d)
-        return cls(**d)
-
 
 @dataclass(frozen=True)
-class ScoreVariance(ToDict):
+class ScoreVariance(StatsRecord):
     """A benchmark score with its t interval and the within / between-prompt decomposition of its
     variance (:func:`engine.stats.multigen.score_variance`, docs/METHODS.md 5)."""
 
@@ -100,14 +107,9 @@ class ScoreVariance(ToDict):
     n: int
     k: int
 
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> ScoreVariance:
-        _check_keys(cls, d)
-        return cls(**d)
-
 
 @dataclass(frozen=True)
-class VarianceSaving(ToDict):
+class VarianceSaving(StatsRecord):
     """The headline sample saving 1 − var(d^c)/var(d^i) with its studentised interval
     (:func:`engine.stats.saving.variance_saving`); ``saving`` None when a variance is 0."""
 
@@ -122,14 +124,9 @@ class VarianceSaving(ToDict):
     method: str
     definition: str
 
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> VarianceSaving:
-        _check_keys(cls, d)
-        return cls(**d)
-
 
 @dataclass(frozen=True)
-class PredictedSaving(ToDict):
+class PredictedSaving(StatsRecord):
     """The saving at error ε predicted from the per-sample variances, with its interval
     (:func:`engine.stats.saving.saving_predicted`). ``ci_method`` only when an interval was made
     (the JSON has no key otherwise)."""
@@ -148,10 +145,7 @@ class PredictedSaving(ToDict):
     n_valid: int
     ci_method: str | None = None
 
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> PredictedSaving:
-        _check_keys(cls, d, optional=("ci_method",))
-        return cls(**d)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("ci_method",)
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -161,21 +155,16 @@ class PredictedSaving(ToDict):
 
 
 @dataclass(frozen=True)
-class BootstrapCI(ToDict):
+class BootstrapCI(StatsRecord):
     """Percentile bootstrap interval of a score over prompts (:func:`engine.stats.multigen.bootstrap_score_ci`)."""
 
     se: float
     ci_low: float
     ci_high: float
 
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> BootstrapCI:
-        _check_keys(cls, d)
-        return cls(**d)
-
 
 @dataclass(frozen=True)
-class SingleGeneration(ToDict):
+class SingleGeneration(StatsRecord):
     """The k scores one would report from a single generation per prompt, and their spread
     (:func:`engine.stats.multigen.single_generation_scores`)."""
 
@@ -184,14 +173,9 @@ class SingleGeneration(ToDict):
     worst: float
     spread: float
 
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> SingleGeneration:
-        _check_keys(cls, d)
-        return cls(**d)
-
 
 @dataclass(frozen=True)
-class PositionBias(ToDict):
+class PositionBias(StatsRecord):
     """The judge's position bias from judgements shown in both orders
     (:func:`engine.stats.paired_tests.position_bias`; NaN written as None for the JSON)."""
 
@@ -206,14 +190,9 @@ class PositionBias(ToDict):
     tie_rate: float | None
     per_row_clusters: bool
 
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> PositionBias:
-        _check_keys(cls, d)
-        return cls(**d)
-
 
 @dataclass(frozen=True)
-class KdeCurve(ToDict):
+class KdeCurve(StatsRecord):
     """A kernel density estimate on a grid (:func:`engine.stats.benchmark.kde_curve`); ``lower`` the
     support's bound when reflected there (a variance), else None."""
 
@@ -223,14 +202,9 @@ class KdeCurve(ToDict):
     degenerate: bool  # the data could not choose a bandwidth: the fallback one was used
     lower: float | None
 
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> KdeCurve:
-        _check_keys(cls, d)
-        return cls(**d)
-
 
 @dataclass(frozen=True)
-class VarianceComponents(ToDict):
+class VarianceComponents(StatsRecord):
     """Between- and within-question variance of the score difference A − B of a Q × R design
     (:func:`engine.stats.benchmark.variance_components_diff`, ``independent_components``)."""
 
@@ -238,8 +212,3 @@ class VarianceComponents(ToDict):
     sigma2_within: float
     Q: int
     R: int
-
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> VarianceComponents:
-        _check_keys(cls, d)
-        return cls(**d)
