@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from engine.sampling import noise
+from engine.sampling.gumbel import scale
 
 MAX_CANDIDATES = 32  # per-row buffer of tokens within the margin of the best (more: the row falls back)
 
@@ -123,12 +124,6 @@ def _kernels() -> Any:
     return _cpu_argmax_kernels
 
 
-def _scaled(x: torch.Tensor, temperature: float) -> torch.Tensor:
-    """z = float32(x) / T exactly as the reference computes it (no division at T = 1)."""
-    z = x.float()
-    return z / temperature if temperature != 1.0 else z
-
-
 def _flat_rows(x: torch.Tensor) -> tuple[np.ndarray, int]:
     """x (R, V) float32 with unit column stride as a flat numpy view and its row stride (no copy)."""
     R, V = x.shape
@@ -146,7 +141,7 @@ def _choose(x: torch.Tensor, temperature: float, cand: torch.Tensor, n: torch.Te
     k = max(1, int(n.max()) if n.numel() else 1)
     cand = cand[:, :k]  # (R, k)
     g = noise.gumbel_at(seeds, units, steps, token_keys[cand])  # (R, k) float32
-    s = _scaled(x.gather(1, cand), temperature) + g  # (R, k) the reference's float32 scores
+    s = scale(x.gather(1, cand), temperature) + g  # (R, k) the reference's float32 scores
     s = s.masked_fill(torch.arange(k)[None, :] >= n[:, None], float("-inf"))
     return cand.gather(1, torch.argmax(s, dim=1, keepdim=True)).squeeze(1)  # (R,)
 
@@ -203,7 +198,7 @@ def gumbel_argmax_detail(logits: torch.Tensor, seeds: torch.Tensor, units: torch
     if bool(fallback.any()):
         i = fallback.nonzero().squeeze(1)
         g = noise.gumbel(seeds[i], units[i], steps[i], token_keys)  # (f, V) the reference, on few rows
-        tokens[i] = torch.argmax(_scaled(x[i], temperature) + g, dim=1)
+        tokens[i] = torch.argmax(scale(x[i], temperature) + g, dim=1)
         ev_t[i] = -1
     return ArgmaxDetail(tokens, ev_t, fallback)
 
