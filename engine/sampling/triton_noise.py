@@ -254,6 +254,17 @@ def _interpreting(device: torch.device) -> bool:
     return device.type != "cuda"
 
 
+def _argmax_launch(seed, unit_keys: torch.Tensor, step, token_keys: torch.Tensor, dev: torch.device, B: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+    """What both argmax kernels are launched with: (token keys (V,), seeds, units, steps (B,) int64,
+    the token output (B,) int64, the per-row float32 output (B,), interpreted?), all on ``dev``."""
+    keys = token_keys.to(device=dev, dtype=torch.int64).contiguous()  # (V,)
+    s, unit, t = _row_inputs(seed, unit_keys, step, dev)
+    tok = torch.empty(B, dtype=torch.int64, device=dev)
+    val = torch.empty(B, dtype=torch.float32, device=dev)
+    return keys, s, unit, t, tok, val, _interpreting(dev)
+
+
 def gumbel_triton(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.Tensor,
                   token_keys: torch.Tensor, out: torch.Tensor | None = None,
                   block: int | None = None) -> torch.Tensor:
@@ -338,17 +349,12 @@ def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys:
         g = noise.gumbel(seed, unit_keys, step, token_keys)  # (B, V)
         tok = torch.argmax(logp + g, dim=-1)  # (B,)
         return tok, g.gather(1, tok[:, None]).squeeze(1)
-    dev = logp.device
-    keys = token_keys.to(device=dev, dtype=torch.int64).contiguous()  # (V,)
-    s, unit, t = _row_inputs(seed, unit_keys, step, dev)
     B, V = logp.shape
     if logp.stride(1) != 1:
         logp = logp.contiguous()
-    tok = torch.empty(B, dtype=torch.int64, device=dev)
-    gval = torch.empty(B, dtype=torch.float32, device=dev)
+    keys, s, unit, t, tok, gval, interp = _argmax_launch(seed, unit_keys, step, token_keys, logp.device, B)
     if B == 0:
         return tok, gval
-    interp = _interpreting(dev)
     block = block or (16384 if interp else 2048)
     kernel = _kernels(interp)[1]
     kernel[(B,)](tok, gval, logp, s, unit, t, keys, V, logp.stride(0), BLOCK=block, LIBDEVICE=not interp)
@@ -403,15 +409,10 @@ def gumbel_argmax_logits(logits: torch.Tensor, seed: int | torch.Tensor, unit_ke
         z = scale(logits if rows is None else logits[rows], temperature)  # (B, V)
         tok = torch.argmax(z + noise.gumbel(seed, unit_keys, step, token_keys), dim=-1)  # (B,)
         return tok, (z.gather(1, tok[:, None]).squeeze(1) - torch.logsumexp(z, dim=-1)).exp()
-    dev = logits.device
-    keys = token_keys.to(device=dev, dtype=torch.int64).contiguous()  # (V,)
-    s, unit, t = _row_inputs(seed, unit_keys, step, dev)
     B = logits.shape[0] if rows is None else rows.shape[0]
-    tok = torch.empty(B, dtype=torch.int64, device=dev)
-    prob = torch.empty(B, dtype=torch.float32, device=dev)
+    keys, s, unit, t, tok, prob, interp = _argmax_launch(seed, unit_keys, step, token_keys, logits.device, B)
     if B == 0:
         return tok, prob
-    interp = _interpreting(dev)
     block = block or (16384 if interp else 2048)
     t32 = struct.unpack("f", struct.pack("f", temperature))[0]  # float32(T): exact as the kernel's fp32 argument
     kernel = _kernels(interp)[2]
