@@ -212,8 +212,9 @@ def _eta(prog: dict, meta: dict) -> float | None:
 
 def ray_unavailable() -> str:
     """Why Ray workers cannot run here ("" when ``ray`` is installed): checked before a job starts."""
-    import importlib.util
-    if importlib.util.find_spec("ray") is None:
+    from engine.generation.ray_cluster import ray_installed
+
+    if not ray_installed():
         return "Ray workers need the `ray` package, which is not installed here (pip install ray); use 0 workers"
     return ""
 

@@ -69,13 +69,9 @@ def require_ray() -> None:
     """``--workers`` / ``--ray-address`` without the ``ray`` package: one line naming what to install,
     raised before the dataset, the models, the database folder or a run lock are touched (the
     executor's own check, ``RayExecutor.prepare``, runs only after the run is planned and locked)."""
-    import importlib.util
+    from engine.generation.ray_cluster import ray_installed
 
-    try:
-        found = importlib.util.find_spec("ray") is not None
-    except (ImportError, ValueError):  # a broken or half-imported ray
-        found = False
-    if not found:
+    if not ray_installed():
         raise UserError("--workers / --ray-address need the 'ray' package, which is not installed here; "
                         "install it with: pip install ray (or run without --workers / --ray-address)")
 

@@ -34,6 +34,17 @@ from pathlib import Path
 POLL_S = 0.5
 
 
+def ray_installed() -> bool:
+    """Whether the ``ray`` package is importable here (without importing it: a broken or
+    half-imported ray counts as absent). The CLI and the Generate page both refuse workers on it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def records_dir() -> Path:
     """The per-user folder of cluster records."""
     uid = os.getuid() if hasattr(os, "getuid") else 0
