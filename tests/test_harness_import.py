@@ -29,15 +29,26 @@ def _one(folder: Path, pattern: str) -> Path:
     return p
 
 
+LM_GROUP = DATA / "lm_eval" / "tinygroup"      # a flat group task (two subtasks), weighted by size
+LM_NEST = DATA / "lm_eval" / "tinynest"        # a group of groups, the outer one unweighted
+INS_CKPT = DATA / "inspect" / "checkpoints"    # two checkpoints logged under one model name
+INS_PARTIAL = DATA / "inspect" / "partial"     # fractional scores over 3 epochs
+
+
 def test_every_fixture_reads_and_our_accuracy_is_the_harness_number():
     logs = read_harness(DATA / "lm_eval") + read_harness(DATA / "inspect")
     assert {(lg.harness, lg.model) for lg in logs} == {
         ("lm-eval", "dummy-a"), ("lm-eval", "dummy-b"), ("lm-eval", "dummy-c"),
-        ("inspect", "mockllm/alpha"), ("inspect", "mockllm/beta"), ("inspect", "mockllm/gamma")}
+        ("inspect", "mockllm/alpha"), ("inspect", "mockllm/beta"), ("inspect", "mockllm/gamma"),
+        ("inspect", "mockllm/local"), ("inspect", "mockllm/partial")}
     for lg in logs:
-        assert our_accuracy(lg) == lg.headline, lg.path  # exactly
         raw = [s.score for s in lg.samples]
-        assert set(raw) <= {0.0, 1.0}
+        if lg.model == "mockllm/partial":
+            assert not set(raw) <= {0.0, 1.0}  # the one fixture with partial credit
+            assert our_accuracy(lg) == pytest.approx(lg.headline, rel=1e-12)
+        else:
+            assert our_accuracy(lg) == lg.headline, lg.path  # exactly
+            assert set(raw) <= {0.0, 1.0}
     ins = {lg.model: lg for lg in logs if lg.harness == "inspect"}
     assert {s.repeat for s in ins["mockllm/alpha"].samples} == {0, 1}  # 2 epochs -> repeats 0, 1
     assert ins["mockllm/alpha"].reader == "stdlib+zstandard" and ins["mockllm/beta"].reader == "stdlib"
@@ -201,3 +212,114 @@ def test_cli_summary_benchmark_compare_and_accuracy_ranks_on_an_import(tmp_db, c
     assert [m["model"] for m in ranks["models"]] == ["dummy-b", "dummy-a"] and ranks["imported"]
     assert main(["benchmark-compare", "--db", str(tmp_db)]) == 2
     assert "give --model-a and --model-b, or --run RUN" in capsys.readouterr().err
+
+
+def test_lm_eval_group_tasks_import_with_subtasks_as_subjects(tmp_db):
+    """lm-eval's group tasks (results for `tinygroup` with no samples file of its own; `tinynest` -> two
+    groups -> three tasks): every sample-level task is read, the group aggregates are checked against them
+    (weighted by size or not, whichever lm-eval used), and the subtasks become subjects."""
+    from engine import store
+    from engine.store.scores import imported_facts
+    res = import_harness(tmp_db, [str(LM_GROUP)])
+    assert res.run_id == "harness-tinygroup" and res.tasks == ("tinyg_a", "tinyg_b") and res.n_common == 8
+    # one weighted outermost group: its number is the model's headline, and ours equals it
+    assert res.headline == res.ours and set(res.headline) == {"dummy-a", "dummy-b"}
+    facts = imported_facts(tmp_db, res.run_id)
+    assert {(g["model"], g["group"], g["weight_by_size"]) for g in facts["groups"]} == {
+        ("dummy-a", "tinygroup", True), ("dummy-b", "tinygroup", True)}
+    from engine.analysis.summary import run_summary
+    s = run_summary(tmp_db, res.run_id)
+    assert {r.model: r.accuracy for r in s.accuracy} == pytest.approx(res.headline, rel=1e-12)
+    nest = import_harness(tmp_db, [str(LM_NEST)])
+    assert nest.tasks == ("tinyn_1", "tinyn_2", "tinyn_3")
+    groups = {(g["model"], g["group"]): g for g in imported_facts(tmp_db, nest.run_id)["groups"]}
+    outer = groups[("dummy-a", "tinynest")]
+    assert outer["weight_by_size"] is False and outer["subtasks"] == ["tinyn_1", "tinyn_2", "tinyn_3"]
+    # lm-eval's unweighted aggregate is the plain mean of the three subtasks' accuracies (any depth)
+    per_task = {lg.task: our_accuracy(lg) for lg in read_harness(LM_NEST) if lg.model == "dummy-a"}
+    assert outer["headline"] == pytest.approx(sum(per_task.values()) / 3, rel=1e-12)
+    assert groups[("dummy-a", "tinynest_x")]["weight_by_size"] is True
+    assert nest.headline == {}  # an unweighted mean of subtask means is not our accuracy: not compared
+    subjects = store.query_df(tmp_db, "SELECT DISTINCT subject FROM prompts WHERE dataset_id = ?",
+                              [nest.dataset_id])["subject"]
+    assert sorted(subjects) == ["tinyn_1", "tinyn_2", "tinyn_3"]
+
+
+def test_a_group_aggregate_that_its_subtasks_do_not_give_is_refused(tmp_path):
+    bad = tmp_path / "nest"
+    shutil.copytree(LM_NEST / "dummy-a", bad)
+    res = _one(bad, "results_*.json")
+    data = json.loads(res.read_text())
+    data["results"]["tinynest_x"]["acc,none"] += 0.01
+    res.write_text(json.dumps(data))
+    _bad(tmp_path, [bad], r"group 'tinynest_x' reports acc .* weighted by size and .* unweighted")
+
+
+def test_the_results_folder_may_sit_one_level_down(tmp_db):
+    """lm-eval writes OUTPUT/<model name>/results_*.json: the OUTPUT folder of two models is one path."""
+    res = import_harness(tmp_db, [str(LM_NEST)], name="one-level")
+    assert res.models == ("dummy-a", "dummy-b")
+
+
+def test_two_checkpoints_of_one_model_are_named_from_their_model_arguments(tmp_db, capsys):
+    logs = read_harness(INS_CKPT)
+    assert {lg.model for lg in logs} == {"mockllm/local"}  # what Inspect logs for both
+    res = import_harness(tmp_db, [str(p) for p in sorted(INS_CKPT.glob("*.eval"))], name="ck")
+    assert set(res.models) == {"mockllm/local@step-100", "mockllm/local@step-200"}
+    assert res.headline == {"mockllm/local@step-100": 0.25, "mockllm/local@step-200": 0.625}
+    # explicit names, one per path, in order
+    paths = sorted(INS_CKPT.glob("*.eval"))
+    by_path = {str(p): read_inspect(p).model_args for p in paths}
+    named = import_harness(tmp_db, [str(p) for p in paths], name="ck2", model_names=["early", "late"])
+    assert set(named.models) == {"early", "late"}
+    step = {"early": by_path[str(paths[0])], "late": by_path[str(paths[1])]}
+    assert named.headline["early" if "step-100" in str(step["early"]) else "late"] == 0.25
+    from engine.cli import main
+    assert main(["import", "harness", *map(str, paths), "--db", str(tmp_db), "--name", "ck3",
+                 "--model-names", "x"]) == 2
+    assert "one name per path (2 path(s), 1 name(s))" in capsys.readouterr().err
+
+
+def test_logs_that_nothing_tells_apart_name_the_option(tmp_path):
+    twin = tmp_path / "twin.eval"
+    shutil.copy(_one(INS_QA, "*.eval"), twin)
+    _bad(tmp_path, [_one(INS_QA, "*.eval"), twin], r"appears twice .* --model-names NAME")
+
+
+def test_checkpoint_labels_use_the_shortest_distinguishing_tail():
+    from engine.tasks.harness_import import _checkpoint_label
+    a, b = (("model_path", "/ckpt/run1/final"),), (("model_path", "/ckpt/run2/final"),)
+    assert _checkpoint_label(a, [b]) == "run1/final" and _checkpoint_label(b, [a]) == "run2/final"
+    assert _checkpoint_label((("pretrained", "org/m-7b"),), [(("pretrained", "org/m-13b"),)]) == "m-7b"
+    assert _checkpoint_label((("dtype", "float16"),), [(("dtype", "bfloat16"),)]) is None  # not a checkpoint
+
+
+def test_equality_gate_tolerates_the_order_of_a_float_sum_but_not_a_real_difference(tmp_path, tmp_db):
+    """Partial-credit scores averaged over epochs: the harness's accuracy is a float sum in its own order.
+    The same samples in another order give our sum different last bits, and the import still takes it
+    (1e-9 relative); a change in the fourth digit is refused; 0/1 scores keep exact equality."""
+    from engine.tasks.harness import REL_TOL, agrees
+    src = _one(INS_PARTIAL, "*.json")
+    data = json.loads(src.read_text())
+    headline = data["results"]["scores"][0]["metrics"]["accuracy"]["value"]
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # find an order of the samples whose float sum is not the harness's to the last bit
+        order = rng.permutation(len(data["samples"]))
+        shuffled = dict(data, samples=[data["samples"][i] for i in order])
+        path = tmp_path / "shuffled.json"
+        path.write_text(json.dumps(shuffled))
+        if our_accuracy(read_inspect(path, use_inspect=False)) != headline:
+            break
+    else:
+        pytest.fail("no order of the samples changed the sum's last bits")
+    ours = our_accuracy(read_inspect(path, use_inspect=False))
+    assert ours != headline and abs(ours - headline) <= REL_TOL * abs(headline)
+    res = import_harness(tmp_db, [str(path)], name="partial", use_inspect=False)
+    assert res.headline["mockllm/partial"] == headline
+    off = dict(data)
+    off["results"] = json.loads(json.dumps(data["results"]))
+    off["results"]["scores"][0]["metrics"]["accuracy"]["value"] = headline + 1e-4
+    (tmp_path / "off.json").write_text(json.dumps(off))
+    _bad(tmp_path, [tmp_path / "off.json"], "the samples give accuracy")
+    assert agrees(0.25, 0.25, exact=True) and not agrees(0.25, 0.25 + 2 ** -54, exact=True)
+    assert agrees(0.25, 0.25 + 2 ** -54, exact=False)

@@ -38,7 +38,10 @@ def register(sub) -> None:
                                        "(.eval/.json): several paths = several models in one run, paired by sample id")
     h.add_argument("paths", nargs="+", metavar="PATH", help="lm-eval output folder / results_*.json, Inspect log")
     add_db(h)
-    h.add_argument("--name", default=None, help="run id (default: harness-<task>)")
+    h.add_argument("--name", default=None, help="run id (default: harness-<task or group>)")
+    h.add_argument("--model-names", nargs="+", metavar="NAME", default=None,
+                   help="the model name of each PATH, in order (default: the harness's name; two checkpoints of "
+                        "one name are told apart by their model arguments, e.g. hf/local@step-1000)")
     add_output_args(h)
     h.set_defaults(func=run_harness)
 
@@ -74,7 +77,7 @@ def run_comparisons(args) -> int:
 
 def run_harness(args) -> int:
     from engine.tasks.harness_import import import_harness
-    res = import_harness(args.db, args.paths, name=args.name)
+    res = import_harness(args.db, args.paths, name=args.name, model_names=args.model_names)
     rows = [{"model": m, "harness accuracy": res.headline.get(m), "our accuracy": res.ours.get(m)} for m in res.models]
     return emit(args, res.to_dict(), lambda: (
         f"imported {res.n_generations:,} samples of {len(res.models)} model(s) from {res.harness} "

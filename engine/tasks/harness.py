@@ -15,11 +15,12 @@ accuracy; a file of another format version, a truncated zip or a missing field i
 from __future__ import annotations
 
 import json
+import math
 import re
 import zipfile
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,19 @@ INSPECT_LOG_VERSIONS = (2,)          # Inspect's log format version
 INSPECT_VALUES = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}  # Inspect's CORRECT/INCORRECT/PARTIAL/NOANSWER
 LM_EVAL_METRICS = ("acc", "exact_match", "acc_norm", "mc1", "mc2", "f1")
 _ZSTD = 93
+REL_TOL = 1e-9                       # the equality gate's tolerance where sums of floats may differ in order
+
+
+def agrees(ours: float, reported: float, exact: bool) -> bool:
+    """The import's equality gate between our accuracy and the harness's own number.
+
+    ``exact``: 0/1 scores, one per sample, so both sides are an integer count over n, which every order
+    of summation gives to the last bit; anything else (fractional scores, means over epochs, weighted group
+    aggregates) is a floating-point sum whose order changes the last bits: equal within ``REL_TOL``.
+    """
+    if exact:
+        return ours == reported
+    return math.isclose(ours, reported, rel_tol=REL_TOL, abs_tol=REL_TOL * 1e-3)
 
 
 @dataclass(frozen=True)
@@ -54,10 +68,34 @@ class HarnessLog:
     samples: tuple[HarnessSample, ...]
     path: str
     reader: str = "stdlib"
+    model_args: tuple[tuple[str, str], ...] = ()   # the harness's model arguments (what tells checkpoints apart)
+    groups: tuple[GroupResult, ...] = ()           # lm-eval: every group of the results file, checked
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """An lm-eval group (``mmlu``, ``mmlu_stem``, ...): its reported aggregate and ours from its subtasks' samples."""
+    name: str
+    metric: str
+    headline: float          # as lm-eval reported it
+    ours: float              # lm-eval's aggregation of the leaf tasks' per-sample scores
+    leaves: tuple[str, ...]  # the sample-level tasks under it, at any depth
+    weight_by_size: bool
 
 
 # ---------------------------------------------------------------------------------------------
 # lm-evaluation-harness
+
+
+def parse_model_args(raw: Any) -> tuple[tuple[str, str], ...]:
+    """A harness's model arguments as sorted (key, value) pairs: lm-eval writes a dict or a
+    ``"pretrained=A,dtype=float16"`` string, Inspect a dict (``-M model_path=A``)."""
+    if isinstance(raw, str):
+        pairs = [part.split("=", 1) for part in raw.split(",") if "=" in part]
+        return tuple(sorted((k.strip(), v.strip()) for k, v in pairs))
+    if isinstance(raw, dict):
+        return tuple(sorted((str(k), str(v)) for k, v in raw.items() if v is not None))
+    return ()
 
 
 def _load_json(path: Path) -> Any:
@@ -114,8 +152,58 @@ def _lm_eval_samples(path: Path, task: str, metric: str, filt: str) -> list[Harn
     return out
 
 
+def _leaves(name: str, tree: dict[str, list[str]]) -> list[str]:
+    """The sample-level tasks under ``name`` at any depth (lm-eval's ``group_subtasks``; a task maps to [])."""
+    children = tree.get(name) or []
+    return [name] if not children else [leaf for c in children for leaf in _leaves(c, tree)]
+
+
+def _mean(scores: list[float]) -> float:
+    return sum(scores) / len(scores)
+
+
+def check_groups(res: dict, logs: list[HarnessLog], path: Path) -> tuple[GroupResult, ...]:
+    """Every group aggregate of an lm-eval results file against its leaf tasks' samples.
+
+    lm-eval aggregates a group over all the sample-level tasks below it, at any depth, as the size-weighted
+    mean of their accuracies or (``weight_by_size: false``) their plain mean; the results file does not
+    record which, so both are computed and the one that gives lm-eval's number is recorded. A group entry
+    without a metric (no ``aggregate_metric_list``) is only listed.
+    """
+    tree = {str(k): [str(c) for c in v] for k, v in (res.get("group_subtasks") or {}).items()}
+    by_task = {lg.task: lg for lg in logs}
+    out = []
+    for group in [g for g, children in tree.items() if children]:
+        entry = (res.get("results") or {}).get(group) or (res.get("groups") or {}).get(group) or {}
+        leaves = _leaves(group, tree)
+        missing = [t for t in leaves if t not in by_task]
+        if missing:
+            raise UserError(f"{str(path)!r}: group {group!r} lists subtasks without results: {', '.join(missing)}")
+        try:
+            metric, _, headline = _lm_eval_metric(group, entry, path)
+        except UserError:
+            continue  # a group that reports no aggregate (lm-eval prints only its subtasks)
+        means = [_mean([s.score for s in by_task[t].samples]) for t in leaves]
+        sizes = [len(by_task[t].samples) for t in leaves]
+        weighted = sum(m * n for m, n in zip(means, sizes)) / sum(sizes)
+        plain = sum(means) / len(means)
+        if agrees(weighted, headline, False):
+            out.append(GroupResult(group, metric, headline, weighted, tuple(leaves), True))
+        elif agrees(plain, headline, False):
+            out.append(GroupResult(group, metric, headline, plain, tuple(leaves), False))
+        else:
+            raise UserError(f"{str(path)!r}: group {group!r} reports {metric} {headline!r}, its subtasks' samples give "
+                            f"{weighted!r} weighted by size and {plain!r} unweighted; nothing was written")
+    return tuple(out)
+
+
 def read_lm_eval(results_path: Path) -> list[HarnessLog]:
-    """One :class:`HarnessLog` per task of an lm-eval ``results_*.json`` with its samples files."""
+    """One :class:`HarnessLog` per sample-level task of an lm-eval ``results_*.json`` with its samples files.
+
+    Group tasks (``mmlu`` -> ``mmlu_stem`` -> subjects: ``group_subtasks``, any depth) have no samples file of
+    their own: their aggregates are checked against their subtasks' samples (:func:`check_groups`) and kept
+    on every log of the file (``groups``); the subtasks become the run's subjects.
+    """
     res = _load_json(results_path)
     if not isinstance(res, dict) or "results" not in res:
         raise UserError(f"{str(results_path)!r} is not an lm-eval results file (no 'results')")
@@ -127,16 +215,21 @@ def read_lm_eval(results_path: Path) -> list[HarnessLog]:
     if not model:
         raise UserError(f"{str(results_path)!r}: no model name (model_name / config.model)")
     stamp = results_path.name[len("results_"):-len(".json")]
+    groups = {str(g) for g, children in (res.get("group_subtasks") or {}).items() if children}
+    args = parse_model_args((res.get("config") or {}).get("model_args"))
     logs = []
     for task, entry in res["results"].items():
+        if task in groups:
+            continue
         metric, filt, headline = _lm_eval_metric(task, entry, results_path)
         samples_path = results_path.with_name(f"samples_{task}_{stamp}.jsonl")
         if not samples_path.is_file():
             raise UserError(f"{str(results_path)!r}: no {samples_path.name} beside it (run lm-eval with --log_samples)")
         samples = _lm_eval_samples(samples_path, task, metric, filt)
         logs.append(HarnessLog("lm-eval", version, str(model), task, metric, headline, tuple(samples),
-                               str(samples_path)))
-    return logs
+                               str(samples_path), model_args=args))
+    checked = check_groups(res, logs, results_path)
+    return [replace(lg, groups=checked) for lg in logs]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +280,7 @@ def _inspect_log(header: dict, samples: Iterable[dict], path: Path, reader: str)
                                  None if s.get("target") is None else str(s.get("target"))))
     return HarnessLog("inspect", str((ev.get("packages") or {}).get("inspect_ai", "")), str(ev.get("model")),
                       str(ev.get("task")), metric, float(scorer["metrics"][metric]["value"]), tuple(out), str(path),
-                      reader)
+                      reader, model_args=parse_model_args(ev.get("model_args")))
 
 
 def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> dict:
