@@ -107,3 +107,16 @@ def test_cli_json_keys(tmp_db, capsys):
     assert set(d["bias"]) == {"m0", "m1", "m2"}
     assert main(["judge-audit", "--db", str(tmp_db), "--run", RUN, "--judge", "j1", "--boot", "100"]) == 0
     assert "Cohen's kappa" in capsys.readouterr().out
+
+
+def test_run_ranksets_cli_with_plan(tmp_db, capsys):
+    from engine.cli import main
+    make_db(tmp_db, n_prompts=60, n_labels=100)
+    assert main(["run-ranksets", "--db", str(tmp_db), "--run", RUN, "--judge", "j1", "--procedure", "chi2",
+                 "--plan-width", "1", "--plan-ci", "0.3", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert set(d["results"]) == {"ppr", "judge", "human"} and d["results"]["ppr"]["n"] == 100
+    assert d["plan"]["n_labelled"] == 100 and "more labels" in d["plan"]["text"]
+    assert main(["run-ranksets", "--db", str(tmp_db), "--run", RUN, "--judge", "j1", "--procedure", "chi2",
+                 "--plan-width", "1"]) == 0
+    assert "planner:" in capsys.readouterr().out

@@ -133,7 +133,7 @@ def audit_units(run: str, judge: str, units: pd.DataFrame, labels: pd.DataFrame,
     if not 0 < conf < 1:
         raise UserError(f"conf must be in (0, 1); got {conf}")
     U.check_models(labels, units, run)
-    first, second = U.first_labels(labels)
+    first, second = U.first_labels(U.fill_modes(labels, units))
     df = U.merge_labels(units, first)
     ids = pd.concat([df["prompt_id"], first["prompt_id"]], ignore_index=True).astype(str)
     cats = pd.Index(sorted(pd.unique(ids)))  # sorted: the same resamples whatever the row order

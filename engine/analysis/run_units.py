@@ -129,6 +129,17 @@ def check_models(labels: pd.DataFrame, units: pd.DataFrame, run: str) -> None:
                         f"the run's models: {', '.join(sorted(map(str, known)))}")
 
 
+def fill_modes(labels: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
+    """Labels without a mode (a set stored before the mode column, its meta naming none) take the
+    judged units' mode when there is only one; otherwise they stay unmatched."""
+    if labels.empty or units.empty or labels["mode"].notna().all():
+        return labels
+    modes = units["mode"].unique()
+    if len(modes) != 1:
+        return labels
+    return labels.assign(mode=labels["mode"].astype(object).where(labels["mode"].notna(), modes[0]))
+
+
 def merge_labels(units: pd.DataFrame, first: pd.DataFrame) -> pd.DataFrame:
     """``units`` with the human label of each (None where unlabelled); repeat and mode matched as given."""
     f = first.astype({"repeat": np.int64}) if len(first) else first
