@@ -16,7 +16,7 @@ from engine.analysis.notices import Notice
 from engine.errors import UserError
 from engine.store import comparisons as SC
 from engine.store import runs as RS
-from engine.store.db import transaction
+from engine.store.db import insert_df, transaction
 from engine.store.verdicts import VerdictRow, insert_verdicts
 
 RUN = "run-x"
@@ -38,9 +38,13 @@ def make_db(path, n_prompts=40, k=3, n_labels=60, seed=0):
     other = units.copy()
     flip = np.random.default_rng(seed + 1).random(len(other)) < 0.2
     other.loc[flip, ["w_ab", "w_ba", "judge"]] = 2
+    models = sorted(set(units.model_a) | set(units.model_b))
+    gens = pd.DataFrame([(RUN, m, p, 0, "coupled", 1, f"{m} on {p}") for m in models for p in units.prompt_id.unique()],
+                        columns=["run_id", "model", "prompt_id", "repeat", "mode", "seed", "text"])
     with transaction(path) as con:
-        RS.create_run(con, RUN, "ds", {"models": sorted(set(units.model_a) | set(units.model_b))}, "v", "token_id",
+        RS.create_run(con, RUN, "ds", {"models": models, "modes": ["coupled"], "repeats": 1}, "v", "token_id",
                       [], len(units))
+        insert_df(con, "generations", gens, list(gens.columns))
     insert_verdicts(path, _verdicts(units, "j1") + _verdicts(other, "j2"))
     # stored with model_a / model_b swapped on half the rows: the reader puts them back in canonical order
     lab = labels.copy()

@@ -76,6 +76,25 @@ class JudgeAudit(ToDict):
     needs: list[LabelNeed]
     warnings: list[AnalysisWarning]
 
+    def figures_table(self) -> pd.DataFrame:
+        """One row per figure: figure, estimate, lower, upper, n (the page's main table)."""
+        rows = [("agreement (judge vs human)", self.agreement), ("Cohen's kappa (a / b / tie)", self.kappa),
+                ("position consistency", self.position_consistency),
+                ("first-position preference, P(first) - 1/2", self.first_position_preference),
+                ("human-human agreement", self.human_agreement), ("human-human kappa", self.human_kappa)]
+        if self.error_correlation:
+            rows += [("mean error correlation of the judges", self.mean_error_correlation),
+                     ("effective number of judges", self.effective_judges),
+                     ("majority-of-judges agreement", self.majority_agreement)]
+            rows += [(f"error correlation {p}", e) for p, e in self.error_correlation.items()]
+        return pd.DataFrame([{"figure": f, "estimate": e.estimate, "lower": e.lower, "upper": e.upper, "n": e.n}
+                             for f, e in rows])
+
+    def bias_table(self) -> pd.DataFrame:
+        """Per model: bias b_m (judge minus human strict win-rate), lower, upper, n (units with the model)."""
+        return pd.DataFrame([{"model": m, "bias": e.estimate, "lower": e.lower, "upper": e.upper, "n": e.n}
+                             for m, e in self.bias.items()], columns=["model", "bias", "lower", "upper", "n"])
+
 
 def _f(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
@@ -190,10 +209,10 @@ def audit_units(run: str, judge: str, units: pd.DataFrame, labels: pd.DataFrame,
 
 def judge_audit(db: str | os.PathLike, run: str, judge: str, human: str | None = None, mode: str | None = None,
                 n_boot: int = DEFAULT_BOOT, seed: int = 0, conf: float = 0.95,
-                judges: list[str] | None = None) -> JudgeAudit:
+                judges: list[str] | None = None, label_count: int | None = None) -> JudgeAudit:
     """The judge audit of ``run`` by ``judge`` against the run's human labels (``human``: one set;
     default every set naming the run). ``judges``: the panel of the several-judges figures
-    (default every judge with verdicts on the run).
+    (default every judge with verdicts on the run). ``label_count`` only keys a page's cache.
 
     Returns:
         :class:`JudgeAudit`.

@@ -10,6 +10,7 @@ agree, ``tie`` when they disagree, the parsed one when the other is unparseable.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -146,3 +147,34 @@ def merge_labels(units: pd.DataFrame, first: pd.DataFrame) -> pd.DataFrame:
     out = units.merge(f, on=KEY, how="left")
     h = out["human_winner"].astype(object)
     return out.assign(human_winner=h.where(h.notna(), None))
+
+
+@dataclass(frozen=True)
+class AuditSource:
+    """A (run, judge) with stored verdicts, and how many human labels the run has: a page's choice."""
+
+    run: str
+    judge: str
+    n_verdicts: int
+    n_labels: int
+
+    @property
+    def label(self) -> str:
+        return f"run {self.run} · judge {self.judge} · {self.n_verdicts:,} verdicts · {self.n_labels:,} human labels"
+
+
+def label_count(db: str | os.PathLike, run: str) -> int:
+    """How many human labels ``run`` has (cheap; the key on which pages refresh as labels arrive)."""
+    return RL.run_label_count(db, run)
+
+
+def audit_sources(db: str | os.PathLike) -> list[AuditSource]:
+    """Every (run, judge) with verdicts, runs with human labels first."""
+    from engine.analysis.comparisons import judgment_sources
+    g = judgment_sources(db)
+    if g.empty:
+        return []
+    per = g.groupby(["run_id", "judge"], sort=True)["n"].sum().reset_index()
+    counts = {r: label_count(db, r) for r in per.run_id.unique()}
+    out = [AuditSource(str(r.run_id), str(r.judge), int(r.n), counts[r.run_id]) for r in per.itertuples()]
+    return sorted(out, key=lambda s: (s.n_labels == 0, s.run, s.judge))
