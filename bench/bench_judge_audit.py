@@ -62,6 +62,8 @@ def main() -> int:
     ap.add_argument("--labels", type=int, default=1000)
     ap.add_argument("--boot", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--keep-db", metavar="PATH", help="also store the simulated run in this new database file (run "
+                                                      "'bench-run', judges j1 / j2, set 'bench-labels'; docs/JUDGE_AUDIT.md)")
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     a = ap.parse_args()
     if a.smoke:
@@ -84,6 +86,11 @@ def main() -> int:
             t = time.perf_counter()
             res = judge_audit(db, RUN, "j1", n_boot=a.boot)
             times["store"].append(time.perf_counter() - t)
+    if a.keep_db:
+        if Path(a.keep_db).exists():
+            raise SystemExit(f"--keep-db: {a.keep_db} exists; give a new file")
+        store_run(Path(a.keep_db), units, labels, other)
+        print(f"stored the simulated run 'bench-run' in {a.keep_db}")
     print(f"judge audit: {len(units):,} units, {res.n_audited:,} with both labels, {a.boot} resamples, "
           f"judges {res.judges}")
     for k, v in times.items():
