@@ -124,3 +124,29 @@ def test_run_ranksets_cli_with_plan(tmp_db, capsys):
     assert main(["run-ranksets", "--db", str(tmp_db), "--run", RUN, "--judge", "j1", "--procedure", "chi2",
                  "--plan-width", "1"]) == 0
     assert "planner:" in capsys.readouterr().out
+
+
+def test_position_consistency_agrees_with_paired_tests_position_bias():
+    """Two implementations: 1 - flip rate of engine.stats.paired_tests.position_bias (rows per order)."""
+    from engine.stats.paired_tests import position_bias
+    units, labels = simulated_run(50, 3, 10, np.random.default_rng(4))
+    res = JA.audit_units(RUN, "j1", units, labels, n_boot=20)
+    n = len(units)
+    a = np.concatenate([np.zeros(n), np.ones(n)]).astype(int)  # shown first: model_a (ab) / model_b (ba)
+    b = 1 - a
+    # outcome in presentation terms: 0 = first shown wins, 1 = second, 2 = tie
+    ab, ba = units.w_ab.to_numpy(), units.w_ba.to_numpy()
+    out = np.concatenate([ab, np.where(ba == 2, 2, 1 - ba)])
+    pb = position_bias(a, b, out, np.concatenate([np.arange(n), np.arange(n)]))
+    assert res.position_consistency.estimate == pytest.approx(pb["consistency"])
+    assert res.first_position_preference.estimate == pytest.approx(pb["first_win_share"] - 0.5)
+
+
+def test_doubly_labelled_needs_another_labeller():
+    key = dict(prompt_id="p1", repeat=0, mode="coupled", model_a="m0", model_b="m1")
+    lab = pd.DataFrame([{**key, "human_winner": "a", "labeller": "ann", "labelled_at": pd.Timestamp(2)},
+                        {**key, "human_winner": "b", "labeller": "ann", "labelled_at": pd.Timestamp(1)},
+                        {**key, "human_winner": "tie", "labeller": "bob", "labelled_at": pd.Timestamp(3)}])
+    first, second = U.first_labels(lab)
+    assert first.human_winner.tolist() == ["b"]  # the earliest label
+    assert second.human_winner.tolist() == ["tie"]  # ann's second label is not a second labeller
