@@ -52,6 +52,9 @@ def make_db(path, n_prompts=40, k=3, n_labels=60, seed=0):
     lab.loc[sw, ["model_a", "model_b"]] = lab.loc[sw, ["model_b", "model_a"]].to_numpy()
     lab.loc[sw, "human_winner"] = lab.loc[sw, "human_winner"].map({"a": "b", "b": "a", "tie": "tie"})
     SC.write_set(path, lab.assign(judge_winner=None), "labels-x", "labels", {"run_id": RUN, "mode": "coupled"}, False)
+    # a set named by a label sample ("run" key) and a set of another run: the first is read too, the second not
+    SC.write_set(path, lab.iloc[:0].assign(judge_winner=None), "labels-run-key", "labels", {"run": RUN}, False)
+    SC.write_set(path, lab.iloc[:5].assign(judge_winner=None), "labels-other", "labels", {"run": "other"}, False)
     return units, labels, other
 
 
@@ -61,12 +64,13 @@ def test_db_audit_equals_frame_audit_and_swapped_rows_are_put_back(tmp_db):
     pd.testing.assert_frame_equal(read[U.KEY + ["w_ab", "w_ba", "judge"]].reset_index(drop=True),
                                   units.sort_values(U.KEY, ignore_index=True)[U.KEY + ["w_ab", "w_ba", "judge"]],
                                   check_dtype=False)
+    from engine.store.run_labels import run_label_sets
+    assert [n for n, _ in run_label_sets(tmp_db, RUN)] == ["labels-x", "labels-run-key"]
     hl = U.human_labels(tmp_db, RUN)
     assert len(hl) == len(labels)
     cols = U.KEY + ["human_winner"]
     assert sorted(map(tuple, hl[cols].astype(str).to_numpy())) == sorted(map(tuple, labels[cols].astype(str).to_numpy()))
     res = JA.judge_audit(tmp_db, RUN, "j1", n_boot=200, seed=3)
-    # the store's labels lack labeller (schema v3): every second label of a unit counts as doubly labelled
     ref = JA.audit_units(RUN, "j1", units, labels, n_boot=200, seed=3,
                          panel={"j1": units, "j2": other})
     assert res.agreement == ref.agreement and res.kappa == ref.kappa and res.bias == ref.bias

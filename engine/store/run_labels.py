@@ -1,8 +1,9 @@
 """A run's human labels as stored comparison sets: every SQL string of the judge audit's label reads.
 
-A run's labels are the comparison sets whose meta JSON names the run (key ``run_id``; ``mode``
-optional). Rows carry prompt_id, model_a, model_b, human_winner and, from schema v4, repeat,
-mode, labeller, labelled_at, presented; on an older store those columns read as NULL.
+A run's labels are the comparison sets whose meta JSON names the run (key ``run_id``, or ``run`` as
+the label samples' sets write it; ``mode`` optional). Rows carry prompt_id, model_a, model_b,
+human_winner and, from schema v4, repeat, mode, labeller, labelled_at, presented; on an older store
+those columns read as NULL.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def _has_sets(con) -> bool:
 
 
 def run_label_sets(db: str | os.PathLike, run: str) -> list[tuple[str, str | None]]:
-    """(name, mode) of every stored comparison set whose meta names ``run`` (key ``run_id``), oldest first."""
+    """(name, mode) of every stored comparison set whose meta names ``run`` (key ``run_id`` or ``run``), oldest first."""
     with reader(db) as con:
         if not _has_sets(con):
             return []
@@ -36,7 +37,7 @@ def run_label_sets(db: str | os.PathLike, run: str) -> list[tuple[str, str | Non
             m = json.loads(meta) if meta else {}
         except json.JSONDecodeError:
             continue
-        if isinstance(m, dict) and m.get("run_id") == run:
+        if isinstance(m, dict) and run in (m.get("run_id"), m.get("run")):  # the label samples' sets write "run"
             out.append((name, m.get("mode")))
     return out
 
