@@ -232,7 +232,7 @@ def judge_audit(db: str | os.PathLike, run: str, judge: str, human: str | None =
     units = U.judge_units(db, run, judge, mode)
     labels = U.human_labels(db, run, human)
     if mode is not None and len(labels):
-        labels = labels[labels["mode"] == mode]
+        labels = labels[labels["mode"].isna() | (labels["mode"] == mode)]
     others = {j: (units if j == judge else U.judge_units(db, run, j, mode)) for j in panel} if len(panel) > 1 else None
     return audit_units(run, judge, units, labels, mode=mode, n_boot=n_boot, seed=seed, conf=conf, panel=others,
                        human_sets=[human] if human else None)
