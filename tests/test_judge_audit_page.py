@@ -62,3 +62,5 @@ def test_rank_sets_page_run_source_refreshes_as_labels_arrive(audit_db, monkeypa
     assert not at.exception
     caps = [c.value for c in at.caption]
     assert any("(136 labels read)" in c for c in caps), caps + [str(e) for e in at.error] + [i.value for i in at.info]
+    at.toggle(key="rr_live").set_value(True).run()  # the live fragment renders the same view
+    assert not at.exception and any("(136 labels read)" in c.value for c in at.caption)
