@@ -3,6 +3,7 @@
 import streamlit as st
 
 from dashboard import loaders as L
+from dashboard import run_ranksets_view
 from dashboard import widgets as ui
 from engine import config, figures
 from engine.analysis.comparisons import ARENA_PAPER_MODELS, default_models
@@ -12,6 +13,10 @@ from engine.analysis.ranksets import PAPER_ALPHAS, THETA_TEXT
 ui.header("Rank-sets", "A rank-set is the set of ranks a model could hold; with probability ≥ 1 − α every model's "
                        "true rank lies in its set, simultaneously (max-t; rank 1 = best).")
 
+if st.radio("Source", run_ranksets_view.SOURCE_KINDS, horizontal=True, key="rs_kind") != \
+        run_ranksets_view.SOURCE_KINDS[0]:
+    run_ranksets_view.render()
+    st.stop()
 sources = [s for s in L.comparison_sources() if s.source in ("set", "arena")]
 if not sources:
     ui.empty_state("No comparisons to rank: upload human (and judge) comparisons on the Upload page. "

@@ -175,3 +175,23 @@ def available_datasets() -> list[str]:
     from engine.tasks.datasets import list_datasets
 
     return list(list_datasets())
+
+
+# Judge audit and a run's PPR rank-sets (refreshed as labels arrive: the label count is in the cache key)
+from engine.analysis import judge_audit as _judge_audit  # noqa: E402
+from engine.analysis import run_ranksets as _run_ranksets  # noqa: E402
+from engine.analysis import run_units as _run_units  # noqa: E402
+
+audit_sources = _view(_run_units.audit_sources)
+judge_audit = _view(_judge_audit.judge_audit)
+_run_ranksets_view = _view(_run_ranksets.run_ranksets)
+
+
+def run_label_count(run: str) -> int:
+    """Uncached on purpose: a few-millisecond count whose change re-keys the run's cached views."""
+    return _run_units.label_count(db_path(), run)
+
+
+def run_ranksets(run: str, judge: str, **kwargs: Any) -> _run_ranksets.RunRankSets:
+    """:func:`engine.analysis.run_ranksets.run_ranksets`, cached on the database and the run's label count."""
+    return _run_ranksets_view(run, judge, label_count=run_label_count(run), **kwargs)

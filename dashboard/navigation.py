@@ -31,6 +31,8 @@ PAGES: tuple[Page, ...] = (
          "Win-rates: pairwise preferences"),
     Page("ranksets", "app_pages/ranksets.py", "Rank-sets", ":material/format_list_numbered:", "Rank_sets",
          "Rank-sets: prediction-powered ranking"),
+    Page("judge_audit", "app_pages/judge_audit.py", "Judge audit", ":material/gavel:", "Judge_audit",
+         "Judge audit: can the judge be trusted (agreement with people, bias, position)"),
     Page("accuracy_ranks", "app_pages/accuracy_ranks.py", "Accuracy ranks", ":material/leaderboard:",
          "Accuracy_ranks", "Accuracy ranks: which model is really best (generated or imported runs)"),
     Page("datamap", "app_pages/datamap.py", "Data map", ":material/scatter_plot:", "Data_map",

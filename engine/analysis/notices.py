@@ -25,6 +25,7 @@ class Notice(str, Enum):
     DEGENERATE_SAVING = "degenerate_saving"  # a saving that divides by (or is) a zero SE
     NO_ERROR_LEVEL = "no_error_level"  # the estimation error is 0 at every size: no saving at an error level
     CANNOT_PLAN = "cannot_plan"  # the planner has no variance or error level to plan from
+    NEEDS_LABELS = "needs_labels"  # a judge-audit figure needs more human labels than exist (how many: in the text)
 
 
 class AnalysisWarning(str):
