@@ -87,3 +87,15 @@ def test_no_sql_outside_the_store_on_the_generation_side():
     for f in ("engine/generation/run.py", "engine/generation/distributed.py", "engine/commands/generate.py"):
         text = (ROOT / f).read_text()
         assert not re.findall(r"\b(SELECT|INSERT|UPDATE|DELETE)\b", text), f
+
+
+def test_overview_lists_a_run_that_died_before_its_first_chunk(tmp_path):
+    """A run row with no generation yet (its driver was killed before the first chunk) is listed with the
+    models and modes of its config, and does not break Home (DuckDB gives NA, not a list, for them)."""
+    from engine.analysis.overview import runs
+    db = tmp_path / "dead.duckdb"
+    with store.transaction(db) as con:
+        sr.create_run(con, "run-dead", "ds", {"models": ["a", "b"], "modes": ["coupled"]}, "v", "token_id", [], 4)
+    df = runs(db)
+    row = df[df["run_id"] == "run-dead"].iloc[0]
+    assert row["models"] == ["a", "b"] and row["modes"] == ["coupled"] and row["n_generations"] == 0

@@ -91,6 +91,13 @@ def mark_stale(runs_df: pd.DataFrame, db: str | os.PathLike) -> pd.DataFrame:
     return df
 
 
+def _listed(values) -> list | None:
+    """A list from DuckDB's list column, or None for NULL / NA / an empty list."""
+    if values is None or isinstance(values, str) or not hasattr(values, "__len__"):
+        return None
+    return list(values) or None
+
+
 def runs(db: str | os.PathLike) -> pd.DataFrame:
     """Every run, newest first: run_id, created_at, dataset_id, status (as stored), n_units,
     n_generations, models, modes, repeats, temperature, max_new_tokens, seed, warnings, and the
@@ -104,10 +111,9 @@ def runs(db: str | os.PathLike) -> pd.DataFrame:
     for key, col in (("repeats", "repeats"), ("temperature", "temperature"),
                      ("max_new_tokens", "max_new_tokens"), ("seed", "seed")):
         df[col] = [c.get(key) if isinstance(c, dict) else None for c in conf]
-    df["models"] = [list(m) if m is not None and len(m) else (c.get("models") if isinstance(c, dict) else None)
-                    for m, c in zip(df["models"], conf)]
-    df["modes"] = [list(m) if m is not None and len(m) else (c.get("modes") if isinstance(c, dict) else None)
-                   for m, c in zip(df["modes"], conf)]
+    # a run with no generation yet (its driver died before the first chunk) has NA lists: the config's then
+    df["models"] = [_listed(m) or (c.get("models") if isinstance(c, dict) else None) for m, c in zip(df["models"], conf)]
+    df["modes"] = [_listed(m) or (c.get("modes") if isinstance(c, dict) else None) for m, c in zip(df["modes"], conf)]
     df["resume_command"] = [resume_command(r, c, db) if s != "done" else ""
                             for r, c, s in zip(df["run_id"], conf, df["status"])]
     return df[cols]
