@@ -98,9 +98,17 @@ def test_scripted_failures_one_verdict_each_retries_and_rerun_sends_nothing(tmp_
                 assert srv.times[k][1] - srv.times[k][0] >= 0.19
         p = read_progress(prog)
         assert p["status"] == "done" and p["done"] == 18 and p["stats"]["retries"] == n_sent - 18
-        # a rerun sends zero requests
-        again = J.judge_run(tmp_db, "r1", "api", J.JudgeConfig("api"), api=api(srv.url), show_bar=False)
+        # a rerun with --no-retry-failed sends nothing
+        again = J.judge_run(tmp_db, "r1", "api", J.JudgeConfig("api"), api=api(srv.url), show_bar=False,
+                            retry_failed=False)
         assert srv.n_chat == n_sent and again.n_judged_now == 0 and store.table_counts(tmp_db)["judgments"] == 18
+        # a plain rerun sends again exactly the requests that failed for good (never an answered one,
+        # the unparseable included); each fails as scripted again and replaces its row
+        failed = [k for k, c in script.category.items() if c in FAILED]
+        again = J.judge_run(tmp_db, "r1", "api", J.JudgeConfig("api"), api=api(srv.url), show_bar=False)
+        assert srv.n_chat - n_sent == sum(CATEGORIES[script.category[k]][1] for k in failed)
+        assert again.n_judged_now == len(failed) == again.n_retried_failed and again.n_skipped_existing == 18 - len(failed)
+        assert store.table_counts(tmp_db)["judgments"] == 18
 
 
 def test_cli_api_judge_key_never_stored_and_rerun_is_free(tmp_db, tmp_path, key_env, capsys):
@@ -191,7 +199,8 @@ def test_max_requests_and_dry_run(tmp_db, key_env, monkeypatch, tmp_path, capsys
         assert main(base + ["--dry-run", "--json", "--max-requests", "3"]) == 0
         res = json.loads(capsys.readouterr().out)
         assert (res["n_requests"], res["n_capped"], res["max_output_tokens"]) == (3, 1, 3 * 16)
-        assert srv.n_chat == srv.n_models == 0
+        assert srv.n_chat == 0 and srv.n_models == 2  # the model check lists models; no chat request
+        assert res["model_check"].startswith("not checked ($FAKE_JUDGE_KEY is not set)")
     monkeypatch.setenv(key_env, KEY)
     with FakeOpenAI(key=KEY, models=("gpt-4o",)) as srv:
         base[base.index("--base-url") + 1] = srv.url
