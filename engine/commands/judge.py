@@ -138,19 +138,25 @@ def run(args) -> int:
                "n_capped": plan.n_capped, "n_retry_failed": plan.n_retry_failed, **est.to_dict(),
                "model_check": _model_check(args, spec, cfg)}
         return emit(args, res, lambda: dry_run_text(res))
-    complete_fn, api = _build_judge(args, spec, cfg) if plan.pending else (None, None)
-    try:
-        summary = J.judge_run(args.db, args.run, judge, cfg, complete_fn=complete_fn, api=api,
-                              progress_file=args.progress_file, replace=args.replace, max_requests=args.max_requests,
-                              retry_failed=retry)
-    finally:
-        backend = getattr(complete_fn, "backend", None)
-        if backend is not None:
-            backend.close()
+    with J.judge_lock(args.db, args.run, judge):  # a second process exits 2 here, before any request
+        summary = _judge(args, spec, cfg, judge, plan, retry)
     if summary.n_unparseable:
         print(f"note: {summary.n_unparseable} judge outputs could not be parsed or their requests failed; they "
               "are stored with parsed = NULL and count as no label", file=sys.stderr)
     return emit(args, summary.to_dict(), lambda: summary_text(summary))
+
+
+def _judge(args, spec, cfg, judge: str, plan, retry: bool) -> JudgeSummary:
+    from engine.tasks import judge as J
+    complete_fn, api = _build_judge(args, spec, cfg) if plan.pending else (None, None)
+    try:
+        return J.judge_run(args.db, args.run, judge, cfg, complete_fn=complete_fn, api=api,
+                           progress_file=args.progress_file, replace=args.replace, max_requests=args.max_requests,
+                           retry_failed=retry)
+    finally:
+        backend = getattr(complete_fn, "backend", None)
+        if backend is not None:
+            backend.close()
 
 
 def dry_run_text(res: dict) -> str:

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations, islice
+from pathlib import Path
 
 import pandas as pd
 
@@ -373,12 +374,27 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
                              max_requests, retry_failed)
 
 
-def judge_lock(db, run: str, judge: str):
-    """The lock held while one process judges (database, run, judge): ``<db>.runs/judge-<hash>.lock``
-    (engine.store.runlock; no command line is written in it, so no argument can leak there)."""
+_HELD: set[tuple[str, str, str]] = set()  # the judge locks this process holds (re-entered freely)
+
+
+@contextlib.contextmanager
+def judge_lock(db, run: str, judge: str) -> Iterator[None]:
+    """Hold the lock of (database, run, judge) for the block: ``<db>.runs/judge-<hash>.lock``
+    (engine.store.runlock; no command line is written in it, so no argument can leak there).
+    Another process holding it is a UserError naming its pid; this process may re-enter it (the
+    CLI takes it before its preflight, then :func:`judge_run` inside)."""
     from engine.store.runlock import RunLock
+    key = (str(Path(db).resolve()), run, judge)
+    if key in _HELD:
+        yield
+        return
     digest = hashlib.sha256(f"{run}\x00{judge}".encode()).hexdigest()[:16]
-    return RunLock(db, run, None, name=f"judge-{digest}", busy=f"judge {judge!r} on run {run!r} is already running")
+    with RunLock(db, run, None, name=f"judge-{digest}", busy=f"judge {judge!r} on run {run!r} is already running"):
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
 
 
 def _judge_locked(db, run, judge, cfg, complete_fn, api, progress_file, replace, show_bar, max_requests,
