@@ -19,11 +19,13 @@ a heartbeat, so that a second resume refuses to start and a reader can tell a de
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from engine.errors import UserError
@@ -203,4 +205,26 @@ class RunLock:
             self.fd = None
 
 
-__all__ = ["RunLock", "lock_path", "read_lock", "is_stale", "pid_alive", "HEARTBEAT_S", "STALE_AFTER_S"]
+_HELD: set[tuple[str, str, str]] = set()  # the judge locks this process holds (re-entered freely)
+
+
+@contextlib.contextmanager
+def judge_lock(db, run: str, judge: str) -> Iterator[None]:
+    """Hold the lock of (database, run, judge) for the block: ``<db>.runs/judge-<hash>.lock``
+    (engine.store.runlock; no command line is written in it, so no argument can leak there).
+    Another process holding it is a UserError naming its pid; this process may re-enter it (the
+    CLI takes it before its preflight, then ``engine.tasks.judge.judge_run`` inside)."""
+    key = (str(Path(db).resolve()), run, judge)
+    if key in _HELD:
+        yield
+        return
+    digest = hashlib.sha256(f"{run}\x00{judge}".encode()).hexdigest()[:16]
+    with RunLock(db, run, None, name=f"judge-{digest}", busy=f"judge {judge!r} on run {run!r} is already running"):
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
+
+
+__all__ = ["RunLock", "judge_lock", "lock_path", "read_lock", "is_stale", "pid_alive", "HEARTBEAT_S", "STALE_AFTER_S"]

@@ -395,7 +395,7 @@ def load_hf(name: str, columns: Columns | None = None, cache_dir: str | None = N
         raise UserError(f"dataset {spec.repo!r} config {config!r} split {split!r} is empty")
     system = {"multiple_choice": MMLU_SYSTEM_PROMPT if all(tuple(p.choices or ()) == LETTERS for p in prompts)
               else OPTION_SYSTEM_PROMPT, "numeric": NUMERIC_SYSTEM_PROMPT, "prompts": CHAT_SYSTEM_PROMPT}[kind]
-    source = {"repo": spec.repo, "config": config, "split": split, "layout": tag}
+    source: dict[str, Any] = {"repo": spec.repo, "config": config, "split": split, "layout": tag}
     if state.get("_multi_turn"):  # recorded with the dataset (and so with every run on it): turn 1 only
         source["turns_used"] = 1
         source["multi_turn_prompts"] = int(state["_multi_turn"])

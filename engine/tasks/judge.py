@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations, islice
-from pathlib import Path
 
 import pandas as pd
 
@@ -40,6 +39,7 @@ from engine import config, store
 from engine.errors import UserError
 from engine.progress import Progress
 from engine.store import verdicts as vstore
+from engine.store.runlock import judge_lock
 from engine.store.verdicts import VerdictRow
 from engine.tasks.judge_api import ApiJudge, Reply
 from engine.tasks.judge_parse import ARENA_HARD_HELP, ARENA_HARD_LABELS, FORMATS, parse_arena_hard, parse_verdict
@@ -372,29 +372,6 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
     with judge_lock(db, run, judge):
         return _judge_locked(db, run, judge, cfg, complete_fn, api, progress_file, replace, show_bar,
                              max_requests, retry_failed)
-
-
-_HELD: set[tuple[str, str, str]] = set()  # the judge locks this process holds (re-entered freely)
-
-
-@contextlib.contextmanager
-def judge_lock(db, run: str, judge: str) -> Iterator[None]:
-    """Hold the lock of (database, run, judge) for the block: ``<db>.runs/judge-<hash>.lock``
-    (engine.store.runlock; no command line is written in it, so no argument can leak there).
-    Another process holding it is a UserError naming its pid; this process may re-enter it (the
-    CLI takes it before its preflight, then :func:`judge_run` inside)."""
-    from engine.store.runlock import RunLock
-    key = (str(Path(db).resolve()), run, judge)
-    if key in _HELD:
-        yield
-        return
-    digest = hashlib.sha256(f"{run}\x00{judge}".encode()).hexdigest()[:16]
-    with RunLock(db, run, None, name=f"judge-{digest}", busy=f"judge {judge!r} on run {run!r} is already running"):
-        _HELD.add(key)
-        try:
-            yield
-        finally:
-            _HELD.discard(key)
 
 
 def _judge_locked(db, run, judge, cfg, complete_fn, api, progress_file, replace, show_bar, max_requests,
