@@ -305,6 +305,7 @@ def test_plain_sentences_real_judges_write(raw, expected):
 @pytest.mark.parametrize("value,is_key", [
     ("OPENAI_API_KEY", False), ("MY_JUDGE_KEY", False), ("SECRETKEY123", False), ("sk-proj-abc", True),
     ("hf_abcdefghij", True), ("AKIAIOSFODNN7EXAMPLE99", True), ("gsk_x", True), ("has space", True),
+    ("AZURE_OPENAI_API_KEY_2024_WESTEUROPE", False),
 ])
 def test_looks_like_key(value, is_key):
     assert looks_like_key(value) is is_key

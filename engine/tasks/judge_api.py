@@ -48,12 +48,13 @@ class JudgeStopped(UserError):
 
 def looks_like_key(value: str) -> bool:
     """Whether ``value`` (typed where a variable's NAME belongs) may be a key itself: a known key
-    prefix, anything but letters, digits and '_', or 20+ characters mixing letters and digits.
+    prefix, anything but letters, digits and '_', or 20+ characters mixing letters and digits
+    without the '_' that separates the words of a variable name (``AZURE_API_KEY_2024`` is a name).
     Such a value is never echoed in a message."""
     v = str(value or "").strip()
     if v.startswith(KEY_PREFIXES) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v or "-"):
         return bool(v)
-    return len(v) >= 20 and any(c.isdigit() for c in v) and any(c.isalpha() for c in v)
+    return len(v) >= 20 and "_" not in v and any(c.isdigit() for c in v) and any(c.isalpha() for c in v)
 
 
 def shown_key_env(name: str) -> str:
