@@ -141,6 +141,13 @@ def test_unreachable_server_trips_the_breaker_after_the_retry_budget(tmp_db, key
         assert srv.n_chat == 4 == s.n_judged_now and s.n_retried_failed == 2
 
 
+def test_breaker_off_stores_every_failure(tmp_db, key_env):
+    make_judge_run(tmp_db, n_prompts=2, repeats=1, models=("m1", "m2"), modes=("coupled",))  # 4 tasks
+    s = J.judge_run(tmp_db, "r1", "j", J.JudgeConfig("j"), api=api(DEAD_URL, Waits(), max_retries=0, breaker_after=0),
+                    show_bar=False)
+    assert s.n_failed_now == 4 == store.table_counts(tmp_db)["judgments"]
+
+
 def test_a_success_resets_the_breaker(tmp_db, key_env):
     make_judge_run(tmp_db, n_prompts=4, repeats=1, models=("m1", "m2"), modes=("coupled",))  # 8 tasks
     seen: list[str] = []
