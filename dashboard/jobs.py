@@ -161,7 +161,11 @@ def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None
     if not kind or not set(kind) <= _KIND_CHARS or len(kind) > 40:
         raise UserError(f"job kind {kind!r} must be 1-40 lowercase letters, digits or '-'")
     if not args or not all(isinstance(a, str) for a in args):
-        raise UserError(f"job arguments must be a non-empty list of strings, got {args!r}")
+        raise UserError("job arguments must be a non-empty list of strings")  # never echoed: may hold a key
+    if args[0] == "judge":  # before anything is written: key variable set, no second job on (run, judge)
+        from dashboard.judge_jobs import judge_job_problem
+        if problem := judge_job_problem(args, db, {**os.environ, **(env or {})}):
+            raise UserError(problem)
     jdir = jobs_dir(db)
     jdir.mkdir(parents=True, exist_ok=True)
     job_id = f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"

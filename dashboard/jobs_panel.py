@@ -12,6 +12,7 @@ from dashboard import jobs
 from dashboard.loaders import db_path
 from dashboard.widgets import fmt_seconds
 from engine.errors import UserError
+from engine.tasks.judge_api import key_env_problem, shown_key_env
 from engine.tasks.judge_parse import ARENA_HARD_HELP, FORMATS
 
 JUDGE_KINDS = {"local": "Local model (transformers)", "vllm": "Local model (vLLM)",
@@ -221,7 +222,8 @@ def judge_form(run_id: str, model_names: list[str]) -> str | None:
         key_env = st.text_input("API key variable (its name; the key stays in the environment)",
                                 value=DEFAULT_KEY_ENV, key="judge_key_env").strip()
         if key_env.isidentifier():
-            st.caption(f"${key_env} is {'set' if os.environ.get(key_env) else 'not set'} in the dashboard's environment.")
+            st.caption(f"{shown_key_env(key_env)} is {'set' if os.environ.get(key_env) else 'not set'} in the "
+                       "dashboard's environment.")
         concurrency = int(st.number_input("Concurrency (requests in flight)", 1, 256, 8, key="judge_concurrency"))
     else:
         model = st.selectbox("Judge model", model_names or ["(none)"], key="act_judge")
@@ -233,9 +235,8 @@ def judge_form(run_id: str, model_names: list[str]) -> str | None:
     if kind == "openai" and not (model or "").strip():
         st.error("Name the judge model the server serves.")
         return None
-    if kind == "openai" and not key_env.isidentifier():
-        st.error(f"The API key variable must be a variable name (letters, digits, _), got {key_env!r}: "
-                 "type the variable's name, not the key.")
+    if kind == "openai" and (problem := key_env_problem(key_env)):  # never echoes a key typed as the name
+        st.error(f"Not started: {problem}.")
         return None
     return start_job(judge_args(run_id, kind, str(model).strip(), base_url=base_url, key_env=key_env,
                                 concurrency=concurrency, judge_format=fmt), kind="judge")

@@ -2,7 +2,7 @@
 
 Starlette + uvicorn in a background thread (both pinned: requirements-dev.txt). It answers
 ``GET /v1/models`` and ``POST /v1/chat/completions``, checks the bearer key (401 otherwise), counts
-every request, and follows a script: ``script(body, n) -> Action`` where ``n`` counts the requests
+every request (a key revoked mid-run: :meth:`FakeOpenAI.revoke_key`), and follows a script: ``script(body, n) -> Action`` where ``n`` counts the requests
 already made with the same messages (0 on the first), so "fail twice, then answer" is easy to say.
 """
 
@@ -28,14 +28,15 @@ from starlette.routing import Route
 @dataclass(frozen=True)
 class Action:
     """What the server does with one chat request. kind: 'ok' (reply ``text``), 'status' (HTTP
-    ``status`` with an error body; ``retry_after`` seconds as a header when given), 'hang'
+    ``status`` with an error body; ``retry_after`` as the Retry-After header when given: a number of
+    seconds, or a string sent as is: an HTTP date, "5s", garbage), 'hang'
     (sleep ``delay_s`` before answering 'ok': a client timeout), 'malformed' (a 200 with broken
     JSON), 'empty' (a 200 with no choices)."""
 
     kind: str = "ok"
     text: str = "A"
     status: int = 500
-    retry_after: float | None = None
+    retry_after: float | str | None = None
     delay_s: float = 0.0
 
 
@@ -81,6 +82,10 @@ class FakeOpenAI:
         self._thread.join(timeout=10)
         self._sock.close()
 
+    def revoke_key(self) -> None:
+        """From now on the key is refused (401 on every request): a key revoked mid-run."""
+        self.key = "revoked-" + self.key
+
     def _authorised(self, request: Request) -> bool:
         return request.headers.get("authorization") == f"Bearer {self.key}"
 
@@ -124,7 +129,8 @@ class FakeOpenAI:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         if act.kind == "status":
-            headers = {"retry-after": f"{act.retry_after:g}"} if act.retry_after is not None else None
+            ra = act.retry_after
+            headers = None if ra is None else {"retry-after": ra if isinstance(ra, str) else f"{ra:g}"}
             return self._error(act.status, f"scripted {act.status}", headers)
         if act.kind == "hang":
             await asyncio.sleep(act.delay_s)

@@ -98,9 +98,17 @@ def test_scripted_failures_one_verdict_each_retries_and_rerun_sends_nothing(tmp_
                 assert srv.times[k][1] - srv.times[k][0] >= 0.19
         p = read_progress(prog)
         assert p["status"] == "done" and p["done"] == 18 and p["stats"]["retries"] == n_sent - 18
-        # a rerun sends zero requests
-        again = J.judge_run(tmp_db, "r1", "api", J.JudgeConfig("api"), api=api(srv.url), show_bar=False)
+        # a rerun with --no-retry-failed sends nothing
+        again = J.judge_run(tmp_db, "r1", "api", J.JudgeConfig("api"), api=api(srv.url), show_bar=False,
+                            retry_failed=False)
         assert srv.n_chat == n_sent and again.n_judged_now == 0 and store.table_counts(tmp_db)["judgments"] == 18
+        # a plain rerun sends again exactly the requests that failed for good (never an answered one,
+        # the unparseable included); each fails as scripted again and replaces its row
+        failed = [k for k, c in script.category.items() if c in FAILED]
+        again = J.judge_run(tmp_db, "r1", "api", J.JudgeConfig("api"), api=api(srv.url), show_bar=False)
+        assert srv.n_chat - n_sent == sum(CATEGORIES[script.category[k]][1] for k in failed)
+        assert again.n_judged_now == len(failed) == again.n_retried_failed and again.n_skipped_existing == 18 - len(failed)
+        assert store.table_counts(tmp_db)["judgments"] == 18
 
 
 def test_cli_api_judge_key_never_stored_and_rerun_is_free(tmp_db, tmp_path, key_env, capsys):
@@ -191,7 +199,8 @@ def test_max_requests_and_dry_run(tmp_db, key_env, monkeypatch, tmp_path, capsys
         assert main(base + ["--dry-run", "--json", "--max-requests", "3"]) == 0
         res = json.loads(capsys.readouterr().out)
         assert (res["n_requests"], res["n_capped"], res["max_output_tokens"]) == (3, 1, 3 * 16)
-        assert srv.n_chat == srv.n_models == 0
+        assert srv.n_chat == 0 and srv.n_models == 2  # the model check lists models; no chat request
+        assert res["model_check"].startswith("not checked ($FAKE_JUDGE_KEY is not set)")
     monkeypatch.setenv(key_env, KEY)
     with FakeOpenAI(key=KEY, models=("gpt-4o",)) as srv:
         base[base.index("--base-url") + 1] = srv.url
@@ -201,11 +210,36 @@ def test_max_requests_and_dry_run(tmp_db, key_env, monkeypatch, tmp_path, capsys
         assert json.loads(capsys.readouterr().out)["n_judged_now"] == 1 and srv.n_chat == 4
 
 
-def test_cost_estimate_exact_with_a_given_counter():
-    chats = [[{"role": "system", "content": "abcd"}, {"role": "user", "content": "xy"}]] * 5
-    est = estimate_cost(chats, "m", 10, price_in=1.0, price_out=2.0, counter=(len, "chars"))
-    assert (est.n_requests, est.input_tokens, est.max_output_tokens) == (5, 5 * (3 + 3 + 4 + 3 + 2), 50)
-    assert est.cost == pytest.approx((5 * 15 * 1.0 + 50 * 2.0) / 1e6)
+def byte_encoding():
+    """A real ``tiktoken.Encoding`` whose tokens are the UTF-8 bytes (no merges): it runs tiktoken's
+    own encoder offline. No real encoding file (cl100k_base, o200k_base) is in this machine's
+    tiktoken cache and none can be downloaded, so the model's own encoding is not what runs here."""
+    tiktoken = pytest.importorskip("tiktoken")
+    return tiktoken.Encoding("bytes", pat_str=r"\S+|\s+", mergeable_ranks={bytes([i]): i for i in range(256)},
+                             special_tokens={})
+
+
+def test_cost_estimate_runs_the_tiktoken_path_with_a_given_encoding():
+    from engine.tasks.judge_cost import token_counter
+    count, how = token_counter("gpt-4o", encoding=byte_encoding())
+    assert how == "tiktoken bytes" and count("héllo wörld") == len("héllo wörld".encode()) == 13
+    chat = [{"role": "system", "content": "abcd"}, {"role": "user", "content": "héllo"}]
+    est = lambda chats: estimate_cost(chats, "gpt-4o", 10, counter=(count, how)).input_tokens  # noqa: E731
+    # OpenAI's published chat accounting, measured by differences (not restated as one formula):
+    # a request is primed with 3 tokens, each message adds 3 plus its content's tokens
+    assert est([[]]) == 3 and est([[{"role": "user", "content": ""}]]) - est([[]]) == 3
+    assert est([chat]) - est([chat[:1]]) == 3 + 6 and est([chat]) - est([[]]) == 2 * 3 + 4 + 6
+    five = estimate_cost([chat] * 5, "gpt-4o", 10, price_in=1.0, price_out=2.0, counter=(count, how))
+    assert (five.n_requests, five.input_tokens, five.max_output_tokens, five.method) == (5, 5 * est([chat]), 50, how)
+    assert five.cost == pytest.approx((five.input_tokens * 1.0 + 50 * 2.0) / 1e6)
+
+
+def test_cost_estimate_falls_back_to_characters_without_a_cached_encoding(monkeypatch, tmp_path):
+    from engine.tasks.judge_cost import token_counter
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
+    count, how = token_counter("gpt-4o")
+    assert how.startswith("characters/4 estimate") and count("abcdefghi") == 3
+    assert token_counter("no-such-model")[1] == "characters/4 estimate (tiktoken does not know model 'no-such-model')"
 
 
 def test_v1_database_migrates_to_v3_keeping_verdicts(tmp_path):

@@ -68,7 +68,9 @@ def test_judge_form_refuses_a_pasted_key_and_a_missing_model(started):
     at.text_input(key="judge_api_model").set_value("judge-1")
     at.text_input(key="judge_key_env").set_value("sk-pasted-key-value").run()
     at.button(key="act_judge_btn").click().run()
-    assert "must be a variable name" in _page_text(at) and not started
+    text = _page_text(at)
+    assert "not the key" in text and "sk-pasted-key-value" not in text.replace(
+        at.text_input(key="judge_key_env").value, "") and not started
 
 
 @pytest.mark.parametrize("kind,spec", [("local", "m2"), ("vllm", "vllm:m2")])
@@ -85,3 +87,23 @@ def test_job_row_shows_live_request_counters():
     at = AppTest.from_function(_row, default_timeout=60).run()
     assert not at.exception
     assert "requests 130 (42.5/s) · retries 7 · failed 1 · tokens 12,345 in / 678 out" in _page_text(at)
+
+
+@pytest.mark.parametrize("typed", ["SECRETKEY123", "AbCdEf0123456789GhIjKlMn"])
+def test_judge_form_with_the_key_typed_as_the_name_starts_nothing_and_writes_nothing(monkeypatch, tmp_path, typed):
+    """The real job start (not a stub): a name that is not set, or a key-like value, is refused
+    before any job file exists; no file under the data folder holds the typed value."""
+    data = tmp_path / "data"
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(data / "x.duckdb"))
+    monkeypatch.delenv(typed, raising=False)
+    at = AppTest.from_function(_form, default_timeout=60).run()
+    at.radio(key="judge_kind").set_value("openai").run()
+    at.text_input(key="judge_api_model").set_value("judge-1")
+    at.text_input(key="judge_key_env").set_value(typed).run()
+    at.button(key="act_judge_btn").click().run()
+    assert not at.exception
+    errors = " ".join(e.value for e in at.error)
+    assert "Not started" in errors and ("is not set" if typed == "SECRETKEY123" else "not the key") in errors
+    assert (typed in errors) is (typed == "SECRETKEY123")
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not (data / "jobs").exists() and all(typed.encode() not in p.read_bytes() for p in files)

@@ -97,6 +97,7 @@ def run(args) -> int:
         resolve_device(args.device)  # UserError before any work
     from engine.commands.datasets import columns_from_args
     ds = datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject, columns=columns_from_args(args))
+    multi_turn_note(ds.source)
     executor: contextlib.AbstractContextManager = contextlib.nullcontext()
     if args.workers is not None or args.ray_address is not None:
         from engine.generation.distributed import RayConfig, RayExecutor
@@ -154,3 +155,16 @@ def summary_text(r: dict) -> str:
              table(r["per_model"], ["model", "mode", "units", "tokens", "cut_at_max"]), "", "next:"]
     lines += [f"  {c}" for c in r["next"]]
     return "\n".join(lines)
+
+
+def multi_turn_note(source: str | None) -> None:
+    """A multi-turn prompt set (MT-Bench): say on stderr that only turn 1 is generated (the dataset's
+    stored source records it as ``turns_used``)."""
+    import json
+    try:
+        src = json.loads(source or "")
+    except (TypeError, ValueError):
+        return
+    if isinstance(src, dict) and src.get("turns_used") == 1:
+        print(f"note: {src.get('multi_turn_prompts')} prompts of this dataset have several turns; only turn 1 is "
+              "generated and judged (later turns are dropped; docs/JUDGES.md)", file=sys.stderr)

@@ -74,11 +74,14 @@ def prompt_hashes(db: str | os.PathLike, run: str, judge: str) -> set[str]:
                                           "WHERE run_id = ? AND judge = ?", [run, judge]).fetchall()}
 
 
-def stored_keys(db: str | os.PathLike, run: str, judge: str) -> set[VerdictKey]:
-    """The keys of every verdict stored for (run, judge): what a rerun must not ask again."""
+def stored_keys(db: str | os.PathLike, run: str, judge: str, *, failed: bool = True) -> set[VerdictKey]:
+    """The keys of every verdict stored for (run, judge): what a rerun must not ask again.
+    ``failed=False``: only the answered ones (parsed or not), leaving out requests that failed
+    for good (``error`` set), which a rerun sends again."""
     with reader(db) as con:
         rows = con.execute("SELECT prompt_id, repeat, mode, model_a, model_b, presented FROM judgments "
-                           "WHERE run_id = ? AND judge = ?", [run, judge]).fetchall()
+                           "WHERE run_id = ? AND judge = ?" + ("" if failed else " AND error IS NULL"),
+                           [run, judge]).fetchall()
     return {(p, int(r), m, a, b, o) for p, r, m, a, b, o in rows}
 
 

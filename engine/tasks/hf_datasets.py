@@ -14,10 +14,11 @@ folder give the same prompt ids and user prompts.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,39 @@ def _is_path(repo: str) -> bool:
     return repo.startswith(("/", ".", "~")) or Path(repo).expanduser().exists()
 
 
+def hub_reachable(endpoint: str | None = None, timeout_s: float = 2.0) -> bool:
+    """Whether the hub's host answers a TCP connection within ``timeout_s`` (one quick probe, no retries)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import huggingface_hub.constants as hc
+    url = urlsplit(endpoint or hc.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=timeout_s).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _offline_if_unreachable(repo: str) -> Iterator[bool]:
+    """Offline mode for the block when the hub cannot be reached (the libraries would otherwise retry
+    for ~24 s before failing); yields whether offline mode was switched on here."""
+    import datasets
+    import huggingface_hub.constants as hc
+    already = bool(datasets.config.HF_HUB_OFFLINE or hc.HF_HUB_OFFLINE)
+    if already or _is_path(repo) or hub_reachable():
+        yield False
+        return
+    saved = datasets.config.HF_HUB_OFFLINE, hc.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = hc.HF_HUB_OFFLINE = True
+    try:
+        yield True
+    finally:
+        datasets.config.HF_HUB_OFFLINE, hc.HF_HUB_OFFLINE = saved
+
+
 def open_split(spec: Spec, cache_dir: str | None = None) -> tuple[Any, str, str]:
     """The ``datasets.Dataset`` of a spec's config and split, with the config and split chosen.
 
@@ -163,6 +197,12 @@ def open_split(spec: Spec, cache_dir: str | None = None) -> tuple[Any, str, str]
     repo = str(Path(spec.repo).expanduser()) if _is_path(spec.repo) else spec.repo
     if _is_path(spec.repo) and not Path(repo).is_dir():
         raise UserError(f"no dataset folder {repo!r} (hf:PATH needs a folder with the hub layout)")
+    with _offline_if_unreachable(spec.repo) as went_offline:
+        return _open_split(spec, repo, cache_dir, went_offline)
+
+
+def _open_split(spec: Spec, repo: str, cache_dir: str | None, went_offline: bool) -> tuple[Any, str, str]:
+    import datasets
     cached: dict[str, list[str]] = {}
     try:
         configs = list(datasets.get_dataset_config_names(repo))
@@ -170,7 +210,8 @@ def open_split(spec: Spec, cache_dir: str | None = None) -> tuple[Any, str, str]
         # No hub (offline): what an earlier download left in the datasets cache, {config: splits}.
         cached = {} if _is_path(spec.repo) else cached_configs(repo, cache_dir)
         if not cached:
-            raise UserError(f"cannot open dataset {spec.repo!r} (offline or unknown): {_where(spec.repo)}; "
+            why = "the hub is unreachable and the dataset is in no local cache" if went_offline else "offline or unknown"
+            raise UserError(f"cannot open dataset {spec.repo!r} ({why}): {_where(spec.repo)}; "
                             f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}") from None
         configs = sorted(cached)
     if not _is_path(spec.repo) and not cached and set(configs) <= {"default"}:
@@ -271,7 +312,10 @@ def _first_turn(turns: Any) -> str:
 
 
 def _open_ended(row: Mapping, i: int, state: dict) -> Prompt:
-    text = _first_turn(row.get("prompt", row.get("turns", row.get("instruction"))))
+    turns = row.get("prompt", row.get("turns", row.get("instruction")))
+    if isinstance(turns, list) and len(turns) > 1:  # MT-Bench's second turn: not generated (docs/JUDGES.md)
+        state["_multi_turn"] = state.get("_multi_turn", 0) + 1
+    text = _first_turn(turns)
     own = row.get("prompt_id", row.get("question_id"))
     return Prompt(f"{state['_base']}/{own}" if own is not None else content_id(state["_base"], text), text,
                   subject=row.get("category") or row.get("cluster") or row.get("dataset"), question=text)
@@ -351,5 +395,8 @@ def load_hf(name: str, columns: Columns | None = None, cache_dir: str | None = N
         raise UserError(f"dataset {spec.repo!r} config {config!r} split {split!r} is empty")
     system = {"multiple_choice": MMLU_SYSTEM_PROMPT if all(tuple(p.choices or ()) == LETTERS for p in prompts)
               else OPTION_SYSTEM_PROMPT, "numeric": NUMERIC_SYSTEM_PROMPT, "prompts": CHAT_SYSTEM_PROMPT}[kind]
-    source = json.dumps({"repo": spec.repo, "config": config, "split": split, "layout": tag})
-    return Dataset(dataset_id, kind, source, tuple(prompts), system)
+    source: dict[str, Any] = {"repo": spec.repo, "config": config, "split": split, "layout": tag}
+    if state.get("_multi_turn"):  # recorded with the dataset (and so with every run on it): turn 1 only
+        source["turns_used"] = 1
+        source["multi_turn_prompts"] = int(state["_multi_turn"])
+    return Dataset(dataset_id, kind, json.dumps(source), tuple(prompts), system)

@@ -39,9 +39,11 @@ from engine import config, store
 from engine.errors import UserError
 from engine.progress import Progress
 from engine.store import verdicts as vstore
+from engine.store.runlock import judge_lock
 from engine.store.verdicts import VerdictRow
 from engine.tasks.judge_api import ApiJudge, Reply
 from engine.tasks.judge_parse import ARENA_HARD_HELP, ARENA_HARD_LABELS, FORMATS, parse_arena_hard, parse_verdict
+from engine.tasks.judge_prompts import ARENA_HARD_PROMPT, JUDGE_USER_TEMPLATE, PAPER_JUDGE_PROMPT
 from engine.tasks.judge_summary import JudgeSummary, StoredUsage
 
 __all__ = ["ARENA_HARD_HELP", "ARENA_HARD_LABELS", "FORMATS", "parse_arena_hard", "parse_verdict", "JudgeConfig",
@@ -50,45 +52,6 @@ __all__ = ["ARENA_HARD_HELP", "ARENA_HARD_LABELS", "FORMATS", "parse_arena_hard"
 
 CompleteFn = Callable[[list[list[dict]]], list[str]]
 
-# Coupled-generation paper (Benz et al.), Appendix C, Table 2: the judge's system prompt, verbatim.
-PAPER_JUDGE_PROMPT = (
-    'Please act as an impartial judge and evaluate the quality of the responses provided by two'
-    ' AI assistants to the user prompt displayed below. Your job is to evaluate which assistant'
-    '’s answer is better. When evaluating the assistants’ answers, compare both assistants’ ans'
-    'wers. You must identify and correct any mistakes or inaccurate information. Then consider '
-    'if the assistant’s answers are helpful, relevant, and concise. Helpful means the answer co'
-    'rrectly responds to the prompt or follows the instructions. Note when user prompt has any '
-    'ambiguity or more than one interpretation, it is more helpful and appropriate to ask for c'
-    'larifications or more information from the user than providing an answer based on assumpti'
-    'ons. Relevant means all parts of the response closely connect or are appropriate to what i'
-    's being asked. Concise means the response is clear and not verbose or excessive. Then cons'
-    'ider the creativity and novelty of the assistant’s answers when needed. Finally, identify '
-    'any missing important information in the assistants’ answers that would be beneficial to i'
-    'nclude when responding to the user prompt. do not provide any justification or explanation'
-    ' for your response. You must output only one of the following choices as your final verdic'
-    't: ‘A’ if the response of assistant A is better ‘B’ if the response of assistant B is bett'
-    'er ‘Tie’ if the responses are tied'
-)
-
-# The user message carrying the prompt and the two answers. The paper prints only the system
-# prompt ("adapted from [16]", Chiang et al., Chatbot Arena); its wording follows the LMSYS
-# Arena-Hard judge prompt, so the user message uses Arena-Hard's pairwise layout (our choice).
-JUDGE_USER_TEMPLATE = (
-    "<|User Prompt|>\n{question}\n\n"
-    "<|The Start of Assistant A's Answer|>\n{answer_a}\n<|The End of Assistant A's Answer|>\n\n"
-    "<|The Start of Assistant B's Answer|>\n{answer_b}\n<|The End of Assistant B's Answer|>"
-)
-# For --judge-format arena-hard: the five Arena-Hard-Auto labels (our wording of its instruction;
-# the judge reasons first, then ends with one label). The label -> verdict map: judge_parse.
-ARENA_HARD_PROMPT = (
-    "Please act as an impartial judge and evaluate the quality of the responses provided by two AI assistants to "
-    "the user prompt displayed below. Begin by generating your own answer to the prompt, then compare both "
-    "assistants' answers with yours: identify any mistakes or inaccurate information, and consider whether the "
-    "answers are helpful, relevant and concise, and whether important information is missing. After your "
-    "explanation, output your final verdict as exactly one label: [[A>>B]] if assistant A is significantly "
-    "better, [[A>B]] if assistant A is slightly better, [[A=B]] for a tie, [[B>A]] if assistant B is slightly "
-    "better, [[B>>A]] if assistant B is significantly better. Example: \"My final verdict is [[A>B]]\"."
-)
 USER_FIELDS = ("question", "answer_a", "answer_b")
 ORDERS = config.JUDGE_ORDERS
 VERDICTS = ("A", "B", "tie")
@@ -133,8 +96,12 @@ class JudgeConfig:
 
     @property
     def prompt_hash(self) -> str:
-        """First 16 hex digits of sha256(system prompt + NUL + user template)."""
-        return hashlib.sha256((self.prompt_template + "\x00" + self.user_template).encode()).hexdigest()[:16]
+        """First 16 hex digits of sha256(system prompt + NUL + user template [+ NUL + judge format]).
+
+        The verdict format enters (a reply is read differently under another format) except for
+        the default ``paper``, whose hash stays what verdicts stored before the format entered have."""
+        fmt = "" if self.judge_format == "paper" else "\x00" + self.judge_format
+        return hashlib.sha256((self.prompt_template + "\x00" + self.user_template + fmt).encode()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------- parsing ---
@@ -261,6 +228,7 @@ class JudgePlan:
     pending: list[JudgeTask]
     n_missing_generation: int
     n_capped: int                 # pending tasks left for a later run by --max-requests
+    n_retry_failed: int = 0       # pending tasks whose earlier request failed for good (sent again)
 
     @property
     def n_stored(self) -> int:
@@ -268,9 +236,11 @@ class JudgePlan:
 
 
 def plan_judging(db, run: str, judge: str, cfg: JudgeConfig, *, replace: bool = False,
-                 max_requests: int | None = None) -> JudgePlan:
+                 max_requests: int | None = None, retry_failed: bool = True) -> JudgePlan:
     """Phases 1-2: plan every (unit, mode, pair, order) with both generations present, then drop
-    what is stored (all is to redo with ``replace``) and cap at ``max_requests``. Reads only."""
+    what is stored (all is to redo with ``replace``) and cap at ``max_requests``. Reads only.
+    ``retry_failed``: a stored verdict whose request failed for good (``error`` set) is sent
+    again; answered verdicts, parsed or unparseable, never are."""
     gens = vstore.generation_keys(db, run)
     if gens.empty:
         with store.reader(db) as con:
@@ -280,15 +250,19 @@ def plan_judging(db, run: str, judge: str, cfg: JudgeConfig, *, replace: bool = 
     if len(models) < 2:
         raise UserError(f"run {run!r} has generations of one model only ({models[0]}); judging needs two or more")
     if vstore.prompt_hashes(db, run, judge) - {cfg.prompt_hash} and not replace:
-        raise UserError(f"run {run!r} already has judgments by {judge!r} made with a different judge prompt; "
-                        "pass --replace to redo them, or judge under another --judge-name")
+        raise UserError(f"run {run!r} already has judgments by {judge!r} made with a different judge prompt or "
+                        "--judge-format; pass --replace to redo them, or judge under another --judge-name")
     if max_requests is not None and int(max_requests) < 0:
         raise UserError(f"--max-requests must be >= 0, got {max_requests}")
     tasks, missing = plan_tasks(gens, models, cfg.orders, cfg.seed)
-    done = set() if replace else vstore.stored_keys(db, run, judge)
+    done = set() if replace else vstore.stored_keys(db, run, judge, failed=not retry_failed)
     todo = [t for t in tasks if t.key not in done]
     pending = todo if max_requests is None else todo[:int(max_requests)]
-    return JudgePlan(run, judge, cfg, models, tasks, pending, missing, len(todo) - len(pending))
+    retried = 0
+    if retry_failed and not replace and pending:
+        stored = vstore.stored_keys(db, run, judge)
+        retried = sum(t.key in stored for t in pending)
+    return JudgePlan(run, judge, cfg, models, tasks, pending, missing, len(todo) - len(pending), retried)
 
 
 def message_stream(db, plan: JudgePlan, chunk: int = 256,
@@ -366,8 +340,10 @@ def _judge_batches(complete_fn: CompleteFn, items: Iterator[tuple[JudgeTask, lis
 
 def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | None = None,
               complete_fn: CompleteFn | None = None, *, api: ApiJudge | None = None, progress_file=None,
-              replace: bool = False, show_bar: bool = True, max_requests: int | None = None) -> JudgeSummary:
-    """Judge every pair of models on every unit and mode of ``run``; resumable.
+              replace: bool = False, show_bar: bool = True, max_requests: int | None = None,
+              retry_failed: bool = True) -> JudgeSummary:
+    """Judge every pair of models on every unit and mode of ``run``; resumable. One process per
+    (database, run, judge): a second one is a UserError naming the first's pid (:func:`judge_lock`).
 
     Args:
         db: database path. run: the run id.
@@ -380,17 +356,27 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
             prompt); without it, judgments already stored are skipped (resume), and stored rows
             made with a different prompt are a UserError.
         max_requests: judge at most this many of the missing tasks now (the rest on a later run).
+        retry_failed: send again the stored verdicts whose request failed for good (default);
+            answered verdicts are never re-sent.
 
     Returns:
-        Summary dict: tasks planned, judged now, skipped (already stored), pairs without both
-        generations, verdict counts, failed requests, token and attempt totals.
+        A :class:`~engine.tasks.judge_summary.JudgeSummary` (``to_dict()`` for JSON): tasks
+        planned, judged now, skipped (already stored), pairs without both generations, verdict
+        counts, failed requests, token and attempt totals.
     """
     if cfg is None:
         if judge_model is None:
             raise UserError("give a judge model")
         cfg = JudgeConfig(judge_model=judge_model)
     judge = judge_model or cfg.judge_model
-    plan = plan_judging(db, run, judge, cfg, replace=replace, max_requests=max_requests)
+    with judge_lock(db, run, judge):
+        return _judge_locked(db, run, judge, cfg, complete_fn, api, progress_file, replace, show_bar,
+                             max_requests, retry_failed)
+
+
+def _judge_locked(db, run, judge, cfg, complete_fn, api, progress_file, replace, show_bar, max_requests,
+                  retry_failed) -> JudgeSummary:
+    plan = plan_judging(db, run, judge, cfg, replace=replace, max_requests=max_requests, retry_failed=retry_failed)
     if plan.pending and complete_fn is None and api is None:
         raise UserError("no judge to call: pass a completion function or an API judge")
     if replace:
@@ -422,7 +408,8 @@ def _summary(db, plan: JudgePlan, writer: _Writer) -> JudgeSummary:
         stored_usage=StoredUsage(prompt_tokens=tot.prompt_tokens, completion_tokens=tot.completion_tokens,
                                  attempts=tot.attempts, n_failed_requests=tot.n_errors,
                                  mean_latency_s=tot.mean_latency_s),
-        requests_now=writer.api.stats.as_dict() if writer.api is not None else None)
+        requests_now=writer.api.stats.as_dict() if writer.api is not None else None,
+        n_retried_failed=plan.n_retry_failed)
 
 # ------------------------------------------------------------------------ comparisons --------
 

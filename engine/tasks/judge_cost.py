@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 CHARS_PER_TOKEN = 4.0
 
@@ -62,8 +63,12 @@ def _offline_encoding(name: str):
         tl.read_file = real
 
 
-def token_counter(model: str) -> tuple[Callable[[str], int], str]:
-    """(count(text) -> tokens, how): tiktoken where possible offline, else characters / 4 (said so)."""
+def token_counter(model: str, encoding: Any = None) -> tuple[Callable[[str], int], str]:
+    """(count(text) -> tokens, how): tiktoken where possible offline, else characters / 4 (said so).
+    ``encoding``: a ``tiktoken.Encoding`` to count with instead of the model's cached one (tests:
+    no encoding file is on a machine without internet)."""
+    if encoding is not None:
+        return (lambda text: len(encoding.encode(text, disallowed_special=()))), f"tiktoken {encoding.name}"
     try:
         import tiktoken.model
     except ImportError:

@@ -37,6 +37,19 @@ _ASSISTANT = re.compile(r"(?i:assistant)\s+([AB])(?![A-Za-z])")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9'’])(A|B)(?![A-Za-z0-9'’])")
 _TIE = re.compile(r"(?i)(?<![a-z])(tie|tied|tie\s*\(bothbad\)|draw|equal(ly good)?)(?![a-z])")
 _STRIP = " \t\r\n\"'‘’“”`*[](){}.,:;!#"
+# Plain sentences real judges write (docs/JUDGES.md lists them): "X is better than Y", "Y is worse
+# than X", "Assistant B provides the better answer", "I prefer Assistant A", "Output (b)", "A > B".
+_WHO = r"(?:(?i:assistant|response|answer|output|model)\s*)?\(?\b([AB])\b\)?(?:['’]s)?"
+_POS = r"(?:better|superior|stronger|preferable|preferred|more\s+[a-z]+)"
+_NEG = r"(?:worse|inferior|weaker|less\s+[a-z]+)"
+_THAN = re.compile(_WHO + r"[^.\n]{0,60}?\b(?i:(" + _POS + r")|" + _NEG + r")\s+than\s+" + _WHO)
+_IS_BETTER = re.compile(_WHO + r"(?:\s+(?i:answer|response|reply))?\s+(?i:is|was|provides|gives|offers|has|wins)"
+                        r"(?:\s+(?i:the|a|an|clearly|slightly|much|far|overall|significantly))*"
+                        r"(?:\s+(?i:" + _POS + r"|winner|wins)\b|$|\s*[.!])")
+_PREFER = re.compile(r"(?i:prefer|choose|chose|pick|select|go\s+with|favou?r)\s+" + _WHO)
+_OUTPUT = re.compile(r"(?i:output)\s*\(([abAB])\)")
+_ARROW = re.compile(r"(?<![\[A-Za-z])([AB])\s*(>>|>|=|<<|<)\s*([AB])(?![\]A-Za-z])")
+_NEITHER = re.compile(r"(?i)\bneither\b[^.\n]{0,40}\bbetter\b|\b(?:about|roughly|essentially)\s+(?:the\s+same|equal)")
 
 
 def _norm(v: str) -> str:
@@ -56,14 +69,32 @@ def parse_arena_hard(raw: str | None) -> str | None:
     return _label_verdict(labels[-1]) if labels else None
 
 
+def _sentence_verdict(text: str) -> str | None:
+    """The verdict of the LAST plain comparative sentence ("A is better than B" -> A, "A is worse
+    than B" -> B, "I prefer Assistant B" -> B, "Output (a)" -> A, "A > B" -> A, "neither is
+    better" -> tie), or None when there is none."""
+    hits: list[tuple[int, str | None]] = []
+    for m in _THAN.finditer(text):
+        left, positive, right = m.group(1), m.group(2), m.group(3)
+        if left != right:
+            hits.append((m.start(), left if positive else right))
+    hits += [(m.start(), m.group(1)) for rx in (_IS_BETTER, _PREFER) for m in rx.finditer(text)]
+    hits += [(m.start(), m.group(1).upper()) for m in _OUTPUT.finditer(text)]
+    hits += [(m.start(), _label_verdict(m)) for m in _ARROW.finditer(text)]
+    hits += [(m.start(), "tie") for m in _NEITHER.finditer(text)]
+    return max(hits, key=lambda h: h[0])[1] if hits else None
+
+
 def parse_verdict(raw: str | None, fmt: str = "paper") -> str | None:
     """The judge's final verdict in presentation terms: 'A', 'B', 'tie' or None (unparseable).
 
     ``fmt='paper'``, in order: the whole reply is a verdict ("A", "‘B’", "**Tie**", "b", "A.");
     the LAST bracketed mark ("[[A]]", or an Arena-Hard label "[[A>B]]"); the last "verdict / winner
-    / answer is X"; the last line is a verdict ("Assistant B", "**Tie**"); the first word is
-    "A"/"B" (upper case) or "tie" ("A\\n\\nBecause ..."); the only one of "Assistant A"/"Assistant B"
-    named; the only verdict word present. Anything naming two verdicts otherwise is None.
+    / answer is X"; the last line is a verdict ("Assistant B", "**Tie**"); the last plain
+    comparative sentence (:func:`_sentence_verdict`: "Assistant A is better than Assistant B.",
+    "B is worse than A"); the first word is "A"/"B" (upper case) or "tie" ("A\\n\\nBecause ...");
+    the only one of "Assistant A"/"Assistant B" named; the only verdict word present. Anything
+    naming two verdicts otherwise is None.
     ``fmt='arena-hard'``: :func:`parse_arena_hard`.
     """
     if fmt not in FORMATS:
@@ -89,6 +120,9 @@ def parse_verdict(raw: str | None, fmt: str = "paper") -> str | None:
         if m:
             return _norm(m.group(1))
     first = re.split(r"[\s,.:;!]+", whole, maxsplit=1)[0].strip(_STRIP) if whole else ""
+    sentence = _sentence_verdict(text)
+    if sentence is not None:
+        return sentence
     if first in ("A", "B") or first.lower() in ("tie", "tied"):
         return _norm(first)
     named = {m.group(1) for m in _ASSISTANT.finditer(text)}
