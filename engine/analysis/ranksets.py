@@ -164,7 +164,10 @@ def _estimate(df: pd.DataFrame, method: str, models: list[str], first, second, c
     if method in ("human", "judge"):
         rows = has_h if method == "human" else has_j
         if not rows.any():
-            raise UserError(f"no comparison has a {method} label")
+            other = "judge" if method == "human" else "human"
+            hint = (f"; they have {other} labels only: use those (--method {other})"
+                    if (has_j if method == "human" else has_h).any() else "")
+            raise UserError(f"no comparison has a {method} label{hint}")
         col = "human_winner" if method == "human" else "judge_winner"
         w, w2 = win_indicators(df[col][rows])
         require_models(models, first[rows], second[rows], f"{method}-labelled comparisons")
