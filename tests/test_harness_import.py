@@ -201,3 +201,21 @@ def test_cli_summary_benchmark_compare_and_accuracy_ranks_on_an_import(tmp_db, c
     assert [m["model"] for m in ranks["models"]] == ["dummy-b", "dummy-a"] and ranks["imported"]
     assert main(["benchmark-compare", "--db", str(tmp_db)]) == 2
     assert "give --model-a and --model-b, or --run RUN" in capsys.readouterr().err
+
+
+def test_summary_of_an_import_leaves_out_tokens_and_time(tmp_db, capsys):
+    """An imported run has no token counts and no generation time (its stored times are the import's,
+    seconds on a slow import): the summary result has no generation time, and the CLI summary leaves
+    out the "0 tokens in 5 s" line even when given one."""
+    from dataclasses import replace
+
+    from engine.analysis.summary import run_summary
+    from engine.cli import main
+    from engine.commands.summary import summary_text
+    from engine.store.scores import imported_facts
+    assert main(["import", "harness", str(LM_QA), "--db", str(tmp_db), "--name", "h"]) == 0
+    capsys.readouterr()
+    s = run_summary(tmp_db, "h")
+    assert s.generation_s is None and s.n_tokens == 0
+    text = summary_text(replace(s, generation_s=5.0, imported=imported_facts(tmp_db, "h")))
+    assert "tokens in" not in text and "imported from lm-eval" in text

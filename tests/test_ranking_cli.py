@@ -581,3 +581,18 @@ def test_winrates_on_a_judge_only_set_uses_the_judge_labels_and_says_how(tmp_pat
     assert rc == 2 and "no comparison has a human label" in err and "--label judge" in err
     rc, out, err = _run(capsys, "ranksets", "--set", "verdicts", "--db", str(db), "--method", "human")
     assert rc == 2 and "no comparison has a human label" in err and "--method judge" in err
+
+
+def test_out_dash_means_stdout_everywhere(tmp_path, capsys, monkeypatch):
+    """``--out -`` is stdout in every command: ``comparisons export`` prints the CSV and an analysis
+    prints its full JSON (as --json); neither writes a file named ``-``."""
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "c.csv"
+    f.write_text(TINY)
+    db = tmp_path / "o.duckdb"
+    assert _run(capsys, "import", "comparisons", str(f), "--name", "tiny", "--db", str(db))[0] == 0
+    rc, out, _ = _run(capsys, "comparisons", "export", "tiny", "--out", "-", "--db", str(db))
+    assert rc == 0 and out.splitlines()[0].startswith("id,prompt_id,model_a") and len(out.splitlines()) == 6
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--out", "-")
+    assert rc == 0 and json.loads(out)["models"] == ["x", "y", "z"]
+    assert not (tmp_path / "-").exists()
