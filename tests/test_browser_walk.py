@@ -155,7 +155,7 @@ def test_harness_logs_upload_accuracy_ranks(walk, page, artifacts_dir):
     _shot(page, artifacts_dir, "3_upload_page")
     assert "results_*.json with its samples_*.jsonl" in _page_text(page)
     uploads = [("lm-walk", "dummy-a", sorted(str(p) for p in (HARNESS / "lm_eval" / "tinyqa").rglob("*") if p.is_file())),
-               ("inspect-walk", "mockllm/alpha", [str(p) for p in sorted((HARNESS / "inspect" / "tinyqa").glob("*.eval"))])]
+               ("inspect-walk", "mockllm/alpha", [str(p) for p in sorted((HARNESS / "inspect" / "tinyqa").glob("*"))])]
     for name, model, files in uploads:
         _open(page, walk, "upload", "Harness files")  # a fresh page: the uploader starts empty
         page.locator("input[type='file']").nth(1).set_input_files(files)
