@@ -340,16 +340,16 @@ def rankset_intervals_figure(table: pd.DataFrame, title: str = "Rank-sets") -> g
 
 
 def accuracy_ranks_figure(table: pd.DataFrame, level: float = 0.95, title: str = "Accuracy and rank-sets") -> go.Figure:
-    """Per model, best on top: accuracy with its interval (columns accuracy, ci_low, ci_high; left panel) and
-    its rank-set [lower, upper] beside it (right panel), drawn by :func:`rankset_intervals_figure`."""
+    """Per model, best on top: accuracy and interval (left), rank-set beside it (right, :func:`rankset_intervals_figure`)."""
     fig, k = rankset_intervals_figure(table, title), len(table)
     acc, lo, hi = (table[c].astype(float).tolist() for c in ("accuracy", "ci_low", "ci_high"))
     fig.add_trace(go.Scatter(x=acc, y=list(range(k)), xaxis="x2", mode="markers", showlegend=False, hoverinfo="text",
                              hovertext=[f"{m}: {a:.3f} [{c:.3f}, {d:.3f}]" for m, a, c, d in zip(table.model, acc, lo, hi)],
                              marker=dict(size=10, color=PALETTE[1]), error_x=dict(type="data", symmetric=False, array=[
                                  h - a for a, h in zip(acc, hi)], arrayminus=[a - low for a, low in zip(acc, lo)])))
-    fig.update_layout(xaxis=dict(domain=[0.55, 1], title=f"rank-set ({level:.0%}; 1 = best)"), height=160 + 35 * k,
-                      xaxis2=dict(domain=[0, 0.47], anchor="y", range=[-0.02, 1.02], title=f"accuracy ({level:.0%} CI)"))
+    fig.update_layout(xaxis=dict(domain=[0.55, 1], title=f"rank-set ({level:.0%}; 1 = best)"), yaxis_anchor="x2",
+                      xaxis2=dict(domain=[0, 0.47], anchor="y", range=[-0.02, 1.02], title=f"accuracy ({level:.0%} CI)"),
+                      height=160 + 35 * k)
     return fig
 
 

@@ -18,18 +18,13 @@ import pytest
 
 from dashboard import jobs
 from engine.testing import tiny_lm
+from tests import test_browser as tb
 from tests.conftest import ROOT
-from tests.test_browser import (  # noqa: F401  (browser and page are fixtures)
-    _goto,
-    _no_exception,
-    _serve,
-    _settle,
-    browser,
-    page,
-)
+from tests.test_browser import _goto, _no_exception, _serve, _settle
 from tests.test_hf_datasets import write_hub_folder
 
 pytestmark = pytest.mark.browser
+browser, page = tb.browser, tb.page  # the browser tests' fixtures: one Chromium, a fresh page per test
 KEY = "sk-walk-test-key"
 HARNESS = ROOT / "tests" / "data" / "harness"
 
@@ -54,7 +49,7 @@ def walk(tmp_path_factory):
             yield {**server, "models": [str(tmp / "tiny-a"), str(tmp / "tiny-b")], "hub": str(tmp / "gsm8k")}
 
 
-def _shot(page, artifacts_dir, name: str) -> None:  # noqa: F811
+def _shot(page, artifacts_dir, name: str) -> None:
     page.screenshot(path=str(artifacts_dir / f"browser_walk_{name}.png"), full_page=True)
 
 
