@@ -5,6 +5,7 @@ import streamlit as st
 
 from dashboard import loaders as L
 from dashboard import widgets as ui
+from engine import figures
 
 ui.header("Accuracy ranks", "Which model is really best on this benchmark: each model's accuracy with a 95% "
                             "interval over questions, and rank-sets that hold for all models at once (max-t, "
@@ -32,8 +33,14 @@ if res is None:
 m1, m2, m3 = st.columns(3)
 m1.metric("Models", len(res.models))
 m2.metric("Questions × repeats", f"{res.n_questions} × {res.n_repeats}")
-m3.metric("Source", "imported (harness)" if res.imported else "generated here")
-ui.table(res.frame(), "accuracy_ranks", key="ar_table", ctx=ui.export_context("accuracy_ranks", run=run))
+# text, not a metric: a metric's value is cut at the column's edge ("imported (har…")
+m3.markdown("**Source**  \n" + ("imported from a harness log (not generated here)" if res.imported
+                                 else "generated here"))
+ctx = ui.export_context("accuracy_ranks", run=run)
+ui.chart(figures.accuracy_ranks_figure(res.figure_frame(), level=level,
+                                       title=f"Accuracy ({level:.0%} interval) and simultaneous rank-set per model"),
+         "accuracy_ranks", key="ar_fig", ctx=ctx)
+ui.table(res.frame(), "accuracy_ranks", key="ar_table", ctx=ctx)
 st.caption(f"Rank 1 = best. Rank-sets: simultaneous max-t step-down at {level:.0%} (every model's true rank is in "
            "its set with at least that probability). Accuracy intervals: t over questions; repeats of a question "
            "are dependent, so the question is the unit." + (" 'harness reported' is the harness's own headline "

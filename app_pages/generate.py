@@ -20,18 +20,23 @@ if not models:
 
 names = [m.name for m in models]
 backends = L.backends()
+# The dataset choice sits outside the form: choosing "(file path)" enables the path field at once
+# (a form's widgets take effect only when it is submitted).
+dataset_opts = datasets + ["(file path)"] if datasets else ["(file path)"]
+d1, d2 = st.columns([1, 2])
+dataset = d1.selectbox("Dataset", dataset_opts, key="gen_dataset")
+dataset_path = d2.text_input(ui.md_escape("Dataset file (CSV/JSONL in MMLU layout, or a prompt list) or "
+                                          "hf:REPO[:CONFIG][:SPLIT]"),
+                             key="gen_dataset_path", disabled=dataset != "(file path)",
+                             placeholder="e.g. data/my_questions.jsonl or hf:cais/mmlu:college_computer_science:test",
+                             help=ui.md_escape("e.g. hf:cais/mmlu:college_computer_science:test or "
+                                               "hf:/data/gsm8k:main:test (a hub id from the local cache or the hub, "
+                                               "or a folder in the hub layout)"))
 with st.form("generate_form", border=True):
     c1, c2 = st.columns([2, 1])
     chosen = c1.multiselect("Models (two or more to couple; same vocabulary = token-id keys)", names,
                             default=jobs_panel.default_models(names), key="gen_models")
     extra = c1.text_input("Other models (space-separated HF folders, .gguf files or hub ids)", key="gen_extra")
-    dataset_opts = datasets + ["(file path)"] if datasets else ["(file path)"]
-    dataset = c2.selectbox("Dataset", dataset_opts, key="gen_dataset")
-    dataset_path = c2.text_input("Dataset file (CSV/JSONL in MMLU layout, or a prompt list) or hf:REPO[:CONFIG][:SPLIT]",
-                                 key="gen_dataset_path",
-                                 help="e.g. hf:cais/mmlu:college_computer_science:test or hf:/data/gsm8k:main:test "
-                                      "(a hub id from the local cache or the hub, or a folder in the hub layout)",
-                                 disabled=dataset != "(file path)")
     limit = c2.number_input("First N prompts (0 = all)", min_value=0, value=0, step=1, key="gen_limit")
     c3, c4, c5, c6 = st.columns(4)
     repeats = c3.number_input("Repeats per prompt", min_value=1, max_value=1000, value=5, key="gen_repeats")

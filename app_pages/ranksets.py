@@ -17,30 +17,43 @@ if st.radio("Source", run_ranksets_view.SOURCE_KINDS, horizontal=True, key="rs_k
         run_ranksets_view.SOURCE_KINDS[0]:
     run_ranksets_view.render()
     st.stop()
-sources = [s for s in L.comparison_sources() if s.source in ("set", "arena")]
+sources = [s for s in L.comparison_sources() if s.source in ("set", "arena", "judgments")]
 if not sources:
-    ui.empty_state("No comparisons to rank: upload human (and judge) comparisons on the Upload page. "
-                   "PPR needs rows labelled by humans and by a judge.", "upload", "Upload")
+    ui.empty_state("No comparisons to rank: judge a run on the Generate page, or upload human (and judge) "
+                   "comparisons on the Upload page. PPR needs rows labelled by humans and by a judge.",
+                   "upload", "Upload")
     st.stop()
+
+
+def verdict_source_controls(col, run: str) -> str:
+    """A run's judge verdicts as the source: judge labels only, so judge-only rank-sets of one mode."""
+    col.caption(f"Judge verdicts of run `{run}`: judge labels only, so the rank-sets are judge-only. "
+                "Upload human labels for the same pairs to correct the judge with PPR.")
+    return col.radio("Generations judged", list(config.MODES), horizontal=True, key="rs_verdict_mode")
+
 
 c1, c2, c3 = st.columns([3, 2, 2])
 idx = c1.selectbox("Comparisons", range(len(sources)), format_func=lambda i: sources[i].label, key="rs_source")
 source, name = sources[idx].source, sources[idx].name
-method = c2.radio("Method", list(config.RANK_METHODS)[::-1], horizontal=True, key="rs_method",
+verdicts = source == "judgments"
+judge, mode = (sources[idx].judge, verdict_source_controls(c1, name)) if verdicts else (None, None)
+method = c2.radio("Method", ["judge"] if verdicts else list(config.RANK_METHODS)[::-1], horizontal=True,
+                  key="rs_method_verdicts" if verdicts else "rs_method",
                   format_func={"ppr": "PPR (human + judge)", "human": "human only", "judge": "judge only"}.get)
 procedure = c3.radio("Procedure", list(config.RANK_PROCEDURES), horizontal=True, key="rs_procedure",
                      format_func={"maxt": "max-t (simultaneous, default)", "marginal": "marginal (per model)",
                                   "chi2": "χ² (paper's Algorithm 2)"}.get)
-all_models = ui.safe(L.comparison_models, source, name)
+all_models = ui.safe(L.comparison_models, source, name, judge, mode)
 if not all_models:
     st.stop()
 c4, c5, c6, c7 = st.columns([4, 1, 1, 2])
 models = c4.multiselect("Models", all_models, default=default_models(all_models), key=f"rs_models_{source}_{name}")
-ctx = ui.export_context("ranksets", set_name=name, models=models)
+ctx = (ui.export_context("ranksets", run=name, models=models) if verdicts
+       else ui.export_context("ranksets", set_name=name, models=models))
 if set(ARENA_PAPER_MODELS) <= set(all_models):
     c4.caption(f"Default: the paper's {len(ARENA_PAPER_MODELS)} models of the {len(all_models)} in the files "
                "(add the others here).")
-n = c6.number_input("n human labels", min_value=10, value=990, step=10, key="rs_n",
+n = c6.number_input("n human labels", min_value=10, value=990, step=10, key="rs_n", disabled=verdicts,
                     help="the human labels of n random comparisons (seeded) are kept: PPR's labelled set and the "
                          "human-only method use the SAME n labels; PPR's judge-only set is every other comparison")
 alpha = c5.select_slider("α", sorted(PAPER_ALPHAS), value=0.05, key="rs_alpha")
@@ -62,7 +75,7 @@ st.caption(THETA_TEXT[0].upper() + THETA_TEXT[1:] + ".")
 tab1, tab2 = st.tabs(["Rank-sets on all comparisons", "Repeated draws (PPR paper, Fig. 3)"])
 with tab1:
     view = ui.safe(L.ranksets, source, name, method, float(alpha), covariance=covariance, models=tuple(models),
-                   n_human=int(n), procedure=procedure)
+                   n_human=int(n), procedure=procedure, judge=judge, mode=mode)
     if view is not None:
         r = view.result
         counts = " · ".join(f"{m}: n = {c.n:,} human-labelled, N = {c.N:,} judge-only"
@@ -90,6 +103,9 @@ with tab2:
                 "rank-sets from the human labels of ALL comparisons of the same draw (N + n): the reference the "
                 "paper's intersection / coverage probabilities are measured against.")
     d2, d3 = st.columns(2)
+    if verdicts:
+        st.info("The repeated draws resample human-labelled comparisons; a run's judge verdicts have none.")
+        st.stop()
     reps = d2.number_input("Draws", min_value=5, max_value=1000, value=50, step=5, key="rs_reps")
     seed = d3.number_input("Seed", min_value=0, value=0, key="rs_seed")
     if st.toggle("Run the draws", key="rs_run_draws", help="Draws take seconds (max-t: ~0.3 s per draw on the "

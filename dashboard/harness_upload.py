@@ -17,6 +17,7 @@ from dashboard.loaders import db_path
 from dashboard.uploads import uploads_dir
 from engine.errors import UserError
 from engine.tasks.harness import read_harness
+from engine.tasks.harness_import import check_logs
 
 
 def save_files(files: list[tuple[str, bytes]]) -> Path:
@@ -30,17 +31,43 @@ def save_files(files: list[tuple[str, bytes]]) -> Path:
 
 
 def preview(folder: Path) -> pd.DataFrame:
-    """One row per (model, task): harness, version, samples, repeats, the harness's accuracy.
-    UserError (the folder is removed) when a file is not a readable harness log."""
+    """One row per (model, task): harness, version, samples, repeats, the harness's accuracy, after the
+    import's own checks (:func:`engine.tasks.harness_import.check_logs`: logs of different tasks with no
+    common sample id are refused here, not by the import job). UserError (the folder is removed) when a
+    file is not a readable harness log or the logs cannot be imported together."""
     try:
         logs = read_harness(folder)
-    except UserError:
+        check_logs(logs)
+    except UserError as exc:
+        message = _user_names(str(exc), folder)
         shutil.rmtree(folder, ignore_errors=True)
-        raise
+        raise UserError(message) from None
     return pd.DataFrame([{"model": lg.model, "task": lg.task, "harness": lg.harness, "version": lg.version,
                           "samples": len({s.sample_id for s in lg.samples}),
                           "repeats": len({s.repeat for s in lg.samples}), "accuracy (harness)": lg.headline}
                          for lg in logs])
+
+
+def preview_files(files: list[tuple[str, bytes]]) -> pd.DataFrame:
+    """:func:`preview` of an upload's files, in a folder removed when the preview is done (the Import
+    button saves the files again for its job): previews leave nothing in data/uploads/."""
+    folder = save_files(files)
+    try:
+        return preview(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _user_names(message: str, folder: Path) -> str:
+    """A check's message about the upload's internal folder, told with the user's file names instead
+    (and, for lm-eval samples without their results file, what to add)."""
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    listed = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    for d in dict.fromkeys((str(folder.resolve()), str(folder))):
+        message = message.replace(f"in {d!r}", f"among the uploaded files ({listed})").replace(d + "/", "")
+    if names and all(n.startswith("samples_") for n in names):
+        message += "; lm-eval writes a results_*.json beside each samples_*.jsonl: upload both"
+    return message
 
 
 def start_import(folder: Path, name: str) -> str | None:

@@ -10,13 +10,15 @@ tabs (or the CLI) see the same progress, and a page reload or a dashboard restar
 Status of a job (:func:`job_status`), from the files and the pid:
 
 * ``running``   -- the process is alive;
-* ``done``      -- it exited with code 0;
+* ``done``      -- it exited with code 0, or a signal ended it (or it vanished) after its progress
+  file counted every unit done (killed after its last commit: the work is finished);
 * ``failed``    -- it exited with a non-zero code (the log says why);
 * ``cancelled`` -- :func:`cancel_job` sent SIGTERM to its process group;
 * ``killed``    -- it disappeared without an exit code and without finishing (e.g. the machine
   or the process was killed from outside); generation jobs are resumable with :func:`resume_job`.
 
-``<jobs>`` is ``data/jobs`` next to the database (:func:`jobs_dir`).
+``<jobs>`` is the ``jobs/`` folder next to the database (:func:`jobs_dir`): ``data/jobs`` for the
+default database, ``/x/jobs`` for ``--db /x/my.duckdb``, so each database sees its own jobs.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from engine.progress import read_progress, write_json_atomic
 STATUSES = ("running", "done", "failed", "cancelled", "killed")
 # Engine commands that accept --progress-file (follow-up jobs get one only if they do).
 PROGRESS_COMMANDS = ("generate", "judge", "cluster")
+# Job kinds whose command continues where it stopped when run again.
+RESUMABLE_KINDS = ("generate", "score", "judge", "cluster")
 _KIND_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
@@ -238,6 +242,8 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
         status = "running"
     elif meta.get("cancel_requested_at"):
         status = "cancelled" if returncode != 0 else "done"
+    elif _work_finished(prog) and (returncode is None or _by_signal(returncode)):
+        status = "done"  # every unit committed: killed (e.g. SIGKILL) after its last commit is still done
     elif returncode is not None:
         status = "done" if returncode == 0 else "failed"
     elif prog.get("status") in ("done", "failed", "cancelled"):
@@ -260,6 +266,36 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
                **({"workers": prog["workers"]} if isinstance(prog.get("workers"), dict) else {}),
                **({"stats": prog["stats"]} if isinstance(prog.get("stats"), dict) else {})},
     )
+
+
+def _work_finished(prog: dict) -> bool:
+    """True when a job's progress file counts every unit done (``done >= total > 0``) and does not say
+    it failed: the work is committed, whatever happened to the process afterwards."""
+    total, done = int(prog.get("total", 0) or 0), int(prog.get("done", 0) or 0)
+    return total > 0 and done >= total and prog.get("status") in ("running", "done")
+
+
+def _by_signal(returncode: int) -> bool:
+    """An exit code that says a signal ended the process: negative (Python's view of its child) or
+    128 + N (a shell's)."""
+    return returncode < 0 or returncode > 128
+
+
+def error_line(st: JobStatus) -> str:
+    """The line of a failed job's log that says why: the CLI's last ``error: ...`` line, else the last
+    line of a traceback or of the log ("" when the log is empty)."""
+    lines = [ln.strip() for ln in st.log_tail.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    return errors[-1] if errors else (lines[-1] if lines else "")
+
+
+def resumable(st: JobStatus) -> bool:
+    """Whether running the same command again can help: a cancelled or killed job, or one that failed
+    by a signal or a crash, continues where it stopped; one refused for bad input (exit code 2, a
+    ``UserError`` such as an unknown dataset name) would fail the same way."""
+    if st.kind not in RESUMABLE_KINDS or st.status not in ("cancelled", "killed", "failed"):
+        return False
+    return not (st.status == "failed" and st.returncode == 2)
 
 
 def smoothed_eta(done: int, total: int, elapsed_s: float, raw_eta_s: float | None = None,

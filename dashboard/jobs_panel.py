@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard import jobs
 from dashboard.loaders import db_path
-from dashboard.widgets import fmt_seconds
+from dashboard.widgets import fmt_seconds, md_escape
 from engine.errors import UserError
 from engine.tasks.judge_api import key_env_problem, shown_key_env
 from engine.tasks.judge_parse import ARENA_HARD_HELP, FORMATS
@@ -120,13 +120,17 @@ def _job_row(j: jobs.JobStatus, allow_control: bool) -> None:
             if c1.button("Cancel", key=f"cancel_{j.job_id}", icon=":material/stop:"):
                 jobs.cancel_job(j.job_id, db_path())
                 st.rerun(scope="app")
-        elif j.status in ("cancelled", "killed", "failed") and j.kind in ("generate", "score", "judge", "cluster"):
+        elif jobs.resumable(j):
             if c2.button("Resume", key=f"resume_{j.job_id}", icon=":material/replay:"):
                 jobs.resume_job(j.job_id, db_path())
                 st.rerun(scope="app")
     if j.status in ("failed", "killed") and j.log_tail:
+        why = jobs.error_line(j)
+        if why:  # the reason on the card itself, wrapped (st.code would cut it at the right edge)
+            fix = "" if jobs.resumable(j) else " Fix the input and start a new job (resuming would fail the same way)."
+            st.error(md_escape(why) + fix, icon=":material/error:")
         with st.expander("log"):
-            st.code(j.log_tail[-3000:])
+            st.code(j.log_tail[-3000:], wrap_lines=True)
 
 
 def stale_runs_notice(runs) -> None:

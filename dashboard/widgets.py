@@ -27,6 +27,16 @@ def header(title: str, caption: str | None = None) -> None:
         st.caption(caption)
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]{}<>#|~:$])")
+
+
+def md_escape(text: str) -> str:
+    """``text`` shown as written in a label, caption or help: markdown's special characters escaped, so
+    a pattern such as ``hf:REPO[:CONFIG][:SPLIT]`` or ``results_*.json`` keeps its brackets, colons and
+    stars (Streamlit reads ``[..]`` as links, ``:name[..]`` as directives, ``*..*`` as emphasis)."""
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
 def safe(loader: Callable[..., R], *args: Any, _empty: str | None = None, **kwargs: Any) -> R | None:
     """``loader(*args, **kwargs)``, but a UserError (missing data, bad choice) becomes an info box."""
     try:

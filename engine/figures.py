@@ -1,10 +1,7 @@
 """Presentation: Plotly figure builders for the dashboard and the CLI: plain data in, ``go.Figure`` out.
-
-No database access, no statistics: every builder draws values an engine function already
-computed (curves, matrices, intervals). Pages call one builder per chart, so the same figures can
-be exported (``dashboard.downloads``), written by the CLI (:func:`write_benchmark_figures`) or rebuilt
-outside Streamlit.
-"""
+No database access, no statistics: every builder draws values an engine function already computed.
+Pages call one builder per chart, so the same figures can be exported (``dashboard.downloads``),
+written by the CLI (:func:`write_benchmark_figures`) or rebuilt outside Streamlit."""
 
 from __future__ import annotations
 
@@ -33,8 +30,7 @@ def empty_figure(message: str) -> go.Figure:
     """A blank figure carrying a message (used when there is nothing to draw)."""
     fig = go.Figure()
     fig.add_annotation(text=html.escape(message), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
+    fig.update_layout(xaxis_visible=False, yaxis_visible=False)
     return _layout(fig, "", height=200)
 
 
@@ -307,18 +303,13 @@ def rankset_dots_figure(prob, models: Sequence[str], title: str = "P(rank positi
     """Dot plot: for each model (y) and rank position (x), dot size = probability (PPR paper, Fig. 3)."""
     P = np.asarray(prob, dtype=float)  # (k, k)
     k = P.shape[0]
-    xs, ys, ss, hv = [], [], [], []
-    for i in range(k):
-        for r in range(k):
-            if P[i, r] > 0:
-                xs.append(r + 1)
-                ys.append(models[i])
-                ss.append(P[i, r])
-                hv.append(f"{models[i]}, rank {r + 1}: {P[i, r]:.3f}")
-    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="markers", hovertext=hv, hoverinfo="text",
-                               marker=dict(size=[4 + 26 * s for s in ss], color=ss, colorscale="Blues",
-                                           cmin=0, cmax=1, line=dict(color="#364fc7", width=1),
-                                           colorbar=dict(title="P"))))
+    rows, ranks = (a.tolist() for a in np.nonzero(P > 0))  # row-major: each model's positions in rank order
+    ss = P[rows, ranks].tolist()
+    hv = [f"{models[i]}, rank {r + 1}: {p:.3f}" for i, r, p in zip(rows, ranks, ss)]
+    fig = go.Figure(go.Scatter(x=[r + 1 for r in ranks], y=[models[i] for i in rows], mode="markers", hovertext=hv,
+                               hoverinfo="text", marker=dict(size=[4 + 26 * s for s in ss], color=ss, colorscale="Blues",
+                                                             cmin=0, cmax=1, line=dict(color="#364fc7", width=1),
+                                                             colorbar=dict(title="P"))))
     fig.update_xaxes(title="rank position (1 = best)", dtick=1, range=[0.5, k + 0.5])
     fig.update_yaxes(autorange="reversed", type="category")
     return _layout(fig, title, height=140 + 40 * k)
@@ -327,11 +318,9 @@ def rankset_dots_figure(prob, models: Sequence[str], title: str = "P(rank positi
 def rankset_intervals_figure(table: pd.DataFrame, title: str = "Rank-sets") -> go.Figure:
     """Horizontal intervals [lower, upper] per model (columns model, lower, upper[, method][, theta]).
     With a method column, the methods' sets of a model sit side by side (offset rows), with a legend."""
-    fig = go.Figure()
-    groups = table["method"].unique().tolist() if "method" in table else [""]
-    models = list(dict.fromkeys(table["model"]))
+    fig, groups = go.Figure(), table["method"].unique().tolist() if "method" in table else [""]
+    models, G = list(dict.fromkeys(table["model"])), len(groups)
     pos = {m: i for i, m in enumerate(models)}
-    G = len(groups)
     for gi, g in enumerate(groups):
         part = table[table["method"] == g] if "method" in table else table
         color = PALETTE[gi % len(PALETTE)]
@@ -348,6 +337,20 @@ def rankset_intervals_figure(table: pd.DataFrame, title: str = "Rank-sets") -> g
     fig.update_xaxes(title="rank (1 = best)", dtick=1, range=[0.5, k + 0.5])
     fig.update_yaxes(tickvals=list(range(k)), ticktext=models, range=[k - 0.5, -0.5])  # best on top
     return _layout(fig, title, height=140 + (35 + 15 * (G - 1)) * k, legend=dict(orientation="h", y=-0.15))
+
+
+def accuracy_ranks_figure(table: pd.DataFrame, level: float = 0.95, title: str = "Accuracy and rank-sets") -> go.Figure:
+    """Per model, best on top: accuracy and interval (left), rank-set beside it (right, :func:`rankset_intervals_figure`)."""
+    fig, k = rankset_intervals_figure(table, title), len(table)
+    acc, lo, hi = (table[c].astype(float).tolist() for c in ("accuracy", "ci_low", "ci_high"))
+    fig.add_trace(go.Scatter(x=acc, y=list(range(k)), xaxis="x2", mode="markers", showlegend=False, hoverinfo="text",
+                             hovertext=[f"{m}: {a:.3f} [{c:.3f}, {d:.3f}]" for m, a, c, d in zip(table.model, acc, lo, hi)],
+                             marker=dict(size=10, color=PALETTE[1]), error_x=dict(type="data", symmetric=False, array=[
+                                 h - a for a, h in zip(acc, hi)], arrayminus=[a - low for a, low in zip(acc, lo)])))
+    fig.update_layout(xaxis=dict(domain=[0.55, 1], title=f"rank-set ({level:.0%}; 1 = best)"), yaxis_anchor="x2",
+                      xaxis2=dict(domain=[0, 0.47], anchor="y", range=[-0.02, 1.02], title=f"accuracy ({level:.0%} CI)"),
+                      height=160 + 35 * k)
+    return fig
 
 
 def tradeoff_figure(df: pd.DataFrame, x: str = "size", y: str = "intersection", group: str = "method",

@@ -323,3 +323,21 @@ def test_equality_gate_tolerates_the_order_of_a_float_sum_but_not_a_real_differe
     _bad(tmp_path, [tmp_path / "off.json"], "the samples give accuracy")
     assert agrees(0.25, 0.25, exact=True) and not agrees(0.25, 0.25 + 2 ** -54, exact=True)
     assert agrees(0.25, 0.25 + 2 ** -54, exact=False)
+
+
+def test_summary_of_an_import_leaves_out_tokens_and_time(tmp_db, capsys):
+    """An imported run has no token counts and no generation time (its stored times are the import's,
+    seconds on a slow import): the summary result has no generation time, and the CLI summary leaves
+    out the "0 tokens in 5 s" line even when given one."""
+    from dataclasses import replace
+
+    from engine.analysis.summary import run_summary
+    from engine.cli import main
+    from engine.commands.summary import summary_text
+    from engine.store.scores import imported_facts
+    assert main(["import", "harness", str(LM_QA), "--db", str(tmp_db), "--name", "h"]) == 0
+    capsys.readouterr()
+    s = run_summary(tmp_db, "h")
+    assert s.generation_s is None and s.n_tokens == 0
+    text = summary_text(replace(s, generation_s=5.0, imported=imported_facts(tmp_db, "h")))
+    assert "tokens in" not in text and "imported from lm-eval" in text

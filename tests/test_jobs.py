@@ -281,3 +281,42 @@ def test_demo_running_covers_the_chain(tmp_db, fake_python):
     assert not jobs.demo_running(tmp_db)
     assert jobs.DEMO_ARGS[jobs.DEMO_ARGS.index("--dataset") + 1] == "demo-numbers"
     assert jobs.score_args("r", tmp_db) == ["score", "--db", str(tmp_db), "--run", "r"]  # rule: fits the dataset
+
+
+def _fake_job(tmp_db, job_id: str, *, kind: str = "judge", done: int, total: int, rc: int | None,
+              log: str = "", status: str = "running") -> jobs.JobStatus:
+    """The files a job leaves behind after its process is gone (pid of no process)."""
+    jdir = jobs.jobs_dir(tmp_db)
+    jdir.mkdir(parents=True, exist_ok=True)
+    (jdir / f"{job_id}.meta.json").write_text(json.dumps({"job_id": job_id, "kind": kind, "args": [kind],
+                                                          "pid": 2**22 + 12345, "started_at": time.time()}))
+    (jdir / f"{job_id}.json").write_text(json.dumps({"status": status, "done": done, "total": total}))
+    (jdir / f"{job_id}.log").write_text(log)
+    if rc is not None:
+        (jdir / f"{job_id}.rc").write_text(str(rc))
+    return jobs.job_status(job_id, tmp_db)
+
+
+@pytest.mark.parametrize("rc", [-9, 137, None])
+def test_a_job_killed_after_its_last_commit_is_done(tmp_db, rc):
+    """A judge killed by SIGKILL after its last commit: its progress file still says "running" at 40/40.
+    The job is done (not "failed (rc -9)"); killed before the end it is not, and a job that exited with
+    an error of its own after the last unit stays failed."""
+    assert _fake_job(tmp_db, "judge-1", done=40, total=40, rc=rc).status == "done"
+    assert _fake_job(tmp_db, "judge-2", done=39, total=40, rc=rc).status == ("killed" if rc is None else "failed")
+    assert _fake_job(tmp_db, "judge-3", done=40, total=40, rc=1).status == "failed"
+    assert _fake_job(tmp_db, "judge-4", done=40, total=40, rc=rc, status="failed").status != "done"
+
+
+def test_a_failed_job_says_why_and_offers_resume_only_where_it_helps(tmp_db):
+    """The job card's reason is the CLI's last ``error:`` line; a bad-input refusal (exit 2) is not
+    resumable (the same command fails the same way); a crash, a kill or a cancel is."""
+    log = "loading\nerror: unknown dataset 'nope'; allowed: demo, demo-chat, a file path or hf:REPO\n"
+    bad = _fake_job(tmp_db, "generate-1", kind="generate", done=0, total=0, rc=2, log=log)
+    assert bad.status == "failed" and jobs.error_line(bad).startswith("error: unknown dataset 'nope'")
+    assert not jobs.resumable(bad)
+    crash = _fake_job(tmp_db, "generate-2", kind="generate", done=3, total=9, rc=-9,
+                      log="Traceback (most recent call last):\n  ...\nMemoryError\n")
+    assert jobs.error_line(crash) == "MemoryError" and jobs.resumable(crash)
+    assert jobs.resumable(_fake_job(tmp_db, "generate-3", kind="generate", done=3, total=9, rc=None))
+    assert not jobs.resumable(_fake_job(tmp_db, "import-1", kind="import", done=0, total=0, rc=1, log="x"))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.store import scores as score_store
@@ -113,3 +114,38 @@ def test_benchmark_compare_on_five_questions_that_never_differ(tmp_db, capsys):
     assert main(["benchmark-compare", "--db", str(tmp_db), "--run", "r1", "--resamples", "50"]) == 0
     out = capsys.readouterr().out
     assert "Planner: cannot plan" in out and "warning: small sample: only 5 questions" in out
+
+
+def test_prompt_list_next_commands_are_the_judge_chain_and_run_verbatim(tmp_path, monkeypatch, capsys):
+    """A prompt list has no gold answers: ``generate`` prints the judge chain (judge, store the verdicts
+    as a set, win-rates and judge-only rank-sets on it), never ``score`` / ``summary`` /
+    ``benchmark-compare``, with ``--db``; each printed command runs as printed."""
+    from engine import generation
+    from engine.cli import main as cli_main
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the random tiny judge writes no verdict; its replies come from a seeded stand-in (A / B / Tie), the
+    # printed command and the loading of the judge model stay as they are
+    rng = iter(np.random.default_rng(0).choice(["A", "B", "Tie"], size=1000, p=[0.45, 0.4, 0.15]))
+    monkeypatch.setattr(generation, "complete", lambda lm, msgs, **kw: [str(next(rng)) for _ in msgs])
+    monkeypatch.chdir(tmp_path)
+    for name, seed in (("tiny-a", 0), ("tiny-b", 1)):
+        m, t = tiny_lm(seed)
+        m.save_pretrained(tmp_path / name)
+        t.save_pretrained(tmp_path / name)
+    prompts = tmp_path / "chat.txt"
+    prompts.write_text("".join(f"Say something about {w}.\n" for w in ("cats", "rain", "tea", "maps", "jazz", "salt")))
+    db = tmp_path / "chat.duckdb"
+    assert cli_main(["generate", "--models", str(tmp_path / "tiny-a"), str(tmp_path / "tiny-b"), "--dataset",
+                     str(prompts), "--repeats", "1", "--max-new-tokens", "3", "--modes", "coupled", "--device", "cpu",
+                     "--run-id", "chat-run", "--db", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    nxt = [ln.strip() for ln in lines[lines.index("next:") + 1:] if ln.startswith("  python -m engine")]
+    assert [shlex.split(c)[3] for c in nxt] == ["judge", "comparisons", "winrates", "ranksets", "export"]
+    for cmd in nxt:
+        argv = shlex.split(cmd)
+        assert argv[:3] == ["python", "-m", "engine"] and argv[argv.index("--db") + 1] == str(db)
+        assert cli_main(argv[3:]) == 0, cmd
+        out = capsys.readouterr().out
+        if argv[3] in ("winrates", "ranksets"):
+            assert "judge" in out
+    assert (tmp_path / "chat-run.csv").exists()

@@ -562,3 +562,37 @@ def test_clustered_maxt_ranksets_keep_coverage_when_prompts_repeat_a_judgement()
         cover[label] = np.mean(hits)
     # 80 reps: Monte Carlo s.e. ~0.034 at 0.9 (measured 0.925 clustered, 0.425 plain)
     assert cover["clustered"] >= 0.83 and cover["plain"] <= 0.7, cover
+
+
+def test_winrates_on_a_judge_only_set_uses_the_judge_labels_and_says_how(tmp_path, capsys):
+    """A set of judge verdicts has no human label: ``winrates --set NAME`` without --label uses the only
+    label the set has; ``--label human`` names the way out (--label judge), as ``ranksets --method human``
+    does (--method judge)."""
+    rng = np.random.default_rng(3)
+    f = tmp_path / "judge_only.csv"
+    df = _synthetic_csv(f, rng, k=3, per=20, label_every=10**9)
+    df.assign(human_winner="").to_csv(f, index=False)
+    db = tmp_path / "w.duckdb"
+    assert _run(capsys, "import", "comparisons", str(f), "--name", "verdicts", "--db", str(db))[0] == 0
+    rc, out, err = _run(capsys, "winrates", "--set", "verdicts", "--db", str(db), "--bootstrap", "20")
+    assert rc == 0, err
+    assert out.startswith("win-rates · judge labels")
+    rc, out, err = _run(capsys, "winrates", "--set", "verdicts", "--db", str(db), "--label", "human")
+    assert rc == 2 and "no comparison has a human label" in err and "--label judge" in err
+    rc, out, err = _run(capsys, "ranksets", "--set", "verdicts", "--db", str(db), "--method", "human")
+    assert rc == 2 and "no comparison has a human label" in err and "--method judge" in err
+
+
+def test_out_dash_means_stdout_everywhere(tmp_path, capsys, monkeypatch):
+    """``--out -`` is stdout in every command: ``comparisons export`` prints the CSV and an analysis
+    prints its full JSON (as --json); neither writes a file named ``-``."""
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "c.csv"
+    f.write_text(TINY)
+    db = tmp_path / "o.duckdb"
+    assert _run(capsys, "import", "comparisons", str(f), "--name", "tiny", "--db", str(db))[0] == 0
+    rc, out, _ = _run(capsys, "comparisons", "export", "tiny", "--out", "-", "--db", str(db))
+    assert rc == 0 and out.splitlines()[0].startswith("id,prompt_id,model_a") and len(out.splitlines()) == 6
+    rc, out, _ = _run(capsys, "ranksets", "--comparisons", str(f), "--method", "human", "--out", "-")
+    assert rc == 0 and json.loads(out)["models"] == ["x", "y", "z"]
+    assert not (tmp_path / "-").exists()

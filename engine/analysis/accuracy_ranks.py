@@ -73,6 +73,10 @@ class AccuracyRankSets:
                               **({"harness reported": m.harness_accuracy} if self.imported else {})}
                              for m in self.models])
 
+    def figure_frame(self):
+        """:meth:`frame` with each rank-set's ends as numbers (lower, upper), as the rank-set figures read them."""
+        return self.frame().assign(lower=[m.rank_low for m in self.models], upper=[m.rank_high for m in self.models])
+
 
 def per_question_matrix(db: str | os.PathLike, run: str, mode: str | None = None,
                         rule: str | None = None) -> tuple[list[str], np.ndarray, int, str]:

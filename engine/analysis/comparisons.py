@@ -219,11 +219,15 @@ def arena_dir() -> Path | None:
     return p if (p / "human.json").exists() else None
 
 
-def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.DataFrame:
-    """Comparisons for the rank-set page: source 'set' (stored set ``name``) or 'arena' (human.json
-    with judge file ``name`` from ../shared/data/arena)."""
+def ranking_comparisons(db: str | os.PathLike, source: str, name: str, judge: str | None = None,
+                        mode: str | None = None) -> pd.DataFrame:
+    """Comparisons for the rank-set page: source 'set' (stored set ``name``), 'arena' (human.json
+    with judge file ``name`` from ../shared/data/arena) or 'judgments' (the verdicts of run ``name``:
+    :func:`run_verdict_comparisons`, ``judge`` and ``mode``)."""
     if source == "set":
         return SC.read_set(db, name)
+    if source == "judgments":
+        return run_verdict_comparisons(db, name, judge, mode)
     if source == "arena":
         d = arena_dir()
         if d is None:
@@ -232,7 +236,24 @@ def ranking_comparisons(db: str | os.PathLike, source: str, name: str) -> pd.Dat
             raise UserError(f"unknown Arena judge {name!r}; allowed: {', '.join(ARENA_JUDGES)}")
         h, j = d / "human.json", d / f"{name}.json"
         return _read_arena_cached(str(h), h.stat().st_mtime, str(j), j.stat().st_mtime).copy()
-    raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'arena'")
+    raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'arena', 'judgments'")
+
+
+def run_verdict_comparisons(db: str | os.PathLike, run: str, judge: str | None, mode: str | None) -> pd.DataFrame:
+    """A run's LLM-judge verdicts as rank-set comparisons (judge labels only, for judge-only rank-sets):
+    one row per verdict (both presentation orders are rows), prompt ids kept, so the intervals are
+    clustered by prompt; unparseable verdicts have no label. ``mode`` None: coupled when the run has
+    it (the two modes judge the same pairs twice and are not pooled). UserError when there is none."""
+    if mode is None:
+        groups = judgment_sources(db)
+        modes = set(groups.loc[groups["run_id"] == run, "mode"])
+        mode = next((m for m in store.MODES if m in modes), None)
+    df = VS.judgment_rows(db, run, mode, judge) if mode is not None else pd.DataFrame()
+    if df.empty:
+        raise UserError(f"no judge verdicts on run {run!r}" + (f" by {judge!r}" if judge else "")
+                        + (f" in mode {mode!r}" if mode else "") + "; judge the run first "
+                        "(python -m engine judge --run RUN --judge MODEL)")
+    return df
 
 
 @functools.lru_cache(maxsize=4)
@@ -333,8 +354,9 @@ def keep_human_labels(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
     return df.assign(human_winner=df["human_winner"].where(mask, None))
 
 
-def comparison_models(db: str | os.PathLike, source: str, name: str) -> list[str]:
+def comparison_models(db: str | os.PathLike, source: str, name: str, judge: str | None = None,
+                      mode: str | None = None) -> list[str]:
     """Models of a comparison source, most compared first."""
-    df = ranking_comparisons(db, source, name)
+    df = ranking_comparisons(db, source, name, judge, mode)
     counts = pd.concat([df.model_a, df.model_b]).value_counts()
     return [str(m) for m in counts.index]

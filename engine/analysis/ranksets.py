@@ -164,7 +164,10 @@ def _estimate(df: pd.DataFrame, method: str, models: list[str], first, second, c
     if method in ("human", "judge"):
         rows = has_h if method == "human" else has_j
         if not rows.any():
-            raise UserError(f"no comparison has a {method} label")
+            other = "judge" if method == "human" else "human"
+            hint = (f"; they have {other} labels only: use those (--method {other})"
+                    if (has_j if method == "human" else has_h).any() else "")
+            raise UserError(f"no comparison has a {method} label{hint}")
         col = "human_winner" if method == "human" else "judge_winner"
         w, w2 = win_indicators(df[col][rows])
         require_models(models, first[rows], second[rows], f"{method}-labelled comparisons")
@@ -307,7 +310,8 @@ def parse_alpha(value: str | float) -> float:
 
 def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, alpha: float,
                   covariance: str = "delta", models: tuple[str, ...] | None = None,
-                  n_human: int | None = None, seed: int = 0, procedure: str = "maxt") -> RankSetsView:
+                  n_human: int | None = None, seed: int = 0, procedure: str = "maxt", judge: str | None = None,
+                  mode: str | None = None) -> RankSetsView:
     """Rank-sets of one method (:func:`ranksets_for`) with a table of the results, and for PPR the
     human-only rank-sets on the SAME human labels (same n, same seeded rows) to compare with.
 
@@ -315,10 +319,12 @@ def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, al
     :func:`keep_human_labels`); None = every human label (PPR on rows that all carry both labels:
     the default of :func:`ranksets_for`).
 
+    ``judge`` and ``mode``: source 'judgments' only (the run's verdicts by that judge in that mode).
+
     Returns:
         :class:`RankSetsView`.
     """
-    df = ranking_comparisons(db, source, name)
+    df = ranking_comparisons(db, source, name, judge, mode)
     if models:
         df = df[df.model_a.isin(models) & df.model_b.isin(models)].reset_index(drop=True)
     mlist = list(models) if models else None

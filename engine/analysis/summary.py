@@ -264,9 +264,16 @@ def run_summary(db: str | os.PathLike, run: str, rule: str | None = None) -> Run
     return RunSummary(run=run, dataset_id=facts.dataset_id, kind=facts.kind, status=facts.status,
                       created_at=facts.created_at, rule=rule, rules=facts.rules, models=models, modes=modes,
                       n_questions=len(prompts), n_repeats=len(repeats), n_generations=facts.n_generations,
-                      n_tokens=facts.n_tokens, generation_s=facts.generation_s,
+                      n_tokens=facts.n_tokens, generation_s=None if _imported(db, run) else facts.generation_s,
                       chance=_chance(facts.kind, facts.choices, facts.golds), level=LEVEL, accuracy=accuracy,
                       pairs=pairs, warnings=_warnings(len(prompts), pairs))
+
+
+def _imported(db: str | os.PathLike, run: str) -> bool:
+    """True for a run imported from a harness log: it has no generation time (its store time is the
+    import's) and no token counts, so a summary leaves both out."""
+    facts = score_store.imported_facts(db, run)
+    return bool(facts and facts.get("harness"))
 
 
 def latest_scored_run(db: str | os.PathLike) -> str | None:

@@ -137,7 +137,10 @@ def _prepare(df: pd.DataFrame, label: str, reps: int, alpha: float, procedure: s
     col = f"{label}_winner"
     rows = df[col].notna()
     if not rows.any():
-        raise UserError(f"no comparison has a {label} label")
+        other = next(x for x in LABELS if x != label)
+        hint = (f"; they have {other} labels only: use those (--label {other})"
+                if df[f"{other}_winner"].notna().any() else "")
+        raise UserError(f"no comparison has a {label} label{hint}")
     d = restrict_models(df[rows].reset_index(drop=True), models)
     if compare is not None:
         compare = compare[compare[col].notna()]
@@ -191,6 +194,12 @@ def _bradley_terry(bt: dict, bt_rs: dict, models: list[str], boot: str) -> Bradl
                         rank={m: int(x) for m, x in zip(models, RK.rank_column(bt_rs["lower"]))},
                         rank_set={m: [int(bt_rs["lower"][i]), int(bt_rs["upper"][i])] for i, m in enumerate(models)},
                         ci_method=boot)
+
+
+def default_label(df: pd.DataFrame) -> str:
+    """The label a win-rate analysis uses when none is asked for: human when any row has one, else the
+    judge's (a set of judge verdicts has no human label)."""
+    return "human" if df["human_winner"].notna().any() or not df["judge_winner"].notna().any() else "judge"
 
 
 def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: int = DEFAULT_RESAMPLES,

@@ -76,7 +76,8 @@ def read_text_file(path: str, what: str) -> str:
 def add_output_args(p) -> None:
     """--json (full result on stdout) and --out FILE (full result to a file); default: a summary."""
     p.add_argument("--json", action="store_true", help="print the full result as JSON instead of the summary")
-    p.add_argument("--out", metavar="FILE", help="write the full result as JSON to FILE (the summary still prints)")
+    p.add_argument("--out", metavar="FILE", help="write the full result as JSON to FILE (the summary still prints); "
+                                                 "'-': the JSON to stdout, as --json")
 
 
 def _strict_json(obj) -> str:
@@ -86,9 +87,12 @@ def _strict_json(obj) -> str:
 def emit(args, result, summary) -> int:
     """Print ``summary`` (a string, or a callable returning one) or, with --json, the full result.
 
-    With --out the full result is also written to that file (strict JSON: NaN -> null).
+    With --out the full result is also written to that file (strict JSON: NaN -> null); ``--out -``
+    means stdout, as everywhere in the CLI: the full result instead of the summary, as with --json.
     """
     out = getattr(args, "out", None)
+    if out == "-":
+        return print_analysis(result)
     if out:
         path = Path(out)
         if path.parent and not path.parent.exists():

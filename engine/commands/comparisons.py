@@ -26,7 +26,7 @@ def register(sub) -> None:
     q.set_defaults(func=run_delete)
     q = inner.add_parser("export", help="a set as CSV in the upload format (stdout or --out)")
     q.add_argument("name")
-    q.add_argument("--out", help="file to write (default: stdout)")
+    q.add_argument("--out", help="file to write (default, or '-': stdout)")
     add_db(q)
     q.set_defaults(func=run_export)
     q = inner.add_parser("from-judge", help="store a run's judge verdicts as a comparison set")
@@ -64,8 +64,9 @@ def run_delete(args) -> int:
 
 def run_export(args) -> int:
     from engine.tasks.comparisons import export_comparison_set
-    text = export_comparison_set(args.db, args.name, args.out)
-    if args.out:
+    out = None if args.out in (None, "-") else args.out
+    text = export_comparison_set(args.db, args.name, out)
+    if out:
         print(f"exported comparison set {args.name} to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)

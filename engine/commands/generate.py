@@ -119,7 +119,7 @@ def run(args) -> int:
         print(f"warning: {w}", file=sys.stderr)
     result = run_summary(args.db, run_id)
     result.update(seconds=round(seconds, 3), warnings=warnings,
-                  next=next_commands(run_id, args.db, result["models"] or []))
+                  next=next_commands(run_id, args.db, result["models"] or [], kind=ds.kind, modes=args.modes))
     return emit(args, result, lambda: summary_text(result))
 
 
@@ -136,16 +136,32 @@ def run_summary(db, run_id: str) -> dict:
             "per_model": [c._asdict() for c in per]}
 
 
-def next_commands(run_id: str, db, models: list[str]) -> list[str]:
-    """What one usually runs next on a finished run (score, its summary, compare two models, export),
-    each runnable as printed (every command then uses the rule the run was scored with)."""
+def next_commands(run_id: str, db, models: list[str], kind: str = "multiple_choice",
+                  modes: list[str] | None = None) -> list[str]:
+    """What one usually runs next on a finished run, each runnable as printed (``--db`` when not the
+    default). A scored dataset: score, its summary, compare two models, export (every command then uses
+    the rule the run was scored with). A prompt list (kind ``prompts``, no gold answers): judge the
+    pairs (the first model as an example judge), store one mode's verdicts as a set, then win-rates and
+    judge-only rank-sets on it."""
     d = "" if str(db) == str(config.DEFAULT_DB) else f" --db {shlex.quote(str(db))}"
     run = shlex.quote(run_id)
+    export = f"python -m engine export generations --run {run}{d} --out {shlex.quote(run_id + '.csv')}"
+    if kind == "prompts":
+        judge = shlex.quote(models[0]) if models else "MODEL"
+        mode = next((m for m in config.MODES if m in (modes or config.MODES)), config.MODES[0])
+        name = shlex.quote(f"{run_id}-{mode}")
+        out = [f"python -m engine judge --run {run} --judge {judge}{d}"]
+        if len(models) >= 2:
+            out += [f"python -m engine comparisons from-judge --run {run} --judge {judge} --mode {mode} "
+                    f"--name {name}{d}",
+                    f"python -m engine winrates --set {name} --label judge{d}",
+                    f"python -m engine ranksets --set {name} --method judge{d}"]
+        return out + [export]
     out = [f"python -m engine score --run {run}{d}", f"python -m engine summary --run {run}{d}"]
     if len(models) >= 2:
         out.append(f"python -m engine benchmark-compare --run {run} --model-a {shlex.quote(models[0])} "
                    f"--model-b {shlex.quote(models[1])}{d}")
-    out.append(f"python -m engine export generations --run {run}{d} --out {shlex.quote(run_id + '.csv')}")
+    out.append(export)
     return out
 
 

@@ -26,7 +26,7 @@ def summary_text(s: RunSummary) -> str:
     """The short human summary: one accuracy table, one coupling table, then the warnings."""
     head = (f"run {s.run}  dataset {s.dataset_id} ({s.kind})  rule {s.rule}  "
             f"{s.n_questions} questions x {s.n_repeats} repeats  chance {fmt(s.chance)}")
-    if s.generation_s:
+    if s.generation_s and not s.imported:  # an import has neither tokens nor a generation time
         head += f"\n{s.n_generations:,} generations, {s.n_tokens:,} tokens in {s.generation_s:.0f} s"
     harness = (s.imported or {}).get("headline") or {}  # imported runs: the harness's own number
     if s.imported:

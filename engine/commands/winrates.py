@@ -17,7 +17,8 @@ def register(sub) -> None:
     q = sub.add_parser("winrates", help="win-rates, average win-rates, Bradley-Terry (Davidson) and Elo, "
                                         "prompt-clustered intervals")
     add_source(q)
-    q.add_argument("--label", default="human", choices=config.RANK_LABELS, help="whose labels to use")
+    q.add_argument("--label", default=None, choices=config.RANK_LABELS,
+                   help="whose labels to use (default: human when the comparisons have human labels, else judge)")
     q.add_argument("--compare", metavar="FILE",
                    help="a second CSV on the same prompts (e.g. verdicts on the independent generations): per pair, "
                         "the win-rate difference by a t test paired by prompt, Westfall-Young max-T adjusted")
@@ -33,10 +34,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from engine.analysis.comparisons import read_comparisons_file
-    from engine.analysis.winrates import winrates_for
+    from engine.analysis.winrates import default_label, winrates_for
     df = load(args)
     other = read_comparisons_file(args.compare) if args.compare else None
-    res = winrates_for(df, args.label, seed=args.seed, reps=args.bootstrap, models=models_arg(args), compare=other,
+    label = args.label or default_label(df)
+    res = winrates_for(df, label, seed=args.seed, reps=args.bootstrap, models=models_arg(args), compare=other,
                        alpha=args.alpha, procedure=args.procedure, group="this file",
                        compare_group=args.compare or "other")
     return emit(args, res.to_dict(), lambda: summary(res))

@@ -143,6 +143,13 @@ def _check(logs: list[HarnessLog]) -> tuple[int, list[str]]:
     return len(common), models
 
 
+def check_logs(logs: list[HarnessLog]) -> tuple[int, list[str]]:
+    """The checks an import makes before it writes (unique model and task, every log's accuracy equals
+    its headline, sample ids shared across models): (common sample ids, models), else UserError.
+    Previews call it, so that what they call valid imports."""
+    return _check(logs)
+
+
 def _frames(logs: list[HarnessLog], run_id: str, dataset_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     prompts: dict[str, dict] = {}
     gens, scores = [], []
