@@ -87,7 +87,8 @@ def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
     When every score lies in [0, 1] (0/1 correctness, a rate), μ does too: the interval is
     :func:`proportion_interval` (an all-0 or all-1 score gets the exact Clopper-Pearson bound for n
     questions instead of the point [0, 0] or [1, 1]), otherwise intersected with [0, 1]: with few
-    prompts μ̂ ± t·se leaves it (e.g. [0.363, 1.137] for n = 8, k = 2, μ̂ = 0.75), which no probability can. Intersecting an interval with a set known to hold μ
+    prompts μ̂ ± t·se leaves it (e.g. [0.363, 1.137] for n = 8, k = 2, μ̂ = 0.75), which no probability
+    can. Intersecting an interval with a set known to hold μ
     keeps its coverage exactly: it covers μ after the intersection iff it did before. Scores outside
     [0, 1] (an imported harness metric on another scale) leave the interval as it is.
 
