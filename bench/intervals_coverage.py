@@ -14,7 +14,7 @@ under-statement for entries that move together):
 and the simultaneous coverage of the wild max-t rank-sets (engine.stats.maxt, 95%) when 5 models are
 tied (truth: every rank-set is [1, 5], i.e. no pair may be established).
 
-    .venv/bin/python bench/intervals_coverage.py --reps 1000 --prompts 40 80
+    .venv/bin/python bench/intervals_coverage.py --reps 1000 --prompts 40 80 --every 100
 """
 
 from __future__ import annotations
@@ -66,17 +66,21 @@ def one_rep(r: dict, k: int, cluster, B: int, rng: np.random.Generator, truth: d
     return out
 
 
-def coverage(P: int, reps: int, B: int, seed: int) -> dict:
+def coverage(P: int, reps: int, B: int, seed: int, clusterings: tuple[str, ...], every: int = 0):
+    """Yields (replications so far, {(clustering, interval, statistic): (reps, entries) covered}) every
+    ``every`` replications (0: once, at the end), so a long run reports as it goes."""
     d = S.JudgeDesign(n_prompts=P, n_repeats=5, modes=("coupled",))
     k, truth = len(d.quality), truths(d)
     rng = np.random.default_rng(seed)
     acc: dict = {}
-    for _ in range(reps):
+    for rep in range(1, reps + 1):
         r = S.simulate_judge_design(d, rng)
-        for name, cl in (("prompt", r["prompt"]), ("prompt x repeat", r["prompt"] * 1000 + r["repeat"])):
-            for key, v in one_rep(r, k, cl, B, rng, truth).items():
+        cls = {"prompt": r["prompt"], "prompt x repeat": r["prompt"] * 1000 + r["repeat"]}
+        for name in clusterings:
+            for key, v in one_rep(r, k, cls[name], B, rng, truth).items():
                 acc.setdefault((name, *key), []).append(v)
-    return {key: np.asarray(v, float) for key, v in acc.items()}
+        if rep == reps or (every and rep % every == 0):
+            yield rep, {key: np.asarray(v, float) for key, v in acc.items()}
 
 
 def rankset_coverage(P: int, reps: int, draws: int, seed: int) -> dict:
@@ -97,6 +101,8 @@ def rankset_coverage(P: int, reps: int, draws: int, seed: int) -> dict:
 
 
 def fmt(x: np.ndarray) -> str:
+    if x.size == 0:
+        return "n/a"
     p = float(x.mean())
     return f"{p:.3f} ± {np.sqrt(p * (1 - p) / x.shape[0]):.3f}"
 
@@ -106,6 +112,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--prompts", type=int, nargs="+", default=[40, 80])
+    ap.add_argument("--clusterings", nargs="+", default=["prompt x repeat", "prompt"],
+                    choices=["prompt x repeat", "prompt"])
+    ap.add_argument("--every", type=int, default=0, help="print the table every this many replications")
     ap.add_argument("--rank-reps", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
@@ -113,16 +122,17 @@ def main() -> None:
     if args.smoke:
         args.reps, args.resamples, args.prompts, args.rank_reps = 2, 50, [12], 2
     t0 = time.time()
-    print(f"coverage at nominal 0.95; {args.reps} replications, {args.resamples} cluster-bootstrap resamples")
-    print("| prompts | clustered by | interval | pairwise win-rate | average win-rate | BT | Elo |")
-    print("|---|---|---|---|---|---|---|")
-    for P in args.prompts:
-        acc = coverage(P, args.reps, args.resamples, args.seed + P)
-        for name in ("prompt x repeat", "prompt"):
-            for cal in ("percentile", "expanded"):
-                cells = " | ".join(fmt(acc[(name, cal, s)]) for s in STATS)
-                print(f"| {P} | {name} | {cal} | {cells} |", flush=True)
-    for P in args.prompts[:1]:
+    print(f"coverage at nominal 0.95; {args.resamples} cluster-bootstrap resamples")
+    for P in args.prompts if args.reps else []:
+        for done, acc in coverage(P, args.reps, args.resamples, args.seed + P, tuple(args.clusterings), args.every):
+            print(f"\n{P} prompts x 5 repeats, {done} replications ({time.time() - t0:.0f} s)")
+            print("| prompts | clustered by | interval | pairwise win-rate | average win-rate | BT | Elo |")
+            print("|---|---|---|---|---|---|---|")
+            for name in args.clusterings:
+                for cal in ("percentile", "expanded"):
+                    cells = " | ".join(fmt(acc[(name, cal, s)]) for s in STATS)
+                    print(f"| {P} | {name} | {cal} | {cells} |", flush=True)
+    for P in args.prompts[:1] if args.rank_reps else []:
         rk = rankset_coverage(P, args.rank_reps, 2000 if not args.smoke else 200, args.seed + 7)
         print(f"\nmax-t rank-sets (wild, 95%), 5 tied models, {P} prompts x 5 repeats, {args.rank_reps} reps: "
               + "; ".join(f"clustered by {n}: {fmt(v)}" for n, v in rk.items()))

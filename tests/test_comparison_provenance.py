@@ -106,6 +106,11 @@ def test_from_judge_keeps_the_prompt_as_cluster_and_the_repeat_in_its_own_column
     from engine.analysis.comparisons import cluster_ids, comparisons_for
     assert len(set(cluster_ids(load_comparisons(out)))) == 3
     assert len(set(cluster_ids(comparisons_for(tmp_db, "judgments", "r1")))) == 3
+    from engine.analysis.winrates import winrates_for, winrates_view
+    page = winrates_view(tmp_db, "judgments", "r1", reps=30, elo=False).results["coupled"].clustering
+    stored = winrates_view(tmp_db, "set", "s", label="judge", reps=30, elo=False).results["s"].clustering
+    cli = winrates_for(load_comparisons(out), label="judge", reps=30, elo=False).clustering
+    assert page == stored == cli == "intervals clustered by prompt (3 prompts, 12 rows)"
     assert main(["comparisons", "from-judge", "--db", str(tmp_db), "--run", "r1", "--judge", "j", "--mode",
                  "coupled", "--name", "agree", "--combine", "agree", "--json"]) == 0
     agree = read_comparison_set(tmp_db, "agree")
