@@ -106,6 +106,11 @@ def test_from_judge_keeps_the_prompt_as_cluster_and_the_repeat_in_its_own_column
     from engine.analysis.comparisons import cluster_ids, comparisons_for
     assert len(set(cluster_ids(load_comparisons(out)))) == 3
     assert len(set(cluster_ids(comparisons_for(tmp_db, "judgments", "r1")))) == 3
+    from engine.analysis.winrates import winrates_for, winrates_view
+    page = winrates_view(tmp_db, "judgments", "r1", reps=30, elo=False).results["coupled"].clustering
+    stored = winrates_view(tmp_db, "set", "s", label="judge", reps=30, elo=False).results["s"].clustering
+    cli = winrates_for(load_comparisons(out), label="judge", reps=30, elo=False).clustering
+    assert page == stored == cli == "intervals clustered by prompt (3 prompts, 12 rows)"
     assert main(["comparisons", "from-judge", "--db", str(tmp_db), "--run", "r1", "--judge", "j", "--mode",
                  "coupled", "--name", "agree", "--combine", "agree", "--json"]) == 0
     agree = read_comparison_set(tmp_db, "agree")
@@ -123,6 +128,11 @@ def _make_v3(path: Path) -> None:
             for sql in stmts:
                 con.execute(sql)
     con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    # a set `comparisons from-judge` made before v4: '<prompt_id>:<repeat>' as the prompt id
+    con.execute("""INSERT INTO comparison_sets (name, source, n_rows, meta) VALUES ('j', 'judgments:r1:jd:coupled', 3,
+                   '{"format": "judgments", "run": "r1", "judge": "jd", "mode": "coupled", "combine": "separate"}')""")
+    con.execute("""INSERT INTO comparisons VALUES ('j', 0, 'p:1:0', 'a', 'b', NULL, 'a'),
+                   ('j', 1, 'p:1:1', 'a', 'b', NULL, 'b'), ('j', 2, 'q:12', 'a', 'b', NULL, 'tie')""")
     con.close()
 
 
@@ -135,6 +145,9 @@ def test_db_migrate_from_v3_adds_the_columns_and_keeps_the_rows(tmp_path, capsys
     assert (res["from_version"], res["to_version"]) == (3, 4) == (3, store.SCHEMA_VERSION)
     df = read_comparison_set(db, "h")
     assert df.iloc[0].tolist() == ["p1", "a", "b", "a", None, None, None, None, None, None]
+    j = read_comparison_set(db, "j")  # the judge set's repeat split off its prompt id (a ':' inside an id stays)
+    assert j.prompt_id.tolist() == ["p:1", "p:1", "q"] and j.repeat.tolist() == [0, 1, 12]
+    assert set(j["mode"]) == {"coupled"} and set(j.labeller) == {"jd"}
     import_comparisons(db, FULL.encode(), "full", fmt="csv")
     assert export_comparison_set(db, "full").replace("\r\n", "\n") == FULL
 

@@ -150,7 +150,7 @@ def test_winrates_cli_and_compare(tmp_path, capsys):
     assert d["compare"]["x"]["y"]["diff"] == 0.0 and d["compare"]["x"]["y"]["p"] == 1.0
     assert d["compare"]["x"]["y"]["p_holm"] == 1.0 and d["compare"]["x"]["y"]["stars"] == ""
     assert d["clustering"] == "intervals clustered by prompt (5 prompts, 5 rows)" and not d["per_row_clusters"]
-    assert d["ci_method"].startswith("prompt-cluster percentile bootstrap, 20 resamples")
+    assert d["ci_method"].startswith("prompt-cluster expanded percentile bootstrap, 20 resamples")
 
 
 def test_ranksets_from_stored_set(tmp_path, capsys, tmp_db):

@@ -26,6 +26,7 @@ from scipy import stats as _st
 from engine.analysis.stats_records import PairedDiff
 from engine.errors import UserError
 from engine.stats.maxt import CALIBRATIONS, WILD_MAX_CLUSTERS, WILD_MAX_MODELS, wild_draws_means
+from engine.stats.multigen import proportion_interval
 from engine.stats.ranking import ranksets_maxt
 from engine.store.scores import imported_facts, per_question_scores
 
@@ -94,16 +95,12 @@ def per_question_matrix(db: str | os.PathLike, run: str, mode: str | None = None
 
 
 def accuracy_interval(y: np.ndarray, tq: float, level: float = LEVEL) -> tuple[float, float]:
-    """The t interval over questions of mean(y), clipped to [0, 1]; when every question scores the same 0 or 1
-    (SE 0: the t interval collapses to a point) the exact Clopper-Pearson interval for Q questions instead,
-    [0, 1 - (a/2)^(1/Q)] or [(a/2)^(1/Q), 1], so a perfect or a zero score still says how few questions it had."""
+    """The per-model accuracy interval of the per-question scores ``y``: the t interval over questions
+    clipped to [0, 1], or at an all-0 / all-1 score the exact Clopper-Pearson interval for Q questions
+    (:func:`engine.stats.multigen.proportion_interval`, the one rule of summary and the Benchmark page)."""
     Q, mu = len(y), float(np.mean(y))
     se = float(np.std(y, ddof=1) / np.sqrt(Q))
-    a = 1 - level
-    if se == 0 and mu in (0.0, 1.0):
-        edge = float((a / 2) ** (1 / Q))
-        return (0.0, 1 - edge) if mu == 0.0 else (edge, 1.0)
-    return max(mu - tq * se, 0.0), min(mu + tq * se, 1.0)
+    return proportion_interval(mu, se, tq, Q, level)
 
 
 def rank_accuracies(M: np.ndarray, alpha: float, rng: np.random.Generator, n_draws: int = 10_000,

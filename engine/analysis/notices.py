@@ -47,10 +47,18 @@ class AnalysisWarning(str):
         return (self.kind, str(self))
 
 
+# what a few questions do to a per-model accuracy interval (engine.stats.multigen.proportion_interval;
+# the figures: tests/test_proportion_interval.py, exact binomial coverage with one score per question)
+ACCURACY_FEW_QUESTIONS = ("a 0/1 accuracy's t interval covers only about 0.86-0.90 (not 0.95) at its worst "
+                          "with 8-40 questions; an all-0 or all-1 score gets the exact Clopper-Pearson interval")
+
+
 def small_sample_warning(n_clusters: int, unit: str = "prompts") -> AnalysisWarning | None:
-    """The SMALL_SAMPLE warning when fewer than SMALL_SAMPLE_CLUSTERS independent units, else None."""
+    """The SMALL_SAMPLE warning when fewer than SMALL_SAMPLE_CLUSTERS independent units, else None
+    (with ``unit`` "questions" it also says what that does to an accuracy's interval)."""
     if n_clusters >= SMALL_SAMPLE_CLUSTERS:
         return None
+    extra = f"; {ACCURACY_FEW_QUESTIONS}" if unit == "questions" else ""
     return AnalysisWarning(Notice.SMALL_SAMPLE, f"small sample: only {n_clusters} {unit} (independent units); "
                                                 "intervals and tests are approximate below "
-                                                f"{SMALL_SAMPLE_CLUSTERS}")
+                                                f"{SMALL_SAMPLE_CLUSTERS}{extra}")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.analysis.notices import AnalysisWarning, Notice
+from engine.analysis.notices import ACCURACY_FEW_QUESTIONS, AnalysisWarning, Notice
 from engine.errors import UserError
 from engine.stats.benchmark import paired_diff_ci
 from engine.stats.multigen import score_variance
@@ -214,7 +214,8 @@ def _warnings(n_questions: int, pairs: list[PairSummary]) -> list[AnalysisWarnin
     if n_questions < SMALL_SAMPLE:
         out.append(AnalysisWarning(Notice.SMALL_SAMPLE, (
             f"small sample: {n_questions} questions (fewer than {SMALL_SAMPLE}); the intervals and the variance "
-            "saving are rough, and a difference the questions happen not to show reads as exactly 0")))
+            f"saving are rough, and a difference the questions happen not to show reads as exactly 0; "
+            f"{ACCURACY_FEW_QUESTIONS}")))
     for p in pairs:
         for mode, d in p.diff.items():
             if d.se == 0:

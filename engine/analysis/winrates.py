@@ -210,7 +210,7 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     interval a prompt-cluster bootstrap (docs/METHODS.md 7.2).
 
     W_ij = #{i beat j}/#{i vs j} (ties: a non-win for both); avg_i = mean_j W_ij; Davidson BT β;
-    online Elo (K = 4, rows in file order); percentile CIs from ``reps`` resamples of prompts
+    Elo (the Elo-scale maximum likelihood); expanded percentile CIs (docs/INTERVALS.md) from ``reps`` resamples of prompts
     (seeded); rank = lower end of the rank-set (``procedure``, covariance = the bootstrap
     covariance of the average win-rates). With ``compare`` (a second group of comparisons on the
     same prompts, e.g. the independent generations' verdicts): per pair, group − compare_group
@@ -231,9 +231,9 @@ def winrates_for(df: pd.DataFrame, label: str = "human", seed: int = 0, reps: in
     bt_rs = _rank_sets(bt["beta"], bt["draws"], alpha, procedure, seed)
     W, T, n = wr["W"], wr["T"], wr["n"]
     note = clustering_note(wr["n_clusters"], wr["per_row_clusters"], len(d))
-    boot = f"prompt-cluster percentile bootstrap, {reps} resamples, seed {seed}, 95%"
+    boot = f"prompt-cluster expanded percentile bootstrap, {reps} resamples, seed {seed}, 95%"
     if wr["per_row_clusters"]:
-        boot = f"percentile bootstrap over rows (no prompt ids), {reps} resamples, seed {seed}, 95%"
+        boot = f"expanded percentile bootstrap over rows (no prompt ids), {reps} resamples, seed {seed}, 95%"
 
     def mat(M: Any, cast: Any = json_float) -> dict[str, dict[str, Any]]:
         return {m: {m2: cast(M[i, j]) for j, m2 in enumerate(models) if j != i} for i, m in enumerate(models)}

@@ -17,9 +17,9 @@ Family:
 * :func:`resampled_pair_counts`         wins (B, k, k), ties (B, k, k) for all resamples at once
 * :func:`davidson_fit_counts`           batched Bradley–Terry/Davidson MM on (B, k, k) counts
 * :func:`elo_ratings_weighted`          online Elo for B row-weightings in one pass over rows
-* :func:`winrate_cluster_bootstrap`     pairwise + average win-rates, percentile CIs
-* :func:`davidson_cluster_bootstrap`    BT/Davidson log-strengths, percentile CIs
-* :func:`elo_cluster_bootstrap`         Elo ratings, percentile CIs
+* :func:`winrate_cluster_bootstrap`     pairwise + average win-rates, expanded percentile CIs
+* :func:`davidson_cluster_bootstrap`    BT/Davidson log-strengths, expanded percentile CIs
+* :func:`elo_cluster_bootstrap`         Elo ratings, expanded percentile CIs
 * :func:`winrate_cluster_se`            cluster-robust (sandwich) SE of every pairwise win-rate
 * :func:`mode_diff_paired_test`         coupled − independent win-rate per pair, t test paired by prompt
 * :func:`position_bias`                 order-flip rate and first-position win share (both orders judged)
@@ -42,6 +42,7 @@ from engine.stats.clusters import (  # noqa: F401  (re-exported)
     cluster_codes,
     cluster_multiplicities,
     cluster_pair_counts,
+    expanded_percentile,
     pair_cluster_counts,
     percentile,
     resampled_pair_counts,
@@ -71,10 +72,12 @@ def _rates(wins: np.ndarray, ties: np.ndarray):
 
 def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, cluster=None,
                               n_resamples: int = DEFAULT_RESAMPLES, conf: float = 0.95) -> dict:
-    """Pairwise and average win-rates with cluster-bootstrap percentile intervals.
+    """Pairwise and average win-rates with cluster-bootstrap expanded percentile intervals.
 
     W_ij = #{i beat j}/#{i vs j};  avg_i = mean_{j: n_ij>0} W_ij;  W*_b from the rows of C prompts
-    drawn with replacement (all rows of a prompt kept); CI = (1−conf)/2, (1+conf)/2 percentiles.
+    drawn with replacement (all rows of a prompt kept); CI = the α'/2, 1 − α'/2 quantiles of W*,
+    α'/2 = Φ(−sqrt(C/(C−1)) t_{C−1,(1+conf)/2}) (:func:`engine.stats.clusters.expanded_percentile`:
+    the plain percentile interval covers 0.937-0.940 at 40 prompts, this one 0.95).
 
     Guarantee: asymptotically (C → ∞) valid for independent prompts, whatever the dependence of
     the rows within a prompt (pairs, orders, repeats, modes). Coverage in the clustered judge
@@ -105,8 +108,8 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         avg_b = np.nanmean(Wb_avg, axis=-1)  # (B, k)
-    W_lo, W_hi = percentile(Wb, conf)
-    a_lo, a_hi = percentile(avg_b, conf)
+    W_lo, W_hi = expanded_percentile(Wb, conf, C)
+    a_lo, a_hi = expanded_percentile(avg_b, conf, C)
     # a degenerate bootstrap (every resample the same value, e.g. 0 wins of 12) would give [x, x]:
     # fall back to the Wilson interval with one observation per prompt (docs/METHODS.md 7)
     Cij, Cm = pair_cluster_counts(X, k)
@@ -233,13 +236,14 @@ def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, in
 
 def davidson_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, cluster=None,
                                n_resamples: int = DEFAULT_RESAMPLES, conf: float = 0.95) -> dict:
-    """BT/Davidson log-strengths with cluster-bootstrap percentile intervals (vectorised).
+    """BT/Davidson log-strengths with cluster-bootstrap expanded percentile intervals (vectorised).
 
     β̂ = argmax Davidson likelihood; β*_b = the fit on resample b's counts m_b X (one sparse
     product for all b), all B fits by batched MM warm-started at β̂.
 
     Guarantee: asymptotically valid for the (pseudo-true) Davidson parameters with independent
-    prompts; percentile intervals per model, not simultaneous.
+    prompts, and within Monte Carlo error at 40 prompts (docs/REPRODUCTION.md); expanded percentile
+    intervals (:func:`engine.stats.clusters.expanded_percentile`) per model, not simultaneous.
 
     Returns:
         dict: beta (k,), nu, beta_low, beta_high (k,), nu_low, nu_high, draws (B, k),
@@ -254,8 +258,8 @@ def davidson_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, 
     mult = cluster_multiplicities(C, n_resamples, rng)
     wb, tb = resampled_pair_counts(X, mult, k)
     draws, nu_b = davidson_fit_counts(wb, tb, init=beta)
-    lo, hi = percentile(draws, conf)
-    nlo, nhi = percentile(nu_b, conf)
+    lo, hi = expanded_percentile(draws, conf, C)
+    nlo, nhi = expanded_percentile(nu_b, conf, C)
     return {"beta": beta, "nu": nu, "beta_low": lo, "beta_high": hi, "nu_low": float(nlo), "nu_high": float(nhi),
             "draws": draws, "nu_draws": nu_b, "n_clusters": C, "per_row_clusters": per_row,
             "n_resamples": int(n_resamples), "conf": conf}
@@ -365,7 +369,8 @@ def elo_fit_counts(wins, ties, scale: float = 400.0, base: float = 10.0, init: f
 
 def elo_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, cluster=None,
                           n_resamples: int = DEFAULT_RESAMPLES, conf: float = 0.95, K: float = 4.0) -> dict:
-    """Elo ratings as the Elo-scale maximum likelihood (:func:`elo_fit_counts`), with cluster-bootstrap percentile intervals.
+    """Elo ratings as the Elo-scale maximum likelihood (:func:`elo_fit_counts`), with cluster-bootstrap
+    expanded percentile intervals (:func:`engine.stats.clusters.expanded_percentile`).
 
     r̂ = argmax of the logistic likelihood on the Elo scale (ties = half wins) = the fixed point of
     online Elo's expected update; r*_b = the same fit on resample b's counts m_b X (one sparse product,
@@ -378,7 +383,8 @@ def elo_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, clust
     function of the counts (cluster bootstrap valid as for BT) and has a smaller SD.
 
     Guarantee: asymptotically valid (C → ∞, independent prompts) for the Elo-scale logistic
-    parameters; percentile intervals per model, not simultaneous.
+    parameters, and within Monte Carlo error at 40 prompts (docs/REPRODUCTION.md); per model, not
+    simultaneous.
 
     Returns:
         dict: elo (k,), low, high (k,), draws (B, k), online (k,), n_clusters, per_row_clusters,
@@ -393,7 +399,7 @@ def elo_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, clust
     mult = cluster_multiplicities(C, n_resamples, rng)  # (B, C)
     draws = elo_fit_counts(*resampled_pair_counts(X, mult, k))  # (B, k)
     online = elo_ratings_weighted(a, b, outcome, k, np.ones((1, a.size), np.int64), K=K)[0]
-    lo, hi = percentile(draws, conf)
+    lo, hi = expanded_percentile(draws, conf, C)
     return {"elo": point, "low": lo, "high": hi, "draws": draws, "online": online, "n_clusters": C,
             "per_row_clusters": per_row, "n_resamples": int(n_resamples), "conf": conf, "K": K,
             "estimator": "Elo-scale maximum likelihood (fixed point of the expected Elo update)"}

@@ -104,6 +104,40 @@ def percentile(draws: np.ndarray, conf: float) -> tuple[np.ndarray, np.ndarray]:
         return np.nanquantile(draws, tail, axis=0), np.nanquantile(draws, 1 - tail, axis=0)
 
 
+def expanded_tail(conf: float, n_clusters: int) -> float:
+    """The tail probability of the expanded percentile interval (Hesterberg 2015, "What teachers should
+    know about the bootstrap", section 5.3): α'/2 = Φ(−sqrt(C/(C−1)) · t_{C−1, 1−α/2}), α = 1 − conf.
+
+    The percentile interval is too narrow with few clusters on two counts: the bootstrap variance is
+    (C−1)/C of the unbiased one, and it uses normal rather than t quantiles. Widening the quantile
+    level by both factors keeps the interval's asymmetry (a win-rate near 0 or 1) and costs nothing.
+    C < 2: (1 − conf)/2 (nothing to expand).
+    """
+    from scipy import stats
+
+    tail = (1 - conf) / 2
+    if n_clusters < 2:
+        return tail
+    z = np.sqrt(n_clusters / (n_clusters - 1)) * stats.t.ppf(1 - tail, n_clusters - 1)
+    return float(stats.norm.cdf(-z))
+
+
+def expanded_percentile(draws: np.ndarray, conf: float, n_clusters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cluster-bootstrap expanded percentile interval: the α'/2 and 1 − α'/2 quantiles of the draws
+    (α' of :func:`expanded_tail`), NaN-aware along axis 0.
+
+    Guarantee (docs/REPRODUCTION.md, "Honest intervals"): coverage of the win-rate, average win-rate,
+    BT and Elo intervals 0.949-0.952 (MC SE 0.007) at 40 and 80 prompts in the clustered judge design,
+    where the plain percentile interval covers 0.940-0.941 at 40 prompts (bench/intervals_coverage.py).
+
+    Args:
+        draws: (B, ...) bootstrap draws; conf: level; n_clusters: C, the number of resampled prompts.
+    Returns:
+        low, high: arrays of draws.shape[1:].
+    """
+    return percentile(draws, 1 - 2 * expanded_tail(conf, n_clusters))
+
+
 def check_conf(conf: float, n_resamples: int) -> None:
     if not 0 < conf < 1:
         raise UserError(f"confidence level must be in (0, 1), got {conf}")

@@ -7,6 +7,7 @@ prompts, ``k`` generations each. Hierarchical model: ``p_i ~ P(mu, sigma)``,
 Family:
 
 * :func:`p_correct`               p̂_i = mean_j y_ij
+* :func:`proportion_interval`     the per-model accuracy interval: t, or Clopper-Pearson at 0 and 1
 * :func:`score_variance`          μ̂, Var̂(μ̂) = σ̂²/n, t CI, unbiased within/between components
 * :func:`bootstrap_score_ci`      percentile bootstrap over prompts (the check of the above)
 * :func:`single_generation_scores` column means of Y and their spread (best - worst)
@@ -46,6 +47,30 @@ def p_correct(Y) -> np.ndarray:
     return _as_matrix(Y).mean(axis=1)
 
 
+def proportion_interval(mu: float, se: float, crit: float, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """THE per-model accuracy interval (summary, Benchmark page, accuracy-ranks): the t interval
+    mu ± crit·se intersected with [0, 1]; when mu is exactly 0 or 1 (every question scored 0, or 1)
+    the exact Clopper-Pearson interval for n questions, [0, 1 − (α/2)^(1/n)] or [(α/2)^(1/n), 1].
+
+    Guarantee at the boundary: P(all n questions score 0) ≤ Π_i (1 − p_i) ≤ (1 − p̄)^n for independent
+    questions whatever the dependence between a question's repeats, so the bound misses p̄ with
+    probability ≤ α/2 (the number of questions is the clustered effective size). The point [0, 0] it
+    replaces covers p̄ = 0.05 with probability 0.34 at 8 questions (tests/test_proportion_interval.py).
+    Away from the boundary the t interval of 0/1 scores is approximate: its minimum exact coverage
+    over p̄ is about 0.89-0.92 at nominal 0.95 with 8-40 questions (said in the small-sample warning).
+
+    Args:
+        mu: the mean score in [0, 1]; se: its standard error; crit: the critical value (t_{n−1});
+        n: questions (clusters); conf: the level (α = 1 − conf).
+    Returns:
+        (low, high) within [0, 1] (NaN stays NaN).
+    """
+    if n >= 1 and mu in (0.0, 1.0):
+        edge = float(((1 - conf) / 2) ** (1 / n))
+        return (0.0, 1 - edge) if mu == 0.0 else (edge, 1.0)
+    return max(mu - crit * se, 0.0), min(mu + crit * se, 1.0)  # (NaN stays NaN: max/min return their first argument)
+
+
 def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
     """Benchmark score with a t interval and the unbiased within/between-prompt decomposition.
 
@@ -59,9 +84,11 @@ def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
     interval is asymptotically exact (n → ∞) for independent prompts. Agrees with
     :func:`engine.stats.benchmark.variance_components_diff` applied to (Y, 0) for 0/1 scores.
 
-    When every score lies in [0, 1] (0/1 correctness, a rate), μ does too, and the interval is
-    intersected with [0, 1]: with few prompts μ̂ ± t·se leaves it (e.g. [0.363, 1.137] for n = 8,
-    k = 2, μ̂ = 0.75), which no probability can. Intersecting an interval with a set known to hold μ
+    When every score lies in [0, 1] (0/1 correctness, a rate), μ does too: the interval is
+    :func:`proportion_interval` (an all-0 or all-1 score gets the exact Clopper-Pearson bound for n
+    questions instead of the point [0, 0] or [1, 1]), otherwise intersected with [0, 1]: with few
+    prompts μ̂ ± t·se leaves it (e.g. [0.363, 1.137] for n = 8, k = 2, μ̂ = 0.75), which no probability
+    can. Intersecting an interval with a set known to hold μ
     keeps its coverage exactly: it covers μ after the intersection iff it did before. Scores outside
     [0, 1] (an imported harness metric on another scale) leave the interval as it is.
 
@@ -90,8 +117,8 @@ def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
     se = float(np.sqrt(var))
     crit = float(z) if z is not None else (float(_st.t.ppf(0.5 + conf / 2, n - 1)) if n > 1 else float("nan"))
     lo, hi = mu - crit * se, mu + crit * se
-    if Y.min() >= 0.0 and Y.max() <= 1.0:  # μ is a probability: the interval intersected with [0, 1]
-        lo, hi = max(lo, 0.0), min(hi, 1.0)  # (NaN stays NaN: max/min return their first argument)
+    if n > 1 and Y.min() >= 0.0 and Y.max() <= 1.0:  # μ is a probability: [0, 1], and the exact bound at 0 or 1
+        lo, hi = proportion_interval(mu, se, crit, n, conf)
     return {"mu": mu, "sigma2_hat": sigma2, "within": within, "sigma2_between": between,
             "var_within": within / (n * k), "var_between": between / n, "var": var, "se": se, "df": n - 1,
             "ci_low": lo, "ci_high": hi, "n": int(n), "k": int(k)}

@@ -156,6 +156,8 @@ SCHEMA: tuple[str, ...] = (
 )
 
 
+_UNIT = r"^(.*):([0-9]+)$"  # '<prompt_id>:<repeat>', the unit id `comparisons from-judge` stored before v4
+
 # (from_version, statements): the SQL taking a database of ``from_version`` to ``from_version + 1``.
 # Append a step when SCHEMA_VERSION is bumped; steps run in order, all in one transaction.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -169,6 +171,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # comparisons: the provenance of a label (repeat, mode, labeller, labelled_at, presented); see SCHEMA
         *(f"ALTER TABLE comparisons ADD COLUMN {col}" for col in (
             "repeat INTEGER", "mode VARCHAR", "labeller VARCHAR", "labelled_at TIMESTAMP", "presented VARCHAR")),
+        # sets made by `comparisons from-judge` before v4 stored '<prompt_id>:<repeat>' as the prompt id:
+        # the prompt is the cluster (docs/METHODS.md 7.2), so split the repeat off into its own column
+        f"UPDATE comparisons SET repeat = CAST(regexp_extract(prompt_id, '{_UNIT}', 2) AS INTEGER), "
+        f"prompt_id = regexp_extract(prompt_id, '{_UNIT}', 1) WHERE regexp_matches(prompt_id, '{_UNIT}') "
+        "AND set_name IN (SELECT name FROM comparison_sets WHERE json_extract_string(meta, '$.format') = 'judgments')",
+        "UPDATE comparisons SET mode = json_extract_string(s.meta, '$.mode'), labeller = json_extract_string("
+        "s.meta, '$.judge') FROM comparison_sets s WHERE s.name = comparisons.set_name AND "
+        "json_extract_string(s.meta, '$.format') = 'judgments'",
     )),
 )
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), "one migration step per older version"
