@@ -390,3 +390,9 @@ def first_stop(rule: StopRule, lower, upper, t0: int = 0) -> int | None:
     hit = rule.holds(lower, upper, t)
     idx = np.flatnonzero(hit)
     return int(t[idx[0]]) if idx.size else None
+
+
+def question_order(n: int, seed: int) -> np.ndarray:
+    """The uniformly random order of n questions for ``seed`` (METHODS 8.1): a permutation of
+    range(n) from np.random.default_rng(seed). Live ``--until`` runs and replays use this one function."""
+    return np.random.default_rng(int(seed)).permutation(int(n))

@@ -1,0 +1,219 @@
+"""Replay of a stored run as a sequential (anytime-valid) evaluation: "when could it have stopped?".
+
+docs/METHODS.md section 8. The run's questions are shuffled with a seed (as a live ``--until`` run
+takes them); per noise mode, each pair's betting confidence sequence (engine.stats.sequential, at
+α/P for P pairs) is updated question by question, and the stop rule's first firing is reported with
+the CS there, the fixed-n t interval on the same questions (not valid for the stopping decision:
+shown for reference) and the full-run difference Δ_N. Several seeds summarise the stopping time
+over orders (median, quartiles).
+
+Works on any scored run: generated, imported harness and ``import paper-mmlu`` runs; reads go
+through engine.store only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.config import MODES
+from engine.errors import UserError
+from engine.stats.sequential import (
+    PairwiseCS,
+    StopRule,
+    check_alpha,
+    first_stop,
+    pair_alpha,
+    pairs_of,
+    question_order,
+    sequential_ranksets,
+    t_interval,
+)
+from engine.store.scores import per_question_scores
+
+BLOCK = 256  # questions per CS update in a replay (the stop rule is checked on every question)
+
+
+@dataclass(frozen=True)
+class SequentialStop:
+    seed: int
+    n: int | None               # first question count at which the rule held; None: never before N
+    lower: tuple[float, ...]    # per pair, the CS at the stop (or at N); Δ scale
+    upper: tuple[float, ...]
+    decided: bool               # every pair's CS excludes 0 there
+    missed: bool                # the running intersection was empty (the CS missed): lower/upper are the current C_t
+    t_low: tuple[float, ...]    # fixed-n t interval on the same questions (NOT valid for the stopping decision)
+    t_high: tuple[float, ...]
+    ranksets: tuple[tuple[int, int], ...]  # sequential rank-set per model at the stop (rank 1 = best)
+
+    def to_dict(self, single: bool) -> dict:
+        def one(v):
+            return v[0] if single else list(v)
+        return {"seed": self.seed, "n": self.n, "lower": one(self.lower), "upper": one(self.upper),
+                "decided": self.decided, "missed": self.missed,
+                "t_interval_not_valid_for_stopping": {"low": one(self.t_low), "high": one(self.t_high)},
+                "ranksets": [list(r) for r in self.ranksets]}
+
+
+@dataclass(frozen=True)
+class ModeReplay:
+    mode: str
+    n_questions: int            # N: the population (questions every chosen model has in this mode)
+    n_repeats: int
+    full: tuple[float, ...]     # Δ_N per pair
+    stops: tuple[SequentialStop, ...]
+
+    def stop_counts(self) -> np.ndarray:
+        """n per seed, N where the rule never fired (the run went to the end)."""
+        return np.array([s.n if s.n is not None else self.n_questions for s in self.stops], dtype=float)
+
+    def summary(self) -> dict:
+        n = self.stop_counts()
+        q1, med, q3 = (float(v) for v in np.percentile(n, [25, 50, 75]))
+        return {"median": med, "q1": q1, "q3": q3, "min": float(n.min()), "max": float(n.max()),
+                "never": sum(s.n is None for s in self.stops),
+                "decided": sum(s.decided for s in self.stops), "fraction_of_N": med / self.n_questions}
+
+    def to_dict(self, single: bool) -> dict:
+        return {"n_questions": self.n_questions, "n_repeats": self.n_repeats,
+                "full": self.full[0] if single else list(self.full),
+                "stops": [s.to_dict(single) for s in self.stops], "summary": self.summary()}
+
+
+@dataclass(frozen=True)
+class SequentialReplay:
+    run: str
+    models: tuple[str, ...]
+    pairs: tuple[str, ...]      # "A - B" per pair, engine.stats.sequential.pairs_of order
+    alpha: float
+    pair_alpha: float           # α/P
+    rule: str
+    repeat: int | None          # None: the mean over the stored repeats
+    seeds: tuple[int, ...]
+    modes: tuple[ModeReplay, ...]
+
+    def mode(self, name: str) -> ModeReplay:
+        return next(m for m in self.modes if m.mode == name)
+
+    def to_dict(self) -> dict:
+        single = len(self.pairs) == 1
+        return {"run": self.run, "models": list(self.models), "pairs": list(self.pairs), "alpha": self.alpha,
+                "pair_alpha": self.pair_alpha, "stop": self.rule, "repeat": self.repeat, "seeds": list(self.seeds),
+                "modes": {m.mode: m.to_dict(single) for m in self.modes}}
+
+
+def _choose_modes(present: list[str], mode: str) -> list[str]:
+    if mode not in (*MODES, "both"):
+        raise UserError(f"unknown mode {mode!r}; allowed: coupled, independent, both")
+    wanted = [m for m in MODES if m in present] if mode == "both" else [mode]
+    missing = [m for m in wanted if m not in present]
+    if missing or not wanted:
+        raise UserError(f"the run has no {', '.join(missing) or mode} scores; modes stored: "
+                        f"{', '.join(present) or '(none)'}")
+    return wanted
+
+
+def _choose_models(stored: list[str], models: list[str] | None) -> list[str]:
+    chosen = list(models) if models else sorted(stored)
+    unknown = [m for m in chosen if m not in stored]
+    if unknown:
+        raise UserError(f"unknown model {unknown[0]!r}; models in the run: {', '.join(sorted(stored))}")
+    if len(set(chosen)) < 2:
+        raise UserError(f"a sequential comparison needs 2 or more models; got {', '.join(chosen) or '(none)'} "
+                        f"(models in the run: {', '.join(sorted(stored))})")
+    return chosen
+
+
+def mode_matrix(df, models: list[str], mode: str, repeat: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """(prompt ids (Q,) sorted, scores (Q, k) per-question mean over repeats (or repeat R), repeats)
+    on the questions every chosen model has in ``mode``."""
+    sub = df[(df["mode"] == mode) & df["model"].isin(models)]
+    reps = sorted(int(r) for r in sub["repeat"].unique())
+    if repeat is not None:
+        if repeat not in reps:
+            raise UserError(f"--repeat {repeat} is not stored in mode {mode}; repeats: "
+                            f"{reps[0]}..{reps[-1]}" if reps else f"--repeat {repeat}: mode {mode} has no scores")
+        sub = sub[sub["repeat"] == repeat]
+    wide = sub.groupby(["prompt_id", "model"])["score"].mean().unstack("model").dropna()
+    if wide.empty:
+        raise UserError(f"no question has scores of every chosen model in mode {mode}")
+    wide = wide.sort_index()
+    return wide.index.to_numpy(dtype=str), wide[models].to_numpy(dtype=float), 1 if repeat is not None else len(reps)
+
+
+def replay_scores(scores: np.ndarray, order: np.ndarray, rule: StopRule, alpha: float, grid: int = 2001):
+    """Replay one order: (n or None, lower (P,), upper (P,), missed) at the stop, or at N.
+
+    scores: (N, k) per-question scores in [0, 1]; order: a permutation of range(N). Where the CS
+    missed (a pair's running intersection is empty) the bounds are its current C_t instead.
+    """
+    N, k = scores.shape
+    pc = PairwiseCS(k, N, alpha=alpha, grid=grid)
+    s = scores[order]
+    start, n, lo, up = 0, None, np.empty((0, len(pc.pairs))), np.empty((0, len(pc.pairs)))
+    while start < N and n is None:
+        lo, up = pc.update(s[start:start + BLOCK])
+        n = first_stop(rule, lo, up, t0=start)
+        start += lo.shape[0]
+    at = (n if n is not None else N) - (start - lo.shape[0]) - 1  # row of the stop in the last block
+    low, high = lo[at], up[at]
+    missed = bool(np.any(low > high))
+    if missed:  # never show an empty interval: the current C_t at the stop
+        if n is not None and n < start:
+            pc = PairwiseCS(k, N, alpha=alpha, grid=grid)
+            pc.update(s[:n])
+        cur = np.array([c.current for c in pc.cs])
+        low, high = cur[:, 0], cur[:, 1]
+    return n, low, high, missed
+
+
+def _stop(seed: int, scores: np.ndarray, rule: StopRule, alpha: float, grid: int) -> SequentialStop:
+    N, k = scores.shape
+    order = question_order(N, seed)
+    n, low, high, missed = replay_scores(scores, order, rule, alpha, grid)
+    used = scores[order[: n if n is not None else N]]
+    a_pair = pair_alpha(alpha, k)
+    ts = [t_interval(used[:, i] - used[:, j], a_pair) for i, j in pairs_of(k)]
+    ranks = sequential_ranksets(low, high, k)
+    return SequentialStop(seed=seed, n=n, lower=tuple(float(v) for v in low), upper=tuple(float(v) for v in high),
+                          decided=bool(np.all((low > 0) | (high < 0))), missed=missed,
+                          t_low=tuple(t[1] for t in ts), t_high=tuple(t[2] for t in ts),
+                          ranksets=tuple((int(a), int(b)) for a, b in ranks))
+
+
+def sequential_replay(db: str | os.PathLike, run: str, models: list[str] | None = None, mode: str = "both",
+                      repeat: int | None = None, alpha: float = 0.05, seeds: list[int] | tuple[int, ...] = (0,),
+                      stop: str | StopRule = "decided", rule: str | None = None, grid: int = 2001) -> SequentialReplay:
+    """When could this stored run have stopped? (METHODS 8; see the module docstring.)
+
+    Args:
+        db, run: a scored run.  models: 2 or more (default: every model of the run; P pairs at α/P).
+        mode: coupled | independent | both (both: the modes stored).  repeat: one stored repeat per
+        question (as a live run with one repeat would see it); None: the mean over the stored repeats.
+        alpha: family level.  seeds: question orders (engine.stats.sequential.question_order).
+        stop: a StopRule or its text (decided | width:W | budget:N, comma-separated).  rule: scoring rule.
+    Raises:
+        UserError: one model, a missing mode, α outside (0, 1), a rule that cannot fire, unknown names.
+    """
+    alpha = check_alpha(alpha)
+    srule = stop if isinstance(stop, StopRule) else StopRule.parse(stop)
+    if not seeds:
+        raise UserError("no seeds given; e.g. --seed 0 or --seeds 0..19")
+    df = per_question_scores(db, run, rule)
+    if df.empty:
+        raise UserError(f"run {run!r} has no scores; score it first (python -m engine score --run {run})")
+    chosen = _choose_models(sorted(str(m) for m in df["model"].unique()), models)
+    wanted = _choose_modes(sorted(str(m) for m in df["mode"].unique()), mode)
+    out = []
+    for m in wanted:
+        _, S, reps = mode_matrix(df, chosen, m, repeat)
+        srule.check(S.shape[0])
+        full = tuple(float(np.mean(S[:, i] - S[:, j])) for i, j in pairs_of(len(chosen)))
+        out.append(ModeReplay(mode=m, n_questions=S.shape[0], n_repeats=reps, full=full,
+                              stops=tuple(_stop(int(sd), S, srule, alpha, grid) for sd in seeds)))
+    return SequentialReplay(run=run, models=tuple(chosen), pairs=tuple(f"{chosen[i]} - {chosen[j]}"
+                                                                       for i, j in pairs_of(len(chosen))),
+                            alpha=alpha, pair_alpha=pair_alpha(alpha, len(chosen)), rule=str(srule),
+                            repeat=repeat, seeds=tuple(int(s) for s in seeds), modes=tuple(out))
