@@ -149,6 +149,15 @@ def finish_run(db: str | os.PathLike, run_id: str, status: str, n_units: int) ->
     return final
 
 
+def set_planned_units(db: str | os.PathLike, run_id: str, n_units: int, status: str | None = None) -> None:
+    """Set a run's planned unit count (and optionally its status): a sequential ``--until`` run plans
+    round by round, so its ``n_units`` is the units of the rounds it has taken (docs/SEQUENTIAL.md)."""
+    with writer(db) as con:
+        con.execute("UPDATE runs SET n_units = ? WHERE run_id = ?", [int(n_units), run_id])
+        if status is not None:
+            update_status(con, run_id, status)
+
+
 def run_record(db: str | os.PathLike, run_id: str) -> RunRecord:
     """The stored run (UserError listing known runs when absent)."""
     with reader(db) as con:
