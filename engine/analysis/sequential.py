@@ -217,3 +217,67 @@ def sequential_replay(db: str | os.PathLike, run: str, models: list[str] | None 
                                                                        for i, j in pairs_of(len(chosen))),
                             alpha=alpha, pair_alpha=pair_alpha(alpha, len(chosen)), rule=str(srule),
                             repeat=repeat, seeds=tuple(int(s) for s in seeds), modes=tuple(out))
+
+
+# ----------------------------------------------------------------------------- one order's path (charts)
+
+@dataclass(frozen=True)
+class SequentialPath:
+    """One pair's CS after every question of one order and mode (for the chart), and the state text."""
+
+    mode: str
+    pair: str
+    seed: int
+    N: int
+    n_stop: int | None          # the stop rule's first firing (None: never)
+    t: tuple[int, ...]          # question counts shown (a log-spaced subset of 1..N, the stop included)
+    lower: tuple[float, ...]    # CS (running intersection) at those counts, Δ scale; lower > upper
+                                # from where the sequence missed (probability <= alpha)
+    upper: tuple[float, ...]
+    full: float                 # Δ_N
+    state: str                  # "decided: A > B at question 412 of 14,042" | "undecided: Δ in [−0.02, 0.03]"
+
+    def to_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self).items()}
+
+
+def _shown(N: int, n_stop: int | None, points: int = 400) -> np.ndarray:
+    t = np.unique(np.round(np.geomspace(1, N, points)).astype(int))
+    return np.unique(np.concatenate([t, [n_stop] if n_stop else []])).astype(int)
+
+
+def state_text(model_a: str, model_b: str, lo: float, up: float, n: int | None, N: int) -> str:
+    """The one-line state of a pair's sequence at its stop (or at the last question seen)."""
+    if lo > up:
+        return f"missed: the running intersection is empty at question {n or N:,} (a miss, probability <= alpha)"
+    if n is not None and lo > 0:
+        return f"decided: {model_a} > {model_b} at question {n:,} of {N:,}"
+    if n is not None and up < 0:
+        return f"decided: {model_b} > {model_a} at question {n:,} of {N:,}"
+    return f"undecided: Δ in [{lo:+.3f}, {up:+.3f}]" + (f" at question {n:,} of {N:,}" if n else "")
+
+
+def sequential_paths(db: str | os.PathLike, run: str, model_a: str, model_b: str, mode: str = "both",
+                     repeat: int | None = None, alpha: float = 0.05, seed: int = 0, stop: str = "decided",
+                     rule: str | None = None) -> tuple[SequentialPath, ...]:
+    """Per mode, the CS of A − B after every question of order ``seed`` (the whole path to N)."""
+    alpha, srule = check_alpha(alpha), StopRule.parse(stop)
+    df = per_question_scores(db, run, rule)
+    if df.empty:
+        raise UserError(f"run {run!r} has no scores")
+    chosen = _choose_models(sorted(str(m) for m in df["model"].unique()), [model_a, model_b])
+    out = []
+    for m in _choose_modes(sorted(str(x) for x in df["mode"].unique()), mode):
+        _, S, _ = mode_matrix(df, chosen, m, repeat)
+        N = S.shape[0]
+        d = (S[:, 0] - S[:, 1])[question_order(N, seed)]
+        cs = PairwiseCS(2, N, alpha=alpha)
+        lo, up = (a[:, 0] for a in cs.update(S[question_order(N, seed)]))
+        n = first_stop(srule.check(N), lo, up)
+        t = _shown(N, n)
+        at = (n or N) - 1
+        out.append(SequentialPath(m, f"{model_a} - {model_b}", int(seed), N, n, tuple(int(x) for x in t),
+                                  tuple(float(x) for x in lo[t - 1]), tuple(float(x) for x in up[t - 1]),
+                                  float(d.mean()), state_text(model_a, model_b, float(lo[at]), float(up[at]),
+                                                              n if n else None, N)))
+    return tuple(out)
