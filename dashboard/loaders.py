@@ -132,6 +132,8 @@ paired_accuracy = _view(_accuracy_ranks.paired_accuracy)
 # Sequential (anytime-valid) evaluation: replay over orders, one order's path
 sequential_replay = _view(_sequential.sequential_replay)
 sequential_paths = _view(_sequential.sequential_paths)
+live_paths = _view(_sequential.live_paths)
+sequential_runs = _view(_sequential.sequential_runs)
 
 
 def arena_available() -> bool:

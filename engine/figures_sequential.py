@@ -39,9 +39,10 @@ def sequential_cs_figure(paths: Sequence[Any], title: str = "Confidence sequence
                                      line=dict(color=color, width=3), marker=dict(symbol="line-ew-open", size=12),
                                      name=f"{p.mode} stop (question {p.n_stop:,})", legendgroup=p.mode,
                                      hovertemplate=f"stop at question {p.n_stop:,}<extra>{p.mode}</extra>"))
-        fig.add_hline(y=p.full, line=dict(color=color, dash="dot", width=1),
-                      annotation_text=f"full run ({p.mode}) {p.full:+.3f}",
-                      annotation_position="top left" if i % 2 == 0 else "bottom left")
+        if p.full == p.full:  # NaN for a live run
+            fig.add_hline(y=p.full, line=dict(color=color, dash="dot", width=1),
+                          annotation_text=f"full run ({p.mode}) {p.full:+.3f}",
+                          annotation_position="top left" if i % 2 == 0 else "bottom left")
     fig.add_hline(y=0.0, line=dict(color="#212529", width=1.5))
     fig.update_xaxes(type="log", title="questions seen (random order)")
     fig.update_yaxes(title="A − B (difference of accuracy)")

@@ -49,3 +49,57 @@ def test_figures_draw_both_modes_zero_line_and_stop(seq_db):
     rep = sequential_replay(seq_db, "run-small", ["m-base", "m-int4"], seeds=[0, 1, 2], rule="paper")
     box = stopping_times_figure(rep.modes)
     assert [t.name for t in box.data] == ["coupled", "independent"] and len(box.data[0].y) == 3
+
+
+def _make_sequential(db):
+    """Mark run-small as a --until run (its stored order, rule and alpha), as generate --until stores them."""
+    import json
+
+    from engine import store
+    from engine.stats.sequential import question_order
+    order = [f"q{i}" for i in range(40)]
+    order = [order[i] for i in question_order(40, 7)]
+    with store.writer(db) as con:
+        cfg = json.loads(con.execute("SELECT CAST(config AS VARCHAR) FROM runs WHERE run_id = 'run-small'").fetchone()[0])
+        cfg["sequential"] = {"until": "width:1.2", "alpha": 0.05, "mode_stop": "coupled", "round_size": 8,
+                             "score_rule": "paper", "order_seed": 7, "order": order}
+        con.execute("UPDATE runs SET config = ? WHERE run_id = 'run-small'", [json.dumps(cfg)])
+    return order
+
+
+def test_generate_page_stop_when_decided_form_and_live_chart(tmp_path, monkeypatch):
+    from dashboard import jobs_panel
+    from engine.analysis.sequential import live_paths
+    db = build_small_db(tmp_path / "live.duckdb")
+    _make_sequential(db)
+    started = []
+    monkeypatch.setattr(jobs_panel, "start_generation", lambda args, score_after, rule=None: started.append(args) or "j1")
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    at.switch_page(navigation.path("generate")).run()
+    assert not at.exception, at.exception
+    # the live view of the sequential run: state text per mode and the chart
+    paths = live_paths(db, "run-small")
+    text = _texts(at)
+    assert all(p.state in text for p in paths) and "question" in paths[0].state
+    assert at.selectbox(key="gen_seq_run").value == "run-small" and _n_charts(at) >= 1
+    # the form: "Stop when decided" adds --until RULE --alpha A to the generate command
+    at.multiselect(key="gen_models").set_value([])
+    at.text_input(key="gen_extra").set_value("m1 m2")
+    at.checkbox(key="gen_until").check()
+    at.text_input(key="gen_until_rule").set_value("decided,budget:30")
+    at.number_input(key="gen_until_alpha").set_value(0.1)
+    at.button[0].click().run()  # the form's submit button
+    assert not at.exception, at.exception
+    assert started, [e.value for e in at.error]
+    args = started[-1]
+    assert args[args.index("--until") + 1] == "decided,budget:30" and args[args.index("--alpha") + 1] == "0.1"
+
+
+def test_generate_args_without_until_unchanged():
+    from dashboard.jobs_panel import generate_args
+    base = generate_args(["a", "b"], "demo", 1, 0.7, 8, ["coupled"], 0)
+    assert "--until" not in base and "--alpha" not in base
+    assert generate_args(["a", "b"], "demo", 1, 0.7, 8, ["coupled"], 0, until="width:0.1", alpha=0.2)[-4:] == \
+        ["--until", "width:0.1", "--alpha", "0.2"]

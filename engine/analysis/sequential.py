@@ -13,6 +13,7 @@ through engine.store only.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -234,7 +235,7 @@ class SequentialPath:
     lower: tuple[float, ...]    # CS (running intersection) at those counts, Δ scale; lower > upper
                                 # from where the sequence missed (probability <= alpha)
     upper: tuple[float, ...]
-    full: float                 # Δ_N
+    full: float                 # Δ_N (NaN for a live run: not known before the end)
     state: str                  # "decided: A > B at question 412 of 14,042" | "undecided: Δ in [−0.02, 0.03]"
 
     def to_dict(self) -> dict:
@@ -280,4 +281,51 @@ def sequential_paths(db: str | os.PathLike, run: str, model_a: str, model_b: str
                                   tuple(float(x) for x in lo[t - 1]), tuple(float(x) for x in up[t - 1]),
                                   float(d.mean()), state_text(model_a, model_b, float(lo[at]), float(up[at]),
                                                               n if n else None, N)))
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- a live --until run
+
+def sequential_runs(db: str | os.PathLike) -> list[str]:
+    """Runs started with ``generate --until``, newest first (the Generate page's live chart)."""
+    from engine.store.runs import sequential_runs as stored
+
+    return stored(db)
+
+
+def live_paths(db: str | os.PathLike, run: str, pair: int = 0) -> tuple[SequentialPath, ...]:
+    """Per mode, pair ``pair``'s CS over the questions a ``generate --until`` run has scored so far,
+    in its stored order, with its stored α (at α/P) and stop rule (for the live chart)."""
+    from engine.store.runs import run_record
+
+    seq = run_record(db, run).config.get("sequential")
+    if not seq:
+        raise UserError(f"run {run!r} was not started with --until (no stored question order)")
+    order, rule = list(seq["order"]), StopRule.parse(seq["until"])
+    try:
+        df = per_question_scores(db, run, seq.get("score_rule"))
+    except UserError:
+        df = None
+    if df is None or df.empty:
+        raise UserError(f"run {run!r} has no scores yet: its first round is still being generated")
+    names = sorted(str(m) for m in df["model"].unique())
+    pairs = pairs_of(len(names))
+    if len(names) < 2 or not 0 <= pair < len(pairs):
+        raise UserError(f"run {run!r}: no pair {pair} (models: {', '.join(names)})")
+    i, j = pairs[pair]
+    out = []
+    for m in [x for x in MODES if x in set(df["mode"])]:
+        wide = df[df["mode"] == m].groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+        M = wide.reindex(index=order, columns=names).to_numpy(dtype=float)
+        seen = int(np.argmax(np.isnan(M).any(axis=1))) if np.isnan(M).any() else len(order)
+        if seen == 0:
+            continue
+        lo, up = (a[:, pair] for a in PairwiseCS(len(names), len(order), alpha=seq["alpha"]).update(M[:seen]))
+        n = first_stop(rule, lo, up)
+        t = np.arange(1, seen + 1)
+        at = (n or seen) - 1
+        out.append(SequentialPath(m, f"{names[i]} - {names[j]}", int(seq["order_seed"]), len(order), n,
+                                  tuple(int(x) for x in t), tuple(float(x) for x in lo), tuple(float(x) for x in up),
+                                  math.nan,  # Δ_N is not known before the end
+                                  state_text(names[i], names[j], float(lo[at]), float(up[at]), n or seen, len(order))))
     return tuple(out)
