@@ -21,6 +21,16 @@ CFG = G.GenConfig(temperature=1.0, max_new_tokens=3, batch_size=8, trace_top_k=0
 N = 40
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch thread: the tiny models are too small to gain from more, and the CI machine has 2 cores."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _models():
     return [models.from_objects("a", *tiny_lm(0)), models.from_objects("b", *tiny_lm(1))]
 
