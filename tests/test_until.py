@@ -119,3 +119,46 @@ def test_refusals(tmp_db, capsys):
         assert main(["generate", "--models", "x", "y", "--db", str(tmp_db), *extra]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+_CHILD = """
+import sys, time
+sys.path.insert(0, {root!r})
+import torch
+torch.set_num_threads(1)
+from tests.test_until import _run
+_run({db!r}, progress_file={prog!r}, _after_chunk=lambda chunk: time.sleep(0.3))
+"""
+
+
+@pytest.mark.slow
+def test_sigkilled_process_resumes_to_the_same_stop(tmp_path, reference):
+    """A real kill (SIGKILL inside round 2, no cleanup at all), then the same call: same stop, same rows."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from engine.progress import read_progress
+    from tests.conftest import ROOT
+    ref_db, ref = reference
+    db, prog = tmp_path / "k.duckdb", tmp_path / "progress.json"
+    child = subprocess.Popen([sys.executable, "-c", _CHILD.format(root=str(ROOT), db=str(db), prog=str(prog))],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        p = read_progress(prog)
+        if p and p["done"] > 8 * 2 * 2 and p["total"] == 16 * 2 * 2:  # inside round 2
+            break
+        if child.poll() is not None:
+            pytest.fail(f"child exited early: {child.stderr.read().decode()[-2000:]}")
+        time.sleep(0.05)
+    else:
+        child.kill()
+        pytest.fail("child made no progress in time")
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=60)
+    assert 8 * 2 * 2 < len(_gens(db)) < 16 * 2 * 2  # killed inside round 2, rounds 1's rows stored
+    again = _run(db)
+    assert again.rounds == ref.rounds and [m.n_stop for m in again.modes] == [m.n_stop for m in ref.modes]
+    assert _gens(db).equals(_gens(ref_db))
