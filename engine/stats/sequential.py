@@ -140,19 +140,25 @@ class SequentialCS:
         rem = self.N - j + 1.0
         mu = np.multiply.outer(self.N / rem, m)
         mu -= (S_prev / rem)[:, None]  # μ_j(m) = (N m − S_{j−1}) / (N − j + 1)
-        in_range = (mu >= 0.0) & (mu <= 1.0)  # once out of [0, 1], μ_j(m) stays out
+        in_range = mu >= 0.0  # once out of [0, 1], μ_j(m) stays out
+        in_range &= mu <= 1.0
         with np.errstate(divide="ignore", invalid="ignore"):  # out-of-range points: K = ∞ anyway
-            diff = x[:, None] - mu
-            f = np.minimum(lam[:, None], TRUNCATION / mu)
+            diff = np.subtract(x[:, None], mu)
+            f = np.divide(TRUNCATION, mu)
+            np.minimum(f, lam[:, None], out=f)  # λ⁺_j(m)
             f *= diff
-            logKp = np.log1p(f, out=f).cumsum(axis=0)
-            g = np.minimum(lam[:, None], TRUNCATION / (1.0 - mu))
+            logKp = np.cumsum(np.log1p(f, out=f), axis=0, out=f)
+            g = np.subtract(1.0, mu, out=mu)  # mu is not needed after this
+            np.divide(TRUNCATION, g, out=g)
+            np.minimum(g, lam[:, None], out=g)  # λ⁻_j(m)
             g *= diff
             np.negative(g, out=g)
-            logKm = np.log1p(g, out=g).cumsum(axis=0)
+            logKm = np.cumsum(np.log1p(g, out=g), axis=0, out=g)
         logKp += self._logKp[lo:hi]
         logKm += self._logKm[lo:hi]
-        inA = in_range & (np.maximum(logKp, logKm) <= self._log_thr)
+        np.maximum(logKp, logKm, out=diff)
+        inA = np.less_equal(diff, self._log_thr, out=np.empty(diff.shape, bool))
+        inA &= in_range
         has = inA.any(axis=1)
         if not self._full and not np.all(has | self._no_point_outside(S_prev, j, lo, hi)):
             return self._recompute_full(x)
