@@ -124,3 +124,15 @@ def test_paper_mmlu_import(tmp_path, tmp_db):
     res = sequential_replay(tmp_db, "paper-mmlu", seeds=[0], repeat=3, stop="budget:2")
     for m in res.modes:
         assert m.n_questions == len(golds) and m.stops[0].n == 2 and m.n_repeats == 1
+
+
+def test_three_models_pairs_at_alpha_over_P(tmp_path):
+    from tests.test_app import build_small_db
+    db = build_small_db(tmp_path / "three.duckdb")
+    res = sequential_replay(db, "run-small", seeds=[0, 1], rule="paper", stop="budget:25")
+    assert res.pairs == ("m-base - m-int4", "m-base - m-int8", "m-int4 - m-int8")
+    assert res.pair_alpha == pytest.approx(0.05 / 3)
+    d = res.to_dict()["modes"]["coupled"]
+    assert len(d["full"]) == 3 and all(len(s["lower"]) == 3 and s["n"] == 25 for s in d["stops"])
+    for s in res.modes[0].stops:  # rank-sets from the CSs at the stop: each a valid [best, worst]
+        assert all(1 <= lo <= hi <= 3 for lo, hi in s.ranksets)
