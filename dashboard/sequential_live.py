@@ -1,7 +1,7 @@
 """The Generate page's live view of a ``generate --until`` run: each pair's confidence sequence
 against questions seen, both modes on one chart, the zero line, the stop marker and the state
 ("decided: A > B at question 412 of 14,042" / "undecided: Δ in [..]"). Re-reads the store every
-two seconds while the page is open (st.fragment), so it follows a running job's rounds."""
+two seconds while the run is running (st.fragment), so it follows a running job's rounds."""
 
 from __future__ import annotations
 
@@ -22,7 +22,10 @@ def render() -> None:
     pair = c2.number_input("Pair", min_value=0, value=0, step=1, key="gen_seq_pair",
                            help="0 = the first pair of models (alphabetical), 1 = the next, ...")
 
-    @st.fragment(run_every=2.0)
+    runs_df = L.runs()
+    running = bool((runs_df.loc[runs_df["run_id"] == run, "status"] == "running").any())
+
+    @st.fragment(run_every=2.0 if running else None)
     def _live():
         paths = ui.safe(L.live_paths, run, int(pair))
         if not paths:
