@@ -4,7 +4,7 @@ independent (covariance, variance, sample saving with its interval) and the samp
 import streamlit as st
 
 from dashboard import loaders as L
-from dashboard import paired_view
+from dashboard import paired_view, sequential_view
 from dashboard import widgets as ui
 from engine import figures
 from engine.config import DEFAULT_PLAN_MDE, MODES
@@ -46,6 +46,8 @@ se = c7b.number_input("Planner SE (0 = auto)", min_value=0.0, max_value=1.0, val
 resamples = c8.select_slider("Resamples per size", [100, 200, 500, 1000], value=1000, key="bm_resamples")
 if "coupled" not in ch.modes.get(run, ["coupled"]):  # imported / independent-only runs: no coupling to show
     paired_view.render(run, model_a, model_b, rule, float(mde))
+    with st.expander("Sequential: when could this run have stopped?"):
+        sequential_view.render(run, model_a, model_b, rule)
     st.stop()
 
 with st.spinner("Computing the comparison…"):
@@ -87,7 +89,8 @@ else:
     s2.markdown(f"At error ε = {sd.error:.4f} ({sd.error_source}), scoring rule **{rule}**. "
                 "No saving: the run has no independent scores to compare with (or their difference never varies).")
 
-t1, t2, t3, t4 = st.tabs(["Covariance & variance", "Error vs samples", "Paired comparison", "Sample-size planner"])
+t1, t2, t3, t4, t5 = st.tabs(["Covariance & variance", "Error vs samples", "Paired comparison", "Sample-size planner",
+                              "Sequential"])
 kde = res.kde
 with t1:
     ui.chart(figures.kde_figure({"coupled": kde.covariance_coupled}, {"coupled": res.mean_covariance_coupled},
@@ -129,3 +132,5 @@ with t4:
     st.markdown(f"For a target standard error **{ui.fmt(pl.target_se, '.4f')}** ({pl.target_se_source}):")
     ui.table(ui.planner_rows(res, "se_plans"), "planner_se", key="bm_plan_se", ctx=ctx)
     ui.table(ui.components_rows(res), "variance_components", key="bm_components", ctx=ctx)
+with t5:
+    sequential_view.render(run, model_a, model_b, rule)

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import jobs, jobs_panel
+from dashboard import jobs, jobs_panel, sequential_live
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import config
@@ -46,6 +46,15 @@ with st.form("generate_form", border=True):
                                  key="gen_max_tokens")
     seed = c6.number_input("Seed", min_value=0, value=0, step=1, key="gen_seed")
     modes = st.multiselect("Modes", list(config.MODES), default=list(config.MODES), key="gen_modes")
+    u1, u2, u3 = st.columns([1, 2, 1])
+    until_on = u1.checkbox("Stop when decided", key="gen_until",
+                           help="a sequential run: questions in a random order (from the seed), generated and scored "
+                                "in rounds until the rule holds; the confidence sequence is valid at every question "
+                                "(docs/SEQUENTIAL.md). Needs a dataset with gold answers")
+    until_rule = u2.text_input("Stop rule", value="decided", key="gen_until_rule",
+                               help="decided | width:W | budget:N, comma-separated (the first that holds stops)")
+    until_alpha = u3.number_input("α", min_value=0.001, max_value=0.5, value=0.05, step=0.01, format="%.3f",
+                                  key="gen_until_alpha")
     with st.expander("Advanced"):
         a1, a2, a3 = st.columns(3)
         top_k = a1.number_input("top-k (0 = off)", min_value=0, value=0, key="gen_top_k")
@@ -84,6 +93,10 @@ if submitted:
         st.error("Choose a dataset or give a dataset file.")
     elif workers and jobs.ray_unavailable():
         st.error(f"Ray workers {workers}: {jobs.ray_unavailable()} (allowed here: 0).")
+    elif until_on and workers:
+        st.error(f"Stop when decided runs its rounds in this process: Ray workers must be 0 (got {workers}).")
+    elif until_on and len(all_models) < 2:
+        st.error("Stop when decided compares models: choose two or more.")
     elif tensor_parallel > 1 and backend != "vllm":
         st.error(f"Tensor parallel {tensor_parallel} needs the vllm backend; the {backend} backend runs each "
                  "model on one device (allowed: 1).")
@@ -91,7 +104,9 @@ if submitted:
         if len(all_models) < 2:
             st.warning("One model only: coupled mode needs two or more models to compare.")
         args = jobs_panel.generate_args(all_models, ds, repeats, temperature, max_tokens, modes, seed, limit or None,
-                                top_k, top_p, traces, backend, workers, tensor_parallel, dtype)
+                                top_k, top_p, traces, backend, workers, tensor_parallel, dtype,
+                                until=until_rule.strip() if until_on else None,
+                                alpha=float(until_alpha) if until_on else None)
         rule = None if score_rule == DATASET_RULE else score_rule
         job = jobs_panel.start_generation(args, score_after, rule)
         if job:
@@ -116,6 +131,9 @@ with st.expander("Score, judge or cluster a stored run (background jobs)"):
             extra_args = ["--model", names[0]] if method == "llm" and names else []
             jobs_panel.start_job(["cluster", "--db", str(L.db_path()), "--run", act_run, "--method", method, *extra_args],
                          kind="cluster")
+
+st.subheader("Stop when decided: live confidence sequences")
+sequential_live.render()
 
 st.subheader("Jobs")
 jobs_panel.job_panel(kind=None, limit=6)

@@ -51,10 +51,11 @@ def demo_running() -> bool:
 def generate_args(models: list[str], dataset: str, repeats: int, temperature: float, max_new_tokens: int,
                   modes: list[str], seed: int, limit: int | None = None, top_k: int = 0, top_p: float = 1.0,
                   record_traces: bool = True, backend: str = "hf", workers: int = 0,
-                  tensor_parallel: int = 1, dtype: str = "auto") -> list[str]:
+                  tensor_parallel: int = 1, dtype: str = "auto", until: str | None = None,
+                  alpha: float | None = None) -> list[str]:
     """The ``python -m engine generate`` arguments for the Generate form (``workers`` 0: this
     process; N: N Ray replicas on a local cluster; ``tensor_parallel``: vLLM's, per model copy;
-    ``dtype``: auto or a --dtype override)."""
+    ``dtype``: auto or a --dtype override; ``until``: a stop rule, a sequential run with --alpha)."""
     args = ["generate", "--models", *models, "--dataset", dataset, "--repeats", str(int(repeats)),
             "--temperature", str(float(temperature)), "--max-new-tokens", str(int(max_new_tokens)),
             "--modes", *modes, "--seed", str(int(seed)), "--top-k", str(int(top_k)), "--top-p", str(float(top_p)),
@@ -70,6 +71,8 @@ def generate_args(models: list[str], dataset: str, repeats: int, temperature: fl
         args += ["--tensor-parallel", str(int(tensor_parallel))]
     if dtype != "auto":
         args += ["--dtype", dtype]
+    if until:
+        args += ["--until", until] + (["--alpha", str(float(alpha))] if alpha is not None else [])
     return args
 
 

@@ -26,6 +26,7 @@ from engine.analysis import comparisons as _comparisons
 from engine.analysis import multigen as _multigen
 from engine.analysis import overview as _overview
 from engine.analysis import ranksets as _ranksets
+from engine.analysis import sequential as _sequential
 from engine.analysis import summary as _summary
 from engine.analysis import traces as _traces
 from engine.analysis import winrates as _winrates
@@ -128,6 +129,11 @@ ranksets = _view(_ranksets.ranksets_view)
 rankset_draws = _view(_ranksets.rankset_draws_view)
 accuracy_ranksets = _view(_accuracy_ranks.accuracy_ranksets)
 paired_accuracy = _view(_accuracy_ranks.paired_accuracy)
+# Sequential (anytime-valid) evaluation: replay over orders, one order's path
+sequential_replay = _view(_sequential.sequential_replay)
+sequential_paths = _view(_sequential.sequential_paths)
+live_paths = _view(_sequential.live_paths)
+sequential_runs = _view(_sequential.sequential_runs)
 
 
 def arena_available() -> bool:

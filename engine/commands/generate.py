@@ -61,8 +61,55 @@ def register(sub) -> None:
     p.add_argument("--tensor-parallel", type=int, default=1,
                    help="devices one model copy is split over (--backend vllm: its tensor parallelism; with "
                         "--workers, inside each replica)")
+    # sequential run (engine.commands._until; docs/SEQUENTIAL.md)
+    p.add_argument("--until", default=None, metavar="RULE",
+                   help="stop when the answer is known: decided | width:W | budget:N (comma-separated: the first "
+                        "that holds). Questions are taken in a random order from --seed (stored with the run); "
+                        "--limit / --subject define the population. Rounds of --round-size questions are "
+                        "generated and scored (the dataset's rule or --rule) until the rule holds")
+    p.add_argument("--alpha", type=float, default=None, help="with --until: the confidence sequences hold at every "
+                                                             "question with probability >= 1 - alpha (default 0.05)")
+    p.add_argument("--mode-stop", default=None, choices=("coupled", "each"),
+                   help="with --until and both modes: coupled (default) stops the run when the coupled mode's rule "
+                        "holds (independent units are generated alongside, not past it); each: every mode runs "
+                        "until its own rule holds")
+    p.add_argument("--round-size", type=int, default=None, help="with --until: questions per round (default 256)")
+    p.add_argument("--rule", default=None, help="with --until: scoring rule (default: the dataset's)")
     add_output_args(p)
     p.set_defaults(func=run)
+
+
+def _until_flags(args) -> None:
+    """--alpha / --mode-stop / --round-size / --rule only with --until; --until not with Ray."""
+    if args.until is None:
+        given = [f for f, v in (("--alpha", args.alpha), ("--mode-stop", args.mode_stop),
+                                ("--round-size", args.round_size), ("--rule", args.rule)) if v is not None]
+        if given:
+            raise UserError(f"{', '.join(given)} only apply with --until RULE")
+        return
+    from engine.stats.sequential import StopRule, check_alpha
+    StopRule.parse(args.until)  # one-line errors before anything is loaded
+    if args.alpha is not None:
+        check_alpha(args.alpha)
+    if args.workers is not None or args.ray_address is not None:
+        raise UserError("--until with --workers / --ray-address is not supported yet: a sequential run generates "
+                        "its rounds in this process (drop --workers, or run without --until)")
+
+
+def run_sequential(args, ds, cfg) -> int:
+    """generate --until: rounds until the stop rule holds (engine.commands._until)."""
+    from engine.commands._until import DEFAULT_ROUND, run_until, summary_text
+    from engine.stats.sequential import StopRule
+
+    res = run_until(args.db, args.models, ds, args.repeats, args.modes, args.seed, cfg,
+                    stop=StopRule.parse(args.until), alpha=0.05 if args.alpha is None else args.alpha,
+                    score_rule=args.rule, mode_stop=args.mode_stop or "coupled",
+                    round_size=args.round_size or DEFAULT_ROUND, progress_file=args.progress_file,
+                    run_id=args.run_id, resume=not args.no_resume, device=args.device,
+                    drop_long_prompts=args.drop_long_prompts, backend=args.backend,
+                    tensor_parallel=args.tensor_parallel, dtype=args.dtype,
+                    command=["python", "-m", "engine", *sys.argv[1:]] if sys.argv[1:2] == ["generate"] else None)
+    return emit(args, res.to_dict(), lambda: summary_text(res))
 
 
 def require_ray() -> None:
@@ -77,6 +124,7 @@ def require_ray() -> None:
 
 
 def run(args) -> int:
+    _until_flags(args)
     if args.workers is not None or args.ray_address is not None:
         require_ray()
     from engine import store
@@ -98,6 +146,8 @@ def run(args) -> int:
     from engine.commands.datasets import columns_from_args
     ds = datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject, columns=columns_from_args(args))
     multi_turn_note(ds.source)
+    if args.until is not None:
+        return run_sequential(args, ds, cfg)
     executor: contextlib.AbstractContextManager = contextlib.nullcontext()
     if args.workers is not None or args.ray_address is not None:
         from engine.generation.distributed import RayConfig, RayExecutor

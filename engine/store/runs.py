@@ -149,6 +149,15 @@ def finish_run(db: str | os.PathLike, run_id: str, status: str, n_units: int) ->
     return final
 
 
+def set_planned_units(db: str | os.PathLike, run_id: str, n_units: int, status: str | None = None) -> None:
+    """Set a run's planned unit count (and optionally its status): a sequential ``--until`` run plans
+    round by round, so its ``n_units`` is the units of the rounds it has taken (docs/SEQUENTIAL.md)."""
+    with writer(db) as con:
+        con.execute("UPDATE runs SET n_units = ? WHERE run_id = ?", [int(n_units), run_id])
+        if status is not None:
+            update_status(con, run_id, status)
+
+
 def run_record(db: str | os.PathLike, run_id: str) -> RunRecord:
     """The stored run (UserError listing known runs when absent)."""
     with reader(db) as con:
@@ -181,6 +190,15 @@ def some_runs(db: str | os.PathLike, limit: int = 20) -> list[str]:
     """Up to ``limit`` stored run ids (for an 'unknown run' message)."""
     with reader(db) as con:
         return known_runs(con, limit)
+
+
+def sequential_runs(db: str | os.PathLike) -> list[str]:
+    """Runs started with ``generate --until`` (their config has a "sequential" entry), newest first."""
+    if not os.path.exists(db):
+        return []
+    df = query_df(db, "SELECT run_id FROM runs WHERE json_extract(config, '$.sequential') IS NOT NULL "
+                      "ORDER BY created_at DESC, run_id")
+    return [str(r) for r in df["run_id"]]
 
 
 def run_key_mode(db: str | os.PathLike, run_id: str) -> str | None:

@@ -1,0 +1,331 @@
+"""Replay of a stored run as a sequential (anytime-valid) evaluation: "when could it have stopped?".
+
+docs/METHODS.md section 8. The run's questions are shuffled with a seed (as a live ``--until`` run
+takes them); per noise mode, each pair's betting confidence sequence (engine.stats.sequential, at
+α/P for P pairs) is updated question by question, and the stop rule's first firing is reported with
+the CS there, the fixed-n t interval on the same questions (not valid for the stopping decision:
+shown for reference) and the full-run difference Δ_N. Several seeds summarise the stopping time
+over orders (median, quartiles).
+
+Works on any scored run: generated, imported harness and ``import paper-mmlu`` runs; reads go
+through engine.store only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.config import MODES
+from engine.errors import UserError
+from engine.stats.sequential import (
+    PairwiseCS,
+    StopRule,
+    check_alpha,
+    first_stop,
+    pair_alpha,
+    pairs_of,
+    question_order,
+    sequential_ranksets,
+    t_interval,
+)
+from engine.store.scores import per_question_scores
+
+BLOCK = 256  # questions per CS update in a replay (the stop rule is checked on every question)
+
+
+@dataclass(frozen=True)
+class SequentialStop:
+    seed: int
+    n: int | None               # first question count at which the rule held; None: never before N
+    lower: tuple[float, ...]    # per pair, the CS at the stop (or at N); Δ scale
+    upper: tuple[float, ...]
+    decided: bool               # every pair's CS excludes 0 there
+    missed: bool                # the running intersection was empty (the CS missed): lower/upper are the current C_t
+    t_low: tuple[float, ...]    # fixed-n t interval on the same questions (NOT valid for the stopping decision)
+    t_high: tuple[float, ...]
+    ranksets: tuple[tuple[int, int], ...]  # sequential rank-set per model at the stop (rank 1 = best)
+
+    def to_dict(self, single: bool) -> dict:
+        def one(v):
+            return v[0] if single else list(v)
+        return {"seed": self.seed, "n": self.n, "lower": one(self.lower), "upper": one(self.upper),
+                "decided": self.decided, "missed": self.missed,
+                "t_interval_not_valid_for_stopping": {"low": one(self.t_low), "high": one(self.t_high)},
+                "ranksets": [list(r) for r in self.ranksets]}
+
+
+@dataclass(frozen=True)
+class ModeReplay:
+    mode: str
+    n_questions: int            # N: the population (questions every chosen model has in this mode)
+    n_repeats: int
+    full: tuple[float, ...]     # Δ_N per pair
+    stops: tuple[SequentialStop, ...]
+
+    def stop_counts(self) -> np.ndarray:
+        """n per seed, N where the rule never fired (the run went to the end)."""
+        return np.array([s.n if s.n is not None else self.n_questions for s in self.stops], dtype=float)
+
+    def summary(self) -> dict:
+        n = self.stop_counts()
+        q1, med, q3 = (float(v) for v in np.percentile(n, [25, 50, 75]))
+        return {"median": med, "q1": q1, "q3": q3, "min": float(n.min()), "max": float(n.max()),
+                "never": sum(s.n is None for s in self.stops),
+                "decided": sum(s.decided for s in self.stops), "fraction_of_N": med / self.n_questions}
+
+    def to_dict(self, single: bool) -> dict:
+        return {"n_questions": self.n_questions, "n_repeats": self.n_repeats,
+                "full": self.full[0] if single else list(self.full),
+                "stops": [s.to_dict(single) for s in self.stops], "summary": self.summary()}
+
+
+@dataclass(frozen=True)
+class SequentialReplay:
+    run: str
+    models: tuple[str, ...]
+    pairs: tuple[str, ...]      # "A - B" per pair, engine.stats.sequential.pairs_of order
+    alpha: float
+    pair_alpha: float           # α/P
+    rule: str
+    repeat: int | None          # None: the mean over the stored repeats
+    seeds: tuple[int, ...]
+    modes: tuple[ModeReplay, ...]
+
+    def mode(self, name: str) -> ModeReplay:
+        return next(m for m in self.modes if m.mode == name)
+
+    def to_dict(self) -> dict:
+        single = len(self.pairs) == 1
+        return {"run": self.run, "models": list(self.models), "pairs": list(self.pairs), "alpha": self.alpha,
+                "pair_alpha": self.pair_alpha, "stop": self.rule, "repeat": self.repeat, "seeds": list(self.seeds),
+                "modes": {m.mode: m.to_dict(single) for m in self.modes}}
+
+
+def _choose_modes(present: list[str], mode: str) -> list[str]:
+    if mode not in (*MODES, "both"):
+        raise UserError(f"unknown mode {mode!r}; allowed: coupled, independent, both")
+    wanted = [m for m in MODES if m in present] if mode == "both" else [mode]
+    missing = [m for m in wanted if m not in present]
+    if missing or not wanted:
+        raise UserError(f"the run has no {', '.join(missing) or mode} scores; modes stored: "
+                        f"{', '.join(present) or '(none)'}")
+    return wanted
+
+
+def _choose_models(stored: list[str], models: list[str] | None) -> list[str]:
+    chosen = list(models) if models else sorted(stored)
+    unknown = [m for m in chosen if m not in stored]
+    if unknown:
+        raise UserError(f"unknown model {unknown[0]!r}; models in the run: {', '.join(sorted(stored))}")
+    if len(set(chosen)) < 2:
+        raise UserError(f"a sequential comparison needs 2 or more models; got {', '.join(chosen) or '(none)'} "
+                        f"(models in the run: {', '.join(sorted(stored))})")
+    return chosen
+
+
+def mode_matrix(df, models: list[str], mode: str, repeat: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """(prompt ids (Q,) sorted, scores (Q, k) per-question mean over repeats (or repeat R), repeats)
+    on the questions every chosen model has in ``mode``."""
+    sub = df[(df["mode"] == mode) & df["model"].isin(models)]
+    reps = sorted(int(r) for r in sub["repeat"].unique())
+    if repeat is not None:
+        if repeat not in reps:
+            raise UserError(f"--repeat {repeat} is not stored in mode {mode}; repeats: "
+                            f"{reps[0]}..{reps[-1]}" if reps else f"--repeat {repeat}: mode {mode} has no scores")
+        sub = sub[sub["repeat"] == repeat]
+    wide = sub.groupby(["prompt_id", "model"])["score"].mean().unstack("model").dropna()
+    if wide.empty:
+        raise UserError(f"no question has scores of every chosen model in mode {mode}")
+    wide = wide.sort_index()
+    return wide.index.to_numpy(dtype=str), wide[models].to_numpy(dtype=float), 1 if repeat is not None else len(reps)
+
+
+def replay_scores(scores: np.ndarray, order: np.ndarray, rule: StopRule, alpha: float, grid: int = 2001):
+    """Replay one order: (n or None, lower (P,), upper (P,), missed) at the stop, or at N.
+
+    scores: (N, k) per-question scores in [0, 1]; order: a permutation of range(N). Where the CS
+    missed (a pair's running intersection is empty) the bounds are its current C_t instead.
+    """
+    N, k = scores.shape
+    pc = PairwiseCS(k, N, alpha=alpha, grid=grid)
+    s = scores[order]
+    start, n, lo, up = 0, None, np.empty((0, len(pc.pairs))), np.empty((0, len(pc.pairs)))
+    while start < N and n is None:
+        lo, up = pc.update(s[start:start + BLOCK])
+        n = first_stop(rule, lo, up, t0=start)
+        start += lo.shape[0]
+    at = (n if n is not None else N) - (start - lo.shape[0]) - 1  # row of the stop in the last block
+    low, high = lo[at], up[at]
+    missed = bool(np.any(low > high))
+    if missed:  # never show an empty interval: the current C_t at the stop
+        if n is not None and n < start:
+            pc = PairwiseCS(k, N, alpha=alpha, grid=grid)
+            pc.update(s[:n])
+        cur = np.array([c.current for c in pc.cs])
+        low, high = cur[:, 0], cur[:, 1]
+    return n, low, high, missed
+
+
+def _stop(seed: int, scores: np.ndarray, rule: StopRule, alpha: float, grid: int) -> SequentialStop:
+    N, k = scores.shape
+    order = question_order(N, seed)
+    n, low, high, missed = replay_scores(scores, order, rule, alpha, grid)
+    used = scores[order[: n if n is not None else N]]
+    a_pair = pair_alpha(alpha, k)
+    ts = [t_interval(used[:, i] - used[:, j], a_pair) for i, j in pairs_of(k)]
+    ranks = sequential_ranksets(low, high, k)
+    return SequentialStop(seed=seed, n=n, lower=tuple(float(v) for v in low), upper=tuple(float(v) for v in high),
+                          decided=bool(np.all((low > 0) | (high < 0))), missed=missed,
+                          t_low=tuple(t[1] for t in ts), t_high=tuple(t[2] for t in ts),
+                          ranksets=tuple((int(a), int(b)) for a, b in ranks))
+
+
+def sequential_replay(db: str | os.PathLike, run: str, models: list[str] | None = None, mode: str = "both",
+                      repeat: int | None = None, alpha: float = 0.05, seeds: list[int] | tuple[int, ...] = (0,),
+                      stop: str | StopRule = "decided", rule: str | None = None, grid: int = 2001) -> SequentialReplay:
+    """When could this stored run have stopped? (METHODS 8; see the module docstring.)
+
+    Args:
+        db, run: a scored run.  models: 2 or more (default: every model of the run; P pairs at α/P).
+        mode: coupled | independent | both (both: the modes stored).  repeat: one stored repeat per
+        question (as a live run with one repeat would see it); None: the mean over the stored repeats.
+        alpha: family level.  seeds: question orders (engine.stats.sequential.question_order).
+        stop: a StopRule or its text (decided | width:W | budget:N, comma-separated).  rule: scoring rule.
+    Raises:
+        UserError: one model, a missing mode, α outside (0, 1), a rule that cannot fire, unknown names.
+    """
+    alpha = check_alpha(alpha)
+    srule = stop if isinstance(stop, StopRule) else StopRule.parse(stop)
+    if not seeds:
+        raise UserError("no seeds given; e.g. --seed 0 or --seeds 0..19")
+    df = per_question_scores(db, run, rule)
+    if df.empty:
+        raise UserError(f"run {run!r} has no scores; score it first (python -m engine score --run {run})")
+    chosen = _choose_models(sorted(str(m) for m in df["model"].unique()), models)
+    wanted = _choose_modes(sorted(str(m) for m in df["mode"].unique()), mode)
+    out = []
+    for m in wanted:
+        _, S, reps = mode_matrix(df, chosen, m, repeat)
+        srule.check(S.shape[0])
+        full = tuple(float(np.mean(S[:, i] - S[:, j])) for i, j in pairs_of(len(chosen)))
+        out.append(ModeReplay(mode=m, n_questions=S.shape[0], n_repeats=reps, full=full,
+                              stops=tuple(_stop(int(sd), S, srule, alpha, grid) for sd in seeds)))
+    return SequentialReplay(run=run, models=tuple(chosen), pairs=tuple(f"{chosen[i]} - {chosen[j]}"
+                                                                       for i, j in pairs_of(len(chosen))),
+                            alpha=alpha, pair_alpha=pair_alpha(alpha, len(chosen)), rule=str(srule),
+                            repeat=repeat, seeds=tuple(int(s) for s in seeds), modes=tuple(out))
+
+
+# ----------------------------------------------------------------------------- one order's path (charts)
+
+@dataclass(frozen=True)
+class SequentialPath:
+    """One pair's CS after every question of one order and mode (for the chart), and the state text."""
+
+    mode: str
+    pair: str
+    seed: int
+    N: int
+    n_stop: int | None          # the stop rule's first firing (None: never)
+    t: tuple[int, ...]          # question counts shown (a log-spaced subset of 1..N, the stop included)
+    lower: tuple[float, ...]    # CS (running intersection) at those counts, Δ scale; lower > upper
+                                # from where the sequence missed (probability <= alpha)
+    upper: tuple[float, ...]
+    full: float                 # Δ_N (NaN for a live run: not known before the end)
+    state: str                  # "decided: A > B at question 412 of 14,042" | "undecided: Δ in [−0.02, 0.03]"
+
+    def to_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self).items()}
+
+
+def _shown(N: int, n_stop: int | None, points: int = 400) -> np.ndarray:
+    t = np.unique(np.round(np.geomspace(1, N, points)).astype(int))
+    return np.unique(np.concatenate([t, [n_stop] if n_stop else []])).astype(int)
+
+
+def state_text(model_a: str, model_b: str, lo: float, up: float, n: int | None, N: int) -> str:
+    """The one-line state of a pair's sequence at its stop (or at the last question seen)."""
+    if lo > up:
+        return f"missed: the running intersection is empty at question {n or N:,} (a miss, probability <= alpha)"
+    if n is not None and lo > 0:
+        return f"decided: {model_a} > {model_b} at question {n:,} of {N:,}"
+    if n is not None and up < 0:
+        return f"decided: {model_b} > {model_a} at question {n:,} of {N:,}"
+    return f"undecided: Δ in [{lo:+.3f}, {up:+.3f}]" + (f" at question {n:,} of {N:,}" if n else "")
+
+
+def sequential_paths(db: str | os.PathLike, run: str, model_a: str, model_b: str, mode: str = "both",
+                     repeat: int | None = None, alpha: float = 0.05, seed: int = 0, stop: str = "decided",
+                     rule: str | None = None) -> tuple[SequentialPath, ...]:
+    """Per mode, the CS of A − B after every question of order ``seed`` (the whole path to N)."""
+    alpha, srule = check_alpha(alpha), StopRule.parse(stop)
+    df = per_question_scores(db, run, rule)
+    if df.empty:
+        raise UserError(f"run {run!r} has no scores")
+    chosen = _choose_models(sorted(str(m) for m in df["model"].unique()), [model_a, model_b])
+    out = []
+    for m in _choose_modes(sorted(str(x) for x in df["mode"].unique()), mode):
+        _, S, _ = mode_matrix(df, chosen, m, repeat)
+        N = S.shape[0]
+        d = (S[:, 0] - S[:, 1])[question_order(N, seed)]
+        cs = PairwiseCS(2, N, alpha=alpha)
+        lo, up = (a[:, 0] for a in cs.update(S[question_order(N, seed)]))
+        n = first_stop(srule.check(N), lo, up)
+        t = _shown(N, n)
+        at = (n or N) - 1
+        out.append(SequentialPath(m, f"{model_a} - {model_b}", int(seed), N, n, tuple(int(x) for x in t),
+                                  tuple(float(x) for x in lo[t - 1]), tuple(float(x) for x in up[t - 1]),
+                                  float(d.mean()), state_text(model_a, model_b, float(lo[at]), float(up[at]),
+                                                              n if n else None, N)))
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- a live --until run
+
+def sequential_runs(db: str | os.PathLike) -> list[str]:
+    """Runs started with ``generate --until``, newest first (the Generate page's live chart)."""
+    from engine.store.runs import sequential_runs as stored
+
+    return stored(db)
+
+
+def live_paths(db: str | os.PathLike, run: str, pair: int = 0) -> tuple[SequentialPath, ...]:
+    """Per mode, pair ``pair``'s CS over the questions a ``generate --until`` run has scored so far,
+    in its stored order, with its stored α (at α/P) and stop rule (for the live chart)."""
+    from engine.store.runs import run_record
+
+    seq = run_record(db, run).config.get("sequential")
+    if not seq:
+        raise UserError(f"run {run!r} was not started with --until (no stored question order)")
+    order, rule = list(seq["order"]), StopRule.parse(seq["until"])
+    try:
+        df = per_question_scores(db, run, seq.get("score_rule"))
+    except UserError:
+        df = None
+    if df is None or df.empty:
+        raise UserError(f"run {run!r} has no scores yet: its first round is still being generated")
+    names = sorted(str(m) for m in df["model"].unique())
+    pairs = pairs_of(len(names))
+    if len(names) < 2 or not 0 <= pair < len(pairs):
+        raise UserError(f"run {run!r}: no pair {pair} (models: {', '.join(names)})")
+    i, j = pairs[pair]
+    out = []
+    for m in [x for x in MODES if x in set(df["mode"])]:
+        wide = df[df["mode"] == m].groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+        M = wide.reindex(index=order, columns=names).to_numpy(dtype=float)
+        seen = int(np.argmax(np.isnan(M).any(axis=1))) if np.isnan(M).any() else len(order)
+        if seen == 0:
+            continue
+        lo, up = (a[:, pair] for a in PairwiseCS(len(names), len(order), alpha=seq["alpha"]).update(M[:seen]))
+        n = first_stop(rule, lo, up)
+        t = np.arange(1, seen + 1)
+        at = (n or seen) - 1
+        out.append(SequentialPath(m, f"{names[i]} - {names[j]}", int(seq["order_seed"]), len(order), n,
+                                  tuple(int(x) for x in t), tuple(float(x) for x in lo), tuple(float(x) for x in up),
+                                  math.nan,  # Δ_N is not known before the end
+                                  state_text(names[i], names[j], float(lo[at]), float(up[at]), n or seen, len(order))))
+    return tuple(out)
