@@ -30,6 +30,7 @@ from engine.analysis import summary as _summary
 from engine.analysis import traces as _traces
 from engine.analysis import winrates as _winrates
 from engine.errors import UserError
+from engine.report import build as _report
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -128,6 +129,8 @@ ranksets = _view(_ranksets.ranksets_view)
 rankset_draws = _view(_ranksets.rankset_draws_view)
 accuracy_ranksets = _view(_accuracy_ranks.accuracy_ranksets)
 paired_accuracy = _view(_accuracy_ranks.paired_accuracy)
+# The shareable report (Home and Benchmark: "Download report")
+report_html = _view(_report.run_report_html)
 
 
 def arena_available() -> bool:

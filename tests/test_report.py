@@ -214,3 +214,27 @@ def test_the_report_draws_offline_in_chromium(reports, kind, small, capsys):
     if kind == "harness":
         s = _summary_json(reports["harness_db"], "h", capsys)
         assert all(keyed[f"accuracy/{a['model']}/{a['mode']}"] == a["accuracy"] for a in s["accuracy"])
+
+
+def test_home_and_benchmark_offer_the_report_named_after_run_models_and_date(small, monkeypatch):
+    """The dashboard's "Download report" buttons (Home, Benchmark), and the bytes they serve."""
+    import datetime
+
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import downloads
+    from engine.report.build import run_report_html
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(small))
+    monkeypatch.chdir(ROOT)
+    for page in ("app_pages/home.py", "app_pages/benchmark.py"):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        at.run()
+        if page != "app_pages/home.py":
+            at.switch_page(page).run()
+        assert not at.exception, [e.value for e in at.exception]
+        labels = [b.proto.label for b in at.get("download_button")]
+        assert "Download report" in labels, labels
+    name = downloads.report_name("run-small", ("m-base", "m-int8"), datetime.date(2026, 11, 26))
+    assert name == "report_run-small_m-base_vs_m-int8_2026-11-26.html"
+    body = run_report_html(small, "run-small", ("m-int8", "m-base")).decode()  # the pair asked for leads
+    assert body.startswith("<!DOCTYPE html>") and "m-base scores higher than m-int8 by" in body

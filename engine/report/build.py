@@ -77,3 +77,9 @@ def report_file_name(run: str | None = None, set_name: str | None = None, models
         parts.append("_vs_".join(names[:3]) + (f"_+{len(names) - 3}" if len(names) > 3 else ""))
     parts.append((date or _dt.date.today()).isoformat())
     return "_".join(p for p in parts if p) + f".{ext}"
+
+
+def run_report_html(db: str | os.PathLike, run: str, models: tuple[str, ...] = ()) -> bytes:
+    """The HTML report of ``run`` as bytes (the dashboard's "Download report"; models: the headline pair first)."""
+    from engine.report.render_html import report_html
+    return report_html(run_report(db, run, models=list(models) or None)).encode("utf-8")
