@@ -238,3 +238,40 @@ def test_home_and_benchmark_offer_the_report_named_after_run_models_and_date(sma
     assert name == "report_run-small_m-base_vs_m-int8_2026-11-26.html"
     body = run_report_html(small, "run-small", ("m-int8", "m-base")).decode()  # the pair asked for leads
     assert body.startswith("<!DOCTYPE html>") and "m-base scores higher than m-int8 by" in body
+
+
+@pytest.mark.browser
+def test_images_put_a_static_png_of_every_figure_in_noscript(reports):
+    """--images: kaleido renders each figure once (one headless Chromium for all) for readers without JavaScript."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed")
+    from engine.report.build import run_report
+    from engine.report.render_html import report_html
+    rep = run_report(reports["harness_db"], "h")
+    html = report_html(rep, images=True)
+    imgs = re.findall(r'<noscript><img alt="static image of the figure"[^>]*src="data:image/png;base64,([^"]+)"', html)
+    assert len(imgs) == rep.n_figures >= 3
+    import base64
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in imgs)
+
+
+def test_the_docs_harness_command_runs_verbatim(tmp_path):
+    """docs/REPORT.md and the README's "Share the results": the command on the repository's own lm-eval logs,
+    run as written (from a folder that has the repository's tests/ beside it)."""
+    import os
+    import shlex
+    import sys
+    cmds = [line for line in (ROOT / "docs" / "REPORT.md").read_text().splitlines()
+            if line.startswith(".venv/bin/python -m engine report tests/data/harness/")]
+    assert len(cmds) == 1
+    argv = shlex.split(cmds[0])
+    argv[0] = sys.executable
+    (tmp_path / "tests").symlink_to(ROOT / "tests")
+    db = Path(argv[argv.index("--db") + 1])
+    res = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert res.returncode == 0, res.stderr
+        assert '<section id="harness_paired">' in (tmp_path / argv[argv.index("--out") + 1]).read_text()
+    finally:
+        db.unlink(missing_ok=True)

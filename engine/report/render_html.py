@@ -55,11 +55,6 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _is_number(text: str) -> bool:
-    t = text.strip().lstrip("+-−").replace(",", "").replace("%", "").split(" ")[0]
-    return bool(t) and t.replace(".", "", 1).isdigit()
-
-
 def table_html(t: Table) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in t.columns)
     body = []
@@ -68,7 +63,7 @@ def table_html(t: Table) -> str:
         for c in row:
             attrs = (f' data-key="{_e(c.key)}"' if c.key else "") + \
                 (f' data-value="{c.value!r}"' if c.value is not None else "")
-            cls = ' class="n"' if _is_number(c.text) else ""
+            cls = ' class="n"' if c.value is not None else ""
             tds.append(f"<td{cls}{attrs}>{_e(c.text)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     foot = f'<p class="foot">{_e(t.footnote)}</p>' if t.footnote else ""
@@ -105,6 +100,7 @@ def section_html(s: Section, images: dict[str, bytes] | None = None) -> str:
 def static_images(report: Report) -> dict[str, bytes]:
     """PNG bytes of every figure (kaleido driving Chromium, one browser for all): the ``<noscript>`` images."""
     import os
+    import warnings
 
     import kaleido
     import plotly.io as pio
@@ -112,11 +108,13 @@ def static_images(report: Report) -> dict[str, bytes]:
     out = {}
     kaleido.start_sync_server(silence_warnings=True)
     try:
-        for s in report.sections:
-            for f in s.figures:
-                h = int(f.fig.layout.height or 420)
-                out[f"fig-{s.key}-{f.key}".replace(" ", "_")] = pio.to_image(f.fig, format="png", width=1000,
-                                                                            height=h)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # plotly: "kopts is ignored if using a server" (we use one)
+            for s in report.sections:
+                for f in s.figures:
+                    h = int(f.fig.layout.height or 420)
+                    out[f"fig-{s.key}-{f.key}".replace(" ", "_")] = pio.to_image(f.fig, format="png", width=1000,
+                                                                                height=h)
     finally:
         kaleido.stop_sync_server(silence_warnings=True)
     return out

@@ -77,9 +77,12 @@ def headline_section(ctx: RunContext) -> Section:
     paras = [f"Run {s.run}: {len(s.models)} models, dataset {s.dataset_id} ({s.kind}), {s.n_questions:,} questions × "
              f"{s.n_repeats} repeats, modes {', '.join(s.modes)}, scoring rule {s.rule}"
              + (f", chance {s.chance:.3f}" if s.chance is not None else "") + "."]
-    if ctx.design.imported_from:
+    if ctx.design.imported_from and "coupled" not in s.modes:
         paras.append(f"Imported from {ctx.design.imported_from}: the scores are the harness's own; the generations "
                      "were not made here and are not coupled.")
+    elif ctx.design.imported_from:
+        paras.append(f"Imported from {ctx.design.imported_from}: generations made elsewhere (coupled and "
+                     "independent), scored here.")
     if ctx.pair:
         sent = _pair_sentence(ctx, *ctx.pair)
         if sent:
