@@ -275,3 +275,42 @@ def test_the_docs_harness_command_runs_verbatim(tmp_path):
         assert '<section id="harness_paired">' in (tmp_path / argv[argv.index("--out") + 1]).read_text()
     finally:
         db.unlink(missing_ok=True)
+
+
+def test_weights_digest_of_a_file_a_folder_and_a_hub_cache_link(tmp_path):
+    import hashlib
+
+    from engine.models.weights import weights_digest
+    a, b = tmp_path / "m" / "a.safetensors", tmp_path / "m" / "b.safetensors"
+    a.parent.mkdir()
+    a.write_bytes(b"weights a")
+    b.write_bytes(b"weights b")
+    (tmp_path / "m" / "config.json").write_text("{}")  # not a weight file
+    sa, sb = (hashlib.sha256(x).hexdigest() for x in (b"weights a", b"weights b"))
+    assert weights_digest(str(a)) == sa
+    assert weights_digest(str(a.parent)) == hashlib.sha256(f"a.safetensors:{sa}\nb.safetensors:{sb}\n".encode()).hexdigest()
+    blob = tmp_path / "blobs" / ("f" * 64)  # a Hugging Face cache blob: named by its digest, not read
+    blob.parent.mkdir()
+    blob.write_bytes(b"not what the name says")
+    (tmp_path / "snap.safetensors").symlink_to(blob)
+    assert weights_digest(str(tmp_path / "snap.safetensors")) == "f" * 64
+    assert weights_digest("HuggingFaceTB/not-here") is None and weights_digest(None) is None
+
+
+def test_the_design_shows_what_the_run_recorded(small, tmp_path):
+    import duckdb
+
+    from engine.analysis.run_design import run_design
+    db = tmp_path / "d.duckdb"
+    shutil.copy(small, db)
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE models SET config = ? WHERE name = 'm-base'",
+                [json.dumps({"dtype": "float32", "device": "cpu", "weights_sha256": "ab" * 32})])
+    con.close()
+    d = run_design(db, "run-small")
+    m = {x.name: x for x in d.models}
+    assert m["m-base"].weights_sha256 == "ab" * 32 and m["m-base"].dtype == "float32"
+    assert m["m-int8"].weights_sha256 is None  # not recorded: never a guess
+    assert d.seed == 7 and d.repeats == 4 and d.modes == ["coupled", "independent"] and d.temperature == 0.7
+    assert d.dataset is not None and len(d.dataset.sha256) == 64 and d.dataset.n_prompts_used == 40
+    assert d.engine_version == "test" and d.git_commit is None  # code_version "test": no commit part
