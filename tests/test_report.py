@@ -315,3 +315,21 @@ def test_the_design_shows_what_the_run_recorded(small, tmp_path):
     assert d.seed == 7 and d.repeats == 4 and d.modes == ["coupled", "independent"] and d.temperature == 0.7
     assert d.dataset is not None and len(d.dataset.sha256) == 64 and d.dataset.n_prompts_used == 40
     assert d.engine_version == "test" and d.git_commit is None  # code_version "test": no commit part
+
+
+def test_reproduce_gives_the_run_s_own_generate_command(small, tmp_path):
+    import duckdb
+
+    from engine.report.context import RunContext
+    from engine.report.run_more import reproduce_section
+    db = tmp_path / "c.duckdb"
+    shutil.copy(small, db)
+    cmd = ["python", "-m", "engine", "generate", "--models", "m-base", "m-int8", "--dataset", "demo", "--run-id", "r x"]
+    con = duckdb.connect(str(db))
+    cfg = json.loads(con.execute("SELECT CAST(config AS VARCHAR) FROM runs WHERE run_id = 'run-small'").fetchone()[0])
+    con.execute("UPDATE runs SET config = ? WHERE run_id = 'run-small'", [json.dumps({**cfg, "command": cmd})])
+    con.close()
+    code = reproduce_section(RunContext(db, "run-small", db_label="my db.duckdb")).code
+    assert code[0] == "python -m engine generate --models m-base m-int8 --dataset demo --run-id 'r x'"
+    assert code[1] == "python -m engine score --run run-small --rule paper --db 'my db.duckdb'"
+    assert code[-1] == "python -m engine report --run run-small --db 'my db.duckdb' --out report.html"

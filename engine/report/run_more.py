@@ -203,8 +203,9 @@ def reproduce_section(ctx: RunContext) -> Section:
     d = ctx.design
     db = shlex.quote(ctx.db_label)
     cmds = []
-    if d.command:
-        cmds.append("python -m engine " + " ".join(shlex.quote(c) for c in d.command))
+    if d.command:  # as stored by generate: ["python", "-m", "engine", "generate", ...]
+        cmd = " ".join(shlex.quote(c) for c in d.command)
+        cmds.append(cmd if d.command[0].startswith(("python", "coupled-eval")) else f"python -m engine {cmd}")
     elif not d.imported_from and d.repeats:
         cmds.append(f"python -m engine generate --models {' '.join(shlex.quote(m.name) for m in d.models)} "
                     f"--dataset {shlex.quote(d.dataset.dataset_id if d.dataset else 'DATASET')} --repeats {d.repeats} "

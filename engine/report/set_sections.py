@@ -22,6 +22,8 @@ class SetContext:
     def __init__(self, db: str | os.PathLike, name: str, label: str | None, alpha: float, seed: int,
                  models: list[str] | None, db_label: str | None):
         from engine.analysis.comparisons import comparison_sets
+        if not 0 < alpha < 1:
+            raise UserError(f"alpha must be in (0, 1); got {alpha}")
         sets = comparison_sets(db)
         row = sets[sets["name"] == name]
         if row.empty:
