@@ -44,6 +44,7 @@ se = c7b.number_input("Planner SE (0 = auto)", min_value=0.0, max_value=1.0, val
                       format="%.4f", key="bm_se",
                       help="Standard error of the difference the SE plans aim for; 0: the target error / √(2/π)")
 resamples = c8.select_slider("Resamples per size", [100, 200, 500, 1000], value=1000, key="bm_resamples")
+ui.report_button(run, (model_a, model_b), key="bm_report")
 if "coupled" not in ch.modes.get(run, ["coupled"]):  # imported / independent-only runs: no coupling to show
     paired_view.render(run, model_a, model_b, rule, float(mde))
     with st.expander("Sequential: when could this run have stopped?"):

@@ -98,6 +98,7 @@ def _summary(s) -> None:
             st.caption(sv.pair_caption(p))
         st.caption("Accuracy CI: 95% t interval over questions (questions are clusters, repeats dependent). "
                    "Same numbers from the CLI: `python -m engine summary --run " + s.run + "`.")
+        ui.report_button(s.run, s.models, key="home_report")
         c1, c2, c3 = st.columns(3)
         for col, key in zip((c1, c2, c3), ("benchmark", "traces", "datamap")):
             page = navigation.BY_KEY[key]

@@ -142,3 +142,8 @@ def modebar_config(filename: str, fmt: str = "png", scale: float = 2.0) -> dict:
         raise UserError(f"unknown image format {fmt!r}; allowed: png, svg")
     return {"displaylogo": False,
             "toImageButtonOptions": {"format": fmt, "filename": filename, "scale": scale if fmt == "png" else 1}}
+
+
+def report_name(run: str, models: Sequence[str] = (), date: _dt.date | None = None) -> str:
+    """The "Download report" file name: ``report_run-<run>_<models>_<date>.html``, like the chart downloads."""
+    return export_name("report", "html", ExportContext("", run=run, models=tuple(models)), date)

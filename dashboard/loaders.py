@@ -31,6 +31,7 @@ from engine.analysis import summary as _summary
 from engine.analysis import traces as _traces
 from engine.analysis import winrates as _winrates
 from engine.errors import UserError
+from engine.report import build as _report
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -134,6 +135,8 @@ sequential_replay = _view(_sequential.sequential_replay)
 sequential_paths = _view(_sequential.sequential_paths)
 live_paths = _view(_sequential.live_paths)
 sequential_runs = _view(_sequential.sequential_runs)
+# The shareable report (Home and Benchmark: "Download report")
+report_html = _view(_report.run_report_html)
 
 
 def arena_available() -> bool:

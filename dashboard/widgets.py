@@ -86,6 +86,18 @@ def chart(fig, name: str, key: str | None = None, ctx: downloads.ExportContext |
     row.caption(f"{fmt.upper()}: the camera icon in the chart's toolbar")
 
 
+def report_button(run: str, models=(), key: str = "report") -> None:
+    """"Download report": the run's shareable HTML report (one offline file; ``python -m engine report``),
+    built when clicked (seconds; about a minute for the paper's MMLU run), named after run, models and date."""
+    from dashboard import loaders
+    models = tuple(str(m) for m in models if m)
+    st.download_button("Download report", data=lambda: loaders.report_html(run, models),
+                       file_name=downloads.report_name(run, models), mime=downloads.MIME["html"], key=key,
+                       on_click="ignore", icon=":material/summarize:",
+                       help="one HTML file with the headline, design, every analysis this run supports, methods "
+                            "and references; opens offline. Same as: python -m engine report --run " + run)
+
+
 def table(df, name: str, key: str | None = None, ctx: downloads.ExportContext | None = None, wrap: int = 0,
           **kwargs):
     """Draw a table with a CSV download (named like the charts; floats without noise). Returns

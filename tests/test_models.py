@@ -128,6 +128,8 @@ def test_hf_folder_round_trip_gives_identical_logits(tmp_path):
     model.save_pretrained(tmp_path / "tiny-hf")
     tok.save_pretrained(tmp_path / "tiny-hf")
     lm = M.load_model(str(tmp_path / "tiny-hf"), device="cpu")
+    from engine.models.weights import weights_digest  # the run records the weight files' digest
+    assert json.loads(lm.record()["config"])["weights_sha256"] == weights_digest(str(tmp_path / "tiny-hf")) is not None
     assert lm.name == "tiny-hf" and lm.variant == "hf" and lm.vocab_id == M.vocab_id(tok)
     assert M.vocab_id_of(str(tmp_path / "tiny-hf")) == lm.vocab_id  # tokenizer only, same id
     ids = tok(["Hello, world!"], return_tensors="pt")

@@ -50,6 +50,7 @@ from engine.models.devices import parse_dtype, resolve_device
 from engine.models.refs import resolve
 from engine.models.registry import ModelSpec, bitsandbytes_available, list_models
 from engine.models.tokens import prepare_tokenizer, vocab_id
+from engine.models.weights import weights_digest
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -84,7 +85,7 @@ class LoadedModel:
         cfg = {"dtype": str(self.dtype).removeprefix("torch."), "device": str(self.device),
                "model_type": getattr(self.model.config, "model_type", None),
                "num_parameters": int(sum(p.numel() for p in self.model.parameters())),
-               "tokenizer_len": len(self.tokenizer), **self.extra}
+               "tokenizer_len": len(self.tokenizer), "weights_sha256": weights_digest(self.source), **self.extra}
         return {"name": self.name, "source": self.source, "variant": self.variant,
                 "vocab_id": self.vocab_id, "vocab_size": self.vocab_size, "config": json.dumps(cfg)}
 
