@@ -7,4 +7,4 @@ building the parser stays cheap.
 """
 
 COMMANDS = ("benchmark_compare", "multigen", "import_", "generate", "export", "info", "datasets", "models",
-            "ranksets", "winrates", "score", "judge", "cluster", "comparisons", "summary", "db", "accuracy_ranks")
+            "ranksets", "winrates", "score", "judge", "cluster", "comparisons", "summary", "db", "accuracy_ranks", "label")

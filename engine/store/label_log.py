@@ -1,0 +1,156 @@
+"""Human labels that survive anything: a recorded sample file and an append-only label log per
+sample, next to the database (never inside it, so labelling works while a job holds the writer lock
+and the dashboard stays read-only).
+
+    <db>.labels/<file_id>.sample.json   the sample (run, mode, seed, n, units in drawn order with
+                                        their presentation and overlap flag); written once, atomically
+    <db>.labels/<file_id>.jsonl         one JSON event a line: claim / label / undo
+
+* Every append takes an exclusive ``flock`` on the log, reads it, decides, appends one line, flushes
+  and ``fsync``s before returning: a label is on disk when the call returns (a SIGKILL right after
+  loses nothing), and two processes never interleave a read-decide-write.
+* A torn last line (a kill mid-write) is ignored by readers and terminated by the next append.
+* The comparison set in the store is a materialised copy of sample + log (written by a writer job,
+  replace = idempotent); the log stays the source of truth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.errors import UserError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - POSIX only
+    fcntl = None  # type: ignore[assignment]
+
+
+def labels_dir(db: str | os.PathLike) -> Path:
+    """The folder of samples and label logs of database ``db``."""
+    return Path(str(db) + ".labels")
+
+
+def file_id(sample_id: str) -> str:
+    """A file-system-safe name for ``sample_id`` (readable prefix + hash, so distinct ids never collide)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", sample_id)[:80]
+    return f"{safe}-{hashlib.sha256(sample_id.encode()).hexdigest()[:10]}"
+
+
+def sample_path(db, sample_id: str) -> Path:
+    return labels_dir(db) / f"{file_id(sample_id)}.sample.json"
+
+
+def log_path(db, sample_id: str) -> Path:
+    return labels_dir(db) / f"{file_id(sample_id)}.jsonl"
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_sample(db, sample: dict[str, Any]) -> Path:
+    """Write the sample file atomically (temp file, fsync, rename); an existing file is kept as is
+    (a sample is written once: its id is a function of run, mode, seed, n and share)."""
+    path = sample_path(db, sample["sample_id"])
+    if path.exists():
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        with tmp.open("w", encoding="utf-8") as fh:
+            json.dump(sample, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise UserError(f"cannot write the label sample under {path.parent}: {exc.strerror or exc}") from None
+    return path
+
+
+def read_sample(path: Path) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def samples(db) -> list[dict[str, Any]]:
+    """Every recorded sample of database ``db`` (oldest file first)."""
+    folder = labels_dir(db)
+    if not folder.is_dir():
+        return []
+    paths = sorted(folder.glob("*.sample.json"), key=lambda p: (p.stat().st_mtime, p.name))
+    return [read_sample(p) for p in paths]
+
+
+def _parse(text: str) -> list[dict[str, Any]]:
+    events = []
+    for line in text.split("\n"):
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:  # a torn last line (killed mid-write): not an event
+            continue
+        if isinstance(ev, dict):
+            events.append(ev)
+    return events
+
+
+def read_events(db, sample_id: str) -> list[dict[str, Any]]:
+    """Every complete event of the sample's log, in file order ([] without a log)."""
+    path = log_path(db, sample_id)
+    try:
+        return _parse(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[Any]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = path.open("a+", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write the label log {path}: {exc.strerror or exc}") from None
+    try:
+        if fcntl is not None:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        yield fh
+    finally:
+        fh.close()  # releases the lock
+
+
+def append_decided(db, sample_id: str, decide: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Under the log's exclusive lock: read every event, call ``decide(events)`` for the new events,
+    append them (one line each), flush and fsync. Returns the new events (durable on return)."""
+    path = log_path(db, sample_id)
+    created = not path.exists()
+    with _locked(path) as fh:
+        fh.seek(0)
+        text = fh.read()
+        new = decide(_parse(text))
+        if new:
+            lines = "".join(json.dumps(ev, separators=(",", ":")) + "\n" for ev in new)
+            if text and not text.endswith("\n"):
+                lines = "\n" + lines  # terminate a torn line so the new event parses
+            try:
+                fh.write(lines)
+                fh.flush()
+                os.fsync(fh.fileno())
+            except OSError as exc:
+                raise UserError(f"cannot write the label log {path}: {exc.strerror or exc}") from None
+            if created:
+                _fsync_dir(path.parent)  # the new file's name is durable too
+    return new
