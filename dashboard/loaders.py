@@ -30,6 +30,7 @@ from engine.analysis import summary as _summary
 from engine.analysis import traces as _traces
 from engine.analysis import winrates as _winrates
 from engine.errors import UserError
+from engine.tasks import labels as _labels
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -175,3 +176,7 @@ def available_datasets() -> list[str]:
     from engine.tasks.datasets import list_datasets
 
     return list(list_datasets())
+
+# Label (the sample's state lives in its label log and is read live by dashboard.label_view, not cached)
+label_choices = _view(_labels.label_choices)
+label_unit = _view(_labels.unit_view)

@@ -17,6 +17,7 @@ and the dashboard stays read-only).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -81,7 +82,15 @@ def write_sample(db, sample: dict[str, Any]) -> Path:
 
 
 def read_sample(path: Path) -> dict[str, Any]:
-    with path.open(encoding="utf-8") as fh:
+    """The sample file at ``path`` (cached: a sample file is written once and never changed;
+    callers must not mutate the dict)."""
+    st = path.stat()
+    return _read_sample_cached(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_sample_cached(path: str, _mtime_ns: int, _size: int) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
         return json.load(fh)
 
 

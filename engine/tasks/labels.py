@@ -220,3 +220,42 @@ def undo_last(db, sample_id: str, labeller: str, session: str = "cli") -> int | 
 
     LL.append_decided(db, sample_id, decide)
     return out[0]
+
+
+# ------------------------------------------------------------------------- what the page shows
+
+@dataclass(frozen=True)
+class LabelUnit:
+    """One unit as a labeller sees it: the prompt and the two responses in presentation order
+    (the model names are for after the vote)."""
+    idx: int
+    prompt_id: str
+    repeat: int
+    prompt: str
+    first_text: str
+    second_text: str
+    first_model: str
+    second_model: str
+
+
+def unit_view(db, sample_id: str, idx: int) -> LabelUnit:
+    """Unit ``idx`` of the sample with its texts (model_a's response first when presented 'ab')."""
+    sample = get_sample(db, sample_id)
+    p, r, ma, mb, pres, _ = sample["units"][int(idx)]
+    first, second = (ma, mb) if pres == "ab" else (mb, ma)
+    mode = sample["mode"]
+    texts, questions = vstore.texts_for(db, sample["run"], [(first, p, r, mode), (second, p, r, mode)], [p])
+    return LabelUnit(int(idx), p, int(r), questions.get(p) or "", texts.get((first, p, int(r), mode)) or "",
+                     texts.get((second, p, int(r), mode)) or "", first, second)
+
+
+def label_choices(db) -> dict[str, list[str]]:
+    """{run: modes with generations of at least two models}: what can be labelled."""
+    out: dict[str, list[str]] = {}
+    for run in some_runs(db, limit=200):
+        keys = vstore.generation_keys(db, run)
+        by_mode = {m: set(g["model"]) for m, g in keys.groupby("mode")}
+        modes = [m for m in config.MODES if len(by_mode.get(m, ())) >= 2]
+        if modes:
+            out[run] = modes
+    return out
