@@ -49,6 +49,7 @@ else:
     if unit is not None:
         LV.show_unit(unit, idx, status.n, plain)
         LV.buttons(sid, unit, who)
+        L.prefetch_label_block(sid, idx, status.n)
 st.divider()
 st.caption(f"Sample `{sid}`. The labels form the comparison set of that name once copied into the database "
            "(a short job; they are safe in the label log until then).")

@@ -179,4 +179,16 @@ def available_datasets() -> list[str]:
 
 # Label (the sample's state lives in its label log and is read live by dashboard.label_view, not cached)
 label_choices = _view(_labels.label_choices)
-label_unit = _view(_labels.unit_view)
+label_block = _view(_labels.block_view)
+
+
+def label_unit(sample_id: str, idx: int) -> _labels.LabelUnit:
+    """Unit ``idx`` of a label sample, from its cached block of ``engine.tasks.labels.BLOCK`` units."""
+    return label_block(sample_id, idx // _labels.BLOCK)[idx]
+
+
+def prefetch_label_block(sample_id: str, idx: int, n: int) -> None:
+    """Near the end of a block, read the next one (the page calls this after drawing the unit)."""
+    nxt = idx // _labels.BLOCK + 1
+    if idx % _labels.BLOCK >= _labels.BLOCK - 10 and nxt * _labels.BLOCK < n:
+        label_block(sample_id, nxt)
