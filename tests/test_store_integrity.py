@@ -142,7 +142,8 @@ def healthy(tmp_path_factory) -> Path:
     """A healthy database of several blocks (so truncations cut real data)."""
     p = tmp_path_factory.mktemp("healthy") / "good.duckdb"
     with store.transaction(p) as con:
-        con.execute("INSERT INTO comparisons SELECT 'big', range, 'p' || range, 'a', 'b', 'a', NULL FROM range(300000)")
+        con.execute("INSERT INTO comparisons (set_name, row_idx, prompt_id, model_a, model_b, human_winner, "
+                        "judge_winner) SELECT 'big', range, 'p' || range, 'a', 'b', 'a', NULL FROM range(300000)")
         con.execute("INSERT INTO comparison_sets (name, source, n_rows) VALUES ('big', 'csv', 300000)")
     assert p.stat().st_size > 4 * 262144
     return p

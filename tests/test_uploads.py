@@ -131,7 +131,8 @@ def test_valid_csv_normalises_winners_and_tolerates_bom_spaces_crlf(tmp_db, tmp_
     df, problems = cmp.validate_comparisons_csv(f, known_models=MODELS)
     assert problems == []
     df = df.astype(object).where(df.notna(), None)
-    assert df.to_dict("records") == [
+    assert df[list(cmp.OPTIONAL_COLUMNS)].isna().all().all()  # none given: all None
+    assert df[list(cmp.NORMALISED_COLUMNS)].to_dict("records") == [
         {"prompt_id": "p1", "model_a": "m1", "model_b": "m2", "human_winner": "a", "judge_winner": "b"},
         {"prompt_id": "p2", "model_a": "m2", "model_b": "m3", "human_winner": "tie", "judge_winner": None},
         {"prompt_id": "p3", "model_a": "m1", "model_b": "m3", "human_winner": None, "judge_winner": "tie"},

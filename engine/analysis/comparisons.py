@@ -1,5 +1,6 @@
 """Pairwise comparisons as one normalised DataFrame (prompt_id, model_a, model_b, human_winner,
-judge_winner; winners 'a' | 'b' | 'tie' or None) from any source: a CSV file, Chatbot Arena JSON
+judge_winner; winners 'a' | 'b' | 'tie' or None; then the optional repeat, mode, labeller, labelled_at,
+presented, None where unknown) from any source: a CSV file, Chatbot Arena JSON
 lines, a stored comparison set, or a run's LLM-judge verdicts. Shared by win-rates and rank-sets.
 """
 
@@ -26,7 +27,7 @@ from engine.stats.comparisons import A_WINS, B_WINS, Comparisons, outcome_codes
 from engine.store import comparisons as SC
 from engine.store import verdicts as VS
 from engine.store.arena import read_arena
-from engine.store.comparison_files import read_comparisons_file
+from engine.store.comparison_files import OPTIONAL_COLUMNS, read_comparisons_file
 
 CSV_COLUMNS = ("model_a", "model_b", "human_winner", "judge_winner")
 # The 12 Chatbot Arena models of the PPR paper (Chatzi et al., 2024): 14,947 comparisons.
@@ -92,11 +93,13 @@ def model_indices(df: pd.DataFrame, models: list[str]) -> tuple[np.ndarray, np.n
 
 
 def to_comparisons(df: pd.DataFrame, models: list[str] | None = None) -> Comparisons:
-    """The normalised table (prompt_id, model_a, model_b, human_winner, judge_winner) as the one
-    comparison type of engine.stats (models: ``models`` or every model of ``df``, sorted)."""
+    """The normalised table (prompt_id, model_a, model_b, human_winner, judge_winner, and the optional
+    repeat, mode, labeller, labelled_at, presented: carried as ``extra`` where some row has one) as the
+    one comparison type of engine.stats (models: ``models`` or every model of ``df``, sorted)."""
+    extra = {c: df[c].tolist() for c in OPTIONAL_COLUMNS if c in df and df[c].notna().any()}
     return Comparisons.from_labels(model_list(df, models), df.model_a.tolist(), df.model_b.tolist(),
                                    df.human_winner.tolist(), df.judge_winner.tolist(),
-                                   df.prompt_id.tolist() if "prompt_id" in df else None)
+                                   df.prompt_id.tolist() if "prompt_id" in df else None, extra)
 
 
 def win_indicators(winners: pd.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -4,13 +4,15 @@
 Comparison ``i`` is between model ``first[i]`` and model ``second[i]`` (indices into ``models``);
 its human and judge outcomes are codes ``A_WINS`` (first preferred) = 0, ``B_WINS`` = 1, ``TIE`` = 2,
 or ``NO_LABEL`` = -1; ``cluster[i]`` is its prompt (the cluster of docs/METHODS.md section 7.2),
-None for "every row its own cluster". Pure: numpy only, nothing else from the engine.
+None for "every row its own cluster"; ``extra`` carries the rows' optional provenance columns
+(repeat, mode, labeller, labelled_at, presented) when the source had them (the repeat is never the
+cluster: a prompt's repeats share its effect). Pure: numpy only, nothing else from the engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -38,7 +40,8 @@ class Comparisons:
     Attributes:
         models: (k,) names; first, second: (n,) int64 indices, first != second;
         human, judge: (n,) int8 outcome codes (NO_LABEL where a row has no such label);
-        cluster: (n,) prompt ids (object) or None (each row its own cluster).
+        cluster: (n,) prompt ids (object) or None (each row its own cluster);
+        extra: optional (n,) object columns by name (repeat, mode, labeller, labelled_at, presented).
     """
 
     models: tuple[str, ...]
@@ -47,10 +50,11 @@ class Comparisons:
     human: np.ndarray
     judge: np.ndarray
     cluster: np.ndarray | None = None
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n, k = self.first.shape[0], len(self.models)
-        shapes = [a.shape for a in (self.first, self.second, self.human, self.judge)]
+        shapes = [a.shape for a in (self.first, self.second, self.human, self.judge, *self.extra.values())]
         if self.cluster is not None:
             shapes.append(self.cluster.shape)
         if any(s != (n,) for s in shapes):
@@ -66,9 +70,9 @@ class Comparisons:
     @classmethod
     def from_labels(cls, models: Sequence[str], model_a: Sequence[str], model_b: Sequence[str],
                     human: Sequence | None = None, judge: Sequence | None = None,
-                    cluster: Sequence | None = None) -> Comparisons:
+                    cluster: Sequence | None = None, extra: dict[str, Sequence] | None = None) -> Comparisons:
         """From model names and 'a' / 'b' / 'tie' / None labels (the normalised table's columns);
-        a cluster column of only None/NaN means no clusters."""
+        a cluster column of only None/NaN means no clusters; ``extra``: optional columns by name."""
         pos = {m: i for i, m in enumerate(models)}
         missing = sorted({m for m in (*model_a, *model_b) if m not in pos})
         if missing:
@@ -82,7 +86,8 @@ class Comparisons:
             cl = c if known.any() else None
         return cls(tuple(models), np.fromiter((pos[m] for m in model_a), np.int64, n),
                    np.fromiter((pos[m] for m in model_b), np.int64, n),
-                   outcome_codes(none if human is None else human), outcome_codes(none if judge is None else judge), cl)
+                   outcome_codes(none if human is None else human), outcome_codes(none if judge is None else judge), cl,
+                   {c: np.asarray(v, dtype=object) for c, v in (extra or {}).items()})
 
     @property
     def k(self) -> int:
@@ -103,7 +108,8 @@ class Comparisons:
     def subset(self, rows: np.ndarray) -> Comparisons:
         """The comparisons at ``rows`` (a boolean mask or indices), same models."""
         return Comparisons(self.models, self.first[rows], self.second[rows], self.human[rows], self.judge[rows],
-                           None if self.cluster is None else self.cluster[rows])
+                           None if self.cluster is None else self.cluster[rows],
+                           {c: v[rows] for c, v in self.extra.items()})
 
     def outcomes(self, who: Who) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(a, b, outcome) of the rows labelled by ``who``: the stats.winrates / stats.clustered form."""

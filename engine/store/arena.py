@@ -20,6 +20,7 @@ from engine.store.comparison_files import (
     _winner,
     read_text,
     require_file,
+    with_optional_columns,
 )
 from engine.store.jsonl import parse_object
 
@@ -132,7 +133,7 @@ def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | 
         out.append({"prompt_id": arena_prompt_id(row, i),  # a null question_id is NULL, never "None"
                     "model_a": row["model_a"], "model_b": row["model_b"],
                     "human_winner": human_w, "judge_winner": judge_w})
-    return pd.DataFrame(out, columns=list(NORMALISED_COLUMNS)), _as_lines(problems)
+    return with_optional_columns(pd.DataFrame(out, columns=list(NORMALISED_COLUMNS))), _as_lines(problems)
 
 
 def _as_lines(problems: list[Problem]) -> list[Problem]:

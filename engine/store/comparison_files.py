@@ -11,6 +11,12 @@ optional ``prompt_id`` (the cluster of docs/METHODS.md section 7.2: without the 
 cluster and results say so; with it every row needs one) and ``id`` (a row key: repeated
 (prompt_id, model_a, model_b) are then allowed). Each row needs at least one label.
 
+Optional provenance columns (:data:`OPTIONAL_COLUMNS`; blank = unknown): ``repeat`` (an integer >= 0:
+the generation's repeat within its prompt; the prompt, not the repeat, is the cluster), ``mode``
+('coupled' | 'independent'), ``labeller`` (free text), ``labelled_at`` (an ISO 8601 date-time; one
+with a time zone is converted to UTC) and ``presented`` ('ab': model_a was shown first | 'ba').
+Without an ``id`` column, rows differing only in repeat, mode, labeller or presented are not duplicates.
+
 Encoding (both formats): UTF-8 with or without a byte-order mark, or UTF-16 with a byte-order mark;
 anything else is refused with the byte and line that are not UTF-8.
 """
@@ -31,6 +37,10 @@ from engine.errors import UserError
 
 MAX_UPLOAD_BYTES = config.MAX_UPLOAD_BYTES
 NORMALISED_COLUMNS = ("prompt_id", "model_a", "model_b", "human_winner", "judge_winner")
+# optional provenance of a label (schema v4): None where unknown; every normalised frame carries them
+OPTIONAL_COLUMNS = ("repeat", "mode", "labeller", "labelled_at", "presented")
+ALL_COLUMNS = NORMALISED_COLUMNS + OPTIONAL_COLUMNS
+PRESENTED = ("ab", "ba")
 MAX_PROBLEMS_IN_MESSAGE = 50
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 _SPREADSHEET = "this is a spreadsheet (Excel) or zip file, not text; export it as CSV (UTF-8) first"
@@ -260,7 +270,7 @@ def _header(header: list[str], sep: str, label: str, problems: list[Problem]) ->
     for c in need:
         problems.append(Problem(None, c, f"missing column {c!r}: columns must include model_a, model_b and a label "
                                          "column (winner or human_winner, and/or judge_winner); optional: prompt_id, "
-                                         f"id (found: {', '.join(header)})", label))
+                                         f"id, {', '.join(OPTIONAL_COLUMNS)} (found: {', '.join(header)})", label))
     if {"winner", "human_winner"} <= seen:
         problems.append(Problem(None, "human_winner", "both 'winner' and 'human_winner' are given; they are the same "
                                                       "column (the human label): keep one", label))
@@ -289,9 +299,53 @@ class _Duplicates:
         return None if prev == row else prev
 
 
+def with_optional_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every column of :data:`ALL_COLUMNS` (missing optional ones added as None), in that order."""
+    missing = {c: pd.Series([None] * len(df), index=df.index, dtype=object) for c in ALL_COLUMNS if c not in df}
+    return df.assign(**missing)[list(ALL_COLUMNS)] if missing else df[list(ALL_COLUMNS)]
+
+
+def _optional(v: dict[str, str], i: int, label: str, problems: list[Problem]) -> tuple:
+    """The row's OPTIONAL_COLUMNS values (None when the column is absent or the cell blank)."""
+    out: list = []
+    for c in OPTIONAL_COLUMNS:
+        x = v.get(c, "")
+        if x == "":
+            out.append(None)
+        elif c == "repeat":
+            ok = x.isdigit() and x.isascii()
+            out.append(int(x) if ok else None)
+            if not ok:
+                problems.append(Problem(i, c, f"bad repeat {x!r}; allowed: an integer >= 0 or blank", label))
+        elif c == "mode" or c == "presented":
+            allowed = config.MODES if c == "mode" else PRESENTED
+            out.append(x.lower() if x.lower() in allowed else None)
+            if x.lower() not in allowed:
+                problems.append(Problem(i, c, f"bad {c} {x!r}; allowed: {', '.join(allowed)} or blank", label))
+        elif c == "labelled_at":
+            out.append(parse_labelled_at(x, i, label, problems))
+        else:
+            out.append(x)
+    return tuple(out)
+
+
+def parse_labelled_at(x: str, i: int, label: str, problems: list[Problem]) -> pd.Timestamp | None:
+    """An ISO 8601 date-time as a naive UTC Timestamp (a problem recorded, None, when it is not one)."""
+    try:
+        t = pd.Timestamp(x)
+    except (ValueError, TypeError):
+        t = None
+    if t is None or pd.isna(t):
+        problems.append(Problem(i, "labelled_at", f"bad labelled_at {x!r}; allowed: an ISO 8601 date-time "
+                                                  "(e.g. 2026-01-31 14:05:00) or blank", label))
+        return None
+    return t.tz_convert("UTC").tz_localize(None) if t.tzinfo is not None else t
+
+
 def _row(i: int, r: list[str], h: _Header, known: set[str] | None, label: str,
          problems: list[Problem]) -> tuple | None:
-    """One data row -> (prompt_id, model_a, model_b, human, judge, key) after recording its problems."""
+    """One data row -> (prompt_id, model_a, model_b, human, judge, key, optional values) after recording
+    its problems."""
     if len(r) != h.width:
         more = "more fields than the header: " if len(r) > h.width else ""
         problems.append(Problem(i, None, f"has {len(r)} fields, the header has {h.width} ({more}an unquoted "
@@ -307,8 +361,10 @@ def _row(i: int, r: list[str], h: _Header, known: set[str] | None, label: str,
         cols = " or a ".join(c for c in (h.human, "judge_winner") if c and h.has(c))
         problems.append(Problem(i, h.human or "judge_winner", f"blank cell (a row needs a {cols})", label))
     _check_pair(i, v["model_a"], v["model_b"], known, label, problems)
-    key = (v["id"],) if h.has("id") else (v["prompt_id"], v["model_a"], v["model_b"]) if h.has("prompt_id") else ()
-    return v.get("prompt_id") or None, v["model_a"], v["model_b"], human, judge, key
+    extra = tuple(v.get(c, "") for c in OPTIONAL_COLUMNS if c != "labelled_at")  # rows differing here are no duplicates
+    key = ((v["id"],) if h.has("id") else (v["prompt_id"], v["model_a"], v["model_b"], *extra) if h.has("prompt_id")
+           else ())
+    return v.get("prompt_id") or None, v["model_a"], v["model_b"], human, judge, key, _optional(v, i, label, problems)
 
 
 def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] | None = None,
@@ -325,15 +381,16 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     object, duplicates are found through 64-bit hashes of the row keys.
 
     Returns:
-        (DataFrame with NORMALISED_COLUMNS, one row per data row; list of Problem, empty when valid).
+        (DataFrame with ALL_COLUMNS (the optional ones None where absent), one row per data row; list of
+        Problem, empty when valid).
     """
     problems: list[Problem] = []
     label = _label(path_or_bytes)
-    empty = pd.DataFrame(columns=list(NORMALISED_COLUMNS))
+    empty = pd.DataFrame(columns=list(ALL_COLUMNS))
     enc = precheck(path_or_bytes, max_bytes, problems)
     if enc is None:
         return empty, problems
-    cols: dict[str, list] = {c: [] for c in NORMALISED_COLUMNS}
+    cols: dict[str, list] = {c: [] for c in ALL_COLUMNS}
     shared: dict[str, str] = {}  # one string object per distinct model name
     dup, rownum = _Duplicates(), array.array("q")
     with _open_binary(path_or_bytes) as raw:
@@ -353,14 +410,14 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
                 got = _row(i, r, h, known, label, problems)
                 if got is None:
                     continue
-                prev = dup.seen(got[5], i) if got[5] and all(got[5]) and not repeats else None
+                prev = dup.seen(got[5], i) if got[5] and all(got[5][:3]) and not repeats else None
                 if prev is not None:
                     what = f"id {got[5][0]!r}" if h.has("id") else "(prompt_id, model_a, model_b)"
                     hint = "" if h.has("id") else "; add an 'id' column if repeated judgements are intended"
                     problems.append(Problem(i, "id" if h.has("id") else None,
                                             f"duplicate of row {prev}: same {what}{hint}", label))
-                for c, x in zip(NORMALISED_COLUMNS, got[:5]):
-                    cols[c].append(shared.setdefault(x, x) if c in ("model_a", "model_b") else x)
+                for c, x in zip(ALL_COLUMNS, (*got[:5], *got[6])):
+                    cols[c].append(shared.setdefault(x, x) if c in ("model_a", "model_b", "labeller") else x)
         except csv.Error as exc:
             return empty, [Problem(None, None, f"not a readable CSV file ({exc})", label)]
     if not rownum:

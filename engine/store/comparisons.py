@@ -2,7 +2,8 @@
 ``comparisons`` tables (the judge verdicts read as comparisons live in :mod:`engine.store.verdicts`).
 
 Rows come back in the normalised form (prompt_id, model_a, model_b, human_winner, judge_winner;
-winners 'a' | 'b' | 'tie' or None)."""
+winners 'a' | 'b' | 'tie' or None), followed by the optional provenance columns (repeat, mode,
+labeller, labelled_at, presented; None where unknown)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import os
 import pandas as pd
 
 from engine.errors import UserError
+from engine.store.comparison_files import ALL_COLUMNS, with_optional_columns
 from engine.store.db import insert_df, query_df, reader, scalar, transaction
 
-NORMALISED_COLUMNS = ("prompt_id", "model_a", "model_b", "human_winner", "judge_winner")
-_ROWS = "SELECT prompt_id, model_a, model_b, human_winner, judge_winner FROM comparisons WHERE set_name = ? ORDER BY row_idx"
+_ROWS = f"SELECT {', '.join(ALL_COLUMNS)} FROM comparisons WHERE set_name = ? ORDER BY row_idx"
 
 
 def _exists(con, name: str) -> bool:
@@ -37,8 +38,9 @@ def set_exists(db: str | os.PathLike, name: str) -> bool:
 
 def write_set(db: str | os.PathLike, df: pd.DataFrame, name: str, source: str, meta: dict, replace: bool) -> bool:
     """Store normalised rows as set ``name`` in ONE transaction; returns whether a set of that name was
-    replaced. An existing name without ``replace`` is a UserError (nothing written)."""
-    rows = df[list(NORMALISED_COLUMNS)].assign(set_name=name, row_idx=range(len(df)))
+    replaced. An existing name without ``replace`` is a UserError (nothing written). The optional
+    columns (repeat, mode, labeller, labelled_at, presented) are stored when ``df`` has them."""
+    rows = with_optional_columns(df).assign(set_name=name, row_idx=range(len(df)))
     with transaction(db) as con:
         exists = _exists(con, name)
         if exists and not replace:
@@ -47,7 +49,9 @@ def write_set(db: str | os.PathLike, df: pd.DataFrame, name: str, source: str, m
         con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
         con.execute("INSERT INTO comparison_sets (name, source, n_rows, meta) VALUES (?, ?, ?, ?)",
                     [name, source, len(df), json.dumps(meta)])
-        insert_df(con, "comparisons", rows, ["set_name", "row_idx", *NORMALISED_COLUMNS])
+        insert_df(con, "comparisons", rows, ["set_name", "row_idx", *ALL_COLUMNS],
+                  casts={"repeat": "INTEGER", "mode": "VARCHAR", "labeller": "VARCHAR",
+                         "labelled_at": "TIMESTAMP", "presented": "VARCHAR"})
     return exists
 
 
@@ -69,7 +73,9 @@ def read_set(db: str | os.PathLike, name: str) -> pd.DataFrame:
         if not _exists(con, name):
             raise UserError(f"unknown comparison set {name!r}; stored sets: {_known(con)}")
         df = con.execute(_ROWS, [name]).df()
-    return df.astype(object).where(df.notna(), None)
+    out = df.astype(object).where(df.notna(), None)
+    out["repeat"] = [None if x is None else int(x) for x in out["repeat"]]  # not 1.0 (a NULL makes the column float)
+    return out
 
 
 def delete_set(db: str | os.PathLike, name: str) -> int:

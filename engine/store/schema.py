@@ -17,7 +17,7 @@ import duckdb
 
 from engine.errors import UserError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS meta (
@@ -137,6 +137,12 @@ SCHEMA: tuple[str, ...] = (
         model_b VARCHAR,
         human_winner VARCHAR,        -- 'a' | 'b' | 'tie' | NULL
         judge_winner VARCHAR,        -- 'a' | 'b' | 'tie' | NULL
+        -- v4: where a label came from (all optional, NULL = unknown); prompt_id stays the cluster
+        repeat INTEGER,              -- v4: the generation's repeat within its prompt (not part of the cluster)
+        mode VARCHAR,                -- v4: the generation mode, 'coupled' | 'independent'
+        labeller VARCHAR,            -- v4: who gave the label (a person's id, or the judge's name)
+        labelled_at TIMESTAMP,       -- v4: when the label was given (UTC)
+        presented VARCHAR,           -- v4: 'ab' (model_a shown first) | 'ba'
         PRIMARY KEY (set_name, row_idx))""",
     """CREATE TABLE IF NOT EXISTS clusters (
         run_id VARCHAR,
@@ -159,6 +165,11 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (2, tuple(f"ALTER TABLE judgments ADD COLUMN {col}" for col in (
         "reported_model VARCHAR", "prompt_tokens INTEGER", "completion_tokens INTEGER", "latency_s DOUBLE",
         "attempts INTEGER", "error VARCHAR"))),
+    (3, (
+        # comparisons: the provenance of a label (repeat, mode, labeller, labelled_at, presented); see SCHEMA
+        *(f"ALTER TABLE comparisons ADD COLUMN {col}" for col in (
+            "repeat INTEGER", "mode VARCHAR", "labeller VARCHAR", "labelled_at TIMESTAMP", "presented VARCHAR")),
+    )),
 )
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), "one migration step per older version"
 

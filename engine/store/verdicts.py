@@ -167,8 +167,10 @@ def judgment_groups(db: str | os.PathLike) -> pd.DataFrame:
 
 
 def judgment_rows(db: str | os.PathLike, run_id: str, mode: str | None = None, judge: str | None = None) -> pd.DataFrame:
-    """A run's judge verdicts as normalised rows (judge_winner; both presentation orders are rows)."""
-    sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner
+    """A run's judge verdicts as normalised rows (judge_winner; both presentation orders are rows), with
+    the optional columns: repeat, mode, labeller (the judge), labelled_at (NULL), presented."""
+    sql = """SELECT prompt_id, model_a, model_b, NULL::VARCHAR AS human_winner, winner AS judge_winner,
+                    repeat, mode, judge AS labeller, NULL::TIMESTAMP AS labelled_at, presented
              FROM judgments WHERE run_id = ?"""
     params: list = [run_id]
     if mode is not None:

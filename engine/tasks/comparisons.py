@@ -20,6 +20,7 @@ from engine.store.comparison_files import (
     ALLOWED_WINNERS,
     MAX_UPLOAD_BYTES,
     NORMALISED_COLUMNS,
+    OPTIONAL_COLUMNS,
     InvalidUpload,
     Problem,
     _label,
@@ -30,7 +31,7 @@ from engine.store.comparison_files import (
 
 FORMATS = config.COMPARISON_FORMATS
 
-__all__ = ["ALLOWED_WINNERS", "MAX_UPLOAD_BYTES", "NORMALISED_COLUMNS", "FORMATS", "InvalidUpload", "Problem",
+__all__ = ["ALLOWED_WINNERS", "MAX_UPLOAD_BYTES", "NORMALISED_COLUMNS", "OPTIONAL_COLUMNS", "FORMATS", "InvalidUpload", "Problem",
            "arena_prompt_id", "normalise_winner", "read_arena", "validate_arena", "validate_comparisons_csv",
            "import_comparisons", "store_comparison_set", "list_comparison_sets", "read_comparison_set",
            "delete_comparison_set", "export_comparison_set", "read_comparisons_file"]
@@ -117,6 +118,17 @@ def store_comparison_set(db, df: pd.DataFrame, name: str, source: str, meta: dic
     return SC.write_set(db, df, _check_name(name), source, meta, replace)
 
 
+def _cell(x) -> str:
+    """An optional column's value as CSV text: blank for None, an integer without '.0', a time in ISO form."""
+    if x is None or (isinstance(x, float) and x != x):
+        return ""
+    if isinstance(x, pd.Timestamp) or hasattr(x, "isoformat"):
+        return pd.Timestamp(x).isoformat(sep=" ")
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
+
+
 def list_comparison_sets(db) -> pd.DataFrame:
     """Every stored comparison set: name, source, created_at, n_rows, n_human, n_judge, n_models, meta."""
     return SC.list_sets(db)
@@ -133,12 +145,17 @@ def delete_comparison_set(db, name: str) -> int:
 
 
 def export_comparison_set(db, name: str, out=None) -> str:
-    """Set ``name`` as CSV in the upload format (prompt_id, model_a, model_b, winner, judge_winner,
-    id; winners a/b/tie, blank = no label): re-importable as is. Writes to ``out`` if given."""
+    """Set ``name`` as CSV in the upload format (id, prompt_id, model_a, model_b, winner, judge_winner;
+    winners a/b/tie, blank = no label), then each optional column (repeat, mode, labeller, labelled_at,
+    presented) that some row of the set has: re-importable as is, and exporting the re-imported set
+    gives the same text. Writes to ``out`` if given."""
     df = read_comparison_set(db, name)
     csv_df = pd.DataFrame({"id": range(1, len(df) + 1), "prompt_id": df.prompt_id, "model_a": df.model_a,
                            "model_b": df.model_b, "winner": df.human_winner.fillna(""),
                            "judge_winner": df.judge_winner.fillna("")})
+    for c in OPTIONAL_COLUMNS:
+        if c in df and df[c].notna().any():
+            csv_df[c] = [_cell(x) for x in df[c]]
     text = csv_df.to_csv(index=False)
     if out is not None:
         Path(out).write_text(text, encoding="utf-8")

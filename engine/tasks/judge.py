@@ -473,7 +473,9 @@ def judgments_to_set(db, run: str, judge: str, mode: str, name: str, combine: st
                      replace: bool = False) -> dict:
     """Store a run's judge verdicts (one mode) as comparison set ``name`` (judge labels only).
 
-    prompt_id in the set is ``"<prompt_id>:<repeat>"`` (one unit); rows follow
+    prompt_id in the set is the prompt (the cluster of docs/METHODS.md 7.2: a prompt's repeats share
+    its effect), and the repeat, mode, judge (as ``labeller``) and presentation order ('ab' | 'ba';
+    None for ``combine="agree"``, which merges both orders) are their own columns; rows follow
     :func:`judgments_to_comparisons` with ``combine``. Unparseable verdicts become rows with no label.
     """
     from engine.tasks.comparisons import store_comparison_set
@@ -483,9 +485,11 @@ def judgments_to_set(db, run: str, judge: str, mode: str, name: str, combine: st
     df = judgments_to_comparisons(db, run, judge, mode, combine)
     if df.empty:
         raise UserError(f"no judgments by {judge!r} on run {run!r} in mode {mode!r}; run `python -m engine judge` first")
-    rows = pd.DataFrame({"prompt_id": df.prompt_id.astype(str) + ":" + df.repeat.astype(str),
-                         "model_a": df.model_a, "model_b": df.model_b, "human_winner": None,
-                         "judge_winner": df.winner}).astype(object)
+    rows = pd.DataFrame({"prompt_id": df.prompt_id.astype(str), "model_a": df.model_a, "model_b": df.model_b,
+                         "human_winner": None, "judge_winner": df.winner,
+                         "repeat": [int(r) for r in df.repeat], "mode": df["mode"], "labeller": judge,
+                         "labelled_at": None, "presented": df.presented.where(df.presented.isin(("ab", "ba")), None)
+                         }).astype(object)
     meta = {"format": "judgments", "run": run, "judge": judge, "mode": mode, "combine": combine}
     replaced = store_comparison_set(db, rows, name, f"judgments:{run}:{judge}:{mode}", meta, replace=replace)
     return {"name": name, "n_rows": int(len(rows)), "n_unlabelled": int(rows.judge_winner.isna().sum()),
