@@ -211,6 +211,12 @@ def test_cli_sample_import_status_sync_and_round_trip(db, tmp_path, capsys):
             expected.append(w if w == "tie" or u[4] == "ab" else {"a": "b", "b": "a"}[w])
     assert rows.human_winner.tolist() == expected                                   # skip and blank: no row
     assert rows.prompt_id.tolist() == [u[0] for u, w in zip(s["units"], csv.winner) if w in ("a", "b", "tie")]
+    assert set(rows.labeller) == {"ann"} and rows["mode"].tolist() == ["coupled"] * len(rows)
+    answered = [u for u, w in zip(s["units"], csv.winner) if w in ("a", "b", "tie")]
+    assert rows.repeat.tolist() == [int(u[1]) for u in answered]
+    assert rows.presented.tolist() == [u[4] for u in answered]                      # the file's order, as recorded
+    assert rows.model_a.tolist() == [u[2] for u in answered]                        # the run's model order
+    assert all(r.labelled_at is not None for r in rows.itertuples())
     text = export_comparison_set(db, s["sample_id"])
     again = tmp_path / "again.csv"
     again.write_text(text)
