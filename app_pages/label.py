@@ -36,20 +36,7 @@ if not sid or not who:
     st.info("Choose the sample and your name, then press Start labelling.")
     st.stop()
 
-status = LV.progress(sid)
-if st.session_state.get("label_last"):
-    st.caption(st.session_state["label_last"])
-idx = LV.next_unit(sid, who)
-plain = st.toggle("Show responses as plain text", key="label_plain")
-if idx is None:
-    st.success(f"Nothing left for {who} in this sample. {status.line}.")
-    st.button(f"Undo last ({LV.UNDO_KEY})", key="label_undo_done", shortcut=LV.UNDO_KEY, on_click=LV.undo, args=(sid, who))
-else:
-    unit = ui.safe(L.label_unit, sid, idx)
-    if unit is not None:
-        LV.show_unit(unit, idx, status.n, plain)
-        LV.buttons(sid, unit, who)
-        L.prefetch_label_block(sid, idx, status.n)
+LV.labelling(sid, who)
 st.divider()
 st.caption(f"Sample `{sid}`. The labels form the comparison set of that name once copied into the database "
            "(a short job; they are safe in the label log until then).")

@@ -118,3 +118,27 @@ def sync_button(sample_id: str) -> None:
     if st.button("Copy labels into the database", key="label_sync"):
         run = T.get_sample(L.db_path(), sample_id)["run"]
         jobs_panel.start_job(["label", "sync", "--run", run, "--db", str(L.db_path())], kind="label")
+
+
+@st.fragment
+def labelling(sample_id: str, labeller: str) -> None:
+    """Progress, the unit and the vote buttons: a fragment, so a vote reruns only this part of the
+    page (less work for the server and the browser between a click and the next unit)."""
+    status = progress(sample_id)
+    if st.session_state.get("label_last"):
+        st.caption(st.session_state["label_last"])
+    idx = next_unit(sample_id, labeller)
+    plain = st.toggle("Show responses as plain text", key="label_plain")
+    if idx is None:
+        st.success(f"Nothing left for {labeller} in this sample. {status.line}.")
+        st.button(f"Undo last ({UNDO_KEY})", key="label_undo_done", shortcut=UNDO_KEY, on_click=undo,
+                  args=(sample_id, labeller))
+        return
+    try:
+        unit = L.label_unit(sample_id, idx)
+    except UserError as exc:
+        st.error(str(exc))
+        return
+    show_unit(unit, idx, status.n, plain)
+    buttons(sample_id, unit, labeller)
+    L.prefetch_label_block(sample_id, idx, status.n)
