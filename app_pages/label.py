@@ -18,14 +18,16 @@ if not choices:
 
 c1, c2, c3 = st.columns([3, 1, 2])
 run = c1.selectbox("Run", list(choices), key="label_run")
-mode = c2.selectbox("Mode", choices[run], key="label_mode")
-labeller = c3.text_input("Your name (labeller)", key="label_name", max_chars=100)
+mode = c2.selectbox("Mode", list(choices[run]), key="label_mode")
+c3.text_input("Your name (labeller)", key="label_name", max_chars=100)
 with st.expander("Sample", expanded="label_sample" not in st.session_state):
     s1, s2, s3 = st.columns(3)
-    n = s1.number_input("Sample size", min_value=1, value=200, step=50, key="label_n")
-    seed = s2.number_input("Seed (recorded)", min_value=0, value=0, step=1, key="label_seed")
-    share = s3.slider("Share also shown to a second labeller", 0.0, 0.5, 0.0, 0.05, key="label_share",
-                      help="for human-human agreement: these units go to two different labellers")
+    n_units = choices[run][mode]
+    s1.number_input(f"Sample size (of {n_units:,} units)", min_value=1, value=min(200, n_units), step=50,
+                    key="label_n")
+    s2.number_input("Seed (recorded)", min_value=0, value=0, step=1, key="label_seed")
+    s3.slider("Share also shown to a second labeller", 0.0, 0.5, 0.0, 0.05, key="label_share",
+              help="for human-human agreement: these units go to two different labellers")
     st.button("Start labelling", key="label_start", type="primary", on_click=LV.start)
 
 if st.session_state.get("label_error"):

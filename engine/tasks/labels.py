@@ -261,13 +261,17 @@ def block_view(db, sample_id: str, block: int) -> dict[int, LabelUnit]:
             for i, u in rows}
 
 
-def label_choices(db) -> dict[str, list[str]]:
-    """{run: modes with generations of at least two models}: what can be labelled."""
-    out: dict[str, list[str]] = {}
+def label_choices(db) -> dict[str, dict[str, int]]:
+    """{run: {mode: number of comparison units}} for the modes with generations of two or more models."""
+    out: dict[str, dict[str, int]] = {}
     for run in some_runs(db, limit=200):
         keys = vstore.generation_keys(db, run)
-        by_mode = {m: set(g["model"]) for m, g in keys.groupby("mode")}
-        modes = [m for m in config.MODES if len(by_mode.get(m, ())) >= 2]
-        if modes:
-            out[run] = modes
+        counts = {}
+        for mode in config.MODES:
+            k = keys[keys["mode"] == mode].groupby(["prompt_id", "repeat"])["model"].nunique()
+            n_units = int((k * (k - 1) // 2).sum())
+            if n_units:
+                counts[mode] = n_units
+        if counts:
+            out[run] = counts
     return out
