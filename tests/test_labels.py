@@ -92,6 +92,7 @@ def test_sampler_is_uniform():
 def test_sample_units_and_bad_input(db, tmp_path):
     models, units = T.run_units(db, RUN, "coupled")
     assert models == ["m1", "m2", "m3"] and len(units) == 8 * 2 * 3
+    assert T.label_choices(db) == {RUN: {"coupled": 48}}
     s = T.make_sample(db, RUN, "coupled", 10, seed=3)
     assert [tuple(u[:4]) for u in s["units"]] == [units[i] for i in draw_label_sample(48, 10, 3)[0]]
     assert T.make_sample(db, RUN, "coupled", 10, seed=3) == s                      # recorded once, reused
