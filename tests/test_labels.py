@@ -177,6 +177,17 @@ def test_two_processes_lose_and_duplicate_nothing(db):
     assert (st.labelled, st.remaining) == (40, 0)
 
 
+def test_labelling_needs_no_database_writer(db):
+    """While another connection holds the database read-write (a judge job), votes still land."""
+    s = T.make_sample(db, RUN, "coupled", 3, seed=7)
+    with store.writer(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        i = T.next_unit(db, s["sample_id"], "ann", "tab")
+        assert T.record(db, s["sample_id"], i, "first", "ann", "tab") is not None
+        assert S.sample_status(db, s).labelled == 1
+        con.execute("ROLLBACK")
+
+
 def test_a_torn_last_line_is_ignored_and_terminated(db):
     s = T.make_sample(db, RUN, "coupled", 3, seed=6)
     T.record(db, s["sample_id"], 0, "tie", "ann")
