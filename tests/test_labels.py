@@ -140,6 +140,8 @@ def test_overlap_goes_to_a_second_labeller_only(db):
     assert T.next_unit(db, sid, "cid", "tab-c") is None                             # two labellers each, then full
     rows = S.label_rows(db, sid)
     assert len(rows) == 16 and rows.iloc[:8].labeller.tolist() == ["ann"] * 8
+    both = LL.run_label_rows(db, RUN)                       # what an analysis reads: the logs, synced or not
+    assert len(both) == 16 and set(both.sample_id) == {sid} and LL.run_label_rows(db, RUN, "independent").empty
     assert S.sample_status(db, s).double_labelled == 8
 
 

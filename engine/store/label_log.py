@@ -22,9 +22,12 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from engine.errors import UserError
 
@@ -163,3 +166,70 @@ def append_decided(db, sample_id: str, decide: Callable[[list[dict[str, Any]]], 
             if created:
                 _fsync_dir(path.parent)  # the new file's name is durable too
     return new
+
+
+# ------------------------------------------------------------- the log folded, for every reader
+
+LABEL_COLUMNS = ("prompt_id", "model_a", "model_b", "human_winner", "judge_winner", "repeat", "mode",
+                 "labeller", "labelled_at", "presented")
+
+
+def get_sample(db, sample_id: str) -> dict[str, Any]:
+    path = sample_path(db, sample_id)
+    if not path.exists():
+        known = ", ".join(s["sample_id"] for s in samples(db)) or "none recorded"
+        raise UserError(f"unknown label sample {sample_id!r}; samples: {known}")
+    return read_sample(path)
+
+
+@dataclass
+class LogState:
+    """The sample's log folded: live responses per unit (first per labeller, in log order) and each
+    session's latest claim."""
+    responses: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def responders(self, idx: int) -> set[str]:
+        return {ev["labeller"] for ev in self.responses.get(idx, ())}
+
+
+def fold(events: Sequence[dict[str, Any]]) -> LogState:
+    """Fold events (claim / label / undo) in log order into a :class:`LogState`."""
+    undone = {ev.get("target") for ev in events if ev.get("event") == "undo"}
+    st = LogState()
+    for ev in events:
+        kind = ev.get("event")
+        if kind == "claim":
+            st.claims[str(ev.get("session"))] = ev
+        elif kind == "label" and ev.get("id") not in undone:
+            rs = st.responses.setdefault(int(ev["idx"]), [])
+            if all(r["labeller"] != ev["labeller"] for r in rs):
+                rs.append(ev)
+    return st
+
+
+def label_rows(db, sample_id: str, with_skips: bool = False) -> pd.DataFrame:
+    """The sample's labels as comparison rows (LABEL_COLUMNS): each unit's first answer with a winner
+    in drawn order, then the second answers of overlap units. ``with_skips``: skips too (winner None)."""
+    sample = get_sample(db, sample_id)
+    st = fold(read_events(db, sample_id))
+    first, extra = [], []
+    for i, (p, r, ma, mb, _pres, _ovl) in enumerate(sample["units"]):
+        rs = [ev for ev in st.responses.get(i, []) if with_skips or ev["winner"] is not None]
+        base = {"prompt_id": p, "model_a": ma, "model_b": mb, "judge_winner": None, "repeat": int(r),
+                "mode": sample["mode"]}
+        rows = [{**base, "human_winner": ev["winner"], "labeller": ev["labeller"], "labelled_at": ev["at"],
+                 "presented": ev["presented"]} for ev in rs]
+        first.extend(rows[:1])
+        extra.extend(rows[1:])
+    return pd.DataFrame(first + extra, columns=list(LABEL_COLUMNS)).astype(object)
+
+
+def run_label_rows(db, run: str, mode: str | None = None) -> pd.DataFrame:
+    """Every label of ``run`` (all its samples, or those in ``mode``) straight from the label logs,
+    synced or not: LABEL_COLUMNS plus ``sample_id``. Analyses read human labels here."""
+    frames = [label_rows(db, s["sample_id"]).assign(sample_id=s["sample_id"])
+              for s in samples(db) if s.get("run") == run and (mode is None or s.get("mode") == mode)]
+    if not frames:
+        return pd.DataFrame(columns=[*LABEL_COLUMNS, "sample_id"]).astype(object)
+    return pd.concat(frames, ignore_index=True).astype(object)

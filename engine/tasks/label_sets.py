@@ -21,11 +21,12 @@ import pandas as pd
 
 from engine.errors import UserError
 from engine.store import label_log as LL
+from engine.store.label_log import LABEL_COLUMNS, label_rows
 from engine.tasks.comparisons import store_comparison_set
 from engine.tasks.labels import _now_iso, check_labeller, fold, get_sample, run_samples
 
-LABEL_COLUMNS = ("prompt_id", "model_a", "model_b", "human_winner", "judge_winner", "repeat", "mode",
-                 "labeller", "labelled_at", "presented")
+__all__ = ["LABEL_COLUMNS", "label_rows"]  # re-exported from engine.store.label_log
+
 SAMPLE_CSV_COLUMNS = ("prompt_id", "model_a", "model_b", "repeat", "mode", "winner")
 
 
@@ -70,23 +71,6 @@ def label_status(db, run: str) -> list[SampleStatus]:
         raise UserError(f"run {run!r} has no label sample; draw one with `python -m engine label sample --run {run} "
                         "--mode coupled --n 200 --seed 0`")
     return [sample_status(db, s) for s in samples]
-
-
-def label_rows(db, sample_id: str, with_skips: bool = False) -> pd.DataFrame:
-    """The sample's labels as comparison rows (LABEL_COLUMNS): each unit's first answer with a winner
-    in drawn order, then the second answers of overlap units. ``with_skips``: skips too (winner None)."""
-    sample = get_sample(db, sample_id)
-    st = fold(LL.read_events(db, sample_id))
-    first, extra = [], []
-    for i, (p, r, ma, mb, _pres, _ovl) in enumerate(sample["units"]):
-        rs = [ev for ev in st.responses.get(i, []) if with_skips or ev["winner"] is not None]
-        base = {"prompt_id": p, "model_a": ma, "model_b": mb, "judge_winner": None, "repeat": int(r),
-                "mode": sample["mode"]}
-        rows = [{**base, "human_winner": ev["winner"], "labeller": ev["labeller"], "labelled_at": ev["at"],
-                 "presented": ev["presented"]} for ev in rs]
-        first.extend(rows[:1])
-        extra.extend(rows[1:])
-    return pd.DataFrame(first + extra, columns=list(LABEL_COLUMNS)).astype(object)
 
 
 def skipped_positions(db, sample_id: str) -> list[int]:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
@@ -24,6 +23,7 @@ from engine.stats.label_sample import draw_label_sample
 from engine.store import label_log as LL
 from engine.store import verdicts as vstore
 from engine.store.generations import run_contents
+from engine.store.label_log import LogState, fold, get_sample
 from engine.store.runs import some_runs
 
 CLAIM_TTL_S = 900.0   # a unit shown to a session and not answered is free for others after this
@@ -97,45 +97,11 @@ def run_samples(db, run: str) -> list[dict[str, Any]]:
     return [s for s in LL.samples(db) if s.get("run") == run]
 
 
-def get_sample(db, sample_id: str) -> dict[str, Any]:
-    path = LL.sample_path(db, sample_id)
-    if not path.exists():
-        known = ", ".join(s["sample_id"] for s in LL.samples(db)) or "none recorded"
-        raise UserError(f"unknown label sample {sample_id!r}; samples: {known}")
-    return LL.read_sample(path)
-
-
 def _now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 # ------------------------------------------------------------------------------- the log, folded
-
-@dataclass
-class LogState:
-    """The sample's log folded: live responses per unit (first per labeller, in log order) and each
-    session's latest claim."""
-    responses: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def responders(self, idx: int) -> set[str]:
-        return {ev["labeller"] for ev in self.responses.get(idx, ())}
-
-
-def fold(events: Sequence[dict[str, Any]]) -> LogState:
-    """Fold events (claim / label / undo) in log order into a :class:`LogState`."""
-    undone = {ev.get("target") for ev in events if ev.get("event") == "undo"}
-    st = LogState()
-    for ev in events:
-        kind = ev.get("event")
-        if kind == "claim":
-            st.claims[str(ev.get("session"))] = ev
-        elif kind == "label" and ev.get("id") not in undone:
-            rs = st.responses.setdefault(int(ev["idx"]), [])
-            if all(r["labeller"] != ev["labeller"] for r in rs):
-                rs.append(ev)
-    return st
-
 
 def _pick(sample: dict, st: LogState, labeller: str, session: str, now: float) -> int | None:
     """The unit this session should label next (its unanswered claim first), or None when none is left."""
