@@ -131,6 +131,9 @@ def labelling(sample_id: str, labeller: str) -> None:
     plain = st.toggle("Show responses as plain text", key="label_plain")
     if idx is None:
         st.success(f"Nothing left for {labeller} in this sample. {status.line}.")
+        if status.remaining:
+            st.info(f"The {status.remaining} remaining unit(s) are shown in other tabs or to other labellers; a unit "
+                    f"left unanswered for {T.CLAIM_TTL_S / 60:.0f} minutes comes back here on the next rerun.")
         st.button(f"Undo last ({UNDO_KEY})", key="label_undo_done", shortcut=UNDO_KEY, on_click=undo,
                   args=(sample_id, labeller))
         return
