@@ -97,9 +97,9 @@ def buttons(sample_id: str, unit: T.LabelUnit, labeller: str) -> None:
     labels = {"first": "A is better", "second": "B is better", "tie": "Tie", "skip": "Skip"}
     for col, (choice, label) in zip(cols, labels.items()):
         col.button(f"{label} ({KEYS[choice]})", key=f"label_vote_{choice}", shortcut=KEYS[choice],
-                   type="primary" if choice in ("first", "second") else "secondary", use_container_width=True,
+                   type="primary" if choice in ("first", "second") else "secondary", width="stretch",
                    on_click=vote, args=(sample_id, unit.idx, choice, labeller, unit.first_model, unit.second_model))
-    cols[4].button(f"Undo last ({UNDO_KEY})", key="label_undo", shortcut=UNDO_KEY, use_container_width=True,
+    cols[4].button(f"Undo last ({UNDO_KEY})", key="label_undo", shortcut=UNDO_KEY, width="stretch",
                    on_click=undo, args=(sample_id, labeller))
 
 
