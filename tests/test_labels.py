@@ -117,6 +117,9 @@ def test_sessions_never_share_a_unit_and_labels_never_duplicate(db):
     c = T.next_unit(db, sid, "bob", "tab3")
     assert len({a, b, c}) == 3
     assert T.next_unit(db, sid, "ann", "tab1") == a                                 # a rerun shows the same unit
+    late = T.next_unit(db, sid, "cid", "tab4", now=__import__("time").time() + 2 * T.CLAIM_TTL_S)
+    assert late == a                                                                # an expired claim is released
+    assert T.next_unit(db, sid, "ann", "tab1") not in (a, b, c)                     # and the old tab moves on
     assert T.record(db, sid, a, "first", "ann", "tab1") is not None
     assert T.record(db, sid, a, "second", "ann", "tab2") is None                    # no duplicate
     assert T.record(db, sid, b, "skip", "ann", "tab2")["winner"] is None

@@ -114,7 +114,8 @@ def _pick(sample: dict, st: LogState, labeller: str, session: str, now: float) -
             fresh.setdefault(i, []).append(ev["labeller"])
     if mine is not None:
         i = int(mine["idx"])
-        if labeller not in st.responders(i) and len(st.responses.get(i, ())) < (2 if units[i][5] else 1):
+        cap = 2 if units[i][5] else 1  # (another session may have taken it after this claim expired)
+        if labeller not in st.responders(i) and len(st.responses.get(i, ())) + len(fresh.get(i, ())) < cap:
             return i
     for i, u in enumerate(units):
         resp = st.responders(i)
