@@ -32,6 +32,7 @@ from engine.analysis import traces as _traces
 from engine.analysis import winrates as _winrates
 from engine.errors import UserError
 from engine.report import build as _report
+from engine.tasks import labels as _labels
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -204,3 +205,18 @@ def run_label_count(run: str) -> int:
 def run_ranksets(run: str, judge: str, **kwargs: Any) -> _run_ranksets.RunRankSets:
     """:func:`engine.analysis.run_ranksets.run_ranksets`, cached on the database and the run's label count."""
     return _run_ranksets_view(run, judge, label_count=run_label_count(run), **kwargs)
+# Label (the sample's state lives in its label log and is read live by dashboard.label_view, not cached)
+label_choices = _view(_labels.label_choices)
+label_block = _view(_labels.block_view)
+
+
+def label_unit(sample_id: str, idx: int) -> _labels.LabelUnit:
+    """Unit ``idx`` of a label sample, from its cached block of ``engine.tasks.labels.BLOCK`` units."""
+    return label_block(sample_id, idx // _labels.BLOCK)[idx]
+
+
+def prefetch_label_block(sample_id: str, idx: int, n: int) -> None:
+    """Near the end of a block, read the next one (the page calls this after drawing the unit)."""
+    nxt = idx // _labels.BLOCK + 1
+    if idx % _labels.BLOCK >= _labels.BLOCK - 10 and nxt * _labels.BLOCK < n:
+        label_block(sample_id, nxt)

@@ -37,6 +37,8 @@ PAGES: tuple[Page, ...] = (
          "Accuracy_ranks", "Accuracy ranks: which model is really best (generated or imported runs)"),
     Page("datamap", "app_pages/datamap.py", "Data map", ":material/scatter_plot:", "Data_map",
          "Data map: P(correct) vs consistency"),
+    Page("label", "app_pages/label.py", "Label", ":material/thumbs_up_down:", "Label",
+         "Label: human votes on a random sample of a run's comparisons"),
     Page("upload", "app_pages/upload.py", "Upload", ":material/upload_file:", "Upload",
          "Upload: human / judge comparisons"),
 )

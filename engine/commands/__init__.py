@@ -8,4 +8,4 @@ building the parser stays cheap.
 
 COMMANDS = ("benchmark_compare", "multigen", "import_", "generate", "export", "info", "datasets", "models",
             "ranksets", "winrates", "score", "judge", "cluster", "comparisons", "summary", "db", "accuracy_ranks",
-            "judge_audit", "run_ranksets", "sequential", "report")
+            "judge_audit", "run_ranksets", "sequential", "report", "label")

@@ -1,0 +1,45 @@
+"""Label: give human labels to a uniformly random sample of a run's comparisons (METHODS 9.1)."""
+
+import streamlit as st
+
+from dashboard import label_view as LV
+from dashboard import loaders as L
+from dashboard import widgets as ui
+
+ui.header("Label", "Human labels for a random sample of your run's comparisons: the prompt and two responses in a "
+                   "random left/right order, model names hidden until you vote. Keys: 1 = A better, 2 = B better, "
+                   "3 = tie, 0 = skip, U = undo. Each vote is on disk when the button returns, even while a job "
+                   "holds the database.")
+
+choices = ui.safe(L.label_choices, _empty="No database yet.")
+if not choices:
+    ui.empty_state("No run with two models yet: generate one (and judge it) first.", "generate", "Generate")
+    st.stop()
+
+c1, c2, c3 = st.columns([3, 1, 2])
+run = c1.selectbox("Run", list(choices), key="label_run")
+mode = c2.selectbox("Mode", list(choices[run]), key="label_mode")
+c3.text_input("Your name (labeller)", key="label_name", max_chars=100)
+with st.expander("Sample", expanded="label_sample" not in st.session_state):
+    s1, s2, s3 = st.columns(3)
+    n_units = choices[run][mode]
+    s1.number_input(f"Sample size (of {n_units:,} units)", min_value=1, value=min(200, n_units), step=50,
+                    key="label_n")
+    s2.number_input("Seed (recorded)", min_value=0, value=0, step=1, key="label_seed")
+    s3.slider("Share also shown to a second labeller", 0.0, 0.5, 0.0, 0.05, key="label_share",
+              help="for human-human agreement: these units go to two different labellers")
+    st.button("Start labelling", key="label_start", type="primary", on_click=LV.start)
+
+if st.session_state.get("label_error"):
+    st.error(st.session_state["label_error"])
+sid = st.session_state.get("label_sample")
+who = st.session_state.get("label_labeller")
+if not sid or not who:
+    st.info("Choose the sample and your name, then press Start labelling.")
+    st.stop()
+
+LV.labelling(sid, who)
+st.divider()
+st.caption(f"Sample `{sid}`. The labels form the comparison set of that name once copied into the database "
+           "(a short job; they are safe in the label log until then).")
+LV.sync_button(sid)

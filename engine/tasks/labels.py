@@ -1,0 +1,244 @@
+"""Human labels on a run's own comparisons (docs/METHODS.md section 9.1): draw and record a sample,
+hand its units to labellers (no two sessions get one unit unless it is marked for a second
+labeller), record votes, skips and undos durably in the sample's label log
+(:mod:`engine.store.label_log`), and fold the log into counts and comparison rows.
+
+A unit is (prompt_id, repeat, mode, model_a, model_b) with (model_a, model_b) in the run's model
+order; ``presented`` says which was shown first ('ab': model_a). Winners are in model_a/model_b
+terms ('a' | 'b' | 'tie'); a skip is a response without a winner.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+from engine import config
+from engine.errors import UserError
+from engine.stats.label_sample import draw_label_sample
+from engine.store import label_log as LL
+from engine.store import verdicts as vstore
+from engine.store.generations import run_contents
+from engine.store.label_log import LogState, fold, get_sample
+from engine.store.runs import some_runs
+
+CLAIM_TTL_S = 900.0   # a unit shown to a session and not answered is free for others after this
+CHOICES = ("first", "second", "tie", "skip")  # what a labeller answers, in presentation terms
+
+
+def check_labeller(name: str) -> str:
+    """A labeller name: non-blank, at most 100 characters, no control characters (one-line UserError)."""
+    if not isinstance(name, str) or not name.strip():
+        raise UserError("give a labeller name (letters, digits, spaces and punctuation)")
+    name = name.strip()
+    bad = sorted({c for c in name if ord(c) < 32 or 127 <= ord(c) < 160})
+    if bad:
+        raise UserError(f"labeller name {name!r} contains control characters ({', '.join(repr(c) for c in bad)}); "
+                        "use letters, digits, spaces and punctuation")
+    if len(name) > 100:
+        raise UserError(f"labeller name is {len(name)} characters; at most 100 allowed")
+    return name
+
+
+def run_units(db, run: str, mode: str) -> tuple[list[str], list[tuple[str, int, str, str]]]:
+    """The run's models (configured order) and its comparison units in ``mode``, canonically ordered
+    (prompt_id, repeat, pair): every pair of models that both have a generation of (prompt, repeat)."""
+    if mode not in config.MODES:
+        raise UserError(f"unknown mode {mode!r}; allowed: {', '.join(config.MODES)}")
+    contents = run_contents(db, run)
+    if contents is None:
+        raise UserError(f"unknown run {run!r}; runs: {', '.join(some_runs(db)) or 'none stored'}")
+    keys = vstore.generation_keys(db, run)
+    keys = keys[keys["mode"] == mode]
+    present = sorted(set(keys["model"]))
+    ranked = [m for m in vstore.configured_models(db, run) if m in present]
+    models = ranked + [m for m in present if m not in ranked]
+    if len(models) < 2:
+        raise UserError(f"run {run!r} has {len(models)} model(s) with {mode} generations "
+                        f"({', '.join(models) or 'none'}); labelling compares two models, so it needs at least 2")
+    have = set(zip(keys["model"], keys["prompt_id"].astype(str), keys["repeat"].astype(int)))
+    units = [(p, r, ma, mb) for p, r in sorted({(p, r) for _, p, r in have})
+             for ma, mb in combinations(models, 2) if (ma, p, r) in have and (mb, p, r) in have]
+    return models, units
+
+
+def sample_id_for(run: str, mode: str, seed: int, n: int, share: float) -> str:
+    return f"labels-{run}-{mode}-s{seed}-n{n}" + (f"-x{share:g}" if share else "")
+
+
+def make_sample(db, run: str, mode: str, n: int, seed: int, share: float = 0.0) -> dict[str, Any]:
+    """Draw (or reuse) the sample of ``n`` units of ``run`` in ``mode`` from ``seed`` and record it
+    in its sample file (the dashboard may call this: it never writes the database)."""
+    if not 0 <= int(seed) < 2 ** 63:
+        raise UserError(f"seed {seed} is outside [0, 2^63)")
+    sid = sample_id_for(run, mode, int(seed), int(n), float(share))
+    path = LL.sample_path(db, sid)
+    if path.exists():
+        return LL.read_sample(path)
+    models, units = run_units(db, run, mode)
+    if n > len(units):
+        raise UserError(f"a sample of {n} is larger than run {run!r}'s {len(units)} comparison units in mode {mode}; "
+                        f"use --n at most {len(units)}")
+    idx, swap, overlap = draw_label_sample(len(units), int(n), int(seed), float(share))
+    drawn = [[units[i][0], units[i][1], units[i][2], units[i][3], "ba" if s else "ab", bool(o)]
+             for i, s, o in zip(idx.tolist(), swap.tolist(), overlap.tolist())]
+    sample = {"sample_id": sid, "run": run, "mode": mode, "seed": int(seed), "n": int(n), "share": float(share),
+              "n_units": len(units), "models": models, "created_at": _now_iso(), "units": drawn}
+    LL.write_sample(db, sample)
+    return LL.read_sample(path)
+
+
+def run_samples(db, run: str) -> list[dict[str, Any]]:
+    """The recorded samples of ``run``."""
+    return [s for s in LL.samples(db) if s.get("run") == run]
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+# ------------------------------------------------------------------------------- the log, folded
+
+def _pick(sample: dict, st: LogState, labeller: str, session: str, now: float) -> int | None:
+    """The unit this session should label next (its unanswered claim first), or None when none is left."""
+    units = sample["units"]
+    mine = st.claims.get(session)
+    fresh: dict[int, list[str]] = {}  # idx -> labellers of other sessions' fresh, unanswered claims
+    for sess, ev in st.claims.items():
+        i = int(ev["idx"])
+        if sess != session and now - float(ev["t"]) < CLAIM_TTL_S and ev["labeller"] not in st.responders(i):
+            fresh.setdefault(i, []).append(ev["labeller"])
+    if mine is not None:
+        i = int(mine["idx"])
+        cap = 2 if units[i][5] else 1  # (another session may have taken it after this claim expired)
+        if labeller not in st.responders(i) and len(st.responses.get(i, ())) + len(fresh.get(i, ())) < cap:
+            return i
+    for i, u in enumerate(units):
+        resp = st.responders(i)
+        if labeller in resp or labeller in fresh.get(i, ()):
+            continue
+        if len(resp) + len(fresh.get(i, ())) < (2 if u[5] else 1):
+            return i
+    return None
+
+
+def next_unit(db, sample_id: str, labeller: str, session: str, now: float | None = None) -> int | None:
+    """Claim and return the position (in drawn order) of the next unit for ``labeller`` in browser
+    tab / process ``session``; None when the sample has no unit left for them. Claims are log
+    events, decided under the log's lock, so two sessions never get the same unit (a unit marked
+    for a second labeller goes to two different labellers)."""
+    labeller = check_labeller(labeller)
+    sample = get_sample(db, sample_id)
+    t = time.time() if now is None else now
+    out: list[int | None] = [None]
+
+    def decide(events):
+        st = fold(events)
+        i = _pick(sample, st, labeller, session, t)
+        out[0] = i
+        mine = st.claims.get(session)
+        if i is None or (mine is not None and int(mine["idx"]) == i and t - float(mine["t"]) < CLAIM_TTL_S / 2):
+            return []
+        return [{"event": "claim", "idx": i, "session": session, "labeller": labeller, "t": t}]
+
+    LL.append_decided(db, sample_id, decide)
+    return out[0]
+
+
+def record(db, sample_id: str, idx: int, choice: str, labeller: str, session: str = "cli") -> dict[str, Any] | None:
+    """Record ``labeller``'s answer to unit ``idx`` (``choice`` in presentation terms: first / second /
+    tie / skip), durably before returning. A second answer by the same labeller to the same unit is
+    not written (returns None): labels are never duplicated."""
+    labeller = check_labeller(labeller)
+    if choice not in CHOICES:
+        raise UserError(f"unknown answer {choice!r}; allowed: {', '.join(CHOICES)}")
+    sample = get_sample(db, sample_id)
+    if not 0 <= int(idx) < len(sample["units"]):
+        raise UserError(f"unit {idx} is outside the sample's 0..{len(sample['units']) - 1}")
+    presented = sample["units"][int(idx)][4]
+    winner = {"first": "a", "second": "b", "tie": "tie", "skip": None}[choice]
+    if presented == "ba" and winner in ("a", "b"):
+        winner = "b" if winner == "a" else "a"
+    ev = {"event": "label", "id": uuid.uuid4().hex, "idx": int(idx), "winner": winner, "presented": presented,
+          "labeller": labeller, "session": session, "at": _now_iso()}
+    new = LL.append_decided(db, sample_id, lambda events: [] if labeller in fold(events).responders(int(idx)) else [ev])
+    return new[0] if new else None
+
+
+def undo_last(db, sample_id: str, labeller: str, session: str = "cli") -> int | None:
+    """Withdraw ``labeller``'s latest live answer (durably) and claim its unit for ``session`` again,
+    so it is shown next; returns the unit's position, or None when there is nothing to undo."""
+    labeller = check_labeller(labeller)
+    out: list[int | None] = [None]
+
+    def decide(events):
+        st = fold(events)
+        live = {ev["id"] for rs in st.responses.values() for ev in rs if ev["labeller"] == labeller}
+        last = next((ev for ev in reversed(events) if ev.get("event") == "label" and ev.get("id") in live), None)
+        if last is None:
+            return []
+        out[0] = int(last["idx"])
+        return [{"event": "undo", "target": last["id"], "labeller": labeller, "at": _now_iso()},
+                {"event": "claim", "idx": int(last["idx"]), "session": session, "labeller": labeller, "t": time.time()}]
+
+    LL.append_decided(db, sample_id, decide)
+    return out[0]
+
+
+# ------------------------------------------------------------------------- what the page shows
+
+@dataclass(frozen=True)
+class LabelUnit:
+    """One unit as a labeller sees it: the prompt and the two responses in presentation order
+    (the model names are for after the vote)."""
+    idx: int
+    prompt_id: str
+    repeat: int
+    prompt: str
+    first_text: str
+    second_text: str
+    first_model: str
+    second_model: str
+
+
+BLOCK = 50   # units whose texts are read together: one read-only connection serves 50 votes
+
+
+def unit_view(db, sample_id: str, idx: int) -> LabelUnit:
+    """Unit ``idx`` of the sample with its texts (model_a's response first when presented 'ab')."""
+    return block_view(db, sample_id, int(idx) // BLOCK)[int(idx)]
+
+
+def block_view(db, sample_id: str, block: int) -> dict[int, LabelUnit]:
+    """The units at positions ``block * BLOCK`` .. ``(block + 1) * BLOCK - 1`` (drawn order) with their
+    texts, read in one connection (opening one costs ~0.1 s on a busy machine; a vote must not)."""
+    sample = get_sample(db, sample_id)
+    mode = sample["mode"]
+    rows = list(enumerate(sample["units"]))[block * BLOCK:(block + 1) * BLOCK]
+    shown = {i: ((ma, mb) if pres == "ab" else (mb, ma)) for i, (_p, _r, ma, mb, pres, _) in rows}
+    keys = {(m, u[0], int(u[1]), mode) for i, u in rows for m in shown[i]}
+    texts, questions = vstore.texts_for(db, sample["run"], sorted(keys), sorted({u[0] for _, u in rows}))
+    return {i: LabelUnit(i, u[0], int(u[1]), questions.get(u[0]) or "",
+                         texts.get((shown[i][0], u[0], int(u[1]), mode)) or "",
+                         texts.get((shown[i][1], u[0], int(u[1]), mode)) or "", shown[i][0], shown[i][1])
+            for i, u in rows}
+
+
+def label_choices(db) -> dict[str, dict[str, int]]:
+    """{run: {mode: number of comparison units}} for the modes with generations of two or more models."""
+    out: dict[str, dict[str, int]] = {}
+    for run in some_runs(db, limit=200):
+        keys = vstore.generation_keys(db, run)
+        counts = {}
+        for mode in config.MODES:
+            k = keys[keys["mode"] == mode].groupby(["prompt_id", "repeat"])["model"].nunique()
+            n_units = int((k * (k - 1) // 2).sum())
+            if n_units:
+                counts[mode] = n_units
+        if counts:
+            out[run] = counts
+    return out
