@@ -262,3 +262,26 @@ def test_cli_refusals_write_nothing(db, tmp_path, capsys):
     assert cli(["label", "sample", "--db", str(db), "--run", RUN, "--mode", "coupled", "--n", "500", "--seed", "1"]) == 2
     assert "larger than" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in LL.labels_dir(db).iterdir()} == before
+
+
+def test_the_audit_reads_labels_still_in_the_log_and_a_synced_copy_once(db):
+    """The judge audit, a run's PPR rank-sets and the planner read human labels through
+    analysis.run_units.human_labels: votes only in the label log count at once (no sync needed), and after
+    `label sync` the set is the log's copy, never counted twice."""
+    from engine.analysis.run_units import human_labels, label_count
+    s = T.make_sample(db, RUN, "coupled", 5, seed=3)
+    sid = s["sample_id"]
+    votes = ["first", "second", "tie", "skip"]
+    for v in votes:
+        i = T.next_unit(db, sid, "ann", "tab1")
+        T.record(db, sid, i, v, "ann", "tab1")
+    got = human_labels(db, RUN)
+    assert len(got) == 3 and set(got["set_name"]) == {sid} and label_count(db, RUN) == 3
+    assert set(got["human_winner"]) <= {"a", "b", "tie"} and (got["labeller"] == "ann").all()
+    S.sync_labels(db, RUN)
+    again = human_labels(db, RUN)
+    assert len(again) == 3 and label_count(db, RUN) == 3
+    i = T.next_unit(db, sid, "ann", "tab1")                      # a vote after the sync: in the log only
+    T.record(db, sid, i, "first", "ann", "tab1")
+    assert len(human_labels(db, RUN)) == 4 and label_count(db, RUN) == 4
+    assert len(human_labels(db, RUN, set_name=sid)) == 4

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import UserError
+from engine.store import label_log as LL
 from engine.store import run_labels as RL
 from engine.store import verdicts as VS
 
@@ -44,7 +45,8 @@ def canonical(df: pd.DataFrame, winner_cols: list[str]) -> pd.DataFrame:
 def human_labels(db: str | os.PathLike, run: str, set_name: str | None = None) -> pd.DataFrame:
     """Every human label of ``run``: THE one read of a run's labels (the judge audit, the run's PPR
     rank-sets and the planner all come through here). Sets: ``set_name``, or every stored set whose
-    meta names the run. Labels still only in a label log are to be added here.
+    meta names the run, and every label sample of the run read from its label log (synced into a set or
+    not; a synced copy is not read twice).
 
     Returns:
         DataFrame: prompt_id, repeat, mode, model_a, model_b (canonical order), human_winner,
@@ -52,20 +54,28 @@ def human_labels(db: str | os.PathLike, run: str, set_name: str | None = None) -
         set's meta mode.
     """
     sets = RL.run_label_sets(db, run)
+    log = LL.run_label_rows(db, run)  # the label logs are the truth for their samples, synced or not
+    in_log = set(log["sample_id"]) if len(log) else set()
     if set_name is not None:
         meta = dict(sets)
-        if set_name not in meta:
+        if set_name not in meta and set_name not in in_log:
             from engine.store.comparisons import set_exists
             if not set_exists(db, set_name):
                 raise UserError(f"unknown comparison set {set_name!r}; sets of run {run!r}: "
-                                f"{', '.join(meta) or 'none'}")
+                                f"{', '.join(sorted({*meta, *in_log})) or 'none'}")
         sets = [(set_name, meta.get(set_name))]
     frames = []
     for name, mode in sets:
+        if name in in_log:
+            continue  # a synced copy of a label sample: read from its log below
         df = RL.set_label_rows(db, name)
         df["mode"] = df["mode"].astype(object).where(df["mode"].notna(), mode)
         df["repeat"] = df["repeat"].fillna(0).astype(np.int64)
         frames.append(df.assign(set_name=name))
+    for sample_id, df in (log.groupby("sample_id", sort=True) if len(log) else ()):
+        if set_name is None or sample_id == set_name:
+            df = df[df["human_winner"].notna()].drop(columns=["judge_winner", "sample_id"])
+            frames.append(df.assign(repeat=df["repeat"].fillna(0).astype(np.int64), set_name=sample_id))
     cols = [*RL.LABEL_COLUMNS, "set_name"]
     if not frames:
         return pd.DataFrame(columns=cols)
@@ -165,7 +175,10 @@ class AuditSource:
 
 def label_count(db: str | os.PathLike, run: str) -> int:
     """How many human labels ``run`` has (cheap; the key on which pages refresh as labels arrive)."""
-    return RL.run_label_count(db, run)
+    synced = {s for s, _ in RL.run_label_sets(db, run)} & {s["sample_id"] for s in LL.samples(db)}
+    stored = RL.run_label_count(db, run, exclude=tuple(sorted(synced)))
+    log = LL.run_label_rows(db, run)
+    return stored + int(log["human_winner"].notna().sum()) if len(log) else stored
 
 
 def audit_sources(db: str | os.PathLike) -> list[AuditSource]:

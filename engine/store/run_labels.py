@@ -53,9 +53,10 @@ def set_label_rows(db: str | os.PathLike, name: str) -> pd.DataFrame:
                         "WHERE set_name = ? AND human_winner IS NOT NULL ORDER BY row_idx", [name])
 
 
-def run_label_count(db: str | os.PathLike, run: str) -> int:
-    """How many human labels the run's sets hold (a cheap cache key for pages that refresh as labels arrive)."""
-    names = [n for n, _ in run_label_sets(db, run)]
+def run_label_count(db: str | os.PathLike, run: str, exclude: tuple[str, ...] = ()) -> int:
+    """How many human labels the run's sets hold, leaving out the sets named in ``exclude`` (a cheap cache
+    key for pages that refresh as labels arrive)."""
+    names = [n for n, _ in run_label_sets(db, run) if n not in exclude]
     if not names:
         return 0
     with reader(db) as con:
