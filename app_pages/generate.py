@@ -93,8 +93,6 @@ if submitted:
         st.error("Choose a dataset or give a dataset file.")
     elif workers and jobs.ray_unavailable():
         st.error(f"Ray workers {workers}: {jobs.ray_unavailable()} (allowed here: 0).")
-    elif until_on and workers:
-        st.error(f"Stop when decided runs its rounds in this process: Ray workers must be 0 (got {workers}).")
     elif until_on and len(all_models) < 2:
         st.error("Stop when decided compares models: choose two or more.")
     elif tensor_parallel > 1 and backend != "vllm":

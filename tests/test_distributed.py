@@ -332,3 +332,35 @@ def test_smollm2_two_workers_match_one_worker_and_plain(ray_session, tmp_path):
     _assert_same_rows(tmp_path / "w2.duckdb", tmp_path / "plain.duckdb", rtol=1e-4)
     cfg_json = json.loads(store.query_df(tmp_path / "w2.duckdb", "SELECT config FROM runs").iloc[0, 0])
     assert "workers" not in cfg_json  # the executor is not a result-determining setting
+
+
+def test_until_on_ray_workers_stops_where_the_single_process_run_stops(ray_session, folders, tmp_path):
+    """generate --until with Ray: each round's units are sharded over 2 replicas; the driver scores and
+    decides, so the rounds, the stop and the stored rows equal the single-process sequential run's."""
+    from engine.commands._until import run_until
+    from engine.stats.sequential import StopRule
+    ps = tuple(datasets.Prompt(prompt_id=f"q/{i:02d}", user_prompt=f"What is {i} + 1?", gold=str(i + 1))
+               for i in range(16))
+    ds = datasets.Dataset("until-ray", "numeric", "memory", ps, "Answer with a number.")
+    cfg = G.GenConfig(temperature=1.0, max_new_tokens=3, batch_size=8, trace_top_k=0, record_traces=False)
+
+    def until(db, executor=None):
+        return run_until(db, folders, ds, 1, MODES, 4, cfg, stop=StopRule.parse("budget:8"), round_size=4,
+                         show_bar=False, device="cpu", executor=executor)
+    local = until(tmp_path / "local.duckdb")
+    with RayExecutor(RayConfig(workers=2, shard_units=4)) as ex:
+        dist = until(tmp_path / "ray.duckdb", ex)
+    assert dist.to_dict()["modes"] == local.to_dict()["modes"] and dist.rounds == local.rounds == 2
+    for db in ("local", "ray"):
+        assert store.query_df(tmp_path / f"{db}.duckdb", "SELECT count(*) AS n FROM generations")["n"][0] == 8 * 2 * 2
+    g = {db: store.query_df(tmp_path / f"{db}.duckdb", "SELECT model, prompt_id, repeat, mode, text FROM generations "
+                                                        "ORDER BY ALL") for db in ("local", "ray")}
+    pd.testing.assert_frame_equal(g["local"], g["ray"], check_exact=True)
+    # the CLI takes --until with --workers (it used to refuse the pair) and reaches the same stop
+    data = tmp_path / "nums.jsonl"
+    data.write_text("".join(json.dumps({"question": p.user_prompt, "answer": p.gold}) + "\n" for p in ps))
+    assert cli_main(["generate", "--models", *folders, "--dataset", str(data), "--repeats", "1", "--max-new-tokens",
+                     "3", "--batch-size", "8", "--traces", "off", "--seed", "4", "--until", "budget:8",
+                     "--round-size", "4", "--workers", "2", "--device", "cpu", "--db", str(tmp_path / "cli.duckdb"),
+                     "--json"]) == 0
+    assert store.query_df(tmp_path / "cli.duckdb", "SELECT count(*) AS n FROM generations")["n"][0] == 8 * 2 * 2

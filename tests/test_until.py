@@ -114,8 +114,7 @@ def test_refusals(tmp_db, capsys):
         run_until(tmp_db, _models(), _dataset(), 1, ["coupled"], 0, CFG, stop=StopRule(budget=99))
     assert not tmp_db.exists() or store.table_counts(tmp_db)["generations"] == 0
     for extra, needle in ((["--until", "width:0"], "width:0"), (["--until", "decided", "--alpha", "2"], "alpha"),
-                          (["--alpha", "0.1"], "only apply with --until"),
-                          (["--until", "decided", "--workers", "2"], "--until with --workers")):
+                          (["--alpha", "0.1"], "only apply with --until")):
         assert main(["generate", "--models", "x", "y", "--db", str(tmp_db), *extra]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and needle in err, err

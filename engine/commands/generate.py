@@ -91,12 +91,9 @@ def _until_flags(args) -> None:
     StopRule.parse(args.until)  # one-line errors before anything is loaded
     if args.alpha is not None:
         check_alpha(args.alpha)
-    if args.workers is not None or args.ray_address is not None:
-        raise UserError("--until with --workers / --ray-address is not supported yet: a sequential run generates "
-                        "its rounds in this process (drop --workers, or run without --until)")
 
 
-def run_sequential(args, ds, cfg) -> int:
+def run_sequential(args, ds, cfg, executor=None) -> int:
     """generate --until: rounds until the stop rule holds (engine.commands._until)."""
     from engine.commands._until import DEFAULT_ROUND, run_until, summary_text
     from engine.stats.sequential import StopRule
@@ -107,7 +104,7 @@ def run_sequential(args, ds, cfg) -> int:
                     round_size=args.round_size or DEFAULT_ROUND, progress_file=args.progress_file,
                     run_id=args.run_id, resume=not args.no_resume, device=args.device,
                     drop_long_prompts=args.drop_long_prompts, backend=args.backend,
-                    tensor_parallel=args.tensor_parallel, dtype=args.dtype,
+                    tensor_parallel=args.tensor_parallel, dtype=args.dtype, executor=executor,
                     command=["python", "-m", "engine", *sys.argv[1:]] if sys.argv[1:2] == ["generate"] else None)
     return emit(args, res.to_dict(), lambda: summary_text(res))
 
@@ -146,14 +143,15 @@ def run(args) -> int:
     from engine.commands.datasets import columns_from_args
     ds = datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject, columns=columns_from_args(args))
     multi_turn_note(ds.source)
-    if args.until is not None:
-        return run_sequential(args, ds, cfg)
     executor: contextlib.AbstractContextManager = contextlib.nullcontext()
     if args.workers is not None or args.ray_address is not None:
         from engine.generation.distributed import RayConfig, RayExecutor
         executor = RayExecutor(RayConfig(
             workers=1 if args.workers is None else args.workers, address=args.ray_address,
             shard_units=args.shard_size, gpus_per_worker=args.gpus_per_worker, threads_per_worker=args.threads))
+    if args.until is not None:
+        with executor as ex:  # each round's units are sharded over the replicas like any run's
+            return run_sequential(args, ds, cfg, ex)
     t0 = time.perf_counter()
     with executor as ex:
         run_id = run_generation(args.db, args.models, ds, args.repeats, args.modes, args.seed, cfg,
