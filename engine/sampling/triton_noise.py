@@ -127,6 +127,15 @@ if triton_importable():
         tl.store(out_ptr + b * V + offs, g, mask=m)
 
     @triton.jit
+    def _nan_first(sc, offs, V):
+        """(the block's first NaN id, or V when none; the scores with NaN as -inf). torch.argmax takes
+        NaN for the maximum, the first one; Triton's max / argmax treat it differently compiled (fmax
+        ignores it) and interpreted (numpy propagates it), so the kernels handle it themselves."""
+        isn = sc != sc
+        nan_at = tl.min(tl.where(isn, offs, V), axis=0)
+        return nan_at, tl.where(isn, float("-inf"), sc)
+
+    @triton.jit
     def _gumbel_argmax_kernel(tok_ptr, gval_ptr, logp_ptr, seed_ptr, unit_ptr, step_ptr, keys_ptr, V, stride,
                               BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
         # grid (B,): program b scans row b's vocabulary in blocks, keeping the running argmax of
@@ -136,20 +145,23 @@ if triton_importable():
         best = tl.full((), float("-inf"), tl.float32)
         best_i = tl.full((), 0, tl.int64)
         best_g = tl.full((), 0.0, tl.float32)
+        found = tl.full((), 0, tl.int32)  # 1 once a NaN score was seen: the first NaN is torch.argmax's pick
         for start in range(0, V, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             m = offs < V
             g = _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE)  # (BLOCK,)
             lp = tl.load(logp_ptr + b * stride + offs, mask=m, other=float("-inf"))  # (BLOCK,)
             z = tl.where(m, lp + g, float("-inf"))  # the float32 sum the reference's argmax sees
+            nan_at, z = _nan_first(z, offs, V)  # NaN scores out of the max / argmax (their lowerings differ)
             zmax = tl.max(z, axis=0)
             zi = tl.argmax(z, axis=0, tie_break_left=True)
-            gi = tl.sum(tl.where(offs == start + zi, g, 0.0), axis=0)
+            take_nan = (nan_at < V) & (found == 0)
             # the first block always sets the running best (a row of -inf -> id 0, as torch.argmax)
-            better = (zmax > best) | (start == 0)
-            best_i = tl.where(better, (start + zi).to(tl.int64), best_i)
-            best_g = tl.where(better, gi, best_g)
+            better = ((zmax > best) | (start == 0)) & (found == 0)
+            best_i = tl.where(take_nan, nan_at.to(tl.int64), tl.where(better, (start + zi).to(tl.int64), best_i))
+            best_g = tl.where(take_nan | better, tl.sum(tl.where(offs == best_i, g, 0.0), axis=0), best_g)
             best = tl.where(better, zmax, best)
+            found = tl.where(take_nan, 1, found)
         tl.store(tok_ptr + b, best_i)
         tl.store(gval_ptr + b, best_g)
 
@@ -172,6 +184,7 @@ if triton_importable():
         best_z = tl.full((), float("-inf"), tl.float32)
         mx = tl.full((), float("-inf"), tl.float32)
         s = tl.full((), 0.0, tl.float32)
+        found = tl.full((), 0, tl.int32)  # 1 once a NaN z was seen: the first NaN is torch.argmax's pick
         for start in range(0, V, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             m = offs < V
@@ -180,23 +193,28 @@ if triton_importable():
             if SCALE:  # div_rn: IEEE round-to-nearest (Triton's "/" is an approximate division on CUDA)
                 z = tl.math.div_rn(z, temperature)
             z = tl.where(m, z, float("-inf"))
+            nan_at, z = _nan_first(z, offs, V)  # NaN out of the max / argmax / sums (the row's result is NaN)
             g = _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE)  # (BLOCK,)
             sc = tl.where(m, z + g, float("-inf"))  # the float32 sum the reference's argmax sees
             smax = tl.max(sc, axis=0)
             si = tl.argmax(sc, axis=0, tie_break_left=True)
             zi = tl.max(tl.where(offs == start + si, z, float("-inf")), axis=0)  # z at the block's winner
-            better = (smax > best) | (start == 0)  # the first block always sets it (all -inf -> id 0)
-            best_i = tl.where(better, (start + si).to(tl.int64), best_i)
+            take_nan = (nan_at < V) & (found == 0)
+            better = ((smax > best) | (start == 0)) & (found == 0)  # the first block sets it (all -inf -> id 0)
+            best_i = tl.where(take_nan, nan_at.to(tl.int64), tl.where(better, (start + si).to(tl.int64), best_i))
             best_z = tl.where(better, zi, best_z)
             best = tl.where(better, smax, best)
+            found = tl.where(take_nan, 1, found)
             bmax = tl.max(z, axis=0)
             new = tl.maximum(mx, bmax)
-            base = tl.where(new == float("-inf"), 0.0, new)  # all -inf so far: keep s = 0, no nan
+            base = tl.where((new == float("-inf")) | (new == float("inf")), 0.0, new)  # no inf - inf here
             s = s * tl.exp(mx - base) + tl.sum(tl.exp(z - base), axis=0)
             mx = new
         tl.store(tok_ptr + b, best_i)
-        # log D[token] = (z - max) - log(sum), the order torch's log_softmax computes it in
-        tl.store(prob_ptr + b, tl.exp((best_z - mx) - tl.log(s)))
+        # log D[token] = (z - max) - log(sum), the order torch's log_softmax computes it in; NaN (as
+        # torch's) when z holds a NaN or a +inf (inf - inf)
+        bad = (found == 1) | (mx == float("inf"))
+        tl.store(prob_ptr + b, tl.where(bad, float("nan"), tl.exp((best_z - mx) - tl.log(s))))
 
 
 def _this_mode() -> bool:
