@@ -198,3 +198,22 @@ def test_the_cycle_checker_sees_a_circle_through_from_package_imports():
     finally:
         a.unlink(missing_ok=True)
         b.unlink(missing_ok=True)
+
+
+def _unused_private_constants() -> list[str]:
+    """Module-level ``_UPPER_CASE = ...`` names in engine/ that nothing in their module reads."""
+    out = []
+    for path in _engine_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        defined = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                   if isinstance(t, ast.Name) and t.id.startswith("_") and t.id[1:2].isupper() and t.id.isupper()}
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        out += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(defined - read)]
+    return out
+
+
+def test_no_unused_private_constant_in_the_engine():
+    """A private constant nobody reads is a second, unchecked copy of something (the Triton module once
+    kept the hash constants its kernels write as literals)."""
+    assert _unused_private_constants() == []

@@ -488,3 +488,26 @@ def test_first_use_check_passes_the_kernels_and_refuses_a_wrong_one(monkeypatch,
     with pytest.warns(RuntimeWarning, match="uses the torch path instead"):
         assert kc.kernels_agree(str(DEV)) is False
     kc.kernels_agree.cache_clear()
+
+
+def test_kernel_hash_literals_are_the_references_constants():
+    """The kernels write the splitmix64 constants and the token salt as literals (a Triton kernel reads
+    no Python globals): they must be the reference's (noise._mix_int, noise._TOKEN_SALT's bits)."""
+    import inspect
+    import re
+
+    src = inspect.getsource(nt)
+    ref = inspect.getsource(noise._mix_int)
+    literals = {int(h, 16) for h in re.findall(r"0x[0-9A-Fa-f]{16}", src)}
+    assert {int(h, 16) for h in re.findall(r"0x[0-9A-Fa-f]{16}", ref)} <= literals
+    assert int(noise._TOKEN_SALT) % 2**64 in literals
+
+
+def test_every_entry_point_refuses_an_unknown_backend_the_same_way():
+    uk, keys = _units(2), torch.arange(10)
+    calls = [lambda: nt.gumbel_fused(0, uk, 0, keys, backend="cuda"),
+             lambda: nt.gumbel_argmax_fused(torch.zeros(2, 10), 0, uk, 0, keys, backend="cuda"),
+             lambda: nt.gumbel_argmax_logits(torch.zeros(2, 10), 0, uk, 0, keys, 0.7, backend="cuda")]
+    for call in calls:
+        with pytest.raises(ValueError, match="unknown noise backend 'cuda'; allowed: auto, triton, torch"):
+            call()

@@ -54,13 +54,14 @@ from engine.sampling import noise
 Backend = Literal["auto", "triton", "torch"]
 BACKENDS = ("auto", "triton", "torch")
 
-# splitmix64 constants, unsigned (the kernel computes in uint64; the reference stores the same bits
-# as int64).
-_GOLDEN = 0x9E3779B97F4A7C15
-_MUL1 = 0xBF58476D1CE4E5B9
-_MUL2 = 0x94D049BB133111EB
-_TOKEN_SALT = 0xD6E8FEB86659FD93
-_TINY_BITS = 0x0010000000000000  # float64 smallest normal (torch.finfo(float64).tiny) as bits
+
+
+def _use_triton(backend: str, device: torch.device) -> bool:
+    """Whether the Triton kernel runs: ``backend="triton"``, or ``"auto"`` on a CUDA device where Triton
+    imports. ValueError naming an unknown backend."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    return backend == "triton" or (backend == "auto" and device.type == "cuda" and triton_importable())
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,7 +86,9 @@ if triton_importable():
 
     @triton.jit
     def _mix(x):
-        # splitmix64 finaliser on uint64: + and * wrap mod 2^64, >> is logical on unsigned ints
+        # splitmix64 finaliser on uint64: + and * wrap mod 2^64, >> is logical on unsigned ints. The
+        # constants are literals (a kernel reads no Python globals): noise._mix_int's, and the token
+        # salt below is noise._TOKEN_SALT's bits (tests/test_noise_kernel.py checks the bits agree)
         x = x + 0x9E3779B97F4A7C15
         x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
         x = (x ^ (x >> 27)) * 0x94D049BB133111EB
@@ -332,11 +335,7 @@ def gumbel_fused(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | 
         float32 (B, V) on ``token_keys.device``, the reference's bits (see the module docstring
         for the float64 ``log`` caveat across libraries).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
-    use_triton = backend == "triton" or (backend == "auto" and token_keys.device.type == "cuda"
-                                         and triton_importable())
-    if use_triton:
+    if _use_triton(backend, token_keys.device):
         return gumbel_triton(seed, unit_keys, step, token_keys)
     return noise.gumbel(seed, unit_keys, step, token_keys)
 
@@ -344,25 +343,27 @@ def gumbel_fused(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | 
 def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys: torch.Tensor,
                         step: int | torch.Tensor, token_keys: torch.Tensor,
                         backend: Backend = "auto", block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gumbel-max without materialising the noise: T_b = argmax_v (logp[b, v] + g[b, v]).
+    """Gumbel-max without materialising the noise: T_b = argmax_v (z[b, v] + g[b, v]).
 
-    Same tokens as ``torch.argmax(logp + noise.gumbel(...), -1)`` (engine.sampling.sample): the
-    noise is the reference's, the float32 sum is the same rounding, ties go to the lowest id.
-    The (B, V) noise is never written: the kernel reads logp once and writes B tokens.
+    Same tokens as ``torch.argmax(z + noise.gumbel(...), -1)`` (engine.sampling.sample): the
+    noise is the reference's, the float32 sum is the same rounding, ties go to the lowest id (NaN
+    and +inf as torch.argmax: the first NaN, else the first +inf). The (B, V) noise is never
+    written: the kernel reads z once and writes B tokens.
 
     Args:
-        logp: float32 (B, V) masked log-probabilities (engine.sampling.masked_logprobs; -inf = masked).
+        logp: float32 (B, V) scores z, the sampler's masked scaled logits float32(logits) / T
+            (engine.sampling.gumbel.masked_logits; -inf = masked), as keyed.draw passes them. Any
+            per-row shift of z (log-probabilities, z - logsumexp z) samples the same distribution
+            but is another float formula: the tokens are then those of that formula.
         seed, unit_keys, step, token_keys: as :func:`engine.sampling.noise.gumbel`.
         backend: as :func:`gumbel_fused`.
 
     Returns:
         (tokens LongTensor (B,), the chosen tokens' Gumbel values float32 (B,)).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    use_triton = _use_triton(backend, logp.device)
     if logp.dtype != torch.float32 or logp.dim() != 2 or logp.shape[1] != token_keys.shape[0]:
         raise ValueError(f"logp must be float32 (B, {token_keys.shape[0]}), got {logp.dtype} {tuple(logp.shape)}")
-    use_triton = backend == "triton" or (backend == "auto" and logp.device.type == "cuda" and triton_importable())
     if not use_triton:
         g = noise.gumbel(seed, unit_keys, step, token_keys)  # (B, V)
         tok = torch.argmax(logp + g, dim=-1)  # (B,)
@@ -416,11 +417,9 @@ def gumbel_argmax_logits(logits: torch.Tensor, seed: int | torch.Tensor, unit_ke
         bits, same float32 rounding), probabilities agree to float32 rounding (a different
         summation order).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    use_triton = _use_triton(backend, logits.device)
     V = token_keys.shape[0]
     _check_logits(logits, rows, temperature, V)
-    use_triton = backend == "triton" or (backend == "auto" and logits.device.type == "cuda" and triton_importable())
     if not use_triton:
         from engine.sampling.gumbel import scale
 
