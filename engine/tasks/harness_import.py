@@ -12,6 +12,7 @@ written. Everything is checked before the one transaction (engine.store.scores.s
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,18 @@ def our_accuracy(log: HarnessLog) -> float:
     return sum(means) / len(means)
 
 
+REL_TOL = 1e-9  # a float sum in another order: ~n ulps apart (n samples), far below any real difference
+
+
+def agrees(ours: float, log: HarnessLog) -> bool:
+    """Our accuracy equals the harness's headline: exactly when every sample has one 0/1 score (an
+    integer count over n, the same bits in any order), else to ``REL_TOL`` relative (a metric such
+    as f1 or partial credit, or repeats, whose float sum depends on the order of the additions)."""
+    exact = all(s.score in (0.0, 1.0) for s in log.samples) and len({s.sample_id for s in log.samples}) == len(
+        log.samples)
+    return ours == log.headline if exact else math.isclose(ours, log.headline, rel_tol=REL_TOL, abs_tol=1e-15)
+
+
 def _check(logs: list[HarnessLog]) -> tuple[int, list[str]]:
     """Unique (model, task); every log's accuracy = its headline; sample ids overlap across models."""
     seen: set[tuple[str, str]] = set()
@@ -66,7 +79,7 @@ def _check(logs: list[HarnessLog]) -> tuple[int, list[str]]:
         if not log.samples:
             raise UserError(f"{log.path}: no samples")
         ours = our_accuracy(log)
-        if ours != log.headline:
+        if not agrees(ours, log):
             raise UserError(f"{log.path}: the samples give accuracy {ours!r}, the harness reported {log.headline!r} "
                             f"({log.metric}); nothing was written")
     models = sorted({log.model for log in logs})
