@@ -197,3 +197,34 @@ def test_cpu_threads_refuses_a_bad_setting(monkeypatch):
         keyed.cpu_draw_threads()
     monkeypatch.delenv(keyed.THREADS_ENV)
     assert keyed.cpu_draw_threads() == 1
+
+
+def test_row_workers_work_in_a_forked_child():
+    """A process that drew on workers and then forked (vLLM can fork its workers) gives its child a
+    pool object without threads: the child makes its own instead of waiting forever."""
+    from engine.sampling.cpu_argmax import numba_available
+
+    if not numba_available() or not hasattr(os, "fork"):
+        pytest.skip("needs numba and fork")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = r"""
+import os, sys, torch
+from engine.sampling import keyed, noise
+os.environ[keyed.WORKERS_ENV] = "2"
+x = torch.randn(16, 500, generator=torch.Generator().manual_seed(0))
+args = (noise.seed_tensor([1] * 16), torch.arange(16), torch.zeros(16, dtype=torch.int64), torch.arange(500), 0.9)
+want = keyed.draw(x, *args).tokens
+pid = os.fork()
+if pid == 0:
+    ok = torch.equal(keyed.draw(x, *args).tokens, want)
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0 and r.stdout.strip().endswith("child 0"), r.stdout + r.stderr[-2000:]

@@ -130,6 +130,7 @@ def cpu_draw_workers(rows: int) -> int:
 
 
 _POOL: ThreadPoolExecutor | None = None
+_POOL_PID = 0  # the process that made _POOL: a forked child (vLLM workers) inherits it without its threads
 _POOL_LOCK = threading.Lock()
 
 
@@ -142,12 +143,13 @@ def _one_thread(fn: Callable[[], Draw]) -> Draw:
 
 def _run_parallel(jobs: list[Callable[[], Draw]], workers: int) -> list[Draw]:
     """The jobs' results in order: the caller runs every ``workers``-th job, the pool the others."""
-    global _POOL
+    global _POOL, _POOL_PID
     if workers <= 1 or len(jobs) <= 1:
         return [j() for j in jobs]
     with _POOL_LOCK:
-        if _POOL is None or _POOL._max_workers < workers - 1:  # grows, never shrinks
+        if _POOL is None or _POOL_PID != os.getpid() or _POOL._max_workers < workers - 1:  # grows, never shrinks
             _POOL = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="coupled-draw")
+            _POOL_PID = os.getpid()
         pool = _POOL
     futures = {i: pool.submit(_one_thread, j) for i, j in enumerate(jobs) if i % workers}
     mine = {i: j() for i, j in enumerate(jobs) if not i % workers}
