@@ -16,7 +16,7 @@ tests/vllm/test_vllm_equivalence.py; here only counts). With two models or more 
 each backend's coupled and independent agreement rates between the first two models.
 ``--skip-hf`` times vLLM alone (large models on GPU, where the transformers loop is the slow side).
 
-``--overhead`` (issue 18 item 7): coupled vs plain vLLM on the first model (a local folder, e.g. a
+``--overhead`` (docs/BENCHMARKS.md, coupled vLLM): coupled vs plain vLLM on the first model (a local folder, e.g. a
 random Llama from bench/make_random_llama.py), like with like: the same process mode (engine core
 in this process), dtype, ``max_num_seqs = --batch``, prompts (the same token ids) and new tokens;
 reports tokens/s of each, the coupled processor's time per step (CUDA events on a GPU) and its

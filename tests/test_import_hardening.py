@@ -1,4 +1,4 @@
-"""Store/import side of issue 14.5: Arena nulls, set names, upload file names, streaming CSV
+"""Store/import hardening: Arena nulls, set names, upload file names, streaming CSV
 validation (memory), scoring a run that is still generating."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_scoring_a_run_still_generating_says_so_and_rescoring_fills_the_rest(tmp
 @pytest.mark.parametrize("name", ["a." + "x" * 300, "evil\x00.csv", "report\u202egnp.csv", "x\u202e.c\u2066sv",
                                   "tab\tname\n.csv", "../../etc/passwd", "\u200f\u061c.json", "." * 5])
 def test_upload_names_are_sanitised_before_they_reach_the_file_system(tmp_path, monkeypatch, name):
-    """Issue 21.3: a 300-character suffix (OSError: File name too long), an embedded NUL
+    """A 300-character suffix (OSError: File name too long), an embedded NUL
     (ValueError), bidi overrides and other controls: the saved name is short plain ASCII."""
     pytest.importorskip("streamlit")
     from dashboard import uploads

@@ -1,4 +1,4 @@
-"""The layout rules of docs/ARCHITECTURE.md, checked on the code itself (issue 17 items 5 and 8).
+"""The layout rules of docs/ARCHITECTURE.md, checked on the code itself.
 
 The layer table: which engine packages a package may import, besides itself and the leaf modules
 ``engine.config``, ``engine.errors`` and ``engine.progress``. Imports inside functions count too

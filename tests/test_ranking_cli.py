@@ -379,7 +379,7 @@ def test_disconnected_comparison_graph_is_a_warning_naming_the_groups(tmp_path, 
     for argv in (["ranksets", "--method", "human"], ["winrates", "--bootstrap", "20"]):
         rc, out, _ = _run(capsys, *argv, "--comparisons", str(f), "--json")
         d = json.loads(out)
-        # the connectivity warning first; 6 prompts also carry the small-sample warning (issue 21 item 7)
+        # the connectivity warning first; 6 prompts also carry the small-sample warning
         assert rc == 0 and len(d["warnings"]) >= 2 and d["warnings"][1].startswith("small sample: only 6 prompts")
         assert "2 groups never compared with each other: {w, z}; {x, y}" in d["warnings"][0]
         assert "not identified" in d["warnings"][0]

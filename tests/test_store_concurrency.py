@@ -1,4 +1,4 @@
-"""Issue 14.2: the writer never starves while dashboard-like readers hold the file in a loop.
+"""The writer never starves while dashboard-like readers hold the file in a loop.
 
 Readers are real processes that each hold a read-only connection ~1 s in a loop, staggered so
 that some reader holds the file at every moment (DuckDB's shared read locks overlap): without

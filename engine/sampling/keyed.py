@@ -10,7 +10,7 @@ device and settings:
 * CUDA with Triton, no top-k / top-p, no trace, T > 0: the single-read kernel
   (engine.sampling.triton_noise.gumbel_argmax_logits) on the raw logits: one read of each row in its
   own dtype, the argmax of z + g and an online logsumexp in registers, two values written per row;
-  no (R, V) float32 copy, no x / T tensor, no log-softmax, no noise tensor (issue 18).
+  no (R, V) float32 copy, no x / T tensor, no log-softmax, no noise tensor (docs/BENCHMARKS.md, coupled vLLM).
 * CUDA with Triton and top-k / top-p or a trace: z masked in torch, then the fused Gumbel-argmax
   kernel over z (no (R, V) noise tensor). A trace's Gumbel values at the top-k ids come from
   :func:`engine.sampling.noise.gumbel_at` on an (R, k) grid.

@@ -13,7 +13,7 @@ noise alone would cost more than a decode step of a 1B model. Here the integer h
 stay in registers and the only (B, V) traffic is the float32 output (or nothing at all:
 :func:`gumbel_argmax_fused` reduces to the sampled token inside the kernel).
 
-The single-read kernel (:func:`gumbel_argmax_logits`, issue 18) goes one step further: it reads the
+The single-read kernel (:func:`gumbel_argmax_logits`) goes one step further: it reads the
 raw logits (float32 / bf16 / fp16, any strides, or a selection of rows), divides by T with IEEE
 rounding (``tl.math.div_rn``: Triton's ``/`` on fp32 is an approximate division on CUDA; torch's CUDA
 ``x / number`` is ``x * (1 / number)``, so engine.sampling.gumbel.scale divides by a tensor), keeps the

@@ -10,11 +10,11 @@ Concurrency model (DuckDB lets one process write *or* several read, never both):
 * Readers yield to a waiting writer: a writer that finds the file held leaves a *write-intent*
   file next to the database (``NAME.write-intent-PID``) until it gets in; a reader that sees a fresh
   one waits (bounded) before connecting. Readers' shared locks overlap, so without this a few
-  dashboard sessions polling in a loop could keep a generation waiting forever (issue 14.2).
+  dashboard sessions polling in a loop could keep a generation waiting forever (tests/test_store_concurrency.py).
 * Live job progress never goes through the database: it is a JSON file next to it
   (see ``dashboard.jobs``), so a dashboard can watch a job without touching the lock.
 
-Damaged files (issue 13): before any connection, :func:`check_file` reads the file's header (the
+Damaged files (tests/test_store_integrity.py): before any connection, :func:`check_file` reads the file's header (the
 DuckDB magic and the block count it records) and compares it with the file's size, so an empty,
 foreign, text or truncated file is refused with one line and never opened read-write; a writer
 also opens the file read-only and reads its catalog once per process before it ever writes.
