@@ -1,4 +1,4 @@
-"""Concurrent readers and writers (issues 13 / 14.2): a real generation on the packaged SmolLM2-135M
+"""Concurrent readers and writers (tests/test_store_concurrency.py): a real generation on the packaged SmolLM2-135M
 while dashboard-like readers hold the database in a loop, optionally with a second writer.
 
 Each reader process loops: open ``store.reader`` (read-only), run a query, hold the file ``--hold``

@@ -14,7 +14,7 @@ What is timed (one decode step of the engine's sampler, logits already float32 (
 * ``step triton``      noise triton + sample torch
 * ``step fused``       masked_logprobs + gumbel_argmax_fused (noise never written) + chosen prob
 * ``step single-read``  gumbel_argmax_logits: one read of the logits, token + probability per row
-                       (what keyed.draw takes on CUDA without top-k / top-p / trace; issue 18)
+                       (what keyed.draw takes on CUDA without top-k / top-p / trace)
 
 The share of a decode step: against the roofline step time of Llama-3.2-1B / 3B / 3.1-8B in bf16
 (bench/llama_shapes.py: weights + KV of batch x context positions over --hbm-gbps), and against a

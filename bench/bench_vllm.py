@@ -16,7 +16,7 @@ tests/vllm/test_vllm_equivalence.py; here only counts). With two models or more 
 each backend's coupled and independent agreement rates between the first two models.
 ``--skip-hf`` times vLLM alone (large models on GPU, where the transformers loop is the slow side).
 
-``--overhead`` (issue 18 item 7): coupled vs plain vLLM on the first model (a local folder, e.g. a
+``--overhead`` (docs/BENCHMARKS.md, coupled vLLM): coupled vs plain vLLM on the first model (a local folder, e.g. a
 random Llama from bench/make_random_llama.py), like with like: the same process mode (engine core
 in this process), dtype, ``max_num_seqs = --batch``, prompts (the same token ids) and new tokens;
 reports tokens/s of each, the coupled processor's time per step (CUDA events on a GPU) and its
@@ -72,6 +72,12 @@ def main(argv=None) -> None:
     ap.add_argument("--reference-draw", action="store_true",
                     help="CPU: draw with the torch reference noise instead of the numba Gumbel-argmax "
                          "(engine.sampling.cpu_argmax), for an A/B on one machine (same tokens)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="--overhead: keep both engines and alternate their rounds (coupled, plain, coupled, ...), "
+                         "so that a changing machine load reaches both alike")
+    ap.add_argument("--ab-workers", action="store_true",
+                    help="--overhead --interleave: each round also runs coupled with one draw worker "
+                         "($COUPLED_EVAL_DRAW_WORKERS=1, the previous code's draw), an A/B in one process")
     a = ap.parse_args(argv)
     if a.reference_draw:  # the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
         from engine.sampling import keyed
@@ -80,7 +86,7 @@ def main(argv=None) -> None:
     if a.smoke:
         return smoke(a)
     if a.overhead:
-        report = overhead(a)
+        report = overhead_interleaved(a) if a.interleave else overhead(a)
         print(json.dumps(report, indent=1))
         if a.out:
             Path(a.out).write_text(json.dumps(report, indent=1))
@@ -252,6 +258,79 @@ def overhead(a) -> dict:
             "plain": {"tokens": plain_tokens, "seconds": plain_s, "tok_s": plain_tokens / plain_s, "rounds_s": plain_runs,
                       "peak_gib": peak_plain},
             "coupled_over_plain": (tokens / coupled_s) / (plain_tokens / plain_s)}
+
+
+def overhead_interleaved(a) -> dict:
+    """:func:`overhead` with both engines alive and their rounds alternated (and, with ``--ab-workers``,
+    a coupled round on one draw worker in each cycle): load changes reach every arm alike."""
+    import vllm
+    from vllm import SamplingParams
+
+    from engine.generation import GenConfig, as_units
+    from engine.generation.vllm_backend import VllmBackend, _scoped_env
+    from engine.sampling.keyed import WORKERS_ENV
+
+    folder, B, N = a.models[0], a.batch, a.max_new_tokens
+    prompts = {f"p{i}": f"Question {i}: what is {i} plus {2 * i}? Answer briefly." for i in range(B)}
+    units = [(p, 0) for p in prompts]
+    cfg = GenConfig(temperature=a.temperature, max_new_tokens=N, batch_size=B, trace_top_k=0)
+    kw = {"max_num_seqs": B, **({"enforce_eager": True} if a.eager else {})}
+    seconds, clear, restore = _apply_timer(False)
+    arms: dict[str, dict] = {"coupled": {"runs": [], "proc": []}, "plain": {"runs": []}}
+    if a.ab_workers:
+        arms["coupled_1_worker"] = {"runs": [], "proc": []}
+    load = [os.getloadavg()[0]]
+    try:
+        be = VllmBackend(folder, dtype=a.dtype, kv_cache_gib=a.kv_cache_gib, engine_kwargs=kw)
+        dtype, ids = be.dtype, be._prompt_ids(prompts, [(p, 0, 0) for p in prompts], cfg, None)
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(a.kv_cache_gib)))}
+        with _scoped_env(env):
+            llm = vllm.LLM(model=str(folder), dtype=dtype, enable_prefix_caching=True, seed=0, **kw)
+        reqs = [{"prompt_token_ids": ids[p]} for p, _ in units]
+        list(be.generate(prompts, as_units(units[:2], a.seed), GenConfig(temperature=a.temperature, max_new_tokens=2)))
+        llm.generate(reqs[:2], SamplingParams(max_tokens=2), use_tqdm=False)  # warm-up (numba loaded above)
+        clear()
+        tokens: dict[str, list] = {}
+        for _ in range(max(1, a.rounds)):
+            for arm in arms:
+                t = time.perf_counter()
+                if arm == "plain":
+                    res = llm.generate(reqs, SamplingParams(temperature=a.temperature, max_tokens=N), use_tqdm=False)
+                    arms[arm]["runs"].append(time.perf_counter() - t)
+                    arms[arm]["tokens"] = sum(len(o.outputs[0].token_ids) for o in res)
+                    continue
+                with _scoped_env({WORKERS_ENV: "1"} if arm == "coupled_1_worker" else {}):
+                    out = [r for ch in be.generate(prompts, as_units(units, a.seed), cfg) for r in ch]
+                arms[arm]["runs"].append(time.perf_counter() - t)
+                arms[arm]["proc"].append(sum(seconds()))
+                arms[arm]["calls"] = len(seconds())
+                arms[arm]["tokens"] = sum(len(r.token_ids) for r in out)
+                tokens[arm] = sorted((r.prompt_id, r.token_ids) for r in out)
+                clear()
+            load.append(os.getloadavg()[0])
+        be.close()
+    finally:
+        restore()
+    rep: dict = {"machine": f"{platform.node()} cpus={os.cpu_count()}", "load1_per_cycle": load, "vllm": vllm.__version__,
+                 "dtype": dtype, "batch": B, "max_new_tokens": N, "temperature": a.temperature,
+                 "command": " ".join(sys.argv), "interleaved": True,
+                 "cpu_draw": "reference" if a.reference_draw else "auto (numba where it imports)"}
+    for arm, d in arms.items():
+        s = statistics.median(d["runs"])
+        rep[arm] = {"tokens": d["tokens"], "seconds": s, "tok_s": d["tokens"] / s, "rounds_s": d["runs"]}
+        if "proc" in d:
+            rep[arm]["processor_calls"] = d["calls"]
+            rep[arm]["processor_ms_per_step"] = 1e3 * statistics.median(d["proc"]) / max(1, d["calls"])
+            rep[arm]["processor_share"] = statistics.median(p / s for p, s in zip(d["proc"], d["runs"]))
+    plain = rep["plain"]["tok_s"]
+    for arm in arms:
+        if arm != "plain":
+            rep[f"{arm}_over_plain"] = rep[arm]["tok_s"] / plain
+            # per cycle (each coupled round against the plain round next to it): the spread under load
+            rep[f"{arm}_over_plain_per_cycle"] = [p / c for c, p in zip(arms[arm]["runs"], arms["plain"]["runs"])]
+    if a.ab_workers:
+        rep["tokens_identical_1_worker_vs_default"] = tokens["coupled"] == tokens["coupled_1_worker"]
+    return rep
 
 
 def smoke(a) -> None:

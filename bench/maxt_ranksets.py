@@ -10,7 +10,7 @@ C. Chatbot Arena (12 models of the paper, balanced draws of N + n = 6,336, n = 9
    Figure 1 metrics (mean size, baseline intersection, baseline coverage) per method and judge,
    both procedures. Skipped cleanly without ../shared/data/arena.
 D. Least-favourable configuration (all 8 models equal): coverage should be close to 1 - alpha.
-E. Few prompts (issue 21 item 14): 5 tied models, 40 / 60 prompts x 4 repeats, prompt-clustered
+E. Few prompts (docs/REPRODUCTION.md, small-sample choices): 5 tied models, 40 / 60 prompts x 4 repeats, prompt-clustered
    covariance: the normal calibration vs the wild cluster bootstrap-t (the default at <= 2,000 prompts).
 MC SE of a proportion p over R reps: sqrt(p (1 - p) / R); of a mean size: sd / sqrt(R).
 
@@ -128,7 +128,7 @@ def least_favourable(reps, seed, n_draws):
 
 
 def few_prompts(reps, seed, n_draws, prompts=(40, 60)):
-    """E. Issue 21 item 14's least-favourable design: 5 tied models, C prompts x 4 repeats, both orders,
+    """E. The few-prompts least-favourable design: 5 tied models, C prompts x 4 repeats, both orders,
     prompt-clustered covariance; simultaneous coverage of the normal calibration (Sigma_hat treated as
     known) and the wild cluster bootstrap-t (Sigma re-estimated per draw), same data and draws."""
     k = 5

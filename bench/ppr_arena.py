@@ -101,13 +101,13 @@ def draws(first, second, human, judges, reps: int, seed: int, n_grid, alphas, lo
             rng = np.random.default_rng([seed, n])  # same draws for both covariances
             res = RS.draws_experiment(first, second, human, judges, k, n, reps, alphas, cov, rng,
                                       total=66 * 96, procedure=procedure)
-            summ = RS.summarise_draws(res, alphas)
-            lam = {m: float(v.mean()) for m, v in res["lambda"].items()}
-            out.setdefault(cov, {})[n] = {"N": res["N"], "n": res["n"], "metrics": summ, "lambda_mean": lam}
+            summ = RS.summarise_draws(res, alphas).to_dict()["curve"]
+            lam = {m: float(v.mean()) for m, v in res.lam.items()}
+            out.setdefault(cov, {})[n] = {"N": res.N, "n": res.n, "metrics": summ, "lambda_mean": lam}
             if n == 990:
                 ai = list(alphas).index(0.05)
-                pos[cov] = {m: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).round(4).tolist()
-                            for m in res["lower"]}
+                pos[cov] = {m: R.rank_position_probabilities(res.lower[m][ai], res.upper[m][ai]).round(4).tolist()
+                            for m in res.lower}
             log(f"  {cov} n={n}: {time.time() - t0:.1f} s")
     return {"metrics": out, "position_prob_n990_alpha005": pos}
 

@@ -4,7 +4,6 @@ hold, and import them with ``python -m engine import harness`` as a job."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 import uuid
@@ -14,19 +13,30 @@ import pandas as pd
 
 from dashboard import jobs_panel
 from dashboard.loaders import db_path
-from dashboard.uploads import uploads_dir
+from dashboard.uploads import safe_file_name, uploads_dir, write_new_file
 from engine.errors import UserError
 from engine.tasks.harness import read_harness
 from engine.tasks.harness_import import check_logs
 
 
 def save_files(files: list[tuple[str, bytes]]) -> Path:
-    """One new folder under data/uploads/ with the files under their (sanitised) own names."""
+    """One new folder under data/uploads/ with the files under their own names, sanitised by the
+    uploads' one sanitiser (dashboard.uploads.safe_file_name; long stems kept: lm-eval pairs files by
+    name). Two names that sanitise alike, or a write the file system refuses (a full disk), are one
+    UserError line and leave no folder behind."""
     d = uploads_dir() / f"harness-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
     d.mkdir(parents=True)
-    for name, data in files:
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", Path(name).name) or "log"
-        (d / safe).write_bytes(data)
+    try:
+        for name, data in files:
+            safe = safe_file_name(name, max_stem=200)
+            try:
+                write_new_file(d / safe, data)
+            except FileExistsError:
+                raise UserError(f"two uploaded files are both saved as {safe!r} (their names differ only in "
+                                "characters a file name here cannot hold): rename one and upload again") from None
+    except BaseException:
+        shutil.rmtree(d, ignore_errors=True)
+        raise
     return d
 
 

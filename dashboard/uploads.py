@@ -63,9 +63,11 @@ def n_models(rows) -> int:
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")  # everything else (controls, NUL, bidi overrides, '/', spaces) -> '-'
 
 
-def default_set_name(filename: str) -> str:
-    stem = Path(filename.replace("\x00", "")).stem
-    return _SAFE.sub("-", stem).strip("-.")[:60] or "upload"
+def default_set_name(filename: str, max_len: int = 60) -> str:
+    """The upload's stem as a name: runs of anything outside ``[A-Za-z0-9_.-]`` become '-', leading
+    and trailing '-' and '.' go (so '..' or '.hidden' are never a name), at most ``max_len``."""
+    stem = Path(filename.replace("\x00", "").replace("\\", "/")).stem
+    return _SAFE.sub("-", stem).strip("-.")[:max_len].strip("-.") or "upload"
 
 
 def safe_suffix(filename: str) -> str:
@@ -76,10 +78,31 @@ def safe_suffix(filename: str) -> str:
     return "." + clean if clean else ""
 
 
+def safe_file_name(filename: str, max_stem: int = 60) -> str:
+    """The one upload-name sanitiser: a browser-given file name as a plain ASCII file name for this
+    folder (no folder part, no '..', no controls, NUL or bidi overrides, stem at most ``max_stem``
+    characters and suffix at most 10 letters or digits)."""
+    return default_set_name(filename, max_stem) + safe_suffix(filename)
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Create ``path`` (exclusively) with ``data``, whole or not at all: a write the file system refuses
+    (a full disk, a read-only folder) removes the partial file and is one UserError line.
+    FileExistsError when ``path`` exists."""
+    try:
+        with open(path, "xb") as fh:
+            fh.write(data)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise UserError(f"the upload could not be saved as {path} ({exc.strerror or exc}); nothing was kept: "
+                        "free some space (or fix the folder's permissions) and upload again") from None
+
+
 def saved_name(filename: str) -> str:
     """``YYYYmmdd-HHMMSS-RANDOM-STEM.ext``: at most 95 ASCII characters from ``[A-Za-z0-9_.-]``."""
-    return (f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}-{default_set_name(filename)}"
-            f"{safe_suffix(filename)}")
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}-{safe_file_name(filename)}"
 
 
 def uploads_dir() -> Path:
@@ -88,14 +111,14 @@ def uploads_dir() -> Path:
 
 def save_upload(filename: str, data: bytes) -> Path:
     """Save a validated upload under data/uploads/ (timestamped, sanitised name, a random suffix and
-    an exclusive create: two uploads of one name in the same second never overwrite each other)."""
+    an exclusive create: two uploads of one name in the same second never overwrite each other).
+    A full disk leaves no partial file (:func:`write_new_file`)."""
     d = uploads_dir()
     d.mkdir(parents=True, exist_ok=True)
     while True:
         p = d / saved_name(filename)
         try:
-            with open(p, "xb") as fh:
-                fh.write(data)
+            write_new_file(p, data)
             return p
         except FileExistsError:  # astronomically unlikely; pick another suffix
             continue

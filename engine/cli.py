@@ -106,7 +106,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def _check_db(args) -> None:
-    """Refuse a damaged, foreign or other-version --db before the command does anything (issue 13);
+    """Refuse a damaged, foreign or other-version --db before the command does anything (tests/test_store_integrity.py);
     ``db check`` / ``db migrate`` look at the file themselves."""
     db = getattr(args, "db", None)
     if db is None or args.command == "db":

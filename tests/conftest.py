@@ -21,6 +21,31 @@ def shared_path(*parts: str) -> Path:
     return p
 
 
+# `pytest --quick` (scripts/test.sh --quick): the fast subset for iterating. Leaves out the marked
+# slow, browser and vLLM tests and these modules, which load real models, start Ray clusters or
+# spawn many processes (each takes minutes on a 2-core machine). CI runs everything.
+QUICK_SKIP_MODULES = {"test_models.py", "test_distributed.py", "test_generation.py", "test_generation_dtype.py",
+                      "test_cuda_backend.py", "test_browser.py", "test_packaging.py", "test_next_commands.py"}
+QUICK_SKIP_MARKS = ("slow", "browser", "vllm")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help="the fast subset: no slow / browser / vllm tests, no model-loading modules")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--quick"):
+        return
+    keep, drop = [], []
+    for item in items:
+        heavy = item.path.name in QUICK_SKIP_MODULES or any(item.get_closest_marker(m) for m in QUICK_SKIP_MARKS)
+        (drop if heavy else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture
 def tmp_db(tmp_path) -> Path:
     return tmp_path / "test.duckdb"

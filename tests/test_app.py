@@ -161,7 +161,7 @@ def test_home_lists_what_is_stored(app, small_db):
 
 
 def test_home_chooses_the_run_and_warns_on_a_small_sample(tmp_path, monkeypatch, small_db):
-    """Issue 21 item 7: Home shows the newest scored run by default, lets the user choose another,
+    """Home shows the newest scored run by default, lets the user choose another,
     and a 5-question run's collapsed interval and 100% saving come with the analysis' warnings."""
     import shutil
 
@@ -190,7 +190,7 @@ def test_home_chooses_the_run_and_warns_on_a_small_sample(tmp_path, monkeypatch,
     sel.set_value("run-small").run()
     assert not at.exception
     assert any("run `run-small`" in h.value for h in at.subheader) and not at.warning
-    # the Data map starts from the rule the run was scored with (issue 21 item 6), not the first listed
+    # the Data map starts from the rule the run was scored with, not the first listed
     at.switch_page(navigation.path("datamap")).run()
     at.selectbox(key="dm_run").set_value("tiny").run()
     assert not at.exception
@@ -217,7 +217,7 @@ def test_generate_page_form_and_validation(app):
 @pytest.mark.parametrize("field,value,expected", [
     # tensor parallel > 1 with the transformers backend: an error naming the allowed value
     ("gen_tp", 2, ("Tensor parallel 2 needs the vllm backend", "allowed: 1")),
-    # issue 21 item 10: Ray workers without `ray` installed are refused before a job starts
+    # Ray workers without `ray` installed are refused before a job starts
     ("gen_workers", 2, ("Ray workers 2: Ray workers need the `ray` package", "allowed here: 0")),
 ])
 def test_generate_page_refuses_before_a_job_starts(app, small_db, monkeypatch, field, value, expected):
@@ -237,7 +237,7 @@ def test_generate_page_refuses_before_a_job_starts(app, small_db, monkeypatch, f
 
 @pytest.mark.parametrize("rule", ["the dataset's rule", "numeric"])
 def test_generate_page_scores_with_the_rule_its_label_names(app, small_db, rule):
-    """Issue 21 item 10: "Score when done" scores with the rule the page names: the dataset's own
+    """"Score when done" scores with the rule the page names: the dataset's own
     rule (as `score` without --rule) or the one chosen."""
     from dashboard import jobs
     at = _page(app, navigation.path("generate"))
@@ -300,7 +300,7 @@ def test_benchmark_page_metrics_and_widget(app):
     assert "Mean per-question covariance" in text and "Sample saving" in text
     # the saving's interval, error level, n and scoring rule are in the visible text, not only a tooltip
     assert "95% CI **[" in text and "at error ε = " in text and "scoring rule **paper**" in text
-    # one headline saving (issue 21 item 8), every other figure labelled with its definition
+    # one headline saving, every other figure labelled with its definition
     assert "1 − SE²_coupled / SE²_independent" in text and "paper's method" in text and "predicted at error ε" in text
     assert _n_charts(at) >= 4
     tables = [d.value for d in at.dataframe]

@@ -1,4 +1,4 @@
-"""Issue 21 item 12: every bench script runs in its ``--smoke`` mode (tiny sizes, seconds), so a
+"""Every bench script runs in its ``--smoke`` mode (tiny sizes, seconds), so a
 refactor that breaks one fails CI. Parametrised over the folder: a new script without ``--smoke``
 fails here. Helper modules (no ``__main__`` block: ``_smoke.py``, ``llama_shapes.py``, ...) are
 imported by the scripts, not run.

@@ -336,7 +336,7 @@ def test_demo_from_click_to_summary_without_reload(empty_server, page, artifacts
     assert coupled > independent + 10
     saving = float(_metric(page, "Variance saving of coupling").rstrip("%"))
     assert saving > 0
-    # finished: the first-run box is gone, the demo stays reachable (issue 21 item 7) in an expander
+    # finished: the first-run box is gone, the demo stays reachable in an expander
     assert page.get_by_text("First run: the demo", exact=True).count() == 0
     assert page.get_by_text("The demo: SmolLM2 vs its int8 variant", exact=False).count() >= 1
     assert "demo-smollm2" in page.get_by_text("Headline findings: run", exact=False).first.inner_text()

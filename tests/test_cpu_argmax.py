@@ -56,6 +56,85 @@ def test_same_tokens_as_the_reference_on_seeded_cases(T, scale):
         assert not bool(d.fallback.any())
 
 
+@pytest.mark.parametrize("T", [1.0, 0.5])
+def test_float32_near_ties_are_decided_as_the_reference_decides_them(T, monkeypatch):
+    """The case ``_choose`` exists for: two tokens whose float32 scores z + g differ by 0-3 ulps (or
+    tie exactly), everything else far below. The kernel's float64 scores cannot order them; the
+    candidates within its margin are decided in float32 as torch.argmax does (the higher sum, the
+    lower id on a tie). The recorded candidate counts show that the float32 decision was needed."""
+    from engine.sampling import cpu_argmax
+
+    R, V = 96, 2000
+    seeds, units, steps = _rows(R, 21)
+    keys = torch.arange(V, dtype=torch.int64) * 5 + 1
+    g = noise.gumbel(seeds, units, steps, keys)  # (R, V) float32, the reference's noise
+    gen = torch.Generator().manual_seed(21)
+    z = torch.randn(R, V, generator=gen) * 0.5 - 30.0  # (R, V) far below the two contenders
+    pair = torch.stack([torch.randperm(V, generator=gen)[:2] for _ in range(R)])  # (R, 2) either order of ids
+    rows = torch.arange(R)
+    c = 5.0 + torch.rand(R, generator=gen) * 4
+    za = c - g[rows, pair[:, 0]]
+    zb = c - g[rows, pair[:, 1]]
+    for _ in range(3):  # move the second contender 0-3 float32 steps up or down (rows cycle through the offsets)
+        step = (rows % 7 - 3).sign() * (rows % 7 - 3).abs().gt(_).float()
+        zb = torch.where(step > 0, torch.nextafter(zb, torch.tensor(math.inf)),
+                         torch.where(step < 0, torch.nextafter(zb, torch.tensor(-math.inf)), zb))
+    z[rows, pair[:, 0]], z[rows, pair[:, 1]] = za, zb
+    logits = z * T  # exact (T a power of two): z = logits / T again
+    s = z + g  # the reference's float32 scores
+    gap = (s[rows, pair[:, 1]] - s[rows, pair[:, 0]]).abs() / torch.finfo(torch.float32).eps / s[rows, pair[:, 0]]
+    assert int((gap == 0).sum()) >= 5 and int((gap > 0).sum()) >= 20 and float(gap.max()) < 16  # ties and ulps
+
+    counts = []
+    real = cpu_argmax._choose
+
+    def spy(x, temperature, cand, n, *a):
+        counts.append(n.clone())
+        return real(x, temperature, cand, n, *a)
+
+    monkeypatch.setattr(cpu_argmax, "_choose", spy)
+    want = _reference(logits, seeds, units, steps, keys, T)
+    got = gumbel_argmax_detail(logits, seeds, units, steps, keys, T)
+    assert torch.equal(got.tokens, want) and not bool(got.fallback.any())
+    assert set(want.tolist()) <= set(pair.flatten().tolist())
+    n = torch.cat(counts)
+    assert int((n >= 2).sum()) >= R // 2  # most rows went to the float32 decision with both contenders
+    # the lower id wins exact ties, whichever position it has in the pair
+    tied = (s[rows, pair[:, 0]] == s[rows, pair[:, 1]]).nonzero().squeeze(1)
+    assert torch.equal(got.tokens[tied], pair[tied].min(1).values)
+
+
+@pytest.mark.parametrize("T", [1.0, 0.7])
+def test_nan_and_infinite_logits_give_the_references_token(T):
+    """NaN and +-inf logits: the numba path's tokens are torch.argmax's of z + g (the first NaN, else
+    the first +inf; a row of -inf gives 0), and keyed.draw's probabilities are the formula's (NaN
+    where log-softmax is NaN)."""
+    from engine.sampling import keyed
+    from engine.sampling.gumbel import masked_logits
+
+    nan, inf = math.nan, math.inf
+    logits, seeds, units, steps, keys = _case(9, 3001, 3.0, 12)
+    logits[0, 2500] = nan
+    logits[1, 5], logits[1, 2000] = nan, nan
+    logits[2, 40], logits[2, 2999] = inf, nan
+    logits[3, 1200], logits[3, 2100] = inf, inf
+    logits[4, 700] = inf
+    logits[5] = -inf
+    logits[6, :1500] = -inf
+    logits[7] = nan
+    logits[8, 1024] = -inf
+    want = _reference(logits, seeds, units, steps, keys, T)
+    assert want[:5].tolist() == [2500, 5, 2999, 1200, 700] and int(want[5]) == 0 and int(want[7]) == 0
+    got = gumbel_argmax_detail(logits, seeds, units, steps, keys, T)
+    assert torch.equal(got.tokens, want)
+    assert got.fallback.tolist() == [True] * 6 + [False, True, False]  # rows without a finite maximum
+    d = keyed.draw(logits, seeds, units, steps, keys, T)
+    z = masked_logits(logits, T)
+    assert torch.equal(d.tokens, want)
+    torch.testing.assert_close(d.probs, torch.log_softmax(z, -1).gather(1, want[:, None]).squeeze(1).exp(),
+                               rtol=2e-6, atol=1e-9, equal_nan=True)
+
+
 def test_a_full_vocabulary_batch_and_the_fraction_of_tokens_evaluated():
     """The property that makes it fast: on near-uniform logits (a random-init model: every token is
     close to the maximum, the worst case for pruning) and on peaked ones, the float64 logs run for a

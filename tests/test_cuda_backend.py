@@ -1,4 +1,4 @@
-"""The transformers backend on CUDA against CPU (issue 18 item 8): a tiny float32 Llama, the same
+"""The transformers backend on CUDA against CPU (docs/BENCHMARKS.md, GPU check): a tiny float32 Llama, the same
 units, identical tokens. On CUDA the loop samples with engine.sampling.keyed.draw's fused
 Gumbel-argmax kernel; on CPU with the torch reference. Skipped where there is no GPU (CI; run by
 scripts/gpu_check.sh on a GPU machine)."""

@@ -1,4 +1,4 @@
-"""A full disk (issue 21.1): the error says so, the file with its pending WAL is recognised as a
+"""A full disk: the error says so, the file with its pending WAL is recognised as a
 database (not "truncated"), `db check` and `export` read it, and after space is freed the same run
 resumes with nothing lost or duplicated.
 

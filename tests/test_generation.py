@@ -341,7 +341,7 @@ def test_auto_traces_on_for_small_runs_off_for_large(tmp_db, monkeypatch):
         tmp_db, "SELECT count(*) AS n FROM generations WHERE run_id = ?", [large])["n"][0] == 4
 
 
-# ---------------------------------------------------------------------------------- issue 13: bad settings
+# ---------------------------------------------------------------------------------- bad settings
 
 @pytest.mark.parametrize("kwargs, words", [
     ({"temperature": float("inf")}, ["temperature", "finite", "inf"]),

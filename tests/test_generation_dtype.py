@@ -1,4 +1,4 @@
-"""``generate --dtype`` (issue 18 item 4): auto keeps run ids; an explicit dtype loads every model in it
+"""``generate --dtype``: auto keeps run ids; an explicit dtype loads every model in it
 (both backends through the one factory), enters the run id and the run config; a bad value is one
 line with nothing written."""
 

@@ -341,3 +341,33 @@ def test_summary_of_an_import_leaves_out_tokens_and_time(tmp_db, capsys):
     assert s.generation_s is None and s.n_tokens == 0
     text = summary_text(replace(s, generation_s=5.0, imported=imported_facts(tmp_db, "h")))
     assert "tokens in" not in text and "imported from lm-eval" in text
+
+
+def test_the_equality_gate_tolerates_the_sum_order_of_a_float_metric_only():
+    """The harness's own number and ours may add the same per-sample values in another order: for a
+    float metric (f1, partial credit) that changes the last bits, and the import must accept it; a
+    real difference (1e-6) is still refused, and 0/1 scores keep exact equality (their sum is exact)."""
+    import math
+    import random
+
+    from engine.tasks import harness_import as hi
+    from engine.tasks.harness import HarnessLog, HarnessSample
+
+    rnd = random.Random(3)
+    scores = [rnd.random() for _ in range(997)]  # an f1-like metric, one value per sample
+
+    def log(values, headline):
+        samples = tuple(HarnessSample(f"s{i}", 0, v, None, None, None) for i, v in enumerate(values))
+        return HarnessLog("lm-eval", "0.4.9", "m", "t", "f1", headline, samples, "x.json")
+
+    ours = hi.our_accuracy(log(scores, 0.0))
+    theirs = sum(sorted(scores, reverse=True)) / len(scores)  # the harness's order of additions
+    assert theirs != ours and math.isclose(theirs, ours, rel_tol=1e-12)  # the last bits differ
+    assert hi._check([log(scores, theirs)])[0] == 997
+    with pytest.raises(UserError, match="the samples give accuracy"):
+        hi._check([log(scores, ours * (1 + 1e-6))])
+    binary = [float(v > 0.5) for v in scores]
+    exact = sum(binary) / len(binary)
+    assert hi._check([log(binary, exact)])[0] == 997
+    with pytest.raises(UserError, match="the samples give accuracy"):
+        hi._check([log(binary, math.nextafter(exact, 1.0))])  # one ulp off a 0/1 mean: a real disagreement

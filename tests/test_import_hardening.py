@@ -1,4 +1,4 @@
-"""Store/import side of issue 14.5: Arena nulls, set names, upload file names, streaming CSV
+"""Store/import hardening: Arena nulls, set names, upload file names, streaming CSV
 validation (memory), scoring a run that is still generating."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_scoring_a_run_still_generating_says_so_and_rescoring_fills_the_rest(tmp
 @pytest.mark.parametrize("name", ["a." + "x" * 300, "evil\x00.csv", "report\u202egnp.csv", "x\u202e.c\u2066sv",
                                   "tab\tname\n.csv", "../../etc/passwd", "\u200f\u061c.json", "." * 5])
 def test_upload_names_are_sanitised_before_they_reach_the_file_system(tmp_path, monkeypatch, name):
-    """Issue 21.3: a 300-character suffix (OSError: File name too long), an embedded NUL
+    """A 300-character suffix (OSError: File name too long), an embedded NUL
     (ValueError), bidi overrides and other controls: the saved name is short plain ASCII."""
     pytest.importorskip("streamlit")
     from dashboard import uploads
@@ -127,3 +127,72 @@ def test_safe_suffix_keeps_ordinary_extensions():
     from dashboard import uploads
     assert [uploads.safe_suffix(n) for n in ("a.CSV", "b.jsonl", "c", "d.tar.gz", "e.c\u202esv")] == \
         [".csv", ".jsonl", "", ".gz", ".csv"]
+
+
+_FULL_DISK = r"""
+import os, resource, signal, sys
+os.environ["COUPLED_EVAL_DB"] = sys.argv[1]
+from dashboard import harness_upload, uploads
+from engine.errors import UserError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails with EFBIG, as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+for call in (lambda: uploads.save_upload("big.csv", b"x" * 100_000),
+             lambda: harness_upload.save_files([("results_1.json", b"{}"), ("samples_t_1.jsonl", b"y" * 100_000)])):
+    try:
+        call()
+        print("saved")
+    except UserError as exc:
+        print("refused:", exc)
+"""
+
+
+def test_an_upload_cut_by_a_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path):
+    """A write the file system refuses half-way (a file-size limit: EFBIG, what a full disk gives as
+    ENOSPC) leaves neither a partial upload nor a half-filled harness folder, and says so in one line."""
+    pytest.importorskip("streamlit")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    data = tmp_path / "data"
+    data.mkdir()
+    r = subprocess.run([sys.executable, "-c", _FULL_DISK, str(data / "c.duckdb")], cwd=root, capture_output=True,
+                       text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("refused: the upload could not be saved") for line in lines), lines
+    assert "File too large" in lines[0] and "nothing was kept" in lines[0]
+    uploads_dir = data / "uploads"
+    assert not uploads_dir.exists() or list(uploads_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["..", "../../etc/passwd", ".", "a\x00b.json", "x" * 300 + ".jsonl", "tab\tname\n.json",
+                                  "report\u202egnp.json", "..\\..\\win.json", "/abs/path.json"])
+def test_harness_upload_names_use_the_one_sanitiser(tmp_path, monkeypatch, name):
+    """The harness upload keeps the files' own names (lm-eval pairs them by name) through the same
+    sanitiser as the comparison uploads: '..' and folder parts never reach the file system (it
+    raised IsADirectoryError), nor NUL, controls or bidi overrides; lm-eval's long names are kept."""
+    pytest.importorskip("streamlit")
+    from dashboard import harness_upload, uploads
+
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "data" / "c.duckdb"))
+    keep = "samples_mmlu_high_school_european_history_2024-05-01T12-00-00.123456.jsonl"
+    d = harness_upload.save_files([(name, b"payload"), (keep, b"kept")])
+    assert d.parent == uploads.uploads_dir()
+    saved = sorted(p.name for p in d.iterdir())
+    assert keep in saved and (d / keep).read_bytes() == b"kept" and len(saved) == 2
+    other = next(n for n in saved if n != keep)
+    assert (d / other).read_bytes() == b"payload" and other == uploads.safe_file_name(name, max_stem=200)
+    assert len(other) <= 211 and all(c.isascii() and (c.isalnum() or c in "_.-") for c in other), other
+    assert not other.startswith(".")
+
+
+def test_harness_upload_names_that_sanitise_alike_are_refused_without_a_folder(tmp_path, monkeypatch):
+    pytest.importorskip("streamlit")
+    from dashboard import harness_upload, uploads
+
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "data" / "c.duckdb"))
+    with pytest.raises(UserError, match="both saved as 'a-b.json'"):
+        harness_upload.save_files([("a b.json", b"1"), ("a\tb.json", b"2")])
+    assert list(uploads.uploads_dir().iterdir()) == []

@@ -212,7 +212,7 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     # consistency from identical extracted answers
     ext = [extract_paper(t or None) for t in raw]
     from collections import Counter
-    # (a generation without an answer, "E", is its own category: issue 21 item 9)
+    # (a generation without an answer, "E", is its own category)
     counts = list(Counter(e for e in ext[:10] if e != "E").values()) + [1] * ext[:10].count("E")
     s0 = sum(c / 10 * np.log(c / 10) for c in counts)
     assert mgr["prompts"][0]["consistency"] == pytest.approx(s0)

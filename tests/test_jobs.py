@@ -256,7 +256,7 @@ def test_smoothed_eta_is_the_average_pace():
 
 
 def test_eta_does_not_grow_during_a_chunk(monkeypatch):
-    """Issue 21 item 10: while a chunk runs (no unit finishes, time passes) the ETA counts down
+    """While a chunk runs (no unit finishes, time passes) the ETA counts down
     from the estimate made at the last progress update; it never grows."""
     # 25 of 100 units done at t = 10 s: 30 s left then; 4 s later, still 25 done: 26 s
     etas = [jobs.smoothed_eta(25, 100, 10.0 + dt, since_update_s=dt) for dt in (0.0, 1.0, 4.0, 29.0, 60.0)]

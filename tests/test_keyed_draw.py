@@ -4,6 +4,8 @@ per-token noise gumbel_at against the (B, V) reference."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -58,16 +60,53 @@ def test_draw_does_not_depend_on_the_chunking(budget):
         assert torch.equal(a, b)
 
 
-def test_rows_per_chunk_keeps_the_budget():
-    V = 128_256
-    for top_p, fused in [(1.0, True), (1.0, False), (0.9, False)]:
-        n = keyed.rows_per_chunk(V, top_p, fused)
-        assert n * keyed.bytes_per_row(V, top_p, fused) <= keyed.TEMP_BUDGET_BYTES
-        assert (n + 1) * keyed.bytes_per_row(V, top_p, fused) > keyed.TEMP_BUDGET_BYTES
-    assert keyed.rows_per_chunk(V, budget=1) == 1
-    # the single-read kernel holds no (R, V) temporary: one chunk takes any batch
-    assert keyed.bytes_per_row(V, 1.0, True, single_read=True) == 0
-    assert keyed.rows_per_chunk(V, fused=True, single_read=True) == keyed.TEMP_BUDGET_BYTES
+_PEAK_SCRIPT = r"""
+import torch
+from engine.sampling import keyed, noise
+R, V = 96, 100_000
+x = torch.randn(R, V, generator=torch.Generator().manual_seed(0))
+seeds, units, steps = noise.seed_tensor([3] * R), torch.arange(R), torch.zeros(R, dtype=torch.int64)
+keys = torch.arange(V)
+numba_draw = keyed._cpu_argmax_available
+def kib(field):
+    return int(next(l for l in open("/proc/self/status") if l.startswith(field)).split()[1])
+for path in ("reference", "auto"):
+    keyed._cpu_argmax_available = numba_draw if path == "auto" else (lambda device: False)
+    for top_p in (1.0, 0.9):
+        keyed.draw(x[:8], seeds[:8], units[:8], steps[:8], keys, 0.7, 0, top_p, trace_k=2)  # compile / warm up
+        for budget in (16 << 20, 10**12):
+            open("/proc/self/clear_refs", "w").write("5")  # reset the peak resident size (VmHWM) to the current
+            base = kib("VmRSS")
+            keyed.draw(x, seeds, units, steps, keys, 0.7, 0, top_p, trace_k=2, budget=budget)
+            print(path, top_p, budget, (kib("VmHWM") - base) * 1024)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc/self/clear_refs")
+def test_draw_peak_memory_stays_within_its_budget():
+    """The process's measured peak resident memory during a draw of 96 x 100,000 logits (38 MB), on the
+    reference and the numba path, with and without top-p: within a 16 MiB temporary budget (plus
+    allocator slack), and far beyond it when one chunk takes every row (so the measurement sees a
+    budget that is not kept)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], cwd=root, capture_output=True, text=True, timeout=600,
+                         # every allocation of 64 KiB or more mmapped and returned when freed: the
+                         # resident size then follows the live temporaries, not the heap's high-water mark
+                         env={**os.environ, "PYTHONPATH": str(root), keyed.WORKERS_ENV: "2",
+                              "MALLOC_MMAP_THRESHOLD_": "65536"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    peaks = {(p, float(t), int(b)): int(n) for p, t, b, n in (line.split() for line in out.stdout.splitlines())}
+    assert len(peaks) == 8
+    slack = 6 << 20  # page rounding, the per-row outputs, the numba draw's (R, 32) candidate buffers
+    for (path, top_p, budget), peak in peaks.items():
+        if budget == 16 << 20:
+            assert peak <= budget + slack, (path, top_p, peak)
+        else:
+            assert peak > 4 * (16 << 20), (path, top_p, peak)  # one chunk: ~100 MB of temporaries or more
 
 
 def test_single_read_is_taken_only_without_masks_trace_or_greedy(monkeypatch):
@@ -111,9 +150,81 @@ def test_draw_does_not_depend_on_the_cpu_threads(monkeypatch, threads):
     assert torch.equal(d.top_gumbels, g.gather(1, d.top_ids))
 
 
+@pytest.mark.parametrize("workers", ["1", "2", "3"])
+@pytest.mark.parametrize("budget", [keyed.TEMP_BUDGET_BYTES, 3 * 4000 * 12])
+def test_draw_does_not_depend_on_the_row_workers(monkeypatch, workers, budget):
+    """The numba CPU draw split over 1, 2 or 3 row workers (and in several chunks each): the same
+    tokens and probability bits as the reference formula, rows in order; strided and gathered rows too."""
+    from engine.sampling.cpu_argmax import numba_available
+
+    if not numba_available():
+        pytest.skip("numba is not installed: the row workers serve only the numba draw")
+    wide, seeds, units, steps, keys = _batch(B=17, V=4000, seed=5)
+    logits = wide[:, :3000]  # a strided row view of a wider buffer
+    keys = keys[:3000]
+    monkeypatch.setenv(keyed.WORKERS_ENV, workers)
+    assert keyed.cpu_draw_workers(17) == min(int(workers), 17 // keyed.MIN_ROWS_PER_WORKER)
+    g = noise.gumbel(seeds, units, steps, keys)
+    ref = sample(logits, g, 0.8).tokens
+    z = masked_logits(logits, 0.8)
+    d = keyed.draw(logits, seeds, units, steps, keys, 0.8, budget=budget)
+    assert torch.equal(d.tokens, ref)
+    assert torch.equal(d.probs, (z.gather(1, ref[:, None]).squeeze(1) - torch.logsumexp(z, -1)).exp())
+    rows = torch.tensor([16, 3, 3, 0, 9, 12, 1, 2, 5])
+    d = keyed.draw(logits, seeds[rows], units[rows], steps[rows], keys, 0.8, rows=rows, budget=budget)
+    assert torch.equal(d.tokens, ref[rows])
+
+
+def test_row_workers_refuse_a_bad_setting_and_default_to_torchs_threads(monkeypatch):
+    monkeypatch.setenv(keyed.WORKERS_ENV, "two")
+    with pytest.raises(UserError, match="COUPLED_EVAL_DRAW_WORKERS must be an integer >= 1, got 'two'"):
+        keyed.cpu_draw_workers(64)
+    monkeypatch.delenv(keyed.WORKERS_ENV)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert keyed.cpu_draw_workers(64) == 1
+        torch.set_num_threads(2)
+        assert keyed.cpu_draw_workers(64) == min(2, len(os.sched_getaffinity(0)))
+        assert keyed.cpu_draw_workers(keyed.MIN_ROWS_PER_WORKER) == 1  # too few rows to split
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_cpu_threads_refuses_a_bad_setting(monkeypatch):
     monkeypatch.setenv(keyed.THREADS_ENV, "0")
     with pytest.raises(UserError, match="COUPLED_EVAL_NOISE_THREADS must be an integer >= 1"):
         keyed.cpu_draw_threads()
     monkeypatch.delenv(keyed.THREADS_ENV)
     assert keyed.cpu_draw_threads() == 1
+
+
+def test_row_workers_work_in_a_forked_child():
+    """A process that drew on workers and then forked (vLLM can fork its workers) gives its child a
+    pool object without threads: the child makes its own instead of waiting forever."""
+    from engine.sampling.cpu_argmax import numba_available
+
+    if not numba_available() or not hasattr(os, "fork"):
+        pytest.skip("needs numba and fork")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = r"""
+import os, sys, torch
+from engine.sampling import keyed, noise
+os.environ[keyed.WORKERS_ENV] = "2"
+x = torch.randn(16, 500, generator=torch.Generator().manual_seed(0))
+args = (noise.seed_tensor([1] * 16), torch.arange(16), torch.zeros(16, dtype=torch.int64), torch.arange(500), 0.9)
+want = keyed.draw(x, *args).tokens
+pid = os.fork()
+if pid == 0:
+    ok = torch.equal(keyed.draw(x, *args).tokens, want)
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0 and r.stdout.strip().endswith("child 0"), r.stdout + r.stderr[-2000:]

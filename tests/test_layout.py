@@ -1,4 +1,4 @@
-"""The layout rules of docs/ARCHITECTURE.md, checked on the code itself (issue 17 items 5 and 8).
+"""The layout rules of docs/ARCHITECTURE.md, checked on the code itself.
 
 The layer table: which engine packages a package may import, besides itself and the leaf modules
 ``engine.config``, ``engine.errors`` and ``engine.progress``. Imports inside functions count too
@@ -129,7 +129,9 @@ def _engine_cycles() -> list[list[str]]:
         for _, mod in _imports(path, members=True):   # `from engine.store import runs` imports engine.store.runs
             while mod and mod not in names:       # `from engine.x.y import f`: f is not a module
                 mod = mod.rpartition(".")[0]
-            if mod and mod != name and not name.startswith(mod + ".") and mod != "engine":
+            # a module importing its own package (`from engine.generation import lengths` inside
+            # engine.generation) goes through the package face, which imports the module back
+            if mod and mod != name and mod != "engine":
                 graph[name].add(mod)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -169,6 +171,23 @@ def test_no_import_circle_in_the_engine():
     assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+def test_the_cycle_checker_sees_a_module_importing_its_own_package_face(tmp_path):
+    """A package's modules import each other, never the package face: ``from engine.pkg import b``
+    inside engine.pkg.a runs engine/pkg/__init__.py, which (re-exporting) imports a back."""
+    pkg = ROOT / "engine" / "__probe_face__"
+    try:
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("from engine.__probe_face__.a import x\n")
+        (pkg / "a.py").write_text("from engine.__probe_face__ import b\n\nx = b\n")
+        (pkg / "b.py").write_text("")
+        assert ["engine.__probe_face__", "engine.__probe_face__.a"] in _engine_cycles()
+    finally:
+        for f in ("__init__.py", "a.py", "b.py"):
+            (pkg / f).unlink(missing_ok=True)
+        if pkg.exists():
+            pkg.rmdir()
+
+
 def test_the_cycle_checker_sees_a_circle_through_from_package_imports():
     """`from engine.stats import b` in a and `from engine.stats import a` in b is a circle (the
     checker once attributed both imports to the package engine.stats and missed it)."""
@@ -180,3 +199,22 @@ def test_the_cycle_checker_sees_a_circle_through_from_package_imports():
     finally:
         a.unlink(missing_ok=True)
         b.unlink(missing_ok=True)
+
+
+def _unused_private_constants() -> list[str]:
+    """Module-level ``_UPPER_CASE = ...`` names in engine/ that nothing in their module reads."""
+    out = []
+    for path in _engine_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        defined = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                   if isinstance(t, ast.Name) and t.id.startswith("_") and t.id[1:2].isupper() and t.id.isupper()}
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        out += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(defined - read)]
+    return out
+
+
+def test_no_unused_private_constant_in_the_engine():
+    """A private constant nobody reads is a second, unchecked copy of something (the Triton module once
+    kept the hash constants its kernels write as literals)."""
+    assert _unused_private_constants() == []

@@ -336,7 +336,7 @@ def test_resolve_names_each_kind_once(tmp_path):
 
 
 def test_dtype_rule_is_the_checkpoints_own_on_cuda(tmp_path):
-    """Issue 18 item 4: one rule for both backends; CUDA follows the checkpoint (bf16 for Llama),
+    """One rule for both backends; CUDA follows the checkpoint (bf16 for Llama),
     CPU is float32; the registry family stays float32 except its bf16 variant."""
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
 

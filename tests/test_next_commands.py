@@ -1,4 +1,4 @@
-"""Issue 21 item 6: every ``next:`` command that ``generate`` prints runs as printed, and each
+"""Every ``next:`` command that ``generate`` prints runs as printed, and each
 uses the scoring rule the run was scored with (the dataset kind's rule)."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_every_printed_next_command_runs_verbatim(tmp_path):
 
 @pytest.mark.slow
 def test_next_commands_run_verbatim_on_a_five_question_run(tmp_path):
-    # issue 21 item 6: benchmark-compare on a small run exited 2 ("target error must be > 0") when the
+    # benchmark-compare on a small run exited 2 ("target error must be > 0") when the
     # scores never differ; now it prints its numbers with the typed small-sample warning, and the
     # planner says when it cannot plan
     db, outputs, argv = _generate_and_run_next(tmp_path, 5)

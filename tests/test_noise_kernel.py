@@ -356,6 +356,64 @@ def test_single_read_kernel_ties_and_a_case_by_hand(temperature, request):
     assert prob.cpu().tolist() == pytest.approx([p[int(t)] for t in want], rel=1e-6)
 
 
+def _nonfinite_rows(V: int = 3001) -> torch.Tensor:
+    """(9, V) logits whose rows hold NaN and +-inf where a kernel's block logic can get them wrong."""
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(9, V, generator=gen) * 3
+    nan, inf = float("nan"), float("inf")
+    x[0, 2500] = nan                       # one NaN in a later block
+    x[1, 5], x[1, 2000] = nan, nan         # two NaNs: the first wins (torch.argmax)
+    x[2, 40], x[2, 2999] = inf, nan        # +inf first, NaN later: NaN still wins
+    x[3, 1200], x[3, 2100] = inf, inf      # two +inf: the lowest id
+    x[4, 700] = inf                        # one +inf
+    x[5] = -inf                            # all -inf: id 0
+    x[6, :1500] = -inf                     # -inf on the first blocks, finite later
+    x[7] = nan                             # all NaN: id 0
+    x[8, 1024] = -inf                      # a plain row with one masked entry
+    return x
+
+
+@needs_triton
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter: nan and inf on purpose
+def test_kernels_pick_the_formulas_token_on_nan_and_infinite_logits(temperature, request):
+    """NaN and +-inf logits: both kernels give torch.argmax's token of z + g (a NaN wins, the first
+    one; else the first +inf; a row of -inf gives 0), and the probability the formula gives (NaN
+    where torch's log-softmax is NaN)."""
+    if _in_fresh_interpreter(request):
+        return
+    x = _nonfinite_rows()
+    B, V = x.shape
+    uk, steps, keys = _units(B, seed=12), torch.arange(B), torch.arange(V) * 5 + 2
+    want_tok, want_prob = _formula(x, 3, uk, steps, keys, temperature)
+    assert want_tok[:5].tolist() == [2500, 5, 2999, 1200, 700] and int(want_tok[5]) == 0 and int(want_tok[7]) == 0
+    for block in (512, 1024):
+        tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 3, uk.to(DEV), steps.to(DEV), keys.to(DEV), temperature,
+                                            backend="triton", block=block)
+        assert tok.cpu().tolist() == want_tok.tolist(), block
+        torch.testing.assert_close(prob.cpu(), want_prob, rtol=1e-5, atol=1e-8, equal_nan=True)
+        from engine.sampling.gumbel import scale
+
+        z = scale(x, temperature)
+        ftok, gval = nt.gumbel_argmax_fused(z.to(DEV), 3, uk.to(DEV), steps.to(DEV), keys.to(DEV),
+                                            backend="triton", block=block)
+        assert ftok.cpu().tolist() == want_tok.tolist(), block
+        g = noise.gumbel(3, uk, steps, keys)
+        assert torch.equal(gval.cpu(), g.gather(1, want_tok[:, None]).squeeze(1))
+
+
+def test_first_use_probe_has_nan_and_infinite_rows():
+    """The first-use check samples rows with NaN, +inf and -inf entries (and a row of -inf), where a
+    compiled kernel's max / argmax lowering may differ from the interpreter's."""
+    from engine.sampling import kernel_check as kc
+
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = kc._probe(torch.device("cpu"), dtype)[0].float()
+        assert logits.isnan().any(1).sum() >= 2 and logits.isposinf().any(1).sum() >= 2
+        assert bool(logits.isneginf().all(1).any()) and bool((logits.isfinite().all(1)).any())
+        assert (logits.isnan() & logits.isposinf().any(1, keepdim=True)).any()  # NaN and +inf in one row
+
+
 def test_single_read_refuses_bad_arguments():
     uk, keys = _units(2), torch.arange(10)
     for bad, word in ((torch.zeros(2, 9), "logits must be"), (torch.zeros(2, 10, dtype=torch.float64), "logits must be")):
@@ -430,3 +488,26 @@ def test_first_use_check_passes_the_kernels_and_refuses_a_wrong_one(monkeypatch,
     with pytest.warns(RuntimeWarning, match="uses the torch path instead"):
         assert kc.kernels_agree(str(DEV)) is False
     kc.kernels_agree.cache_clear()
+
+
+def test_kernel_hash_literals_are_the_references_constants():
+    """The kernels write the splitmix64 constants and the token salt as literals (a Triton kernel reads
+    no Python globals): they must be the reference's (noise._mix_int, noise._TOKEN_SALT's bits)."""
+    import inspect
+    import re
+
+    src = inspect.getsource(nt)
+    ref = inspect.getsource(noise._mix_int)
+    literals = {int(h, 16) for h in re.findall(r"0x[0-9A-Fa-f]{16}", src)}
+    assert {int(h, 16) for h in re.findall(r"0x[0-9A-Fa-f]{16}", ref)} <= literals
+    assert int(noise._TOKEN_SALT) % 2**64 in literals
+
+
+def test_every_entry_point_refuses_an_unknown_backend_the_same_way():
+    uk, keys = _units(2), torch.arange(10)
+    calls = [lambda: nt.gumbel_fused(0, uk, 0, keys, backend="cuda"),
+             lambda: nt.gumbel_argmax_fused(torch.zeros(2, 10), 0, uk, 0, keys, backend="cuda"),
+             lambda: nt.gumbel_argmax_logits(torch.zeros(2, 10), 0, uk, 0, keys, 0.7, backend="cuda")]
+    for call in calls:
+        with pytest.raises(ValueError, match="unknown noise backend 'cuda'; allowed: auto, triton, torch"):
+            call()

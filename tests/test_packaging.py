@@ -1,4 +1,4 @@
-"""Issue 21.13: an installable package (the `coupled-eval` console command, package data, the CLI
+"""An installable package (the `coupled-eval` console command, package data, the CLI
 from any folder), `export` writes a named file, and Streamlit does not watch .venv or data/.
 
 Installing into a venv is not done here (it needs a build backend from PyPI): the declared entry

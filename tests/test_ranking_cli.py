@@ -196,6 +196,30 @@ def test_rankset_draws_consistency():
     assert sizes == sorted(sizes)
 
 
+def test_draws_experiment_and_its_summary_are_frozen_results():
+    """The lower-level draws API returns frozen dataclasses (read by attribute, ``to_dict()`` for JSON)
+    like every other analysis result, and the summary agrees with the dashboard view's curve."""
+    import dataclasses
+    import json
+
+    k = 3
+    first, second = R.balanced_design(k, 20)
+    rng = np.random.default_rng(0)
+    w, v = (rng.integers(0, 2, first.shape[0]).astype(float) for _ in range(2))
+    res = RS.draws_experiment(first, second, (w, 1 - w), {"j": (v, 1 - v)}, k, 12, 5, [0.3, 0.1], "delta",
+                              np.random.default_rng(2))
+    summ = RS.summarise_draws(res, [0.3, 0.1])
+    for obj in (res, summ):
+        assert dataclasses.is_dataclass(obj)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj.unit = "x"  # type: ignore[misc]
+        json.dumps(obj.to_dict())
+    assert res.lower["baseline"].shape == (2, 5, k) and res.lam["ppr:j"].shape == (5,)
+    assert [c.alpha for c in summ.curve["human"]] == [0.3, 0.1]
+    assert all(c.intersection == 1.0 for c in summ.curve["baseline"])
+    assert res.to_dict()["lambda"]["ppr:j"] == res.lam["ppr:j"].tolist()
+
+
 @pytest.mark.shared
 def test_arena_real_files_count_and_cli(capsys, tmp_path):
     human = shared_path("data", "arena", "human.json")
@@ -355,7 +379,7 @@ def test_disconnected_comparison_graph_is_a_warning_naming_the_groups(tmp_path, 
     for argv in (["ranksets", "--method", "human"], ["winrates", "--bootstrap", "20"]):
         rc, out, _ = _run(capsys, *argv, "--comparisons", str(f), "--json")
         d = json.loads(out)
-        # the connectivity warning first; 6 prompts also carry the small-sample warning (issue 21 item 7)
+        # the connectivity warning first; 6 prompts also carry the small-sample warning
         assert rc == 0 and len(d["warnings"]) >= 2 and d["warnings"][1].startswith("small sample: only 6 prompts")
         assert "2 groups never compared with each other: {w, z}; {x, y}" in d["warnings"][0]
         assert "not identified" in d["warnings"][0]

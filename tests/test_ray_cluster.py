@@ -47,7 +47,7 @@ def test_reap_dead_kills_a_dead_drivers_cluster_only(tmp_path, monkeypatch):
     try:
         driver = _dead_pid()
         (tmp_path / "1.json").write_text(json.dumps({
-            "driver": list(driver), "raylets": [raylet.pid],
+            "driver": list(driver), "raylets": [[raylet.pid, ray_cluster.start_time(raylet.pid)]],
             "procs": [[raylet.pid, ray_cluster.start_time(raylet.pid)],
                       [reused.pid, ray_cluster.start_time(reused.pid) + 1]]}))  # the pid now is another process
         live = tmp_path / "2.json"  # a live driver (this process): its cluster is left alone
@@ -91,5 +91,89 @@ def test_watchdog_reaps_when_its_driver_dies_and_exits_when_the_record_goes(tmp_
         keep.wait()
     finally:
         for p in (victim, driver):
+            p.kill()
+            p.wait()
+
+
+def _record(path: Path, driver, procs, raylets=()) -> None:
+    path.write_text(json.dumps({"driver": list(driver), "procs": [list(p) for p in procs],
+                                "raylets": [list(r) for r in raylets]}))
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o770, 0o777])
+def test_records_folder_open_to_others_is_refused_and_nothing_is_killed(tmp_path, monkeypatch, mode):
+    folder = tmp_path / "records"
+    folder.mkdir()
+    monkeypatch.setattr(ray_cluster, "records_dir", lambda: folder)
+    victim = _sleep()
+    try:
+        _record(folder / "1.json", _dead_pid(), [(victim.pid, ray_cluster.start_time(victim.pid))])
+        folder.chmod(mode)
+        with pytest.raises(ray_cluster.UserError, match="mode 0700"):
+            ray_cluster.reap_dead()
+        with pytest.raises(ray_cluster.UserError, match="mode 0700"):
+            ray_cluster.record_cluster()
+        assert victim.poll() is None and (folder / "1.json").exists()
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_records_folder_of_another_user_is_refused(tmp_path, monkeypatch):
+    folder = tmp_path / "records"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setattr(ray_cluster, "records_dir", lambda: folder)
+    real = os.getuid()
+    monkeypatch.setattr(ray_cluster.os, "getuid", lambda: real + 1)  # the folder is now someone else's
+    with pytest.raises(ray_cluster.UserError, match=f"owned by uid {real} "):
+        ray_cluster.reap_dead()
+
+
+def test_records_folder_is_made_private(tmp_path, monkeypatch):
+    folder = tmp_path / "new" / "records"
+    monkeypatch.setattr(ray_cluster, "records_dir", lambda: folder)
+    path = ray_cluster.record_cluster()
+    assert path is not None and path.parent == folder and (folder.stat().st_mode & 0o777) == 0o700
+    path.unlink()
+
+
+def test_entries_without_a_start_time_are_never_acted_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(ray_cluster, "records_dir", lambda: tmp_path)
+    unknown, listed, raylet = _sleep(), _sleep(), _sleep()
+    agent = _sleep({"RAY_RAYLET_PID": str(raylet.pid)})
+    try:
+        # a dead driver whose cluster entries lack start times: nothing is signalled
+        _record(tmp_path / "1.json", _dead_pid(), [(unknown.pid, None), (raylet.pid, None)], [(raylet.pid, None)])
+        # a driver recorded without its start time is never taken for dead, even when its pid is gone
+        _record(tmp_path / "2.json", (_dead_pid()[0], None), [(listed.pid, ray_cluster.start_time(listed.pid))])
+        # the old record layout (raylets as bare pids): its raylet's agents are left alone
+        (tmp_path / "3.json").write_text(json.dumps({"driver": list(_dead_pid()), "procs": [],
+                                                     "raylets": [raylet.pid]}))
+        assert ray_cluster.reap_dead() == []
+        assert all(p.poll() is None for p in (unknown, listed, raylet, agent))
+        assert (tmp_path / "2.json").exists()
+        # its watchdog exits at once without acting
+        dog = ray_cluster.start_watchdog(tmp_path / "2.json")
+        assert dog.wait(timeout=30) == 0 and listed.poll() is None
+    finally:
+        for p in (unknown, listed, raylet, agent):
+            p.kill()
+            p.wait()
+
+
+def test_raylet_children_count_only_from_the_raylets_start(tmp_path, monkeypatch):
+    monkeypatch.setattr(ray_cluster, "records_dir", lambda: tmp_path)
+    raylet, raylet_started = _dead_pid()
+    older = _sleep({"RAY_RAYLET_PID": str(raylet)})  # an earlier process's child that happens to name the pid
+    time.sleep(0.1)  # start times are in clock ticks (10 ms)
+    newer = _sleep({"RAY_RAYLET_PID": str(raylet)})
+    try:
+        t_old, t_new = ray_cluster.start_time(older.pid), ray_cluster.start_time(newer.pid)
+        assert t_old is not None and t_new is not None and t_new > t_old
+        _record(tmp_path / "1.json", _dead_pid(), [], [(raylet, t_old + 1)])  # the raylet started between them
+        assert ray_cluster.reap_dead() == [newer.pid]
+        assert _gone(newer) and older.poll() is None
+    finally:
+        for p in (older, newer):
             p.kill()
             p.wait()

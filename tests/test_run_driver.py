@@ -1,4 +1,4 @@
-"""The run driver's guarantees (issue 14): a dead run is never shown as running, one driver per
+"""The run driver's guarantees: a dead run is never shown as running, one driver per
 run, prompts that do not fit the context are refused up front, a signal after the last chunk
 leaves the run done, and a mistyped --db creates no folders."""
 

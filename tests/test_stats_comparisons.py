@@ -1,4 +1,4 @@
-"""Issue 17.3: comparison data is one type (engine.stats.comparisons.Comparisons) that the ranking,
+"""Comparison data is one type (engine.stats.comparisons.Comparisons) that the ranking,
 win-rate and clustered statistics accept; built from the normalised table it agrees exactly with
 the per-function argument forms."""
 

@@ -1,4 +1,4 @@
-"""Issue 21 items 7, 14-17: small-sample calibration of max-t rank-sets (wild cluster bootstrap-t),
+"""Small-sample calibration (docs/REPRODUCTION.md) of max-t rank-sets (wild cluster bootstrap-t),
 Westfall-Young max-T over pairs, Elo as the Elo-scale MLE, the headline saving and its studentised
 interval, intervals that respect [0, 1] and do not collapse, typed warnings, prompt-level draws.
 

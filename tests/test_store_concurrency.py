@@ -1,4 +1,4 @@
-"""Issue 14.2: the writer never starves while dashboard-like readers hold the file in a loop.
+"""The writer never starves while dashboard-like readers hold the file in a loop.
 
 Readers are real processes that each hold a read-only connection ~1 s in a loop, staggered so
 that some reader holds the file at every moment (DuckDB's shared read locks overlap): without
@@ -157,3 +157,63 @@ def test_generation_with_readers_and_a_second_writer_completes(tmp_path):
         assert con.execute("SELECT count(*) FROM generations WHERE run_id = ?", [run]).fetchone()[0] == 4
     assert all(r["fails"] == [] for r in res), res
     assert res[-1]["loops"] >= 1
+
+
+_HOLDER = r"""
+import sys, time
+from engine import store
+with store.writer(sys.argv[1]) as con:
+    print("holding", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+_FULL_WRITER = r"""
+import os, resource, signal, sys
+from pathlib import Path
+from engine.store import db
+from engine.errors import UserError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails with EFBIG, as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:  # the writer's connection loop itself (store.writer first reads the file, which waits as a reader)
+    db._connect(Path(sys.argv[1]), read_only=False, timeout_s=20).close()
+    print("got in")
+except UserError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_write_intent_on_a_full_folder_is_one_line_and_leaves_no_file(tmp_db):
+    """A writer that finds the database held announces itself with a write-intent file; when the folder
+    refuses that file (full disk, here a file-size limit: EFBIG) it says so in one line like any other
+    refused write, and leaves no (partial) intent behind for readers to wait on."""
+    with store.writer(tmp_db):
+        pass
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_db), "30"], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        r = subprocess.run([sys.executable, "-c", _FULL_WRITER, str(tmp_db)], env=env, cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert r.stdout.startswith("refused: the disk is full") and len(r.stdout.strip().splitlines()) == 1, r.stdout
+        assert not [n for n in os.listdir(tmp_db.parent) if ".write-intent-" in n]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_write_intent_in_a_read_only_folder_is_one_line(tmp_db, monkeypatch):
+    """The same for a folder that refuses the file outright (read-only: EROFS; root ignores chmod, so
+    the refusal is injected at os.open)."""
+    import errno
+
+    from engine.errors import UserError
+
+    def refuse(*a, **kw):
+        raise OSError(errno.EROFS, "Read-only file system", a[0])
+
+    monkeypatch.setattr(dbmod.os, "open", refuse)
+    with pytest.raises(UserError, match="cannot be opened for writing .*read-only"):
+        dbmod._announce(tmp_db, 1)
+    assert not [n for n in os.listdir(tmp_db.parent) if ".write-intent-" in n]

@@ -1,4 +1,4 @@
-"""Issue 21.5, the store side: a garbage .wal next to a good database is moved aside with one line
+"""The store side of file hardening: a garbage .wal next to a good database is moved aside with one line
 (never overwritten), `comparisons list` on a missing database fails with one line, a refused run
 leaves no run-lock file, and a driver that waited on a removed lock file takes the live one."""
 

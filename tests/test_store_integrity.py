@@ -1,5 +1,5 @@
-"""The database file: schema versions and migration (issue 14.1), damaged files refused before
-anything runs and never written (issue 13), a failed commit keeps its cause (issue 14.3)."""
+"""The database file: schema versions and migration, damaged files refused before
+anything runs and never written, a failed commit keeps its cause."""
 
 from __future__ import annotations
 

@@ -110,7 +110,7 @@ def test_summary_cli_table_and_json(tmp_db):
 
 
 def test_commands_use_the_rule_the_run_was_scored_with(tmp_db):
-    """Issue 21 item 6: no --rule = the rule the run was scored with (its dataset kind's rule)."""
+    """No --rule = the rule the run was scored with (its dataset kind's rule)."""
     from engine.analysis.multigen import multigen_summary
     from engine.store.scores import run_rule
     gold = {"p1": "4", "p2": "7", "p3": "2"}
@@ -129,7 +129,7 @@ def test_commands_use_the_rule_the_run_was_scored_with(tmp_db):
 
 
 def test_data_map_no_answer_is_its_own_category_never_flagged(tmp_db):
-    """Issue 21 item 9: "How many legs does a dog have?" (gold 4) answered with no number at all is
+    """"How many legs does a dog have?" (gold 4) answered with no number at all is
     neither one shared answer (perfectly consistent) nor a label-error candidate; a prompt answered
     "8" every time is."""
     from engine.analysis.multigen import multigen_summary

@@ -1,4 +1,4 @@
-"""Issue 21 item 10: the Token traces view shows decoded text, not raw tokenizer pieces."""
+"""The Token traces view shows decoded text, not raw tokenizer pieces."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A read-only or unwritable database folder, and a --db under a regular file (issue 21.2): one line
+"""A read-only or unwritable database folder, and a --db under a regular file: one line
 each, nothing changed.
 
 As root, chmod does not stop writes, so the folder is made immutable with ``chattr +i`` (root

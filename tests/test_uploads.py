@@ -192,7 +192,7 @@ def _arena(rows):
     (_arena([("m1", "m2", "tie")]), _arena([("m2", "m1", "tie")]), "disagree on the models"),
     (_arena([("m1", "m2", "tie")]).replace(b"}\n", b"}\n") * 2, None, "duplicate num 0"),
     (b"\n\n", None, "file is empty"),
-    # reliability (issue 13): never a crash, one problem naming the line and the field
+    # reliability: never a crash, one problem naming the line and the field
     (_arena([("m1", "m2", "tie")]).replace(b'"num": 0', b'"num": [1, 2]'), None,
      r"line 1, column 'num': must be an integer or a string, got an array"),
     (_arena([("m1", "m2", "tie")]).replace(b'"num": 0', b'"num": {"a": 1}'), None,
@@ -284,7 +284,7 @@ def test_cli_import_list_export_delete(tmp_db, tmp_path, capsys):
 
 
 def test_one_validator_one_policy_both_spellings_optional_prompt_id_utf16(tmp_path):
-    """Issue 17.3 / 21.5: the CLI's spelling (human_winner) and the upload's (winner) read the same;
+    """The CLI's spelling (human_winner) and the upload's (winner) read the same;
     without a prompt_id column rows carry None (each its own cluster); UTF-16 with a byte-order mark
     reads like UTF-8 for CSV as for JSON; the CLI's reader lists every problem."""
     from engine.tasks.comparisons import read_comparisons_file

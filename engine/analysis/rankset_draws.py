@@ -49,6 +49,33 @@ class CurvePoint(ToDict):
 
 
 @dataclass(frozen=True)
+class DrawsExperiment(ToDict):
+    """:func:`draws_experiment`'s rank-sets, keyed by method (baseline, human, judge:J, ppr:J), for its
+    alphas in order: ``lower`` / ``upper`` (A, reps, k) int arrays, ``lam`` the PPR lambda of each
+    draw (reps,), ``N`` / ``n`` the mean judge-only / human-labelled rows per draw, ``unit`` what a
+    draw resamples. ``to_dict()`` gives the arrays as nested lists."""
+
+    lower: dict[str, np.ndarray]
+    upper: dict[str, np.ndarray]
+    lam: dict[str, np.ndarray]
+    N: int
+    n: int
+    unit: str
+
+    def to_dict(self) -> dict:
+        return {"lower": {m: v.tolist() for m, v in self.lower.items()},
+                "upper": {m: v.tolist() for m, v in self.upper.items()},
+                "lambda": {m: v.tolist() for m, v in self.lam.items()}, "N": self.N, "n": self.n, "unit": self.unit}
+
+
+@dataclass(frozen=True)
+class DrawsSummary(ToDict):
+    """:func:`summarise_draws`: per method, one :class:`CurvePoint` per alpha (in the given order)."""
+
+    curve: dict[str, list[CurvePoint]]
+
+
+@dataclass(frozen=True)
 class RankSetDraws(ToDict):
     """Repeated draws of rank-sets (:func:`rankset_draws`), keyed by method (baseline, human, judge, ppr).
 
@@ -140,7 +167,7 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
                      judges: dict[str, tuple[np.ndarray, np.ndarray]], k: int, n: int, reps: int,
                      alphas, covariance: str, rng: np.random.Generator,
                      total: int | None = None, lam: float | str = "auto", procedure: str = "chi2",
-                     n_draws: int = 10_000, cluster=None) -> dict:
+                     n_draws: int = 10_000, cluster=None) -> DrawsExperiment:
     """Rank-sets of every method over ``reps`` balanced random draws (paper Section 5 / Fig. 1).
 
     Methods: "baseline" (humans on all N + n), "human" (humans on n), and per judge J:
@@ -150,8 +177,8 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
     (``n_draws`` standard normals per repetition, shared by every method and alpha of that draw).
 
     Returns:
-        {"lower"/"upper": {method: (A, reps, k) int arrays}, "lambda": {method: (reps,)},
-         "N": int, "n": int} for the alphas in order.
+        :class:`DrawsExperiment` (lower / upper: {method: (A, reps, k) int arrays}, lam: {method:
+        (reps,)}, N, n, unit) for the alphas in order.
     """
     alphas = np.atleast_1d(np.asarray(alphas, float))
     R.check_alpha(alphas)
@@ -209,26 +236,26 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
                                           cluster_N=cl_u, cluster_n=cl_l)
             add(f"ppr:{name}", t, sg)
             lams.setdefault(f"ppr:{name}", []).append(lm)
-    return {"lower": {m: np.stack(v, axis=1) for m, v in out_lo.items()},  # (A, reps, k)
-            "upper": {m: np.stack(v, axis=1) for m, v in out_up.items()},
-            "lambda": {m: np.asarray(v) for m, v in lams.items()},
-            "N": int(np.mean([(~lb).sum() for _, lb in draws])), "n": int(np.mean([lb.sum() for _, lb in draws])),
-            "unit": "rows (balanced per pair)" if cluster is None else "prompts (all comparisons of a prompt together)"}
+    return DrawsExperiment(
+        lower={m: np.stack(v, axis=1) for m, v in out_lo.items()},  # (A, reps, k)
+        upper={m: np.stack(v, axis=1) for m, v in out_up.items()},
+        lam={m: np.asarray(v) for m, v in lams.items()},
+        N=int(np.mean([(~lb).sum() for _, lb in draws])), n=int(np.mean([lb.sum() for _, lb in draws])),
+        unit="rows (balanced per pair)" if cluster is None else "prompts (all comparisons of a prompt together)")
 
 
-def summarise_draws(res: dict, alphas) -> dict:
+def summarise_draws(res: DrawsExperiment, alphas) -> DrawsSummary:
     """Per method and alpha: mean rank-set size, baseline intersection and coverage probability (vs same-draw BASELINE)."""
     alphas = list(np.atleast_1d(alphas))
-    bl, bu = res["lower"]["baseline"], res["upper"]["baseline"]
+    bl, bu = res.lower["baseline"], res.upper["baseline"]
     out = {}
-    for m in res["lower"]:
-        lo, up = res["lower"][m], res["upper"][m]
-        out[m] = [{"alpha": float(a),
-                   "size": float(R.rankset_size(lo[i], up[i]).mean()),
-                   "intersection": float(R.rankset_intersects(lo[i], up[i], bl[i], bu[i]).mean()),
-                   "coverage": float(R.rankset_covers(lo[i], up[i], bl[i], bu[i]).mean())}
+    for m in res.lower:
+        lo, up = res.lower[m], res.upper[m]
+        out[m] = [CurvePoint(alpha=float(a), size=float(R.rankset_size(lo[i], up[i]).mean()),
+                             intersection=float(R.rankset_intersects(lo[i], up[i], bl[i], bu[i]).mean()),
+                             coverage=float(R.rankset_covers(lo[i], up[i], bl[i], bu[i]).mean()))
                   for i, a in enumerate(alphas)]
-    return out
+    return DrawsSummary(curve=out)
 
 
 def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, n: int = 990, reps: int = 200,
@@ -265,17 +292,17 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
                            procedure=procedure, cluster=cluster_ids(df))
     ai = alphas_all.index(float(alpha))
     names = {"baseline": "baseline", "human": "human", "judge:judge": "judge", "ppr:judge": "ppr"}
-    curve = summarise_draws(res, alphas_all)
+    curve = summarise_draws(res, alphas_all).curve
     return RankSetDraws(
-        models=models, alpha=float(alpha), n=res["n"], N=res["N"], covariance=covariance, procedure=procedure,
-        unit=res["unit"],
-        position_prob={names[m]: R.rank_position_probabilities(res["lower"][m][ai], res["upper"][m][ai]).tolist()
-                       for m in res["lower"]},
+        models=models, alpha=float(alpha), n=res.n, N=res.N, covariance=covariance, procedure=procedure,
+        unit=res.unit,
+        position_prob={names[m]: R.rank_position_probabilities(res.lower[m][ai], res.upper[m][ai]).tolist()
+                       for m in res.lower},
         rankset_prob={names[m]: {mod: [RankSetProb(lower=lo, upper=up, prob=pr) for (lo, up), pr in d.items()]
-                                 for mod, d in zip(models, R.rankset_distribution(res["lower"][m][ai],
-                                                                                  res["upper"][m][ai]))}
-                      for m in res["lower"]},
-        curve={names[m]: [CurvePoint(**pt) for pt in v] for m, v in curve.items()})
+                                 for mod, d in zip(models, R.rankset_distribution(res.lower[m][ai],
+                                                                                  res.upper[m][ai]))}
+                      for m in res.lower},
+        curve={names[m]: v for m, v in curve.items()})
 
 
 def rankset_draws_view(db: str | os.PathLike, source: str, name: str, n: int, reps: int, alpha: float,

@@ -31,6 +31,8 @@ from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warnin
 from engine.analysis.rankset_draws import (  # noqa: E402,F401  (re-exported: the repeated draws live there)
     PAPER_ALPHAS,
     CurvePoint,
+    DrawsExperiment,
+    DrawsSummary,
     RankSetDraws,
     RankSetDrawsView,
     RankSetProb,

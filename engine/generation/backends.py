@@ -6,7 +6,7 @@ written, and the factories that load a model into a :class:`~engine.generation.t
   venv (scripts/install_vllm.sh). Imported only when chosen.
 
 Every check here reads configs and package metadata only, never weights, so a bad choice costs
-one line and nothing is written to the run (issue 10 item 2, issue 13).
+one line and nothing is written to the run (a refusal after the run row exists would leave a run that never ran).
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import engine.generation.ray_cluster as ray_cluster
 from engine.errors import UserError
-from engine.generation import ray_cluster
 from engine.generation.types import Backend, EngineDead, ExecChunk, ModelTask, RunSpec, Unit
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])

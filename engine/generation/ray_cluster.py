@@ -17,7 +17,15 @@ runtime-env agent, and the dashboard agent starts even with ``include_dashboard=
            (:func:`reap_dead`), in case the watchdog was killed too.
 
 Besides the recorded pids, the processes whose environment names a recorded raylet
-(``RAY_RAYLET_PID``) are that cluster's, whenever they started.
+(``RAY_RAYLET_PID``) and that started after it (and before any later process reusing its pid) are
+that cluster's.
+
+What the reaper trusts. It signals only what it recorded itself: the records live in a folder
+owned by this user with mode 0700 and are files owned by this user (:func:`checked_records_dir`;
+another owner or a group / world-accessible mode is refused in one line, since anyone who can
+write a record there could make the reaper kill this user's processes); a process is killed only
+when its start time matches the recorded one; an entry without a start time (a driver, process or
+raylet that was already gone when recorded, or a record written by hand) is never acted on.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -32,6 +41,11 @@ import time
 from pathlib import Path
 
 POLL_S = 0.5
+
+try:  # run as the watchdog script (python -I -S): no engine package on the path
+    from engine.errors import UserError
+except ImportError:  # pragma: no cover - the watchdog only catches it
+    UserError = RuntimeError  # type: ignore[misc,assignment]
 
 
 def ray_installed() -> bool:
@@ -49,6 +63,49 @@ def records_dir() -> Path:
     """The per-user folder of cluster records."""
     uid = os.getuid() if hasattr(os, "getuid") else 0
     return Path(tempfile.gettempdir()) / f"coupled-eval-ray-{uid}"
+
+
+def checked_records_dir(create: bool = False) -> Path | None:
+    """:func:`records_dir`, made (mode 0700) when ``create``; None when it does not exist.
+
+    Raises UserError when it is not a real folder owned by this user with no group / world access
+    (a folder in the shared temporary folder that someone else made or opened up: records there
+    cannot be trusted)."""
+    folder = records_dir()
+    if create:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise UserError(f"the Ray cluster records folder {folder} must be a folder owned by uid {os.getuid()} "
+                        f"with mode 0700; it is {'a folder' if stat.S_ISDIR(st.st_mode) else 'not a folder'} "
+                        f"owned by uid {st.st_uid} with mode {oct(stat.S_IMODE(st.st_mode))}: remove it (or make "
+                        f"it yours, mode 0700) and retry")
+    return folder
+
+
+def _own_record(path: Path) -> dict | None:
+    """The record's contents when it is a regular file owned by this user, else None (not trusted)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return None
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _entry(item: object) -> tuple[int, int] | None:
+    """A recorded [pid, start time] pair; None when the start time is missing (never acted on)."""
+    if not isinstance(item, (list, tuple)) or len(item) != 2:
+        return None
+    pid, started = item
+    if isinstance(pid, bool) or not isinstance(pid, int) or isinstance(started, bool) or not isinstance(started, int):
+        return None
+    return pid, started
 
 
 def start_time(pid: int) -> int | None:
@@ -70,7 +127,9 @@ def alive(pid: int, started: int | None) -> bool:
 
 
 def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (Linux /proc; empty elsewhere)."""
+    """The live processes below ``pid`` that /proc/P/task/P/children lists, recursively (Linux; empty
+    elsewhere). Not every descendant: that file names only the children forked by each process's
+    main thread, and a process re-parented to init after its parent died is no longer below ``pid``."""
     out, frontier = set(), [pid]
     while frontier:
         p = frontier.pop()
@@ -85,9 +144,13 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
-def _raylet_children(raylet_pids: set[int]) -> set[int]:
-    """Processes whose environment names one of these raylets (its agents and workers)."""
-    want = {f"RAY_RAYLET_PID={p}".encode() for p in raylet_pids}
+def _raylet_children(raylets: dict[int, int]) -> set[int]:
+    """Processes whose environment names one of these raylets (pid -> recorded start time) and that
+    started after it, and before a later process that took its pid (its agents and workers)."""
+    window = {}
+    for pid, started in raylets.items():
+        now = start_time(pid)
+        window[f"RAY_RAYLET_PID={pid}".encode()] = (started, now if now is not None and now != started else None)
     out = set()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -96,8 +159,11 @@ def _raylet_children(raylet_pids: set[int]) -> set[int]:
             env = set((d / "environ").read_bytes().split(b"\0"))
         except OSError:
             continue
-        if env & want:
-            out.add(int(d.name))
+        for key in env & window.keys():
+            lo, hi = window[key]
+            t = start_time(int(d.name))
+            if t is not None and t >= lo and (hi is None or t < hi):
+                out.add(int(d.name))
     return out
 
 
@@ -117,10 +183,10 @@ def record_cluster(driver: int | None = None) -> Path | None:
         return None
     driver = driver or os.getpid()
     procs = sorted(p for p in descendants(driver) if _is_ray(p))
-    raylets = [p for p in procs if Path(f"/proc/{p}/comm").exists() and _comm(p) == "raylet"]
+    raylets = [[p, start_time(p)] for p in procs if Path(f"/proc/{p}/comm").exists() and _comm(p) == "raylet"]
     rec = {"driver": [driver, start_time(driver)], "procs": [[p, start_time(p)] for p in procs], "raylets": raylets}
-    folder = records_dir()
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder = checked_records_dir(create=True)
+    assert folder is not None  # just made
     path = folder / f"{driver}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(rec))
@@ -137,14 +203,16 @@ def _comm(pid: int) -> str:
 
 def reap(path: Path) -> list[int]:
     """Kill what is left of the recorded cluster (its recorded processes and the raylets' children);
-    remove the record. Returns the pids signalled."""
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, ValueError):
-        path.unlink(missing_ok=True)
+    remove the record. Returns the pids signalled.
+
+    Only entries with a start time count, and a pid only while that start time matches; a record
+    that is not a regular file owned by this user is left alone (and nothing is signalled)."""
+    rec = _own_record(path)
+    if rec is None:
         return []
-    targets = {int(p) for p, st in rec.get("procs", []) if alive(int(p), st)}
-    targets |= _raylet_children({int(p) for p in rec.get("raylets", [])})
+    procs = [e for e in map(_entry, rec.get("procs", [])) if e is not None]
+    targets = {p for p, st in procs if alive(p, st)}
+    targets |= _raylet_children(dict(e for e in map(_entry, rec.get("raylets", [])) if e is not None))
     targets.discard(os.getpid())
     killed = []
     for pid in sorted(targets):
@@ -158,17 +226,16 @@ def reap(path: Path) -> list[int]:
 
 
 def reap_dead() -> list[int]:
-    """Reap the clusters of every recorded driver that is no longer alive."""
+    """Reap the clusters of every recorded driver that is no longer alive (a driver recorded without
+    its start time is never taken for dead). UserError when the records folder is not safely ours."""
     killed: list[int] = []
-    folder = records_dir()
-    if not folder.is_dir():
+    folder = checked_records_dir()
+    if folder is None:
         return killed
     for path in folder.glob("*.json"):
-        try:
-            pid, started = json.loads(path.read_text())["driver"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if not alive(int(pid), started):
+        rec = _own_record(path)
+        driver = _entry(rec.get("driver")) if rec is not None else None
+        if driver is not None and not alive(*driver):
             killed += reap(path)
     return killed
 
@@ -189,13 +256,15 @@ def start_watchdog(path: Path | None) -> subprocess.Popen | None:
 
 
 def watch(path: Path) -> None:
-    """Wait until the record is gone (normal close) or its driver is dead (then reap)."""
-    try:
-        pid, started = json.loads(path.read_text())["driver"]
-    except (OSError, ValueError, KeyError, TypeError):
+    """Wait until the record is gone (normal close) or its driver is dead (then reap). A record that
+    is not this user's, or names its driver without a start time, is never acted on."""
+    rec = _own_record(path)
+    driver = _entry(rec.get("driver")) if rec is not None else None
+    if driver is None:
         return
+    pid, started = driver
     while path.exists():
-        if not alive(int(pid), started):
+        if not alive(pid, started):
             reap(path)
             return
         time.sleep(POLL_S)

@@ -256,14 +256,14 @@ def _fitting_prompts(model_names: Sequence, dataset, system_prompt: str | None, 
                      drop_long_prompts: bool, warnings: list[str]) -> list:
     """The dataset's prompts whose chat-templated length + max_new_tokens fits every model's context
     (tokenizers and configs only, no weights); a UserError listing the others unless they may be dropped."""
-    from engine.generation import lengths
+    from engine.generation.lengths import offenders_message, too_long
 
     prompts = list(dataset.prompts)
-    over = lengths.too_long(model_names, {p.prompt_id: p.user_prompt for p in prompts}, system_prompt, max_new_tokens)
+    over = too_long(model_names, {p.prompt_id: p.user_prompt for p in prompts}, system_prompt, max_new_tokens)
     long_ids = {p for _, _, o in over.values() for p in o}
     if not long_ids:
         return prompts
-    msg = lengths.offenders_message(over)
+    msg = offenders_message(over)
     if not drop_long_prompts:
         raise UserError(msg + "; lower --max-new-tokens, shorten those prompts, or pass --drop-long-prompts "
                         "to leave them out")

@@ -8,9 +8,10 @@ vLLM 0.32 has two model runners with different custom-processor interfaces:
   comes with a live reference to its output-token list, so step = its length.
 * Model Runner V2 (``vllm.v1.worker.gpu.sample.logits_processor.LogitsProcessor``, selected by
   ``VLLM_USE_V2_MODEL_RUNNER=1``, or by default where Triton runs): ``__init__(vllm_config,
-  req_states)``; ``add_request(slot, params)``; ``apply(logits, ctx)`` with ``ctx.expanded_idx_mapping``
-  (row -> slot) and ``ctx.pos`` (the position of the token each row reads), so
-  step = pos + 1 - prompt_len[slot].
+  req_states)``; ``add_request(slot, params)``; ``apply(logits, ctx)`` with the host arrays
+  ``ctx.idx_mapping_np`` (row -> slot) and ``ctx.seq_lens_upper_bound_np`` (the tokens each row's
+  sequence holds), so step = seq_len - ``req_states.prompt_len.np[slot]`` (negative: a prompt chunk
+  still being prefilled, left alone).
 
 vLLM chooses the runner while building the engine, after it was handed the processor classes, and
 each runner's loader checks that the class derives from *its* base. So one class derives from both

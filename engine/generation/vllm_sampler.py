@@ -5,7 +5,8 @@ The logits processor (:mod:`.vllm_processor`, the only module here that imports 
 batch layout to (row, slot, step) arrays on the host and calls :func:`apply_rows`; everything else
 lives here and in :mod:`engine.sampling.keyed` (the sampler the transformers loop uses too).
 
-Hot path (issue 18 item 2): :func:`apply_rows` does no device-to-host transfer and no per-row Python
+Hot path (tests/vllm/test_vllm_processor.py `test_v2_apply_makes_no_host_transfer_at_batch_256`):
+:func:`apply_rows` does no device-to-host transfer and no per-row Python
 loop. Per group of sampler settings (normally one): one host-to-device copy of an int64 (4, R) array
 (rows, seeds, units, steps; pinned and asynchronous on CUDA), the token keys cached on the device
 once per ``generate`` call, one :func:`engine.sampling.keyed.draw` in bounded memory (on CUDA

@@ -1,5 +1,6 @@
 """The trace channel of the vLLM backend: how the keyed-Gumbel processor's step records reach the
-backend, wherever vLLM runs the processor (docs/METHODS.md 1.3 traces; issue 11's tensor parallelism).
+backend, wherever vLLM runs the processor (docs/METHODS.md 1.3 traces; tensor parallelism:
+tests/vllm/test_vllm_tensor_parallel.py).
 
 * In the backend's own process (one device, engine core in-process): the processor appends each
   step's :class:`PendingRecords` to :data:`PENDING` (an asynchronous device -> pinned-host copy on

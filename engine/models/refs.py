@@ -5,7 +5,8 @@ file, a hub id) into a frozen :class:`ModelRef`. The transformers loader, the ba
 (engine.generation.backends) and the vLLM backend all start from it, so the GGUF spec (name =
 file stem, family = stem, cached under a hash of its path) exists here only.
 
-The dtype rule of both backends (issue 18 item 4) is :meth:`ModelRef.default_dtype`.
+The dtype rule of both backends (one rule, so both load a checkpoint alike; tests/test_models.py) is
+:meth:`ModelRef.default_dtype`.
 """
 
 from __future__ import annotations

@@ -45,11 +45,12 @@ noise) and the reference's float32 z + g, the lowest id first among equal scores
 ``MAX_CANDIDATES`` candidates (many exact ties: duplicate token keys with equal logits), or without a
 finite maximum (all -inf, +inf or NaN), is drawn by the reference itself.
 
-Single-threaded on purpose (no ``parallel=True``): vLLM binds its OpenMP threads to the cores, and a
-second thread pool here would contend with them (engine.sampling.keyed.cpu_threads). ``nogil``, and
-compiled on first use, then cached on disk by numba: in ``__pycache__`` next to the kernels, else in
-``$NUMBA_CACHE_DIR`` or numba's per-user cache folder (a read-only install), else in a fresh
-temporary folder (nothing writable: compiled once per process).
+Single-threaded itself (no ``parallel=True``: numba's own thread pool would contend with the OpenMP
+threads vLLM binds to the cores); ``nogil``, so engine.sampling.keyed.draw runs row chunks of it on
+several Python threads at once (its row workers: one hand-off per draw). Compiled on first use, then
+cached on disk by numba: in ``__pycache__`` next to the kernels, else in ``$NUMBA_CACHE_DIR`` or
+numba's per-user cache folder (a read-only install), else in a fresh temporary folder (nothing
+writable: compiled once per process).
 
 Imports nothing outside engine.sampling but numpy / numba / torch; numba is optional
 (:func:`numba_available`; callers fall back to the reference).

@@ -7,7 +7,9 @@ show), must never decide a coupled sample. So before :func:`engine.sampling.keye
 them on a device, both kernels (``gumbel_argmax_fused`` over z, ``gumbel_argmax_logits`` over the
 raw logits) sample a small seeded probe, and their tokens must equal the torch path's on the same
 device; otherwise ``draw`` keeps the torch path on that device for the process and warns once,
-naming the reason. Cost: a few kernel launches at 8 x 5,003, once per device and process.
+naming the reason. The probe has rows with NaN, +inf and -inf entries and a row of -inf, whose
+tokens the kernels must also agree on (torch.argmax: the first NaN, else the first +inf, else the
+maximum; a row of -inf gives 0). Cost: a few kernel launches at 8 x 5,003, once per device and process.
 
 Imports nothing outside engine.sampling.
 """
@@ -29,7 +31,14 @@ def _probe(device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
     """Seeded logits (R, V) in ``dtype`` with a spread like an LM's, and per-row keys, on ``device``."""
     g = torch.Generator().manual_seed(20261125)
     logits = (torch.randn(PROBE_ROWS, PROBE_VOCAB, generator=g) * 3).to(dtype)  # (R, V)
-    logits[0, 17] = float("-inf")  # a masked entry
+    nan, inf = float("nan"), float("inf")
+    logits[0, 17] = -inf  # a masked entry
+    # non-finite logits, where a compiled max / argmax may treat NaN and inf unlike torch.argmax (NaN
+    # is the maximum, the first one; then the first +inf; a row of -inf gives 0)
+    logits[1, 4500] = nan  # a NaN in a late block
+    logits[2, 30], logits[2, 4999] = inf, nan  # +inf first, a NaN later: the NaN
+    logits[3, 2048], logits[3, 3000] = inf, inf  # two +inf: the first
+    logits[4] = -inf  # all masked
     seeds = torch.randint(-2**62, 2**62, (PROBE_ROWS,), generator=g, dtype=torch.int64)
     units = torch.randint(-2**62, 2**62, (PROBE_ROWS,), generator=g, dtype=torch.int64)
     steps = torch.randint(0, 4096, (PROBE_ROWS,), generator=g, dtype=torch.int64)

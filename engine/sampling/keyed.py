@@ -10,7 +10,7 @@ device and settings:
 * CUDA with Triton, no top-k / top-p, no trace, T > 0: the single-read kernel
   (engine.sampling.triton_noise.gumbel_argmax_logits) on the raw logits: one read of each row in its
   own dtype, the argmax of z + g and an online logsumexp in registers, two values written per row;
-  no (R, V) float32 copy, no x / T tensor, no log-softmax, no noise tensor (issue 18).
+  no (R, V) float32 copy, no x / T tensor, no log-softmax, no noise tensor (docs/BENCHMARKS.md, coupled vLLM).
 * CUDA with Triton and top-k / top-p or a trace: z masked in torch, then the fused Gumbel-argmax
   kernel over z (no (R, V) noise tensor). A trace's Gumbel values at the top-k ids come from
   :func:`engine.sampling.noise.gumbel_at` on an (R, k) grid.
@@ -32,14 +32,25 @@ shares the cores, every join waits for a descheduled thread: on the 2-core VM a 
 draw runs on one intra-op thread by default; ``$COUPLED_EVAL_NOISE_THREADS`` = N gives it N (a
 dedicated many-core CPU server). Speed only: the bits never depend on it.
 
+Row workers (:func:`cpu_draw_workers`): with the numba Gumbel-argmax, a CPU draw splits its rows over
+W threads (the caller and W - 1 pool threads, each on one intra-op thread; numba and torch release
+the GIL): one hand-off and one join per draw, not one per elementwise pass, so a descheduled thread
+costs one scheduler slice at most. W defaults to the intra-op threads torch was given (vLLM: the
+cores it bound; capped at 8 and at the CPUs this process may use); ``$COUPLED_EVAL_DRAW_WORKERS`` = W
+overrides (1 = the caller alone). Every operation is per row, so the bits do not depend on W
+(tests/test_keyed_draw.py ``test_draw_does_not_depend_on_the_row_workers``).
+
 Imports nothing outside engine.sampling (and engine.errors).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -50,6 +61,9 @@ from engine.sampling.gumbel import check_params, masked_logits
 
 TEMP_BUDGET_BYTES = 256 << 20  # peak extra memory of one draw, whatever the number of rows
 THREADS_ENV = "COUPLED_EVAL_NOISE_THREADS"  # intra-op threads of a CPU draw (default 1)
+WORKERS_ENV = "COUPLED_EVAL_DRAW_WORKERS"  # row workers of a numba CPU draw (default: torch's threads, <= 8)
+MAX_WORKERS = 8
+MIN_ROWS_PER_WORKER = 4  # fewer rows: not worth a hand-off
 
 
 class Draw(NamedTuple):
@@ -98,6 +112,48 @@ def cpu_draw_threads() -> int:
     if env and (not env.isdigit() or int(env) < 1):
         raise UserError(f"${THREADS_ENV} must be an integer >= 1, got {env!r}")
     return int(env) if env else 1
+
+
+def cpu_draw_workers(rows: int) -> int:
+    """Row workers of a numba CPU draw of ``rows`` rows: ``$COUPLED_EVAL_DRAW_WORKERS`` (an integer >= 1),
+    default the intra-op threads torch was given, at most :data:`MAX_WORKERS` and the CPUs this
+    process may run on; never more than one per :data:`MIN_ROWS_PER_WORKER` rows."""
+    env = os.environ.get(WORKERS_ENV, "").strip()
+    if env and (not env.isdigit() or int(env) < 1):
+        raise UserError(f"${WORKERS_ENV} must be an integer >= 1, got {env!r}")
+    if env:
+        w = int(env)
+    else:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        w = min(torch.get_num_threads(), cpus, MAX_WORKERS)
+    return max(1, min(w, rows // MIN_ROWS_PER_WORKER))
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_PID = 0  # the process that made _POOL: a forked child (vLLM workers) inherits it without its threads
+_POOL_LOCK = threading.Lock()
+
+
+def _one_thread(fn: Callable[[], Draw]) -> Draw:
+    """Run ``fn`` in a pool thread on one intra-op thread (a new thread starts with torch's count)."""
+    if torch.get_num_threads() != 1:
+        torch._C.set_num_threads(1)
+    return fn()
+
+
+def _run_parallel(jobs: list[Callable[[], Draw]], workers: int) -> list[Draw]:
+    """The jobs' results in order: the caller runs every ``workers``-th job, the pool the others."""
+    global _POOL, _POOL_PID
+    if workers <= 1 or len(jobs) <= 1:
+        return [j() for j in jobs]
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_PID != os.getpid() or _POOL._max_workers < workers - 1:  # grows, never shrinks
+            _POOL = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="coupled-draw")
+            _POOL_PID = os.getpid()
+        pool = _POOL
+    futures = {i: pool.submit(_one_thread, j) for i, j in enumerate(jobs) if i % workers}
+    mine = {i: j() for i, j in enumerate(jobs) if not i % workers}
+    return [mine[i] if i in mine else futures[i].result() for i in range(len(jobs))]
 
 
 @contextmanager
@@ -225,7 +281,10 @@ def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: 
         return Draw(tok, prob, None, None, None)
     fused = temperature > 0 and _fused_available(logits.device)
     cpu_fast = temperature > 0 and not fused and _cpu_argmax_available(logits.device)
-    n = rows_per_chunk(V, top_p, fused or cpu_fast, budget, gathered=rows is not None)  # neither holds the noise
+    workers = cpu_draw_workers(R) if cpu_fast else 1  # concurrent chunks share the budget
+    n = rows_per_chunk(V, top_p, fused or cpu_fast, budget // workers, gathered=rows is not None)  # no noise held
+    if workers > 1:
+        n = min(n, -(-R // workers))  # at least one chunk per worker
 
     def chunk(a: int) -> Draw:
         x = logits[a:a + n] if rows is None else logits[rows[a:a + n]]  # (r, V); a copy only when gathered
@@ -233,7 +292,7 @@ def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: 
                            top_p, trace_k, fused, cpu_fast)
 
     with cpu_threads(logits.device):
-        parts = [chunk(a) for a in range(0, max(R, 1), n)]  # R = 0: one empty chunk
+        parts = _run_parallel([partial(chunk, a) for a in range(0, max(R, 1), n)], workers)  # R = 0: one chunk
     if len(parts) == 1:
         return parts[0]
     def cat(col: tuple) -> torch.Tensor | None:
@@ -266,5 +325,6 @@ def keyed_scores(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor,
     return z + g, logp, g
 
 
-__all__ = ["THREADS_ENV", "cpu_draw_threads", "cpu_threads", "Draw", "keyed_scores", "TEMP_BUDGET_BYTES",
+__all__ = ["THREADS_ENV", "WORKERS_ENV", "cpu_draw_threads", "cpu_draw_workers",
+           "cpu_threads", "Draw", "keyed_scores", "TEMP_BUDGET_BYTES",
            "bytes_per_row", "draw", "keyed_noise", "rows_per_chunk", "single_read"]

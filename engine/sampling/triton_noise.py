@@ -13,7 +13,7 @@ noise alone would cost more than a decode step of a 1B model. Here the integer h
 stay in registers and the only (B, V) traffic is the float32 output (or nothing at all:
 :func:`gumbel_argmax_fused` reduces to the sampled token inside the kernel).
 
-The single-read kernel (:func:`gumbel_argmax_logits`, issue 18) goes one step further: it reads the
+The single-read kernel (:func:`gumbel_argmax_logits`) goes one step further: it reads the
 raw logits (float32 / bf16 / fp16, any strides, or a selection of rows), divides by T with IEEE
 rounding (``tl.math.div_rn``: Triton's ``/`` on fp32 is an approximate division on CUDA; torch's CUDA
 ``x / number`` is ``x * (1 / number)``, so engine.sampling.gumbel.scale divides by a tensor), keeps the
@@ -54,13 +54,14 @@ from engine.sampling import noise
 Backend = Literal["auto", "triton", "torch"]
 BACKENDS = ("auto", "triton", "torch")
 
-# splitmix64 constants, unsigned (the kernel computes in uint64; the reference stores the same bits
-# as int64).
-_GOLDEN = 0x9E3779B97F4A7C15
-_MUL1 = 0xBF58476D1CE4E5B9
-_MUL2 = 0x94D049BB133111EB
-_TOKEN_SALT = 0xD6E8FEB86659FD93
-_TINY_BITS = 0x0010000000000000  # float64 smallest normal (torch.finfo(float64).tiny) as bits
+
+
+def _use_triton(backend: str, device: torch.device) -> bool:
+    """Whether the Triton kernel runs: ``backend="triton"``, or ``"auto"`` on a CUDA device where Triton
+    imports. ValueError naming an unknown backend."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    return backend == "triton" or (backend == "auto" and device.type == "cuda" and triton_importable())
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,7 +86,9 @@ if triton_importable():
 
     @triton.jit
     def _mix(x):
-        # splitmix64 finaliser on uint64: + and * wrap mod 2^64, >> is logical on unsigned ints
+        # splitmix64 finaliser on uint64: + and * wrap mod 2^64, >> is logical on unsigned ints. The
+        # constants are literals (a kernel reads no Python globals): noise._mix_int's, and the token
+        # salt below is noise._TOKEN_SALT's bits (tests/test_noise_kernel.py checks the bits agree)
         x = x + 0x9E3779B97F4A7C15
         x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
         x = (x ^ (x >> 27)) * 0x94D049BB133111EB
@@ -127,6 +130,15 @@ if triton_importable():
         tl.store(out_ptr + b * V + offs, g, mask=m)
 
     @triton.jit
+    def _nan_first(sc, offs, V):
+        """(the block's first NaN id, or V when none; the scores with NaN as -inf). torch.argmax takes
+        NaN for the maximum, the first one; Triton's max / argmax treat it differently compiled (fmax
+        ignores it) and interpreted (numpy propagates it), so the kernels handle it themselves."""
+        isn = sc != sc
+        nan_at = tl.min(tl.where(isn, offs, V), axis=0)
+        return nan_at, tl.where(isn, float("-inf"), sc)
+
+    @triton.jit
     def _gumbel_argmax_kernel(tok_ptr, gval_ptr, logp_ptr, seed_ptr, unit_ptr, step_ptr, keys_ptr, V, stride,
                               BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
         # grid (B,): program b scans row b's vocabulary in blocks, keeping the running argmax of
@@ -136,20 +148,23 @@ if triton_importable():
         best = tl.full((), float("-inf"), tl.float32)
         best_i = tl.full((), 0, tl.int64)
         best_g = tl.full((), 0.0, tl.float32)
+        found = tl.full((), 0, tl.int32)  # 1 once a NaN score was seen: the first NaN is torch.argmax's pick
         for start in range(0, V, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             m = offs < V
             g = _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE)  # (BLOCK,)
             lp = tl.load(logp_ptr + b * stride + offs, mask=m, other=float("-inf"))  # (BLOCK,)
             z = tl.where(m, lp + g, float("-inf"))  # the float32 sum the reference's argmax sees
+            nan_at, z = _nan_first(z, offs, V)  # NaN scores out of the max / argmax (their lowerings differ)
             zmax = tl.max(z, axis=0)
             zi = tl.argmax(z, axis=0, tie_break_left=True)
-            gi = tl.sum(tl.where(offs == start + zi, g, 0.0), axis=0)
+            take_nan = (nan_at < V) & (found == 0)
             # the first block always sets the running best (a row of -inf -> id 0, as torch.argmax)
-            better = (zmax > best) | (start == 0)
-            best_i = tl.where(better, (start + zi).to(tl.int64), best_i)
-            best_g = tl.where(better, gi, best_g)
+            better = ((zmax > best) | (start == 0)) & (found == 0)
+            best_i = tl.where(take_nan, nan_at.to(tl.int64), tl.where(better, (start + zi).to(tl.int64), best_i))
+            best_g = tl.where(take_nan | better, tl.sum(tl.where(offs == best_i, g, 0.0), axis=0), best_g)
             best = tl.where(better, zmax, best)
+            found = tl.where(take_nan, 1, found)
         tl.store(tok_ptr + b, best_i)
         tl.store(gval_ptr + b, best_g)
 
@@ -172,6 +187,7 @@ if triton_importable():
         best_z = tl.full((), float("-inf"), tl.float32)
         mx = tl.full((), float("-inf"), tl.float32)
         s = tl.full((), 0.0, tl.float32)
+        found = tl.full((), 0, tl.int32)  # 1 once a NaN z was seen: the first NaN is torch.argmax's pick
         for start in range(0, V, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             m = offs < V
@@ -180,23 +196,28 @@ if triton_importable():
             if SCALE:  # div_rn: IEEE round-to-nearest (Triton's "/" is an approximate division on CUDA)
                 z = tl.math.div_rn(z, temperature)
             z = tl.where(m, z, float("-inf"))
+            nan_at, z = _nan_first(z, offs, V)  # NaN out of the max / argmax / sums (the row's result is NaN)
             g = _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE)  # (BLOCK,)
             sc = tl.where(m, z + g, float("-inf"))  # the float32 sum the reference's argmax sees
             smax = tl.max(sc, axis=0)
             si = tl.argmax(sc, axis=0, tie_break_left=True)
             zi = tl.max(tl.where(offs == start + si, z, float("-inf")), axis=0)  # z at the block's winner
-            better = (smax > best) | (start == 0)  # the first block always sets it (all -inf -> id 0)
-            best_i = tl.where(better, (start + si).to(tl.int64), best_i)
+            take_nan = (nan_at < V) & (found == 0)
+            better = ((smax > best) | (start == 0)) & (found == 0)  # the first block sets it (all -inf -> id 0)
+            best_i = tl.where(take_nan, nan_at.to(tl.int64), tl.where(better, (start + si).to(tl.int64), best_i))
             best_z = tl.where(better, zi, best_z)
             best = tl.where(better, smax, best)
+            found = tl.where(take_nan, 1, found)
             bmax = tl.max(z, axis=0)
             new = tl.maximum(mx, bmax)
-            base = tl.where(new == float("-inf"), 0.0, new)  # all -inf so far: keep s = 0, no nan
+            base = tl.where((new == float("-inf")) | (new == float("inf")), 0.0, new)  # no inf - inf here
             s = s * tl.exp(mx - base) + tl.sum(tl.exp(z - base), axis=0)
             mx = new
         tl.store(tok_ptr + b, best_i)
-        # log D[token] = (z - max) - log(sum), the order torch's log_softmax computes it in
-        tl.store(prob_ptr + b, tl.exp((best_z - mx) - tl.log(s)))
+        # log D[token] = (z - max) - log(sum), the order torch's log_softmax computes it in; NaN (as
+        # torch's) when z holds a NaN or a +inf (inf - inf)
+        bad = (found == 1) | (mx == float("inf"))
+        tl.store(prob_ptr + b, tl.where(bad, float("nan"), tl.exp((best_z - mx) - tl.log(s))))
 
 
 def _this_mode() -> bool:
@@ -314,11 +335,7 @@ def gumbel_fused(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | 
         float32 (B, V) on ``token_keys.device``, the reference's bits (see the module docstring
         for the float64 ``log`` caveat across libraries).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
-    use_triton = backend == "triton" or (backend == "auto" and token_keys.device.type == "cuda"
-                                         and triton_importable())
-    if use_triton:
+    if _use_triton(backend, token_keys.device):
         return gumbel_triton(seed, unit_keys, step, token_keys)
     return noise.gumbel(seed, unit_keys, step, token_keys)
 
@@ -326,25 +343,27 @@ def gumbel_fused(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | 
 def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys: torch.Tensor,
                         step: int | torch.Tensor, token_keys: torch.Tensor,
                         backend: Backend = "auto", block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gumbel-max without materialising the noise: T_b = argmax_v (logp[b, v] + g[b, v]).
+    """Gumbel-max without materialising the noise: T_b = argmax_v (z[b, v] + g[b, v]).
 
-    Same tokens as ``torch.argmax(logp + noise.gumbel(...), -1)`` (engine.sampling.sample): the
-    noise is the reference's, the float32 sum is the same rounding, ties go to the lowest id.
-    The (B, V) noise is never written: the kernel reads logp once and writes B tokens.
+    Same tokens as ``torch.argmax(z + noise.gumbel(...), -1)`` (engine.sampling.sample): the
+    noise is the reference's, the float32 sum is the same rounding, ties go to the lowest id (NaN
+    and +inf as torch.argmax: the first NaN, else the first +inf). The (B, V) noise is never
+    written: the kernel reads z once and writes B tokens.
 
     Args:
-        logp: float32 (B, V) masked log-probabilities (engine.sampling.masked_logprobs; -inf = masked).
+        logp: float32 (B, V) scores z, the sampler's masked scaled logits float32(logits) / T
+            (engine.sampling.gumbel.masked_logits; -inf = masked), as keyed.draw passes them. Any
+            per-row shift of z (log-probabilities, z - logsumexp z) samples the same distribution
+            but is another float formula: the tokens are then those of that formula.
         seed, unit_keys, step, token_keys: as :func:`engine.sampling.noise.gumbel`.
         backend: as :func:`gumbel_fused`.
 
     Returns:
         (tokens LongTensor (B,), the chosen tokens' Gumbel values float32 (B,)).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    use_triton = _use_triton(backend, logp.device)
     if logp.dtype != torch.float32 or logp.dim() != 2 or logp.shape[1] != token_keys.shape[0]:
         raise ValueError(f"logp must be float32 (B, {token_keys.shape[0]}), got {logp.dtype} {tuple(logp.shape)}")
-    use_triton = backend == "triton" or (backend == "auto" and logp.device.type == "cuda" and triton_importable())
     if not use_triton:
         g = noise.gumbel(seed, unit_keys, step, token_keys)  # (B, V)
         tok = torch.argmax(logp + g, dim=-1)  # (B,)
@@ -398,11 +417,9 @@ def gumbel_argmax_logits(logits: torch.Tensor, seed: int | torch.Tensor, unit_ke
         bits, same float32 rounding), probabilities agree to float32 rounding (a different
         summation order).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown noise backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    use_triton = _use_triton(backend, logits.device)
     V = token_keys.shape[0]
     _check_logits(logits, rows, temperature, V)
-    use_triton = backend == "triton" or (backend == "auto" and logits.device.type == "cuda" and triton_importable())
     if not use_triton:
         from engine.sampling.gumbel import scale
 

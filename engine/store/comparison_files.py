@@ -377,7 +377,8 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     analyses read repeated votes, e.g. Arena's several per question, as data). Winners: a, b, tie, model_a, model_b,
     tie (bothbad), case and spaces ignored. Separator: comma, or ';' / tab when only those parse.
 
-    The file is streamed row by row (issue 14.5): repeated model names and winners share one string
+    The file is streamed row by row (memory stays flat for a file of any length): repeated model
+    names and winners share one string
     object, duplicates are found through 64-bit hashes of the row keys.
 
     Returns:

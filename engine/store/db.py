@@ -10,11 +10,11 @@ Concurrency model (DuckDB lets one process write *or* several read, never both):
 * Readers yield to a waiting writer: a writer that finds the file held leaves a *write-intent*
   file next to the database (``NAME.write-intent-PID``) until it gets in; a reader that sees a fresh
   one waits (bounded) before connecting. Readers' shared locks overlap, so without this a few
-  dashboard sessions polling in a loop could keep a generation waiting forever (issue 14.2).
+  dashboard sessions polling in a loop could keep a generation waiting forever (tests/test_store_concurrency.py).
 * Live job progress never goes through the database: it is a JSON file next to it
   (see ``dashboard.jobs``), so a dashboard can watch a job without touching the lock.
 
-Damaged files (issue 13): before any connection, :func:`check_file` reads the file's header (the
+Damaged files (tests/test_store_integrity.py): before any connection, :func:`check_file` reads the file's header (the
 DuckDB magic and the block count it records) and compares it with the file's size, so an empty,
 foreign, text or truncated file is refused with one line and never opened read-write; a writer
 also opens the file read-only and reads its catalog once per process before it ever writes.
@@ -75,6 +75,34 @@ def _intent_prefix(path: Path) -> str:
     return path.name + ".write-intent-"
 
 
+def _announce(path: Path, tag: int) -> Path:
+    """Create this writer's write-intent file next to the database, whole or not at all.
+
+    The same refusals as the database's own writes: a read-only or full folder is one UserError line
+    (:func:`engine.store.files.write_failure`), and a file that could not be written completely is
+    removed (a partial intent would hold readers back until it looks stale)."""
+    intent = path.parent / f"{_intent_prefix(path)}{os.getpid()}-{tag & 0xFFFF:x}"
+    fd = None
+    try:
+        fd = os.open(intent, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        data = f"{os.getpid()} {socket.gethostname()}\n".encode()
+        if os.write(fd, data) != len(data):
+            raise OSError(28, "No space left on device (short write)", str(intent))
+        os.close(fd)
+        return intent
+    except OSError as exc:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                intent.unlink()
+        refused = write_failure(path, exc)
+        if refused is not None:
+            raise refused from None
+        raise UserError(f"database {path} is held by another process and this writer could not announce "
+                        f"itself next to it ({exc}); nothing was written: fix the folder and retry") from None
+
+
 def _fresh_intents(path: Path) -> list[Path]:
     """Write-intent files of live writers (refreshed within INTENT_STALE_S)."""
     prefix, now = _intent_prefix(path), time.time()
@@ -124,8 +152,7 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
                 if not read_only:
                     now = time.time()
                     if intent is None:
-                        intent = path.parent / f"{_intent_prefix(path)}{os.getpid()}-{id(exc) & 0xFFFF:x}"
-                        intent.write_text(f"{os.getpid()} {socket.gethostname()}\n")
+                        intent = _announce(path, id(exc))
                         last_touch = now
                     elif now - last_touch > 1.0:  # refresh: a live writer's intent never looks stale
                         with contextlib.suppress(OSError):

@@ -60,7 +60,7 @@ def file_problem(path: str | os.PathLike) -> str | None:
         return "has a damaged header (implausible block size)"
     # DuckDB's file is the headers plus whole blocks (trailing free blocks may be cut off, so the
     # header's block count is no lower bound: the blocks tables use are checked after opening).
-    # A checkpoint that failed part-way (the disk full, issue 21.1) leaves a torn tail BEYOND every
+    # A checkpoint that failed part-way (the disk full; tests/test_disk_full.py) leaves a torn tail BEYOND every
     # block the live header counts, with the committed data still in the WAL: that file is healthy
     # (the next writer replays the WAL and checkpoints), not truncated.
     if (size - _DATA_START) % alloc and size < _DATA_START + count * alloc:

@@ -1,4 +1,4 @@
-"""scripts/install_vllm.sh --dry-run (issue 18 item 6): what each flavour would install, on a machine
+"""scripts/install_vllm.sh --dry-run: what each flavour would install, on a machine
 without a GPU, consistent with the run-time version gate; --cuda without a driver is one line and
 creates nothing."""
 

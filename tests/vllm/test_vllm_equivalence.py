@@ -1,4 +1,4 @@
-"""The vLLM backend against the transformers loop, unit by unit (issue 10 item 3).
+"""The vLLM backend against the transformers loop, unit by unit.
 
 (a) a tiny fp32 Llama built from a config: every unit identical, coupled and independent modes,
     with and without top-k / top-p, and greedy;

@@ -202,7 +202,7 @@ def _batch_256(trace_k: int, sink_path: str, origin: int):
 @pytest.mark.parametrize("where", ["backend", "worker"])
 @pytest.mark.parametrize("trace_k", [0, 3])
 def test_v2_apply_makes_no_host_transfer_at_batch_256(trace_k, where, monkeypatch, tmp_path):
-    """Issue 18 item 2: Model Runner V2's apply at batch 256 (a 2,000-token vocabulary, every
+    """Model Runner V2's apply at batch 256 (a 2,000-token vocabulary, every
     request ours, one prefill chunk among them) calls no item/tolist/cpu/numpy/to("cpu") and no
     implicit bool/int of a tensor; and its tokens are still the Gumbel-max samples. In the backend's
     process the records wait in PENDING; in a worker (another process: a sink, origin not this pid)

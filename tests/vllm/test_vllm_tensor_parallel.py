@@ -1,4 +1,4 @@
-"""Tensor parallelism inside one engine (issue 11): vLLM with ``tensor_parallel_size=2`` on CPU (two
+"""Tensor parallelism inside one engine: vLLM with ``tensor_parallel_size=2`` on CPU (two
 rank processes, one core each, bound by engine.generation.vllm_backend.cpu_threads_bind).
 
 The logits processor then runs in vLLM's rank processes, not in ours: the keys reach it and its

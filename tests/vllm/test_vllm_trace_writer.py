@@ -1,4 +1,4 @@
-"""Step records from another process (issue 18 item 2): the worker's writer thread and the backend's
+"""Step records from another process: the worker's writer thread and the backend's
 wait for late records (engine.generation.vllm_traces: write_later, FinishedRequests). Needs no vLLM:
 runs in the main environment and in the vLLM one.
 
