@@ -76,7 +76,8 @@ def build(db: Path, n_traces: int) -> None:
                                   (VALUES ('coupled'), ('independent')) d(md), (VALUES ('ab'), ('ba')) e(o) WHERE a < b)""",
                     [run, models, models, prompts // 5, repeats])
         con.execute("INSERT INTO comparison_sets VALUES ('bench-set', 'bench', current_timestamp, 5000, '{}')")
-        con.execute("""INSERT INTO comparisons SELECT 'bench-set', i, 'p' || i, 'model-' || (i % 4), 'model-' || ((i + 1 + i // 4) % 4),
+        con.execute("""INSERT INTO comparisons (set_name, row_idx, prompt_id, model_a, model_b, human_winner, judge_winner)
+                       SELECT 'bench-set', i, 'p' || i, 'model-' || (i % 4), 'model-' || ((i + 1 + i // 4) % 4),
                               CASE WHEN i < 1000 THEN (CASE hash(i) % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' ELSE 'tie' END) END,
                               CASE hash(i + 7) % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' ELSE 'tie' END
                        FROM range(5000) t(i) WHERE i % 4 <> (i + 1 + i // 4) % 4""")
