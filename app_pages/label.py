@@ -16,14 +16,22 @@ if not choices:
     ui.empty_state("No run with two models yet: generate one (and judge it) first.", "generate", "Generate")
     st.stop()
 
+sets = ui.safe(L.label_set_choices, _empty="No database yet.") or {}
+source = st.radio("Label the units of", LV.SOURCES if sets else LV.SOURCES[:1], horizontal=True, key="label_source",
+                  help="a comparison set made from a run (e.g. its judge verdicts by `comparisons from-judge`): "
+                       "the sample is drawn from the set's rows, the responses come from the run")
 c1, c2, c3 = st.columns([3, 1, 2])
-run = c1.selectbox("Run", list(choices), key="label_run")
-mode = c2.selectbox("Mode", list(choices[run]), key="label_mode")
+if source == LV.SOURCES[0]:
+    run = c1.selectbox("Run", list(choices), key="label_run")
+    mode = c2.selectbox("Mode", list(choices[run]), key="label_mode")
+    n_units, what = choices[run][mode], "units"
+else:
+    name = c1.selectbox("Comparison set", list(sets), key="label_set")
+    n_units, what = sets[name], "rows"
 c3.text_input("Your name (labeller)", key="label_name", max_chars=100)
 with st.expander("Sample", expanded="label_sample" not in st.session_state):
     s1, s2, s3 = st.columns(3)
-    n_units = choices[run][mode]
-    s1.number_input(f"Sample size (of {n_units:,} units)", min_value=1, value=min(200, n_units), step=50,
+    s1.number_input(f"Sample size (of {n_units:,} {what})", min_value=1, value=min(200, n_units), step=50,
                     key="label_n")
     s2.number_input("Seed (recorded)", min_value=0, value=0, step=1, key="label_seed")
     s3.slider("Share also shown to a second labeller", 0.0, 0.5, 0.0, 0.05, key="label_share",

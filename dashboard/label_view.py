@@ -23,6 +23,9 @@ UNDO_KEY = "U"
 SKIP_WARN = 0.2   # a skip rate above this (after 10 answers) is a selection risk (METHODS 9.1): a warning
 
 
+SOURCES = ("a run", "a comparison set")
+
+
 def session_id() -> str:
     """This browser tab's labelling session (claims are per session: two tabs never get one unit)."""
     return st.session_state.setdefault("label_session", uuid.uuid4().hex)
@@ -34,8 +37,12 @@ def start() -> None:
     ss = st.session_state
     try:
         name = T.check_labeller(ss.get("label_name") or "")
-        s = T.make_sample(L.db_path(), ss["label_run"], ss["label_mode"], int(ss["label_n"]), int(ss["label_seed"]),
-                          float(ss["label_share"]))
+        if ss.get("label_source", SOURCES[0]) == SOURCES[0]:
+            s = T.make_sample(L.db_path(), ss["label_run"], ss["label_mode"], int(ss["label_n"]),
+                              int(ss["label_seed"]), float(ss["label_share"]))
+        else:
+            s = T.make_sample(L.db_path(), None, None, int(ss["label_n"]), int(ss["label_seed"]),
+                              float(ss["label_share"]), set_name=ss["label_set"])
     except UserError as exc:
         st.session_state["label_error"] = str(exc)
         return

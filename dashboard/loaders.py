@@ -207,6 +207,7 @@ def run_ranksets(run: str, judge: str, **kwargs: Any) -> _run_ranksets.RunRankSe
     return _run_ranksets_view(run, judge, label_count=run_label_count(run), **kwargs)
 # Label (the sample's state lives in its label log and is read live by dashboard.label_view, not cached)
 label_choices = _view(_labels.label_choices)
+label_set_choices = _view(_labels.label_set_choices)
 label_block = _view(_labels.block_view)
 
 

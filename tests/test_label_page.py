@@ -84,3 +84,25 @@ def test_bad_labeller_and_too_large_sample_write_nothing(page):
     assert "larger than" in at.error[0].value
     assert not LL.labels_dir(db).exists()
     assert RUN in at.selectbox(key="label_run").options
+
+
+def test_labelling_a_stored_comparison_set(tmp_path, monkeypatch):
+    """The page's second source: a comparison set made from the run; the sample is drawn from its rows."""
+    import pandas as pd
+
+    from engine.store import comparisons as SC
+    db = build_label_db(tmp_path / "page.duckdb", n_prompts=6, repeats=1)
+    rows = pd.DataFrame([{"prompt_id": f"p{i:05d}", "model_a": "m1", "model_b": "m3", "human_winner": None,
+                          "judge_winner": "b", "repeat": 0, "mode": "coupled"} for i in range(4)])
+    SC.write_set(db, rows, "verdicts", "judge", {"format": "judgments", "run": RUN, "mode": "coupled"}, False)
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at.switch_page(navigation.path("label")).run()
+    at.radio(key="label_source").set_value("a comparison set").run()
+    assert at.selectbox(key="label_set").value == "verdicts"
+    _start(at, n=4)
+    sample = T.get_sample(db, at.session_state["label_sample"])
+    assert sample["source_set"] == "verdicts" and sample["n_units"] == 4
+    assert {(u[2], u[3]) for u in sample["units"]} == {("m1", "m3")}
+    assert "Unit 1 of 4" in _all_text(at)

@@ -285,3 +285,37 @@ def test_the_audit_reads_labels_still_in_the_log_and_a_synced_copy_once(db):
     T.record(db, sid, i, "first", "ann", "tab1")
     assert len(human_labels(db, RUN)) == 4 and label_count(db, RUN) == 4
     assert len(human_labels(db, RUN, set_name=sid)) == 4
+
+
+def test_a_sample_from_a_stored_comparison_set_of_the_run(db, tmp_path, capsys):
+    """The Label page and `label sample --set` draw from a stored comparison set made from a run (here as
+    `comparisons from-judge` stores one: meta names the run and mode): only the set's units, the responses
+    from the run; sets that do not come from a run, or name units the run lacks, are one line, nothing written."""
+    from engine.store import comparisons as SC
+    rows = pd.DataFrame([{"prompt_id": f"p{i:05d}", "model_a": "m2", "model_b": "m1", "human_winner": None,
+                          "judge_winner": "a", "repeat": r, "mode": None} for i in range(3) for r in range(2)])
+    SC.write_set(db, rows, "judge-set", "judge", {"format": "judgments", "run": RUN, "mode": "coupled"}, False)
+    assert T.label_set_choices(db) == {"judge-set": 6}
+    s = T.make_sample(db, None, None, 6, seed=2, set_name="judge-set")
+    assert s["run"] == RUN and s["mode"] == "coupled" and s["n_units"] == 6 and s["source_set"] == "judge-set"
+    assert sorted((u[0], u[1], u[2], u[3]) for u in s["units"]) == sorted(
+        (f"p{i:05d}", r, "m1", "m2") for i in range(3) for r in range(2))  # the run's canonical pair order
+    assert T.unit_view(db, s["sample_id"], 0).prompt  # the run's prompt and responses are shown
+    assert s["sample_id"] != T.make_sample(db, RUN, "coupled", 6, seed=2)["sample_id"]
+    with pytest.raises(UserError, match="larger than comparison set 'judge-set''s 6"):
+        T.make_sample(db, None, None, 7, seed=2, set_name="judge-set")
+    SC.write_set(db, rows.iloc[:2], "upload", "csv", {"format": "csv"}, False)
+    with pytest.raises(UserError, match="does not come from a run"):
+        T.make_sample(db, None, None, 1, seed=0, set_name="upload")
+    bad = rows.assign(prompt_id="nope")
+    SC.write_set(db, bad, "stray", "judge", {"format": "judgments", "run": RUN, "mode": "coupled"}, False)
+    before = sorted(p.name for p in LL.labels_dir(db).iterdir())
+    with pytest.raises(UserError, match="did not generate"):
+        T.make_sample(db, None, None, 1, seed=0, set_name="stray")
+    assert sorted(p.name for p in LL.labels_dir(db).iterdir()) == before
+    assert cli(["label", "sample", "--set", "judge-set", "--n", "4", "--seed", "9", "--db", str(db), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 4
+    assert cli(["label", "sample", "--set", "judge-set", "--run", RUN, "--n", "4", "--seed", "9", "--db", str(db)]) == 2
+    assert "takes its run and mode from the set" in capsys.readouterr().err
+    assert cli(["label", "sample", "--n", "4", "--seed", "9", "--db", str(db)]) == 2
+    assert "give --run RUN and --mode MODE, or --set NAME" in capsys.readouterr().err

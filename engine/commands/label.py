@@ -19,8 +19,11 @@ def register(sub) -> None:
     inner.required = True
     q = inner.add_parser("sample", help="draw a uniformly random sample of a run's comparison units to label")
     add_db(q)
-    q.add_argument("--run", required=True)
-    q.add_argument("--mode", choices=config.MODES, required=True)
+    q.add_argument("--run", help="the run whose units are sampled (with --mode)")
+    q.add_argument("--mode", choices=config.MODES)
+    q.add_argument("--set", dest="set_name", metavar="NAME",
+                   help="instead of --run/--mode: the units of a stored comparison set made from a run "
+                        "(e.g. by `comparisons from-judge`; its run's generations are the responses shown)")
     q.add_argument("--n", type=int, required=True, help="sample size (at most the run's units in that mode)")
     q.add_argument("--seed", type=int, required=True, help="the recorded seed of the draw")
     q.add_argument("--share", type=float, default=0.0,
@@ -57,7 +60,11 @@ def run_sample(args) -> int:
     from engine.tasks.label_sets import sample_csv
     from engine.tasks.labels import make_sample
     _need_db(args.db)
-    s = make_sample(args.db, args.run, args.mode, args.n, args.seed, args.share)
+    if args.set_name is None and (args.run is None or args.mode is None):
+        raise UserError("label sample: give --run RUN and --mode MODE, or --set NAME")
+    if args.set_name is not None and (args.run is not None or args.mode is not None):
+        raise UserError("label sample: --set NAME takes its run and mode from the set; leave out --run / --mode")
+    s = make_sample(args.db, args.run, args.mode, args.n, args.seed, args.share, set_name=args.set_name)
     if args.out:
         try:
             Path(args.out).write_text(sample_csv(s), encoding="utf-8")

@@ -66,28 +66,75 @@ def run_units(db, run: str, mode: str) -> tuple[list[str], list[tuple[str, int, 
     return models, units
 
 
+def set_units(db, set_name: str) -> tuple[str, str, list[str], list[tuple[str, int, str, str]]]:
+    """A stored comparison set's units to label: (run, mode, models, units). The set must come from a run
+    whose generations hold the responses to show (its meta names the run: ``comparisons from-judge`` sets,
+    label sets) and be of one mode; its units are its distinct (prompt, repeat, pair) rows, in the run's
+    canonical order, each of which the run must have generated."""
+    import json
+
+    from engine.store.comparisons import list_sets, read_set
+    rows = read_set(db, set_name)  # UserError for an unknown set
+    metas = list_sets(db).set_index("name")["meta"]
+    meta = json.loads(metas.get(set_name) or "{}") if set_name in metas.index else {}
+    run = (meta.get("run") or meta.get("run_id")) if isinstance(meta, dict) else None
+    if not run:
+        raise UserError(f"comparison set {set_name!r} does not come from a run (no run in its meta: an upload or "
+                        "an Arena import), so there are no responses to show; label a run, or a set made by "
+                        "`comparisons from-judge`")
+    modes = {m for m in rows["mode"] if m is not None} | ({meta["mode"]} if meta.get("mode") else set())
+    if len(modes) != 1:
+        shown = ", ".join(sorted(modes)) or "none recorded"
+        raise UserError(f"comparison set {set_name!r} has rows of {len(modes)} modes ({shown}); a sample is of one "
+                        "mode: label its run with --run and --mode")
+    mode = modes.pop()
+    models, run_all = run_units(db, run, mode)
+    order = {m: i for i, m in enumerate(models)}
+    have = set(run_all)
+    units, missing = set(), []
+    for p, r, a, b in zip(rows["prompt_id"], rows["repeat"], rows["model_a"], rows["model_b"]):
+        ma, mb = sorted((a, b), key=lambda m: order.get(m, len(order)))
+        u = (str(p), int(r or 0), ma, mb)
+        (units.add(u) if u in have else missing.append(u))
+    if missing:
+        raise UserError(f"comparison set {set_name!r} has {len(missing)} row(s) that run {run!r} did not generate in "
+                        f"mode {mode} (e.g. {missing[0]}); nothing was written")
+    return run, mode, models, sorted(units, key=run_all.index)
+
+
 def sample_id_for(run: str, mode: str, seed: int, n: int, share: float) -> str:
     return f"labels-{run}-{mode}-s{seed}-n{n}" + (f"-x{share:g}" if share else "")
 
 
-def make_sample(db, run: str, mode: str, n: int, seed: int, share: float = 0.0) -> dict[str, Any]:
-    """Draw (or reuse) the sample of ``n`` units of ``run`` in ``mode`` from ``seed`` and record it
-    in its sample file (the dashboard may call this: it never writes the database)."""
+def make_sample(db, run: str | None, mode: str | None, n: int, seed: int, share: float = 0.0,
+                set_name: str | None = None) -> dict[str, Any]:
+    """Draw (or reuse) the sample of ``n`` units of ``run`` in ``mode`` (or of the stored comparison set
+    ``set_name``: :func:`set_units`) from ``seed`` and record it in its sample file (the dashboard may call
+    this: it never writes the database)."""
     if not 0 <= int(seed) < 2 ** 63:
         raise UserError(f"seed {seed} is outside [0, 2^63)")
-    sid = sample_id_for(run, mode, int(seed), int(n), float(share))
+    if set_name is not None:
+        run, mode, models, units = set_units(db, set_name)
+        sid = sample_id_for(run, mode, int(seed), int(n), float(share)) + f"-set-{LL.file_id(set_name)}"
+    else:
+        if run is None or mode is None:
+            raise UserError("give a run and a mode, or a comparison set")
+        sid = sample_id_for(run, mode, int(seed), int(n), float(share))
     path = LL.sample_path(db, sid)
     if path.exists():
         return LL.read_sample(path)
-    models, units = run_units(db, run, mode)
+    if set_name is None:
+        models, units = run_units(db, run, mode)
+    where = f"comparison set {set_name!r}'s" if set_name is not None else f"run {run!r}'s"
     if n > len(units):
-        raise UserError(f"a sample of {n} is larger than run {run!r}'s {len(units)} comparison units in mode {mode}; "
+        raise UserError(f"a sample of {n} is larger than {where} {len(units)} comparison units in mode {mode}; "
                         f"use --n at most {len(units)}")
     idx, swap, overlap = draw_label_sample(len(units), int(n), int(seed), float(share))
     drawn = [[units[i][0], units[i][1], units[i][2], units[i][3], "ba" if s else "ab", bool(o)]
              for i, s, o in zip(idx.tolist(), swap.tolist(), overlap.tolist())]
     sample = {"sample_id": sid, "run": run, "mode": mode, "seed": int(seed), "n": int(n), "share": float(share),
-              "n_units": len(units), "models": models, "created_at": _now_iso(), "units": drawn}
+              "n_units": len(units), "models": models, "created_at": _now_iso(), "units": drawn,
+              **({"source_set": set_name} if set_name is not None else {})}
     LL.write_sample(db, sample)
     return LL.read_sample(path)
 
@@ -241,4 +288,18 @@ def label_choices(db) -> dict[str, dict[str, int]]:
                 counts[mode] = n_units
         if counts:
             out[run] = counts
+    return out
+
+
+def label_set_choices(db) -> dict[str, int]:
+    """{set name: rows} of the stored comparison sets that come from a run (their meta names it), which
+    :func:`make_sample` can sample with ``set_name``."""
+    import json
+
+    from engine.store.comparisons import list_sets
+    out = {}
+    for name, n, meta in zip(*(list_sets(db)[c] for c in ("name", "n_rows", "meta"))):
+        m = json.loads(meta) if meta else {}
+        if isinstance(m, dict) and (m.get("run") or m.get("run_id")) and m.get("format") != "labels":
+            out[str(name)] = int(n)
     return out
