@@ -23,7 +23,8 @@ from tests.conftest import ROOT
 from tests.test_app import build_small_db
 
 HARNESS = ROOT / "tests" / "data" / "harness"
-RUN_ORDER = ["headline", "design", "accuracy", "paired", "benchmark", "ranksets", "winrates", "multigen", "reproduce"]
+RUN_ORDER = ["headline", "design", "accuracy", "paired", "benchmark", "ranksets", "winrates", "multigen", "sequential",
+             "reproduce"]
 
 
 def _cli(argv: list[str], capsys) -> tuple[int, str, str]:

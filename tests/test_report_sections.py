@@ -1,0 +1,121 @@
+"""The run report's sequential and judge-audit sections (engine/report/run_sequential.py,
+engine/report/run_audit.py; docs/REPORT.md): a ``generate --until`` run reports its stop with the numbers
+of the run itself, a fixed run with enough questions a replay equal to ``sequential_replay``, and a run with
+verdicts and human labels the audit equal to ``engine judge-audit --json``; runs without them have neither."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from engine import cli
+from engine.analysis.sequential import sequential_replay
+from engine.report.context import RunContext
+from engine.report.run_audit import judge_audit_section
+from engine.report.run_sequential import REPLAY_ORDERS, sequential_section
+from engine.store.db import insert_df, transaction
+from tests.test_app import build_small_db
+from tests.test_judge_audit import RUN, make_db
+
+
+def _keyed(html: str) -> dict[str, float]:
+    return {k: float(v) for k, v in re.findall(r'data-key="([^"]+)" data-value="([^"]+)"', html)}
+
+
+def _report(db, run: str, tmp_path) -> str:
+    out = tmp_path / f"{run}.html"
+    assert cli.main(["report", "--run", run, "--db", str(db), "--out", str(out)]) == 0
+    return out.read_text()
+
+
+@pytest.fixture(scope="module")
+def until_run(tmp_path_factory):
+    import torch
+
+    from tests.test_until import _run
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        db = tmp_path_factory.mktemp("until_report") / "u.duckdb"
+        res = _run(db)
+    finally:
+        torch.set_num_threads(before)
+    return db, res
+
+
+def test_an_until_run_reports_its_stop_with_the_run_s_own_numbers(until_run, tmp_path):
+    db, res = until_run
+    html = _report(db, res.run_id, tmp_path)
+    assert '<section id="sequential">' in html and '<section id="judge_audit">' not in html
+    got = _keyed(html)
+    pair = res.pairs[0]
+    for m in res.modes:  # both modes: the CS at the stop equals what the live loop decided on
+        lo, up = m.at_stop()
+        assert got[f"seq/{m.mode}/{pair}/lower"] == pytest.approx(float(lo[0]), abs=1e-12)
+        assert got[f"seq/{m.mode}/{pair}/upper"] == pytest.approx(float(up[0]), abs=1e-12)
+    coupled = res.modes[0]
+    assert coupled.n_stop is not None and f"stopped at question {coupled.n_stop:,} of {res.N:,}" in html
+    assert "not valid for the stopping decision" in html and "--until width:0.5" in html
+    assert "Sequential replay" not in html  # a live run shows its own stop, not a what-if
+
+
+def _audit_db(path):
+    units, labels, _ = make_db(path)
+    models = sorted(set(units.model_a) | set(units.model_b))
+    rows = [(RUN, m, p, 0, "coupled", "exact", "x", float((hash((m, p)) % 3) == 0))
+            for m in models for p in sorted(units.prompt_id.unique())]
+    sc = pd.DataFrame(rows, columns=["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted", "score"])
+    with transaction(path) as con:
+        insert_df(con, "scores", sc, list(sc.columns))
+    return path
+
+
+def test_a_run_with_verdicts_and_labels_reports_the_judge_audit(tmp_path, capsys):
+    db = _audit_db(tmp_path / "a.duckdb")
+    html = _report(db, RUN, tmp_path)
+    assert '<section id="judge_audit">' in html
+    capsys.readouterr()
+    assert cli.main(["judge-audit", "--run", RUN, "--judge", "j1", "--db", str(db), "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    got = _keyed(html)
+    assert got["audit/j1/agreement"] == pytest.approx(want["agreement"]["estimate"], abs=1e-12)
+    assert got["audit/j1/kappa"] == pytest.approx(want["kappa"]["estimate"], abs=1e-12)
+    assert got["audit/j2/agreement"] is not None and "Rank-sets by method" in html and "PPR" in html
+    # this fixed run (40 questions, coupled) gets the replay, its numbers those of sequential_replay
+    ctx = RunContext(db, RUN)
+    sec = sequential_section(ctx)
+    assert sec is not None and sec.title.startswith("Sequential replay")
+    rep = sequential_replay(db, RUN, models=list(ctx.pair), mode="both", seeds=list(range(REPLAY_ORDERS)),
+                            rule=ctx.summary.rule)
+    s = rep.mode("coupled").summary()
+    assert got["seq_replay/coupled/median"] == s["median"] and got["seq_replay/coupled/decided"] == s["decided"]
+
+
+def test_few_labels_say_how_many_more_are_needed(tmp_path):
+    db = tmp_path / "few.duckdb"
+    units, _, _ = make_db(db, n_labels=12)
+    _audit_db_scores_only(db, units)
+    sec = judge_audit_section(RunContext(db, RUN))
+    assert sec is not None and any("needs about" in w for w in sec.warnings)
+
+
+def _audit_db_scores_only(path, units):
+    models = sorted(set(units.model_a) | set(units.model_b))
+    sc = pd.DataFrame([(RUN, m, p, 0, "coupled", "exact", "x", 1.0) for m in models
+                       for p in sorted(units.prompt_id.unique())],
+                      columns=["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted", "score"])
+    with transaction(path) as con:
+        insert_df(con, "scores", sc, list(sc.columns))
+
+
+def test_runs_without_them_have_neither_section(tmp_path):
+    db = build_small_db(tmp_path / "s.duckdb")  # verdicts but no human labels naming the run, 40 questions
+    ctx = RunContext(db, "run-small")
+    assert judge_audit_section(ctx) is None and sequential_section(ctx) is not None  # the replay
+    with transaction(db) as con:  # 10 questions: too few for a replay
+        con.execute("DELETE FROM scores WHERE prompt_id NOT IN ('q0','q1','q2','q3','q4','q5','q6','q7','q8','q9')")
+    small = RunContext(db, "run-small")
+    assert small.summary.n_questions == 10 and sequential_section(small) is None
