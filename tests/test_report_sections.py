@@ -99,7 +99,7 @@ def test_few_labels_say_how_many_more_are_needed(tmp_path):
     units, _, _ = make_db(db, n_labels=12)
     _audit_db_scores_only(db, units)
     sec = judge_audit_section(RunContext(db, RUN))
-    assert sec is not None and any("needs about" in w for w in sec.warnings)
+    assert sec is not None and any("needs about" in w and "more labels" in w for w in sec.warnings)
 
 
 def _audit_db_scores_only(path, units):

@@ -54,6 +54,18 @@ def _bias_figure(res) -> Figure | None:
         footnote="> 0: the judge credits the model with more wins than the humans do (PPR's rectifier)"))
 
 
+def _warnings(res) -> list[str]:
+    """The audit's warnings, its "needs N more labels" notices one per figure (the human-human and
+    several-judges figures do not depend on the judge audited: said once, without the judge's name)."""
+    from engine.analysis.notices import Notice
+    out = [f"judge {res.judge}: {w}" for w in res.warnings if getattr(w, "kind", None) != Notice.NEEDS_LABELS]
+    for x in res.needs:
+        shared = x.figure.startswith(("human-human", "several judges"))
+        out.append(("" if shared else f"judge {res.judge}: ") + f"{x.figure}: {x.have} labelled units, needs about "
+                   f"{x.more} more labels (for {x.need})")
+    return out
+
+
 def _ranksets(ctx: RunContext, judge: str) -> tuple[list[Figure], list[str], list[str]]:
     from engine.analysis.run_ranksets import run_ranksets
     rr = ctx.attempt(f"PPR rank-sets (judge {judge})", run_ranksets, ctx.db, ctx.run, judge, alpha=ctx.alpha,
@@ -85,7 +97,7 @@ def judge_audit_section(ctx: RunContext) -> Section | None:
         bf = _bias_figure(res)
         if bf is not None:
             figs.append(bf)
-        warns += [f"judge {j}: {w}" for w in res.warnings]
+        warns += _warnings(res)
         a = res.agreement
         paras.append(f"Judge {j} agrees with the human labels on " + (
             f"{a.estimate:.1%} of {a.n:,} units ({res.conf:.0%} CI [{a.lower:.1%}, {a.upper:.1%}]), Cohen's kappa "

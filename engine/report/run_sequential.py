@@ -48,8 +48,10 @@ def _live_section(ctx: RunContext) -> Section | None:
         return None
     paras, rows = [], []
     for lm in ls.modes:
-        at = (f"stopped at question {lm.n_stop:,} of {ls.N:,}" if lm.n_stop is not None
-              else f"the rule did not hold in the {lm.n_seen:,} questions scored (of {ls.N:,})")
+        follows = ls.mode_stop == "coupled" and lm.mode != "coupled" and any(x.mode == "coupled" for x in ls.modes)
+        at = ((f"its own rule held at question {lm.n_stop:,} of {ls.N:,} (generated alongside: the coupled mode "
+               "stops the run)" if follows else f"stopped at question {lm.n_stop:,} of {ls.N:,}")
+              if lm.n_stop is not None else f"the rule did not hold in the {lm.n_seen:,} questions scored (of {ls.N:,})")
         paras.append(f"{lm.mode}: {at}; " + ("decided: every pair's CS excludes 0" if lm.decided
                                               else "not decided: some pair's CS includes 0")
                      + (" (a CS missed: its running intersection is empty, probability <= α)" if lm.missed else "")
