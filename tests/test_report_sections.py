@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -73,9 +74,18 @@ def _audit_db(path):
     return path
 
 
-def test_a_run_with_verdicts_and_labels_reports_the_judge_audit(tmp_path, capsys):
-    db = _audit_db(tmp_path / "a.duckdb")
-    html = _report(db, RUN, tmp_path)
+@pytest.fixture(scope="module")
+def audit(tmp_path_factory):
+    d = tmp_path_factory.mktemp("audit_report")
+    db = _audit_db(d / "a.duckdb")
+    out = d / "audit.html"
+    assert cli.main(["report", "--run", RUN, "--db", str(db), "--out", str(out)]) == 0
+    return db, out
+
+
+def test_a_run_with_verdicts_and_labels_reports_the_judge_audit(audit, capsys):
+    db, out = audit
+    html = out.read_text()
     assert '<section id="judge_audit">' in html
     capsys.readouterr()
     assert cli.main(["judge-audit", "--run", RUN, "--judge", "j1", "--db", str(db), "--json"]) == 0
@@ -119,3 +129,30 @@ def test_runs_without_them_have_neither_section(tmp_path):
         con.execute("DELETE FROM scores WHERE prompt_id NOT IN ('q0','q1','q2','q3','q4','q5','q6','q7','q8','q9')")
     small = RunContext(db, "run-small")
     assert small.summary.n_questions == 10 and sequential_section(small) is None
+
+
+@pytest.mark.browser
+def test_the_audit_and_replay_figures_draw_offline_in_chromium(audit):
+    from tests.test_report import CHROMIUM
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed")
+    sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
+    url = audit[1].resolve().as_uri()
+    requested, errors = [], []
+    with sync.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = b.new_page(viewport={"width": 1200, "height": 1600})
+        page.route("**/*", lambda r: r.continue_() if r.request.url == url else (requested.append(r.request.url),
+                                                                                r.abort()))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(url)
+        ids = page.evaluate("Array.from(document.querySelectorAll('#judge_audit div.plot[data-figure], "
+                            "#sequential div.plot[data-figure]')).map(d => d.id)")
+        page.wait_for_function("document.querySelectorAll('div.plot.js-plotly-plot .main-svg').length >= "
+                               "document.querySelectorAll('div.plot[data-figure]').length", timeout=60_000)
+        drawn = page.evaluate("Array.from(document.querySelectorAll('#judge_audit div.plot, #sequential div.plot'))"
+                              ".filter(d => d.querySelector('.main-svg .cartesianlayer') !== null).length")
+        b.close()
+    assert requested == [] and errors == []
+    assert len(ids) == 5 and drawn == 5  # 2 judges' bias, PPR rank-sets, the replay's two
