@@ -104,12 +104,20 @@ def test_a_run_with_verdicts_and_labels_reports_the_judge_audit(audit, capsys):
     assert got["seq_replay/coupled/median"] == s["median"] and got["seq_replay/coupled/decided"] == s["decided"]
 
 
-def test_few_labels_say_how_many_more_are_needed(tmp_path):
+def test_label_page_votes_alone_bring_the_audit_and_its_needs_more_labels_notices(tmp_path):
+    """Labels still in the Label page's log (not synced) count: no labels, no section; 5 votes, the section
+    with "needs about N more labels"."""
+    from engine.tasks import labels as T
     db = tmp_path / "few.duckdb"
-    units, _, _ = make_db(db, n_labels=12)
+    units, _, _ = make_db(db, n_labels=0)
     _audit_db_scores_only(db, units)
+    assert judge_audit_section(RunContext(db, RUN)) is None
+    sid = T.make_sample(db, RUN, "coupled", 6, seed=3)["sample_id"]
+    for v in ("first", "second", "tie", "first", "second"):
+        T.record(db, sid, T.next_unit(db, sid, "ann", "tab1"), v, "ann", "tab1")
     sec = judge_audit_section(RunContext(db, RUN))
-    assert sec is not None and any("needs about" in w and "more labels" in w for w in sec.warnings)
+    assert sec is not None and "of 5 units" in sec.paragraphs[0]
+    assert any("agreement and kappa: 5 labelled units, needs about 25 more labels" in w for w in sec.warnings)
 
 
 def _audit_db_scores_only(path, units):

@@ -23,6 +23,7 @@ FIGURE_KEYS = {"agreement (judge vs human)": "agreement", "Cohen's kappa (a / b 
 def _ci(e, lo, hi, digits: int = 3) -> str:
     if e is None:
         return "-"
+    e, lo, hi = (None if x is None else round(x, digits) + 0.0 for x in (e, lo, hi))  # no "-0.000"
     return f"{e:.{digits}f}" + ("" if lo is None or hi is None else f" [{lo:.{digits}f}, {hi:.{digits}f}]")
 
 
