@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "tasks": {"store", "stats", "models", "sampling"},
     "generation": {"sampling", "models", "store"},
     "analysis": {"store", "stats", "sampling", "figures"},
-    "report": {"analysis", "figures"},  # the shareable report: analysis results -> HTML / paper tables
+    "report": {"analysis", "figures", "figures_sequential"},  # the shareable report: analysis results -> HTML / paper tables
 }
 FORBIDDEN_EVERYWHERE = ("dashboard", "app_pages", "streamlit")
 MAX_FUNCTION_LINES = 80

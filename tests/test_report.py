@@ -23,7 +23,8 @@ from tests.conftest import ROOT
 from tests.test_app import build_small_db
 
 HARNESS = ROOT / "tests" / "data" / "harness"
-RUN_ORDER = ["headline", "design", "accuracy", "paired", "benchmark", "ranksets", "winrates", "multigen", "reproduce"]
+RUN_ORDER = ["headline", "design", "accuracy", "paired", "benchmark", "ranksets", "winrates", "multigen", "sequential",
+             "reproduce"]
 
 
 def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -67,7 +68,7 @@ def test_a_run_report_has_its_sections_in_order_plotly_once_and_nothing_from_out
     assert ids == RUN_ORDER
     lib = plotly.offline.get_plotlyjs()
     assert html.count(lib[:300]) == 1  # the library once, however many figures
-    assert len(re.findall(r'<div class="plot" id="[^"]+" data-figure=', html)) == 11
+    assert len(re.findall(r'<div class="plot" id="[^"]+" data-figure=', html)) == 13  # 11 + the sequential replay's two
     # outside the library: nothing the browser would fetch (external src/href, stylesheet, font, import)
     html = html.replace(lib, "")
     assert not re.search(r'(src|href)\s*=\s*"(?!#|data:)', html)

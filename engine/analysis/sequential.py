@@ -329,3 +329,83 @@ def live_paths(db: str | os.PathLike, run: str, pair: int = 0) -> tuple[Sequenti
                                   math.nan,  # Δ_N is not known before the end
                                   state_text(names[i], names[j], float(lo[at]), float(up[at]), n or seen, len(order))))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class LiveModeStop:
+    """One mode of a ``generate --until`` run at its stop (or at the last question scored)."""
+
+    mode: str
+    n_seen: int                 # questions of the stored order scored in this mode
+    n_stop: int | None          # the stop rule's first firing (None: not met in the questions seen)
+    lower: tuple[float, ...]    # per pair, the CS at the stop (or at n_seen); Δ scale, α/P per pair
+    upper: tuple[float, ...]
+    decided: bool               # every pair's CS excludes 0 there
+    missed: bool                # a pair's running intersection is empty there (probability <= α)
+    t_low: tuple[float, ...]    # fixed-n t interval at α/P on the same questions: NOT valid for the stop
+    t_high: tuple[float, ...]
+    ranksets: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class LiveStop:
+    """Where a ``generate --until`` run stopped, per mode, from its stored order, α and rule."""
+
+    run: str
+    N: int
+    order_seed: int
+    rule: str
+    alpha: float
+    pair_alpha: float
+    mode_stop: str
+    models: tuple[str, ...]     # the run's model order (pairs: pairs_of over it)
+    pairs: tuple[str, ...]
+    modes: tuple[LiveModeStop, ...]
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in vars(self).items() if k != "modes"}
+        return {**{k: list(v) if isinstance(v, tuple) else v for k, v in out.items()},
+                "modes": {m.mode: {k: list(v) if isinstance(v, tuple) else v for k, v in vars(m).items()}
+                          for m in self.modes}}
+
+
+def live_stop(db: str | os.PathLike, run: str) -> LiveStop:
+    """The stop of a ``generate --until`` run (METHODS 8): per mode, the stored scores in the stored
+    order, each pair's CS at level α/P (the run's α and rule, models in the run's order, as the run
+    decided), the first question at which the rule held, the CS there, and the fixed-n t interval on
+    the same questions (for reference: not valid for a data-dependent stop).
+
+    Raises:
+        UserError: a run not started with --until, or one without scores yet.
+    """
+    from engine.store.runs import run_record
+
+    cfg = run_record(db, run).config
+    seq = cfg.get("sequential")
+    if not seq:
+        raise UserError(f"run {run!r} was not started with --until (no stored question order)")
+    order, srule, alpha = list(seq["order"]), StopRule.parse(seq["until"]), float(seq["alpha"])
+    df = per_question_scores(db, run, seq.get("score_rule"))
+    if df.empty:
+        raise UserError(f"run {run!r} has no scores yet: its first round is still being generated")
+    names = [str(m) for m in (cfg.get("models") or sorted(df["model"].unique()))]
+    k, a_pair = len(names), pair_alpha(alpha, len(names))
+    out = []
+    for m in [x for x in MODES if x in set(df["mode"])]:
+        wide = df[df["mode"] == m].groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+        M = wide.reindex(index=order, columns=names).to_numpy(dtype=float)
+        seen = int(np.argmax(np.isnan(M).any(axis=1))) if np.isnan(M).any() else len(order)
+        if seen == 0:
+            continue
+        lo, up = PairwiseCS(k, len(order), alpha=alpha).update(M[:seen])
+        n = first_stop(srule, lo, up)
+        low, high = lo[(n or seen) - 1], up[(n or seen) - 1]
+        used = M[: n or seen]
+        ts = [t_interval(used[:, i] - used[:, j], a_pair) for i, j in pairs_of(k)]
+        out.append(LiveModeStop(m, seen, n, tuple(float(v) for v in low), tuple(float(v) for v in high),
+                                bool(np.all((low > 0) | (high < 0))), bool(np.any(low > high)),
+                                tuple(t[1] for t in ts), tuple(t[2] for t in ts),
+                                tuple((int(a), int(b)) for a, b in sequential_ranksets(low, high, k))))
+    return LiveStop(run, len(order), int(seq["order_seed"]), str(srule), alpha, a_pair,
+                    str(seq.get("mode_stop", "coupled")), tuple(names),
+                    tuple(f"{names[i]} - {names[j]}" for i, j in pairs_of(k)), tuple(out))

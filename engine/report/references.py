@@ -17,3 +17,8 @@ CAMERON = ("Cameron, Gelbach and Miller, \"Bootstrap-based improvements for infe
            "Review of Economics and Statistics 2008")
 WESTFALL_YOUNG = "Westfall and Young, \"Resampling-Based Multiple Testing\", Wiley 1993"
 REPRODUCTION = "docs/REPRODUCTION.md, \"Statistical choices beyond METHODS.md\""
+METHODS_SEQUENTIAL = "docs/METHODS.md section 8 (anytime-valid sequential evaluation, stop rules, α/P per pair)"
+WAUDBY_SMITH = ("Waudby-Smith and Ramdas, \"Confidence sequences for sampling without replacement\", NeurIPS 2020; "
+                "\"Estimating means of bounded random variables by betting\", JRSS-B 2023")
+METHODS_AUDIT = "docs/METHODS.md section 9.2 (judge audit: agreement, kappa, bias, position consistency)"
+COHEN = "Cohen, \"A coefficient of agreement for nominal scales\", Educational and Psychological Measurement 1960"

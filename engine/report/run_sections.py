@@ -15,6 +15,7 @@ from engine import figures
 from engine.report import references as ref
 from engine.report.context import RunContext, frame_table
 from engine.report.model import Figure, Section, Table, cell, num, pct, text_row, with_ci
+from engine.report.run_audit import judge_audit_section
 from engine.report.run_more import (
     benchmark_section,
     design_section,
@@ -23,6 +24,7 @@ from engine.report.run_more import (
     reproduce_section,
     winrates_section,
 )
+from engine.report.run_sequential import sequential_section
 
 
 def _decided(lo: float, hi: float) -> bool:
@@ -190,6 +192,8 @@ RUN_SECTIONS = (
     ranksets_section,
     winrates_section,
     multigen_section,
+    sequential_section,
+    judge_audit_section,
     reproduce_section,
 )
 
