@@ -62,7 +62,10 @@ def _big_csv(path, n):
 
 
 def test_csv_validation_streams(tmp_path):
-    """Peak Python memory stays a small multiple of the file (it was ~32x: 1.6 GB for 50 MB)."""
+    """Peak Python memory stays a small multiple of the file (it was ~32x: 1.6 GB for 50 MB, when the whole
+    file was read at once). The result carries 10 object columns since schema v4 (5 of them the optional
+    provenance columns, one shared all-None column each when the file lacks them): measured 13.4x (11.7x
+    with the 5 columns before); the bound is 14x."""
     f = tmp_path / "big.csv"
     _big_csv(f, 60_000)
     size = f.stat().st_size
@@ -71,7 +74,8 @@ def test_csv_validation_streams(tmp_path):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert not problems and len(df) == 60_000 and df["human_winner"].iloc[0] == "tie"
-    assert peak < 12 * size, (peak, size)
+    assert peak < 14 * size, (peak, size)
+    assert list(df.columns) == list(cmp.ALL_COLUMNS) and df["repeat"].isna().all()
 
 
 def test_streaming_validation_finds_duplicates_and_bad_bytes_across_blocks(tmp_path):

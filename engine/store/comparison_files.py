@@ -391,7 +391,7 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
     enc = precheck(path_or_bytes, max_bytes, problems)
     if enc is None:
         return empty, problems
-    cols: dict[str, list] = {c: [] for c in ALL_COLUMNS}
+    cols: dict[str, list] = {c: [] for c in NORMALISED_COLUMNS}
     shared: dict[str, str] = {}  # one string object per distinct model name
     dup, rownum = _Duplicates(), array.array("q")
     with _open_binary(path_or_bytes) as raw:
@@ -417,14 +417,21 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
                     hint = "" if h.has("id") else "; add an 'id' column if repeated judgements are intended"
                     problems.append(Problem(i, "id" if h.has("id") else None,
                                             f"duplicate of row {prev}: same {what}{hint}", label))
-                for c, x in zip(ALL_COLUMNS, (*got[:5], *got[6])):
-                    cols[c].append(shared.setdefault(x, x) if c in ("model_a", "model_b", "labeller") else x)
+                for c, x in zip(NORMALISED_COLUMNS, got[:5]):
+                    cols[c].append(shared.setdefault(x, x) if c in ("model_a", "model_b") else x)
+                for c, x in zip(OPTIONAL_COLUMNS, got[6]):  # a column only once a row has a value in it
+                    if x is not None or c in cols:
+                        col = cols.setdefault(c, [None] * (len(cols["model_a"]) - 1))
+                        col.append(shared.setdefault(x, x) if c == "labeller" else x)
         except csv.Error as exc:
             return empty, [Problem(None, None, f"not a readable CSV file ({exc})", label)]
     if not rownum:
         return empty, [Problem(None, None, "file has a header but no data rows: no comparisons in file", label)]
-    # object columns: a missing label stays None (not NaN, not a string dtype)
-    return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()}), problems
+    # object columns: a missing label stays None (not NaN, not a string dtype); an optional column no row
+    # fills is one shared all-None column (no per-row list while streaming)
+    n = len(cols["model_a"])
+    none = pd.Series([None] * n, dtype=object) if len(cols) < len(ALL_COLUMNS) else None
+    return pd.DataFrame({c: pd.Series(cols[c], dtype=object) if c in cols else none for c in ALL_COLUMNS}), problems
 
 
 def read_comparisons_file(path: str | Path) -> pd.DataFrame:
