@@ -75,7 +75,8 @@ def test_csv_validation_streams(tmp_path):
     tracemalloc.stop()
     assert not problems and len(df) == 60_000 and df["human_winner"].iloc[0] == "tie"
     assert peak < 14 * size, (peak, size)
-    assert list(df.columns) == list(cmp.ALL_COLUMNS) and df["repeat"].isna().all()
+    assert list(df.columns)[:5] == ["prompt_id", "model_a", "model_b", "human_winner", "judge_winner"]
+    assert len(df.columns) == 10 and df["repeat"].isna().all()
 
 
 def test_streaming_validation_finds_duplicates_and_bad_bytes_across_blocks(tmp_path):
