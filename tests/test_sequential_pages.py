@@ -103,3 +103,26 @@ def test_generate_args_without_until_unchanged():
     assert "--until" not in base and "--alpha" not in base
     assert generate_args(["a", "b"], "demo", 1, 0.7, 8, ["coupled"], 0, until="width:0.1", alpha=0.2)[-4:] == \
         ["--until", "width:0.1", "--alpha", "0.2"]
+
+
+def test_live_chart_and_stop_agree_on_models_order_and_stop(tmp_path):
+    """The live chart (live_paths) and the run's stop (live_stop, what the report and summary show) read
+    one thing: models in the run's configured order (here not alphabetical) and the run's joint stop, so
+    the chart's pair, its sign and its stop marker are the table's."""
+    import json
+
+    from engine import store
+    from engine.analysis.sequential import live_paths, live_stop
+    db = build_small_db(tmp_path / "live.duckdb")
+    _make_sequential(db)
+    with store.writer(db) as con:
+        cfg = json.loads(con.execute("SELECT CAST(config AS VARCHAR) FROM runs WHERE run_id = 'run-small'").fetchone()[0])
+        cfg["models"] = list(reversed(cfg["models"]))
+        con.execute("UPDATE runs SET config = ? WHERE run_id = 'run-small'", [json.dumps(cfg)])
+    stop = live_stop(db, "run-small")
+    for path in live_paths(db, "run-small"):
+        st = next(s for s in stop.modes if s.mode == path.mode)
+        assert path.pair == stop.pairs[0] and path.pair.startswith(cfg["models"][0])
+        assert path.n_stop == st.n_stop
+        at = (st.n_stop or st.n_seen) - 1
+        assert (path.lower[at], path.upper[at]) == (st.lower[0], st.upper[0])

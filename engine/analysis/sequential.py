@@ -293,39 +293,52 @@ def sequential_runs(db: str | os.PathLike) -> list[str]:
     return stored(db)
 
 
-def live_paths(db: str | os.PathLike, run: str, pair: int = 0) -> tuple[SequentialPath, ...]:
-    """Per mode, pair ``pair``'s CS over the questions a ``generate --until`` run has scored so far,
-    in its stored order, with its stored α (at α/P) and stop rule (for the live chart)."""
+def _live_scores(db: str | os.PathLike, run: str):
+    """A ``generate --until`` run's stored facts and its per-mode score matrices in the stored order:
+    (seq config, order, models in the run's order, [(mode, M (seen, k), seen)]), modes with no scored
+    question left out. The one read behind :func:`live_paths` and :func:`live_stop`, so the live chart and
+    the stop agree (same models, same order, same joint stop)."""
     from engine.store.runs import run_record
 
-    seq = run_record(db, run).config.get("sequential")
+    cfg = run_record(db, run).config
+    seq = cfg.get("sequential")
     if not seq:
         raise UserError(f"run {run!r} was not started with --until (no stored question order)")
-    order, rule = list(seq["order"]), StopRule.parse(seq["until"])
+    order = list(seq["order"])
     try:
         df = per_question_scores(db, run, seq.get("score_rule"))
     except UserError:
         df = None
     if df is None or df.empty:
         raise UserError(f"run {run!r} has no scores yet: its first round is still being generated")
-    names = sorted(str(m) for m in df["model"].unique())
-    pairs = pairs_of(len(names))
-    if len(names) < 2 or not 0 <= pair < len(pairs):
-        raise UserError(f"run {run!r}: no pair {pair} (models: {', '.join(names)})")
-    i, j = pairs[pair]
-    out = []
+    names = [str(m) for m in (cfg.get("models") or sorted(df["model"].unique()))]
+    modes = []
     for m in [x for x in MODES if x in set(df["mode"])]:
         wide = df[df["mode"] == m].groupby(["prompt_id", "model"])["score"].mean().unstack("model")
         M = wide.reindex(index=order, columns=names).to_numpy(dtype=float)
         seen = int(np.argmax(np.isnan(M).any(axis=1))) if np.isnan(M).any() else len(order)
-        if seen == 0:
-            continue
-        lo, up = (a[:, pair] for a in PairwiseCS(len(names), len(order), alpha=seq["alpha"]).update(M[:seen]))
-        n = first_stop(rule, lo, up)
-        t = np.arange(1, seen + 1)
+        if seen:
+            modes.append((m, M[:seen], seen))
+    return seq, order, names, modes
+
+
+def live_paths(db: str | os.PathLike, run: str, pair: int = 0) -> tuple[SequentialPath, ...]:
+    """Per mode, pair ``pair``'s CS over the questions a ``generate --until`` run has scored so far,
+    in its stored order, with its stored α (at α/P) and stop rule (for the live chart); the stop
+    marked is the run's: the first question at which the rule held for all its pairs."""
+    seq, order, names, modes = _live_scores(db, run)
+    rule, pairs = StopRule.parse(seq["until"]), pairs_of(len(names))
+    if len(names) < 2 or not 0 <= pair < len(pairs):
+        raise UserError(f"run {run!r}: no pair {pair} (models: {', '.join(names)})")
+    i, j = pairs[pair]
+    out = []
+    for m, M, seen in modes:
+        lo_all, up_all = PairwiseCS(len(names), len(order), alpha=seq["alpha"]).update(M)
+        n = first_stop(rule, lo_all, up_all)
+        lo, up = lo_all[:, pair], up_all[:, pair]
         at = (n or seen) - 1
         out.append(SequentialPath(m, f"{names[i]} - {names[j]}", int(seq["order_seed"]), len(order), n,
-                                  tuple(int(x) for x in t), tuple(float(x) for x in lo), tuple(float(x) for x in up),
+                                  tuple(range(1, seen + 1)), tuple(float(x) for x in lo), tuple(float(x) for x in up),
                                   math.nan,  # Δ_N is not known before the end
                                   state_text(names[i], names[j], float(lo[at]), float(up[at]), n or seen, len(order))))
     return tuple(out)
@@ -378,26 +391,12 @@ def live_stop(db: str | os.PathLike, run: str) -> LiveStop:
     Raises:
         UserError: a run not started with --until, or one without scores yet.
     """
-    from engine.store.runs import run_record
-
-    cfg = run_record(db, run).config
-    seq = cfg.get("sequential")
-    if not seq:
-        raise UserError(f"run {run!r} was not started with --until (no stored question order)")
-    order, srule, alpha = list(seq["order"]), StopRule.parse(seq["until"]), float(seq["alpha"])
-    df = per_question_scores(db, run, seq.get("score_rule"))
-    if df.empty:
-        raise UserError(f"run {run!r} has no scores yet: its first round is still being generated")
-    names = [str(m) for m in (cfg.get("models") or sorted(df["model"].unique()))]
+    seq, order, names, modes = _live_scores(db, run)
+    srule, alpha = StopRule.parse(seq["until"]), float(seq["alpha"])
     k, a_pair = len(names), pair_alpha(alpha, len(names))
     out = []
-    for m in [x for x in MODES if x in set(df["mode"])]:
-        wide = df[df["mode"] == m].groupby(["prompt_id", "model"])["score"].mean().unstack("model")
-        M = wide.reindex(index=order, columns=names).to_numpy(dtype=float)
-        seen = int(np.argmax(np.isnan(M).any(axis=1))) if np.isnan(M).any() else len(order)
-        if seen == 0:
-            continue
-        lo, up = PairwiseCS(k, len(order), alpha=alpha).update(M[:seen])
+    for m, M, seen in modes:
+        lo, up = PairwiseCS(k, len(order), alpha=alpha).update(M)
         n = first_stop(srule, lo, up)
         low, high = lo[(n or seen) - 1], up[(n or seen) - 1]
         used = M[: n or seen]
