@@ -154,10 +154,11 @@ def test_harness_preview_runs_the_pairing_check_and_leaves_nothing(tmp_path, mon
 
 def test_job_files_live_next_to_the_database_as_the_readme_says(tmp_path):
     """Jobs of a database live in ``jobs/`` beside it (each database its own jobs; ``data/jobs/`` for
-    the default one); the README and the architecture notes say so."""
+    the default one); the dashboard docs (docs/DASHBOARD.md, where the README's reference moved) and the
+    architecture notes say so."""
     from engine import config
     assert jobs.jobs_dir(tmp_path / "x" / "my.duckdb") == (tmp_path / "x" / "jobs").resolve()
     assert jobs.jobs_dir() == config.DEFAULT_DB.resolve().parent / "jobs"
-    for doc in ("README.md", "docs/ARCHITECTURE.md"):
+    for doc in ("docs/DASHBOARD.md", "docs/ARCHITECTURE.md"):
         text = " ".join((ROOT / doc).read_text().split())
         assert "`jobs/` next to the database" in text, doc
