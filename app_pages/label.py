@@ -11,12 +11,12 @@ ui.header("Label", "Human labels for a random sample of your run's comparisons: 
                    "3 = tie, 0 = skip, U = undo. Each vote is on disk when the button returns, even while a job "
                    "holds the database.")
 
-choices = ui.safe(L.label_choices, _empty="No database yet.")
+choices = ui.safe(L.label_choices)
 if not choices:
     ui.empty_state("No run with two models yet: generate one (and judge it) first.", "generate", "Generate")
     st.stop()
 
-sets = ui.safe(L.label_set_choices, _empty="No database yet.") or {}
+sets = ui.safe(L.label_set_choices) or {}
 source = st.radio("Label the units of", LV.SOURCES if sets else LV.SOURCES[:1], horizontal=True, key="label_source",
                   help="a comparison set made from a run (e.g. its judge verdicts by `comparisons from-judge`): "
                        "the sample is drawn from the set's rows, the responses come from the run")

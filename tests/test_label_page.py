@@ -106,3 +106,14 @@ def test_labelling_a_stored_comparison_set(tmp_path, monkeypatch):
     assert sample["source_set"] == "verdicts" and sample["n_units"] == 4
     assert {(u[2], u[3]) for u in sample["units"]} == {("m1", "m3")}
     assert "Unit 1 of 4" in _all_text(at)
+
+
+def test_an_empty_database_gets_one_note_saying_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "none.duckdb"))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at.switch_page(navigation.path("label")).run()
+    assert not at.exception, at.exception
+    notes = [m.value for m in at.info]
+    assert len(notes) == 1 and "No run with two models yet" in notes[0], notes
+    assert not (tmp_path / "none.duckdb").exists()

@@ -15,6 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 from engine import config
@@ -276,8 +277,11 @@ def block_view(db, sample_id: str, block: int) -> dict[int, LabelUnit]:
 
 
 def label_choices(db) -> dict[str, dict[str, int]]:
-    """{run: {mode: number of comparison units}} for the modes with generations of two or more models."""
+    """{run: {mode: number of comparison units}} for the modes with generations of two or more models
+    ({} when the database does not exist yet: the page then says what to do first, once)."""
     out: dict[str, dict[str, int]] = {}
+    if not Path(db).is_file():
+        return out
     for run in some_runs(db, limit=200):
         keys = vstore.generation_keys(db, run)
         counts = {}
@@ -297,7 +301,9 @@ def label_set_choices(db) -> dict[str, int]:
     import json
 
     from engine.store.comparisons import list_sets
-    out = {}
+    out: dict[str, int] = {}
+    if not Path(db).is_file():
+        return out
     for name, n, meta in zip(*(list_sets(db)[c] for c in ("name", "n_rows", "meta"))):
         m = json.loads(meta) if meta else {}
         if isinstance(m, dict) and (m.get("run") or m.get("run_id")) and m.get("format") != "labels":
