@@ -26,6 +26,9 @@ m1, m2, m3 = st.columns(3)
 m1.metric("Units judged", f"{res.n_units:,}")
 m2.metric("With a human label", f"{res.n_audited:,}")
 m3.metric("Prompts (clusters)", f"{res.n_clusters:,}")
+if res.skip_rate is not None:
+    st.caption(f"Label samples of this run: {res.n_skipped:,} sampled units skipped ({res.skip_rate:.1%}); a skipped "
+               "unit stays in its sample as missing.")
 for w in res.warnings:
     st.warning(w)
 ctx = ui.export_context("judge_audit", run=src.run)

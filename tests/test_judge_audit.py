@@ -187,3 +187,23 @@ def test_the_docs_commands_run_verbatim(tmp_path, monkeypatch, capsys):
         ran += 1
     assert ran == 4
     assert "planner:" in capsys.readouterr().out
+
+
+def test_skip_rate_of_the_label_samples_is_reported_and_warned(tmp_db, capsys):
+    """METHODS 9.1: a skipped unit stays in the sample as missing; the audit reports the skip rate of the
+    run's label samples and warns when it is high (a selection risk)."""
+
+    from engine.tasks import labels as T
+    make_db(tmp_db)
+    assert JA.judge_audit(tmp_db, RUN, "j1", n_boot=50).skip_rate is None  # no label sample yet
+    s = T.make_sample(tmp_db, RUN, "coupled", 10, seed=1)
+    for k in range(10):
+        i = T.next_unit(tmp_db, s["sample_id"], "ann", "tab")
+        T.record(tmp_db, s["sample_id"], i, "skip" if k < 3 else "first", "ann", "tab")
+    res = JA.judge_audit(tmp_db, RUN, "j1", n_boot=50)
+    assert (res.n_skipped, res.skip_rate) == (3, 0.3)
+    assert any(w.kind == Notice.HIGH_SKIP_RATE and "3 of 10 sampled units were skipped" in w for w in res.warnings)
+    assert res.to_dict()["skip_rate"] == 0.3
+    from engine.cli import main
+    assert main(["judge-audit", "--run", RUN, "--judge", "j1", "--boot", "50", "--db", str(tmp_db)]) == 0
+    assert "3 sampled units skipped (30.0% of the answers)" in capsys.readouterr().out

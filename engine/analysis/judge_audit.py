@@ -10,7 +10,7 @@ Reads: :func:`engine.analysis.run_units.judge_units` (verdicts) and
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,7 @@ from engine.stats import judge_audit as JA
 MIN_UNITS = 30  # audited units below which a figure says how many more labels it needs
 MIN_PER_MODEL = 10  # audited units per model for its bias
 DEFAULT_BOOT = 1000
+SKIP_WARN = 0.1  # a skip rate above this is said as a warning (METHODS 9.1: a selection risk)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ class JudgeAudit(ToDict):
     conf: float
     needs: list[LabelNeed]
     warnings: list[AnalysisWarning]
+    n_skipped: int = 0  # sampled units a labeller skipped (label samples of the run; METHODS 9.1)
+    skip_rate: float | None = None  # skips / (skips + answers); None without label samples
 
     def figures_table(self) -> pd.DataFrame:
         """One row per figure: figure, estimate, lower, upper, n (the page's main table)."""
@@ -234,5 +237,20 @@ def judge_audit(db: str | os.PathLike, run: str, judge: str, human: str | None =
     if mode is not None and len(labels):
         labels = labels[labels["mode"].isna() | (labels["mode"] == mode)]
     others = {j: (units if j == judge else U.judge_units(db, run, j, mode)) for j in panel} if len(panel) > 1 else None
-    return audit_units(run, judge, units, labels, mode=mode, n_boot=n_boot, seed=seed, conf=conf, panel=others,
-                       human_sets=[human] if human else None)
+    res = audit_units(run, judge, units, labels, mode=mode, n_boot=n_boot, seed=seed, conf=conf, panel=others,
+                      human_sets=[human] if human else None)
+    return with_skip_rate(res, *U.label_skips(db, run, mode))
+
+
+def with_skip_rate(res: JudgeAudit, answered: int, skipped: int) -> JudgeAudit:
+    """``res`` with the label samples' skip rate, and a warning above ``SKIP_WARN`` (METHODS 9.1: a skipped
+    unit stays in the sample as missing; many skips make the labelled units a selected, not a random, set)."""
+    if answered + skipped == 0:
+        return res
+    rate = skipped / (answered + skipped)
+    warn = list(res.warnings)
+    if rate > SKIP_WARN:
+        warn.append(AnalysisWarning(Notice.HIGH_SKIP_RATE, f"{skipped} of {answered + skipped} sampled units were "
+                                    f"skipped ({rate:.0%}): the labelled units may not be a random sample of the run "
+                                    "(a selection risk for the audit and for PPR)"))
+    return replace(res, n_skipped=int(skipped), skip_rate=float(rate), warnings=warn)

@@ -26,6 +26,7 @@ class Notice(str, Enum):
     NO_ERROR_LEVEL = "no_error_level"  # the estimation error is 0 at every size: no saving at an error level
     CANNOT_PLAN = "cannot_plan"  # the planner has no variance or error level to plan from
     NEEDS_LABELS = "needs_labels"  # a judge-audit figure needs more human labels than exist (how many: in the text)
+    HIGH_SKIP_RATE = "high_skip_rate"  # many sampled units were skipped: the labelled ones may not be a random sample
 
 
 class AnalysisWarning(str):

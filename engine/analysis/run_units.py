@@ -173,6 +173,19 @@ class AuditSource:
         return f"run {self.run} · judge {self.judge} · {self.n_verdicts:,} verdicts · {self.n_labels:,} human labels"
 
 
+def label_skips(db: str | os.PathLike, run: str, mode: str | None = None) -> tuple[int, int]:
+    """(answers with a winner, skips) over the run's label samples (their logs; ``mode``: those samples
+    only). A skipped unit stays in its sample as missing (METHODS 9.1): the skip rate is reported."""
+    answered = skipped = 0
+    for s in LL.samples(db):
+        if s.get("run") != run or (mode is not None and s.get("mode") != mode):
+            continue
+        for rs in LL.fold(LL.read_events(db, s["sample_id"])).responses.values():
+            skipped += sum(ev.get("winner") is None for ev in rs)
+            answered += sum(ev.get("winner") is not None for ev in rs)
+    return answered, skipped
+
+
 def label_count(db: str | os.PathLike, run: str) -> int:
     """How many human labels ``run`` has (cheap; the key on which pages refresh as labels arrive)."""
     synced = {s for s, _ in RL.run_label_sets(db, run)} & {s["sample_id"] for s in LL.samples(db)}

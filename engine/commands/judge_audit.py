@@ -56,5 +56,7 @@ def summary(res) -> str:
                      f"{_ci(res.mean_error_correlation)}; effective judges {_ci(res.effective_judges)}; "
                      f"majority agreement {_ci(res.majority_agreement)}")
         lines += [f"  {p:<30} {_ci(e)}" for p, e in res.error_correlation.items()]
+    if res.skip_rate is not None:
+        lines.append(f"label samples: {res.n_skipped:,} sampled units skipped ({res.skip_rate:.1%} of the answers)")
     lines += [f"WARNING: {w}" for w in res.warnings]
     return "\n".join(lines)
