@@ -300,14 +300,8 @@ def parse_lambda(value: str | float) -> float | str:
 
 
 def parse_alpha(value: str | float) -> float:
-    """A number in (0, 1) (UserError otherwise)."""
-    try:
-        a = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"alpha must be a number in (0, 1); got {value!r}") from None
-    if not 0.0 < a < 1.0:
-        raise UserError(f"alpha must be in (0, 1); got {value!r}")
-    return a
+    """A number in (0, 1) (UserError otherwise): :func:`engine.stats.maxt.check_alpha`."""
+    return float(R.check_alpha(value))
 
 
 def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, alpha: float,

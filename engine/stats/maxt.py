@@ -27,7 +27,11 @@ WILD_MAX_MODELS = 30
 
 
 def check_alpha(alpha) -> np.ndarray:
-    a = np.asarray(alpha, dtype=float)
+    """α (a number or an array of them) as float64, each in (0, 1); else one UserError naming it."""
+    try:
+        a = np.asarray(alpha, dtype=float)
+    except (TypeError, ValueError):
+        raise UserError(f"alpha must be a number in (0, 1); got {alpha!r}") from None
     if np.any(~np.isfinite(a)) or np.any(a <= 0) or np.any(a >= 1):
         raise UserError(f"alpha must be in (0, 1); got {alpha!r}")
     return a

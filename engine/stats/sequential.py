@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats as sps
 
 from engine.errors import UserError
+from engine.stats.maxt import check_alpha as _maxt_check_alpha
 
 TRUNCATION = 0.5  # c of METHODS 8.2: λ⁺ ≤ c/μ_t(m), λ⁻ ≤ c/(1 − μ_t(m))
 _CHUNK = 256  # questions per vectorised block (memory: chunk × active grid points)
@@ -29,14 +30,8 @@ _FIRST_CHUNK = 8  # block size at the start; blocks grow with t up to _CHUNK
 
 
 def check_alpha(alpha: float) -> float:
-    """α as a float in (0, 1), else a one-line :class:`UserError` naming it."""
-    try:
-        a = float(alpha)
-    except (TypeError, ValueError):
-        raise UserError(f"alpha must be a number in (0, 1), got {alpha!r}") from None
-    if not 0.0 < a < 1.0:
-        raise UserError(f"alpha must be in (0, 1), got {alpha!r}")
-    return a
+    """α as a float in (0, 1), else a one-line :class:`UserError` naming it (the rank-sets' check)."""
+    return float(_maxt_check_alpha(alpha))
 
 
 def _check_d(d) -> np.ndarray:
