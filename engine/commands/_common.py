@@ -135,3 +135,12 @@ def table(rows: list[dict], columns: list[str] | None = None, digits: int = 3) -
         return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, num)).rstrip()
 
     return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def add_run_label_args(p, judge_help: str) -> None:
+    """--run, --judge, --human SET, --mode: a judged run and its human labels (judge-audit, run-ranksets)."""
+    p.add_argument("--run", required=True)
+    p.add_argument("--judge", required=True, help=judge_help)
+    p.add_argument("--human", metavar="SET", help="the comparison set with the human labels (default: every set "
+                                                  "whose meta names the run)")
+    p.add_argument("--mode", default=None, choices=("coupled", "independent"), help="default: both modes")

@@ -4,18 +4,14 @@ bootstrap CI. A short summary by default, the full result with --json / --out.""
 
 from __future__ import annotations
 
-from engine.commands._common import add_db, add_output_args, csv_list, emit, fmt
+from engine.commands._common import add_db, add_output_args, add_run_label_args, csv_list, emit, fmt
 
 
 def register(sub) -> None:
     p = sub.add_parser("judge-audit", help="judge vs human agreement, kappa, per-model bias, position consistency, "
                                            "several judges' error correlation (prompt-clustered CIs)")
     add_db(p)
-    p.add_argument("--run", required=True)
-    p.add_argument("--judge", required=True, help="the judge audited (as stored with its verdicts)")
-    p.add_argument("--human", metavar="SET", help="the comparison set with the human labels (default: every set "
-                                                  "whose meta names the run)")
-    p.add_argument("--mode", default=None, choices=("coupled", "independent"), help="default: both modes")
+    add_run_label_args(p, "the judge audited (as stored with its verdicts)")
     p.add_argument("--judges", help="comma-separated panel for the several-judges figures (default: every judge "
                                     "with verdicts on the run)")
     p.add_argument("--boot", type=int, default=1000, help="cluster-bootstrap resamples (default 1000)")

@@ -6,18 +6,14 @@ docs/JUDGE_AUDIT.md."""
 from __future__ import annotations
 
 from engine import config
-from engine.commands._common import add_db, add_output_args, emit, table
+from engine.commands._common import add_db, add_output_args, add_run_label_args, emit, table
 
 
 def register(sub) -> None:
     p = sub.add_parser("run-ranksets", help="PPR rank-sets of a run (judge verdicts + its human labels) next to "
                                             "judge-only and human-only, with the label planner")
     add_db(p)
-    p.add_argument("--run", required=True)
-    p.add_argument("--judge", required=True, help="the judge whose verdicts PPR corrects")
-    p.add_argument("--human", metavar="SET", help="the comparison set with the human labels (default: every set "
-                                                  "whose meta names the run)")
-    p.add_argument("--mode", default=None, choices=("coupled", "independent"), help="default: both modes")
+    add_run_label_args(p, "the judge whose verdicts PPR corrects")
     p.add_argument("--alpha", type=float, default=0.05, help="rank-sets hold simultaneously with prob. >= 1 - alpha")
     p.add_argument("--procedure", default="maxt", choices=config.RANK_PROCEDURES)
     p.add_argument("--plan-width", type=int, metavar="W", help="planner: more labels for rank-sets no wider than W ranks")
