@@ -33,6 +33,17 @@ def _subparsers(p: argparse.ArgumentParser) -> list[tuple[str, argparse.Argument
     return out
 
 
+def _relative_defaults(p: argparse.ArgumentParser, root: str, db: str) -> None:
+    """Show this machine's paths relative to the repository in every default, before argparse formats
+    (and wraps) the help: replacing them in the wrapped text missed a path broken across two lines when
+    the clone's folder name was long."""
+    for a in p._actions:
+        if isinstance(a.default, str):
+            a.default = a.default.replace(db, "data/coupled_eval.duckdb").replace(root, "")
+    for _, sp in _subparsers(p):
+        _relative_defaults(sp, root, db)
+
+
 def _walk(p: argparse.ArgumentParser, path: list[str], level: int, out: list[str]) -> None:
     out += [f"{'#' * level} `{' '.join(path)}`", "", "```text", p.format_help().rstrip(), "```", ""]
     for name, sp in _subparsers(p):
@@ -46,7 +57,8 @@ def cli_markdown() -> str:
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH
     try:
-        parser = build_parser(prog=MODULE_PROG)
+        parser = build_parser(prog=MODULE_PROG)  # a parser of its own: its defaults may be rewritten
+        _relative_defaults(parser, str(config.PROJECT_ROOT) + os.sep, str(config.DEFAULT_DB))
         out = [HEAD, "## Commands", ""]
         out += [f"- [`{name}`](#{('python -m engine ' + name).replace(' ', '-')})" for name, _ in _subparsers(parser)]
         out.append("")
