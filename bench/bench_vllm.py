@@ -33,6 +33,7 @@ generation after the engine build); prints "skipped" where vLLM is not installed
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -78,6 +79,10 @@ def main(argv=None) -> None:
     ap.add_argument("--ab-workers", action="store_true",
                     help="--overhead --interleave: each round also runs coupled with one draw worker "
                          "($COUPLED_EVAL_DRAW_WORKERS=1, the previous code's draw), an A/B in one process")
+    ap.add_argument("--ab-unfused", action="store_true",
+                    help="--overhead --interleave: each round also runs coupled with the CPU draw's division by T and "
+                         "logsumexp as (R, V) torch passes around the same numba argmax (the layout before they "
+                         "moved into the kernel's row pass), an A/B in one process")
     a = ap.parse_args(argv)
     if a.reference_draw:  # the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
         from engine.sampling import keyed
@@ -279,6 +284,8 @@ def overhead_interleaved(a) -> dict:
     arms: dict[str, dict] = {"coupled": {"runs": [], "proc": []}, "plain": {"runs": []}}
     if a.ab_workers:
         arms["coupled_1_worker"] = {"runs": [], "proc": []}
+    if a.ab_unfused:
+        arms["coupled_unfused"] = {"runs": [], "proc": []}
     load = [os.getloadavg()[0]]
     try:
         be = VllmBackend(folder, dtype=a.dtype, kv_cache_gib=a.kv_cache_gib, engine_kwargs=kw)
@@ -299,7 +306,8 @@ def overhead_interleaved(a) -> dict:
                     arms[arm]["runs"].append(time.perf_counter() - t)
                     arms[arm]["tokens"] = sum(len(o.outputs[0].token_ids) for o in res)
                     continue
-                with _scoped_env({WORKERS_ENV: "1"} if arm == "coupled_1_worker" else {}):
+                with _scoped_env({WORKERS_ENV: "1"} if arm == "coupled_1_worker" else {}), \
+                        _unfused_draw(arm == "coupled_unfused"):
                     out = [r for ch in be.generate(prompts, as_units(units, a.seed), cfg) for r in ch]
                 arms[arm]["runs"].append(time.perf_counter() - t)
                 arms[arm]["proc"].append(sum(seconds()))
@@ -330,7 +338,40 @@ def overhead_interleaved(a) -> dict:
             rep[f"{arm}_over_plain_per_cycle"] = [p / c for c, p in zip(arms[arm]["runs"], arms["plain"]["runs"])]
     if a.ab_workers:
         rep["tokens_identical_1_worker_vs_default"] = tokens["coupled"] == tokens["coupled_1_worker"]
+    if a.ab_unfused:
+        rep["tokens_identical_unfused_vs_default"] = tokens["coupled"] == tokens["coupled_unfused"]
     return rep
+
+
+@contextlib.contextmanager
+def _unfused_draw(on: bool):
+    """With ``on``: keyed.draw's numba CPU chunks with z = masked_logits as an (R, V) tensor, the argmax
+    over z at T = 1 and torch's logsumexp of z (as before the division and the sum moved into the
+    kernel's row pass; the argmax kernel itself is today's); the same tokens, probabilities to float32
+    rounding. The engine core runs in this process, so the patch reaches the processor."""
+    if not on:
+        yield
+        return
+    import torch
+
+    from engine.sampling import keyed
+    from engine.sampling.cpu_argmax import gumbel_argmax_cpu
+    from engine.sampling.gumbel import masked_logits
+
+    def previous(logits, seeds, units, steps, token_keys, temperature, top_k, top_p, trace_k):
+        z = masked_logits(logits, temperature, top_k, top_p)  # (r, V)
+        tokens = gumbel_argmax_cpu(z, seeds, units, steps, token_keys, 1.0)
+        lse = torch.logsumexp(z, dim=-1)
+        probs = (z.gather(1, tokens[:, None]).squeeze(1) - lse).exp()
+        assert not trace_k  # the bench asks for no trace
+        return keyed.Draw(tokens, probs, None, None, None)
+
+    current = keyed._draw_chunk_cpu
+    keyed._draw_chunk_cpu = previous  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        keyed._draw_chunk_cpu = current  # type: ignore[assignment]
 
 
 def smoke(a) -> None:

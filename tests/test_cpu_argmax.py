@@ -18,6 +18,7 @@ from engine.sampling.cpu_argmax import (
     MAX_CANDIDATES,
     gumbel_argmax_cpu,
     gumbel_argmax_detail,
+    gumbel_argmax_lse,
     numba_available,
 )
 from tests.conftest import ROOT
@@ -133,6 +134,51 @@ def test_nan_and_infinite_logits_give_the_references_token(T):
     assert torch.equal(d.tokens, want)
     torch.testing.assert_close(d.probs, torch.log_softmax(z, -1).gather(1, want[:, None]).squeeze(1).exp(),
                                rtol=2e-6, atol=1e-9, equal_nan=True)
+
+
+def test_the_kernels_float32_exp_is_within_1e7_of_exp():
+    """exp_sums on one-token rows is the kernel's exp itself, compiled as the sum uses it (``reassoc``):
+    relative error < 1e-7 on (-87, 0] (float32's own rounding is 6e-8), 0 from -87 down and at -inf."""
+    import numpy as np
+
+    from engine.sampling.cpu_argmax import _kernels
+
+    d = np.concatenate([np.linspace(-87.0, 0.0, 400_001), [-1e-30, -87.0, -87.01, -100.0, -math.inf]]).astype(np.float32)
+    out = np.empty(d.size)
+    _kernels().exp_sums(d, 1, 1, np.float32(1.0), np.zeros(d.size, np.float32), out)
+    ok = d > -87.0
+    rel = np.abs(out[ok] / np.exp(d[ok].astype(np.float64)) - 1)
+    assert rel.max() < 1e-7, rel.max()
+    assert out[0] == 0.0 and out[-4:].tolist() == [0.0, 0.0, 0.0, 0.0]
+    # a row with zmax that is not finite: nan (the caller gives such rows torch's own logsumexp)
+    _kernels().exp_sums(d[:2], 1, 1, np.float32(1.0), np.array([math.inf, math.nan], np.float32), out[:2])
+    assert np.isnan(out[:2]).all()
+
+
+@pytest.mark.parametrize("T", [1.0, 0.7])
+def test_lse_is_logsumexp_within_2e7_and_the_tokens_are_the_references(T):
+    """gumbel_argmax_lse: the reference's tokens and logsumexp(z) within 2e-7 nats of its float64 value
+    (torch's float32 logsumexp is only within ~1e-6 at |lse| ~ 10), on flat and peaked logits, strided
+    and bfloat16 rows, masked (-inf) entries; rows without a finite maximum get torch's own value."""
+    from engine.sampling.gumbel import scale
+
+    cases = [_case(64, 4097, sc, seed) for seed, sc in enumerate((0.05, 0.5, 3.0, 8.0))]
+    wide = _case(9, 6000, 2.0, 7)
+    cases.append((wide[0][:, 500:4500], *wide[1:4], wide[4][500:4500]))  # strided rows
+    cases.append(_case(9, 3001, 3.0, 8, dtype=torch.bfloat16))
+    masked = _case(9, 3001, 3.0, 9)
+    masked[0][:, ::3] = -math.inf
+    masked[0][4, 7] = math.inf
+    masked[0][5] = -math.inf
+    cases.append(masked)
+    for args in cases:
+        tokens, lse = gumbel_argmax_lse(*args, T)
+        assert torch.equal(tokens, _reference(*args, T))
+        z = scale(args[0], T)
+        exact = torch.logsumexp(z.double(), -1)
+        fin = torch.isfinite(z.amax(1))
+        assert float((lse[fin] - exact[fin]).abs().max()) <= 2e-7
+        assert torch.equal(lse[~fin], torch.logsumexp(z[~fin], -1).double())  # inf, -inf as torch says
 
 
 def test_a_full_vocabulary_batch_and_the_fraction_of_tokens_evaluated():

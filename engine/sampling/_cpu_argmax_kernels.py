@@ -25,6 +25,16 @@ _LOG2E = 1.0 / math.log(2.0)
 G_MIN = -6.57
 _BLOCK = 256  # tokens per vectorised block (256 and 1,024 measured alike; 4,096 slower)
 
+# float32 exp (Cephes expf: Cody-Waite reduction by ln 2 in two parts, a degree-7 polynomial, 2^n from
+# the exponent bits): max relative error 8e-8 on [-87, 0] (tests/test_cpu_argmax.py), written out
+# because LLVM vectorises arithmetic but not a call to libm's exp (numba has no vector math library here)
+_F32 = np.float32
+_E_LOG2E, _E_C1, _E_C2 = _F32(1.4426950408889634), _F32(0.693359375), _F32(-2.12194440e-4)
+_E_P = tuple(_F32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                               1.6666665459e-1, 5.0000001201e-1))
+_E_LO = _F32(-87.0)  # below: 0 (e^-87 = 1.6e-38 per token is nothing next to the row's sum >= 1)
+_E_HALF, _E_ONE, _E_ZERO = _F32(0.5), _F32(1.0), _F32(0.0)
+
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _mix(x: np.uint64) -> np.uint64:
@@ -163,40 +173,109 @@ def _evaluate_block(x: np.ndarray, b0: int, b1: int, t: np.float32, xmax: np.flo
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def scan_rows(xf: np.ndarray, rs: int, V: int, t: np.float32, xmax: np.ndarray, rows: np.ndarray, tok: np.ndarray,
-              cand: np.ndarray, n: np.ndarray, evaluated: np.ndarray) -> None:
-    """Every row of the logits (flat float32, row r at xf[r*rs : r*rs + V]; z = x / t): candidates into
-    cand (R, K) in ascending id order, their number into n (0: a reference row, -1: overflow), exact
-    evaluations into ``evaluated``.
+def row_max(x: np.ndarray, xi: np.ndarray) -> np.float32:
+    """torch.amax of one float32 row (x, and xi: the same memory as int32): NaN if any entry is NaN.
 
-    Token blocks outside, rows inside, so a block's token parts stay in L1 for all rows; each row
-    still sees its tokens in id order, keeping its own running best."""
-    R, K = cand.shape
-    ids = np.empty((R, K), np.int64)
-    s = np.empty((R, K), np.float64)
-    best = np.empty(R, np.float64)
-    zmax = np.empty(R, np.float32)
-    margin = np.empty(R, np.float64)
-    cnt = np.zeros(R, np.int64)
-    for r in range(R):
-        zmax[r] = xmax[r] / t  # max of x / t: division by t > 0 is monotone, and so is rounding
-        margin[r] = margin_of(zmax[r])
-        best[r] = float(zmax[r]) + G_MIN  # a lower bound of the best score: the most likely token has g >= G_MIN
-        evaluated[r] = 0
-        if not math.isfinite(zmax[r]):
-            cnt[r] = -1  # a reference row
+    In integers, so that LLVM vectorises it without fast-math (a float max reduction needs 'nnan'):
+    the IEEE bits mapped to a signed order (negative floats' magnitude bits flipped) keep the float
+    order, -0 < +0 aside (equal values either way); a NaN is an exponent of ones with a nonzero fraction."""
+    best = np.int32(-2147483648)
+    nan = np.int32(0)
+    for v in range(xi.shape[0]):
+        b = xi[v]
+        nan |= np.int32((b & np.int32(0x7FFFFFFF)) > np.int32(0x7F800000))
+        k = b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))
+        best = k if k > best else best
+    if nan:
+        return np.float32(np.nan)
+    bits = np.int32(best ^ ((best >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+    return bits.view(np.float32)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _scan_row(x: np.ndarray, V: int, t: np.float32, xmax: np.float32, rh: np.uint64, tok: np.ndarray,
+              ids: np.ndarray, s: np.ndarray, w_buf: np.ndarray, out: np.ndarray) -> tuple[int, int]:
+    """One row with a finite maximum: its candidates into ``out`` (ascending ids); (their number, or -1
+    on overflow; the exact evaluations)."""
+    zmax = xmax / t  # max of x / t: division by t > 0 is monotone, and so is rounding
+    margin = margin_of(zmax)
+    best = float(zmax) + G_MIN  # a lower bound of the best score: the most likely token has g >= G_MIN
     scale = np.float32(_LOG2E) / t
-    w_buf = np.empty(_BLOCK, np.uint64)
+    cnt, n_eval = 0, 0
     for b0 in range(0, V, _BLOCK):
         b1 = min(b0 + _BLOCK, V)
-        for r in range(R):
-            if cnt[r] < 0:
-                continue
-            x = xf[r * rs:r * rs + V]
-            if _block_hits(x, b0, b1, xmax[r], scale, _reach(zmax[r], best[r], margin[r]), rows[r], tok, w_buf):
-                best[r], cnt[r], evaluated[r] = _evaluate_block(
-                    x, b0, b1, t, xmax[r], scale, margin[r], zmax[r], rows[r], tok, w_buf, ids[r], s[r], best[r],
-                    cnt[r], evaluated[r])
+        if _block_hits(x, b0, b1, xmax, scale, _reach(zmax, best, margin), rh, tok, w_buf):
+            best, cnt, n_eval = _evaluate_block(x, b0, b1, t, xmax, scale, margin, zmax, rh, tok, w_buf, ids, s,
+                                                best, cnt, n_eval)
+            if cnt < 0:
+                return -1, n_eval
+    return _finish(ids, s, cnt, best - margin, out), n_eval
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def scan_rows(xf: np.ndarray, rs: int, V: int, t: np.float32, rows: np.ndarray, tok: np.ndarray, cand: np.ndarray,
+              n: np.ndarray, evaluated: np.ndarray, xmax: np.ndarray, sums: np.ndarray) -> None:
+    """Every row of the logits (flat float32, row r at xf[r*rs : r*rs + V]; z = x / t), one row at a time:
+    its maximum into xmax (torch.amax's value), its candidates into cand (R, K) in ascending id order and
+    their number into n (0: no finite maximum, a reference row; -1: overflow), exact evaluations into
+    ``evaluated``, and with ``sums`` of length R, sum_v e^(z - zmax) into it (:func:`exp_sums`).
+
+    Rows outside, token blocks inside: each row is read from memory once, by the max, and its two more
+    passes (the scan, the sum) find it in L2 (196 KB at V = 49,152; the token parts, 8 V bytes, stay
+    there too). Fresh logits from the LM head are cold, and the earlier order (blocks outside, rows
+    inside: 64 strided streams) cost 7.7 against 5.5 ms at B = 64 with the logits out of cache."""
+    R, K = cand.shape
+    xi = xf.view(np.int32)
+    ids = np.empty(K, np.int64)
+    s = np.empty(K, np.float64)
+    w_buf = np.empty(_BLOCK, np.uint64)
+    want_sums = sums.shape[0] == R
     for r in range(R):
-        n[r] = 0 if not math.isfinite(zmax[r]) else -1 if cnt[r] < 0 else _finish(
-            ids[r], s[r], cnt[r], best[r] - margin[r], cand[r])
+        x = xf[r * rs:r * rs + V]
+        m = row_max(x, xi[r * rs:r * rs + V])
+        xmax[r] = m
+        evaluated[r] = 0
+        if not math.isfinite(m):
+            n[r] = 0  # a reference row
+            if want_sums:
+                sums[r] = math.nan
+            continue
+        n[r], evaluated[r] = _scan_row(x, V, t, m, rows[r], tok, ids, s, w_buf, cand[r])
+        if want_sums:
+            sums[r] = row_exp_sum(x, t, m / t)
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _exp32(d: np.float32) -> np.float32:
+    """e^d in float32 for d <= 0 (relative error < 1e-7 above -87; 0 from -87 down, and for d = -inf)."""
+    dd = d if d > _E_LO else _E_LO
+    n = _F32(np.int32(dd * _E_LOG2E - _E_HALF))  # round to nearest (truncation of a value <= -0.5)
+    r = dd - n * _E_C1 - n * _E_C2  # |r| <= ln 2 (two-part ln 2: r exact to float32 rounding)
+    p0, p1, p2, p3, p4, p5 = _E_P
+    p = ((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5
+    p = p * r * r + r + _E_ONE
+    bits = np.int32((np.int32(n) + np.int32(127)) << np.int32(23))  # 2^n, n in [-126, 0]
+    v = p * bits.view(np.float32)
+    return v if d > _E_LO else _E_ZERO
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+def row_exp_sum(x: np.ndarray, t: np.float32, zmax: np.float32) -> float:
+    """sum_v e^(fl32(x[v] / t) - zmax) in float64 over one float32 row (zmax finite).
+
+    z = x / t is the IEEE float32 division torch's ``x / T`` does, so log(sum) + zmax is logsumexp(z)
+    to float32 rounding (the summation order differs from torch's). ``reassoc`` lets LLVM vectorise the
+    sum (in lanes, then added up); it reorders nothing else that could change the result beyond that
+    (no reciprocal: 'arcp' is not set; tests/test_cpu_argmax.py measures the exp compiled here).
+    Compiled on its own (not inlined by numba), so the flag reaches none of the scan's arithmetic."""
+    acc = 0.0
+    for v in range(x.shape[0]):
+        acc += _exp32(x[v] / t - zmax)
+    return acc
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def exp_sums(xf: np.ndarray, rs: int, V: int, t: np.float32, zmax: np.ndarray, out: np.ndarray) -> None:
+    """out[r] = :func:`row_exp_sum` of row r (xf[r*rs : r*rs + V]) for rows with a finite zmax; nan for others."""
+    for r in range(zmax.shape[0]):
+        zm = zmax[r]
+        out[r] = row_exp_sum(xf[r * rs:r * rs + V], t, zm) if math.isfinite(zm) else math.nan

@@ -45,6 +45,12 @@ noise) and the reference's float32 z + g, the lowest id first among equal scores
 ``MAX_CANDIDATES`` candidates (many exact ties: duplicate token keys with equal logits), or without a
 finite maximum (all -inf, +inf or NaN), is drawn by the reference itself.
 
+One pass of memory per row. Rows are taken one at a time: the row's maximum (in integers, NaN-aware:
+torch.amax's value) reads it from memory, then the scan and, for :func:`gumbel_argmax_lse`, the sum
+of e^(z - zmax) (float32 exponentials in a vectorised loop, summed in float64) find it in L2. So a
+sampler step reads the logits once and writes no (R, V) tensor: no x / T, no torch logsumexp and
+its temporaries, which on CPU cost as much as the draw (docs/BENCHMARKS.md, vLLM CPU).
+
 Single-threaded itself (no ``parallel=True``: numba's own thread pool would contend with the OpenMP
 threads vLLM binds to the cores); ``nogil``, so engine.sampling.keyed.draw runs row chunks of it on
 several Python threads at once (its row workers: one hand-off per draw). Compiled on first use, then
@@ -165,17 +171,17 @@ def _check(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps
         raise ValueError(f"temperature must be a finite number > 0 for a Gumbel draw, got {temperature!r}")
 
 
-def gumbel_argmax_detail(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-                         token_keys: torch.Tensor, temperature: float) -> ArgmaxDetail:
-    """:func:`gumbel_argmax_cpu` with the per-row pruning counts (for tests and the bench)."""
+def _scan(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
+          token_keys: torch.Tensor, temperature: float, with_lse: bool) -> tuple[ArgmaxDetail, torch.Tensor | None]:
+    """The draw (and, with ``with_lse``, logsumexp(z) per row, float64): see the public functions."""
     _check(logits, seeds, units, steps, token_keys, temperature)
     R, V = logits.shape
     logits = logits.detach()
     x = logits if logits.dtype == torch.float32 and logits.stride(-1) == 1 else logits.float().contiguous()
     if R == 0:
         empty = torch.zeros(0, dtype=torch.int64)
-        return ArgmaxDetail(empty, empty.clone(), torch.zeros(0, dtype=torch.bool))
-    xmax = torch.amax(x, dim=1)  # (R,) z's max is xmax / T (division by T > 0 and rounding are monotone)
+        lse0 = torch.zeros(0, dtype=torch.float64) if with_lse else None
+        return ArgmaxDetail(empty, empty.clone(), torch.zeros(0, dtype=torch.bool)), lse0
     t = np.float32(temperature)  # torch divides a float32 tensor by the scalar cast to float32
     u64 = np.uint64
     kern = _kernels()
@@ -185,8 +191,10 @@ def gumbel_argmax_detail(logits: torch.Tensor, seeds: torch.Tensor, units: torch
     cand = np.zeros((R, MAX_CANDIDATES), np.int64)  # (R, K)
     n = np.zeros(R, np.int64)
     evaluated = np.zeros(R, np.int64)
+    xmax = np.empty(R, np.float32)  # (R,) torch.amax of each row (NaN if it holds one)
+    sums = np.empty(R if with_lse else 0, np.float64)  # (R,) sum of e^(z - zmax), or nothing
     xf, rs = _flat_rows(x)
-    kern.scan_rows(xf, rs, V, t, xmax.numpy(), rows, tok, cand, n, evaluated)
+    kern.scan_rows(xf, rs, V, t, rows, tok, cand, n, evaluated, xmax, sums)
     cand_t, n_t, ev_t = torch.from_numpy(cand), torch.from_numpy(n), torch.from_numpy(evaluated)
     fallback = n_t <= 0  # overflowing rows (-1) and rows without a finite maximum (0)
     tokens = torch.zeros(R, dtype=torch.int64)
@@ -196,12 +204,44 @@ def gumbel_argmax_detail(logits: torch.Tensor, seeds: torch.Tensor, units: torch
     elif bool(good.any()):
         i = good.nonzero().squeeze(1)
         tokens[i] = _choose(x[i], temperature, cand_t[i], n_t[i], seeds[i], units[i], steps[i], token_keys)
+    lse = None
+    if with_lse:
+        zmax = scale(torch.from_numpy(xmax)[:, None], temperature).squeeze(1)  # (R,) float32, each row's largest z
+        lse = zmax.double() + torch.from_numpy(sums).log()  # (R,) float64; nan where zmax is not finite
     if bool(fallback.any()):
         i = fallback.nonzero().squeeze(1)
+        z = scale(x[i], temperature)  # (f, V)
         g = noise.gumbel(seeds[i], units[i], steps[i], token_keys)  # (f, V) the reference, on few rows
-        tokens[i] = torch.argmax(scale(x[i], temperature) + g, dim=1)
+        tokens[i] = torch.argmax(z + g, dim=1)
         ev_t[i] = -1
-    return ArgmaxDetail(tokens, ev_t, fallback)
+        if lse is not None:
+            lse[i] = torch.logsumexp(z, dim=1).double()  # torch's own value where the row is not finite
+    return ArgmaxDetail(tokens, ev_t, fallback), lse
+
+
+def gumbel_argmax_detail(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
+                         token_keys: torch.Tensor, temperature: float) -> ArgmaxDetail:
+    """:func:`gumbel_argmax_cpu` with the per-row pruning counts (for tests and the bench)."""
+    return _scan(logits, seeds, units, steps, token_keys, temperature, with_lse=False)[0]
+
+
+def gumbel_argmax_lse(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
+                      token_keys: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`gumbel_argmax_cpu`'s tokens and the normaliser of D, without an (R, V) tensor.
+
+        lse[r] = zmax[r] + log sum_v exp(z[r, v] - zmax[r]),   z = float32(logits) / T
+
+    summed in float64 over float32 exponentials (relative error <= 8e-8 each) in one more pass of the
+    kernel over the logits, so it is torch.logsumexp(z) to float32 rounding (another summation order:
+    not its bits); rows without a finite maximum get torch.logsumexp's own value. The sampler's
+    probability of the token is then exp(z[token] - lse).
+
+    Returns:
+        (tokens (R,) int64, lse (R,) float64).
+    """
+    d, lse = _scan(logits, seeds, units, steps, token_keys, temperature, with_lse=True)
+    assert lse is not None  # asked for
+    return d.tokens, lse
 
 
 def gumbel_argmax_cpu(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
@@ -222,4 +262,5 @@ def gumbel_argmax_cpu(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Te
     return gumbel_argmax_detail(logits, seeds, units, steps, token_keys, temperature).tokens
 
 
-__all__ = ["MAX_CANDIDATES", "ArgmaxDetail", "gumbel_argmax_cpu", "gumbel_argmax_detail", "numba_available"]
+__all__ = ["MAX_CANDIDATES", "ArgmaxDetail", "gumbel_argmax_cpu", "gumbel_argmax_detail", "gumbel_argmax_lse",
+           "numba_available"]

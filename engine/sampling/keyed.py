@@ -14,12 +14,16 @@ device and settings:
 * CUDA with Triton and top-k / top-p or a trace: z masked in torch, then the fused Gumbel-argmax
   kernel over z (no (R, V) noise tensor). A trace's Gumbel values at the top-k ids come from
   :func:`engine.sampling.noise.gumbel_at` on an (R, k) grid.
+* CPU with numba, T > 0: engine.sampling.cpu_argmax, which reads the raw logits once (the division by
+  T, the argmax and the logsumexp inside one loop; no (R, V) tensor) unless a top-k / top-p mask or a
+  trace needs z = masked_logits, which it then reads instead.
 * elsewhere (and T = 0): the torch reference (engine.sampling.noise.gumbel) and torch.argmax.
 
 All give the same tokens by construction (the kernels are bit-identical to the reference noise,
 divide with IEEE rounding and add in float32 with torch.argmax's tie rule; tests/test_noise_kernel.py).
 The probability of the token is exp(z[token] - logsumexp(z)): the same formula everywhere, equal to
-float32 rounding across implementations (the kernel sums in another order).
+float32 rounding across implementations (the kernels sum in another order; the numba CPU draw sums
+in float64 and rounds once, so its value is the closest of all to the exact one).
 
 Bounded temporaries: rows are drawn in chunks of :func:`rows_per_chunk`, so the extra memory of a
 draw is a fixed budget (``TEMP_BUDGET_BYTES``) whatever the batch size; every operation is per
@@ -57,7 +61,7 @@ import torch
 
 from engine.errors import UserError
 from engine.sampling import noise
-from engine.sampling.gumbel import check_params, masked_logits
+from engine.sampling.gumbel import check_params, masked_logits, scale
 
 TEMP_BUDGET_BYTES = 256 << 20  # peak extra memory of one draw, whatever the number of rows
 THREADS_ENV = "COUPLED_EVAL_NOISE_THREADS"  # intra-op threads of a CPU draw (default 1)
@@ -216,9 +220,33 @@ def single_read(logits: torch.Tensor, temperature: float, top_k: int, top_p: flo
             and logits.dtype in (torch.float32, torch.bfloat16, torch.float16) and _fused_available(logits.device))
 
 
+def _draw_chunk_cpu(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
+                    token_keys: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int) -> Draw:
+    """The numba draw (T > 0): tokens and logsumexp(z) from the logits without an (r, V) tensor when
+    nothing is masked and no trace is asked for (the kernel divides by T as it reads); otherwise from
+    z = masked_logits (T = 1 for the kernel). Why: on CPU each (r, V) float32 pass (x / T, torch's
+    logsumexp and its temporaries) cost as much as the draw itself (docs/BENCHMARKS.md, vLLM CPU)."""
+    from engine.sampling.cpu_argmax import gumbel_argmax_lse
+
+    plain = top_p >= 1.0 and (top_k == 0 or top_k >= logits.shape[-1]) and not trace_k
+    z = None if plain else masked_logits(logits, temperature, top_k, top_p)  # (r, V) float32
+    src, t = (logits, temperature) if z is None else (z, 1.0)
+    tokens, lse = gumbel_argmax_lse(src, seeds, units, steps, token_keys, t)  # (r,) int64, (r,) float64
+    z_tok = scale(logits.gather(1, tokens[:, None]), temperature) if z is None else z.gather(1, tokens[:, None])
+    probs = (z_tok.squeeze(1).double() - lse).exp().float()  # (r,) D[token], float64 then rounded once
+    if not trace_k:
+        return Draw(tokens, probs, None, None, None)
+    assert z is not None  # a trace takes the masked path
+    tv, ti = torch.topk(z, min(trace_k, z.shape[-1]), dim=-1)  # (r, k) the most likely: top-k of z = of log D
+    tp = (tv.double() - lse[:, None]).exp().float()  # (r, k) the same formula as probs
+    return Draw(tokens, probs, ti, tp, noise.gumbel_at(seeds, units, steps, token_keys[ti]))
+
+
 def _draw_chunk(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
                 token_keys: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int,
                 fused: bool, cpu_fast: bool = False) -> Draw:
+    if cpu_fast and temperature > 0:
+        return _draw_chunk_cpu(logits, seeds, units, steps, token_keys, temperature, top_k, top_p, trace_k)
     z = masked_logits(logits, temperature, top_k, top_p)  # (r, V) float32, the one conversion
     g = None
     if temperature == 0:
@@ -227,11 +255,6 @@ def _draw_chunk(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, 
         from engine.sampling.triton_noise import gumbel_argmax_fused
 
         tokens, _ = gumbel_argmax_fused(z, seeds, units, steps, token_keys, backend="triton")
-    elif cpu_fast:
-        from engine.sampling.cpu_argmax import gumbel_argmax_cpu
-
-        # z is already float32(x) / T (and masked), so T = 1 here: argmax(z + g) without the (r, V) noise
-        tokens = gumbel_argmax_cpu(z, seeds, units, steps, token_keys, 1.0)  # (r,)
     else:
         g = noise.gumbel(seeds, units, steps, token_keys)  # (r, V)
         tokens = torch.argmax(z + g, dim=-1)  # (r,) -inf + g stays -inf; ties -> lowest id
