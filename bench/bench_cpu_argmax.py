@@ -8,8 +8,11 @@ What is timed, per (batch, vocabulary, logits, T), on the same input:
 * ``reference``  torch.argmax(z + noise.gumbel(seeds, units, steps, keys)), z = float32(logits) / T
                  (what engine.sampling.keyed.draw computes on CPU today, without its extras)
 * ``numba``      cpu_argmax.gumbel_argmax_cpu (identical tokens: checked every run)
-* ``numba+prob`` the same plus the chosen token's probability exp(z[tok] - logsumexp(z)), what a
-                 sampler step also reports
+* ``numba+prob`` a sampler step: the tokens plus the chosen token's probability exp(z[tok] - logsumexp(z)),
+                 as keyed.draw computes it on CPU (one pass of the kernel per row: the division by T
+                 and the logsumexp inside it, no (R, V) tensor)
+* ``unfused``    the same step with z = logits / T and torch's logsumexp(z) as (R, V) passes around the
+                 argmax (the layout before the sum moved into the kernel)
 
 Logits: ``uniform`` = randn * 0.5 (a random-init model: every token near the maximum, the worst case
 for the pruning) and ``peaked`` = randn * 5. Medians of --reps after one warm-up call, wall clock
@@ -63,7 +66,7 @@ def _time(fn, reps: int) -> tuple[float, float]:
 def _row(R: int, V: int, kind: str, T: float, reps: int) -> dict:
     import torch
 
-    from engine.sampling import noise
+    from engine.sampling import keyed, noise
     from engine.sampling.cpu_argmax import gumbel_argmax_cpu, gumbel_argmax_detail
 
     logits, seeds, units, steps, keys = _inputs(R, V, 0.5 if kind == "uniform" else 5.0)
@@ -73,8 +76,12 @@ def _row(R: int, V: int, kind: str, T: float, reps: int) -> dict:
         return torch.argmax(z + noise.gumbel(seeds, units, steps, keys), dim=-1)
 
     def with_prob():
-        tok = gumbel_argmax_cpu(logits, seeds, units, steps, keys, T)
+        d = keyed._draw_chunk_cpu(logits, seeds, units, steps, keys, T, 0, 1.0, 0)
+        return d.tokens, d.probs
+
+    def unfused():
         z = logits / T if T != 1.0 else logits
+        tok = gumbel_argmax_cpu(z, seeds, units, steps, keys, 1.0)
         return tok, (z.gather(1, tok[:, None]).squeeze(1) - torch.logsumexp(z, dim=-1)).exp()
 
     d = gumbel_argmax_detail(logits, seeds, units, steps, keys, T)
@@ -83,8 +90,10 @@ def _row(R: int, V: int, kind: str, T: float, reps: int) -> dict:
     ref_w, ref_c = _time(reference, max(1, reps // 3))
     nb_w, nb_c = _time(lambda: gumbel_argmax_cpu(logits, seeds, units, steps, keys, T), reps)
     pr_w, pr_c = _time(with_prob, reps)
+    un_w, un_c = _time(unfused, reps)
     return {"batch": R, "vocab": V, "logits": kind, "T": T, "reference_ms": ref_w, "reference_cpu_ms": ref_c,
             "numba_ms": nb_w, "numba_cpu_ms": nb_c, "numba_prob_ms": pr_w, "numba_prob_cpu_ms": pr_c,
+            "unfused_ms": un_w, "unfused_cpu_ms": un_c,
             "evaluated_per_row": float(d.evaluated.float().mean()), "fallback_rows": int(d.fallback.sum())}
 
 
@@ -116,12 +125,13 @@ def main(argv=None) -> int:
     print(f"first call (compile{' into a fresh cache' if args.cold else ' or cache load'}): {first:.2f} s; "
           f"1-min load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()}")
     print("| batch | vocab | logits | T | reference ms (cpu) | numba ms (cpu) | numba+prob ms (cpu) | "
-          "speed-up | exact logs per row |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "unfused ms (cpu) | speed-up | exact logs per row |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['batch']} | {r['vocab']:,} | {r['logits']} | {r['T']} | {r['reference_ms']:.1f} "
               f"({r['reference_cpu_ms']:.1f}) | {r['numba_ms']:.2f} ({r['numba_cpu_ms']:.2f}) | "
               f"{r['numba_prob_ms']:.2f} ({r['numba_prob_cpu_ms']:.2f}) | "
+              f"{r['unfused_ms']:.2f} ({r['unfused_cpu_ms']:.2f}) | "
               f"{r['reference_cpu_ms'] / max(r['numba_cpu_ms'], 1e-9):.1f}x | {r['evaluated_per_row']:.1f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"first_call_s": first, "rows": rows}, indent=1))
