@@ -7,7 +7,6 @@ lines, a stored comparison set, or a run's LLM-judge verdicts. Shared by win-rat
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import os
@@ -22,6 +21,7 @@ from engine import store
 from engine.analysis.overview import db_exists
 from engine.analysis.result_base import ToDict
 from engine.errors import Unavailable, UserError
+from engine.filehash import sha256_file
 from engine.stats import ranking as R
 from engine.stats.comparisons import A_WINS, B_WINS, Comparisons, outcome_codes
 from engine.store import comparisons as SC
@@ -264,11 +264,8 @@ def _read_arena_cached(human: str, human_mtime: float, judge: str, judge_mtime: 
 
 @functools.lru_cache(maxsize=64)
 def _file_sha256(path: str, mtime: float, size: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """sha256_file, once per (path, modification time, size) in a process."""
+    return sha256_file(path)
 
 
 def _content_key(paths: list[Path]) -> tuple[str, ...]:

@@ -13,17 +13,16 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from engine.filehash import sha256_file
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @lru_cache(maxsize=64)
 def _file_sha256(path: str, size: int, mtime: float) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+    """sha256_file, once per (path, size, modification time) in a process."""
+    return sha256_file(path)
 
 
 def file_sha256(path: Path) -> str:
