@@ -334,3 +334,19 @@ def test_reproduce_gives_the_run_s_own_generate_command(small, tmp_path):
     assert code[0] == "python -m engine generate --models m-base m-int8 --dataset demo --run-id 'r x'"
     assert code[1] == "python -m engine score --run run-small --rule paper --db 'my db.duckdb'"
     assert code[-1] == "python -m engine report --run run-small --db 'my db.duckdb' --out report.html"
+
+
+@pytest.mark.parametrize("bad", [1.5, 0, float("nan"), "x"])
+def test_a_bad_alpha_is_one_line_before_anything_is_read(tmp_path, bad):
+    """Run and set reports check alpha with the rank-sets' one rule (a non-number named too), before
+    the database is opened."""
+    from engine.errors import UserError
+    from engine.report.context import RunContext
+    from engine.report.set_sections import SetContext
+
+    missing = tmp_path / "none.duckdb"
+    with pytest.raises(UserError, match=r"alpha must be (a number )?in \(0, 1\); got"):
+        RunContext(missing, "r", alpha=bad)
+    with pytest.raises(UserError, match=r"alpha must be (a number )?in \(0, 1\); got"):
+        SetContext(missing, "s", None, bad, 0, None, None)
+    assert not missing.exists()

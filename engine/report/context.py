@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from engine.analysis.ranksets import parse_alpha
 from engine.errors import UserError
 
 
@@ -36,9 +37,7 @@ class RunContext:
 
     def __init__(self, db: str | os.PathLike, run: str, models: list[str] | None = None, alpha: float = 0.05,
                  seed: int = 0, db_label: str | None = None):
-        if not 0 < alpha < 1:
-            raise UserError(f"alpha must be in (0, 1); got {alpha}")
-        self.db, self.run, self.alpha, self.seed = db, run, float(alpha), int(seed)
+        self.db, self.run, self.alpha, self.seed = db, run, parse_alpha(alpha), int(seed)
         self.db_label = db_label or str(db)
         self._models = list(models) if models else None
         self.notes: list[str] = []  # analyses the run could not give, one line each

@@ -10,6 +10,7 @@ import shlex
 from functools import cached_property
 
 from engine import figures
+from engine.analysis.ranksets import parse_alpha
 from engine.errors import UserError
 from engine.report import references as ref
 from engine.report.context import frame_table
@@ -22,8 +23,7 @@ class SetContext:
     def __init__(self, db: str | os.PathLike, name: str, label: str | None, alpha: float, seed: int,
                  models: list[str] | None, db_label: str | None):
         from engine.analysis.comparisons import comparison_sets
-        if not 0 < alpha < 1:
-            raise UserError(f"alpha must be in (0, 1); got {alpha}")
+        alpha = parse_alpha(alpha)  # a UserError naming a bad one
         sets = comparison_sets(db)
         row = sets[sets["name"] == name]
         if row.empty:
