@@ -36,6 +36,7 @@ ui.table(res.figures_table(), "judge_audit", key="ja_table", ctx=ctx)
 st.markdown("**Per-model judge bias**: the judge's strict win-rate of the model minus the humans' on the same units "
             "(> 0: the judge favours it). These are PPR's rectifiers.")
 ui.table(res.bias_table(), "judge_bias", key="ja_bias", ctx=ctx)
-st.caption(f"Percentile intervals of {res.n_boot} prompt-cluster bootstrap resamples (seed {res.seed}). Position "
+st.caption(f"Expanded percentile intervals (the win-rates' rule) of {res.n_boot} prompt-cluster bootstrap resamples "
+           f"(seed {res.seed}). Position "
            "figures use every unit judged in both orders (no label needed); a unit judged in both orders has one "
            "judge label: the common winner, or tie when the orders disagree.")

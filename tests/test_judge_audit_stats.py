@@ -140,7 +140,7 @@ def test_interval_is_seeded_and_brackets_estimate():
 
 def test_clustered_interval_covers_at_nominal_rate():
     """Seeded simulation: prompts with a shared random effect on agreement (strong within-prompt
-    correlation); the 90% clustered percentile interval of the agreement rate covers the truth in
+    correlation); the 90% clustered (expanded percentile) interval of the agreement rate covers the truth in
     ~90% of 200 replications (binomial MC s.e. 2.1%); a row-level bootstrap would under-cover."""
     rng = np.random.default_rng(2026)
     C, per, reps, conf = 60, 5, 200, 0.90
@@ -156,6 +156,32 @@ def test_clustered_interval_covers_at_nominal_rate():
         iv = ja.interval(S, ja.bootstrap_weights(C, 400, rng), ja.agreement_kappa_of_sums, conf=conf)
         cover += iv.lower[0] <= truth <= iv.upper[0]
     assert abs(cover / reps - conf) < 3.5 * np.sqrt(conf * (1 - conf) / reps)
+
+
+def test_interval_expands_the_percentile_by_the_prompts_that_hold_data():
+    """interval(): 'percentile' is the (1 - conf)/2 quantiles of the resampled figure; 'expanded' (the
+    default) the expanded_tail(conf, C') quantiles with C' the prompts whose sums are not all zero
+    (a prompt without a labelled unit adds nothing), so it contains the percentile interval; a bad
+    method is named."""
+    from engine.stats.clusters import expanded_tail
+
+    rng = np.random.default_rng(5)
+    C, C_data = 30, 12
+    j = rng.integers(0, 3, 60)
+    h = np.where(rng.random(60) < 0.6, j, rng.integers(0, 3, 60))
+    S = ja.cluster_sums(ja.agreement_features(j, h), rng.integers(0, C_data, 60), C)  # rows >= C_data: zero
+    W = ja.bootstrap_weights(C, 500, rng)
+    boot = ja.agreement_kappa_of_sums(W @ S)[:, 0]
+    pc = ja.interval(S, W, ja.agreement_kappa_of_sums, 0.9, method="percentile")
+    ex = ja.interval(S, W, ja.agreement_kappa_of_sums, 0.9)
+    assert np.allclose([pc.lower[0], pc.upper[0]], np.quantile(boot, [0.05, 0.95]))
+    q = expanded_tail(0.9, C_data)
+    assert q < 0.05
+    assert np.allclose([ex.lower[0], ex.upper[0]], np.quantile(boot, [q, 1 - q]))
+    assert ex.lower[0] < pc.lower[0] and ex.upper[0] > pc.upper[0]
+    assert ex.estimate[0] == pc.estimate[0]
+    with pytest.raises(ValueError, match="method must be 'expanded' or 'percentile', got 'bca'"):
+        ja.interval(S, W, ja.agreement_kappa_of_sums, 0.9, method="bca")
 
 
 def test_labels_needed():

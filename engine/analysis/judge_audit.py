@@ -1,7 +1,7 @@
 """Judge audit of a run (docs/METHODS.md 9.2): judge vs human agreement and Cohen's kappa, per-model
 judge bias (PPR's rectifiers), position consistency and first-position preference, several judges'
 error correlation and effective number, human-human agreement; every figure with a
-prompt-clustered percentile bootstrap CI (one set of seeded resamples shared by all figures).
+prompt-clustered expanded percentile bootstrap CI (one set of seeded resamples shared by all figures).
 
 Reads: :func:`engine.analysis.run_units.judge_units` (verdicts) and
 :func:`engine.analysis.run_units.human_labels` (the run's human labels).
@@ -29,7 +29,7 @@ SKIP_WARN = 0.1  # a skip rate above this is said as a warning (METHODS 9.1: a s
 
 @dataclass(frozen=True)
 class Estimate(ToDict):
-    """A figure with its prompt-clustered percentile CI (None where undefined) and the units it used."""
+    """A figure with its prompt-clustered expanded percentile CI (None where undefined) and the units it used."""
 
     estimate: float | None
     lower: float | None

@@ -37,7 +37,7 @@ def _audit_table(res) -> Table:
                      cell(num(int(r["n"])), r["n"])])
     return Table(f"Judge {res.judge}: agreement with the human labels ({res.n_audited:,} of {res.n_units:,} judged "
                  f"units labelled, {res.n_clusters:,} prompts)", ["figure", f"estimate [{res.conf:.0%} CI]", "units"],
-                 rows, f"{res.conf:.0%} prompt-clustered percentile bootstrap ({res.n_boot:,} resamples, seed "
+                 rows, f"{res.conf:.0%} prompt-clustered expanded percentile bootstrap ({res.n_boot:,} resamples, seed "
                        f"{res.seed}); '-': not defined on these units")
 
 
@@ -117,8 +117,9 @@ def judge_audit_section(ctx: RunContext) -> Section | None:
                  "b / tie) and Cohen's kappa; per model, the bias b_m = judge minus human strict win-rate (PPR's "
                  "rectifier); position consistency (the same verdict in both presentation orders) and first-position "
                  "preference; with several judges, the correlation of their errors and the effective number of "
-                 "judges; on doubly labelled units, human-human agreement. Every interval is a percentile bootstrap "
-                 "over prompts (clusters), one set of seeded resamples for all figures. A figure on fewer units than "
-                 "it needs says how many more labels it needs. Rank-sets: prediction-powered ranking (judge verdicts "
-                 "on every unit, rectified by the human labels), beside judge-only and human-only rank-sets."),
+                 "judges; on doubly labelled units, human-human agreement. Every interval is an expanded percentile "
+                 "bootstrap over prompts (clusters; the win-rates' rule), one set of seeded resamples for all "
+                 "figures. A figure on fewer units than it needs says how many more labels it needs. Rank-sets: "
+                 "prediction-powered ranking (judge verdicts on every unit, rectified by the human labels), beside "
+                 "judge-only and human-only rank-sets."),
         references=[ref.METHODS_AUDIT, ref.COHEN, ref.PPR])

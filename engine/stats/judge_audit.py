@@ -4,17 +4,20 @@ Every figure here is a smooth function of **per-prompt sums** of a few per-unit 
 prompt-clustered bootstrap (METHODS 7.2: draw C prompts with replacement, keep all their units) is
 one matrix product: with ``S`` the (C, F) cluster sums and ``W`` the (B, C) cluster multiplicities
 of B resamples, the resampled sums are ``W S`` (B, F), and the figure is applied row-wise. The
-percentile interval of the B values is the CI; the estimate is the figure of ``1ᵀ S``.
+expanded percentile interval of the B values is the CI (:func:`interval`: the rule of every other
+bootstrap interval of the product); the estimate is the figure of ``1ᵀ S``.
 
 Outcome codes (every function): 0 = model_a preferred, 1 = model_b preferred, 2 = tie,
 -1 = no label (a unit without a label is left out of a figure that needs one). A unit is one
 (prompt, repeat, mode, model pair); ``cluster`` gives each unit's prompt code in ``[0, C)``.
 
 Guarantee (asymptotic, for independent prompts and any dependence within a prompt): the
-percentile intervals of the cluster bootstrap cover the figure's population value with
-probability -> ``conf`` as the number of prompts grows (checked by a seeded coverage simulation in
-tests/test_judge_audit_stats.py). Paper: Efron & Tibshirani (1993) ch. 13 for the percentile
-bootstrap; Cohen (1960) for kappa; Kish's design effect for the effective number of judges.
+intervals of the cluster bootstrap cover the figure's population value with probability -> ``conf``
+as the number of prompts grows; at 40 and 80 prompts, measured with known truth by
+bench/audit_coverage.py (docs/REPRODUCTION.md, "Judge audit: interval coverage"), and by a seeded
+coverage simulation in tests/test_judge_audit_stats.py. Paper: Efron & Tibshirani (1993) ch. 13 for
+the percentile bootstrap, Hesterberg (2015) section 5.3 for its expansion; Cohen (1960) for kappa;
+Kish's design effect for the effective number of judges.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import UserError
-from engine.stats.clusters import cluster_multiplicities
+from engine.stats.clusters import cluster_multiplicities, expanded_tail
 
 N_CATS = 3  # a, b, tie
 A, B, TIE, MISSING = 0, 1, 2, -1
@@ -70,20 +73,28 @@ def bootstrap_weights(C: int, n_boot: int, rng: np.random.Generator) -> np.ndarr
     return cluster_multiplicities(C, n_boot, rng).astype(float)
 
 
-def interval(S: np.ndarray, W: np.ndarray, fn: Figure, conf: float = 0.95) -> Interval:
-    """Estimate fn(1ᵀS) and the percentile CI of fn(W S) over the B resamples.
+def interval(S: np.ndarray, W: np.ndarray, fn: Figure, conf: float = 0.95, method: str = "expanded") -> Interval:
+    """Estimate fn(1ᵀS) and the cluster-bootstrap CI of fn(W S) over the B resamples.
 
-    Resamples where the figure is undefined (NaN, e.g. no unit drawn) are left out of the
-    percentiles; a figure undefined on the data has NaN bounds.
+    ``expanded`` (the default; the rule of every other bootstrap interval the product shows): the
+    α'/2 and 1 − α'/2 quantiles, α'/2 = Φ(−sqrt(C/(C−1)) t_{C−1,(1+conf)/2}) with C the prompts that
+    hold data for this figure (:func:`engine.stats.clusters.expanded_tail`); ``percentile``: the
+    plain (1 − conf)/2 quantiles, which fall short with few prompts (bench/audit_coverage.py).
+    Resamples where the figure is undefined (NaN, e.g. no unit drawn) are left out of the quantiles;
+    a figure undefined on the data has NaN bounds.
 
     Args:
-        S: (C, F) cluster sums; W: (B, C) multiplicities; fn: (..., F) -> (..., P); conf in (0, 1).
+        S: (C, F) cluster sums; W: (B, C) multiplicities; fn: (..., F) -> (..., P); conf in (0, 1);
+        method: "expanded" or "percentile".
     Returns:
         :class:`Interval` of (P,) arrays.
     """
+    if method not in ("expanded", "percentile"):
+        raise ValueError(f"method must be 'expanded' or 'percentile', got {method!r}")
     est = np.asarray(fn(S.sum(axis=0)[None, :]))[0]
     boot = np.asarray(fn(W @ S))  # (B, P)
-    q = (1 - conf) / 2
+    n_clusters = int(np.count_nonzero(np.any(S != 0, axis=1)))  # prompts with data for this figure
+    q = expanded_tail(conf, n_clusters) if method == "expanded" else (1 - conf) / 2
     with np.errstate(all="ignore"):
         ok = np.isfinite(boot)
         lo = np.full(boot.shape[1], np.nan)
