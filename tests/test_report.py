@@ -136,8 +136,9 @@ def test_paper_tables_markdown_latex_csv(small, tmp_path, capsys):
         assert code == 0, err
     tex = outs["latex"].read_text()
     tables = _latex_tables(tex)
-    assert len(tables) == 3  # accuracy, paired differences, rank-sets
-    assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") == 3
+    assert len(tables) == 4  # accuracy, paired differences, rank-sets, the sequential replay's stopping questions
+    assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") == 4
+    assert "Stopping question over 20 question orders" in tex
     for spec, body in tables:
         rows = [r for r in body.split(r"\\") if r.strip() and not r.strip().startswith(("\\toprule", "\\bottomrule"))]
         rows = [r.replace(r"\midrule", "") for r in rows]

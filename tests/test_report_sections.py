@@ -104,6 +104,21 @@ def test_a_run_with_verdicts_and_labels_reports_the_judge_audit(audit, capsys):
     assert got["seq_replay/coupled/median"] == s["median"] and got["seq_replay/coupled/decided"] == s["decided"]
 
 
+def test_paper_tables_carry_the_audit_and_the_sequential_tables(audit, until_run, tmp_path, capsys):
+    """--format md: the judge audit's table of each judge (its intervals as the HTML shows them) and the
+    sequential section's table (a live run: the CS at the stop) join the headline tables."""
+    db, _ = audit
+    md = tmp_path / "audit.md"
+    assert cli.main(["report", "--run", RUN, "--db", str(db), "--format", "md", "--out", str(md)]) == 0
+    text = md.read_text()
+    assert "**Judge j1: agreement with the human labels" in text and "**Judge j2: agreement" in text
+    assert "| agreement (judge vs human) |" in text and "Stopping question over" in text
+    udb, res = until_run
+    md2 = tmp_path / "until.md"
+    assert cli.main(["report", "--run", res.run_id, "--db", str(udb), "--format", "md", "--out", str(md2)]) == 0
+    assert "Each pair's confidence sequence at the stop" in md2.read_text()
+
+
 def test_label_page_votes_alone_bring_the_audit_and_its_needs_more_labels_notices(tmp_path):
     """Labels still in the Label page's log (not synced) count: no labels, no section; 5 votes, the section
     with "needs about N more labels"."""

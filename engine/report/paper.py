@@ -13,13 +13,26 @@ from engine.report.model import Report, Table
 PAPER_FORMATS = ("md", "latex", "csv")
 
 
+def _first_figure_table(report: Report, section: str) -> list[Table]:
+    sec = report.section(section)
+    if sec is None or not sec.figures or sec.figures[0].table is None:
+        return []
+    return [sec.figures[0].table]
+
+
 def paper_tables(report: Report) -> list[Table]:
-    """The headline section's tables, plus each section's per-model table (rank-sets) when present."""
+    """The headline section's tables; the rank-sets per model; the sequential section's table (a live
+    run: each pair's CS at the stop; a replay: the stopping question over orders); the judge audit's
+    tables (each judge's agreement figures with their intervals) — each when the report has it."""
     head = report.section("headline")
     out = list(head.tables) if head else []
-    rs = report.section("ranksets")
-    if rs is not None and rs.figures and rs.figures[0].table is not None:
-        out.append(rs.figures[0].table)
+    out += _first_figure_table(report, "ranksets")
+    seq = report.section("sequential")
+    if seq is not None:
+        out += list(seq.tables) or _first_figure_table(report, "sequential")
+    audit = report.section("judge_audit")
+    if audit is not None:
+        out += list(audit.tables)
     return out
 
 
