@@ -173,8 +173,8 @@ def _evaluate_block(x: np.ndarray, b0: int, b1: int, t: np.float32, xmax: np.flo
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def row_max(x: np.ndarray, xi: np.ndarray) -> np.float32:
-    """torch.amax of one float32 row (x, and xi: the same memory as int32): NaN if any entry is NaN.
+def row_max(xi: np.ndarray) -> np.float32:
+    """torch.amax of one float32 row given as its int32 view ``xi``: NaN if any entry is NaN.
 
     In integers, so that LLVM vectorises it without fast-math (a float max reduction needs 'nnan'):
     the IEEE bits mapped to a signed order (negative floats' magnitude bits flipped) keep the float
@@ -218,7 +218,7 @@ def scan_rows(xf: np.ndarray, rs: int, V: int, t: np.float32, rows: np.ndarray, 
     """Every row of the logits (flat float32, row r at xf[r*rs : r*rs + V]; z = x / t), one row at a time:
     its maximum into xmax (torch.amax's value), its candidates into cand (R, K) in ascending id order and
     their number into n (0: no finite maximum, a reference row; -1: overflow), exact evaluations into
-    ``evaluated``, and with ``sums`` of length R, sum_v e^(z - zmax) into it (:func:`exp_sums`).
+    ``evaluated``, and with ``sums`` of length R, sum_v e^(z - zmax) into it (:func:`row_exp_sum`).
 
     Rows outside, token blocks inside: each row is read from memory once, by the max, and its two more
     passes (the scan, the sum) find it in L2 (196 KB at V = 49,152; the token parts, 8 V bytes, stay
@@ -232,7 +232,7 @@ def scan_rows(xf: np.ndarray, rs: int, V: int, t: np.float32, rows: np.ndarray, 
     want_sums = sums.shape[0] == R
     for r in range(R):
         x = xf[r * rs:r * rs + V]
-        m = row_max(x, xi[r * rs:r * rs + V])
+        m = row_max(xi[r * rs:r * rs + V])
         xmax[r] = m
         evaluated[r] = 0
         if not math.isfinite(m):
@@ -244,12 +244,13 @@ def scan_rows(xf: np.ndarray, rs: int, V: int, t: np.float32, rows: np.ndarray, 
         if want_sums:
             sums[r] = row_exp_sum(x, t, m / t)
 
+
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _exp32(d: np.float32) -> np.float32:
     """e^d in float32 for d <= 0 (relative error < 1e-7 above -87; 0 from -87 down, and for d = -inf)."""
     dd = d if d > _E_LO else _E_LO
     n = _F32(np.int32(dd * _E_LOG2E - _E_HALF))  # round to nearest (truncation of a value <= -0.5)
-    r = dd - n * _E_C1 - n * _E_C2  # |r| <= ln 2 (two-part ln 2: r exact to float32 rounding)
+    r = dd - n * _E_C1 - n * _E_C2  # |r| <= ln(2) / 2 (ln 2 in two parts: r exact to float32 rounding)
     p0, p1, p2, p3, p4, p5 = _E_P
     p = ((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5
     p = p * r * r + r + _E_ONE
