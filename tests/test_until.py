@@ -105,6 +105,21 @@ def test_mode_stop_each_and_budget(tmp_db):
     assert [m.n_stop for m in res.modes] == [12, 12] and res.rounds == 2 and all(m.n_seen == 16 for m in res.modes)
 
 
+def test_a_stopped_run_continued_without_until_plans_the_whole_run(tmp_db):
+    """Resuming a stopped --until run as a plain run (the same settings) generates the rest, and the
+    run's planned units become the whole run's (before: the rounds taken, so '160 of 64 units')."""
+    from engine.generation.run import drive, plan_run
+
+    res = _run(tmp_db, stop=StopRule.parse("budget:12"))
+    planned = lambda: int(store.query_df(tmp_db, "SELECT n_units FROM runs").iloc[0, 0])  # noqa: E731
+    assert planned() == 16 * 2 * 2  # 16 questions, 2 models, 1 repeat, 2 modes (the rounds taken)
+    plan = plan_run(tmp_db, _models(), _dataset(), 1, ["coupled", "independent"], 4, CFG)
+    assert plan.run_id == res.run_id
+    drive(plan, show_bar=False)
+    assert planned() == N * 2 * 2 == len(_gens(tmp_db))
+    assert store.query_df(tmp_db, "SELECT status FROM runs").iloc[0, 0] == "done"
+
+
 def test_refusals(tmp_db, capsys):
     with pytest.raises(UserError, match="no automatic scoring rule"):
         run_until(tmp_db, _models(), _dataset("prompts"), 1, ["coupled"], 0, CFG, stop=StopRule(decided=True))

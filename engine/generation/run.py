@@ -345,6 +345,9 @@ def _record_run(plan: RunPlan) -> set[tuple[str, str, str, int]]:
             if not plan.resume:
                 raise UserError(f"run {plan.run_id!r} already exists; resume it or pass another --run-id")
             store_runs.update_status(con, plan.run_id, "running")
+            # what this drive plans: the whole run, or a --until round's share (a stopped sequential run
+            # continued as a plain run would otherwise keep the rounds' count)
+            store_runs.set_n_units(con, plan.run_id, plan.n_units)
         else:
             store_runs.create_run(con, plan.run_id, plan.dataset.dataset_id, plan.config, code_version(),
                                   plan.key_mode, plan.warnings, plan.n_units)

@@ -140,6 +140,11 @@ def save_model(db: str | os.PathLike, record: dict[str, Any], run_id: str | None
             con.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(cfg), run_id])
 
 
+def set_n_units(con, run_id: str, n_units: int) -> None:
+    """Set a run's planned unit count inside the caller's transaction."""
+    con.execute("UPDATE runs SET n_units = ? WHERE run_id = ?", [int(n_units), run_id])
+
+
 def finish_run(db: str | os.PathLike, run_id: str, status: str, n_units: int) -> str:
     """Store the run's end status from what is stored: every unit stored -> 'done', else ``status``
     (a signal after the last chunk must not leave a complete run 'cancelled'). Returns it."""
@@ -153,7 +158,7 @@ def set_planned_units(db: str | os.PathLike, run_id: str, n_units: int, status: 
     """Set a run's planned unit count (and optionally its status): a sequential ``--until`` run plans
     round by round, so its ``n_units`` is the units of the rounds it has taken (docs/SEQUENTIAL.md)."""
     with writer(db) as con:
-        con.execute("UPDATE runs SET n_units = ? WHERE run_id = ?", [int(n_units), run_id])
+        set_n_units(con, run_id, n_units)
         if status is not None:
             update_status(con, run_id, status)
 
