@@ -105,6 +105,27 @@ def test_mode_stop_each_and_budget(tmp_db):
     assert [m.n_stop for m in res.modes] == [12, 12] and res.rounds == 2 and all(m.n_seen == 16 for m in res.modes)
 
 
+def test_the_run_records_its_driver_host_and_a_resume_fills_a_missing_one(reference, tmp_path):
+    """runs.host (the design's "machine" row) is the driver's host name; a run stored without one (made
+    before hosts were recorded) gets it from the next drive."""
+    import shutil
+    import socket
+
+    from engine.analysis.run_design import run_design
+    from engine.generation.run import drive, plan_run
+
+    db, res = reference
+    host = socket.gethostname()
+    assert run_design(db, res.run_id).host == host
+    old = tmp_path / "old.duckdb"
+    shutil.copy(db, old)
+    with store.transaction(old) as con:
+        con.execute("UPDATE runs SET host = NULL")
+    assert run_design(old, res.run_id).host is None
+    drive(plan_run(old, _models(), _dataset(), 1, ["coupled", "independent"], 4, CFG), show_bar=False)
+    assert run_design(old, res.run_id).host == host
+
+
 def test_a_stopped_run_continued_without_until_plans_the_whole_run(tmp_db):
     """Resuming a stopped --until run as a plain run (the same settings) generates the rest, and the
     run's planned units become the whole run's (before: the rounds taken, so '160 of 64 units')."""

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -348,9 +349,10 @@ def _record_run(plan: RunPlan) -> set[tuple[str, str, str, int]]:
             # what this drive plans: the whole run, or a --until round's share (a stopped sequential run
             # continued as a plain run would otherwise keep the rounds' count)
             store_runs.set_n_units(con, plan.run_id, plan.n_units)
+            store_runs.record_host(con, plan.run_id, socket.gethostname())
         else:
             store_runs.create_run(con, plan.run_id, plan.dataset.dataset_id, plan.config, code_version(),
-                                  plan.key_mode, plan.warnings, plan.n_units)
+                                  plan.key_mode, plan.warnings, plan.n_units, host=socket.gethostname())
         store_runs.save_dataset(con, plan.dataset, plan.prompt_rows)
         return stored_units(con, plan.run_id)
 

@@ -104,11 +104,19 @@ def stored_config(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]
 
 
 def create_run(con: duckdb.DuckDBPyConnection, run_id: str, dataset_id: str, config: dict[str, Any],
-               code_version: str, key_mode: str, warnings: Sequence[str], n_units: int) -> None:
-    """A new run, status 'running'."""
-    con.execute("""INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units)
-                   VALUES (?, ?, ?, ?, ?, ?, 'running', ?)""",
-                [run_id, dataset_id, json.dumps(config), code_version, key_mode, json.dumps(list(warnings)), n_units])
+               code_version: str, key_mode: str, warnings: Sequence[str], n_units: int,
+               host: str | None = None) -> None:
+    """A new run, status 'running'; ``host``: the machine of its driver (the design's "machine" row)."""
+    con.execute("""INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units,
+                                     host)
+                   VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)""",
+                [run_id, dataset_id, json.dumps(config), code_version, key_mode, json.dumps(list(warnings)), n_units,
+                 host])
+
+
+def record_host(con: duckdb.DuckDBPyConnection, run_id: str, host: str) -> None:
+    """Fill a run's driver host where none is recorded (runs created before hosts were recorded)."""
+    con.execute("UPDATE runs SET host = ? WHERE run_id = ? AND host IS NULL", [host, run_id])
 
 
 def save_dataset(con: duckdb.DuckDBPyConnection, dataset: DatasetRecord, prompts: Sequence[PromptRow]) -> None:
