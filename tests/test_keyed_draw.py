@@ -257,3 +257,17 @@ print("child", os.waitstatus_to_exitcode(status))
     r = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(root)})
     assert r.returncode == 0 and r.stdout.strip().endswith("child 0"), r.stdout + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_a_trace_changes_neither_the_token_nor_its_probability_bits(temperature):
+    """With a trace the draw reads z = x / T as a tensor, without one the raw logits (dividing as it
+    reads): both are IEEE float32 divisions by float32(T) and the same summation, so a traced run and
+    an untraced run record the same probability for the same token, bit for bit."""
+    logits, seeds, units, steps, keys = _batch(B=9, V=2000, seed=3)
+    plain = keyed.draw(logits, seeds, units, steps, keys, temperature)
+    traced = keyed.draw(logits, seeds, units, steps, keys, temperature, trace_k=4)
+    assert torch.equal(plain.tokens, traced.tokens) and torch.equal(plain.probs, traced.probs)
+    top_is_token = traced.top_ids[:, 0] == traced.tokens
+    assert bool(top_is_token.any())  # some rows sampled their most likely token
+    assert torch.equal(traced.top_probs[top_is_token, 0], traced.probs[top_is_token])
