@@ -30,7 +30,7 @@ def _mc_tol(p: float, reps: int) -> float:
     return 3 * np.sqrt(p * (1 - p) / reps)
 
 
-# ----------------------------------------------------------------------------- item 14: wild bootstrap-t
+# ----------------------------------------------------------------------------- wild bootstrap-t
 
 def _naive_wild(first, second, w, w2, k, cluster, v):
     """Re-estimate theta and the clustered Sigma on Y*_c = theta N_c + v_c u_c with explicit loops."""
@@ -150,7 +150,7 @@ def test_ranksets_for_reports_the_wild_calibration_on_few_prompts():
     assert paper.per_row_clusters and paper.n_clusters == len(df)
 
 
-# ----------------------------------------------------------------------------- item 16: Westfall-Young
+# ----------------------------------------------------------------------------- Westfall-Young
 
 def _naive_maxt_adjust(d, mult):
     C, H = d.shape
@@ -211,7 +211,7 @@ def test_westfall_young_keeps_the_family_wise_error_and_beats_holm():
     assert n_maxt >= n_holm > 0, (n_maxt, n_holm)
 
 
-# ----------------------------------------------------------------------------- item 15: Elo
+# ----------------------------------------------------------------------------- Elo
 
 def test_elo_fit_counts_is_the_fixed_point_batched_and_single():
     r = S.simulate_judge_design(S.JudgeDesign(n_prompts=25, n_repeats=1, modes=("coupled",)), np.random.default_rng(4))
@@ -238,7 +238,7 @@ def test_elo_interval_is_for_the_mle_and_reports_the_online_rating():
     assert np.all(res["low"] <= res["elo"]) and np.all(res["elo"] <= res["high"])
 
 
-# ----------------------------------------------------------------------------- items 8, 17: the saving
+# ----------------------------------------------------------------------------- the saving
 
 def test_headline_saving_is_one_minus_the_se_ratio_of_the_paired_difference():
     rng = np.random.default_rng(8)
@@ -274,7 +274,7 @@ def test_saving_intervals_cover_at_40_questions():
         assert abs(np.mean(c) - 0.95) <= _mc_tol(0.95, reps), (np.mean(cv), np.mean(cp))
 
 
-# ----------------------------------------------------------------------------- item 7: ranges, degenerate, warnings
+# ----------------------------------------------------------------------------- ranges, degenerate, warnings
 
 def test_zero_of_twelve_win_rate_does_not_collapse():
     a, b, o = np.zeros(12, int), np.ones(12, int), np.ones(12, int)  # y beats x on 12 prompts
