@@ -7,7 +7,8 @@
 #
 # scripts/test.sh --quick [pytest args]: for iterating, not for CI: no install, ruff, then
 # `pytest --quick` on two workers (tests/conftest.py: no slow / browser / vLLM tests, no modules
-# that load real models or start Ray); the full command above is what CI runs.
+# that load real models, start Ray, kill and resume runs or interpret the Triton kernels; ~2.5 min
+# on a quiet 2-core machine); the full command above is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --quick ]; then

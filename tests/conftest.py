@@ -22,10 +22,14 @@ def shared_path(*parts: str) -> Path:
 
 
 # `pytest --quick` (scripts/test.sh --quick): the fast subset for iterating. Leaves out the marked
-# slow, browser and vLLM tests and these modules, which load real models, start Ray clusters or
-# spawn many processes (each takes minutes on a 2-core machine). CI runs everything.
+# slow, browser and vLLM tests and these modules, which load real models, start Ray clusters,
+# spawn and kill generation processes, generate whole runs or run the Triton kernels in Triton's
+# interpreter (test_noise_kernel.py: run it when touching engine/sampling/triton_noise.py); each
+# takes tens of seconds to minutes on a 2-core machine. CI runs everything.
 QUICK_SKIP_MODULES = {"test_models.py", "test_distributed.py", "test_generation.py", "test_generation_dtype.py",
-                      "test_cuda_backend.py", "test_browser.py", "test_packaging.py", "test_next_commands.py"}
+                      "test_cuda_backend.py", "test_browser.py", "test_packaging.py", "test_next_commands.py",
+                      "test_resume.py", "test_run_driver.py", "test_until.py", "test_sequential_pages.py",
+                      "test_report_sections.py", "test_noise_kernel.py"}
 QUICK_SKIP_MARKS = ("slow", "browser", "vllm")
 
 

@@ -27,7 +27,10 @@ def test_every_script_is_found():
     assert "bench_hf_generate.py" in SCRIPTS and "_smoke.py" not in SCRIPTS and len(SCRIPTS) >= 15
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+SLOW_SMOKE = {"bench_gpu_generation.py", "bench_ray.py"}  # 10-19 s each on 2 cores: left out of --quick
+
+
+@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_SMOKE else s for s in SCRIPTS])
 def test_bench_script_smoke(script, monkeypatch, tmp_path, capsys):
     path = BENCH / script
     assert "--smoke" in path.read_text(), f"bench/{script} has no --smoke mode"

@@ -272,6 +272,7 @@ def test_bad_arguments_are_named():
     assert gumbel_argmax_cpu(args[0][:0], *(a[:0] for a in args[1:4]), args[4], 1.0).shape == (0,)
 
 
+@pytest.mark.slow  # compiles the kernels in a fresh interpreter
 def test_a_read_only_install_compiles_into_a_temporary_cache(tmp_path):
     """No writable cache folder anywhere (the package, $NUMBA_CACHE_DIR, the user's): numba refuses
     ``cache=True`` at import; the module then caches in a fresh temporary folder and still draws the

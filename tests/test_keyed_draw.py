@@ -105,6 +105,7 @@ for budget in (16 << 20, 10**12):  # the numba draw with nothing masked and no t
 """
 
 
+@pytest.mark.slow  # ten measured draws of 38 MB in a fresh interpreter
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc/self/clear_refs")
 def test_draw_peak_memory_stays_within_its_budget():
     """The process's measured peak resident memory during a draw of 96 x 100,000 logits (38 MB), on the

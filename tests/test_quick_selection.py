@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import QUICK_SKIP_MODULES, ROOT
 
 
@@ -16,6 +18,7 @@ def _collected(*args: str) -> set[str]:
     return {line for line in r.stdout.splitlines() if "::" in line}
 
 
+@pytest.mark.slow  # collects the suite twice in subprocesses
 def test_quick_leaves_out_slow_tests_and_heavy_modules_only():
     files = ["tests/test_store_concurrency.py", "tests/test_layout.py", "tests/test_packaging.py"]
     assert "test_packaging.py" in QUICK_SKIP_MODULES

@@ -559,6 +559,7 @@ def test_winrates_memoised_bootstraps_equal_fresh_ones(tmp_path):
     assert chi2.ci == fresh.ci and chi2.procedure == "chi2"
 
 
+@pytest.mark.slow  # a coverage simulation: ~11 s on 2 cores
 def test_clustered_maxt_ranksets_keep_coverage_when_prompts_repeat_a_judgement():
     """Seeded simulation of the guarantee: each prompt's one judgement appears 4 times (perfect within-prompt
     correlation); two pairs of tied models (true rank-sets [1, 2], [3, 4]). With prompt ids the cluster-robust
