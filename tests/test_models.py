@@ -197,6 +197,30 @@ def test_cache_write_is_atomic(tmp_path, monkeypatch):
     assert not C._cache_valid(target, spec)
 
 
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"),
+                                   type("SafetensorError", (Exception,), {})(
+                                       "Error while serializing: I/O error: No space left on device (os error 28)")])
+def test_a_full_disk_while_writing_the_cache_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, error):
+    """A disk that fills up while the converted weights are written (the OSError, or safetensors' own
+    error saying so): one UserError line naming the cache folder and $COUPLED_EVAL_CACHE, no partial
+    folder left; any other error still propagates as itself (test_cache_write_is_atomic)."""
+    from engine.errors import UserError
+
+    monkeypatch.setenv("COUPLED_EVAL_CACHE", str(tmp_path / "cache"))
+    spec = _fake_spec(tmp_path)
+    target = M.cache_dir("fake")
+    model, tok = tiny_lm(seed=0)
+
+    def full(*a, **k):
+        raise error
+
+    monkeypatch.setattr(model, "save_pretrained", full)
+    with pytest.raises(UserError, match=r"could not write the model cache in .*No space left on device.*"
+                                        r"COUPLED_EVAL_CACHE") as info:
+        C._write_cache(target, spec, model, tok, 1.0)
+    assert "\n" not in str(info.value) and not target.exists() and list(target.parent.iterdir()) == []
+
+
 # --- the packaged SmolLM2 family (one conversion per test session, in a temp cache) -----------------
 
 

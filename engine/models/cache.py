@@ -113,9 +113,24 @@ def _write_cache(path: Path, spec: ModelSpec, model, tokenizer, seconds: float) 
             pass  # another process finished the same conversion first: keep theirs
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+    except Exception as exc:
+        if not _disk_error(exc):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"could not write the model cache in {path.parent}: {first}; free space there or set "
+                        "$COUPLED_EVAL_CACHE to a folder with room (nothing partial is kept)") from exc
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+DISK_WORDS = ("No space left on device", "Read-only file system", "Disk quota exceeded", "I/O error")
+
+
+def _disk_error(exc: BaseException) -> bool:
+    """A write that failed for the disk's sake: an OSError, or a writer's own error saying so
+    (safetensors raises SafetensorError 'Error while serializing: I/O error: No space left on device')."""
+    return isinstance(exc, OSError) or any(w in str(exc) for w in DISK_WORDS)
 
 
 def _clean_stale_tmp(path: Path) -> None:
