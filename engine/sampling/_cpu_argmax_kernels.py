@@ -193,11 +193,10 @@ def row_max(xi: np.ndarray) -> np.float32:
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _scan_row(x: np.ndarray, V: int, t: np.float32, xmax: np.float32, rh: np.uint64, tok: np.ndarray,
-              ids: np.ndarray, s: np.ndarray, w_buf: np.ndarray, out: np.ndarray) -> tuple[int, int]:
-    """One row with a finite maximum: its candidates into ``out`` (ascending ids); (their number, or -1
-    on overflow; the exact evaluations)."""
-    zmax = xmax / t  # max of x / t: division by t > 0 is monotone, and so is rounding
+def _scan_row(x: np.ndarray, V: int, t: np.float32, xmax: np.float32, zmax: np.float32, rh: np.uint64,
+              tok: np.ndarray, ids: np.ndarray, s: np.ndarray, w_buf: np.ndarray, out: np.ndarray) -> tuple[int, int]:
+    """One row with a finite maximum xmax (zmax = xmax / t): its candidates into ``out`` (ascending ids);
+    (their number, or -1 on overflow; the exact evaluations)."""
     margin = margin_of(zmax)
     best = float(zmax) + G_MIN  # a lower bound of the best score: the most likely token has g >= G_MIN
     scale = np.float32(_LOG2E) / t
@@ -214,11 +213,12 @@ def _scan_row(x: np.ndarray, V: int, t: np.float32, xmax: np.float32, rh: np.uin
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def scan_rows(xf: np.ndarray, rs: int, V: int, t: np.float32, rows: np.ndarray, tok: np.ndarray, cand: np.ndarray,
-              n: np.ndarray, evaluated: np.ndarray, xmax: np.ndarray, sums: np.ndarray) -> None:
+              n: np.ndarray, evaluated: np.ndarray, zmax: np.ndarray, sums: np.ndarray) -> None:
     """Every row of the logits (flat float32, row r at xf[r*rs : r*rs + V]; z = x / t), one row at a time:
-    its maximum into xmax (torch.amax's value), its candidates into cand (R, K) in ascending id order and
-    their number into n (0: no finite maximum, a reference row; -1: overflow), exact evaluations into
-    ``evaluated``, and with ``sums`` of length R, sum_v e^(z - zmax) into it (:func:`row_exp_sum`).
+    its largest z into zmax (torch.amax's value divided by t; NaN if the row holds one), its candidates
+    into cand (R, K) in ascending id order and their number into n (0: no finite maximum, a reference
+    row; -1: overflow), exact evaluations into ``evaluated``, and with ``sums`` of length R,
+    sum_v e^(z - zmax) into it (:func:`row_exp_sum`).
 
     Rows outside, token blocks inside: each row is read from memory once, by the max, and its two more
     passes (the scan, the sum) find it in L2 (196 KB at V = 49,152; the token parts, 8 V bytes, stay
@@ -233,16 +233,17 @@ def scan_rows(xf: np.ndarray, rs: int, V: int, t: np.float32, rows: np.ndarray, 
     for r in range(R):
         x = xf[r * rs:r * rs + V]
         m = row_max(xi[r * rs:r * rs + V])
-        xmax[r] = m
+        zm = m / t  # max of x / t: division by t > 0 is monotone, and so is rounding
+        zmax[r] = zm
         evaluated[r] = 0
         if not math.isfinite(m):
             n[r] = 0  # a reference row
             if want_sums:
                 sums[r] = math.nan
             continue
-        n[r], evaluated[r] = _scan_row(x, V, t, m, rows[r], tok, ids, s, w_buf, cand[r])
+        n[r], evaluated[r] = _scan_row(x, V, t, m, zm, rows[r], tok, ids, s, w_buf, cand[r])
         if want_sums:
-            sums[r] = row_exp_sum(x, t, m / t)
+            sums[r] = row_exp_sum(x, t, zm)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")

@@ -191,10 +191,10 @@ def _scan(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps:
     cand = np.zeros((R, MAX_CANDIDATES), np.int64)  # (R, K)
     n = np.zeros(R, np.int64)
     evaluated = np.zeros(R, np.int64)
-    xmax = np.empty(R, np.float32)  # (R,) torch.amax of each row (NaN if it holds one)
+    zmax = np.empty(R, np.float32)  # (R,) each row's largest z (NaN if it holds one)
     sums = np.empty(R if with_lse else 0, np.float64)  # (R,) sum of e^(z - zmax), or nothing
     xf, rs = _flat_rows(x)
-    kern.scan_rows(xf, rs, V, t, rows, tok, cand, n, evaluated, xmax, sums)
+    kern.scan_rows(xf, rs, V, t, rows, tok, cand, n, evaluated, zmax, sums)
     cand_t, n_t, ev_t = torch.from_numpy(cand), torch.from_numpy(n), torch.from_numpy(evaluated)
     fallback = n_t <= 0  # overflowing rows (-1) and rows without a finite maximum (0)
     tokens = torch.zeros(R, dtype=torch.int64)
@@ -206,8 +206,7 @@ def _scan(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps:
         tokens[i] = _choose(x[i], temperature, cand_t[i], n_t[i], seeds[i], units[i], steps[i], token_keys)
     lse = None
     if with_lse:
-        zmax = scale(torch.from_numpy(xmax)[:, None], temperature).squeeze(1)  # (R,) float32, each row's largest z
-        lse = zmax.double() + torch.from_numpy(sums).log()  # (R,) float64; nan where zmax is not finite
+        lse = torch.from_numpy(zmax).double() + torch.from_numpy(sums).log()  # (R,) float64; nan: no finite max
     if bool(fallback.any()):
         i = fallback.nonzero().squeeze(1)
         z = scale(x[i], temperature)  # (f, V)
@@ -231,7 +230,7 @@ def gumbel_argmax_lse(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Te
 
         lse[r] = zmax[r] + log sum_v exp(z[r, v] - zmax[r]),   z = float32(logits) / T
 
-    summed in float64 over float32 exponentials (relative error <= 8e-8 each) in one more pass of the
+    summed in float64 over float32 exponentials (relative error < 1e-7 each) in one more pass of the
     kernel over the logits, so it is torch.logsumexp(z) to float32 rounding (another summation order:
     not its bits); rows without a finite maximum get torch.logsumexp's own value. The sampler's
     probability of the token is then exp(z[token] - lse).

@@ -212,11 +212,17 @@ def rows_per_chunk(vocab: int, top_p: float = 1.0, fused: bool = False,
     return max(1, budget // max(1, bytes_per_row(vocab, top_p, fused, gathered, single_read)))
 
 
+def _raw_logits_suffice(vocab: int, top_k: int, top_p: float, trace_k: int) -> bool:
+    """No top-k / top-p mask (top-k >= V masks nothing) and no trace (a trace needs the top-k of z): a
+    kernel can then read the raw logits, dividing by T as it goes, and no z tensor is needed."""
+    return (top_k == 0 or top_k >= vocab) and top_p >= 1.0 and trace_k == 0
+
+
 def single_read(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int) -> bool:
     """Whether :func:`draw` takes the single-read kernel: float32 / bfloat16 / float16 logits on CUDA
     with Triton, T > 0, no top-k / top-p (top-k >= V masks nothing), no trace (a trace needs the
     top-k of z, a torch pass)."""
-    return (temperature > 0 and (top_k == 0 or top_k >= logits.shape[-1]) and top_p >= 1.0 and trace_k == 0
+    return (temperature > 0 and _raw_logits_suffice(logits.shape[-1], top_k, top_p, trace_k)
             and logits.dtype in (torch.float32, torch.bfloat16, torch.float16) and _fused_available(logits.device))
 
 
@@ -228,7 +234,7 @@ def _draw_chunk_cpu(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tens
     logsumexp and its temporaries) cost as much as the draw itself (docs/BENCHMARKS.md, vLLM CPU)."""
     from engine.sampling.cpu_argmax import gumbel_argmax_lse
 
-    plain = top_p >= 1.0 and (top_k == 0 or top_k >= logits.shape[-1]) and not trace_k
+    plain = _raw_logits_suffice(logits.shape[-1], top_k, top_p, trace_k)
     z = None if plain else masked_logits(logits, temperature, top_k, top_p)  # (r, V) float32
     src, t = (logits, temperature) if z is None else (z, 1.0)
     tokens, lse = gumbel_argmax_lse(src, seeds, units, steps, token_keys, t)  # (r,) int64, (r,) float64
