@@ -9,17 +9,10 @@ import re
 
 import pytest
 
-from tests.test_browser import _goto, _no_exception, _serve, _settle, _shot, browser, page  # noqa: F401 (fixtures)
+# fixtures: the browser, a page, and test_browser's dashboard on the tests' small run (one per module)
+from tests.test_browser import _goto, _no_exception, _serve, _settle, _shot, browser, page, server  # noqa: F401
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def small_server(tmp_path_factory):
-    from tests.test_app import build_small_db
-
-    tmp = tmp_path_factory.mktemp("browser_views")
-    yield from _serve(tmp, build_small_db(tmp / "small.duckdb"))
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +25,8 @@ def audit_server(tmp_path_factory):
     yield from _serve(tmp, db)
 
 
-def test_the_sequential_tab_draws_its_confidence_sequences(small_server, page, artifacts_dir):  # noqa: F811
-    _goto(page, small_server, "benchmark")
+def test_the_sequential_tab_draws_its_confidence_sequences(server, page, artifacts_dir):  # noqa: F811
+    _goto(page, server, "benchmark")
     page.get_by_role("tab", name="Sequential").click()
     _settle(page)
     panel = page.locator("[data-testid='stTabPanel'] >> visible=true").first

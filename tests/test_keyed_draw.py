@@ -87,21 +87,20 @@ keys = torch.arange(V)
 numba_draw = keyed._cpu_argmax_available
 def kib(field):
     return int(next(l for l in open("/proc/self/status") if l.startswith(field)).split()[1])
+def peak(tag, top_p, budget, trace_k):
+    open("/proc/self/clear_refs", "w").write("5")  # reset the peak resident size (VmHWM) to the current
+    base = kib("VmRSS")
+    keyed.draw(x, seeds, units, steps, keys, 0.7, 0, top_p, trace_k=trace_k, budget=budget)
+    print(tag, top_p, budget, (kib("VmHWM") - base) * 1024)
 for path in ("reference", "auto"):
     keyed._cpu_argmax_available = numba_draw if path == "auto" else (lambda device: False)
     for top_p in (1.0, 0.9):
         keyed.draw(x[:8], seeds[:8], units[:8], steps[:8], keys, 0.7, 0, top_p, trace_k=2)  # compile / warm up
         for budget in (16 << 20, 10**12):
-            open("/proc/self/clear_refs", "w").write("5")  # reset the peak resident size (VmHWM) to the current
-            base = kib("VmRSS")
-            keyed.draw(x, seeds, units, steps, keys, 0.7, 0, top_p, trace_k=2, budget=budget)
-            print(path, top_p, budget, (kib("VmHWM") - base) * 1024)
+            peak(path, top_p, budget, 2)
 keyed._cpu_argmax_available = numba_draw
 for budget in (16 << 20, 10**12):  # the numba draw with nothing masked and no trace: no (R, V) temporary
-    open("/proc/self/clear_refs", "w").write("5")
-    base = kib("VmRSS")
-    keyed.draw(x, seeds, units, steps, keys, 0.7, 0, 1.0, trace_k=0, budget=budget)
-    print("plain", 1.0, budget, (kib("VmHWM") - base) * 1024)
+    peak("plain", 1.0, budget, 0)
 """
 
 
