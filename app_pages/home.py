@@ -15,26 +15,41 @@ ui.header("Coupled Eval", "Evaluate and rank LLMs with coupled token generation 
 
 def _counters(counts: Overview) -> None:
     cols = st.columns(6)
-    for col, (label, n) in zip(cols, [("Runs", counts.runs), ("Models", counts.models),
-                                       ("Generations", counts.generations), ("Token traces", counts.token_traces),
-                                       ("Scores", counts.scores), ("Comparison sets", counts.comparison_sets)]):
+    for col, (label, n) in zip(
+        cols,
+        [
+            ("Runs", counts.runs),
+            ("Models", counts.models),
+            ("Generations", counts.generations),
+            ("Token traces", counts.token_traces),
+            ("Scores", counts.scores),
+            ("Comparison sets", counts.comparison_sets),
+        ],
+    ):
         col.metric(label, f"{n:,}")
 
 
 def _demo_text() -> None:
     st.markdown(
         "The demo asks the packaged **SmolLM2-135M-Instruct** and its **int8** variant 40 everyday "
-        "numeric questions (\"How many legs does a spider have?\"), in **coupled** mode (both models "
+        'numeric questions ("How many legs does a spider have?"), in **coupled** mode (both models '
         "share the same Gumbel noise) and **independent** mode, 3 repeats each, then scores the answers "
         "with the numeric rule (the last number in the reply). It runs in the background, about 2 minutes "
         "on 2 idle CPU cores including the one-time model conversion (measured on this project's 2-core "
-        "CI-class machine, otherwise idle); follow it below.")
+        "CI-class machine, otherwise idle); follow it below."
+    )
     st.code(" ".join(["python -m engine", *jobs_panel.DEMO_ARGS]), language="bash")
 
 
 def _demo_button(label: str, demo_running: bool) -> None:
-    if st.button(label, type="primary", icon=":material/rocket_launch:", key="run_demo",
-                 disabled=demo_running, help="a demo is running" if demo_running else None):
+    if st.button(
+        label,
+        type="primary",
+        icon=":material/rocket_launch:",
+        key="run_demo",
+        disabled=demo_running,
+        help="a demo is running" if demo_running else None,
+    ):
         jobs_panel.start_demo()
         st.rerun()
 
@@ -54,8 +69,10 @@ def _demo_box(counts: Overview, demo_running: bool, demo_stored: bool) -> None:
     with st.expander("The demo: SmolLM2 vs its int8 variant on 40 everyday questions"):
         _demo_text()
         if demo_stored:
-            st.caption(f"Its run `{jobs_panel.DEMO_RUN}` is stored and scored: choose it below to see its findings. "
-                       "Running it again resumes it if it was interrupted and scores it again.")
+            st.caption(
+                f"Its run `{jobs_panel.DEMO_RUN}` is stored and scored: choose it below to see its "
+                "findings. Running it again resumes it if it was interrupted and scores it again."
+            )
         _demo_button("Run the demo again" if demo_stored else "Run the demo", demo_running)
 
 
@@ -65,16 +82,22 @@ def _choose_run(runs: list[str]) -> str | None:
         return None
     if st.session_state.get("home_run") not in runs:
         st.session_state.pop("home_run", None)  # a run that is gone (or none chosen yet): the newest
-    return st.selectbox("Headline findings of run", runs, key="home_run",
-                        format_func=lambda r: f"{r} (newest scored)" if r == runs[0] else r,
-                        help="every scored run, newest first")
+    return st.selectbox(
+        "Headline findings of run",
+        runs,
+        key="home_run",
+        format_func=lambda r: f"{r} (newest scored)" if r == runs[0] else r,
+        help="every scored run, newest first",
+    )
 
 
 def _warnings(s) -> None:
     """The analysis' typed warnings next to the numbers they qualify (a small sample first)."""
     for w in s.warnings:
         if w.kind is Notice.SMALL_SAMPLE:
-            st.warning(f"**Small sample.** {w.message[0].upper()}{w.message[1:]}.", icon=":material/warning:")
+            st.warning(
+                f"**Small sample.** {w.message[0].upper()}{w.message[1:]}.", icon=":material/warning:"
+            )
     for w in s.warnings:
         if w.kind is not Notice.SMALL_SAMPLE:
             st.warning(w.message[0].upper() + w.message[1:] + ".", icon=":material/warning:")
@@ -83,21 +106,31 @@ def _warnings(s) -> None:
 def _summary(s) -> None:
     with st.container(border=True):
         st.subheader(f"Headline findings: run `{s.run}`")
-        st.caption(f"{', '.join(s.models)} · dataset `{s.dataset_id}` · rule `{s.rule}` · "
-                   f"{s.n_questions} questions × {s.n_repeats} repeats · {sv.chance_text(s)}"
-                   + (f" · {s.n_generations:,} generations in {ui.fmt_seconds(s.generation_s)}"
-                      if s.generation_s else ""))
+        st.caption(
+            f"{', '.join(s.models)} · dataset `{s.dataset_id}` · rule `{s.rule}` · "
+            f"{s.n_questions} questions × {s.n_repeats} repeats · {sv.chance_text(s)}"
+            + (
+                f" · {s.n_generations:,} generations in {ui.fmt_seconds(s.generation_s)}"
+                if s.generation_s
+                else ""
+            )
+        )
         _warnings(s)
         st.table(sv.accuracy_rows(s))  # static: a few rows, readable as text
         for p in s.pairs:
             c1, c2, c3 = st.columns(3)
-            c1.metric("Agreement, coupled", sv.pct(sv.agreement(p, "coupled")),
-                      help="share of units (question, repeat) where both models give the same answer")
+            c1.metric(
+                "Agreement, coupled",
+                sv.pct(sv.agreement(p, "coupled")),
+                help="share of units (question, repeat) where both models give the same answer",
+            )
             c2.metric("Agreement, independent", sv.pct(sv.agreement(p, "independent")))
             c3.metric("Variance saving of coupling", sv.pct(p.variance_saving), help=sv.saving_help(p))
             st.caption(sv.pair_caption(p))
-        st.caption("Accuracy CI: 95% t interval over questions (questions are clusters, repeats dependent). "
-                   "Same numbers from the CLI: `python -m engine summary --run " + s.run + "`.")
+        st.caption(
+            "Accuracy CI: 95% t interval over questions (questions are clusters, repeats dependent). "
+            "Same numbers from the CLI: `python -m engine summary --run " + s.run + "`."
+        )
         ui.report_button(s.run, s.models, key="home_report")
         c1, c2, c3 = st.columns(3)
         for col, key in zip((c1, c2, c3), ("benchmark", "traces", "datamap")):
@@ -137,8 +170,11 @@ with t_runs:
     runs = L.runs()
     jobs_panel.stale_runs_notice(runs)
     if runs.empty:
-        ui.empty_state("No generation runs yet: start one on the Generate page (or run the demo above).",
-                       "generate", "Generate")
+        ui.empty_state(
+            "No generation runs yet: start one on the Generate page (or run the demo above).",
+            "generate",
+            "Generate",
+        )
     else:
         ui.table(runs, "runs", ctx=ctx)
 with t_models:
@@ -156,8 +192,11 @@ with t_data:
 with t_sets:
     sets = ui.safe(L.comparison_sets)
     if sets is None or sets.empty:
-        ui.empty_state("No comparison sets yet: upload human or judge preferences on the Upload page.",
-                       "upload", "Upload")
+        ui.empty_state(
+            "No comparison sets yet: upload human or judge preferences on the Upload page.",
+            "upload",
+            "Upload",
+        )
     else:
         ui.table(sets, "comparison_sets", ctx=ctx)
 

@@ -6,20 +6,30 @@ from dashboard import label_view as LV
 from dashboard import loaders as L
 from dashboard import widgets as ui
 
-ui.header("Label", "Human labels for a random sample of your run's comparisons: the prompt and two responses in a "
-                   "random left/right order, model names hidden until you vote. Keys: 1 = A better, 2 = B better, "
-                   "3 = tie, 0 = skip, U = undo. Each vote is on disk when the button returns, even while a job "
-                   "holds the database.")
+ui.header(
+    "Label",
+    "Human labels for a random sample of your run's comparisons: the prompt and two responses in a "
+    "random left/right order, model names hidden until you vote. Keys: 1 = A better, 2 = B better, "
+    "3 = tie, 0 = skip, U = undo. Each vote is on disk when the button returns, even while a job "
+    "holds the database.",
+)
 
 choices = ui.safe(L.label_choices)
 if not choices:
-    ui.empty_state("No run with two models yet: generate one (and judge it) first.", "generate", "Generate")
+    ui.empty_state(
+        "No run with two models yet: generate one (and judge it) first.", "generate", "Generate"
+    )
     st.stop()
 
 sets = ui.safe(L.label_set_choices) or {}
-source = st.radio("Label the units of", LV.SOURCES if sets else LV.SOURCES[:1], horizontal=True, key="label_source",
-                  help="a comparison set made from a run (e.g. its judge verdicts by `comparisons from-judge`): "
-                       "the sample is drawn from the set's rows, the responses come from the run")
+source = st.radio(
+    "Label the units of",
+    LV.SOURCES if sets else LV.SOURCES[:1],
+    horizontal=True,
+    key="label_source",
+    help="a comparison set made from a run (e.g. its judge verdicts by `comparisons from-judge`): "
+    "the sample is drawn from the set's rows, the responses come from the run",
+)
 c1, c2, c3 = st.columns([3, 1, 2])
 if source == LV.SOURCES[0]:
     run = c1.selectbox("Run", list(choices), key="label_run")
@@ -31,11 +41,23 @@ else:
 c3.text_input("Your name (labeller)", key="label_name", max_chars=100)
 with st.expander("Sample", expanded="label_sample" not in st.session_state):
     s1, s2, s3 = st.columns(3)
-    s1.number_input(f"Sample size (of {n_units:,} {what})", min_value=1, value=min(200, n_units), step=50,
-                    key="label_n")
+    s1.number_input(
+        f"Sample size (of {n_units:,} {what})",
+        min_value=1,
+        value=min(200, n_units),
+        step=50,
+        key="label_n",
+    )
     s2.number_input("Seed (recorded)", min_value=0, value=0, step=1, key="label_seed")
-    s3.slider("Share also shown to a second labeller", 0.0, 0.5, 0.0, 0.05, key="label_share",
-              help="for human-human agreement: these units go to two different labellers")
+    s3.slider(
+        "Share also shown to a second labeller",
+        0.0,
+        0.5,
+        0.0,
+        0.05,
+        key="label_share",
+        help="for human-human agreement: these units go to two different labellers",
+    )
     st.button("Start labelling", key="label_start", type="primary", on_click=LV.start)
 
 if st.session_state.get("label_error"):
@@ -48,6 +70,8 @@ if not sid or not who:
 
 LV.labelling(sid, who)
 st.divider()
-st.caption(f"Sample `{sid}`. The labels form the comparison set of that name once copied into the database "
-           "(a short job; they are safe in the label log until then).")
+st.caption(
+    f"Sample `{sid}`. The labels form the comparison set of that name once copied into the database "
+    "(a short job; they are safe in the label log until then)."
+)
 LV.sync_button(sid)

@@ -10,7 +10,9 @@ import json
 import tempfile
 from pathlib import Path
 
-SMOKE_HELP = "tiny sizes that finish in seconds (CI runs every bench script this way); numbers mean nothing"
+SMOKE_HELP = (
+    "tiny sizes that finish in seconds (CI runs every bench script this way); numbers mean nothing"
+)
 
 
 def tiny_model_dir(seed: int = 0) -> str:
@@ -25,7 +27,9 @@ def tiny_model_dir(seed: int = 0) -> str:
     return str(out)
 
 
-def synthetic_arena(folder: str | Path | None = None, n: int = 600, prompts: int = 120, seed: int = 0) -> Path:
+def synthetic_arena(
+    folder: str | Path | None = None, n: int = 600, prompts: int = 120, seed: int = 0
+) -> Path:
     """A folder laid out like ../shared/data/arena: ``human.json`` and one file per judge of
     ``engine.analysis.comparisons.ARENA_JUDGES`` (JSON lines: num, question_id, model_a, model_b,
     winner) over the paper's 12 models, outcomes drawn from a Bradley-Terry model with ties; the
@@ -46,10 +50,20 @@ def synthetic_arena(folder: str | Path | None = None, n: int = 600, prompts: int
         pa = 1 / (1 + np.exp(strength[b] - strength[a]))
         u = rng.random()
         winner = "tie" if u < 0.1 else "model_a" if u < 0.1 + 0.9 * pa else "model_b"
-        human.append({"num": i, "question_id": f"q{i % prompts}", "model_a": models[a], "model_b": models[b],
-                      "winner": winner})
+        human.append(
+            {
+                "num": i,
+                "question_id": f"q{i % prompts}",
+                "model_a": models[a],
+                "model_b": models[b],
+                "winner": winner,
+            }
+        )
     (out / "human.json").write_text("".join(json.dumps(r) + "\n" for r in human))
     for judge in ARENA_JUDGES:
-        rows = [{**r, "winner": r["winner"] if rng.random() < 0.8 else str(rng.choice(outcomes))} for r in human]
+        rows = [
+            {**r, "winner": r["winner"] if rng.random() < 0.8 else str(rng.choice(outcomes))}
+            for r in human
+        ]
         (out / f"{judge}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return out

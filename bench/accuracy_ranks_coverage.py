@@ -39,13 +39,15 @@ QUESTION_SD, MODEL_SD = 1.0, 0.5
 def accuracy_matrix(Q: int, repeats: int, a, rng: np.random.Generator) -> np.ndarray:
     """(Q, k) per-question mean scores over ``repeats`` coupled repeats (the matrix accuracy-ranks reads)."""
     a = np.asarray(a, float)
-    p = stats.norm.cdf(a[None, :] + rng.normal(0, QUESTION_SD, (Q, 1)) + rng.normal(0, MODEL_SD, (Q, a.size)))
+    p = stats.norm.cdf(
+        a[None, :] + rng.normal(0, QUESTION_SD, (Q, 1)) + rng.normal(0, MODEL_SD, (Q, a.size))
+    )
     U = rng.random((Q, repeats, 1))  # one uniform per (question, repeat), shared by the models
     return (U < p[:, None, :]).mean(axis=1)  # (Q, k)
 
 
 def true_theta(a) -> np.ndarray:
-    return stats.norm.cdf(np.asarray(a, float) / np.sqrt(1 + QUESTION_SD ** 2 + MODEL_SD ** 2))
+    return stats.norm.cdf(np.asarray(a, float) / np.sqrt(1 + QUESTION_SD**2 + MODEL_SD**2))
 
 
 def run(design: str, Q: int, repeats: int, alphas, reps: int, n_draws: int, seed: int) -> dict:
@@ -58,8 +60,12 @@ def run(design: str, Q: int, repeats: int, alphas, reps: int, n_draws: int, seed
         for a in alphas:
             for cal in ("normal", "wild"):  # the product's function (wild: its default here)
                 _, _, rs = rank_accuracies(M, a, rng, n_draws, calibration=cal)
-                out[(cal, a)].append((bool(R.rankset_covers(rs["lower"], rs["upper"], tl, tu)),
-                                      float(R.rankset_size(rs["lower"], rs["upper"]))))
+                out[(cal, a)].append(
+                    (
+                        bool(R.rankset_covers(rs["lower"], rs["upper"], tl, tu)),
+                        float(R.rankset_size(rs["lower"], rs["upper"])),
+                    )
+                )
     return out
 
 
@@ -82,8 +88,10 @@ def main() -> None:
     if args.smoke:
         args.reps, args.draws, args.questions = 5, 200, [12]
     alphas = (0.05, 0.1)
-    print(f"k = 4 models, {args.repeats} repeats, {args.reps} data sets, {args.draws} draws; "
-          "cells: coverage ± MC SE, mean size")
+    print(
+        f"k = 4 models, {args.repeats} repeats, {args.reps} data sets, {args.draws} draws; "
+        "cells: coverage ± MC SE, mean size"
+    )
     print("| design | questions | alpha | normal calibration | wild bootstrap-t |")
     print("|---|---|---|---|---|")
     t0 = time.perf_counter()
@@ -91,7 +99,9 @@ def main() -> None:
         for Q in args.questions:
             res = run(design, Q, args.repeats, alphas, args.reps, args.draws, args.seed)
             for a in alphas:
-                print(f"| {design} | {Q} | {a:g} | {cell(res[('normal', a)])} | {cell(res[('wild', a)])} |")
+                print(
+                    f"| {design} | {Q} | {a:g} | {cell(res[('normal', a)])} | {cell(res[('wild', a)])} |"
+                )
     print(f"({time.perf_counter() - t0:.0f} s)")
 
 

@@ -33,8 +33,15 @@ from engine.analysis import judge_audit as AU  # noqa: E402
 from engine.analysis.audit_sim import simulated_run  # noqa: E402
 from engine.stats import judge_audit as JA  # noqa: E402
 
-FIGURES = ("agreement", "kappa", "bias", "position_consistency", "first_position_preference", "human_agreement",
-           "human_kappa")
+FIGURES = (
+    "agreement",
+    "kappa",
+    "bias",
+    "position_consistency",
+    "first_position_preference",
+    "human_agreement",
+    "human_kappa",
+)
 
 
 def _values(res: AU.JudgeAudit, part: str) -> dict[str, np.ndarray]:
@@ -52,8 +59,9 @@ def truth(k: int, prompts: int, rng: np.random.Generator) -> dict[str, np.ndarra
     return _values(AU.audit_units("sim", "j", units, labels, n_boot=1), "estimate")
 
 
-def one_rep(k: int, prompts: int, share: float, boot: int, rng: np.random.Generator,
-            tr: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+def one_rep(
+    k: int, prompts: int, share: float, boot: int, rng: np.random.Generator, tr: dict[str, np.ndarray]
+) -> dict[str, dict[str, np.ndarray]]:
     """method -> figure -> (m,) covered (float: 1, 0, or NaN where the interval is undefined)."""
     n_units = prompts * k * (k - 1) // 2
     units, labels = simulated_run(prompts, k, int(round(share * n_units)), rng)
@@ -67,7 +75,9 @@ def one_rep(k: int, prompts: int, share: float, boot: int, rng: np.random.Genera
         finally:
             JA.interval = real  # type: ignore[assignment]
         lo, hi = _values(res, "lower"), _values(res, "upper")
-        out[method] = {f: np.where(np.isfinite(lo[f]), (lo[f] <= tr[f]) & (tr[f] <= hi[f]), np.nan) for f in FIGURES}
+        out[method] = {
+            f: np.where(np.isfinite(lo[f]), (lo[f] <= tr[f]) & (tr[f] <= hi[f]), np.nan) for f in FIGURES
+        }
     return out
 
 
@@ -76,7 +86,9 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=400)
     ap.add_argument("--prompts", type=int, nargs="+", default=[40, 80])
     ap.add_argument("--models", type=int, default=4)
-    ap.add_argument("--labels", type=float, default=0.5, help="share of the run's units labelled by the human")
+    ap.add_argument(
+        "--labels", type=float, default=0.5, help="share of the run's units labelled by the human"
+    )
     ap.add_argument("--boot", type=int, default=1000)
     ap.add_argument("--truth-prompts", type=int, default=40_000)
     ap.add_argument("--seed", type=int, default=2026)
@@ -88,23 +100,33 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(a.seed)
     t0 = time.perf_counter()
     tr = truth(a.models, a.truth_prompts, rng)
-    print(f"truth from {a.truth_prompts:,} prompts: " + ", ".join(f"{f} {np.round(v, 3).tolist()}" for f, v in tr.items()))
+    print(
+        f"truth from {a.truth_prompts:,} prompts: "
+        + ", ".join(f"{f} {np.round(v, 3).tolist()}" for f, v in tr.items())
+    )
     print("| prompts | figure | percentile | expanded (product) | replications |")
     print("|---|---|---|---|---|")
     for P in a.prompts:
-        cov: dict[str, dict[str, list]] = {m: {f: [] for f in FIGURES} for m in ("percentile", "expanded")}
+        cov: dict[str, dict[str, list]] = {
+            m: {f: [] for f in FIGURES} for m in ("percentile", "expanded")
+        }
         for r in range(a.reps):
             for m, d in one_rep(a.models, P, a.labels, a.boot, rng, tr).items():
                 for f, c in d.items():
                     cov[m][f].append(c)
             if a.every and (r + 1) % a.every == 0:
-                print(f"  {P} prompts: {r + 1} replications, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+                print(
+                    f"  {P} prompts: {r + 1} replications, {time.perf_counter() - t0:.0f} s",
+                    file=sys.stderr,
+                )
         for f in FIGURES:
             p, e = (np.nanmean(np.concatenate(cov[m][f])) for m in ("percentile", "expanded"))
             n = int(np.isfinite(np.concatenate(cov["expanded"][f])).sum())
             print(f"| {P} | {f} | {p:.3f} | {e:.3f} | {n} |")
-    print(f"MC SE at 0.95: {np.sqrt(0.95 * 0.05 / max(a.reps, 1)):.3f} per figure (bias: per model, entries "
-          f"move together); {time.perf_counter() - t0:.0f} s")
+    print(
+        f"MC SE at 0.95: {np.sqrt(0.95 * 0.05 / max(a.reps, 1)):.3f} per figure (bias: per model, entries "
+        f"move together); {time.perf_counter() - t0:.0f} s"
+    )
 
 
 if __name__ == "__main__":

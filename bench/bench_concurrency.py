@@ -106,53 +106,126 @@ def _summ(waits: list[float]) -> dict:
     if not waits:
         return {"n": 0}
     w = sorted(waits)
-    return {"n": len(w), "median_s": round(statistics.median(w), 4), "p90_s": round(w[int(0.9 * (len(w) - 1))], 4),
-            "max_s": round(w[-1], 4), "total_s": round(sum(w), 2)}
+    return {
+        "n": len(w),
+        "median_s": round(statistics.median(w), 4),
+        "p90_s": round(w[int(0.9 * (len(w) - 1))], 4),
+        "max_s": round(w[-1], 4),
+        "total_s": round(sum(w), 2),
+    }
 
 
 def run_once(code: Path, readers: int, second_writer: bool, a) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench_conc_"))
     db, stop, lock_log = tmp / "c.duckdb", tmp / "stop", tmp / "locks.log"
-    env = {**os.environ, "PYTHONPATH": str(code), "HF_HUB_OFFLINE": "1", "COUPLED_EVAL_LOCK_LOG": str(lock_log),
-           "OMP_NUM_THREADS": str(a.threads)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(code),
+        "HF_HUB_OFFLINE": "1",
+        "COUPLED_EVAL_LOCK_LOG": str(lock_log),
+        "OMP_NUM_THREADS": str(a.threads),
+    }
     py = [sys.executable]
-    subprocess.run(py + ["-c", f"from engine import store\nwith store.writer({str(db)!r}): pass"], env=env, cwd=code,
-                   check=True)
-    procs = [subprocess.Popen(py + ["-c", READER, str(db), str(a.hold), str(a.gap), str(stop)], env=env, cwd=code,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(readers)]
+    subprocess.run(
+        py + ["-c", f"from engine import store\nwith store.writer({str(db)!r}): pass"],
+        env=env,
+        cwd=code,
+        check=True,
+    )
+    procs = [
+        subprocess.Popen(
+            py + ["-c", READER, str(db), str(a.hold), str(a.gap), str(stop)],
+            env=env,
+            cwd=code,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(readers)
+    ]
     if second_writer:
-        procs.append(subprocess.Popen(py + ["-c", WRITER, str(db), str(a.writer_gap), str(stop)], env=env, cwd=code,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                py + ["-c", WRITER, str(db), str(a.writer_gap), str(stop)],
+                env=env,
+                cwd=code,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     time.sleep(1.0 if procs else 0)
     if a.synthetic:
         t0 = time.monotonic()
         try:
-            g = subprocess.run(py + ["-c", SYNTH, str(db), str(a.chunks), str(a.chunk), str(a.compute_s)], env=env,
-                               cwd=code, capture_output=True, text=True, timeout=a.timeout)
+            g = subprocess.run(
+                py + ["-c", SYNTH, str(db), str(a.chunks), str(a.chunk), str(a.compute_s)],
+                env=env,
+                cwd=code,
+                capture_output=True,
+                text=True,
+                timeout=a.timeout,
+            )
         except subprocess.TimeoutExpired as exc:  # starved: report it rather than crash
             g = subprocess.CompletedProcess(exc.cmd, -9, "", f"timed out after {a.timeout:.0f} s")
         wall = time.monotonic() - t0
         stop.touch()
-        outs = [(json.loads(o.strip().splitlines()[-1]) if o.strip() else {}, e[-300:])
-                for o, e in (p.communicate(timeout=120) for p in procs)]
+        outs = [
+            (json.loads(o.strip().splitlines()[-1]) if o.strip() else {}, e[-300:])
+            for o, e in (p.communicate(timeout=120) for p in procs)
+        ]
         r = json.loads(g.stdout.strip().splitlines()[-1]) if g.stdout.strip() else {}
         rd = [o for o, _ in outs[:readers]]
-        res = {"mode": "synthetic", "readers": readers, "second_writer": second_writer, "wall_s": round(wall, 2),
-               "chunks": a.chunks, "compute_s": a.compute_s, "chunk_fails": r.get("fails"),
-               "final_status_written": r.get("final_ok"), "final_wait_s": round(r.get("final_wait", -1), 3),
-               "s_per_chunk": round(r.get("wall", wall) / a.chunks, 3), "chunk_lock_waits": _summ(r.get("waits", [])),
-               "reader_loops": sum(o.get("loops", 0) for o in rd),
-               "reader_fails": sum(o.get("fails", 0) for o in rd),
-               "reader_waits": _summ([w for o in rd for w in o.get("waits", [])]),
-               "stderr": g.stderr.strip().splitlines()[-1:] if g.stderr.strip() else []}
+        res = {
+            "mode": "synthetic",
+            "readers": readers,
+            "second_writer": second_writer,
+            "wall_s": round(wall, 2),
+            "chunks": a.chunks,
+            "compute_s": a.compute_s,
+            "chunk_fails": r.get("fails"),
+            "final_status_written": r.get("final_ok"),
+            "final_wait_s": round(r.get("final_wait", -1), 3),
+            "s_per_chunk": round(r.get("wall", wall) / a.chunks, 3),
+            "chunk_lock_waits": _summ(r.get("waits", [])),
+            "reader_loops": sum(o.get("loops", 0) for o in rd),
+            "reader_fails": sum(o.get("fails", 0) for o in rd),
+            "reader_waits": _summ([w for o in rd for w in o.get("waits", [])]),
+            "stderr": g.stderr.strip().splitlines()[-1:] if g.stderr.strip() else [],
+        }
         if second_writer:
             o = outs[-1][0]
-            res.update({"writer_loops": o.get("loops", 0), "writer_fails": o.get("fails", 0),
-                        "writer_waits": _summ(o.get("waits", []))})
+            res.update(
+                {
+                    "writer_loops": o.get("loops", 0),
+                    "writer_fails": o.get("fails", 0),
+                    "writer_waits": _summ(o.get("waits", [])),
+                }
+            )
         return res
-    cmd = py + ["-m", "engine", "generate", "--models", "smollm2-135m", "--dataset", "demo", "--limit", str(a.prompts),
-                "--repeats", str(a.repeats), "--max-new-tokens", str(a.tokens), "--batch-size", str(a.batch_size),
-                "--threads", str(a.threads), "--device", "cpu", "--db", str(db)]
+    cmd = py + [
+        "-m",
+        "engine",
+        "generate",
+        "--models",
+        "smollm2-135m",
+        "--dataset",
+        "demo",
+        "--limit",
+        str(a.prompts),
+        "--repeats",
+        str(a.repeats),
+        "--max-new-tokens",
+        str(a.tokens),
+        "--batch-size",
+        str(a.batch_size),
+        "--threads",
+        str(a.threads),
+        "--device",
+        "cpu",
+        "--db",
+        str(db),
+    ]
     t0 = time.monotonic()
     g = subprocess.run(cmd, env=env, cwd=code, capture_output=True, text=True, timeout=a.timeout)
     wall = time.monotonic() - t0
@@ -165,25 +238,42 @@ def run_once(code: Path, readers: int, second_writer: bool, a) -> dict:
     gen_waits = []
     if lock_log.exists():
         pids = {str(p.pid) for p in procs}
-        gen_waits = [float(line.split()[2]) for line in lock_log.read_text().splitlines()
-                     if line.split()[1] == "w" and line.split()[0] not in pids]
+        gen_waits = [
+            float(line.split()[2])
+            for line in lock_log.read_text().splitlines()
+            if line.split()[1] == "w" and line.split()[0] not in pids
+        ]
     rd = [o for o, _ in outs[:readers]]
-    res = {"readers": readers, "second_writer": second_writer, "returncode": g.returncode,
-           "error": g.stderr.strip().splitlines()[-1] if g.returncode else None,
-           "wall_s": round(wall, 2), "units": n_units, "s_per_unit": round(wall / n_units, 3),
-           "generator_lock_waits": _summ(gen_waits),
-           "reader_loops": sum(o.get("loops", 0) for o in rd), "reader_fails": sum(o.get("fails", 0) for o in rd),
-           "reader_waits": _summ([w for o in rd for w in o.get("waits", [])])}
+    res = {
+        "readers": readers,
+        "second_writer": second_writer,
+        "returncode": g.returncode,
+        "error": g.stderr.strip().splitlines()[-1] if g.returncode else None,
+        "wall_s": round(wall, 2),
+        "units": n_units,
+        "s_per_unit": round(wall / n_units, 3),
+        "generator_lock_waits": _summ(gen_waits),
+        "reader_loops": sum(o.get("loops", 0) for o in rd),
+        "reader_fails": sum(o.get("fails", 0) for o in rd),
+        "reader_waits": _summ([w for o in rd for w in o.get("waits", [])]),
+    }
     if second_writer:
         o = outs[-1][0]
-        res.update({"writer_loops": o.get("loops", 0), "writer_fails": o.get("fails", 0),
-                    "writer_waits": _summ(o.get("waits", []))})
+        res.update(
+            {
+                "writer_loops": o.get("loops", 0),
+                "writer_fails": o.get("fails", 0),
+                "writer_waits": _summ(o.get("waits", [])),
+            }
+        )
     return res
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--code", default=str(Path(__file__).resolve().parent.parent), help="checkout whose engine/ runs")
+    ap.add_argument(
+        "--code", default=str(Path(__file__).resolve().parent.parent), help="checkout whose engine/ runs"
+    )
     ap.add_argument("--readers", type=int, default=3)
     ap.add_argument("--hold", type=float, default=1.0)
     ap.add_argument("--gap", type=float, default=0.0)
@@ -195,15 +285,27 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--synthetic", action="store_true", help="the generation's write pattern without the model")
+    ap.add_argument(
+        "--synthetic", action="store_true", help="the generation's write pattern without the model"
+    )
     ap.add_argument("--chunks", type=int, default=20)
     ap.add_argument("--chunk", type=int, default=8, help="units per chunk (synthetic)")
-    ap.add_argument("--compute-s", type=float, default=0.2, help="seconds of 'generation' per chunk (synthetic)")
+    ap.add_argument(
+        "--compute-s", type=float, default=0.2, help="seconds of 'generation' per chunk (synthetic)"
+    )
     ap.add_argument("--baseline", action="store_true", help="also run without readers/writer first")
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     a = ap.parse_args()
     if a.smoke:  # the synthetic write pattern, one reader, a few short chunks
-        a.synthetic, a.readers, a.hold, a.chunks, a.chunk, a.compute_s, a.timeout = True, 1, 0.05, 3, 4, 0.02, 60
+        a.synthetic, a.readers, a.hold, a.chunks, a.chunk, a.compute_s, a.timeout = (
+            True,
+            1,
+            0.05,
+            3,
+            4,
+            0.02,
+            60,
+        )
     code = Path(a.code).resolve()
     rows = []
     if a.baseline:

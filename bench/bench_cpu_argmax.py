@@ -91,10 +91,22 @@ def _row(R: int, V: int, kind: str, T: float, reps: int) -> dict:
     nb_w, nb_c = _time(lambda: gumbel_argmax_cpu(logits, seeds, units, steps, keys, T), reps)
     pr_w, pr_c = _time(with_prob, reps)
     un_w, un_c = _time(unfused, reps)
-    return {"batch": R, "vocab": V, "logits": kind, "T": T, "reference_ms": ref_w, "reference_cpu_ms": ref_c,
-            "numba_ms": nb_w, "numba_cpu_ms": nb_c, "numba_prob_ms": pr_w, "numba_prob_cpu_ms": pr_c,
-            "unfused_ms": un_w, "unfused_cpu_ms": un_c,
-            "evaluated_per_row": float(d.evaluated.float().mean()), "fallback_rows": int(d.fallback.sum())}
+    return {
+        "batch": R,
+        "vocab": V,
+        "logits": kind,
+        "T": T,
+        "reference_ms": ref_w,
+        "reference_cpu_ms": ref_c,
+        "numba_ms": nb_w,
+        "numba_cpu_ms": nb_c,
+        "numba_prob_ms": pr_w,
+        "numba_prob_cpu_ms": pr_c,
+        "unfused_ms": un_w,
+        "unfused_cpu_ms": un_c,
+        "evaluated_per_row": float(d.evaluated.float().mean()),
+        "fallback_rows": int(d.fallback.sum()),
+    }
 
 
 def main(argv=None) -> int:
@@ -102,12 +114,16 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--vocab", default="49152,128256", help="comma-separated vocabulary sizes")
     ap.add_argument("--reps", type=int, default=9)
-    ap.add_argument("--cold", action="store_true", help="compile into a fresh numba cache first and time it")
+    ap.add_argument(
+        "--cold", action="store_true", help="compile into a fresh numba cache first and time it"
+    )
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args(argv)
     if args.cold and "engine.sampling._cpu_argmax_kernels" not in sys.modules:
-        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_numba_")  # read when numba is imported
+        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(
+            prefix="bench_numba_"
+        )  # read when numba is imported
     import torch
 
     from engine.sampling.cpu_argmax import gumbel_argmax_cpu, numba_available
@@ -121,18 +137,29 @@ def main(argv=None) -> int:
     first = time.perf_counter() - t0
     vocabs = [500] if args.smoke else [int(v) for v in args.vocab.split(",")]
     batch, reps = (4, 1) if args.smoke else (args.batch, args.reps)
-    rows = [_row(batch, V, kind, T, reps) for V in vocabs for kind in ("uniform", "peaked") for T in (0.7, 1.0)]
-    print(f"first call (compile{' into a fresh cache' if args.cold else ' or cache load'}): {first:.2f} s; "
-          f"1-min load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()}")
-    print("| batch | vocab | logits | T | reference ms (cpu) | numba ms (cpu) | numba+prob ms (cpu) | "
-          "unfused ms (cpu) | speed-up | exact logs per row |")
+    rows = [
+        _row(batch, V, kind, T, reps)
+        for V in vocabs
+        for kind in ("uniform", "peaked")
+        for T in (0.7, 1.0)
+    ]
+    print(
+        f"first call (compile{' into a fresh cache' if args.cold else ' or cache load'}): {first:.2f} s; "
+        f"1-min load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()}"
+    )
+    print(
+        "| batch | vocab | logits | T | reference ms (cpu) | numba ms (cpu) | numba+prob ms (cpu) | "
+        "unfused ms (cpu) | speed-up | exact logs per row |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['batch']} | {r['vocab']:,} | {r['logits']} | {r['T']} | {r['reference_ms']:.1f} "
-              f"({r['reference_cpu_ms']:.1f}) | {r['numba_ms']:.2f} ({r['numba_cpu_ms']:.2f}) | "
-              f"{r['numba_prob_ms']:.2f} ({r['numba_prob_cpu_ms']:.2f}) | "
-              f"{r['unfused_ms']:.2f} ({r['unfused_cpu_ms']:.2f}) | "
-              f"{r['reference_cpu_ms'] / max(r['numba_cpu_ms'], 1e-9):.1f}x | {r['evaluated_per_row']:.1f} |")
+        print(
+            f"| {r['batch']} | {r['vocab']:,} | {r['logits']} | {r['T']} | {r['reference_ms']:.1f} "
+            f"({r['reference_cpu_ms']:.1f}) | {r['numba_ms']:.2f} ({r['numba_cpu_ms']:.2f}) | "
+            f"{r['numba_prob_ms']:.2f} ({r['numba_prob_cpu_ms']:.2f}) | "
+            f"{r['unfused_ms']:.2f} ({r['unfused_cpu_ms']:.2f}) | "
+            f"{r['reference_cpu_ms'] / max(r['numba_cpu_ms'], 1e-9):.1f}x | {r['evaluated_per_row']:.1f} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"first_call_s": first, "rows": rows}, indent=1))
     return 0

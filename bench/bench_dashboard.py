@@ -38,44 +38,67 @@ def build(db: Path, n_traces: int) -> None:
     run = "run-bench"
     with store.writer(db) as con:
         con.begin()
-        con.execute("INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units) "
-                    "VALUES (?, 'bench', ?, 'bench', 'token_id', '[]', 'done', ?)",
-                    [run, '{"repeats": 5, "temperature": 0.7, "max_new_tokens": 50, "seed": 1}',
-                     models * prompts * repeats * modes])
-        con.execute("INSERT INTO models SELECT 'model-' || i, 'bench', 'v' || i, 'vocab', 50000, NULL FROM range(?) t(i)",
-                    [models])
-        con.execute("INSERT INTO datasets (dataset_id, source, kind, n_prompts) VALUES ('bench', 'bench', 'multiple_choice', ?)",
-                    [prompts])
-        con.execute("""INSERT INTO prompts SELECT 'bench', 'q' || i, i, 'subject-' || (i % 5),
+        con.execute(
+            "INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units) "
+            "VALUES (?, 'bench', ?, 'bench', 'token_id', '[]', 'done', ?)",
+            [
+                run,
+                '{"repeats": 5, "temperature": 0.7, "max_new_tokens": 50, "seed": 1}',
+                models * prompts * repeats * modes,
+            ],
+        )
+        con.execute(
+            "INSERT INTO models SELECT 'model-' || i, 'bench', 'v' || i, 'vocab', 50000, NULL FROM range(?) t(i)",
+            [models],
+        )
+        con.execute(
+            "INSERT INTO datasets (dataset_id, source, kind, n_prompts) VALUES ('bench', 'bench', 'multiple_choice', ?)",
+            [prompts],
+        )
+        con.execute(
+            """INSERT INTO prompts SELECT 'bench', 'q' || i, i, 'subject-' || (i % 5),
                          'Question ' || i || '?', '{"A":"a","B":"b","C":"c","D":"d"}', chr(65 + (i % 4)::INTEGER),
-                         'Question ' || i FROM range(?) t(i)""", [prompts])
-        con.execute("""INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids,
+                         'Question ' || i FROM range(?) t(i)""",
+            [prompts],
+        )
+        con.execute(
+            """INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids,
                                                 finish_reason, n_tokens)
                        SELECT ?, 'model-' || m, 'q' || p, r, md, CASE WHEN md = 'coupled' THEN 1 ELSE 100 + m END,
                               'generated text ' || p, NULL, 'length', ?
                        FROM range(?) a(m), range(?) b(p), range(?) c(r), (VALUES ('coupled'), ('independent')) d(md)""",
-                    [run, steps, models, prompts, repeats])
+            [run, steps, models, prompts, repeats],
+        )
         # Coupled models share their tokens until a per-unit divergence step; then they differ.
-        con.execute("""INSERT INTO token_traces
+        con.execute(
+            """INSERT INTO token_traces
                        SELECT ?, 'model-' || m, 'q' || p, r, md, s,
                               CASE WHEN md = 'coupled' AND s < (p * 7 + r * 3) % 50 THEN (p * 31 + r * 17 + s * 13) % 49000
                                    ELSE (p * 31 + r * 17 + s * 13 + m * 101 + 1) % 49000 END AS tok,
                               'tok', 0.5, [1, 2, 3, 4, 5], [0.5, 0.2, 0.1, 0.1, 0.1], [0.1, 0.2, 0.3, 0.4, 0.5]
                        FROM range(?) a(m), range(?) b(p), range(?) c(r), (VALUES ('coupled'), ('independent')) d(md),
-                            range(?) e(s)""", [run, models, prompts, repeats, steps])
-        con.execute("""INSERT INTO scores SELECT ?, 'model-' || m, 'q' || p, r, md, 'paper', 'A',
+                            range(?) e(s)""",
+            [run, models, prompts, repeats, steps],
+        )
+        con.execute(
+            """INSERT INTO scores SELECT ?, 'model-' || m, 'q' || p, r, md, 'paper', 'A',
                               CASE WHEN hash(m, p, r, md) % 100 < 70 - 10 * m THEN 1.0 ELSE 0.0 END
                        FROM range(?) a(m), range(?) b(p), range(?) c(r), (VALUES ('coupled'), ('independent')) d(md)""",
-                    [run, models, prompts, repeats])
-        con.execute("""INSERT INTO judgments (run_id, judge, prompt_id, repeat, mode, model_a, model_b, presented,
+            [run, models, prompts, repeats],
+        )
+        con.execute(
+            """INSERT INTO judgments (run_id, judge, prompt_id, repeat, mode, model_a, model_b, presented,
                                      judge_prompt_hash, raw, parsed, winner) SELECT ?, 'judge', 'q' || p, r, md, 'model-' || a, 'model-' || b, o, 'h', 'raw',
                               w, w
                        FROM (SELECT *, CASE hash(a, b, p, r, md, o) % 10 WHEN 0 THEN 'tie' WHEN 1 THEN 'b' WHEN 2 THEN 'b'
                                                                              WHEN 3 THEN 'b' ELSE 'a' END AS w
                              FROM range(?) x(a), range(?) y(b), range(?) z(p), range(?) c(r),
                                   (VALUES ('coupled'), ('independent')) d(md), (VALUES ('ab'), ('ba')) e(o) WHERE a < b)""",
-                    [run, models, models, prompts // 5, repeats])
-        con.execute("INSERT INTO comparison_sets VALUES ('bench-set', 'bench', current_timestamp, 5000, '{}')")
+            [run, models, models, prompts // 5, repeats],
+        )
+        con.execute(
+            "INSERT INTO comparison_sets VALUES ('bench-set', 'bench', current_timestamp, 5000, '{}')"
+        )
         con.execute("""INSERT INTO comparisons (set_name, row_idx, prompt_id, model_a, model_b, human_winner, judge_winner)
                        SELECT 'bench-set', i, 'p' || i, 'model-' || (i % 4), 'model-' || ((i + 1 + i // 4) % 4),
                               CASE WHEN i < 1000 THEN (CASE hash(i) % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' ELSE 'tie' END) END,
@@ -88,6 +111,7 @@ def time_pages(db: Path) -> list[tuple[str, float, float]]:
     os.environ["COUPLED_EVAL_DB"] = str(db)
     import streamlit as st
     from streamlit.testing.v1 import AppTest
+
     out = []
     for page in PAGES:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
@@ -115,6 +139,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:  # a small database in a fresh folder, the Home page only
         import tempfile
+
         args.db, args.traces = str(Path(tempfile.mkdtemp(prefix="bench_dash_")) / "smoke.duckdb"), 2000
         PAGES[:] = PAGES[:1]
     db = Path(args.db)

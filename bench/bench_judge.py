@@ -34,7 +34,9 @@ def main(argv=None) -> None:
     ap.add_argument("--comparisons", type=int, default=2000)
     ap.add_argument("--latency-ms", type=float, default=50.0)
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--smoke", action="store_true", help="120 comparisons: checks the script runs (seconds)")
+    ap.add_argument(
+        "--smoke", action="store_true", help="120 comparisons: checks the script runs (seconds)"
+    )
     ap.add_argument("--out", help="write the result as JSON")
     a = ap.parse_args(argv)
     n = 120 if a.smoke else a.comparisons
@@ -50,21 +52,36 @@ def main(argv=None) -> None:
         db = Path(tmp) / "bench.duckdb"
         units = (n + 1) // 2  # 2 models, both orders: 2 comparisons per unit
         make_judge_run(db, n_prompts=units, repeats=1, models=("m1", "m2"), modes=("coupled",))
-        with FakeOpenAIProcess(key=key, latency_s=a.latency_ms / 1000.0,
-                               script=lambda b, k: Action(text=verdict_by_rank(b))) as srv:
-            judge = ApiJudge(ApiJudgeConfig("judge-1", srv.url, "BENCH_JUDGE_KEY", a.concurrency, 3, 30.0, 16))
+        with FakeOpenAIProcess(
+            key=key, latency_s=a.latency_ms / 1000.0, script=lambda b, k: Action(text=verdict_by_rank(b))
+        ) as srv:
+            judge = ApiJudge(
+                ApiJudgeConfig("judge-1", srv.url, "BENCH_JUDGE_KEY", a.concurrency, 3, 30.0, 16)
+            )
             judge.preflight()
             t0, c0 = time.perf_counter(), time.process_time()
             s = J.judge_run(db, "r1", "bench", J.JudgeConfig("bench"), api=judge, show_bar=False)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak, sent = srv.max_inflight, srv.n_chat
         from engine import store
-        keys = store.query_df(db, "SELECT prompt_id, repeat, mode, model_a, model_b, presented FROM judgments")
-    res = {"comparisons": s.n_tasks, "latency_ms": a.latency_ms, "concurrency": a.concurrency,
-           "wall_s": round(wall, 3), "judge_cpu_s": round(cpu, 3), "load_avg_1m": round(os.getloadavg()[0], 1), "requests_per_s": round(sent / wall, 1), "requests_sent": sent,
-           "peak_in_flight": peak, "floor_s": round(s.n_tasks * a.latency_ms / 1000 / a.concurrency, 3),
-           "one_verdict_each": bool(len(keys) == s.n_tasks and not keys.duplicated().any()),
-           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"}
+
+        keys = store.query_df(
+            db, "SELECT prompt_id, repeat, mode, model_a, model_b, presented FROM judgments"
+        )
+    res = {
+        "comparisons": s.n_tasks,
+        "latency_ms": a.latency_ms,
+        "concurrency": a.concurrency,
+        "wall_s": round(wall, 3),
+        "judge_cpu_s": round(cpu, 3),
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+        "requests_per_s": round(sent / wall, 1),
+        "requests_sent": sent,
+        "peak_in_flight": peak,
+        "floor_s": round(s.n_tasks * a.latency_ms / 1000 / a.concurrency, 3),
+        "one_verdict_each": bool(len(keys) == s.n_tasks and not keys.duplicated().any()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+    }
     print(json.dumps(res, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=1))

@@ -39,14 +39,25 @@ def store_run(db: Path, units, labels, other) -> None:
     from engine.store.verdicts import COLUMNS
 
     with transaction(db) as con:
-        RS.create_run(con, RUN, "ds", {"models": sorted(set(units.model_a))}, "v", "token_id", [], len(units))
+        RS.create_run(
+            con, RUN, "ds", {"models": sorted(set(units.model_a))}, "v", "token_id", [], len(units)
+        )
     frames = []
     for judge, u in (("j1", units), ("j2", other)):
         for order, col in (("ab", "w_ab"), ("ba", "w_ba")):
             w = np.array(["a", "b", "tie"], object)[u[col].to_numpy()]
             parsed = [PARSED.get((x, order), "tie") for x in w]
-            frames.append(u[["prompt_id", "repeat", "mode", "model_a", "model_b"]].assign(
-                run_id=RUN, judge=judge, presented=order, judge_prompt_hash="h", raw=None, parsed=parsed, winner=w))
+            frames.append(
+                u[["prompt_id", "repeat", "mode", "model_a", "model_b"]].assign(
+                    run_id=RUN,
+                    judge=judge,
+                    presented=order,
+                    judge_prompt_hash="h",
+                    raw=None,
+                    parsed=parsed,
+                    winner=w,
+                )
+            )
     v = pd.concat(frames, ignore_index=True)
     for c in COLUMNS:
         if c not in v:
@@ -57,13 +68,19 @@ def store_run(db: Path, units, labels, other) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--prompts", type=int, default=1000, help="prompts (x 10 pairs of 5 models = units)")
     ap.add_argument("--labels", type=int, default=1000)
     ap.add_argument("--boot", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--keep-db", metavar="PATH", help="also store the simulated run in this new database file (run "
-                                                      "'bench-run', judges j1 / j2, set 'bench-labels'; docs/JUDGE_AUDIT.md)")
+    ap.add_argument(
+        "--keep-db",
+        metavar="PATH",
+        help="also store the simulated run in this new database file (run "
+        "'bench-run', judges j1 / j2, set 'bench-labels'; docs/JUDGE_AUDIT.md)",
+    )
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     a = ap.parse_args()
     if a.smoke:
@@ -91,11 +108,15 @@ def main() -> int:
             raise SystemExit(f"--keep-db: {a.keep_db} exists; give a new file")
         store_run(Path(a.keep_db), units, labels, other)
         print(f"stored the simulated run 'bench-run' in {a.keep_db}")
-    print(f"judge audit: {len(units):,} units, {res.n_audited:,} with both labels, {a.boot} resamples, "
-          f"judges {res.judges}")
+    print(
+        f"judge audit: {len(units):,} units, {res.n_audited:,} with both labels, {a.boot} resamples, "
+        f"judges {res.judges}"
+    )
     for k, v in times.items():
         print(f"  {k:<7} median {np.median(v):.2f} s  (runs: {', '.join(f'{x:.2f}' for x in v)})")
-    print(f"  agreement {res.agreement.estimate:.3f} [{res.agreement.lower:.3f}, {res.agreement.upper:.3f}]")
+    print(
+        f"  agreement {res.agreement.estimate:.3f} [{res.agreement.lower:.3f}, {res.agreement.upper:.3f}]"
+    )
     return 0
 
 

@@ -43,27 +43,37 @@ def _timer(dev):
     import torch
 
     if dev.type == "cuda":
+
         def run(fn, warmup, reps):
             for _ in range(warmup):
                 fn()
             ts = []
             for _ in range(reps):
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record(); fn(); b.record(); torch.cuda.synchronize()
+                a.record()
+                fn()
+                b.record()
+                torch.cuda.synchronize()
                 ts.append(a.elapsed_time(b) / 1e3)
             return statistics.median(ts), ts
     else:
+
         def run(fn, warmup, reps):
             for _ in range(warmup):
                 fn()
             ts = []
             for _ in range(reps):
-                t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t)
             return statistics.median(ts), ts
+
     return run
 
 
-def _measure_forward(shape_name: str, batch: int, context: int, dev, timer, warmup: int, reps: int) -> float:
+def _measure_forward(
+    shape_name: str, batch: int, context: int, dev, timer, warmup: int, reps: int
+) -> float:
     """Median seconds of one decode forward (B new tokens over a KV cache of ``context`` positions)."""
     import torch
     from llama_shapes import SHAPES, random_model
@@ -95,21 +105,48 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--batch", type=int, default=None, help="rows (default 256 on CUDA, 32 on CPU)")
-    ap.add_argument("--vocab", type=int, default=None, help="vocabulary width (default 128,256 on CUDA, 49,152 on CPU)")
+    ap.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help="vocabulary width (default 128,256 on CUDA, 49,152 on CPU)",
+    )
     ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--trace-top-k", type=int, default=0, help="also time the trace extras (top-k ids/probs/g)")
-    ap.add_argument("--hbm-gbps", type=float, default=3350.0, help="HBM bandwidth for the roofline (H100 SXM 3350, H200 4800)")
-    ap.add_argument("--context", type=float, default=200.0, help="mean KV positions per row for the roofline")
-    ap.add_argument("--measure-model", default=None,
-                    help="comma list of shapes (llama-3.2-1b,llama-3.2-3b,llama-3.1-8b,tiny) to time a real forward")
+    ap.add_argument(
+        "--trace-top-k", type=int, default=0, help="also time the trace extras (top-k ids/probs/g)"
+    )
+    ap.add_argument(
+        "--hbm-gbps",
+        type=float,
+        default=3350.0,
+        help="HBM bandwidth for the roofline (H100 SXM 3350, H200 4800)",
+    )
+    ap.add_argument(
+        "--context", type=float, default=200.0, help="mean KV positions per row for the roofline"
+    )
+    ap.add_argument(
+        "--measure-model",
+        default=None,
+        help="comma list of shapes (llama-3.2-1b,llama-3.2-3b,llama-3.1-8b,tiny) to time a real forward",
+    )
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 50 CUDA, 7 CPU)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: checks the script runs (seconds)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one repetition: checks the script runs (seconds)",
+    )
     args = ap.parse_args(argv)
     if args.smoke:
-        args.batch, args.vocab, args.reps, args.warmup, args.measure_model = args.batch or 4, args.vocab or 1000, 1, 0, None
+        args.batch, args.vocab, args.reps, args.warmup, args.measure_model = (
+            args.batch or 4,
+            args.vocab or 1000,
+            1,
+            0,
+            None,
+        )
 
     import torch
     from llama_shapes import SHAPES, roofline_step_s
@@ -126,7 +163,9 @@ def main(argv=None) -> int:
     reps = args.reps or (50 if cuda else 7)
     timer = _timer(dev)
     gen = torch.Generator(device="cpu").manual_seed(0)
-    logits = (torch.randn(B, V, generator=gen) * 3).to(dev)  # (B, V) float32, as after the engine's .float()
+    logits = (torch.randn(B, V, generator=gen) * 3).to(
+        dev
+    )  # (B, V) float32, as after the engine's .float()
     uk = noise.unit_keys([(f"q{i // 10}", i % 10) for i in range(B)]).to(dev)  # (B,)
     steps = (torch.arange(B) % 20).to(dev)  # (B,) rows at different steps (continuous batching)
     keys = torch.arange(V, device=dev)  # (V,)
@@ -142,35 +181,51 @@ def main(argv=None) -> int:
 
     g_ref = noise.gumbel(0, uk, steps, keys)
     seeds_t = noise.seed_tensor([0] * B, device=dev)  # (B,) the same seed as the int 0 above
-    assert torch.equal(keyed.draw(logits, seeds_t, uk, steps, keys, T).tokens, sample(logits, g_ref, T).tokens)
+    assert torch.equal(
+        keyed.draw(logits, seeds_t, uk, steps, keys, T).tokens, sample(logits, g_ref, T).tokens
+    )
     variants = {
         "noise torch (reference)": lambda: noise.gumbel(0, uk, steps, keys),
-        "sample torch (masked log-softmax, argmax, chosen prob)": lambda: extras(sample(logits, g_ref, T), g_ref),
-        "step torch = noise torch + sample torch": lambda: extras(sample(logits, g := noise.gumbel(0, uk, steps, keys), T), g),
+        "sample torch (masked log-softmax, argmax, chosen prob)": lambda: extras(
+            sample(logits, g_ref, T), g_ref
+        ),
+        "step torch = noise torch + sample torch": lambda: extras(
+            sample(logits, g := noise.gumbel(0, uk, steps, keys), T), g
+        ),
         # what both backends call (engine.sampling.keyed.draw): fused kernel on CUDA, reference elsewhere,
         # rows in chunks within keyed.TEMP_BUDGET_BYTES
         "step draw = engine.sampling.keyed.draw (both backends)": lambda: keyed.draw(
-            logits, seeds_t, uk, steps, keys, T, trace_k=k),
+            logits, seeds_t, uk, steps, keys, T, trace_k=k
+        ),
     }
     if use_triton:
         buf = torch.empty(B, V, dtype=torch.float32, device=dev)
         variants["noise triton (fused kernel)"] = lambda: nt.gumbel_triton(0, uk, steps, keys, out=buf)
-        variants["step triton = noise triton + sample torch"] = (
-            lambda: extras(sample(logits, g := nt.gumbel_triton(0, uk, steps, keys, out=buf), T), g))
+        variants["step triton = noise triton + sample torch"] = lambda: extras(
+            sample(logits, g := nt.gumbel_triton(0, uk, steps, keys, out=buf), T), g
+        )
 
         def fused():
             logp = masked_logprobs(logits, T)
             tok, _ = nt.gumbel_argmax_fused(logp, 0, uk, steps, keys)
             return logp.gather(1, tok[:, None]).exp()
+
         variants["step fused = log-softmax + Gumbel-argmax kernel (no noise tensor)"] = fused
         variants["step single-read = gumbel_argmax_logits (one read of the logits)"] = (
-            lambda: nt.gumbel_argmax_logits(logits, seeds_t, uk, steps, keys, T))
+            lambda: nt.gumbel_argmax_logits(logits, seeds_t, uk, steps, keys, T)
+        )
         # correctness on this device before timing: same bits, same tokens
-        assert torch.equal(nt.gumbel_triton(0, uk, steps, keys).view(torch.int32), g_ref.view(torch.int32)), \
-            "Triton noise differs from the torch reference on this device"
+        assert torch.equal(
+            nt.gumbel_triton(0, uk, steps, keys).view(torch.int32), g_ref.view(torch.int32)
+        ), "Triton noise differs from the torch reference on this device"
         lp = masked_logprobs(logits, T)
-        assert torch.equal(nt.gumbel_argmax_fused(lp, 0, uk, steps, keys)[0], torch.argmax(lp + g_ref, -1))
-        assert torch.equal(nt.gumbel_argmax_logits(logits, seeds_t, uk, steps, keys, T)[0], sample(logits, g_ref, T).tokens)
+        assert torch.equal(
+            nt.gumbel_argmax_fused(lp, 0, uk, steps, keys)[0], torch.argmax(lp + g_ref, -1)
+        )
+        assert torch.equal(
+            nt.gumbel_argmax_logits(logits, seeds_t, uk, steps, keys, T)[0],
+            sample(logits, g_ref, T).tokens,
+        )
     results = {}
     for name, fn in variants.items():
         med, ts = timer(fn, args.warmup, reps)
@@ -179,12 +234,19 @@ def main(argv=None) -> int:
     measured = {}
     if args.measure_model:
         for m in args.measure_model.split(","):
-            measured[m] = _measure_forward(m.strip(), B, int(args.context), dev, timer, args.warmup, max(5, reps // 5))
+            measured[m] = _measure_forward(
+                m.strip(), B, int(args.context), dev, timer, args.warmup, max(5, reps // 5)
+            )
 
-    machine = (torch.cuda.get_device_name(dev) if cuda else
-               f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores visible, {args.threads} torch thread(s)")
-    print(f"device {dev} ({machine}); torch {torch.__version__}; batch {B}, vocabulary {V:,}, T={T}, "
-          f"trace top-k {k}; median of {reps} after {args.warmup} warm-up; 1-min load {os.getloadavg()[0]:.1f}\n")
+    machine = (
+        torch.cuda.get_device_name(dev)
+        if cuda
+        else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores visible, {args.threads} torch thread(s)"
+    )
+    print(
+        f"device {dev} ({machine}); torch {torch.__version__}; batch {B}, vocabulary {V:,}, T={T}, "
+        f"trace top-k {k}; median of {reps} after {args.warmup} warm-up; 1-min load {os.getloadavg()[0]:.1f}\n"
+    )
     print("| what | ms per decode step |\n|---|---|")
     for name, r in results.items():
         print(f"| {name} | {r['median_s'] * 1e3:.2f} |")
@@ -192,11 +254,21 @@ def main(argv=None) -> int:
         print("\n(Triton variants need CUDA and triton: not timed on this device)")
     step_names = [n for n in results if n.startswith("step")]
     if not cuda:
-        print("\n(CPU timings: the shares of a GPU's roofline step below are printed for the record only; "
-              "they compare a CPU sampler with a GPU forward)")
-    print(f"\nShare of a decode step at batch {B}, {args.context:g} KV positions per row, bf16, roofline at "
-          f"{args.hbm_gbps:g} GB/s" + (" (vocabulary here is not 128,256: scale with care)" if V != 128_256 else "") + ":\n")
-    print("| model | roofline step (ms) | " + " | ".join(f"{n.split(' =')[0]} share" for n in step_names) + " |")
+        print(
+            "\n(CPU timings: the shares of a GPU's roofline step below are printed for the record only; "
+            "they compare a CPU sampler with a GPU forward)"
+        )
+    print(
+        f"\nShare of a decode step at batch {B}, {args.context:g} KV positions per row, bf16, roofline at "
+        f"{args.hbm_gbps:g} GB/s"
+        + (" (vocabulary here is not 128,256: scale with care)" if V != 128_256 else "")
+        + ":\n"
+    )
+    print(
+        "| model | roofline step (ms) | "
+        + " | ".join(f"{n.split(' =')[0]} share" for n in step_names)
+        + " |"
+    )
     print("|---|---|" + "---|" * len(step_names))
     roof = {}
     for key in ("llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b"):
@@ -209,16 +281,33 @@ def main(argv=None) -> int:
             shares.append(f"{x / (t + x):.1%}")
         print(f"| {sh.name} | {t * 1e3:.2f} | " + " | ".join(shares) + " |")
     if measured:
-        print("\nMeasured decode forward (random weights) and the sampler's share of forward + sampler:\n")
-        print("| model | forward (ms) | " + " | ".join(f"{n.split(' =')[0]} share" for n in step_names) + " |")
+        print(
+            "\nMeasured decode forward (random weights) and the sampler's share of forward + sampler:\n"
+        )
+        print(
+            "| model | forward (ms) | "
+            + " | ".join(f"{n.split(' =')[0]} share" for n in step_names)
+            + " |"
+        )
         print("|---|---|" + "---|" * len(step_names))
         for m, t in measured.items():
             shares = [f"{results[n]['median_s'] / (t + results[n]['median_s']):.1%}" for n in step_names]
             print(f"| {m} | {t * 1e3:.2f} | " + " | ".join(shares) + " |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "device": machine, "batch": B, "vocab": V,
-                                               "results": results, "roofline_step_s": roof,
-                                               "measured_forward_s": measured}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "device": machine,
+                    "batch": B,
+                    "vocab": V,
+                    "results": results,
+                    "roofline_step_s": roof,
+                    "measured_forward_s": measured,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -45,7 +45,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--shard-size", type=int, default=8, help="units per shard (a prompt's units stay together)")
+    ap.add_argument(
+        "--shard-size", type=int, default=8, help="units per shard (a prompt's units stay together)"
+    )
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--no-plain", action="store_true", help="skip the single-process run")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads in total (CPU)")
@@ -56,6 +58,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:  # a tiny random model, 2 prompts, 1 worker, one round
         from _smoke import tiny_model_dir
+
         args.model, args.prompts, args.repeats, args.max_new_tokens = tiny_model_dir(), 2, 1, 2
         args.batch_size, args.shard_size, args.workers, args.rounds, args.threads = 4, 2, [1], 1, 1
 
@@ -69,16 +72,23 @@ def main() -> None:
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     t = time.perf_counter()
-    ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
-             object_store_memory=256 * 2 ** 20)
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+        object_store_memory=256 * 2**20,
+    )
     start_s = time.perf_counter() - t
     res = ray.cluster_resources()
     ds = datasets.load_dataset(args.dataset, limit=args.prompts)
-    cfg = G.GenConfig(temperature=0.7, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                      trace_top_k=5)
+    cfg = G.GenConfig(
+        temperature=0.7, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, trace_top_k=5
+    )
     gpus = int(res.get("GPU", 0))
-    configs = ([("plain", None)] if not args.no_plain else []) + [(f"{w} worker{'s' * (w > 1)}", w)
-                                                                  for w in args.workers]
+    configs = ([("plain", None)] if not args.no_plain else []) + [
+        (f"{w} worker{'s' * (w > 1)}", w) for w in args.workers
+    ]
     rows: dict[str, list[dict]] = {name: [] for name, _ in configs}
     tmp = Path(tempfile.mkdtemp(prefix="bench_ray_"))
     for rnd in range(args.rounds):
@@ -87,36 +97,74 @@ def main() -> None:
             t = time.perf_counter()
             if w is None:
                 torch.set_num_threads(args.threads)
-                G.run_generation(db, [args.model], ds, args.repeats, ["coupled", "independent"], seed=rnd, cfg=cfg,
-                                 show_bar=False, device=args.device)
+                G.run_generation(
+                    db,
+                    [args.model],
+                    ds,
+                    args.repeats,
+                    ["coupled", "independent"],
+                    seed=rnd,
+                    cfg=cfg,
+                    show_bar=False,
+                    device=args.device,
+                )
             else:
-                rc = RayConfig(workers=w, shard_units=args.shard_size,
-                               threads_per_worker=max(1, args.threads // w),
-                               cpus_per_worker=0 if gpus else max(1, int(res["CPU"]) // w))
+                rc = RayConfig(
+                    workers=w,
+                    shard_units=args.shard_size,
+                    threads_per_worker=max(1, args.threads // w),
+                    cpus_per_worker=0 if gpus else max(1, int(res["CPU"]) // w),
+                )
                 with RayExecutor(rc) as ex:
-                    G.run_generation(db, [args.model], ds, args.repeats, ["coupled", "independent"], seed=rnd,
-                                     cfg=cfg, show_bar=False, device=args.device, executor=ex)
+                    G.run_generation(
+                        db,
+                        [args.model],
+                        ds,
+                        args.repeats,
+                        ["coupled", "independent"],
+                        seed=rnd,
+                        cfg=cfg,
+                        show_bar=False,
+                        device=args.device,
+                        executor=ex,
+                    )
             wall = time.perf_counter() - t
             n = store.query_df(db, "SELECT count(*) AS n, sum(n_tokens) AS t FROM generations").iloc[0]
-            rows[name].append({"round": rnd, "wall_s": wall, "units": int(n["n"]), "tokens": int(n["t"]),
-                               "tokens_per_s": float(n["t"]) / wall})
-            print(f"round {rnd} {name}: {wall:.1f} s, {int(n['t'])} tokens, {float(n['t']) / wall:.1f} tok/s",
-                  file=sys.stderr, flush=True)
+            rows[name].append(
+                {
+                    "round": rnd,
+                    "wall_s": wall,
+                    "units": int(n["n"]),
+                    "tokens": int(n["t"]),
+                    "tokens_per_s": float(n["t"]) / wall,
+                }
+            )
+            print(
+                f"round {rnd} {name}: {wall:.1f} s, {int(n['t'])} tokens, {float(n['t']) / wall:.1f} tok/s",
+                file=sys.stderr,
+                flush=True,
+            )
     ray.shutdown()
 
-    print(f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Ray cluster {res.get('CPU', 0):g} CPUs / {gpus} GPUs (start {start_s:.1f} s); model {args.model}, "
-          f"{args.prompts} prompts x {args.repeats} repeats x 2 modes, {args.max_new_tokens} new tokens, "
-          f"batch {args.batch_size}, shard {args.shard_size}, device {args.device}, {args.threads} threads in total\n")
+    print(
+        f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Ray cluster {res.get('CPU', 0):g} CPUs / {gpus} GPUs (start {start_s:.1f} s); model {args.model}, "
+        f"{args.prompts} prompts x {args.repeats} repeats x 2 modes, {args.max_new_tokens} new tokens, "
+        f"batch {args.batch_size}, shard {args.shard_size}, device {args.device}, {args.threads} threads in total\n"
+    )
     print("| configuration | median tok/s | rounds (tok/s) | median wall s |")
     print("|---|---|---|---|")
     for name, _ in configs:
         r = rows[name]
-        print(f"| {name} | {statistics.median(x['tokens_per_s'] for x in r):.1f} | "
-              + ", ".join(f"{x['tokens_per_s']:.1f}" for x in r)
-              + f" | {statistics.median(x['wall_s'] for x in r):.1f} |")
+        print(
+            f"| {name} | {statistics.median(x['tokens_per_s'] for x in r):.1f} | "
+            + ", ".join(f"{x['tokens_per_s']:.1f}" for x in r)
+            + f" | {statistics.median(x['wall_s'] for x in r):.1f} |"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "ray_start_s": start_s, "results": rows}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "ray_start_s": start_s, "results": rows}, indent=2)
+        )
 
 
 if __name__ == "__main__":

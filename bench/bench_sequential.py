@@ -41,20 +41,22 @@ def scores_for(shape: str, N: int, k: int, rng: np.random.Generator) -> np.ndarr
     for _ in range(k - 1):
         u = rng.random(N)
         other = base.copy()
-        other[(base == 1) & (u < 2 * p_plus)] = 0.0    # model 0 wins
-        other[(base == 0) & (u < 2 * p_minus)] = 1.0   # model 0 loses
+        other[(base == 1) & (u < 2 * p_plus)] = 0.0  # model 0 wins
+        other[(base == 0) & (u < 2 * p_minus)] = 1.0  # model 0 loses
         out.append(other)
     return np.stack(out, axis=1)
 
 
-def round_times(shape: str, N: int, rounds: int, reps: int, round_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
+def round_times(
+    shape: str, N: int, rounds: int, reps: int, round_size: int = 256
+) -> tuple[np.ndarray, np.ndarray]:
     wall, cpu = np.zeros((reps, rounds)), np.zeros((reps, rounds))
     for r in range(reps):
         S = scores_for(shape, N, 3, np.random.default_rng(r))[question_order(N, r)]
         pc = PairwiseCS(3, N, alpha=0.05)
         for i in range(rounds):
             w0, c0 = time.perf_counter(), time.process_time()
-            pc.update(S[i * round_size:(i + 1) * round_size])
+            pc.update(S[i * round_size : (i + 1) * round_size])
             wall[r, i], cpu[r, i] = time.perf_counter() - w0, time.process_time() - c0
     return np.median(wall, axis=0) * 1e3, np.median(cpu, axis=0) * 1e3
 
@@ -70,7 +72,9 @@ def replay_time(shape: str, N: int, seeds: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--N", type=int, default=14042)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--rounds-reps", type=int, default=7)
@@ -83,7 +87,9 @@ def main() -> None:
     print("|---|" + "---|" * rounds)
     for shape in SHAPES:
         w, c = round_times(shape, N, rounds, reps)
-        print(f"| {shape} | " + " | ".join(f"{x:.1f} / {y:.1f}" for x, y in zip(w, c)) + " |", flush=True)
+        print(
+            f"| {shape} | " + " | ".join(f"{x:.1f} / {y:.1f}" for x, y in zip(w, c)) + " |", flush=True
+        )
     print(f"\nFull replay: {seeds} seeds x {N:,} questions, one pair, whole path to N (s)\n")
     print("| population | wall | CPU |")
     print("|---|---|---|")

@@ -59,30 +59,52 @@ def main(argv=None) -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default=None, help="both backends (default: the engine's default)")
-    ap.add_argument("--device", default="cpu", help="transformers backend device (vLLM uses its build's)")
+    ap.add_argument(
+        "--device", default="cpu", help="transformers backend device (vLLM uses its build's)"
+    )
     ap.add_argument("--kv-cache-gib", type=float, default=2.0, help="CPU only")
-    ap.add_argument("--eager", action="store_true", help="vLLM enforce_eager (no torch.compile / CUDA graphs)")
+    ap.add_argument(
+        "--eager", action="store_true", help="vLLM enforce_eager (no torch.compile / CUDA graphs)"
+    )
     ap.add_argument("--tensor-parallel", type=int, default=1, help="vLLM tensor_parallel_size")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--out", default=None, help="write the JSON report here")
-    ap.add_argument("--overhead", action="store_true", help="coupled vs plain vLLM (see the module docstring)")
+    ap.add_argument(
+        "--overhead", action="store_true", help="coupled vs plain vLLM (see the module docstring)"
+    )
     ap.add_argument("--batch", type=int, default=64, help="--overhead: rows (max_num_seqs and prompts)")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="--overhead: timed generations per engine (medians reported; each engine warm)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="--overhead: timed generations per engine (medians reported; each engine warm)",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny --overhead run; skipped without vLLM")
-    ap.add_argument("--reference-draw", action="store_true",
-                    help="CPU: draw with the torch reference noise instead of the numba Gumbel-argmax "
-                         "(engine.sampling.cpu_argmax), for an A/B on one machine (same tokens)")
-    ap.add_argument("--interleave", action="store_true",
-                    help="--overhead: keep both engines and alternate their rounds (coupled, plain, coupled, ...), "
-                         "so that a changing machine load reaches both alike")
-    ap.add_argument("--ab-workers", action="store_true",
-                    help="--overhead --interleave: each round also runs coupled with one draw worker "
-                         "($COUPLED_EVAL_DRAW_WORKERS=1, the previous code's draw), an A/B in one process")
-    ap.add_argument("--ab-unfused", action="store_true",
-                    help="--overhead --interleave: each round also runs coupled with the CPU draw's division by T and "
-                         "logsumexp as (R, V) torch passes around the same numba argmax (the layout before they "
-                         "moved into the kernel's row pass), an A/B in one process")
+    ap.add_argument(
+        "--reference-draw",
+        action="store_true",
+        help="CPU: draw with the torch reference noise instead of the numba Gumbel-argmax "
+        "(engine.sampling.cpu_argmax), for an A/B on one machine (same tokens)",
+    )
+    ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="--overhead: keep both engines and alternate their rounds (coupled, plain, coupled, ...), "
+        "so that a changing machine load reaches both alike",
+    )
+    ap.add_argument(
+        "--ab-workers",
+        action="store_true",
+        help="--overhead --interleave: each round also runs coupled with one draw worker "
+        "($COUPLED_EVAL_DRAW_WORKERS=1, the previous code's draw), an A/B in one process",
+    )
+    ap.add_argument(
+        "--ab-unfused",
+        action="store_true",
+        help="--overhead --interleave: each round also runs coupled with the CPU draw's division by T and "
+        "logsumexp as (R, V) torch passes around the same numba argmax (the layout before they "
+        "moved into the kernel's row pass), an A/B in one process",
+    )
     a = ap.parse_args(argv)
     if a.reference_draw:  # the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
         from engine.sampling import keyed
@@ -107,10 +129,16 @@ def main(argv=None) -> None:
 
     ds = datasets.load_dataset(a.dataset, limit=a.limit)
     prompts = {p.prompt_id: p.user_prompt for p in ds.prompts}
-    cfg = GenConfig(temperature=a.temperature, max_new_tokens=a.max_new_tokens, batch_size=32, trace_top_k=5)
+    cfg = GenConfig(
+        temperature=a.temperature, max_new_tokens=a.max_new_tokens, batch_size=32, trace_top_k=5
+    )
     base = [(p, r) for p in prompts for r in range(a.repeats)]
-    report = {"machine": f"{platform.node()} {platform.processor()} cpus={os.cpu_count()}",
-              "command": " ".join(sys.argv), "units_per_model": 2 * len(base), "models": {}}
+    report = {
+        "machine": f"{platform.node()} {platform.processor()} cpus={os.cpu_count()}",
+        "command": " ".join(sys.argv),
+        "units_per_model": 2 * len(base),
+        "models": {},
+    }
     outs = {}
     for name in a.models:
         units = base + base
@@ -132,8 +160,11 @@ def main(argv=None) -> None:
         be = VllmBackend(name, dtype=a.dtype, kv_cache_gib=a.kv_cache_gib, engine_kwargs=kw)
         row["vllm_build_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        got = {(r.prompt_id, r.repeat, r.seed): r
-               for ch in be.generate(prompts, as_units(units, seeds), cfg, system_prompt=ds.system_prompt) for r in ch}
+        got = {
+            (r.prompt_id, r.repeat, r.seed): r
+            for ch in be.generate(prompts, as_units(units, seeds), cfg, system_prompt=ds.system_prompt)
+            for r in ch
+        }
         vl = [got[(p, r, s)] for (p, r), s in zip(units, seeds)]
         row["vllm_s"] = time.perf_counter() - t
         row["vllm_tok_s"] = sum(len(r.token_ids) for r in vl) / row["vllm_s"]
@@ -144,8 +175,13 @@ def main(argv=None) -> None:
         if hf is not None:
             same = [h.token_ids == v.token_ids for h, v in zip(hf, vl)]
             row["identical_share"] = float(np.mean(same))
-            row["first_diff_steps"] = [next(i for i, (x, y) in enumerate(zip(h.token_ids + (-1,), v.token_ids + (-2,)))
-                                            if x != y) for h, v, s in zip(hf, vl, same) if not s]
+            row["first_diff_steps"] = [
+                next(
+                    i for i, (x, y) in enumerate(zip(h.token_ids + (-1,), v.token_ids + (-2,))) if x != y
+                )
+                for h, v, s in zip(hf, vl, same)
+                if not s
+            ]
         outs[name] = (hf, vl)
         report["models"][name] = row
         print(name, json.dumps(row), flush=True)
@@ -158,7 +194,10 @@ def main(argv=None) -> None:
             x, y = outs[m0][k], outs[m1][k]
             report[f"agreement_{label}"] = {
                 "coupled": float(np.mean([u.token_ids == v.token_ids for u, v in zip(x[:n], y[:n])])),
-                "independent": float(np.mean([u.token_ids == v.token_ids for u, v in zip(x[n:], y[n:])]))}
+                "independent": float(
+                    np.mean([u.token_ids == v.token_ids for u, v in zip(x[n:], y[n:])])
+                ),
+            }
     print(json.dumps({k: v for k, v in report.items() if k != "models"}, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1))
@@ -225,7 +264,9 @@ def overhead(a) -> dict:
         coupled_runs, proc = [], []
         for _ in range(max(1, a.rounds)):
             t = time.perf_counter()
-            tokens = sum(len(r.token_ids) for ch in be.generate(prompts, as_units(units, a.seed), cfg) for r in ch)
+            tokens = sum(
+                len(r.token_ids) for ch in be.generate(prompts, as_units(units, a.seed), cfg) for r in ch
+            )
             coupled_runs.append(time.perf_counter() - t)
             proc.append(sum(seconds()))
             calls = len(seconds())
@@ -252,17 +293,35 @@ def overhead(a) -> dict:
     plain_s = statistics.median(plain_runs)
     plain_tokens = sum(len(o.outputs[0].token_ids) for o in res)
     peak_plain = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
-    return {"machine": f"{platform.node()} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.1f}",
-            "gpu": torch.cuda.get_device_name() if cuda else None, "vllm": vllm.__version__, "dtype": dtype,
-            "batch": B, "max_new_tokens": N, "temperature": a.temperature, "command": " ".join(sys.argv),
-            "cpu_draw": "reference" if a.reference_draw else "auto (numba where it imports)",
-            "coupled": {"tokens": tokens, "seconds": coupled_s, "tok_s": tokens / coupled_s, "rounds_s": coupled_runs,
-                        "processor_calls": calls, "processor_ms_per_step": 1e3 * statistics.median(proc) / max(1, calls),
-                        "processor_share": statistics.median(p / s for p, s in zip(proc, coupled_runs)),
-                        "peak_gib": peak_coupled},
-            "plain": {"tokens": plain_tokens, "seconds": plain_s, "tok_s": plain_tokens / plain_s, "rounds_s": plain_runs,
-                      "peak_gib": peak_plain},
-            "coupled_over_plain": (tokens / coupled_s) / (plain_tokens / plain_s)}
+    return {
+        "machine": f"{platform.node()} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.1f}",
+        "gpu": torch.cuda.get_device_name() if cuda else None,
+        "vllm": vllm.__version__,
+        "dtype": dtype,
+        "batch": B,
+        "max_new_tokens": N,
+        "temperature": a.temperature,
+        "command": " ".join(sys.argv),
+        "cpu_draw": "reference" if a.reference_draw else "auto (numba where it imports)",
+        "coupled": {
+            "tokens": tokens,
+            "seconds": coupled_s,
+            "tok_s": tokens / coupled_s,
+            "rounds_s": coupled_runs,
+            "processor_calls": calls,
+            "processor_ms_per_step": 1e3 * statistics.median(proc) / max(1, calls),
+            "processor_share": statistics.median(p / s for p, s in zip(proc, coupled_runs)),
+            "peak_gib": peak_coupled,
+        },
+        "plain": {
+            "tokens": plain_tokens,
+            "seconds": plain_s,
+            "tok_s": plain_tokens / plain_s,
+            "rounds_s": plain_runs,
+            "peak_gib": peak_plain,
+        },
+        "coupled_over_plain": (tokens / coupled_s) / (plain_tokens / plain_s),
+    }
 
 
 def overhead_interleaved(a) -> dict:
@@ -294,20 +353,32 @@ def overhead_interleaved(a) -> dict:
         with _scoped_env(env):
             llm = vllm.LLM(model=str(folder), dtype=dtype, enable_prefix_caching=True, seed=0, **kw)
         reqs = [{"prompt_token_ids": ids[p]} for p, _ in units]
-        list(be.generate(prompts, as_units(units[:2], a.seed), GenConfig(temperature=a.temperature, max_new_tokens=2)))
-        llm.generate(reqs[:2], SamplingParams(max_tokens=2), use_tqdm=False)  # warm-up (numba loaded above)
+        list(
+            be.generate(
+                prompts,
+                as_units(units[:2], a.seed),
+                GenConfig(temperature=a.temperature, max_new_tokens=2),
+            )
+        )
+        llm.generate(
+            reqs[:2], SamplingParams(max_tokens=2), use_tqdm=False
+        )  # warm-up (numba loaded above)
         clear()
         tokens: dict[str, list] = {}
         for _ in range(max(1, a.rounds)):
             for arm in arms:
                 t = time.perf_counter()
                 if arm == "plain":
-                    res = llm.generate(reqs, SamplingParams(temperature=a.temperature, max_tokens=N), use_tqdm=False)
+                    res = llm.generate(
+                        reqs, SamplingParams(temperature=a.temperature, max_tokens=N), use_tqdm=False
+                    )
                     arms[arm]["runs"].append(time.perf_counter() - t)
                     arms[arm]["tokens"] = sum(len(o.outputs[0].token_ids) for o in res)
                     continue
-                with _scoped_env({WORKERS_ENV: "1"} if arm == "coupled_1_worker" else {}), \
-                        _unfused_draw(arm == "coupled_unfused"):
+                with (
+                    _scoped_env({WORKERS_ENV: "1"} if arm == "coupled_1_worker" else {}),
+                    _unfused_draw(arm == "coupled_unfused"),
+                ):
                     out = [r for ch in be.generate(prompts, as_units(units, a.seed), cfg) for r in ch]
                 arms[arm]["runs"].append(time.perf_counter() - t)
                 arms[arm]["proc"].append(sum(seconds()))
@@ -319,10 +390,18 @@ def overhead_interleaved(a) -> dict:
         be.close()
     finally:
         restore()
-    rep: dict = {"machine": f"{platform.node()} cpus={os.cpu_count()}", "load1_per_cycle": load, "vllm": vllm.__version__,
-                 "dtype": dtype, "batch": B, "max_new_tokens": N, "temperature": a.temperature,
-                 "command": " ".join(sys.argv), "interleaved": True,
-                 "cpu_draw": "reference" if a.reference_draw else "auto (numba where it imports)"}
+    rep: dict = {
+        "machine": f"{platform.node()} cpus={os.cpu_count()}",
+        "load1_per_cycle": load,
+        "vllm": vllm.__version__,
+        "dtype": dtype,
+        "batch": B,
+        "max_new_tokens": N,
+        "temperature": a.temperature,
+        "command": " ".join(sys.argv),
+        "interleaved": True,
+        "cpu_draw": "reference" if a.reference_draw else "auto (numba where it imports)",
+    }
     for arm, d in arms.items():
         s = statistics.median(d["runs"])
         rep[arm] = {"tokens": d["tokens"], "seconds": s, "tok_s": d["tokens"] / s, "rounds_s": d["runs"]}
@@ -335,7 +414,9 @@ def overhead_interleaved(a) -> dict:
         if arm != "plain":
             rep[f"{arm}_over_plain"] = rep[arm]["tok_s"] / plain
             # per cycle (each coupled round against the plain round next to it): the spread under load
-            rep[f"{arm}_over_plain_per_cycle"] = [p / c for c, p in zip(arms[arm]["runs"], arms["plain"]["runs"])]
+            rep[f"{arm}_over_plain_per_cycle"] = [
+                p / c for c, p in zip(arms[arm]["runs"], arms["plain"]["runs"])
+            ]
     if a.ab_workers:
         rep["tokens_identical_1_worker_vs_default"] = tokens["coupled"] == tokens["coupled_1_worker"]
     if a.ab_unfused:
@@ -386,8 +467,21 @@ def smoke(a) -> None:
     import make_random_llama
 
     with tempfile.TemporaryDirectory() as d:
-        make_random_llama.main([d, "--hidden", "128", "--intermediate", "256", "--layers", "1", "--heads", "2",
-                                "--kv-heads", "1"])
+        make_random_llama.main(
+            [
+                d,
+                "--hidden",
+                "128",
+                "--intermediate",
+                "256",
+                "--layers",
+                "1",
+                "--heads",
+                "2",
+                "--kv-heads",
+                "1",
+            ]
+        )
         a.models, a.batch, a.max_new_tokens, a.eager, a.kv_cache_gib = [d], 4, 3, True, 1.0
         print(json.dumps(overhead(a), indent=1))
 

@@ -44,8 +44,12 @@ def truths(d: S.JudgeDesign) -> dict:
     tr = S.judge_design_truth(d, "coupled")
     k = len(d.quality)
     bt, _ = CL.davidson_fit_counts(np.nan_to_num(tr["W"]) * 1e4, np.nan_to_num(tr["T"]) * 1e4)
-    return {"W": tr["W"][~np.eye(k, dtype=bool)], "avg": tr["avg"], "bt": bt,
-            "elo": CL.elo_fixed_point(tr["W"], tr["T"], np.ones((k, k)))}
+    return {
+        "W": tr["W"][~np.eye(k, dtype=bool)],
+        "avg": tr["avg"],
+        "bt": bt,
+        "elo": CL.elo_fixed_point(tr["W"], tr["T"], np.ones((k, k))),
+    }
 
 
 def one_rep(r: dict, k: int, cluster, B: int, rng: np.random.Generator, truth: dict) -> dict:
@@ -55,8 +59,12 @@ def one_rep(r: dict, k: int, cluster, B: int, rng: np.random.Generator, truth: d
     w = CL.winrate_cluster_bootstrap(a, b, o, k, rng, cluster=cluster, n_resamples=B)
     bt = CL.davidson_cluster_bootstrap(a, b, o, k, rng, cluster=cluster, n_resamples=B)
     el = CL.elo_cluster_bootstrap(a, b, o, k, rng, cluster=cluster, n_resamples=B)
-    new = {"W": (w["W_low"][off], w["W_high"][off]), "avg": (w["avg_low"], w["avg_high"]),
-           "bt": (bt["beta_low"], bt["beta_high"]), "elo": (el["low"], el["high"])}
+    new = {
+        "W": (w["W_low"][off], w["W_high"][off]),
+        "avg": (w["avg_low"], w["avg_high"]),
+        "bt": (bt["beta_low"], bt["beta_high"]),
+        "elo": (el["low"], el["high"]),
+    }
     draws = {"W": w["W_draws"][:, off], "avg": w["avg_draws"], "bt": bt["draws"], "elo": el["draws"]}
     out = {}
     for s in STATS:
@@ -108,12 +116,18 @@ def fmt(x: np.ndarray) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--prompts", type=int, nargs="+", default=[40, 80])
-    ap.add_argument("--clusterings", nargs="+", default=["prompt x repeat", "prompt"],
-                    choices=["prompt x repeat", "prompt"])
+    ap.add_argument(
+        "--clusterings",
+        nargs="+",
+        default=["prompt x repeat", "prompt"],
+        choices=["prompt x repeat", "prompt"],
+    )
     ap.add_argument("--every", type=int, default=0, help="print the table every this many replications")
     ap.add_argument("--rank-reps", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
@@ -124,9 +138,13 @@ def main() -> None:
     t0 = time.time()
     print(f"coverage at nominal 0.95; {args.resamples} cluster-bootstrap resamples")
     for P in args.prompts if args.reps else []:
-        for done, acc in coverage(P, args.reps, args.resamples, args.seed + P, tuple(args.clusterings), args.every):
+        for done, acc in coverage(
+            P, args.reps, args.resamples, args.seed + P, tuple(args.clusterings), args.every
+        ):
             print(f"\n{P} prompts x 5 repeats, {done} replications ({time.time() - t0:.0f} s)")
-            print("| prompts | clustered by | interval | pairwise win-rate | average win-rate | BT | Elo |")
+            print(
+                "| prompts | clustered by | interval | pairwise win-rate | average win-rate | BT | Elo |"
+            )
             print("|---|---|---|---|---|---|---|")
             for name in args.clusterings:
                 for cal in ("percentile", "expanded"):
@@ -134,8 +152,10 @@ def main() -> None:
                     print(f"| {P} | {name} | {cal} | {cells} |", flush=True)
     for P in args.prompts[:1] if args.rank_reps else []:
         rk = rankset_coverage(P, args.rank_reps, 2000 if not args.smoke else 200, args.seed + 7)
-        print(f"\nmax-t rank-sets (wild, 95%), 5 tied models, {P} prompts x 5 repeats, {args.rank_reps} reps: "
-              + "; ".join(f"clustered by {n}: {fmt(v)}" for n, v in rk.items()))
+        print(
+            f"\nmax-t rank-sets (wild, 95%), 5 tied models, {P} prompts x 5 repeats, {args.rank_reps} reps: "
+            + "; ".join(f"clustered by {n}: {fmt(v)}" for n, v in rk.items())
+        )
     print(f"\n({time.time() - t0:.0f} s)")
 
 

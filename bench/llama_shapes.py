@@ -52,10 +52,20 @@ class Shape:
     def config(self, **kw):
         from transformers import LlamaConfig
 
-        return LlamaConfig(vocab_size=self.vocab, hidden_size=self.hidden, intermediate_size=self.intermediate,
-                           num_hidden_layers=self.layers, num_attention_heads=self.heads,
-                           num_key_value_heads=self.kv_heads, head_dim=self.hd, tie_word_embeddings=self.tied,
-                           max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5, **kw)
+        return LlamaConfig(
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            intermediate_size=self.intermediate,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads,
+            head_dim=self.hd,
+            tie_word_embeddings=self.tied,
+            max_position_embeddings=131072,
+            rope_theta=500000.0,
+            rms_norm_eps=1e-5,
+            **kw,
+        )
 
 
 # Public Hugging Face configs of meta-llama/Llama-3.2-1B, -3B and Llama-3.1-8B (rope scaling aside:
@@ -69,7 +79,9 @@ SHAPES = {
 }
 
 
-def roofline_step_s(shape: Shape, batch: int, context: float, hbm_gbps: float, dtype_bytes: int = 2) -> float:
+def roofline_step_s(
+    shape: Shape, batch: int, context: float, hbm_gbps: float, dtype_bytes: int = 2
+) -> float:
     """Lower bound (s) of one decode step: (weights + KV of batch x context positions) / bandwidth."""
     byts = shape.step_weight_bytes(dtype_bytes) + batch * context * shape.kv_bytes_per_token(dtype_bytes)
     return byts / (hbm_gbps * 1e9)
@@ -82,7 +94,9 @@ def random_model(shape: Shape, device, dtype, seed: int = 0, **cfg_kw):
 
     cfg = shape.config(**cfg_kw)
     gen_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)  # the init uses the global generator; restored below (nothing seeds globally)
+    torch.manual_seed(
+        seed
+    )  # the init uses the global generator; restored below (nothing seeds globally)
     try:
         with torch.device(device):
             model = LlamaForCausalLM._from_config(cfg, dtype=dtype)
@@ -107,8 +121,9 @@ def bench_tokenizer(vocab: int):
     tk.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     tk.decoder = decoders.Fuse()
     tk.add_special_tokens(SPECIALS)
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<bos>",
-                                  eos_token="<eos>", unk_token="<pad>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<pad>"
+    )
     tok.chat_template = CHAT_TEMPLATE
     tok.padding_side = "left"
     return tok

@@ -29,6 +29,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     if a.smoke:  # a 1-layer, 64-wide model in a fresh folder
         import tempfile
+
         a.out = a.out or tempfile.mkdtemp(prefix="bench_smoke_llama_")
         a.hidden, a.intermediate, a.layers, a.heads, a.kv_heads = 64, 128, 1, 4, 2
     if not a.out:
@@ -41,14 +42,23 @@ def main(argv=None) -> None:
 
     if a.smoke:  # the character-level test tokenizer: no SmolLM2 conversion
         from engine.testing import tiny_tokenizer
+
         tok = tiny_tokenizer()
     else:
         spec = next(s for s in models.list_models() if s.name == "smollm2-135m")
         tok = AutoTokenizer.from_pretrained(str(models.ensure_cached(spec)))
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=a.hidden, intermediate_size=a.intermediate,
-                      num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
-                      max_position_embeddings=2048, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=a.hidden,
+        intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.heads,
+        num_key_value_heads=a.kv_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     torch.manual_seed(a.seed)
     model = LlamaForCausalLM(cfg).to(torch.float32)
     model.save_pretrained(a.out)

@@ -69,20 +69,36 @@ def synthetic(reps, n_values, seed, n_draws):
             ests = {"HUMAN ONLY": R.onesource_theta_sigma(first[lab], second[lab], w[lab], z[lab], k)}
             for u, th_j in judges.items():
                 wh = (x < 2 * th_j[first]).astype(float)
-                t, sg, _ = R.ppr_theta_sigma(first[~lab], second[~lab], wh[~lab], z[~lab], first[lab], second[lab],
-                                             w[lab], z[lab], wh[lab], z[lab], k)
+                t, sg, _ = R.ppr_theta_sigma(
+                    first[~lab],
+                    second[~lab],
+                    wh[~lab],
+                    z[~lab],
+                    first[lab],
+                    second[lab],
+                    w[lab],
+                    z[lab],
+                    wh[lab],
+                    z[lab],
+                    k,
+                )
                 ests[f"PPR u={u}"] = (t, sg)
             for name, (t, sg) in ests.items():
                 for a in ALPHAS:
                     for proc, (lo, up) in both(t, sg, a, rng, n_draws).items():
                         acc.setdefault((name, n, a, proc), []).append(
-                            (bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up))))
-    print(f"### A. Synthetic (k = 8, N + n = 50,000 balanced, {reps} reps): coverage ± MC SE | mean size ± MC SE\n")
+                            (bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up)))
+                        )
+    print(
+        f"### A. Synthetic (k = 8, N + n = 50,000 balanced, {reps} reps): coverage ± MC SE | mean size ± MC SE\n"
+    )
     print("| method | n | alpha | max-t step-down | Algorithm 2 (chi2_k) |")
     print("|---|---|---|---|---|")
-    for (name, n, a, proc) in acc:
+    for name, n, a, proc in acc:
         if proc == "maxt":
-            print(f"| {name} | {n} | {a} | {summary(acc[name, n, a, 'maxt'], reps)} | {summary(acc[name, n, a, 'chi2'], reps)} |")
+            print(
+                f"| {name} | {n} | {a} | {summary(acc[name, n, a, 'maxt'], reps)} | {summary(acc[name, n, a, 'chi2'], reps)} |"
+            )
 
 
 def least_favourable(reps, seed, n_draws):
@@ -100,27 +116,43 @@ def least_favourable(reps, seed, n_draws):
         t, sg = R.onesource_theta_sigma(first, second, w, z, k)
         for a in ALPHAS:
             for proc, (lo, up) in both(t, sg, a, rng, n_draws).items():
-                acc.setdefault((a, proc), []).append((bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up))))
+                acc.setdefault((a, proc), []).append(
+                    (bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up)))
+                )
             m = R.ranksets_marginal(t, sg, a, rng, n_draws=n_draws)
             acc.setdefault((a, "marginal"), []).append(
-                (bool(R.rankset_covers(m["lower"], m["upper"], tl, tu)), float(R.rankset_size(m["lower"], m["upper"]))))
+                (
+                    bool(R.rankset_covers(m["lower"], m["upper"], tl, tu)),
+                    float(R.rankset_size(m["lower"], m["upper"])),
+                )
+            )
     # the same configuration with theta_hat ~ N(theta, Sigma) exactly and Sigma known: the
     # procedure alone, without the (conservative, see REPRODUCTION) delta covariance
-    _, sg_true = R.onesource_theta_sigma(first, second, (rng.random(first.size) < 0.5).astype(float), z, k)
+    _, sg_true = R.onesource_theta_sigma(
+        first, second, (rng.random(first.size) < 0.5).astype(float), z, k
+    )
     lam, V = np.linalg.eigh(sg_true)
     Lt = V * np.sqrt(np.maximum(lam, 0))
     for _ in range(reps):
         t = theta + Lt @ rng.standard_normal(k)
         for a in ALPHAS:
             for proc, (lo, up) in both(t, sg_true, a, rng, n_draws).items():
-                acc.setdefault((a, proc + "_gauss"), []).append((bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up))))
-    print(f"\n### D. Least-favourable configuration (k = 8 equal models, n = {n} human comparisons, {reps} reps): "
-          "simultaneous coverage ± MC SE | mean size\n")
+                acc.setdefault((a, proc + "_gauss"), []).append(
+                    (bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up)))
+                )
+    print(
+        f"\n### D. Least-favourable configuration (k = 8 equal models, n = {n} human comparisons, {reps} reps): "
+        "simultaneous coverage ± MC SE | mean size\n"
+    )
     print("| alpha | max-t step-down | Algorithm 2 (chi2_k) | marginal max-t (not simultaneous) |")
     print("|---|---|---|---|")
     for a in ALPHAS:
-        print(f"| {a} | {summary(acc[a, 'maxt'], reps)} | {summary(acc[a, 'chi2'], reps)} | {summary(acc[a, 'marginal'], reps)} |")
-    print("\nSame configuration, theta_hat ~ N(theta, Sigma) exactly with Sigma known (the procedure alone):\n")
+        print(
+            f"| {a} | {summary(acc[a, 'maxt'], reps)} | {summary(acc[a, 'chi2'], reps)} | {summary(acc[a, 'marginal'], reps)} |"
+        )
+    print(
+        "\nSame configuration, theta_hat ~ N(theta, Sigma) exactly with Sigma known (the procedure alone):\n"
+    )
     print("| alpha | max-t step-down | Algorithm 2 (chi2_k) |")
     print("|---|---|---|")
     for a in ALPHAS:
@@ -147,14 +179,22 @@ def few_prompts(reps, seed, n_draws, prompts=(40, 60)):
                 for cal, kw in (("normal", {"normals": normals}), ("wild", {"null_draws": nd})):
                     m = R.ranksets_maxt(t, sg, a, **kw)
                     acc.setdefault((C, a, cal), []).append(
-                        (bool(R.rankset_covers(m["lower"], m["upper"], tl, tu)), float(R.rankset_size(m["lower"], m["upper"]))))
-    print(f"\n### E. Few prompts, least favourable (5 tied models, C prompts x 4 repeats, both orders), {reps} reps: "
-          "simultaneous coverage ± MC SE | mean size\n")
+                        (
+                            bool(R.rankset_covers(m["lower"], m["upper"], tl, tu)),
+                            float(R.rankset_size(m["lower"], m["upper"])),
+                        )
+                    )
+    print(
+        f"\n### E. Few prompts, least favourable (5 tied models, C prompts x 4 repeats, both orders), {reps} reps: "
+        "simultaneous coverage ± MC SE | mean size\n"
+    )
     print("| prompts | alpha | normal: coverage | size | wild bootstrap-t (default): coverage | size |")
     print("|---|---|---|---|---|---|")
     for C in prompts:
         for a in ALPHAS:
-            print(f"| {C} | {a} | {summary(acc[C, a, 'normal'], reps)} | {summary(acc[C, a, 'wild'], reps)} |")
+            print(
+                f"| {C} | {a} | {summary(acc[C, a, 'normal'], reps)} | {summary(acc[C, a, 'wild'], reps)} |"
+            )
 
 
 def clustered(reps, seed, n_draws):
@@ -172,14 +212,19 @@ def clustered(reps, seed, n_draws):
             for a in ALPHAS:
                 for proc, (lo, up) in both(t, sg, a, rng, n_draws).items():
                     acc.setdefault((cname, a, proc), []).append(
-                        (bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up))))
-    print(f"\n### B. Clustered judge design (100 prompts x 5 repeats, both orders, 4 models; true theta "
-          f"{np.round(truth, 3).tolist()}), {reps} reps: coverage ± MC SE | mean size ± MC SE\n")
+                        (bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up)))
+                    )
+    print(
+        f"\n### B. Clustered judge design (100 prompts x 5 repeats, both orders, 4 models; true theta "
+        f"{np.round(truth, 3).tolist()}), {reps} reps: coverage ± MC SE | mean size ± MC SE\n"
+    )
     print("| covariance | alpha | max-t step-down | Algorithm 2 (chi2_k) |")
     print("|---|---|---|---|")
-    for (cname, a, proc) in acc:
+    for cname, a, proc in acc:
         if proc == "maxt":
-            print(f"| {cname} | {a} | {summary(acc[cname, a, 'maxt'], reps)} | {summary(acc[cname, a, 'chi2'], reps)} |")
+            print(
+                f"| {cname} | {a} | {summary(acc[cname, a, 'maxt'], reps)} | {summary(acc[cname, a, 'chi2'], reps)} |"
+            )
 
 
 def arena(reps, seed, n_draws, arena_dir: Path):
@@ -188,7 +233,10 @@ def arena(reps, seed, n_draws, arena_dir: Path):
         return
     from ppr_arena import load  # bench/ppr_arena.py
 
-    from engine.analysis import ranksets as ranking_io  # was engine.ranking_io (moved in the layout refactor)
+    from engine.analysis import (
+        ranksets as ranking_io,
+    )  # was engine.ranking_io (moved in the layout refactor)
+
     first, second, human, judges, _ = load(arena_dir)
     k = 12
     n = 990
@@ -200,23 +248,38 @@ def arena(reps, seed, n_draws, arena_dir: Path):
         sel = idx[r]
         f, s = first[sel], second[sel]
         hw, hw2 = human[0][sel], human[1][sel]
-        ests = {"BASELINE": R.onesource_theta_sigma(f, s, hw, hw2, k),
-                "HUMAN ONLY": R.onesource_theta_sigma(f[lab], s[lab], hw[lab], hw2[lab], k)}
+        ests = {
+            "BASELINE": R.onesource_theta_sigma(f, s, hw, hw2, k),
+            "HUMAN ONLY": R.onesource_theta_sigma(f[lab], s[lab], hw[lab], hw2[lab], k),
+        }
         for name, (jw, jw2) in judges.items():
             jw_s, jw2_s = jw[sel], jw2[sel]
             ests[f"LLM {name}"] = R.onesource_theta_sigma(f, s, jw_s, jw2_s, k)
-            t, sg, _ = R.ppr_theta_sigma(f[~lab], s[~lab], jw_s[~lab], jw2_s[~lab], f[lab], s[lab], hw[lab],
-                                         hw2[lab], jw_s[lab], jw2_s[lab], k)
+            t, sg, _ = R.ppr_theta_sigma(
+                f[~lab],
+                s[~lab],
+                jw_s[~lab],
+                jw2_s[~lab],
+                f[lab],
+                s[lab],
+                hw[lab],
+                hw2[lab],
+                jw_s[lab],
+                jw2_s[lab],
+                k,
+            )
             ests[f"PPR {name}"] = (t, sg)
         for name, (t, sg) in ests.items():
             for a in ALPHAS:
                 for proc, lu in both(t, sg, a, rng, n_draws).items():
                     sets.setdefault((name, a, proc), []).append(lu)
-    print(f"\n### C. Chatbot Arena (12 models, N + n = 6,336 balanced, n = 990 human-labelled, {reps} draws): "
-          "mean size / baseline intersection / baseline coverage (baseline = same procedure on all 6,336 human labels)\n")
+    print(
+        f"\n### C. Chatbot Arena (12 models, N + n = 6,336 balanced, n = 990 human-labelled, {reps} draws): "
+        "mean size / baseline intersection / baseline coverage (baseline = same procedure on all 6,336 human labels)\n"
+    )
     print("| method | alpha | max-t step-down | Algorithm 2 (chi2_k) |")
     print("|---|---|---|---|")
-    for (name, a, proc) in sets:
+    for name, a, proc in sets:
         if proc != "maxt" or name == "BASELINE":
             continue
         cells = []
@@ -225,13 +288,17 @@ def arena(reps, seed, n_draws, arena_dir: Path):
             up = np.array([x[1] for x in sets[name, a, p]])
             bl = np.array([x[0] for x in sets["BASELINE", a, p]])
             bu = np.array([x[1] for x in sets["BASELINE", a, p]])
-            cells.append(f"{R.rankset_size(lo, up).mean():.2f} / {R.rankset_intersects(lo, up, bl, bu).mean():.3f} / "
-                         f"{R.rankset_covers(lo, up, bl, bu).mean():.3f}")
+            cells.append(
+                f"{R.rankset_size(lo, up).mean():.2f} / {R.rankset_intersects(lo, up, bl, bu).mean():.3f} / "
+                f"{R.rankset_covers(lo, up, bl, bu).mean():.3f}"
+            )
         print(f"| {name} | {a} | {cells[0]} | {cells[1]} |")
     for a in ALPHAS:
-        print(f"\nBASELINE mean size at alpha {a}: max-t "
-              f"{np.mean([R.rankset_size(*x) for x in sets['BASELINE', a, 'maxt']]):.2f}, Algorithm 2 "
-              f"{np.mean([R.rankset_size(*x) for x in sets['BASELINE', a, 'chi2']]):.2f}")
+        print(
+            f"\nBASELINE mean size at alpha {a}: max-t "
+            f"{np.mean([R.rankset_size(*x) for x in sets['BASELINE', a, 'maxt']]):.2f}, Algorithm 2 "
+            f"{np.mean([R.rankset_size(*x) for x in sets['BASELINE', a, 'chi2']]):.2f}"
+        )
 
 
 def main(argv=None) -> int:
@@ -247,7 +314,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.smoke:  # a few repetitions and draws on every part, synthetic Arena-layout data
         from _smoke import synthetic_arena
-        args.reps, args.arena_reps, args.n, args.draws, args.arena = 3, 2, "1120", 1000, str(synthetic_arena(n=8000))
+
+        args.reps, args.arena_reps, args.n, args.draws, args.arena = (
+            3,
+            2,
+            "1120",
+            1000,
+            str(synthetic_arena(n=8000)),
+        )
     t0 = time.time()
     if "A" in args.parts:
         synthetic(args.reps, [int(x) for x in args.n.split(",")], args.seed, args.draws)

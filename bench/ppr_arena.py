@@ -39,7 +39,11 @@ from engine.stats import ranking as R  # noqa: E402
 from engine.tasks.comparisons import read_arena  # noqa: E402
 
 ARENA_12 = list(C.ARENA_PAPER_MODELS)
-JUDGES = {"GPT4": "gpt-4-0125-preview.json", "CL3": "claude-3-opus-20240229.json", "GPT3.5": "gpt-3.5-turbo.json"}
+JUDGES = {
+    "GPT4": "gpt-4-0125-preview.json",
+    "CL3": "claude-3-opus-20240229.json",
+    "GPT3.5": "gpt-3.5-turbo.json",
+}
 N_GRID = (66, 132, 198, 462, 990, 1452, 1980, 2442, 2970)
 
 
@@ -64,7 +68,11 @@ def full_data_ranksets(first, second, human, judges, alpha: float) -> dict:
         for name, (w, w2) in srcs.items():
             th, sg = R.onesource_theta_sigma(first, second, w, w2, k, cov)
             lo, up = R.ranksets(th, sg, alpha)
-            out.setdefault(cov, {})[name] = {"theta": th.tolist(), "lower": lo.tolist(), "upper": up.tolist()}
+            out.setdefault(cov, {})[name] = {
+                "theta": th.tolist(),
+                "lower": lo.tolist(),
+                "upper": up.tolist(),
+            }
     return out
 
 
@@ -85,13 +93,27 @@ def bootstrap_check(first, second, human, rng, reps: int, balanced: bool) -> dic
     for cov in R.COVARIANCES:
         _, sg = R.onesource_theta_sigma(first, second, w, w2, k, cov)
         ratio = vb / np.diag(sg)
-        res[cov] = {"min": float(ratio.min()), "median": float(np.median(ratio)), "max": float(ratio.max()),
-                    "per_model": dict(zip(ARENA_12, ratio.round(3).tolist()))}
+        res[cov] = {
+            "min": float(ratio.min()),
+            "median": float(np.median(ratio)),
+            "max": float(ratio.max()),
+            "per_model": dict(zip(ARENA_12, ratio.round(3).tolist())),
+        }
     return res
 
 
-def draws(first, second, human, judges, reps: int, seed: int, n_grid, alphas, log=print,
-          procedure: str = "chi2") -> dict:
+def draws(
+    first,
+    second,
+    human,
+    judges,
+    reps: int,
+    seed: int,
+    n_grid,
+    alphas,
+    log=print,
+    procedure: str = "chi2",
+) -> dict:
     k = len(ARENA_12)
     out = {}
     pos = {}
@@ -99,15 +121,31 @@ def draws(first, second, human, judges, reps: int, seed: int, n_grid, alphas, lo
         for n in n_grid:
             t0 = time.time()
             rng = np.random.default_rng([seed, n])  # same draws for both covariances
-            res = RS.draws_experiment(first, second, human, judges, k, n, reps, alphas, cov, rng,
-                                      total=66 * 96, procedure=procedure)
+            res = RS.draws_experiment(
+                first,
+                second,
+                human,
+                judges,
+                k,
+                n,
+                reps,
+                alphas,
+                cov,
+                rng,
+                total=66 * 96,
+                procedure=procedure,
+            )
             summ = RS.summarise_draws(res, alphas).to_dict()["curve"]
             lam = {m: float(v.mean()) for m, v in res.lam.items()}
             out.setdefault(cov, {})[n] = {"N": res.N, "n": res.n, "metrics": summ, "lambda_mean": lam}
             if n == 990:
                 ai = list(alphas).index(0.05)
-                pos[cov] = {m: R.rank_position_probabilities(res.lower[m][ai], res.upper[m][ai]).round(4).tolist()
-                            for m in res.lower}
+                pos[cov] = {
+                    m: R.rank_position_probabilities(res.lower[m][ai], res.upper[m][ai])
+                    .round(4)
+                    .tolist()
+                    for m in res.lower
+                }
             log(f"  {cov} n={n}: {time.time() - t0:.1f} s")
     return {"metrics": out, "position_prob_n990_alpha005": pos}
 
@@ -117,7 +155,9 @@ def _pick(metrics, alpha):
 
 
 def label(m: str) -> str:
-    return {"baseline": "BASELINE", "human": "HUMAN ONLY"}.get(m, m.replace("judge:", "LLM ").replace("ppr:", "PPR "))
+    return {"baseline": "BASELINE", "human": "HUMAN ONLY"}.get(
+        m, m.replace("judge:", "LLM ").replace("ppr:", "PPR ")
+    )
 
 
 def tables(res: dict) -> str:
@@ -128,24 +168,38 @@ def tables(res: dict) -> str:
         L.append("| model | " + " | ".join(d) + " |")
         L.append("|---|" + "---|" * len(d))
         for i, m in enumerate(ARENA_12):
-            L.append(f"| {m} | " + " | ".join(f"[{v['lower'][i]}, {v['upper'][i]}]" for v in d.values()) + " |")
+            L.append(
+                f"| {m} | "
+                + " | ".join(f"[{v['lower'][i]}, {v['upper'][i]}]" for v in d.values())
+                + " |"
+            )
         L.append("")
     L.append("### Bootstrap variance of theta_hat (human labels) / diagonal of Sigma_hat\n")
-    L.append("| data | bootstrap reps | paper Sigma: min / median / max | delta Sigma: min / median / max |")
+    L.append(
+        "| data | bootstrap reps | paper Sigma: min / median / max | delta Sigma: min / median / max |"
+    )
     L.append("|---|---|---|---|")
     for name, b in res["bootstrap"].items():
-        L.append(f"| {name} (n = {b['n']}) | {b['reps']} | {b['paper']['min']:.1f} / {b['paper']['median']:.1f} / "
-                 f"{b['paper']['max']:.1f} | {b['delta']['min']:.2f} / {b['delta']['median']:.2f} / {b['delta']['max']:.2f} |")
+        L.append(
+            f"| {name} (n = {b['n']}) | {b['reps']} | {b['paper']['min']:.1f} / {b['paper']['median']:.1f} / "
+            f"{b['paper']['max']:.1f} | {b['delta']['min']:.2f} / {b['delta']['median']:.2f} / {b['delta']['max']:.2f} |"
+        )
     L.append("")
     met = res["draws"]["metrics"]
-    L.append(f"### Repeated draws ({res['reps']} per setting, N + n = 6,336, balanced), n = 990, alpha = 0.05\n")
-    L.append("| method | size delta | intersection delta | coverage delta | size paper | intersection paper | coverage paper |")
+    L.append(
+        f"### Repeated draws ({res['reps']} per setting, N + n = 6,336, balanced), n = 990, alpha = 0.05\n"
+    )
+    L.append(
+        "| method | size delta | intersection delta | coverage delta | size paper | intersection paper | coverage paper |"
+    )
     L.append("|---|---|---|---|---|---|---|")
     d990 = {cov: met[cov][990]["metrics"] for cov in met}
     for m in d990["delta"]:
         a, b = _pick(d990["delta"][m], 0.05), _pick(d990["paper"][m], 0.05)
-        L.append(f"| {label(m)} | {a['size']:.2f} | {a['intersection']:.3f} | {a['coverage']:.3f} | "
-                 f"{b['size']:.2f} | {b['intersection']:.3f} | {b['coverage']:.3f} |")
+        L.append(
+            f"| {label(m)} | {a['size']:.2f} | {a['intersection']:.3f} | {a['coverage']:.3f} | "
+            f"{b['size']:.2f} | {b['intersection']:.3f} | {b['coverage']:.3f} |"
+        )
     L.append("")
     L.append("### Repeated draws vs n, alpha = 0.05: size / baseline intersection (delta | paper)\n")
     methods = list(d990["delta"])
@@ -157,12 +211,20 @@ def tables(res: dict) -> str:
             if m == "baseline":
                 continue
             a, b = _pick(met["delta"][n]["metrics"][m], 0.05), _pick(met["paper"][n]["metrics"][m], 0.05)
-            cells.append(f"{a['size']:.2f} / {a['intersection']:.2f} \\| {b['size']:.2f} / {b['intersection']:.2f}")
+            cells.append(
+                f"{a['size']:.2f} / {a['intersection']:.2f} \\| {b['size']:.2f} / {b['intersection']:.2f}"
+            )
         L.append(f"| {n} | " + " | ".join(cells) + " |")
     L.append("")
-    L.append("Mean trace-optimal lambda (delta covariance): " + ", ".join(
-        f"{label(m)} n={n}: {v:.2f}" for n in (66, 990, 2970) if n in met["delta"]
-        for m, v in met["delta"][n]["lambda_mean"].items()))
+    L.append(
+        "Mean trace-optimal lambda (delta covariance): "
+        + ", ".join(
+            f"{label(m)} n={n}: {v:.2f}"
+            for n in (66, 990, 2970)
+            if n in met["delta"]
+            for m, v in met["delta"][n]["lambda_mean"].items()
+        )
+    )
     return "\n".join(L)
 
 
@@ -182,24 +244,46 @@ def figures(res: dict, outdir: Path) -> list[str]:
         for m, rows in met[cov][990]["metrics"].items():
             if m == "baseline":
                 continue
-            fig.add_trace(go.Scatter(x=[r["intersection"] for r in rows], y=[r["size"] for r in rows],
-                                     mode="lines+markers", name=label(m), legendgroup=m, showlegend=ci == 1,
-                                     line={"color": colour[m]}),
-                          row=1, col=ci)
+            fig.add_trace(
+                go.Scatter(
+                    x=[r["intersection"] for r in rows],
+                    y=[r["size"] for r in rows],
+                    mode="lines+markers",
+                    name=label(m),
+                    legendgroup=m,
+                    showlegend=ci == 1,
+                    line={"color": colour[m]},
+                ),
+                row=1,
+                col=ci,
+            )
         fig.update_xaxes(title_text="baseline intersection probability", row=1, col=ci)
         fig.update_yaxes(title_text="average rank-set size", row=1, col=ci)
-    fig.update_layout(title="Chatbot Arena, n = 990, N + n = 6,336, alpha in {0.4 ... 0.01}", width=1200, height=500)
+    fig.update_layout(
+        title="Chatbot Arena, n = 990, N + n = 6,336, alpha in {0.4 ... 0.01}", width=1200, height=500
+    )
     p = outdir / "ppr_arena_size_vs_intersection.png"
     fig.write_image(str(p))
     written.append(str(p))
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"PPR GPT4, covariance: {c}" for c in ("delta", "paper")])
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=[f"PPR GPT4, covariance: {c}" for c in ("delta", "paper")]
+    )
     for ci, cov in enumerate(("delta", "paper"), 1):
         for i, (n, d) in enumerate(met[cov].items()):
             rows = d["metrics"]["ppr:GPT4"]
-            fig.add_trace(go.Scatter(x=[r["intersection"] for r in rows], y=[r["size"] for r in rows],
-                                     mode="lines+markers", name=f"n = {n}", legendgroup=str(n), showlegend=ci == 1,
-                                     line={"color": palette[i % len(palette)]}),
-                          row=1, col=ci)
+            fig.add_trace(
+                go.Scatter(
+                    x=[r["intersection"] for r in rows],
+                    y=[r["size"] for r in rows],
+                    mode="lines+markers",
+                    name=f"n = {n}",
+                    legendgroup=str(n),
+                    showlegend=ci == 1,
+                    line={"color": palette[i % len(palette)]},
+                ),
+                row=1,
+                col=ci,
+            )
         fig.update_xaxes(title_text="baseline intersection probability", row=1, col=ci)
         fig.update_yaxes(title_text="average rank-set size", row=1, col=ci)
     fig.update_layout(title="Chatbot Arena, PPR with GPT-4 judge, by n", width=1200, height=500)
@@ -210,17 +294,31 @@ def figures(res: dict, outdir: Path) -> list[str]:
     pos = res["draws"]["position_prob_n990_alpha005"]
     shown = ["baseline", "human", "judge:GPT4", "ppr:GPT4"]
     for cov in ("delta", "paper"):
-        fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[label(m) for m in shown], shared_yaxes=True)
+        fig = make_subplots(
+            rows=1, cols=len(shown), subplot_titles=[label(m) for m in shown], shared_yaxes=True
+        )
         for ci, m in enumerate(shown, 1):
             P = np.asarray(pos[cov][m])  # (k, k): model x rank position
             mm, rr = np.nonzero(P > 0)
-            fig.add_trace(go.Scatter(x=rr + 1, y=[ARENA_12[i] for i in mm], mode="markers", showlegend=False,
-                                     marker={"size": 2 + 14 * P[mm, rr], "color": palette[ci - 1]},
-                                     hovertext=[f"{P[i, j]:.2f}" for i, j in zip(mm, rr)]), row=1, col=ci)
+            fig.add_trace(
+                go.Scatter(
+                    x=rr + 1,
+                    y=[ARENA_12[i] for i in mm],
+                    mode="markers",
+                    showlegend=False,
+                    marker={"size": 2 + 14 * P[mm, rr], "color": palette[ci - 1]},
+                    hovertext=[f"{P[i, j]:.2f}" for i, j in zip(mm, rr)],
+                ),
+                row=1,
+                col=ci,
+            )
             fig.update_xaxes(title_text="rank", range=[0.5, len(ARENA_12) + 0.5], row=1, col=ci)
         fig.update_yaxes(autorange="reversed")
-        fig.update_layout(title=f"Chatbot Arena: P(rank in rank-set), n = 990, alpha = 0.05, covariance {cov}",
-                          width=1400, height=480)
+        fig.update_layout(
+            title=f"Chatbot Arena: P(rank in rank-set), n = 990, alpha = 0.05, covariance {cov}",
+            width=1400,
+            height=480,
+        )
         p = outdir / f"ppr_arena_rank_positions_{cov}.png"
         fig.write_image(str(p))
         written.append(str(p))
@@ -236,17 +334,32 @@ def main(argv=None) -> int:
     ap.add_argument("--n", default=",".join(map(str, N_GRID)))
     ap.add_argument("--outdir", default=str(ROOT / "docs" / "figures"))
     ap.add_argument("--no-figures", action="store_true")
-    ap.add_argument("--procedure", default="chi2", choices=R.PROCEDURES,
-                    help="rank-set procedure of the draws: chi2 = the paper's Algorithm 2 (default: reproduction); "
-                         "maxt / marginal = the product's default sets (2,000 normal draws per repetition)")
-    ap.add_argument("--from-json", action="store_true", help="re-plot / re-print the saved ppr_arena.json")
+    ap.add_argument(
+        "--procedure",
+        default="chi2",
+        choices=R.PROCEDURES,
+        help="rank-set procedure of the draws: chi2 = the paper's Algorithm 2 (default: reproduction); "
+        "maxt / marginal = the product's default sets (2,000 normal draws per repetition)",
+    )
+    ap.add_argument(
+        "--from-json", action="store_true", help="re-plot / re-print the saved ppr_arena.json"
+    )
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args(argv)
-    if args.smoke:  # synthetic Arena-layout data, a few repetitions, no figures, output in a fresh folder
+    if (
+        args.smoke
+    ):  # synthetic Arena-layout data, a few repetitions, no figures, output in a fresh folder
         import tempfile
 
         from _smoke import synthetic_arena
-        args.arena, args.reps, args.boot, args.n, args.no_figures = str(synthetic_arena(n=8000)), 3, 20, "66,990", True
+
+        args.arena, args.reps, args.boot, args.n, args.no_figures = (
+            str(synthetic_arena(n=8000)),
+            3,
+            20,
+            "66,990",
+            True,
+        )
         args.outdir = tempfile.mkdtemp(prefix="bench_smoke_ppr_")
     outdir = Path(args.outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -254,7 +367,9 @@ def main(argv=None) -> int:
     if args.from_json:
         res = json.loads((outdir / "ppr_arena.json").read_text())
         # JSON keys are strings: restore the integer n keys
-        res["draws"]["metrics"] = {c: {int(n): v for n, v in d.items()} for c, d in res["draws"]["metrics"].items()}
+        res["draws"]["metrics"] = {
+            c: {int(n): v for n, v in d.items()} for c, d in res["draws"]["metrics"].items()
+        }
         os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
         for p in figures(res, outdir):
             log(f"wrote {p}")
@@ -264,12 +379,29 @@ def main(argv=None) -> int:
     first, second, human, judges, n_rows = load(Path(args.arena))
     log(f"loaded {n_rows} comparisons of the 12 models")
     rng = np.random.default_rng(args.seed)
-    res = {"n_comparisons": n_rows, "reps": args.reps, "seed": args.seed, "procedure": args.procedure,
-           "full": full_data_ranksets(first, second, human, judges, 0.05),
-           "bootstrap": {"all human comparisons": bootstrap_check(first, second, human, rng, args.boot, False),
-                         "one balanced draw": bootstrap_check(first, second, human, rng, args.boot, True)}}
-    res["draws"] = draws(first, second, human, judges, args.reps, args.seed, [int(x) for x in args.n.split(",")],
-                         RS.PAPER_ALPHAS, log, procedure=args.procedure)
+    res = {
+        "n_comparisons": n_rows,
+        "reps": args.reps,
+        "seed": args.seed,
+        "procedure": args.procedure,
+        "full": full_data_ranksets(first, second, human, judges, 0.05),
+        "bootstrap": {
+            "all human comparisons": bootstrap_check(first, second, human, rng, args.boot, False),
+            "one balanced draw": bootstrap_check(first, second, human, rng, args.boot, True),
+        },
+    }
+    res["draws"] = draws(
+        first,
+        second,
+        human,
+        judges,
+        args.reps,
+        args.seed,
+        [int(x) for x in args.n.split(",")],
+        RS.PAPER_ALPHAS,
+        log,
+        procedure=args.procedure,
+    )
     res["seconds"] = round(time.time() - t0, 1)
     (outdir / "ppr_arena.json").write_text(json.dumps(res, indent=1, default=str))
     if not args.no_figures:

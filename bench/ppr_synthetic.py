@@ -31,9 +31,17 @@ from _smoke import SMOKE_HELP  # noqa: E402
 from engine.stats import ranking as R  # noqa: E402
 
 
-def run(reps: int = 300, k: int = 8, total: int = 50_000, n_values=(280, 560, 1120, 2240, 4480),
-        us=(0.05, 0.1, 0.3), alpha: float = 0.1, p_rbo: float = 0.6, seed: int = 0,
-        design: str = "balanced") -> dict:
+def run(
+    reps: int = 300,
+    k: int = 8,
+    total: int = 50_000,
+    n_values=(280, 560, 1120, 2240, 4480),
+    us=(0.05, 0.1, 0.3),
+    alpha: float = 0.1,
+    p_rbo: float = 0.6,
+    seed: int = 0,
+    design: str = "balanced",
+) -> dict:
     rng = np.random.default_rng(seed)
     n_ord = k * (k - 1)
     per = total // n_ord
@@ -48,7 +56,9 @@ def run(reps: int = 300, k: int = 8, total: int = 50_000, n_values=(280, 560, 11
 
     def record(key, theta_hat, sigma, tl, tu, cov):
         lo, up = R.ranksets(theta_hat, sigma, alpha)
-        acc.setdefault(key + (cov,), []).append((bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up))))
+        acc.setdefault(key + (cov,), []).append(
+            (bool(R.rankset_covers(lo, up, tl, tu)), float(R.rankset_size(lo, up)))
+        )
 
     t0 = time.time()
     for r in range(reps):
@@ -78,8 +88,20 @@ def run(reps: int = 300, k: int = 8, total: int = 50_000, n_values=(280, 560, 11
             rbos.setdefault(("human", n), []).append(R.rbo(order_true, np.argsort(-th), p_rbo))
             for u in us:
                 for cov in covs:
-                    th, sg, lam = R.ppr_theta_sigma(first[~lab], second[~lab], wh[u][~lab], z[~lab], first[lab],
-                                                    second[lab], w[lab], z[lab], wh[u][lab], z[lab], k, covariance=cov)
+                    th, sg, lam = R.ppr_theta_sigma(
+                        first[~lab],
+                        second[~lab],
+                        wh[u][~lab],
+                        z[~lab],
+                        first[lab],
+                        second[lab],
+                        w[lab],
+                        z[lab],
+                        wh[u][lab],
+                        z[lab],
+                        k,
+                        covariance=cov,
+                    )
                     record((f"ppr u={u}", n), th, sg, tl, tu, cov)
                 lams.setdefault((f"ppr u={u}", n), []).append(lam)
                 rbos.setdefault((f"ppr u={u}", n), []).append(R.rbo(order_true, np.argsort(-th), p_rbo))
@@ -89,12 +111,30 @@ def run(reps: int = 300, k: int = 8, total: int = 50_000, n_values=(280, 560, 11
     for (method, n, cov), v in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         a = np.array(v)
         cover = a[:, 0].mean()
-        rows.append({"method": method, "n": n if n else None, "N": (T - n) if n else T, "covariance": cov,
-                     "coverage": float(cover), "coverage_se": float(np.sqrt(cover * (1 - cover) / len(a))),
-                     "size": float(a[:, 1].mean()), "rbo": float(np.mean(rbos[(method, n)])),
-                     "lambda": float(np.mean(lams[(method, n)])) if (method, n) in lams else None})
-    return {"k": k, "total": T, "alpha": alpha, "reps": reps, "seed": seed, "design": design, "p_rbo": p_rbo,
-            "seconds": round(time.time() - t0, 1), "rows": rows}
+        rows.append(
+            {
+                "method": method,
+                "n": n if n else None,
+                "N": (T - n) if n else T,
+                "covariance": cov,
+                "coverage": float(cover),
+                "coverage_se": float(np.sqrt(cover * (1 - cover) / len(a))),
+                "size": float(a[:, 1].mean()),
+                "rbo": float(np.mean(rbos[(method, n)])),
+                "lambda": float(np.mean(lams[(method, n)])) if (method, n) in lams else None,
+            }
+        )
+    return {
+        "k": k,
+        "total": T,
+        "alpha": alpha,
+        "reps": reps,
+        "seed": seed,
+        "design": design,
+        "p_rbo": p_rbo,
+        "seconds": round(time.time() - t0, 1),
+        "rows": rows,
+    }
 
 
 def markdown(res: dict) -> str:
@@ -102,20 +142,26 @@ def markdown(res: dict) -> str:
     by = {}
     for r in res["rows"]:
         by.setdefault((r["method"], r["n"]), {})[r["covariance"]] = r
-    lines = [f"k = {res['k']}, N + n = {res['total']}, alpha = {res['alpha']} (target coverage "
-             f"{1 - res['alpha']:.2f}), {res['reps']} repetitions, design = {res['design']}, seed {res['seed']}",
-             "",
-             "| method | n | coverage delta | coverage paper | size delta | size paper | RBO (p=0.6) | mean lambda |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"k = {res['k']}, N + n = {res['total']}, alpha = {res['alpha']} (target coverage "
+        f"{1 - res['alpha']:.2f}), {res['reps']} repetitions, design = {res['design']}, seed {res['seed']}",
+        "",
+        "| method | n | coverage delta | coverage paper | size delta | size paper | RBO (p=0.6) | mean lambda |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
     def key(item):
         (m, n), _ = item
         return (0 if m == "human" else 1 if m.startswith("ppr") else 2, m, n or 0)
+
     for (m, n), d in sorted(by.items(), key=key):
         dl, pp = d["delta"], d["paper"]
         lam = f"{dl['lambda']:.2f}" if dl["lambda"] is not None else ""
-        lines.append(f"| {m} | {n if n else 'N+n (all)'} | {dl['coverage']:.3f} ± {dl['coverage_se']:.3f} | "
-                     f"{pp['coverage']:.3f} ± {pp['coverage_se']:.3f} | {dl['size']:.2f} | {pp['size']:.2f} | "
-                     f"{dl['rbo']:.3f} | {lam} |")
+        lines.append(
+            f"| {m} | {n if n else 'N+n (all)'} | {dl['coverage']:.3f} ± {dl['coverage_se']:.3f} | "
+            f"{pp['coverage']:.3f} ± {pp['coverage_se']:.3f} | {dl['size']:.2f} | {pp['size']:.2f} | "
+            f"{dl['rbo']:.3f} | {lam} |"
+        )
     return "\n".join(lines)
 
 
@@ -125,22 +171,43 @@ def figure(res: dict, out_png: str) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"covariance: {c}" for c in ("delta", "paper")],
-                        shared_yaxes=True)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=[f"covariance: {c}" for c in ("delta", "paper")],
+        shared_yaxes=True,
+    )
     methods = sorted({r["method"] for r in res["rows"] if r["n"]})
     palette = plotly.colors.qualitative.D3
     for ci, cov in enumerate(("delta", "paper"), 1):
         for i, m in enumerate(methods):
-            rows = sorted((r for r in res["rows"] if r["method"] == m and r["covariance"] == cov), key=lambda r: r["n"])
-            fig.add_trace(go.Scatter(x=[r["n"] for r in rows], y=[r["coverage"] for r in rows], mode="lines+markers",
-                                     name=m, legendgroup=m, showlegend=ci == 1, line={"color": palette[i]},
-                                     error_y={"type": "data", "array": [1.96 * r["coverage_se"] for r in rows]}),
-                          row=1, col=ci)
+            rows = sorted(
+                (r for r in res["rows"] if r["method"] == m and r["covariance"] == cov),
+                key=lambda r: r["n"],
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=[r["n"] for r in rows],
+                    y=[r["coverage"] for r in rows],
+                    mode="lines+markers",
+                    name=m,
+                    legendgroup=m,
+                    showlegend=ci == 1,
+                    line={"color": palette[i]},
+                    error_y={"type": "data", "array": [1.96 * r["coverage_se"] for r in rows]},
+                ),
+                row=1,
+                col=ci,
+            )
         fig.add_hline(y=1 - res["alpha"], line_dash="dash", row=1, col=ci)
         fig.update_xaxes(title_text="n (human comparisons)", type="log", row=1, col=ci)
     fig.update_yaxes(title_text="empirical coverage", row=1, col=1)
-    fig.update_layout(title=f"Synthetic PPR (k = {res['k']}, N + n = {res['total']}, {res['reps']} reps, "
-                            f"{res['design']} design): coverage vs n", width=1100, height=450)
+    fig.update_layout(
+        title=f"Synthetic PPR (k = {res['k']}, N + n = {res['total']}, {res['reps']} reps, "
+        f"{res['design']} design): coverage vs n",
+        width=1100,
+        height=450,
+    )
     fig.write_image(out_png)
 
 
@@ -148,7 +215,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--total", type=int, default=50_000)
-    ap.add_argument("--n", default="280,560,1120,2240,4480", help="comma-separated n values (multiples of 56)")
+    ap.add_argument(
+        "--n", default="280,560,1120,2240,4480", help="comma-separated n values (multiples of 56)"
+    )
     ap.add_argument("--alpha", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--design", choices=("balanced", "random"), default="balanced")
@@ -165,8 +234,14 @@ def main(argv=None) -> int:
             figure(res, args.png)
         print(markdown(res))
         return 0
-    res = run(reps=args.reps, total=args.total, n_values=tuple(int(x) for x in args.n.split(",")),
-              alpha=args.alpha, seed=args.seed, design=args.design)
+    res = run(
+        reps=args.reps,
+        total=args.total,
+        n_values=tuple(int(x) for x in args.n.split(",")),
+        alpha=args.alpha,
+        seed=args.seed,
+        design=args.design,
+    )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(res, indent=1))

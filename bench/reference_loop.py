@@ -19,8 +19,15 @@ from transformers import DynamicCache
 
 
 @torch.inference_mode()
-def reference_generate(model, tokenizer, prompt_texts: list[str], repeats: int, seed: int,
-                       temperature: float, max_new_tokens: int) -> list[list[int]]:
+def reference_generate(
+    model,
+    tokenizer,
+    prompt_texts: list[str],
+    repeats: int,
+    seed: int,
+    temperature: float,
+    max_new_tokens: int,
+) -> list[list[int]]:
     """Token ids for every (prompt, repeat), generated one unit at a time.
 
     Args:
@@ -35,12 +42,16 @@ def reference_generate(model, tokenizer, prompt_texts: list[str], repeats: int, 
     for i, text in enumerate(prompt_texts):
         for r in range(repeats):
             rng = torch.Generator(device=model.device).manual_seed(seed + 1000 * i + r)
-            ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(model.device)
+            ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(
+                model.device
+            )
             cache = DynamicCache()
             step_input = ids
             generated: list[int] = []
             for _ in range(max_new_tokens):
-                logits = model(input_ids=step_input, past_key_values=cache, use_cache=True).logits[:, -1, :]
+                logits = model(input_ids=step_input, past_key_values=cache, use_cache=True).logits[
+                    :, -1, :
+                ]
                 logp = torch.log_softmax(logits.float() / temperature, dim=-1)
                 u = torch.rand(V, generator=rng, device=model.device).clamp_(1e-20, 1 - 1e-7)
                 g = -torch.log(-torch.log(u))

@@ -28,7 +28,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _smoke import SMOKE_HELP  # noqa: E402
 
-from engine.stats.sequential import StopRule, confidence_sequence, first_stop, question_order  # noqa: E402
+from engine.stats.sequential import (  # noqa: E402
+    StopRule,
+    confidence_sequence,
+    first_stop,
+    question_order,
+)
 
 SHAPES = {  # P(d = -1), P(d = 0), P(d = +1)
     "coupled-like": (0.10, 0.70, 0.20),
@@ -53,7 +58,7 @@ def naive_t_misses(d: np.ndarray, target: float, alpha: float) -> bool:
     n = np.arange(LOOK_EVERY, d.size + 1, LOOK_EVERY)
     s1, s2 = np.cumsum(d)[n - 1], np.cumsum(d * d)[n - 1]
     mean = s1 / n
-    var = np.maximum(s2 - n * mean ** 2, 0.0) / (n - 1)
+    var = np.maximum(s2 - n * mean**2, 0.0) / (n - 1)
     half = sps.t.ppf(1 - alpha / 2, n - 1) * np.sqrt(var / n)
     return bool(np.any(np.abs(mean - target) > half + 1e-12))
 
@@ -71,9 +76,17 @@ def one_cell(N: int, shape: str, alpha: float, reps: int, seed: int) -> dict:
         miss_t += naive_t_misses(d, target, alpha)
         n = first_stop(DECIDED, lo, up)
         stops.append(N if n is None else n)
-    return {"N": N, "shape": shape, "alpha": alpha, "reps": reps, "delta_N": target,
-            "cs_miss": miss_cs / reps, "t_miss": miss_t / reps, "median_stop": float(np.median(stops)),
-            "decided_before_N": float(np.mean(np.array(stops) < N))}
+    return {
+        "N": N,
+        "shape": shape,
+        "alpha": alpha,
+        "reps": reps,
+        "delta_N": target,
+        "cs_miss": miss_cs / reps,
+        "t_miss": miss_t / reps,
+        "median_stop": float(np.median(stops)),
+        "decided_before_N": float(np.mean(np.array(stops) < N)),
+    }
 
 
 def fmt(p: float, reps: int) -> str:
@@ -81,7 +94,9 @@ def fmt(p: float, reps: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--reps", type=int, default=400, help="random orders per cell with N <= 1,000")
     ap.add_argument("--reps-large", type=int, default=100, help="random orders per cell with N = 14,042")
     ap.add_argument("--seed", type=int, default=0)
@@ -89,8 +104,10 @@ def main() -> None:
     a = ap.parse_args()
     sizes, alphas = ((60,), (0.1,)) if a.smoke else ((200, 1000, 14042), (0.05, 0.1))
     reps_small, reps_large = (8, 8) if a.smoke else (a.reps, a.reps_large)
-    print("| N | population | Δ_N | α | orders | CS ever misses Δ_N | t re-checked every 10 ever misses "
-          "| median stop (decided) | decided before N |")
+    print(
+        "| N | population | Δ_N | α | orders | CS ever misses Δ_N | t re-checked every 10 ever misses "
+        "| median stop (decided) | decided before N |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
     for N in sizes:
@@ -98,8 +115,11 @@ def main() -> None:
             for alpha in alphas:
                 reps = reps_large if N > 1000 else reps_small
                 c = one_cell(N, shape, alpha, reps, a.seed + N)
-                print(f"| {N:,} | {shape} | {c['delta_N']:+.3f} | {alpha:g} | {reps} | {fmt(c['cs_miss'], reps)} | "
-                      f"{fmt(c['t_miss'], reps)} | {c['median_stop']:g} | {c['decided_before_N']:.2f} |", flush=True)
+                print(
+                    f"| {N:,} | {shape} | {c['delta_N']:+.3f} | {alpha:g} | {reps} | {fmt(c['cs_miss'], reps)} | "
+                    f"{fmt(c['t_miss'], reps)} | {c['median_stop']:g} | {c['decided_before_N']:.2f} |",
+                    flush=True,
+                )
     print(f"\n{time.perf_counter() - t0:.0f} s; Monte Carlo SE = sqrt(p (1 - p) / orders)")
 
 

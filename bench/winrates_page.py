@@ -36,6 +36,7 @@ def main() -> None:
         import tempfile
 
         from _smoke import synthetic_arena
+
         shared = Path(tempfile.mkdtemp(prefix="bench_smoke_shared_"))
         synthetic_arena(shared / "data" / "arena", n=3000)
         os.environ["COUPLED_EVAL_SHARED"] = str(shared)
@@ -43,19 +44,31 @@ def main() -> None:
     if arena_dir() is None:
         sys.exit("needs ../shared/data/arena")
     cases = {
-        "winrates_view, arena, 1000 resamples, no Elo": lambda: WRV.winrates_view(None, "arena", "gpt-4-0125-preview",
-                                                                                   reps=1000, elo=False),
-        "winrates_view, arena, 1000 resamples, with Elo": lambda: WRV.winrates_view(None, "arena",
-                                                                                     "gpt-4-0125-preview", reps=1000),
+        "winrates_view, arena, 1000 resamples, no Elo": lambda: WRV.winrates_view(
+            None, "arena", "gpt-4-0125-preview", reps=1000, elo=False
+        ),
+        "winrates_view, arena, 1000 resamples, with Elo": lambda: WRV.winrates_view(
+            None, "arena", "gpt-4-0125-preview", reps=1000
+        ),
         "ranksets_view, arena 12 models, PPR + human-only, max-t": lambda: RS.ranksets_view(
-            None, "arena", "gpt-4-0125-preview", "ppr", 0.05, models=tuple(ARENA_PAPER_MODELS), n_human=990),
+            None,
+            "arena",
+            "gpt-4-0125-preview",
+            "ppr",
+            0.05,
+            models=tuple(ARENA_PAPER_MODELS),
+            n_human=990,
+        ),
     }
+
     def cold():
         WRV._BOOT_CACHE.clear()
         _read_arena_cached.cache_clear()
 
-    print(f"{platform.processor() or platform.machine()}, python {platform.python_version()}, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{platform.processor() or platform.machine()}, python {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     for name, fn in cases.items():
         ts = []
         for _ in range(args.repeats):
@@ -63,12 +76,17 @@ def main() -> None:
             t = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - t)
-        print(f"{name} (cold): median {statistics.median(ts):.2f} s (runs: {', '.join(f'{x:.2f}' for x in ts)})")
+        print(
+            f"{name} (cold): median {statistics.median(ts):.2f} s (runs: {', '.join(f'{x:.2f}' for x in ts)})"
+        )
     # a widget change after a cold load (the page's st.cache_data misses, the process memo hits)
     cold()
     WRV.winrates_view(None, "arena", "gpt-4-0125-preview", reps=1000, elo=False)
-    for name, kw in {"procedure -> chi2": dict(procedure="chi2", elo=False), "alpha -> 0.1": dict(alpha=0.1, elo=False),
-                     "Elo on": dict(elo=True)}.items():
+    for name, kw in {
+        "procedure -> chi2": dict(procedure="chi2", elo=False),
+        "alpha -> 0.1": dict(alpha=0.1, elo=False),
+        "Elo on": dict(elo=True),
+    }.items():
         t = time.perf_counter()
         WRV.winrates_view(None, "arena", "gpt-4-0125-preview", reps=1000, **kw)
         print(f"winrates_view after a cold load, {name}: {time.perf_counter() - t:.2f} s")

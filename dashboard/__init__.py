@@ -2,9 +2,11 @@
 
 * :mod:`.navigation` -- the one page table (``app.py``, the Home page's links and the tests use it)
 * :mod:`.loaders`    -- one typed, cached loader per view, each importing its engine function directly
-* :mod:`.widgets`    -- header, empty states, charts and tables with downloads, formatting, row flatteners
+* :mod:`.widgets`    -- header, empty states, charts and tables with downloads, formatting, row
+  flatteners
 * :mod:`.downloads`  -- figure -> PNG / SVG / HTML bytes, table -> CSV bytes (no Streamlit)
-* :mod:`.jobs`       -- background jobs: every write runs as a detached ``python -m engine`` process (no Streamlit)
+* :mod:`.jobs`       -- background jobs: every write runs as a detached ``python -m engine`` process (no
+  Streamlit)
 * :mod:`.jobs_panel` -- starting jobs from forms and the live job panel
 * :mod:`.uploads`    -- validating, saving and importing uploaded comparison files
 

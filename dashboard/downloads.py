@@ -1,7 +1,7 @@
 """Figure and table export: file names, the chart toolbar's image button, HTML and CSV bytes.
 
-Every download is named by :func:`export_name`: what it shows, then the run (or comparison set),
-the model(s) and the date, e.g. ``benchmark_covariance_kde_run-ab12_smollm2-135m_vs_int8_2026-11-24.png``.
+Every download is named by :func:`export_name`: what it shows, then the run (or comparison set), the
+model(s) and the date, e.g. ``benchmark_covariance_kde_run-ab12_smollm2-135m_vs_int8_2026-11-24.png``.
 Pages pass an :class:`ExportContext` built from their widgets.
 
 PNG / SVG come from Plotly's own camera button in the chart toolbar (:func:`modebar_config`: the
@@ -43,17 +43,24 @@ def static_export_status() -> tuple[bool, str]:
     if path and not os.path.exists(path):
         return False, f"BROWSER_PATH={path} does not exist; PNG/SVG export needs Chrome/Chromium"
     if not path:
-        found = next((c for c in _CANDIDATES if os.path.exists(c)), None) or \
-            shutil.which("chromium") or shutil.which("google-chrome") or shutil.which("chrome")
+        found = (
+            next((c for c in _CANDIDATES if os.path.exists(c)), None)
+            or shutil.which("chromium")
+            or shutil.which("google-chrome")
+            or shutil.which("chrome")
+        )
         if not found:
-            return False, ("no Chrome/Chromium found (set BROWSER_PATH or install chromium); "
-                           "PNG/SVG export is unavailable, HTML export works")
+            return False, (
+                "no Chrome/Chromium found (set BROWSER_PATH or install chromium); "
+                "PNG/SVG export is unavailable, HTML export works"
+            )
         os.environ["BROWSER_PATH"] = found  # how kaleido's choreographer locates the browser
     return True, f"static export via kaleido and {os.environ['BROWSER_PATH']}"
 
 
-def figure_bytes(fig: go.Figure, fmt: str, width: int | None = None, height: int | None = None,
-                 scale: float = 2.0) -> bytes:
+def figure_bytes(
+    fig: go.Figure, fmt: str, width: int | None = None, height: int | None = None, scale: float = 2.0
+) -> bytes:
     """The figure as ``fmt`` ('png', 'svg' or 'html') bytes.
 
     HTML embeds plotly.js (works offline, interactive). PNG/SVG need kaleido and a browser
@@ -67,6 +74,7 @@ def figure_bytes(fig: go.Figure, fmt: str, width: int | None = None, height: int
     if not ok:
         raise UserError(why)
     import plotly.io as pio
+
     w = width or fig.layout.width or 1000
     h = height or fig.layout.height or 500
     return pio.to_image(fig, format=fmt, width=int(w), height=int(h), scale=scale if fmt == "png" else 1)
@@ -83,6 +91,7 @@ def table_csv(df: pd.DataFrame) -> bytes:
 
 # --------------------------------------------------------------------------- file names
 
+
 @dataclass(frozen=True)
 class ExportContext:
     """What a page's downloads are about, from its widgets: the page key, the run or the
@@ -95,7 +104,8 @@ class ExportContext:
 
 
 def _slug(s: object, n: int = 40, keep: str = "") -> str:
-    """Letters, digits, '.', '-' (and ``keep``); anything else -> '-' ('_' separates the name's parts)."""
+    """Letters, digits, '.', '-' (and ``keep``); anything else -> '-' ('_' separates the name's
+    parts)."""
     return re.sub(rf"[^A-Za-z0-9.{keep}-]+", "-", str(s)).strip("-._")[:n].strip("-._")
 
 
@@ -115,7 +125,9 @@ def short_models(models: Sequence[str], max_models: int = 3) -> str:
     return "_vs_".join(out) + tail
 
 
-def export_name(what: str, ext: str, ctx: ExportContext | None = None, date: _dt.date | None = None) -> str:
+def export_name(
+    what: str, ext: str, ctx: ExportContext | None = None, date: _dt.date | None = None
+) -> str:
     """The file name of one download: ``<page>_<what>_<run-id | set-name>_<models>_<YYYY-MM-DD>.<ext>``
     (parts that are empty are left out; ``ext`` without its dot, or "" for a stem)."""
     date = date or _dt.date.today()
@@ -125,8 +137,11 @@ def export_name(what: str, ext: str, ctx: ExportContext | None = None, date: _dt
     parts.append(_slug(what, 60, keep="_") or "export")
     if ctx is not None:
         if ctx.run:
-            parts.append(ctx.run if str(ctx.run).startswith("run-") and _slug(ctx.run) == ctx.run
-                         else f"run-{_slug(ctx.run, 24)}")
+            parts.append(
+                ctx.run
+                if str(ctx.run).startswith("run-") and _slug(ctx.run) == ctx.run
+                else f"run-{_slug(ctx.run, 24)}"
+            )
         if ctx.set_name:
             parts.append(f"set-{_slug(ctx.set_name, 24)}")
         parts.append(short_models(ctx.models))
@@ -140,10 +155,17 @@ def modebar_config(filename: str, fmt: str = "png", scale: float = 2.0) -> dict:
     ``scale`` x the shown size, or SVG), rendered by the browser (fast); no Plotly logo."""
     if fmt not in ("png", "svg"):
         raise UserError(f"unknown image format {fmt!r}; allowed: png, svg")
-    return {"displaylogo": False,
-            "toImageButtonOptions": {"format": fmt, "filename": filename, "scale": scale if fmt == "png" else 1}}
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {
+            "format": fmt,
+            "filename": filename,
+            "scale": scale if fmt == "png" else 1,
+        },
+    }
 
 
 def report_name(run: str, models: Sequence[str] = (), date: _dt.date | None = None) -> str:
-    """The "Download report" file name: ``report_run-<run>_<models>_<date>.html``, like the chart downloads."""
+    """The "Download report" file name: ``report_run-<run>_<models>_<date>.html``, like the chart
+    downloads."""
     return export_name("report", "html", ExportContext("", run=run, models=tuple(models)), date)

@@ -32,8 +32,10 @@ def save_files(files: list[tuple[str, bytes]]) -> Path:
             try:
                 write_new_file(d / safe, data)
             except FileExistsError:
-                raise UserError(f"two uploaded files are both saved as {safe!r} (their names differ only in "
-                                "characters a file name here cannot hold): rename one and upload again") from None
+                raise UserError(
+                    f"two uploaded files are both saved as {safe!r} (their names differ only in "
+                    "characters a file name here cannot hold): rename one and upload again"
+                ) from None
     except BaseException:
         shutil.rmtree(d, ignore_errors=True)
         raise
@@ -52,10 +54,20 @@ def preview(folder: Path) -> pd.DataFrame:
         message = _user_names(str(exc), folder)
         shutil.rmtree(folder, ignore_errors=True)
         raise UserError(message) from None
-    return pd.DataFrame([{"model": lg.model, "task": lg.task, "harness": lg.harness, "version": lg.version,
-                          "samples": len({s.sample_id for s in lg.samples}),
-                          "repeats": len({s.repeat for s in lg.samples}), "accuracy (harness)": lg.headline}
-                         for lg in logs])
+    return pd.DataFrame(
+        [
+            {
+                "model": lg.model,
+                "task": lg.task,
+                "harness": lg.harness,
+                "version": lg.version,
+                "samples": len({s.sample_id for s in lg.samples}),
+                "repeats": len({s.repeat for s in lg.samples}),
+                "accuracy (harness)": lg.headline,
+            }
+            for lg in logs
+        ]
+    )
 
 
 def preview_files(files: list[tuple[str, bytes]]) -> pd.DataFrame:
@@ -74,7 +86,9 @@ def _user_names(message: str, folder: Path) -> str:
     names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     listed = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
     for d in dict.fromkeys((str(folder.resolve()), str(folder))):
-        message = message.replace(f"in {d!r}", f"among the uploaded files ({listed})").replace(d + "/", "")
+        message = message.replace(f"in {d!r}", f"among the uploaded files ({listed})").replace(
+            d + "/", ""
+        )
     if names and all(n.startswith("samples_") for n in names):
         message += "; lm-eval writes a results_*.json beside each samples_*.jsonl: upload both"
     return message

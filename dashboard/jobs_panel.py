@@ -15,8 +15,11 @@ from engine.errors import UserError
 from engine.tasks.judge_api import key_env_problem, shown_key_env
 from engine.tasks.judge_parse import ARENA_HARD_HELP, FORMATS
 
-JUDGE_KINDS = {"local": "Local model (transformers)", "vllm": "Local model (vLLM)",
-               "openai": "API (OpenAI-compatible)"}
+JUDGE_KINDS = {
+    "local": "Local model (transformers)",
+    "vllm": "Local model (vLLM)",
+    "openai": "API (OpenAI-compatible)",
+}
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
 DEMO_RUN = jobs.DEMO_RUN
@@ -24,7 +27,8 @@ DEMO_ARGS = jobs.DEMO_ARGS
 
 
 def score_args(run_id: str, rule: str | None = None) -> list[str]:
-    """Score a run; no rule = the rule that fits its dataset (numeric, lenient for the demo MC set, paper)."""
+    """Score a run; no rule = the rule that fits its dataset (numeric, lenient for the demo MC set,
+    paper)."""
     return jobs.score_args(run_id, db_path(), rule)
 
 
@@ -48,21 +52,57 @@ def demo_running() -> bool:
     return jobs.demo_running(db_path())
 
 
-def generate_args(models: list[str], dataset: str, repeats: int, temperature: float, max_new_tokens: int,
-                  modes: list[str], seed: int, limit: int | None = None, top_k: int = 0, top_p: float = 1.0,
-                  record_traces: bool = True, backend: str = "hf", workers: int = 0,
-                  tensor_parallel: int = 1, dtype: str = "auto", until: str | None = None,
-                  alpha: float | None = None) -> list[str]:
+def generate_args(
+    models: list[str],
+    dataset: str,
+    repeats: int,
+    temperature: float,
+    max_new_tokens: int,
+    modes: list[str],
+    seed: int,
+    limit: int | None = None,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    record_traces: bool = True,
+    backend: str = "hf",
+    workers: int = 0,
+    tensor_parallel: int = 1,
+    dtype: str = "auto",
+    until: str | None = None,
+    alpha: float | None = None,
+) -> list[str]:
     """The ``python -m engine generate`` arguments for the Generate form (``workers`` 0: this
     process; N: N Ray replicas on a local cluster; ``tensor_parallel``: vLLM's, per model copy;
     ``dtype``: auto or a --dtype override; ``until``: a stop rule, a sequential run with --alpha)."""
-    args = ["generate", "--models", *models, "--dataset", dataset, "--repeats", str(int(repeats)),
-            "--temperature", str(float(temperature)), "--max-new-tokens", str(int(max_new_tokens)),
-            "--modes", *modes, "--seed", str(int(seed)), "--top-k", str(int(top_k)), "--top-p", str(float(top_p)),
-            "--db", str(db_path())]
+    args = [
+        "generate",
+        "--models",
+        *models,
+        "--dataset",
+        dataset,
+        "--repeats",
+        str(int(repeats)),
+        "--temperature",
+        str(float(temperature)),
+        "--max-new-tokens",
+        str(int(max_new_tokens)),
+        "--modes",
+        *modes,
+        "--seed",
+        str(int(seed)),
+        "--top-k",
+        str(int(top_k)),
+        "--top-p",
+        str(float(top_p)),
+        "--db",
+        str(db_path()),
+    ]
     if limit:
         args += ["--limit", str(int(limit))]
-    args += ["--traces", "on" if record_traces else "off"]  # explicit: the checkbox is what the user sees
+    args += [
+        "--traces",
+        "on" if record_traces else "off",
+    ]  # explicit: the checkbox is what the user sees
     if backend != "hf":
         args += ["--backend", backend]
     if workers:
@@ -77,7 +117,8 @@ def generate_args(models: list[str], dataset: str, repeats: int, temperature: fl
 
 
 def run_id_for_args(args: list[str]) -> str | None:
-    """The run id a generate command will use (``--run-id`` if given), else None (derived by the engine)."""
+    """The run id a generate command will use (``--run-id`` if given), else None (derived by the
+    engine)."""
     return args[args.index("--run-id") + 1] if "--run-id" in args else None
 
 
@@ -89,8 +130,13 @@ def start_generation(args: list[str], score_after: bool, rule: str | None = None
         run_id = f"ui-{time.strftime('%Y%m%d-%H%M%S')}"
         args = args + ["--run-id", run_id]
     try:
-        job_id = jobs.start_job(args, kind="generate", db=db_path(), env={"COUPLED_EVAL_DB": str(db_path())},
-                                then=[score_args(run_id, rule)] if score_after and run_id else None)
+        job_id = jobs.start_job(
+            args,
+            kind="generate",
+            db=db_path(),
+            env={"COUPLED_EVAL_DB": str(db_path())},
+            then=[score_args(run_id, rule)] if score_after and run_id else None,
+        )
     except (UserError, OSError) as exc:
         st.error(f"Could not start the job: {exc}")
         return None
@@ -99,23 +145,37 @@ def start_generation(args: list[str], score_after: bool, rule: str | None = None
 
 
 def _job_row(j: jobs.JobStatus, allow_control: bool) -> None:
-    icon = {"running": ":material/hourglass_top:", "done": ":green[:material/check_circle:]",
-            "failed": ":red[:material/error:]", "cancelled": ":orange[:material/stop_circle:]",
-            "killed": ":red[:material/dangerous:]"}[j.status]
+    icon = {
+        "running": ":material/hourglass_top:",
+        "done": ":green[:material/check_circle:]",
+        "failed": ":red[:material/error:]",
+        "cancelled": ":orange[:material/stop_circle:]",
+        "killed": ":red[:material/dangerous:]",
+    }[j.status]
     started = time.strftime("%H:%M:%S", time.localtime(j.started_at))
-    st.markdown(f"{icon} **{j.kind}** `{j.job_id}` · {j.status} · started {started}"
-                + (f" · resumed from `{j.resumed_from}`" if j.resumed_from else ""))
+    st.markdown(
+        f"{icon} **{j.kind}** `{j.job_id}` · {j.status} · started {started}"
+        + (f" · resumed from `{j.resumed_from}`" if j.resumed_from else "")
+    )
     if j.total:
-        st.progress(j.fraction, text=f"{j.done}/{j.total} units · {j.tokens_per_s:.1f} tokens/s · "
-                                     f"ETA {fmt_seconds(j.eta_s) if j.status == 'running' else '–'}"
-                                     + (f" · {j.message}" if j.message else ""))
+        st.progress(
+            j.fraction,
+            text=f"{j.done}/{j.total} units · {j.tokens_per_s:.1f} tokens/s · "
+            f"ETA {fmt_seconds(j.eta_s) if j.status == 'running' else '–'}"
+            + (f" · {j.message}" if j.message else ""),
+        )
     elif j.status == "running":
         st.caption("starting… (loading models)" if j.kind == "generate" else "running…")
     if j.extra.get("stats"):  # an API judge: requests/s, retries, token totals (never the key)
         st.caption(judge_stats_text(j.extra["stats"]))
     if j.extra.get("workers"):  # a distributed run (--workers): what each Ray replica has made
-        st.caption("workers: " + " · ".join(f"{w} {v.get('done', 0)} units, {v.get('tokens_per_s', 0.0):.1f} tok/s"
-                                            for w, v in sorted(j.extra["workers"].items())))
+        st.caption(
+            "workers: "
+            + " · ".join(
+                f"{w} {v.get('done', 0)} units, {v.get('tokens_per_s', 0.0):.1f} tok/s"
+                for w, v in sorted(j.extra["workers"].items())
+            )
+        )
     st.caption("command: `python -m engine " + " ".join(j.args) + "`")
     if allow_control:
         c1, c2, _ = st.columns([1, 1, 4])
@@ -130,7 +190,11 @@ def _job_row(j: jobs.JobStatus, allow_control: bool) -> None:
     if j.status in ("failed", "killed") and j.log_tail:
         why = jobs.error_line(j)
         if why:  # the reason on the card itself, wrapped (st.code would cut it at the right edge)
-            fix = "" if jobs.resumable(j) else " Fix the input and start a new job (resuming would fail the same way)."
+            fix = (
+                ""
+                if jobs.resumable(j)
+                else " Fix the input and start a new job (resuming would fail the same way)."
+            )
             st.error(md_escape(why) + fix, icon=":material/error:")
         with st.expander("log"):
             st.code(j.log_tail[-3000:], wrap_lines=True)
@@ -142,8 +206,11 @@ def stale_runs_notice(runs) -> None:
     if "stale" not in runs:
         return
     for r in runs[runs["stale"]].itertuples():
-        st.warning(f"Run `{r.run_id}` stopped without finishing ({r.n_generations:,}/{r.n_units:,} units stored; "
-                   "its process is gone). Rerun its command to resume it:", icon=":material/error:")
+        st.warning(
+            f"Run `{r.run_id}` stopped without finishing ({r.n_generations:,}/{r.n_units:,} units "
+            "stored; its process is gone). Rerun its command to resume it:",
+            icon=":material/error:",
+        )
         st.code(r.resume_command, language="bash")
 
 
@@ -177,8 +244,13 @@ def job_panel(kind: str | None = None, limit: int = 5, allow_control: bool = Tru
 def start_job(args: list[str], kind: str) -> str | None:
     """Start a background job and remember it in the session; errors become messages."""
     try:
-        job_id = jobs.start_job(args, kind=kind, db=db_path(), env={"COUPLED_EVAL_DB": str(db_path())},
-                                progress=args[0] in jobs.PROGRESS_COMMANDS)
+        job_id = jobs.start_job(
+            args,
+            kind=kind,
+            db=db_path(),
+            env={"COUPLED_EVAL_DB": str(db_path())},
+            progress=args[0] in jobs.PROGRESS_COMMANDS,
+        )
     except (UserError, OSError) as exc:
         st.error(f"Could not start the job: {exc}")
         return None
@@ -195,16 +267,37 @@ def default_models(names: list[str]) -> list[str]:
 
 # ------------------------------------------------------------------------------ judge form ----
 
-def judge_args(run_id: str, kind: str, model: str, *, base_url: str = "", key_env: str = DEFAULT_KEY_ENV,
-               concurrency: int = 8, judge_format: str = "paper") -> list[str]:
+
+def judge_args(
+    run_id: str,
+    kind: str,
+    model: str,
+    *,
+    base_url: str = "",
+    key_env: str = DEFAULT_KEY_ENV,
+    concurrency: int = 8,
+    judge_format: str = "paper",
+) -> list[str]:
     """The ``python -m engine judge`` arguments of the judge form. The API key itself never appears:
     only the NAME of the variable holding it (the job inherits the dashboard's environment)."""
     if kind not in JUDGE_KINDS:
         raise UserError(f"unknown judge kind {kind!r}; allowed: {', '.join(JUDGE_KINDS)}")
-    args = ["judge", "--db", str(db_path()), "--run", run_id, "--judge", model if kind == "local" else f"{kind}:{model}"]
+    args = [
+        "judge",
+        "--db",
+        str(db_path()),
+        "--run",
+        run_id,
+        "--judge",
+        model if kind == "local" else f"{kind}:{model}",
+    ]
     if kind == "openai":
         args += (["--base-url", base_url.strip()] if base_url.strip() else []) + [
-            "--api-key-env", key_env, "--concurrency", str(int(concurrency))]
+            "--api-key-env",
+            key_env,
+            "--concurrency",
+            str(int(concurrency)),
+        ]
     if judge_format != "paper":
         args += ["--judge-format", judge_format]
     return args
@@ -212,38 +305,72 @@ def judge_args(run_id: str, kind: str, model: str, *, base_url: str = "", key_en
 
 def judge_stats_text(stats: dict) -> str:
     """One line of an API judge's live counters from its progress file."""
-    return (f"requests {int(stats.get('requests', 0)):,} ({float(stats.get('requests_per_s', 0.0)):.1f}/s) · "
-            f"retries {int(stats.get('retries', 0)):,} · failed {int(stats.get('failed', 0)):,} · tokens "
-            f"{int(stats.get('prompt_tokens', 0)):,} in / {int(stats.get('completion_tokens', 0)):,} out")
+    return (
+        f"requests {int(stats.get('requests', 0)):,} ({float(stats.get('requests_per_s', 0.0)):.1f}/s) "
+        f"· retries {int(stats.get('retries', 0)):,} · failed {int(stats.get('failed', 0)):,} · tokens "
+        f"{int(stats.get('prompt_tokens', 0)):,} in / {int(stats.get('completion_tokens', 0)):,} out"
+    )
 
 
 def judge_form(run_id: str, model_names: list[str]) -> str | None:
     """The judge job form: a local model (transformers or vLLM) or an OpenAI-compatible API judge
     (base URL, model, the NAME of the key variable, concurrency); the verdict format. Starts the job."""
-    kind = st.radio("Judge", list(JUDGE_KINDS), format_func=JUDGE_KINDS.get, key="judge_kind", horizontal=True)
+    kind = st.radio(
+        "Judge", list(JUDGE_KINDS), format_func=JUDGE_KINDS.get, key="judge_kind", horizontal=True
+    )
     base_url, key_env, concurrency = "", DEFAULT_KEY_ENV, 8
     if kind == "openai":
-        base_url = st.text_input("Base URL", key="judge_base_url",
-                                 placeholder="http://127.0.0.1:8000/v1 (empty: $OPENAI_BASE_URL, else OpenAI)")
+        base_url = st.text_input(
+            "Base URL",
+            key="judge_base_url",
+            placeholder="http://127.0.0.1:8000/v1 (empty: $OPENAI_BASE_URL, else OpenAI)",
+        )
         model = st.text_input("Judge model (as the server names it)", key="judge_api_model")
-        key_env = st.text_input("API key variable (its name; the key stays in the environment)",
-                                value=DEFAULT_KEY_ENV, key="judge_key_env").strip()
+        key_env = st.text_input(
+            "API key variable (its name; the key stays in the environment)",
+            value=DEFAULT_KEY_ENV,
+            key="judge_key_env",
+        ).strip()
         if key_env.isidentifier():
-            st.caption(f"{shown_key_env(key_env)} is {'set' if os.environ.get(key_env) else 'not set'} in the "
-                       "dashboard's environment.")
-        concurrency = int(st.number_input("Concurrency (requests in flight)", 1, 256, 8, key="judge_concurrency"))
+            st.caption(
+                f"{shown_key_env(key_env)} is {'set' if os.environ.get(key_env) else 'not set'} in the "
+                "dashboard's environment."
+            )
+        concurrency = int(
+            st.number_input("Concurrency (requests in flight)", 1, 256, 8, key="judge_concurrency")
+        )
     else:
         model = st.selectbox("Judge model", model_names or ["(none)"], key="act_judge")
-    fmt = st.selectbox("Verdict format", list(FORMATS), key="judge_format",
-                       help=f"paper: A / B / Tie. arena-hard: [[A>B]]-style labels ({ARENA_HARD_HELP}).")
-    if not st.button("Judge pairs", key="act_judge_btn", icon=":material/gavel:",
-                     disabled=kind != "openai" and not model_names):
+    fmt = st.selectbox(
+        "Verdict format",
+        list(FORMATS),
+        key="judge_format",
+        help=f"paper: A / B / Tie. arena-hard: [[A>B]]-style labels ({ARENA_HARD_HELP}).",
+    )
+    if not st.button(
+        "Judge pairs",
+        key="act_judge_btn",
+        icon=":material/gavel:",
+        disabled=kind != "openai" and not model_names,
+    ):
         return None
     if kind == "openai" and not (model or "").strip():
         st.error("Name the judge model the server serves.")
         return None
-    if kind == "openai" and (problem := key_env_problem(key_env)):  # never echoes a key typed as the name
+    if kind == "openai" and (
+        problem := key_env_problem(key_env)
+    ):  # never echoes a key typed as the name
         st.error(f"Not started: {problem}.")
         return None
-    return start_job(judge_args(run_id, kind, str(model).strip(), base_url=base_url, key_env=key_env,
-                                concurrency=concurrency, judge_format=fmt), kind="judge")
+    return start_job(
+        judge_args(
+            run_id,
+            kind,
+            str(model).strip(),
+            base_url=base_url,
+            key_env=key_env,
+            concurrency=concurrency,
+            judge_format=fmt,
+        ),
+        kind="judge",
+    )

@@ -18,9 +18,9 @@ from engine.errors import UserError
 from engine.tasks import label_sets as S
 from engine.tasks import labels as T
 
-KEYS = {"first": "1", "second": "2", "tie": "3", "skip": "0"}   # keyboard shortcuts of the vote buttons
+KEYS = {"first": "1", "second": "2", "tie": "3", "skip": "0"}  # keyboard shortcuts of the vote buttons
 UNDO_KEY = "U"
-SKIP_WARN = 0.2   # a skip rate above this (after 10 answers) is a selection risk (METHODS 9.1): a warning
+SKIP_WARN = 0.2  # a skip rate above this (after 10 answers) is a selection risk (METHODS 9.1): a warning
 
 
 SOURCES = ("a run", "a comparison set")
@@ -38,33 +38,60 @@ def start() -> None:
     try:
         name = T.check_labeller(ss.get("label_name") or "")
         if ss.get("label_source", SOURCES[0]) == SOURCES[0]:
-            s = T.make_sample(L.db_path(), ss["label_run"], ss["label_mode"], int(ss["label_n"]),
-                              int(ss["label_seed"]), float(ss["label_share"]))
+            s = T.make_sample(
+                L.db_path(),
+                ss["label_run"],
+                ss["label_mode"],
+                int(ss["label_n"]),
+                int(ss["label_seed"]),
+                float(ss["label_share"]),
+            )
         else:
-            s = T.make_sample(L.db_path(), None, None, int(ss["label_n"]), int(ss["label_seed"]),
-                              float(ss["label_share"]), set_name=ss["label_set"])
+            s = T.make_sample(
+                L.db_path(),
+                None,
+                None,
+                int(ss["label_n"]),
+                int(ss["label_seed"]),
+                float(ss["label_share"]),
+                set_name=ss["label_set"],
+            )
     except UserError as exc:
         st.session_state["label_error"] = str(exc)
         return
-    st.session_state.update(label_sample=s["sample_id"], label_labeller=name, label_error=None, label_last=None)
+    st.session_state.update(
+        label_sample=s["sample_id"], label_labeller=name, label_error=None, label_last=None
+    )
 
 
-def vote(sample_id: str, idx: int, choice: str, labeller: str, first_model: str, second_model: str) -> None:
+def vote(
+    sample_id: str, idx: int, choice: str, labeller: str, first_model: str, second_model: str
+) -> None:
     """Button callback: record the answer (durable on return), remember what to reveal."""
     try:
         ev = T.record(L.db_path(), sample_id, idx, choice, labeller, session_id())
     except UserError as exc:
         st.session_state["label_error"] = str(exc)
         return
-    said = {"first": f"A ({first_model})", "second": f"B ({second_model})", "tie": "a tie", "skip": "skip"}[choice]
-    st.session_state["label_last"] = (f"Recorded: {said}. A was **{first_model}**, B was **{second_model}**."
-                                      if ev is not None else "That unit already had your answer; nothing was added.")
+    said = {
+        "first": f"A ({first_model})",
+        "second": f"B ({second_model})",
+        "tie": "a tie",
+        "skip": "skip",
+    }[choice]
+    st.session_state["label_last"] = (
+        f"Recorded: {said}. A was **{first_model}**, B was **{second_model}**."
+        if ev is not None
+        else "That unit already had your answer; nothing was added."
+    )
 
 
 def undo(sample_id: str, labeller: str) -> None:
     """Button callback: withdraw this labeller's latest answer; its unit is shown again."""
     idx = T.undo_last(L.db_path(), sample_id, labeller, session_id())
-    st.session_state["label_last"] = "Nothing to undo." if idx is None else "Undone: that unit is shown again."
+    st.session_state["label_last"] = (
+        "Nothing to undo." if idx is None else "Undone: that unit is shown again."
+    )
 
 
 def progress(sample_id: str) -> S.SampleStatus:
@@ -73,8 +100,11 @@ def progress(sample_id: str) -> S.SampleStatus:
     st.progress(min(1.0, (status.n - status.remaining) / max(status.n, 1)), text=status.line)
     answered = status.labelled + status.skipped
     if answered >= 10 and status.skipped / answered > SKIP_WARN:
-        st.warning(f"{status.skipped} of {answered} answers are skips ({status.skipped / answered:.0%}): skipped units "
-                   "are missing, and a high skip rate makes the labelled units a non-random subset.")
+        st.warning(
+            f"{status.skipped} of {answered} answers are skips ({status.skipped / answered:.0%}): "
+            "skipped units are missing, and a high skip rate makes the labelled units a non-random "
+            "subset."
+        )
     return status
 
 
@@ -91,8 +121,10 @@ def show_unit(unit: T.LabelUnit, position: int, n: int, plain: bool) -> None:
     with st.container(border=True, height=180, key="label_prompt"):
         _text(unit.prompt, plain)
     left, right = st.columns(2)
-    for col, title, body, key in ((left, "Response A", unit.first_text, "label_a"),
-                                  (right, "Response B", unit.second_text, "label_b")):
+    for col, title, body, key in (
+        (left, "Response A", unit.first_text, "label_a"),
+        (right, "Response B", unit.second_text, "label_b"),
+    ):
         col.markdown(f"**{title}**")
         with col.container(border=True, height=420, key=key):
             _text(body, plain)
@@ -103,11 +135,23 @@ def buttons(sample_id: str, unit: T.LabelUnit, labeller: str) -> None:
     cols = st.columns(5)
     labels = {"first": "A is better", "second": "B is better", "tie": "Tie", "skip": "Skip"}
     for col, (choice, label) in zip(cols, labels.items()):
-        col.button(f"{label} ({KEYS[choice]})", key=f"label_vote_{choice}", shortcut=KEYS[choice],
-                   type="primary" if choice in ("first", "second") else "secondary", width="stretch",
-                   on_click=vote, args=(sample_id, unit.idx, choice, labeller, unit.first_model, unit.second_model))
-    cols[4].button(f"Undo last ({UNDO_KEY})", key="label_undo", shortcut=UNDO_KEY, width="stretch",
-                   on_click=undo, args=(sample_id, labeller))
+        col.button(
+            f"{label} ({KEYS[choice]})",
+            key=f"label_vote_{choice}",
+            shortcut=KEYS[choice],
+            type="primary" if choice in ("first", "second") else "secondary",
+            width="stretch",
+            on_click=vote,
+            args=(sample_id, unit.idx, choice, labeller, unit.first_model, unit.second_model),
+        )
+    cols[4].button(
+        f"Undo last ({UNDO_KEY})",
+        key="label_undo",
+        shortcut=UNDO_KEY,
+        width="stretch",
+        on_click=undo,
+        args=(sample_id, labeller),
+    )
 
 
 def next_unit(sample_id: str, labeller: str) -> int | None:
@@ -139,10 +183,18 @@ def labelling(sample_id: str, labeller: str) -> None:
     if idx is None:
         st.success(f"Nothing left for {labeller} in this sample. {status.line}.")
         if status.remaining:
-            st.info(f"The {status.remaining} remaining unit(s) are shown in other tabs or to other labellers; a unit "
-                    f"left unanswered for {T.CLAIM_TTL_S / 60:.0f} minutes comes back here on the next rerun.")
-        st.button(f"Undo last ({UNDO_KEY})", key="label_undo_done", shortcut=UNDO_KEY, on_click=undo,
-                  args=(sample_id, labeller))
+            st.info(
+                f"The {status.remaining} remaining unit(s) are shown in other tabs or to other "
+                f"labellers; a unit left unanswered for {T.CLAIM_TTL_S / 60:.0f} minutes comes back "
+                "here on the next rerun."
+            )
+        st.button(
+            f"Undo last ({UNDO_KEY})",
+            key="label_undo_done",
+            shortcut=UNDO_KEY,
+            on_click=undo,
+            args=(sample_id, labeller),
+        )
         return
     try:
         unit = L.label_unit(sample_id, idx)

@@ -45,6 +45,7 @@ def db_path() -> Path:
 
 def _view(fn: Callable[Concatenate[Any, P], R]) -> Callable[P, R]:
     """``fn(db, *args)`` -> a loader ``(*args) -> R`` cached on the database signature and the args."""
+
     def load(sig: tuple[str, float], *args: Any, **kwargs: Any) -> R:
         return fn(sig[0], *args, **kwargs)
 
@@ -82,7 +83,11 @@ def overview_live() -> _overview.Overview:
     committed) the last counts are kept instead of showing zeros."""
     try:
         counts = overview()
-    except (duckdb.Error, OSError, UserError):  # a busy database (writer lock) must not blank the counters
+    except (
+        duckdb.Error,
+        OSError,
+        UserError,
+    ):  # a busy database (writer lock) must not blank the counters
         return st.session_state.get("_last_counts", _overview.Overview())
     st.session_state["_last_counts"] = counts
     return counts
@@ -124,7 +129,9 @@ default_rule = _view(_multigen.default_rule)
 prompts_generations = _view(_multigen.prompts_generations)
 # Win-rates and rank-sets
 winrate_sources = _view(_comparisons.winrate_sources)
-comparison_sources = _view(_comparisons.comparison_sources)  # Arena built-in + sets + verdicts, each once
+comparison_sources = _view(
+    _comparisons.comparison_sources
+)  # Arena built-in + sets + verdicts, each once
 comparison_models = _view(_comparisons.comparison_models)
 winrates = _view(_winrates.winrates_view)
 ranksets = _view(_ranksets.ranksets_view)
@@ -203,8 +210,11 @@ def run_label_count(run: str) -> int:
 
 
 def run_ranksets(run: str, judge: str, **kwargs: Any) -> _run_ranksets.RunRankSets:
-    """:func:`engine.analysis.run_ranksets.run_ranksets`, cached on the database and the run's label count."""
+    """:func:`engine.analysis.run_ranksets.run_ranksets`, cached on the database and the run's label
+    count."""
     return _run_ranksets_view(run, judge, label_count=run_label_count(run), **kwargs)
+
+
 # Label (the sample's state lives in its label log and is read live by dashboard.label_view, not cached)
 label_choices = _view(_labels.label_choices)
 label_set_choices = _view(_labels.label_set_choices)

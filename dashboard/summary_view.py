@@ -18,8 +18,15 @@ def chance_text(s: RunSummary) -> str:
 
 def accuracy_rows(s: RunSummary) -> list[dict]:
     """The summary's accuracy table rows: model, mode, accuracy, 95% CI."""
-    return [{"model": r.model, "mode": r.mode, "accuracy": round(r.accuracy, 3),
-             "95% CI": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]"} for r in s.accuracy]
+    return [
+        {
+            "model": r.model,
+            "mode": r.mode,
+            "accuracy": round(r.accuracy, 3),
+            "95% CI": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]",
+        }
+        for r in s.accuracy
+    ]
 
 
 def agreement(p: PairSummary, mode: str) -> float | None:
@@ -28,18 +35,31 @@ def agreement(p: PairSummary, mode: str) -> float | None:
 
 def pair_caption(p: PairSummary) -> str:
     """One line on the paired accuracy difference of a model pair in both modes."""
-    parts = [f"{mode}: {d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] (SE {d.se:.3f})"
-             for mode in ("coupled", "independent") for d in [p.diff.get(mode)] if d]
-    more = (f" Independent sampling needs {p.questions_factor:.1f}× the questions for the same precision."
-            if p.questions_factor else "")
-    return (f"Accuracy difference {p.model_a} − {p.model_b}, paired over questions, 95% CI: "
-            + "; ".join(parts) + "." + more)
+    parts = [
+        f"{mode}: {d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] (SE {d.se:.3f})"
+        for mode in ("coupled", "independent")
+        for d in [p.diff.get(mode)]
+        if d
+    ]
+    more = (
+        f" Independent sampling needs {p.questions_factor:.1f}× the questions for the same precision."
+        if p.questions_factor
+        else ""
+    )
+    return (
+        f"Accuracy difference {p.model_a} − {p.model_b}, paired over questions, 95% CI: "
+        + "; ".join(parts)
+        + "."
+        + more
+    )
 
 
 def saving_help(p: PairSummary) -> str:
     """The saving's definition (and its interval when the analysis gives one)."""
-    text = p.saving_definition or ("1 - SE²(coupled) / SE²(independent) of the paired per-question accuracy "
-                                   "difference (docs/METHODS.md 7.1)")
+    text = p.saving_definition or (
+        "1 - SE²(coupled) / SE²(independent) of the paired per-question accuracy "
+        "difference (docs/METHODS.md 7.1)"
+    )
     if p.variance_saving_ci is not None:
         text += f"; 95% CI [{pct(p.variance_saving_ci[0])}, {pct(p.variance_saving_ci[1])}]"
     return text

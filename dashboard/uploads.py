@@ -1,4 +1,5 @@
-"""Uploads of pairwise comparisons: validate (a pure, cached read), save under data/uploads/, import as a job."""
+"""Uploads of pairwise comparisons: validate (a pure, cached read), save under data/uploads/, import as a
+job."""
 
 from __future__ import annotations
 
@@ -30,16 +31,24 @@ def named(data: bytes | None, name: str | None) -> bytes | None:
 
 
 @st.cache_data(show_spinner="Validating…", max_entries=8)
-def validate_upload(fmt: str, main: bytes, judge: bytes | None, main_name: str | None = None,
-                    judge_name: str | None = None):
+def validate_upload(
+    fmt: str,
+    main: bytes,
+    judge: bytes | None,
+    main_name: str | None = None,
+    judge_name: str | None = None,
+):
     """(normalised rows, problems as dicts) from engine.tasks.comparisons' validators (a pure read);
     problems name the uploaded files (``main_name`` / ``judge_name``)."""
     from engine.tasks import comparisons
+
     if fmt == "csv":
         rows, problems = comparisons.validate_comparisons_csv(named(main, main_name))
     else:
         rows, problems = comparisons.validate_arena(named(main, main_name), named(judge, judge_name))
-    return rows, [{"file": p.file, "row": p.row, "column": p.column, "problem": p.message} for p in problems]
+    return rows, [
+        {"file": p.file, "row": p.row, "column": p.column, "problem": p.message} for p in problems
+    ]
 
 
 def line_column(fmt: str) -> str:
@@ -52,15 +61,23 @@ def problems_table(problems: list[dict], fmt: str = "csv") -> pd.DataFrame:
     does), column, problem; whole-file problems have no line."""
     df = pd.DataFrame(problems, columns=["file", "row", "column", "problem"])
     lines = df["row"].map(lambda r: "" if r is None or pd.isna(r) else str(int(r)))
-    return pd.DataFrame({"file": df["file"], line_column(fmt): lines,
-                         "column": df["column"].fillna(""), "problem": df["problem"]})
+    return pd.DataFrame(
+        {
+            "file": df["file"],
+            line_column(fmt): lines,
+            "column": df["column"].fillna(""),
+            "problem": df["problem"],
+        }
+    )
 
 
 def n_models(rows) -> int:
     return len(set(rows["model_a"]) | set(rows["model_b"]))
 
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")  # everything else (controls, NUL, bidi overrides, '/', spaces) -> '-'
+_SAFE = re.compile(
+    r"[^A-Za-z0-9_.-]+"
+)  # everything else (controls, NUL, bidi overrides, '/', spaces) -> '-'
 
 
 def default_set_name(filename: str, max_len: int = 60) -> str:
@@ -71,8 +88,8 @@ def default_set_name(filename: str, max_len: int = 60) -> str:
 
 
 def safe_suffix(filename: str) -> str:
-    """The upload's extension for the saved file: ASCII letters and digits only, at most 10 of them
-    (a 300-character "suffix", an embedded NUL or a right-to-left override never reach the file system)."""
+    """The upload's extension for the saved file: ASCII letters and digits only, at most 10 of them (a
+    300-character "suffix", an embedded NUL or a right-to-left override never reach the file system)."""
     suffix = Path(filename.replace("\x00", "")).suffix.lower()
     clean = re.sub(r"[^a-z0-9]", "", suffix)[:10]
     return "." + clean if clean else ""
@@ -96,8 +113,10 @@ def write_new_file(path: Path, data: bytes) -> None:
         raise
     except OSError as exc:
         path.unlink(missing_ok=True)
-        raise UserError(f"the upload could not be saved as {path} ({exc.strerror or exc}); nothing was kept: "
-                        "free some space (or fix the folder's permissions) and upload again") from None
+        raise UserError(
+            f"the upload could not be saved as {path} ({exc.strerror or exc}); nothing was kept: "
+            "free some space (or fix the folder's permissions) and upload again"
+        ) from None
 
 
 def saved_name(filename: str) -> str:
@@ -124,19 +143,36 @@ def save_upload(filename: str, data: bytes) -> Path:
             continue
 
 
-def start_import(fmt: str, main_name: str, main: bytes, judge_name: str | None, judge: bytes | None,
-                 name: str, replace: bool) -> str | None:
+def start_import(
+    fmt: str,
+    main_name: str,
+    main: bytes,
+    judge_name: str | None,
+    judge: bytes | None,
+    name: str,
+    replace: bool,
+) -> str | None:
     """Save the files and run ``python -m engine import comparisons`` as a job."""
     main_path = save_upload(main_name, main)
     # --name=VALUE: a name starting with '-' must not be read as an option by the job's parser
-    args = ["import", "comparisons", str(main_path), "--db", str(db_path()), f"--name={name}", "--format", fmt]
+    args = [
+        "import",
+        "comparisons",
+        str(main_path),
+        "--db",
+        str(db_path()),
+        f"--name={name}",
+        "--format",
+        fmt,
+    ]
     if judge is not None:
         args += ["--judge-file", str(save_upload(judge_name or "judge.json", judge))]
     if replace:
         args.append("--replace")
     try:
-        job_id = jobs.start_job(args, kind="import", db=db_path(), progress=False,
-                                env={"COUPLED_EVAL_DB": str(db_path())})
+        job_id = jobs.start_job(
+            args, kind="import", db=db_path(), progress=False, env={"COUPLED_EVAL_DB": str(db_path())}
+        )
     except (UserError, OSError) as exc:
         st.error(f"Could not start the import: {exc}")
         return None

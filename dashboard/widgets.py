@@ -56,19 +56,26 @@ ExportContext = downloads.ExportContext
 IMAGE_FORMAT_KEY = "export_image_format"
 
 
-def export_context(page: str, run: str | None = None, set_name: str | None = None,
-                   models=()) -> downloads.ExportContext:
+def export_context(
+    page: str, run: str | None = None, set_name: str | None = None, models=()
+) -> downloads.ExportContext:
     """What this page's downloads are about (run or set, models), from the page's widgets."""
-    return downloads.ExportContext(page, run=run, set_name=set_name,
-                                   models=tuple(str(m) for m in (models or ()) if m))
+    return downloads.ExportContext(
+        page, run=run, set_name=set_name, models=tuple(str(m) for m in (models or ()) if m)
+    )
 
 
 def image_format_choice() -> None:
     """The sidebar choice of the chart camera button's format (PNG or SVG), one per page."""
-    st.sidebar.segmented_control("Chart camera button saves", ["png", "svg"], default="png",
-                                 format_func=str.upper, key=IMAGE_FORMAT_KEY,
-                                 help="The camera icon in a chart's toolbar downloads the chart as an image, "
-                                      "named after the run, models and date.")
+    st.sidebar.segmented_control(
+        "Chart camera button saves",
+        ["png", "svg"],
+        default="png",
+        format_func=str.upper,
+        key=IMAGE_FORMAT_KEY,
+        help="The camera icon in a chart's toolbar downloads the chart as an image, "
+        "named after the run, models and date.",
+    )
 
 
 def chart(fig, name: str, key: str | None = None, ctx: downloads.ExportContext | None = None) -> None:
@@ -80,26 +87,47 @@ def chart(fig, name: str, key: str | None = None, ctx: downloads.ExportContext |
     fmt = st.session_state.get(IMAGE_FORMAT_KEY) or "png"
     st.plotly_chart(fig, key=f"chart_{key}", config=downloads.modebar_config(stem, fmt))
     row = st.container(horizontal=True, gap="small", vertical_alignment="center")
-    row.download_button("HTML", data=lambda: downloads.figure_bytes(fig, "html"), file_name=f"{stem}.html",
-                        mime=downloads.MIME["html"], key=f"html_{key}", on_click="ignore", icon=":material/code:",
-                        help="the interactive chart as one HTML file (works offline)")
+    row.download_button(
+        "HTML",
+        data=lambda: downloads.figure_bytes(fig, "html"),
+        file_name=f"{stem}.html",
+        mime=downloads.MIME["html"],
+        key=f"html_{key}",
+        on_click="ignore",
+        icon=":material/code:",
+        help="the interactive chart as one HTML file (works offline)",
+    )
     row.caption(f"{fmt.upper()}: the camera icon in the chart's toolbar")
 
 
 def report_button(run: str, models=(), key: str = "report") -> None:
-    """"Download report": the run's shareable HTML report (one offline file; ``python -m engine report``),
-    built when clicked (seconds; about a minute for the paper's MMLU run), named after run, models and date."""
+    """ "Download report": the run's shareable HTML report (one offline file; ``python -m engine
+    report``), built when clicked (seconds; about a minute for the paper's MMLU run), named after run,
+    models and date."""
     from dashboard import loaders
+
     models = tuple(str(m) for m in models if m)
-    st.download_button("Download report", data=lambda: loaders.report_html(run, models),
-                       file_name=downloads.report_name(run, models), mime=downloads.MIME["html"], key=key,
-                       on_click="ignore", icon=":material/summarize:",
-                       help="one HTML file with the headline, design, every analysis this run supports, methods "
-                            "and references; opens offline. Same as: python -m engine report --run " + run)
+    st.download_button(
+        "Download report",
+        data=lambda: loaders.report_html(run, models),
+        file_name=downloads.report_name(run, models),
+        mime=downloads.MIME["html"],
+        key=key,
+        on_click="ignore",
+        icon=":material/summarize:",
+        help="one HTML file with the headline, design, every analysis this run supports, methods "
+        "and references; opens offline. Same as: python -m engine report --run " + run,
+    )
 
 
-def table(df, name: str, key: str | None = None, ctx: downloads.ExportContext | None = None, wrap: int = 0,
-          **kwargs):
+def table(
+    df,
+    name: str,
+    key: str | None = None,
+    ctx: downloads.ExportContext | None = None,
+    wrap: int = 0,
+    **kwargs,
+):
     """Draw a table with a CSV download (named like the charts; floats without noise). Returns
     what ``st.dataframe`` returns (the selection, with ``on_select``). ``wrap=N``: a static table
     of the first N rows whose long cells wrap instead of being cut (the CSV has every row)."""
@@ -110,8 +138,15 @@ def table(df, name: str, key: str | None = None, ctx: downloads.ExportContext | 
             st.caption(f"First {wrap:,} of {len(df):,} rows; the CSV has all of them.")
     else:
         shown = st.dataframe(df, key=f"table_{key}", hide_index=True, **kwargs)
-    st.download_button("CSV", data=lambda: downloads.table_csv(df), file_name=downloads.export_name(name, "csv", ctx),
-                       mime=downloads.MIME["csv"], key=f"csv_{key}", on_click="ignore", icon=":material/download:")
+    st.download_button(
+        "CSV",
+        data=lambda: downloads.table_csv(df),
+        file_name=downloads.export_name(name, "csv", ctx),
+        mime=downloads.MIME["csv"],
+        key=f"csv_{key}",
+        on_click="ignore",
+        icon=":material/download:",
+    )
     return shown
 
 
@@ -125,9 +160,12 @@ def unit_from_selection(selection, units) -> tuple[str, int] | None:
     return str(rec["prompt_id"]), int(rec["repeat"])
 
 
-def open_unit_on_select(table_key: str, units, prompt_key: str, repeat_key: str, clear_keys=()) -> Callable[[], None]:
+def open_unit_on_select(
+    table_key: str, units, prompt_key: str, repeat_key: str, clear_keys=()
+) -> Callable[[], None]:
     """An ``on_select`` callback for ``table(..., key=table_key)``: the selected unit's prompt and
     repeat go into the unit widgets (callbacks run before the page, so the widgets can be set)."""
+
     def select() -> None:
         unit = unit_from_selection(st.session_state.get(f"table_{table_key}"), units)
         if unit is None:
@@ -135,24 +173,36 @@ def open_unit_on_select(table_key: str, units, prompt_key: str, repeat_key: str,
         for k in clear_keys:
             st.session_state[k] = ""
         st.session_state[prompt_key], st.session_state[repeat_key] = unit
+
     return select
 
 
 def decision_rows(decisions: pd.DataFrame) -> pd.DataFrame:
     """engine.analysis.traces.step_decisions as the table the Token traces page shows."""
     d = decisions
-    return pd.DataFrame({"model": d["model"], "chosen": d["chosen"], "log p": d["logp_chosen"], "g": d["g_chosen"],
-                         "log p + g": d["s_chosen"], "runner-up (top-K)": d["runner_up"],
-                         "runner-up log p": d["logp_runner_up"], "runner-up g": d["g_runner_up"],
-                         "runner-up log p + g": d["s_runner_up"],
-                         "margin": d["margin"]}).round(4)
+    return pd.DataFrame(
+        {
+            "model": d["model"],
+            "chosen": d["chosen"],
+            "log p": d["logp_chosen"],
+            "g": d["g_chosen"],
+            "log p + g": d["s_chosen"],
+            "runner-up (top-K)": d["runner_up"],
+            "runner-up log p": d["logp_runner_up"],
+            "runner-up g": d["g_runner_up"],
+            "runner-up log p + g": d["s_runner_up"],
+            "margin": d["margin"],
+        }
+    ).round(4)
 
 
 def empty_state(message: str, page: str | None = None, label: str | None = None) -> None:
     """An info box that says what to do next, with a link to the page that does it."""
     st.info(message)
     if page:
-        st.page_link(navigation.path(page), label=label or f"Go to {page}", icon=":material/arrow_forward:")
+        st.page_link(
+            navigation.path(page), label=label or f"Go to {page}", icon=":material/arrow_forward:"
+        )
 
 
 def fmt_seconds(s: float | None) -> str:
@@ -187,10 +237,24 @@ def records(rows):
 
 
 def accuracy_rows(res: BenchmarkComparison) -> pd.DataFrame:
-    """Flatten benchmark_compare's accuracy_by_mode into rows (mode, model, mu, ci_low, ci_high, n, k)."""
-    return pd.DataFrame([{"mode": mode, "model": m, "mu": v.mu, "ci_low": v.ci_low, "ci_high": v.ci_high, "se": v.se,
-                          "n": v.n, "k": v.k}
-                         for mode, per in res.accuracy_by_mode.items() for m, v in per.items()])
+    """Flatten benchmark_compare's accuracy_by_mode into rows (mode, model, mu, ci_low, ci_high, n,
+    k)."""
+    return pd.DataFrame(
+        [
+            {
+                "mode": mode,
+                "model": m,
+                "mu": v.mu,
+                "ci_low": v.ci_low,
+                "ci_high": v.ci_high,
+                "se": v.se,
+                "n": v.n,
+                "k": v.k,
+            }
+            for mode, per in res.accuracy_by_mode.items()
+            for m, v in per.items()
+        ]
+    )
 
 
 def paired_rows(res: BenchmarkComparison) -> pd.DataFrame:
@@ -198,11 +262,22 @@ def paired_rows(res: BenchmarkComparison) -> pd.DataFrame:
     rows = []
     for mode, p in res.paired.items():
         bt = p.bootstrap
-        rows.append({"mode": mode, "diff A−B": p.diff, "ci_low": p.ci_low, "ci_high": p.ci_high,
-                     "p_value": p.p_value, "SE": p.se, "corr": p.corr,
-                     "boot_ci_low": None if bt is None else bt.ci_low,
-                     "boot_ci_high": None if bt is None else bt.ci_high, "MDE": p.mde, "questions": p.n_questions,
-                     "repeats": p.n_repeats})
+        rows.append(
+            {
+                "mode": mode,
+                "diff A−B": p.diff,
+                "ci_low": p.ci_low,
+                "ci_high": p.ci_high,
+                "p_value": p.p_value,
+                "SE": p.se,
+                "corr": p.corr,
+                "boot_ci_low": None if bt is None else bt.ci_low,
+                "boot_ci_high": None if bt is None else bt.ci_high,
+                "MDE": p.mde,
+                "questions": p.n_questions,
+                "repeats": p.n_repeats,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -248,10 +323,15 @@ def flagged_ids(prompts) -> list[str]:
 
 def bootstrap_text(b: BootstrapCI) -> str:
     """'se = …, ci_low = …, ci_high = …' (the bootstrap's fields, in order)."""
-    return ", ".join(f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}" for k, v in b.to_dict().items())
+    return ", ".join(
+        f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}" for k, v in b.to_dict().items()
+    )
 
 
 def single_text(sg: SingleGeneration) -> str:
     """'best = …, worst = …, spread = …' (the scalar fields; the k scores are in the JSON)."""
-    return ", ".join(f"{k} = {v:.3f}" if isinstance(v, float) else f"{k} = {v}" for k, v in sg.to_dict().items()
-                     if not isinstance(v, (list, dict)))
+    return ", ".join(
+        f"{k} = {v:.3f}" if isinstance(v, float) else f"{k} = {v}"
+        for k, v in sg.to_dict().items()
+        if not isinstance(v, (list, dict))
+    )

@@ -18,7 +18,9 @@ import sys
 from engine.commands import COMMANDS
 from engine.errors import UserError
 
-_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")  # :func:`~a.b.c` / :ref:`text <t>`
+_ROLE = re.compile(
+    r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)\s*(?:<[^`>]*>)?`"
+)  # :func:`~a.b.c` / :ref:`text <t>`
 _LITERAL = re.compile(r"``(.+?)``")
 _DEFAULT = re.compile(r"(?<![`\w])`([^`\n]+)`(?![`\w])")  # `text` (the default role)
 _EMPH = re.compile(r"(?<![\w*])\*{1,2}([^*\s][^*]*?)\*{1,2}(?![\w*])")
@@ -50,7 +52,11 @@ class PlainFormatter(argparse.RawDescriptionHelpFormatter):
     def _expand_help(self, action: argparse.Action) -> str:
         try:
             text = super()._expand_help(action)
-        except (ValueError, TypeError, KeyError):  # a bare '%' ("95% CI") in a help string: show it as written
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+        ):  # a bare '%' ("95% CI") in a help string: show it as written
             text = action.help or ""
         return plain(text)
 
@@ -90,11 +96,12 @@ def prog_name(argv0: str | None = None) -> str:
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; ``prog``: the name in usage and help (default :func:`prog_name`)."""
     prog = prog_name() if prog is None else prog
-    parser = Parser(prog=prog,
-                    description=f"Coupled Eval from the command line. {prog} COMMAND --help "
-                                "describes one command.",
-                    epilog="Commands print a short summary by default; --json prints the full result "
-                           "(and --out FILE writes it, where offered).")
+    parser = Parser(
+        prog=prog,
+        description=f"Coupled Eval from the command line. {prog} COMMAND --help describes one command.",
+        epilog="Commands print a short summary by default; --json prints the full result "
+        "(and --out FILE writes it, where offered).",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMANDS:
@@ -106,8 +113,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def _check_db(args) -> None:
-    """Refuse a damaged, foreign or other-version --db before the command does anything (tests/test_store_integrity.py);
-    ``db check`` / ``db migrate`` look at the file themselves."""
+    """Refuse a damaged, foreign or other-version --db before the command does anything
+    (tests/test_store_integrity.py); ``db check`` / ``db migrate`` look at the file themselves."""
     db = getattr(args, "db", None)
     if db is None or args.command == "db":
         return

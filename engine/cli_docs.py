@@ -54,13 +54,17 @@ def cli_markdown() -> str:
     """The whole of docs/CLI.md."""
     from engine import config
     from engine.cli import MODULE_PROG, build_parser
+
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH
     try:
         parser = build_parser(prog=MODULE_PROG)  # a parser of its own: its defaults may be rewritten
         _relative_defaults(parser, str(config.PROJECT_ROOT) + os.sep, str(config.DEFAULT_DB))
         out = [HEAD, "## Commands", ""]
-        out += [f"- [`{name}`](#{('python -m engine ' + name).replace(' ', '-')})" for name, _ in _subparsers(parser)]
+        out += [
+            f"- [`{name}`](#{('python -m engine ' + name).replace(' ', '-')})"
+            for name, _ in _subparsers(parser)
+        ]
         out.append("")
         for name, sp in _subparsers(parser):
             _walk(sp, [MODULE_PROG, name], 2, out)

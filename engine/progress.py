@@ -42,8 +42,17 @@ def read_progress(path: str | os.PathLike) -> dict | None:
 class Progress:
     """Units done, tokens/s and ETA, to a tqdm bar on stderr and (optionally) a JSON file."""
 
-    def __init__(self, total: int, *, kind: str = "job", job: str = "", path: str | os.PathLike | None = None,
-                 done: int = 0, show_bar: bool = True, min_interval_s: float = 0.5):
+    def __init__(
+        self,
+        total: int,
+        *,
+        kind: str = "job",
+        job: str = "",
+        path: str | os.PathLike | None = None,
+        done: int = 0,
+        show_bar: bool = True,
+        min_interval_s: float = 0.5,
+    ):
         self.total, self.done, self.tokens = int(total), int(done), 0
         self.kind, self.job, self.path = kind, job, path
         self.started = time.time()
@@ -52,8 +61,15 @@ class Progress:
         self.stats: dict = {}  # job-specific live counters (an API judge: requests/s, retries, tokens)
         self._last_write = 0.0
         self.min_interval_s = min_interval_s
-        self.bar = tqdm(total=total, initial=done, desc=kind, unit="unit", file=sys.stderr,
-                        disable=not show_bar, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=total,
+            initial=done,
+            desc=kind,
+            unit="unit",
+            file=sys.stderr,
+            disable=not show_bar,
+            dynamic_ncols=True,
+        )
         self._write("running", "", force=True)
 
     def tokens_per_s(self) -> float:
@@ -104,13 +120,28 @@ class Progress:
             return
         self._last_write = now
         dt = max(now - self.started, 1e-9)
-        extra = {"workers": {k: {**w, "tokens_per_s": w["tokens"] / dt} for k, w in self.workers.items()}} \
-            if self.workers else {}
+        extra = (
+            {"workers": {k: {**w, "tokens_per_s": w["tokens"] / dt} for k, w in self.workers.items()}}
+            if self.workers
+            else {}
+        )
         if self.stats:
             extra["stats"] = dict(self.stats)
-        write_json_atomic(self.path, {
-            "job": self.job, "kind": self.kind, "status": status, "done": self.done,
-            "total": self.total, "tokens": self.tokens, "tokens_per_s": self.tokens_per_s(),
-            "eta_s": self.eta_s(), "message": message, "pid": os.getpid(),
-            "started_at": self.started, "updated_at": now, **extra,
-        })
+        write_json_atomic(
+            self.path,
+            {
+                "job": self.job,
+                "kind": self.kind,
+                "status": status,
+                "done": self.done,
+                "total": self.total,
+                "tokens": self.tokens,
+                "tokens_per_s": self.tokens_per_s(),
+                "eta_s": self.eta_s(),
+                "message": message,
+                "pid": os.getpid(),
+                "started_at": self.started,
+                "updated_at": now,
+                **extra,
+            },
+        )

@@ -37,27 +37,42 @@ def tiny_tokenizer(vocab_perm_seed: int | None = None) -> PreTrainedTokenizerFas
     tk.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     tk.decoder = decoders.Fuse()
     tk.add_special_tokens(SPECIALS)
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<bos>",
-                                  eos_token="<eos>", unk_token="<pad>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<pad>"
+    )
     tok.chat_template = CHAT_TEMPLATE
     tok.padding_side = "left"
     return tok
 
 
-def tiny_lm(seed: int = 0, vocab_perm_seed: int | None = None, hidden: int = 64, layers: int = 2,
-            dtype: torch.dtype = torch.float32):
+def tiny_lm(
+    seed: int = 0,
+    vocab_perm_seed: int | None = None,
+    hidden: int = 64,
+    layers: int = 2,
+    dtype: torch.dtype = torch.float32,
+):
     """(model, tokenizer): a randomly initialised 2-layer Llama, deterministic in ``seed``."""
     tok = tiny_tokenizer(vocab_perm_seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=512, pad_token_id=tok.pad_token_id,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+    )
     gen = torch.Generator().manual_seed(seed)  # local generator: nothing seeds globally
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-    # ignore: transformers wraps PreTrainedModel.to in functools.wraps, which mypy reads as an unbound function
+    # ignore: transformers wraps PreTrainedModel.to in functools.wraps, which mypy reads as an unbound
+    # function
     model = model.to(dtype).eval()  # type: ignore[arg-type]
     return model, tok

@@ -23,7 +23,9 @@ import math
 import numpy as np
 
 
-def lambda_predmix_eb(x, truncation=math.inf, alpha=0.05, prior_mean=1 / 2, prior_variance=1 / 4, fake_obs=1):
+def lambda_predmix_eb(
+    x, truncation=math.inf, alpha=0.05, prior_mean=1 / 2, prior_variance=1 / 4, fake_obs=1
+):
     t = np.arange(1, len(x) + 1)
     mu_hat_t = np.minimum((fake_obs * prior_mean + np.cumsum(x)) / (t + fake_obs), 1)
     sigma2_t = (fake_obs * prior_variance + np.cumsum(np.power(x - mu_hat_t, 2))) / (t + fake_obs)

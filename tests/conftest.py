@@ -26,16 +26,31 @@ def shared_path(*parts: str) -> Path:
 # spawn and kill generation processes, generate whole runs or run the Triton kernels in Triton's
 # interpreter (test_noise_kernel.py: run it when touching engine/sampling/triton_noise.py); each
 # takes tens of seconds to minutes on a 2-core machine. CI runs everything.
-QUICK_SKIP_MODULES = {"test_models.py", "test_distributed.py", "test_generation.py", "test_generation_dtype.py",
-                      "test_cuda_backend.py", "test_browser.py", "test_packaging.py", "test_next_commands.py",
-                      "test_resume.py", "test_run_driver.py", "test_until.py", "test_sequential_pages.py",
-                      "test_report_sections.py", "test_noise_kernel.py"}
+QUICK_SKIP_MODULES = {
+    "test_models.py",
+    "test_distributed.py",
+    "test_generation.py",
+    "test_generation_dtype.py",
+    "test_cuda_backend.py",
+    "test_browser.py",
+    "test_packaging.py",
+    "test_next_commands.py",
+    "test_resume.py",
+    "test_run_driver.py",
+    "test_until.py",
+    "test_sequential_pages.py",
+    "test_report_sections.py",
+    "test_noise_kernel.py",
+}
 QUICK_SKIP_MARKS = ("slow", "browser", "vllm")
 
 
 def pytest_addoption(parser):
-    parser.addoption("--quick", action="store_true",
-                     help="the fast subset: no slow / browser / vllm tests, no model-loading modules")
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the fast subset: no slow / browser / vllm tests, no model-loading modules",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,7 +58,9 @@ def pytest_collection_modifyitems(config, items):
         return
     keep, drop = [], []
     for item in items:
-        heavy = item.path.name in QUICK_SKIP_MODULES or any(item.get_closest_marker(m) for m in QUICK_SKIP_MARKS)
+        heavy = item.path.name in QUICK_SKIP_MODULES or any(
+            item.get_closest_marker(m) for m in QUICK_SKIP_MARKS
+        )
         (drop if heavy else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -47,9 +47,16 @@ def messages_key(body: dict) -> str:
 class FakeOpenAI:
     """The server; use as a context manager. ``url`` is the base URL (``.../v1``)."""
 
-    def __init__(self, *, key: str = "sk-test-key", models: tuple[str, ...] = ("judge-1",),
-                 script: Callable[[dict, int], Action] | None = None, latency_s: float = 0.0,
-                 reported_model: str | None = None, list_models: bool = True):
+    def __init__(
+        self,
+        *,
+        key: str = "sk-test-key",
+        models: tuple[str, ...] = ("judge-1",),
+        script: Callable[[dict, int], Action] | None = None,
+        latency_s: float = 0.0,
+        reported_model: str | None = None,
+        list_models: bool = True,
+    ):
         self.key, self.models, self.latency_s, self.list_models = key, models, latency_s, list_models
         self.script = script or (lambda body, n: Action())
         self.reported_model = reported_model
@@ -58,15 +65,24 @@ class FakeOpenAI:
         self.times: dict[str, list[float]] = {}  # arrival times per messages key
         self.per_messages: Counter = Counter()
         self.lock = threading.Lock()
-        app = Starlette(routes=[Route("/v1/models", self._models, methods=["GET"]),
-                                Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        app = Starlette(
+            routes=[
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            ]
+        )
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False,
-                                                     timeout_graceful_shutdown=1, backlog=512))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                app, log_level="error", access_log=False, timeout_graceful_shutdown=1, backlog=512
+            )
+        )
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
 
     def __enter__(self) -> FakeOpenAI:
         self._thread.start()
@@ -91,8 +107,11 @@ class FakeOpenAI:
 
     @staticmethod
     def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "type": "fake", "code": status}}, status_code=status,
-                            headers=headers)
+        return JSONResponse(
+            {"error": {"message": message, "type": "fake", "code": status}},
+            status_code=status,
+            headers=headers,
+        )
 
     async def _models(self, request: Request) -> Response:
         with self.lock:
@@ -101,8 +120,12 @@ class FakeOpenAI:
             return self._error(404, "Not Found")
         if not self._authorised(request):
             return self._error(401, "Incorrect API key provided")
-        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fake"}
-                                                        for m in self.models]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": m, "object": "model", "owned_by": "fake"} for m in self.models],
+            }
+        )
 
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
@@ -136,19 +159,39 @@ class FakeOpenAI:
             await asyncio.sleep(act.delay_s)
         if act.kind == "malformed":
             return Response('{"id": "x", "choices": [', media_type="application/json")
-        choices = [] if act.kind == "empty" else [
-            {"index": 0, "message": {"role": "assistant", "content": act.text}, "finish_reason": "stop"}]
+        choices = (
+            []
+            if act.kind == "empty"
+            else [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": act.text},
+                    "finish_reason": "stop",
+                }
+            ]
+        )
         content = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
-        return JSONResponse({"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
-                             "model": self.reported_model or f"{body.get('model')}-2026-01-01", "choices": choices,
-                             "usage": {"prompt_tokens": content // 4, "completion_tokens": len(act.text.split()),
-                                       "total_tokens": content // 4 + len(act.text.split())}})
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{n}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.reported_model or f"{body.get('model')}-2026-01-01",
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": content // 4,
+                    "completion_tokens": len(act.text.split()),
+                    "total_tokens": content // 4 + len(act.text.split()),
+                },
+            }
+        )
 
 
 def verdict_by_rank(body: dict) -> str:
     """The verdict a judge preferring the model named first in ``m1 < m2 < m3`` gives (tests' runs
     store 'answer of mK ...' texts): 'A' when the answer shown first is the better one."""
     import re
+
     user = body["messages"][-1]["content"]
     first = re.search(r"Assistant A's Answer\|>\nanswer of (m\d)", user)
     second = re.search(r"Assistant B's Answer\|>\nanswer of (m\d)", user)
@@ -163,6 +206,7 @@ class FakeOpenAIProcess:
 
     def __init__(self, **kwargs):
         import multiprocessing as mp
+
         self._ctx = mp.get_context("fork")
         self._parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=self._serve, args=(child, kwargs), daemon=True)

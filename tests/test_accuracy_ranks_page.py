@@ -51,18 +51,27 @@ def test_harness_upload_save_preview_and_job_args(tmp_path, monkeypatch):
     monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "db" / "x.duckdb"))
     (tmp_path / "db").mkdir()
     from dashboard import harness_upload
-    files = [(p.name, p.read_bytes()) for p in sorted((DATA / "lm_eval" / "tinyqa").rglob("*")) if p.is_file()]
+
+    files = [
+        (p.name, p.read_bytes()) for p in sorted((DATA / "lm_eval" / "tinyqa").rglob("*")) if p.is_file()
+    ]
     folder = harness_upload.save_files(files)
-    assert folder.parent == tmp_path / "db" / "uploads" and sorted(p.name for p in folder.iterdir()) == \
-        sorted(n for n, _ in files)
+    assert folder.parent == tmp_path / "db" / "uploads" and sorted(
+        p.name for p in folder.iterdir()
+    ) == sorted(n for n, _ in files)
     table = harness_upload.preview(folder)
     assert table["model"].tolist() == ["dummy-a", "dummy-b"] and table["samples"].tolist() == [8, 8]
     started = []
-    monkeypatch.setattr(harness_upload.jobs_panel, "start_job", lambda args, kind: started.append((args, kind)) or "j1")
+    monkeypatch.setattr(
+        harness_upload.jobs_panel, "start_job", lambda args, kind: started.append((args, kind)) or "j1"
+    )
     assert harness_upload.start_import(folder, " mine ") == "j1"
     args, kind = started[0]
-    assert kind == "import" and args[:3] == ["import", "harness", str(folder)] and args[-1] == "--name=mine"
+    assert (
+        kind == "import" and args[:3] == ["import", "harness", str(folder)] and args[-1] == "--name=mine"
+    )
     from engine.cli import build_parser
+
     parsed = build_parser().parse_args(args)
     assert parsed.paths == [str(folder)] and parsed.name == "mine"
     bad = harness_upload.save_files([("x.eval", b"PK\x03\x04 not a zip")])

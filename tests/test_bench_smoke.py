@@ -30,7 +30,9 @@ def test_every_script_is_found():
 SLOW_SMOKE = {"bench_gpu_generation.py", "bench_ray.py"}  # 10-19 s each on 2 cores: left out of --quick
 
 
-@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_SMOKE else s for s in SCRIPTS])
+@pytest.mark.parametrize(
+    "script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_SMOKE else s for s in SCRIPTS]
+)
 def test_bench_script_smoke(script, monkeypatch, tmp_path, capsys):
     path = BENCH / script
     assert "--smoke" in path.read_text(), f"bench/{script} has no --smoke mode"
@@ -38,7 +40,9 @@ def test_bench_script_smoke(script, monkeypatch, tmp_path, capsys):
     monkeypatch.syspath_prepend(str(BENCH))
     monkeypatch.chdir(tmp_path)  # anything a script writes to its working folder lands here
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    env = dict(os.environ)  # a script may set variables (winrates_page: COUPLED_EVAL_SHARED): never past this test
+    env = dict(
+        os.environ
+    )  # a script may set variables (winrates_page: COUPLED_EVAL_SHARED): never past this test
     try:
         runpy.run_path(str(path), run_name="__main__")
     except SystemExit as exc:

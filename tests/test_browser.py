@@ -27,7 +27,9 @@ CHROMIUM = "/usr/bin/chromium"
 PAGES = {p.key: p.url_path for p in navigation.PAGES}  # home = "" (the root URL)
 
 if not Path(CHROMIUM).exists():
-    pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed", allow_module_level=True)
+    pytest.skip(
+        f"needs Debian's chromium at {CHROMIUM}, which is not installed", allow_module_level=True
+    )
 playwright = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
 
 
@@ -54,10 +56,30 @@ def _serve(tmp: Path, db: Path):
     port = _free_port()
     env = dict(os.environ, COUPLED_EVAL_DB=str(db), HF_HUB_OFFLINE="1", BROWSER_PATH=CHROMIUM)
     log = open(tmp / "streamlit.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                             "--server.headless", "true", "--server.address", "127.0.0.1",
-                             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.fileWatcherType",
+            "none",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -74,6 +96,7 @@ def _serve(tmp: Path, db: Path):
     proc.wait(timeout=20)
     # stop any job the test started (they run in their own sessions)
     from dashboard import jobs
+
     for j in jobs.list_jobs(db):
         if j.status == "running":
             jobs.cancel_job(j.job_id, db)
@@ -82,8 +105,10 @@ def _serve(tmp: Path, db: Path):
 @pytest.fixture(scope="module")
 def browser():
     with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM,
-                              args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         yield b
         b.close()
 
@@ -134,9 +159,16 @@ def test_a_deep_link_as_first_request_gets_the_app_navigation(server, page, arti
 
 
 def test_every_page_renders(server, page, artifacts_dir):
-    expected = {"home": "Coupled Eval", "generate": "Start generation", "traces": "First divergence",
-                "benchmark": "Mean per-question covariance", "winrates": "Average win-rate (95% CI)",
-                "ranksets": "Rank-sets", "datamap": "Flagged prompts", "upload": "Stored comparison sets"}
+    expected = {
+        "home": "Coupled Eval",
+        "generate": "Start generation",
+        "traces": "First divergence",
+        "benchmark": "Mean per-question covariance",
+        "winrates": "Average win-rate (95% CI)",
+        "ranksets": "Rank-sets",
+        "datamap": "Flagged prompts",
+        "upload": "Stored comparison sets",
+    }
     for name, text in expected.items():
         _goto(page, server, name)
         _no_exception(page)
@@ -151,8 +183,11 @@ def test_download_a_chart(server, page, artifacts_dir):
     """Exports are named after the page, the chart, the run, the models and the date: the HTML
     button, the CSV button and the chart toolbar's camera button (PNG rendered by the browser)."""
     import datetime
+
     today = datetime.date.today().isoformat()
-    stem = "benchmark_covariance_kde_run-small_m-base_vs_m-int4_" + today  # default pair: first two models
+    stem = (
+        "benchmark_covariance_kde_run-small_m-base_vs_m-int4_" + today
+    )  # default pair: first two models
     _goto(page, server, "benchmark")
     page.get_by_text("Mean per-question covariance").first.wait_for(timeout=60_000)
     # the covariance chart's own button (the class of its key), not "the first HTML button on the
@@ -182,19 +217,27 @@ def test_download_a_chart(server, page, artifacts_dir):
     page.get_by_role("tab", name="Error vs samples").click()
     _settle(page)
     with page.expect_download(timeout=60_000) as dl:
-        page.locator("[data-testid='stDownloadButton'] button >> visible=true", has_text="CSV").first.click()
+        page.locator(
+            "[data-testid='stDownloadButton'] button >> visible=true", has_text="CSV"
+        ).first.click()
     assert dl.value.suggested_filename == f"benchmark_error_curve_run-small_m-base_vs_m-int4_{today}.csv"
     csv = artifacts_dir / "browser_download_error_curve.csv"
     dl.value.save_as(str(csv))
-    assert all(len(cell) < 16 for line in csv.read_text().splitlines()[1:] for cell in line.split(","))  # no float noise
+    assert all(
+        len(cell) < 16 for line in csv.read_text().splitlines()[1:] for cell in line.split(",")
+    )  # no float noise
 
 
 def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
     bad = tmp_path / "bad.csv"
-    bad.write_text("prompt_id,model_a,model_b,winner\np1,m-base,m-base,model_a\np2,m-base,m-int8,maybe\n")
+    bad.write_text(
+        "prompt_id,model_a,model_b,winner\np1,m-base,m-base,model_a\np2,m-base,m-int8,maybe\n"
+    )
     good = tmp_path / "good.csv"
-    good.write_text("prompt_id,model_a,model_b,winner\n" + "".join(
-        f"p{i},m-base,m-int8,{['model_a', 'model_b', 'tie'][i % 3]}\n" for i in range(30)))
+    good.write_text(
+        "prompt_id,model_a,model_b,winner\n"
+        + "".join(f"p{i},m-base,m-int8,{['model_a', 'model_b', 'tie'][i % 3]}\n" for i in range(30))
+    )
     _goto(page, server, "upload")
     page.locator("input[type='file']").first.set_input_files(str(bad))
     page.get_by_text("Rejected", exact=False).first.wait_for(timeout=60_000)
@@ -211,12 +254,18 @@ def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
     page.get_by_text("Import started", exact=False).first.wait_for(timeout=60_000)
     # the job imports it; the list refreshes when the job is done
     from engine.tasks import comparisons
+
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and "good" not in comparisons.list_comparison_sets(server["db"])["name"].tolist():
+    while (
+        time.monotonic() < deadline
+        and "good" not in comparisons.list_comparison_sets(server["db"])["name"].tolist()
+    ):
         time.sleep(1)
     assert "good" in comparisons.list_comparison_sets(server["db"])["name"].tolist()
     _goto(page, server, "upload")
-    page.get_by_text("good", exact=True).first.wait_for(state="attached", timeout=30_000)  # a canvas grid cell
+    page.get_by_text("good", exact=True).first.wait_for(
+        state="attached", timeout=30_000
+    )  # a canvas grid cell
     _shot(page, artifacts_dir, "upload_imported")
 
 
@@ -237,6 +286,7 @@ def test_tiny_generation_through_the_ui(server, page, artifacts_dir):
     page.wait_for_timeout(3000)
     _shot(page, artifacts_dir, "generate_running")
     from dashboard import jobs
+
     gen = jobs.list_jobs(server["db"], kind="generate")[0]
     st = jobs.wait_job(gen.job_id, server["db"], timeout_s=420)
     assert st.status == "done", st.log_tail
@@ -247,18 +297,24 @@ def test_tiny_generation_through_the_ui(server, page, artifacts_dir):
     page.get_by_text(re.compile(r"· done ·")).first.wait_for(timeout=30_000)
     _shot(page, artifacts_dir, "generate_done")
     from engine.analysis import overview
+
     runs = overview.runs(server["db"])
     new = runs[runs.run_id.str.startswith("ui-")]
-    assert len(new) == 1 and new.iloc[0]["n_generations"] == 2 * 2 * 1 * 2  # models x prompts x repeats x modes
+    assert (
+        len(new) == 1 and new.iloc[0]["n_generations"] == 2 * 2 * 1 * 2
+    )  # models x prompts x repeats x modes
 
 
 def test_divergence_table_row_opens_the_unit(server, page, artifacts_dir):
     """Clicking a row of the Token traces page's divergence table selects that unit's prompt and repeat."""
     from engine.analysis import traces
+
     div = traces.divergence_summary(server["db"], "run-small", ("m-base", "m-int4", "m-int8"))
     _goto(page, server, "traces")
     # the page opens on the newest run (an earlier test may have added one): pick the fixture's run
-    run_box = page.locator("[data-testid='stSelectbox']").filter(has=page.get_by_text("Run", exact=True)).first
+    run_box = (
+        page.locator("[data-testid='stSelectbox']").filter(has=page.get_by_text("Run", exact=True)).first
+    )
     run_box.click()
     page.get_by_role("option").filter(has_text="run-small").first.click()
     _settle(page)
@@ -274,9 +330,13 @@ def test_divergence_table_row_opens_the_unit(server, page, artifacts_dir):
     want = div.iloc[row]
     _shot(page, artifacts_dir, "traces_row_opened")
     boxes = page.locator("[data-testid='stSelectbox']")
-    shown = {boxes.nth(i).locator("label").inner_text(): boxes.nth(i).locator("input").first.input_value()
-             for i in range(boxes.count())}
-    assert shown["Prompt"].startswith(f"{want['prompt_id']} · ") and shown["Repeat"] == str(int(want["repeat"]))
+    shown = {
+        boxes.nth(i).locator("label").inner_text(): boxes.nth(i).locator("input").first.input_value()
+        for i in range(boxes.count())
+    }
+    assert shown["Prompt"].startswith(f"{want['prompt_id']} · ") and shown["Repeat"] == str(
+        int(want["repeat"])
+    )
 
 
 def _metric(page, label: str) -> str:
@@ -290,6 +350,7 @@ def test_demo_from_click_to_summary_without_reload(empty_server, page, artifacts
     is disabled while the demo runs, the counters move, and the headline findings appear at the end
     with sane numbers (accuracy above chance with its CI; coupled agreement above independent)."""
     from dashboard import jobs
+
     _goto(page, empty_server, "home")
     page.get_by_text("The database is empty", exact=False).first.wait_for(timeout=60_000)
     t0 = time.monotonic()
@@ -321,7 +382,11 @@ def test_demo_from_click_to_summary_without_reload(empty_server, page, artifacts
     _shot(page, artifacts_dir, "demo_summary")
     print(f"demo: click to summary in {elapsed:.0f} s (load average {os.getloadavg()[0]:.1f})")
     # sane headline numbers, read from the page
-    chance = float(re.search(r"chance ([0-9.]+)", page.get_by_text("chance", exact=False).first.inner_text()).group(1))
+    chance = float(
+        re.search(r"chance ([0-9.]+)", page.get_by_text("chance", exact=False).first.inner_text()).group(
+            1
+        )
+    )
     assert 0 < chance < 0.2  # demo-numbers: the most common gold answer covers 3 of 40 questions
     rows = page.locator("[data-testid='stTable'] tbody tr")
     assert rows.count() == 4  # 2 models x 2 modes
@@ -351,15 +416,24 @@ def test_chained_scoring_with_no_browser_open(server, browser, artifacts_dir, tm
 
     from dashboard import jobs
     from engine import store
+
     db = server["db"]
     for ctx in browser.contexts:  # close every page
         ctx.close()
-    code = ("import sys, json; from dashboard import jobs; db = sys.argv[1]; "
-            "print(jobs.start_job(['generate', '--models', 'smollm2-135m', '--dataset', 'demo-numbers', '--limit', '2', "
-            "'--repeats', '1', '--max-new-tokens', '4', '--modes', 'coupled', '--run-id', 'cli-chain', '--db', db], "
-            "kind='generate', db=db, then=[jobs.score_args('cli-chain', db)]))")
-    out = _sp.run([sys.executable, "-c", code, str(db)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                  check=True)
+    code = (
+        "import sys, json; from dashboard import jobs; db = sys.argv[1]; "
+        "print(jobs.start_job(['generate', '--models', 'smollm2-135m', '--dataset', 'demo-numbers', '--limit', '2', "
+        "'--repeats', '1', '--max-new-tokens', '4', '--modes', 'coupled', '--run-id', 'cli-chain', '--db', db], "
+        "kind='generate', db=db, then=[jobs.score_args('cli-chain', db)]))"
+    )
+    out = _sp.run(
+        [sys.executable, "-c", code, str(db)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     job = out.stdout.strip()
     jdir = jobs.jobs_dir(db)
     deadline = time.monotonic() + 600
@@ -367,22 +441,32 @@ def test_chained_scoring_with_no_browser_open(server, browser, artifacts_dir, tm
     while time.monotonic() < deadline and n_scores == 0:  # only files and the database are read
         time.sleep(2)
         try:
-            n_scores = int(store.query_df(db, "SELECT count(*) AS n FROM scores WHERE run_id = 'cli-chain'")["n"][0])
+            n_scores = int(
+                store.query_df(db, "SELECT count(*) AS n FROM scores WHERE run_id = 'cli-chain'")["n"][0]
+            )
         except Exception:  # noqa: BLE001 -- the writer holds the file for a moment
             n_scores = 0
     assert n_scores == 2, (jdir / f"{job}.log").read_text()[-2000:]
     follow = (jdir / f"{job}.then").read_text().strip()
     meta = _json.loads((jdir / f"{follow}.meta.json").read_text())
-    assert meta["args"][:1] == ["score"] and "--rule" not in meta["args"]  # the rule that fits the dataset
-    assert store.query_df(db, "SELECT DISTINCT rule FROM scores WHERE run_id = 'cli-chain'")["rule"].tolist() == [
-        "numeric"]
+    assert (
+        meta["args"][:1] == ["score"] and "--rule" not in meta["args"]
+    )  # the rule that fits the dataset
+    assert store.query_df(db, "SELECT DISTINCT rule FROM scores WHERE run_id = 'cli-chain'")[
+        "rule"
+    ].tolist() == ["numeric"]
 
 
 def test_upload_harness_logs_imports_a_run(server, page, artifacts_dir):
     """Two lm-eval models' results + samples files through the Upload page's harness section: preview,
     Import, and the job stores one imported run whose accuracies are the harness's numbers."""
     from engine.store.scores import imported_facts
-    files = sorted(str(p) for p in (ROOT / "tests" / "data" / "harness" / "lm_eval" / "tinyqa").rglob("*") if p.is_file())
+
+    files = sorted(
+        str(p)
+        for p in (ROOT / "tests" / "data" / "harness" / "lm_eval" / "tinyqa").rglob("*")
+        if p.is_file()
+    )
     _goto(page, server, "upload")
     page.locator("input[type='file']").nth(1).set_input_files(files)
     page.get_by_text("Valid: 2 log(s) of 2 model(s)", exact=False).first.wait_for(timeout=60_000)

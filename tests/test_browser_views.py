@@ -10,7 +10,16 @@ import re
 import pytest
 
 # fixtures: the browser, a page, and test_browser's dashboard on the tests' small run (one per module)
-from tests.test_browser import _goto, _no_exception, _serve, _settle, _shot, browser, page, server  # noqa: F401
+from tests.test_browser import (  # noqa: F401
+    _goto,
+    _no_exception,
+    _serve,
+    _settle,
+    _shot,
+    browser,
+    page,
+    server,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -32,11 +41,19 @@ def test_the_sequential_tab_draws_its_confidence_sequences(server, page, artifac
     panel = page.locator("[data-testid='stTabPanel'] >> visible=true").first
     panel.get_by_text("Stop when decided", exact=False).first.wait_for(timeout=60_000)
     panel.get_by_text(re.compile(r"^(coupled|independent): (un)?decided")).first.wait_for(timeout=90_000)
-    panel.get_by_text("Confidence sequence of m-base − m-int4", exact=False).first.wait_for(timeout=90_000)
+    panel.get_by_text("Confidence sequence of m-base − m-int4", exact=False).first.wait_for(
+        timeout=90_000
+    )
     _settle(page)
-    assert panel.locator(".js-plotly-plot").count() == 2  # the stopping times over orders, one order's CS paths
+    assert (
+        panel.locator(".js-plotly-plot").count() == 2
+    )  # the stopping times over orders, one order's CS paths
     text = panel.inner_text()
-    assert "Stopping question over random orders" in text and "coupled CS" in text and "independent CS" in text
+    assert (
+        "Stopping question over random orders" in text
+        and "coupled CS" in text
+        and "independent CS" in text
+    )
     _no_exception(page)
     _shot(page, artifacts_dir, "benchmark_sequential")
 
@@ -56,7 +73,9 @@ def test_the_judge_audit_page_shows_its_tables_and_exports_them(audit_server, pa
     _no_exception(page)
     with page.expect_download(timeout=60_000) as dl:
         page.locator(".st-key-csv_ja_table button >> visible=true").first.click()
-    assert dl.value.suggested_filename.startswith("judge-audit_judge_audit_run-x_")  # page, table, run, date
+    assert dl.value.suggested_filename.startswith(
+        "judge-audit_judge_audit_run-x_"
+    )  # page, table, run, date
     path = artifacts_dir / "browser_judge_audit.csv"
     dl.value.save_as(str(path))
     rows = {r["figure"]: r for r in csv.DictReader(io.StringIO(path.read_text()))}

@@ -38,15 +38,27 @@ def walk(tmp_path_factory):
         m, t = tiny_lm(seed)
         m.save_pretrained(tmp / name)
         t.save_pretrained(tmp / name)
-    gsm = pd.DataFrame({"question": [f"What is {i} + {i}?" for i in range(4)],
-                        "answer": [f"so #### {2 * i}" for i in range(4)]})
+    gsm = pd.DataFrame(
+        {
+            "question": [f"What is {i} + {i}?" for i in range(4)],
+            "answer": [f"so #### {2 * i}" for i in range(4)],
+        }
+    )
     write_hub_folder(tmp / "gsm8k", {"main": {"test": gsm}})
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in {"OPENAI_API_KEY": KEY, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
-                     "HF_DATASETS_CACHE": str(tmp / "hf-cache")}.items():
+        for k, v in {
+            "OPENAI_API_KEY": KEY,
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_CACHE": str(tmp / "hf-cache"),
+        }.items():
             mp.setenv(k, v)
         for server in _serve(tmp, tmp / "walk.duckdb"):
-            yield {**server, "models": [str(tmp / "tiny-a"), str(tmp / "tiny-b")], "hub": str(tmp / "gsm8k")}
+            yield {
+                **server,
+                "models": [str(tmp / "tiny-a"), str(tmp / "tiny-b")],
+                "hub": str(tmp / "gsm8k"),
+            }
 
 
 def _shot(page, artifacts_dir, name: str) -> None:
@@ -55,7 +67,9 @@ def _shot(page, artifacts_dir, name: str) -> None:
 
 def _choose(page, label: str, option: str) -> None:
     """Pick ``option`` in the selectbox labelled ``label``."""
-    page.locator("[data-testid='stSelectbox']").filter(has=page.get_by_text(label, exact=True)).first.click()
+    page.locator("[data-testid='stSelectbox']").filter(
+        has=page.get_by_text(label, exact=True)
+    ).first.click()
     page.get_by_role("option").filter(has_text=option).first.click()
     _settle(page)
 
@@ -86,14 +100,20 @@ def test_hub_dataset_generate_score_summary(walk, page, artifacts_dir):
     # the label shows its pattern as written
     assert "hf:REPO[:CONFIG][:SPLIT]" in _page_text(page)
     _choose(page, "Dataset", "(file path)")
-    path = page.locator("[data-testid='stTextInput']").filter(has_text="hf:REPO[:CONFIG][:SPLIT]").locator("input")
+    path = (
+        page.locator("[data-testid='stTextInput']")
+        .filter(has_text="hf:REPO[:CONFIG][:SPLIT]")
+        .locator("input")
+    )
     assert path.is_enabled()  # at once, no failed submit first
     path.fill(f"hf:{walk['hub']}:main:test")
     path.press("Tab")
     models = page.locator("[data-testid='stMultiSelect']").first.locator("input")
     for _ in range(4):  # clear the default models
         models.press("Backspace")
-    page.get_by_label("Other models (space-separated HF folders, .gguf files or hub ids)").fill(" ".join(walk["models"]))
+    page.get_by_label("Other models (space-separated HF folders, .gguf files or hub ids)").fill(
+        " ".join(walk["models"])
+    )
     for label, value in (("Repeats per prompt", 2), ("Max new tokens", 4)):
         box = page.get_by_label(label, exact=True)
         box.fill(str(value))
@@ -113,6 +133,7 @@ def test_hub_dataset_generate_score_summary(walk, page, artifacts_dir):
 
 def test_api_judge_winrates_ranksets(walk, page, artifacts_dir):
     from tests.fake_openai import Action, FakeOpenAI, messages_key
+
     verdict = lambda body, n: Action(text="AB"[int(messages_key(body)[:8], 16) % 2])  # seeded, both ways
     with FakeOpenAI(key=KEY, models=("judge-1",), script=verdict) as srv:
         _open(page, walk, "generate", "Start generation")
@@ -149,20 +170,34 @@ def test_harness_logs_upload_accuracy_ranks(walk, page, artifacts_dir):
     _open(page, walk, "upload", "Harness files")
     _shot(page, artifacts_dir, "3_upload_page")
     assert "results_*.json with its samples_*.jsonl" in _page_text(page)
-    uploads = [("lm-walk", "dummy-a", sorted(str(p) for p in (HARNESS / "lm_eval" / "tinyqa").rglob("*") if p.is_file())),
-               ("inspect-walk", "mockllm/alpha", [str(p) for p in sorted((HARNESS / "inspect" / "tinyqa").glob("*"))])]
+    uploads = [
+        (
+            "lm-walk",
+            "dummy-a",
+            sorted(str(p) for p in (HARNESS / "lm_eval" / "tinyqa").rglob("*") if p.is_file()),
+        ),
+        (
+            "inspect-walk",
+            "mockllm/alpha",
+            [str(p) for p in sorted((HARNESS / "inspect" / "tinyqa").glob("*"))],
+        ),
+    ]
     for name, model, files in uploads:
         _open(page, walk, "upload", "Harness files")  # a fresh page: the uploader starts empty
         page.locator("input[type='file']").nth(1).set_input_files(files)
         page.get_by_text("Valid: ", exact=False).first.wait_for(timeout=60_000)
-        page.get_by_text(model, exact=False).first.wait_for(state="attached", timeout=60_000)  # a grid cell
+        page.get_by_text(model, exact=False).first.wait_for(
+            state="attached", timeout=60_000
+        )  # a grid cell
         _settle(page)
         _no_exception(page)
         page.get_by_label("Run name (default: harness-<task>)").fill(name)
         page.get_by_role("button", name="Import harness results").click()
         page.get_by_text("Import started", exact=False).first.wait_for(timeout=60_000)
         _last_job(walk["db"], "import", timeout_s=120)
-    assert len(list((walk["db"].parent / "uploads").glob("harness-*"))) == 2  # the imports' copies; no preview's
+    assert (
+        len(list((walk["db"].parent / "uploads").glob("harness-*"))) == 2
+    )  # the imports' copies; no preview's
     _goto(page, walk, "accuracy_ranks")
     _choose(page, "Run", "lm-walk")
     page.get_by_text("imported from a harness log", exact=False).first.wait_for(timeout=60_000)

@@ -16,6 +16,7 @@ def test_docs_cli_md_is_the_parser_s_help():
 def test_every_command_and_sub_command_has_a_section():
     from engine.cli import build_parser
     from engine.cli_docs import _subparsers
+
     text = cli_markdown()
     for name, sp in _subparsers(build_parser(prog="python -m engine")):
         assert f"## `python -m engine {name}`" in text
@@ -30,9 +31,12 @@ def test_paths_are_made_relative_before_argparse_wraps_them(monkeypatch):
     import argparse
 
     from engine.cli_docs import _relative_defaults
+
     root = "/tmp/tmp.17tlJ5vCgm/a-rather-long-clone-folder-name/coupled-eval/"
     p = argparse.ArgumentParser(prog="x")
-    p.add_argument("--db", default=root + "data/coupled_eval.duckdb", help="database file (default: %(default)s)")
+    p.add_argument(
+        "--db", default=root + "data/coupled_eval.duckdb", help="database file (default: %(default)s)"
+    )
     monkeypatch.setenv("COLUMNS", "100")
     _relative_defaults(p, root, root + "data/coupled_eval.duckdb")
     assert "(default: data/coupled_eval.duckdb)" in p.format_help()

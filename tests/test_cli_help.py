@@ -9,14 +9,20 @@ import pytest
 from engine import cli
 
 
-@pytest.mark.parametrize("rst, text", [
-    ("``python -m engine score``: score a run", "python -m engine score: score a run"),
-    ("see :func:`~engine.tasks.scoring.score_run`", "see score_run"),
-    ("see :func:`engine.tasks.scoring.score_run`", "see engine.tasks.scoring.score_run"),
-    ("a :ref:`guide <methods-7>` and :class:`~engine.errors.UserError`", "a guide and UserError"),
-    ("the `default role` and **strong** or *emphasised* words", "the default role and strong or emphasised words"),
-    ("2 * 3 * 4 and P(correct) <= 0.1 stay", "2 * 3 * 4 and P(correct) <= 0.1 stay"),
-])
+@pytest.mark.parametrize(
+    "rst, text",
+    [
+        ("``python -m engine score``: score a run", "python -m engine score: score a run"),
+        ("see :func:`~engine.tasks.scoring.score_run`", "see score_run"),
+        ("see :func:`engine.tasks.scoring.score_run`", "see engine.tasks.scoring.score_run"),
+        ("a :ref:`guide <methods-7>` and :class:`~engine.errors.UserError`", "a guide and UserError"),
+        (
+            "the `default role` and **strong** or *emphasised* words",
+            "the default role and strong or emphasised words",
+        ),
+        ("2 * 3 * 4 and P(correct) <= 0.1 stay", "2 * 3 * 4 and P(correct) <= 0.1 stay"),
+    ],
+)
 def test_plain_strips_rst_exactly(rst, text):
     assert cli.plain(rst) == text
 
@@ -51,20 +57,25 @@ def test_every_help_is_plain_and_described():
     assert "score every generation of a run" in score and "--json" in score
 
 
-@pytest.mark.parametrize("argv0, prog", [
-    ("/work/main/.venv/bin/coupled-eval", "coupled-eval"),
-    ("coupled-eval", "coupled-eval"),
-    ("C:\\venv\\Scripts\\coupled-eval.exe".replace("\\", "/"), "coupled-eval"),
-    ("/repo/engine/__main__.py", "python -m engine"),
-    ("-c", "python -m engine"),
-    ("/usr/bin/coupled-eval-old", "python -m engine"),
-])
+@pytest.mark.parametrize(
+    "argv0, prog",
+    [
+        ("/work/main/.venv/bin/coupled-eval", "coupled-eval"),
+        ("coupled-eval", "coupled-eval"),
+        ("C:\\venv\\Scripts\\coupled-eval.exe".replace("\\", "/"), "coupled-eval"),
+        ("/repo/engine/__main__.py", "python -m engine"),
+        ("-c", "python -m engine"),
+        ("/usr/bin/coupled-eval-old", "python -m engine"),
+    ],
+)
 def test_prog_name_follows_how_the_cli_was_started(argv0, prog):
     assert cli.prog_name(argv0) == prog
 
 
-@pytest.mark.parametrize("argv0, prog", [("/some/venv/bin/coupled-eval", "coupled-eval"),
-                                         ("/repo/engine/__main__.py", "python -m engine")])
+@pytest.mark.parametrize(
+    "argv0, prog",
+    [("/some/venv/bin/coupled-eval", "coupled-eval"), ("/repo/engine/__main__.py", "python -m engine")],
+)
 def test_help_and_usage_name_the_program_as_started(argv0, prog, monkeypatch, capsys):
     """main() with a patched sys.argv[0]: the console script's help says ``usage: coupled-eval``, both in
     the top-level help and a command's, and so does a usage error; ``python -m engine`` keeps its name."""
@@ -89,6 +100,10 @@ def test_python_dash_m_engine_says_so():
     import sys
 
     from tests.conftest import ROOT
-    r = subprocess.run([sys.executable, "-m", "engine", "--help"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0 and r.stdout.startswith("usage: python -m engine "), r.stdout[:200] + r.stderr[-500:]
+
+    r = subprocess.run(
+        [sys.executable, "-m", "engine", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0 and r.stdout.startswith("usage: python -m engine "), (
+        r.stdout[:200] + r.stderr[-500:]
+    )

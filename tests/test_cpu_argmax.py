@@ -23,7 +23,9 @@ from engine.sampling.cpu_argmax import (
 )
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.skipif(not numba_available(), reason="numba is not importable in this environment")
+pytestmark = pytest.mark.skipif(
+    not numba_available(), reason="numba is not importable in this environment"
+)
 
 
 def _reference(logits, seeds, units, steps, keys, T):
@@ -71,20 +73,33 @@ def test_float32_near_ties_are_decided_as_the_reference_decides_them(T, monkeypa
     g = noise.gumbel(seeds, units, steps, keys)  # (R, V) float32, the reference's noise
     gen = torch.Generator().manual_seed(21)
     z = torch.randn(R, V, generator=gen) * 0.5 - 30.0  # (R, V) far below the two contenders
-    pair = torch.stack([torch.randperm(V, generator=gen)[:2] for _ in range(R)])  # (R, 2) either order of ids
+    pair = torch.stack(
+        [torch.randperm(V, generator=gen)[:2] for _ in range(R)]
+    )  # (R, 2) either order of ids
     rows = torch.arange(R)
     c = 5.0 + torch.rand(R, generator=gen) * 4
     za = c - g[rows, pair[:, 0]]
     zb = c - g[rows, pair[:, 1]]
-    for _ in range(3):  # move the second contender 0-3 float32 steps up or down (rows cycle through the offsets)
+    for _ in range(
+        3
+    ):  # move the second contender 0-3 float32 steps up or down (rows cycle through the offsets)
         step = (rows % 7 - 3).sign() * (rows % 7 - 3).abs().gt(_).float()
-        zb = torch.where(step > 0, torch.nextafter(zb, torch.tensor(math.inf)),
-                         torch.where(step < 0, torch.nextafter(zb, torch.tensor(-math.inf)), zb))
+        zb = torch.where(
+            step > 0,
+            torch.nextafter(zb, torch.tensor(math.inf)),
+            torch.where(step < 0, torch.nextafter(zb, torch.tensor(-math.inf)), zb),
+        )
     z[rows, pair[:, 0]], z[rows, pair[:, 1]] = za, zb
     logits = z * T  # exact (T a power of two): z = logits / T again
     s = z + g  # the reference's float32 scores
-    gap = (s[rows, pair[:, 1]] - s[rows, pair[:, 0]]).abs() / torch.finfo(torch.float32).eps / s[rows, pair[:, 0]]
-    assert int((gap == 0).sum()) >= 5 and int((gap > 0).sum()) >= 20 and float(gap.max()) < 16  # ties and ulps
+    gap = (
+        (s[rows, pair[:, 1]] - s[rows, pair[:, 0]]).abs()
+        / torch.finfo(torch.float32).eps
+        / s[rows, pair[:, 0]]
+    )
+    assert (
+        int((gap == 0).sum()) >= 5 and int((gap > 0).sum()) >= 20 and float(gap.max()) < 16
+    )  # ties and ulps
 
     counts = []
     real = cpu_argmax._choose
@@ -132,8 +147,13 @@ def test_nan_and_infinite_logits_give_the_references_token(T):
     d = keyed.draw(logits, seeds, units, steps, keys, T)
     z = masked_logits(logits, T)
     assert torch.equal(d.tokens, want)
-    torch.testing.assert_close(d.probs, torch.log_softmax(z, -1).gather(1, want[:, None]).squeeze(1).exp(),
-                               rtol=2e-6, atol=1e-9, equal_nan=True)
+    torch.testing.assert_close(
+        d.probs,
+        torch.log_softmax(z, -1).gather(1, want[:, None]).squeeze(1).exp(),
+        rtol=2e-6,
+        atol=1e-9,
+        equal_nan=True,
+    )
 
 
 def test_the_kernels_float32_exp_is_within_1e7_of_exp():
@@ -143,7 +163,9 @@ def test_the_kernels_float32_exp_is_within_1e7_of_exp():
 
     from engine.sampling.cpu_argmax import _kernels
 
-    d = np.concatenate([np.linspace(-87.0, 0.0, 400_001), [-1e-30, -87.0, -87.01, -100.0, -math.inf]]).astype(np.float32)
+    d = np.concatenate(
+        [np.linspace(-87.0, 0.0, 400_001), [-1e-30, -87.0, -87.01, -100.0, -math.inf]]
+    ).astype(np.float32)
     out = np.empty(d.size)
     _kernels().exp_sums(d, 1, 1, np.float32(1.0), np.zeros(d.size, np.float32), out)
     ok = d > -87.0
@@ -151,7 +173,9 @@ def test_the_kernels_float32_exp_is_within_1e7_of_exp():
     assert rel.max() < 1e-7, rel.max()
     assert out[0] == 0.0 and out[-4:].tolist() == [0.0, 0.0, 0.0, 0.0]
     # a row with zmax that is not finite: nan (the caller gives such rows torch's own logsumexp)
-    _kernels().exp_sums(d[:2], 1, 1, np.float32(1.0), np.array([math.inf, math.nan], np.float32), out[:2])
+    _kernels().exp_sums(
+        d[:2], 1, 1, np.float32(1.0), np.array([math.inf, math.nan], np.float32), out[:2]
+    )
     assert np.isnan(out[:2]).all()
 
 
@@ -223,7 +247,14 @@ def test_masked_entries_never_win_and_a_row_of_minus_inf_is_zero():
     d = gumbel_argmax_detail(*args, 0.7)
     assert torch.equal(d.tokens, _reference(*args, 0.7))
     assert d.tokens[:3].tolist() == [0, 0, 256] and int(d.tokens[3]) % 2 == 1 and int(d.tokens[4]) == 100
-    assert d.fallback.tolist() == [True, False, False, False, False, False]  # no finite max: the reference
+    assert d.fallback.tolist() == [
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+    ]  # no finite max: the reference
 
 
 def test_an_exact_tiny_case_by_hand():
@@ -238,13 +269,21 @@ def test_an_exact_tiny_case_by_hand():
 
     seed, unit, step, keys = 42, 7, 3, [0, 1]
     row = mix((mix((mix(seed) + unit) & M) + step) & M)
-    g = [-math.log(-math.log((mix((row + mix((k + 0xD6E8FEB86659FD93) & M)) & M) >> 11) * 2.0 ** -53))
-         for k in keys]
+    g = [
+        -math.log(-math.log((mix((row + mix((k + 0xD6E8FEB86659FD93) & M)) & M) >> 11) * 2.0**-53))
+        for k in keys
+    ]
     z0 = 0.0
     for z1, expect in ((g[0] - g[1] - 0.01, 0), (g[0] - g[1] + 0.01, 1)):  # token 1 just below / above
         logits = torch.tensor([[z0, z1]], dtype=torch.float64).float()
-        tok = gumbel_argmax_cpu(logits, torch.tensor([seed]), torch.tensor([unit]), torch.tensor([step]),
-                                torch.tensor(keys), 1.0)
+        tok = gumbel_argmax_cpu(
+            logits,
+            torch.tensor([seed]),
+            torch.tensor([unit]),
+            torch.tensor([step]),
+            torch.tensor(keys),
+            1.0,
+        )
         assert tok.tolist() == [expect]
 
 
@@ -296,11 +335,14 @@ print(numba.config.CACHE_DIR)
     env["HOME"] = str(tmp_path / "home")  # the per-user cache folder: refused by the simulation
     env["TMPDIR"] = str(tmp_path / "tmp")
     (tmp_path / "tmp").mkdir()
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     cache = out.stdout.strip().splitlines()[-1]
-    assert cache.startswith(str(tmp_path / "tmp")) and any(p.suffix == ".nbi" for p in Path(cache).rglob("*"))
+    assert cache.startswith(str(tmp_path / "tmp")) and any(
+        p.suffix == ".nbi" for p in Path(cache).rglob("*")
+    )
 
 
 def test_numba_modules_survive_the_module_scan_of_a_vllm_engine_start():

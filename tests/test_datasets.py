@@ -68,8 +68,10 @@ def test_subject_filter_and_limit_keep_ids_stable():
 
 
 def test_mmlu_csv_without_header(tmp_path):
-    f = _write(tmp_path / "algebra_test.csv",
-               '"What is x, if x + 1 = 3?",1,2,3,4,B\nSecond question,a,b,c,d,d\n')
+    f = _write(
+        tmp_path / "algebra_test.csv",
+        '"What is x, if x + 1 = 3?",1,2,3,4,B\nSecond question,a,b,c,d,d\n',
+    )
     ds = D.load_dataset(str(f))
     assert ds.dataset_id == "algebra_test" and ds.kind == "multiple_choice"
     assert [p.prompt_id for p in ds.prompts] == ["algebra_test/0", "algebra_test/1"]
@@ -80,8 +82,11 @@ def test_mmlu_csv_without_header(tmp_path):
 
 
 def test_csv_with_header_and_ids(tmp_path):
-    f = _write(tmp_path / "quiz.csv", "id,subject,Question,A,B,C,D,Answer\nq1,math,1+1?,1,2,3,4,B\n"
-               "q2,art,Colour of grass?,red,green,blue,pink,B\n")
+    f = _write(
+        tmp_path / "quiz.csv",
+        "id,subject,Question,A,B,C,D,Answer\nq1,math,1+1?,1,2,3,4,B\n"
+        "q2,art,Colour of grass?,red,green,blue,pink,B\n",
+    )
     ds = D.load_dataset(str(f))
     assert [p.prompt_id for p in ds.prompts] == ["q1", "q2"]
     assert ds.subjects() == ["math", "art"]
@@ -89,8 +94,10 @@ def test_csv_with_header_and_ids(tmp_path):
 
 
 def test_jsonl_letters_and_choice_lists(tmp_path):
-    rows = [{"question": "Q1", "A": "a", "B": "b", "C": "c", "D": "d", "answer": "C"},
-            {"question": "Q2", "choices": ["w", "x", "y", "z"], "answer": 3}]
+    rows = [
+        {"question": "Q1", "A": "a", "B": "b", "C": "c", "D": "d", "answer": "C"},
+        {"question": "Q2", "choices": ["w", "x", "y", "z"], "answer": 3},
+    ]
     f = _write(tmp_path / "mc.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n\n")
     ds = D.load_dataset(str(f))
     assert [p.gold for p in ds.prompts] == ["C", "D"]
@@ -98,38 +105,54 @@ def test_jsonl_letters_and_choice_lists(tmp_path):
 
 
 def test_numeric_and_prompt_lists(tmp_path):
-    num = _write(tmp_path / "arith.csv", "question,answer\nTwo plus two?,4\nHalf of 5?,2.50\n"
-                 "Total?,\"She pays 3 + 4 = 7. #### 1,007\"\n")
+    num = _write(
+        tmp_path / "arith.csv",
+        'question,answer\nTwo plus two?,4\nHalf of 5?,2.50\nTotal?,"She pays 3 + 4 = 7. #### 1,007"\n',
+    )
     ds = D.load_dataset(str(num))
     assert ds.kind == "numeric" and [p.gold for p in ds.prompts] == ["4", "2.5", "1007"]
     assert ds.system_prompt == D.NUMERIC_SYSTEM_PROMPT
     txt = _write(tmp_path / "chat.txt", "Hello there\n\n  Tell me a joke  \n")
     ds = D.load_dataset(str(txt))
-    assert ds.kind == "prompts" and [p.user_prompt for p in ds.prompts] == ["Hello there", "Tell me a joke"]
+    assert ds.kind == "prompts" and [p.user_prompt for p in ds.prompts] == [
+        "Hello there",
+        "Tell me a joke",
+    ]
     assert [p.prompt_id for p in ds.prompts] == ["chat/0", "chat/1"]
     pj = _write(tmp_path / "p.jsonl", '{"prompt": "Hi", "id": "x"}\n{"prompt": "Yo"}\n')
     assert [p.prompt_id for p in D.load_dataset(str(pj)).prompts] == ["x", "p/1"]
-    pc = _write(tmp_path / "pc.csv", "prompt\nFirst\n\"Second, with comma\"\n")
+    pc = _write(tmp_path / "pc.csv", 'prompt\nFirst\n"Second, with comma"\n')
     assert D.load_dataset(str(pc)).prompts[1].user_prompt == "Second, with comma"
 
 
-@pytest.mark.parametrize("name,content,match", [
-    ("empty.csv", "", "is empty"),
-    ("blank.jsonl", "\n  \n", "is empty"),
-    ("hdr.csv", "question,A,B,C,D,answer\n", "has a header but no rows"),
-    ("cols.csv", "q,1,2,3,4,A\nq2,1,2,3,A\n", "row 2: 5 columns, expected 6"),
-    ("five.csv", "q,1,2,3,4\n", "no header and 5 columns in row 1"),
-    ("letter.csv", "q,1,2,3,4,A\nq2,1,2,3,4,E\n", "row 2: answer 'E' is not one of A, B, C, D"),
-    ("missing.csv", "question,A,B,answer\nq,1,2,A\n", "missing choice columns C, D"),
-    ("nocols.jsonl", '{"text": "a"}\n', "cannot tell the layout"),
-    ("badjson.jsonl", '{"prompt": "a"}\n{oops\n', "line 2: not valid JSON"),
-    ("list.jsonl", "[1, 2]\n", "line 1: each line must be a JSON object"),
-    ("num.csv", "question,answer\nq1,4\nq2,many\n", "row 3: answer 'many' is not a number"),
-    ("emptyq.csv", "question,A,B,C,D,answer\n,1,2,3,4,A\n", "row 2: empty 'question'"),
-    ("dup.jsonl", '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n', "duplicate prompt id 'a'"),
-    ("choices.jsonl", '{"question": "q", "choices": ["a", "b"], "answer": 0}\n', "row 1: 'choices' must be a list of 4"),
-    ("data.xlsx", "x", "unsupported dataset file type '.xlsx'"),
-])
+@pytest.mark.parametrize(
+    "name,content,match",
+    [
+        ("empty.csv", "", "is empty"),
+        ("blank.jsonl", "\n  \n", "is empty"),
+        ("hdr.csv", "question,A,B,C,D,answer\n", "has a header but no rows"),
+        ("cols.csv", "q,1,2,3,4,A\nq2,1,2,3,A\n", "row 2: 5 columns, expected 6"),
+        ("five.csv", "q,1,2,3,4\n", "no header and 5 columns in row 1"),
+        ("letter.csv", "q,1,2,3,4,A\nq2,1,2,3,4,E\n", "row 2: answer 'E' is not one of A, B, C, D"),
+        ("missing.csv", "question,A,B,answer\nq,1,2,A\n", "missing choice columns C, D"),
+        ("nocols.jsonl", '{"text": "a"}\n', "cannot tell the layout"),
+        ("badjson.jsonl", '{"prompt": "a"}\n{oops\n', "line 2: not valid JSON"),
+        ("list.jsonl", "[1, 2]\n", "line 1: each line must be a JSON object"),
+        ("num.csv", "question,answer\nq1,4\nq2,many\n", "row 3: answer 'many' is not a number"),
+        ("emptyq.csv", "question,A,B,C,D,answer\n,1,2,3,4,A\n", "row 2: empty 'question'"),
+        (
+            "dup.jsonl",
+            '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n',
+            "duplicate prompt id 'a'",
+        ),
+        (
+            "choices.jsonl",
+            '{"question": "q", "choices": ["a", "b"], "answer": 0}\n',
+            "row 1: 'choices' must be a list of 4",
+        ),
+        ("data.xlsx", "x", "unsupported dataset file type '.xlsx'"),
+    ],
+)
 def test_malformed_files_raise_clear_errors(tmp_path, name, content, match):
     f = _write(tmp_path / name, content)
     with pytest.raises(UserError, match=match):
@@ -152,8 +175,11 @@ def test_folder_of_mmlu_files(tmp_path):
     _write(tmp_path / "b_test.csv", "qb,1,2,3,4,A\n")
     _write(tmp_path / "a_test.csv", "qa0,1,2,3,4,B\nqa1,1,2,3,4,C\n")
     ds = D.load_dataset(str(tmp_path))
-    assert [p.prompt_id for p in ds.prompts] == [f"{tmp_path.name}/a/0", f"{tmp_path.name}/a/1",
-                                                 f"{tmp_path.name}/b/0"]
+    assert [p.prompt_id for p in ds.prompts] == [
+        f"{tmp_path.name}/a/0",
+        f"{tmp_path.name}/a/1",
+        f"{tmp_path.name}/b/0",
+    ]
     assert ds.subjects() == ["a", "b"] and ds.dataset_id == tmp_path.name
 
 
@@ -162,8 +188,16 @@ def test_records_match_store_prompts_table():
     recs = ds.records()
     assert [r["idx"] for r in recs] == [0, 1]
     assert json.loads(recs[0]["choices"]) == ds.prompts[0].choices
-    assert set(recs[0]) == {"dataset_id", "prompt_id", "idx", "subject", "question", "choices", "gold",
-                            "user_prompt"}
+    assert set(recs[0]) == {
+        "dataset_id",
+        "prompt_id",
+        "idx",
+        "subject",
+        "question",
+        "choices",
+        "gold",
+        "user_prompt",
+    }
 
 
 # --- real MMLU data (../shared) ---------------------------------------------------------------------
@@ -204,8 +238,18 @@ def test_real_mmlu_folder_matches_the_paper_importer():
     q = importers.read_mmlu_questions(folder)
     assert [p.prompt_id for p in ds.prompts] == list(q["prompt_id"])
     assert [p.gold for p in ds.prompts] == list(q["gold"])
-    want = list(q["question"] + "\nA. " + q["A"] + "\nB. " + q["B"] + "\nC. " + q["C"] + "\nD. " + q["D"]
-                + "\nAnswer:")  # docs/METHODS.md 1.4, strings verbatim
+    want = list(
+        q["question"]
+        + "\nA. "
+        + q["A"]
+        + "\nB. "
+        + q["B"]
+        + "\nC. "
+        + q["C"]
+        + "\nD. "
+        + q["D"]
+        + "\nAnswer:"
+    )  # docs/METHODS.md 1.4, strings verbatim
     assert [p.user_prompt for p in ds.prompts] == want
     assert ds.dataset_id == importers.PAPER_DATASET_ID
 
@@ -226,12 +270,15 @@ def test_datasets_command(tmp_path, capsys):
     assert "row 1: answer 'Z' is not one of A, B, C, D" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("line, problem", [
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ('{"question": "q", "A": ' + "9" * 5000 + "}", "too many digits"),
-    ("[1, 2]", "must be a JSON object, got list"),
-    ("{not json", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"question": "q", "A": ' + "9" * 5000 + "}", "too many digits"),
+        ("[1, 2]", "must be a JSON object, got list"),
+        ("{not json", "not valid JSON"),
+    ],
+)
 def test_jsonl_dataset_bad_lines_are_one_line_errors(tmp_path, line, problem):
     """Datasets share the Arena files' JSON-lines parser: deep nesting, huge numbers and non-objects
     are one UserError with the line number, never a traceback."""

@@ -52,7 +52,9 @@ def _mount_small(d: Path, size: str) -> bool:
     if os.environ.get("COUPLED_EVAL_TEST_NO_MOUNT"):
         return False
     opts = f"size={size}" if not d.is_mount() else f"remount,size={size}"
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(d)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(d)], capture_output=True, text=True
+    )
     return r.returncode == 0
 
 
@@ -60,8 +62,15 @@ def _child(db: Path, fsize: int | None) -> subprocess.CompletedProcess:
     def limit():
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    return subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), db=str(db))], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, preexec_fn=limit)
+
+    return subprocess.run(
+        [sys.executable, "-c", _CHILD.format(root=str(ROOT), db=str(db))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=limit,
+    )
 
 
 @pytest.mark.slow
@@ -74,7 +83,9 @@ def test_full_disk_says_so_and_the_same_run_resumes_after_space_is_freed(tmp_pat
         first = _child(db, None if mounted else LIMIT)
         assert first.returncode == 2, first.stderr[-3000:]
         err = first.stderr.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("error: the disk is full: database"), first.stderr[-3000:]
+        assert len(err) == 1 and err[0].startswith("error: the disk is full: database"), first.stderr[
+            -3000:
+        ]
         assert "rerun the same command" in err[0]
         assert "Traceback" not in first.stderr
         # the file and its WAL: a database with a pending WAL, not a truncated file

@@ -48,8 +48,14 @@ def ray_session():
     import logging
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR, object_store_memory=128 * 2 ** 20)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+        object_store_memory=128 * 2**20,
+    )
     yield ray
     ray.shutdown()
 
@@ -73,8 +79,19 @@ def _dataset(n: int = 6) -> datasets.Dataset:
 
 
 def _run(db, folders, executor=None, **kw):
-    return G.run_generation(db, folders, _dataset(), 2, MODES, seed=3, cfg=CFG, show_bar=False, device="cpu",
-                            executor=executor, **kw)
+    return G.run_generation(
+        db,
+        folders,
+        _dataset(),
+        2,
+        MODES,
+        seed=3,
+        cfg=CFG,
+        show_bar=False,
+        device="cpu",
+        executor=executor,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +103,9 @@ def plain(tmp_path_factory, folders):
 
 def _rows(db):
     g = store.query_df(db, "SELECT * EXCLUDE (created_at) FROM generations ORDER BY ALL")
-    t = store.query_df(db, "SELECT * FROM token_traces ORDER BY run_id, model, prompt_id, repeat, mode, step")
+    t = store.query_df(
+        db, "SELECT * FROM token_traces ORDER BY run_id, model, prompt_id, repeat, mode, step"
+    )
     return g, t
 
 
@@ -96,10 +115,14 @@ def _assert_same_rows(db, ref_db, exact_probs: bool = False, rtol: float = 1e-5)
     assert len(g_ref) and len(t_ref)
     pd.testing.assert_frame_equal(g, g_ref, check_exact=True)  # ids, texts, seeds, finish reasons
     exact = [c for c in t.columns if c not in ("prob", "top_probs")]
-    pd.testing.assert_frame_equal(t[exact], t_ref[exact], check_exact=True)  # token ids/texts, top ids, Gumbels
+    pd.testing.assert_frame_equal(
+        t[exact], t_ref[exact], check_exact=True
+    )  # token ids/texts, top ids, Gumbels
     p, p_ref = t["prob"].to_numpy(), t_ref["prob"].to_numpy()
-    tp, tp_ref = np.concatenate(t["top_probs"].map(np.asarray).tolist()), \
-        np.concatenate(t_ref["top_probs"].map(np.asarray).tolist())
+    tp, tp_ref = (
+        np.concatenate(t["top_probs"].map(np.asarray).tolist()),
+        np.concatenate(t_ref["top_probs"].map(np.asarray).tolist()),
+    )
     if exact_probs:
         assert np.array_equal(p, p_ref) and np.array_equal(tp, tp_ref)
     else:  # float32 rounding (6e-8 relative per ulp) that a batch layout / thread count moves, 30 layers deep
@@ -110,7 +133,9 @@ def _assert_same_rows(db, ref_db, exact_probs: bool = False, rtol: float = 1e-5)
 
 
 def test_plan_shards_keeps_prompts_whole_and_is_deterministic():
-    units = tuple(Unit(f"p{i}", r, sd) for sd in (7, 9) for i in range(5) for r in range(3))  # mode-major, 30 units
+    units = tuple(
+        Unit(f"p{i}", r, sd) for sd in (7, 9) for i in range(5) for r in range(3)
+    )  # mode-major, 30 units
     tasks = [ModelTask("m", "m", units), ModelTask("n", "n", units[:6])]
     shards = plan_shards(tasks, shard_units=13)
     assert shards == plan_shards(tasks, shard_units=13)
@@ -119,14 +144,19 @@ def test_plan_shards_keeps_prompts_whole_and_is_deterministic():
     assert sorted(u for s in shards[:3] for u in s.units) == sorted(units)
     for i in range(5):  # each prompt's 6 units (3 repeats x 2 seeds) lie in exactly one shard of m
         assert sum(any(u.prompt_id == f"p{i}" for u in s.units) for s in shards[:3]) == 1
-    assert [len(s.units) for s in plan_shards(tasks, shard_units=1)] == [6] * 5 + [3, 3]  # a prompt alone > shard
+    assert [len(s.units) for s in plan_shards(tasks, shard_units=1)] == [6] * 5 + [
+        3,
+        3,
+    ]  # a prompt alone > shard
 
 
 def test_two_workers_and_one_worker_give_the_single_process_rows(ray_session, folders, plain, tmp_path):
     run_ref, ref_db = plain
     # one worker, one shard per model, as many torch threads as here: the same batch layout and
     # the same matmul reduction split as the plain run -> bit-identical
-    with RayExecutor(RayConfig(workers=1, shard_units=10_000, threads_per_worker=torch.get_num_threads())) as ex:
+    with RayExecutor(
+        RayConfig(workers=1, shard_units=10_000, threads_per_worker=torch.get_num_threads())
+    ) as ex:
         assert _run(tmp_path / "w1.duckdb", folders, ex) == run_ref  # the executor is not in the run id
     _assert_same_rows(tmp_path / "w1.duckdb", ref_db, exact_probs=True)
     # two workers, shards of 2 prompts: other batches, the same tokens
@@ -138,14 +168,24 @@ def test_two_workers_and_one_worker_give_the_single_process_rows(ray_session, fo
     p = read_progress(prog)
     assert p["done"] == p["total"] == 48 and sum(w["done"] for w in p["workers"].values()) == 48
     assert all(w["done"] > 0 and w["tokens"] > 0 for w in p["workers"].values())
-    models_rows = store.query_df(tmp_path / "w2.duckdb", "SELECT source FROM models ORDER BY ALL")["source"].tolist()
+    models_rows = store.query_df(tmp_path / "w2.duckdb", "SELECT source FROM models ORDER BY ALL")[
+        "source"
+    ].tolist()
     assert models_rows == sorted(folders)
-    conf = json.loads(store.query_df(tmp_path / "w2.duckdb", "SELECT CAST(config AS VARCHAR) AS c FROM runs").iloc[0, 0])
-    assert sorted(conf["backends"]) == sorted(folders) and conf["backends"][folders[0]]["backend"] == "hf"
+    conf = json.loads(
+        store.query_df(tmp_path / "w2.duckdb", "SELECT CAST(config AS VARCHAR) AS c FROM runs").iloc[
+            0, 0
+        ]
+    )
+    assert (
+        sorted(conf["backends"]) == sorted(folders) and conf["backends"][folders[0]]["backend"] == "hf"
+    )
 
 
 @pytest.mark.parametrize("how", ["os.kill", "ray.kill"])
-def test_killed_worker_is_recovered_nothing_lost_or_duplicated(ray_session, folders, plain, tmp_path, how):
+def test_killed_worker_is_recovered_nothing_lost_or_duplicated(
+    ray_session, folders, plain, tmp_path, how
+):
     """os.kill: the replica process dies, Ray restarts it and retries its shards; ray.kill without
     restart: the replica is gone for good, the driver replaces it and requeues its shards."""
     _, ref_db = plain
@@ -158,7 +198,9 @@ def test_killed_worker_is_recovered_nothing_lost_or_duplicated(ray_session, fold
         if killed:
             return
         w = sorted(ex.worker_info)[0]
-        killed.update(worker=w, pid=ex.worker_info[w]["pid"], stored=store.table_counts(db)["generations"])
+        killed.update(
+            worker=w, pid=ex.worker_info[w]["pid"], stored=store.table_counts(db)["generations"]
+        )
         if how == "os.kill":
             os.kill(killed["pid"], signal.SIGKILL)
         else:
@@ -168,14 +210,31 @@ def test_killed_worker_is_recovered_nothing_lost_or_duplicated(ray_session, fold
     with ex:
         _run(db, folders, ex, progress_file=prog, _after_chunk=kill_once)
     assert killed and killed["stored"] < 48 and len(after) > 1  # killed mid-run, shards came after
-    assert killed["pid"] not in {w["pid"] for w in ex.worker_info.values()}  # later shards: live processes only
+    assert killed["pid"] not in {
+        w["pid"] for w in ex.worker_info.values()
+    }  # later shards: live processes only
     _assert_same_rows(db, ref_db)
     p = read_progress(prog)
     assert p["done"] == p["total"] == 48 == sum(w["done"] for w in p["workers"].values())  # counted once
 
 
-_KILL_CMD = ["generate", "--dataset", "demo", "--limit", "4", "--repeats", "2", "--max-new-tokens", "8",
-             "--batch-size", "4", "--device", "cpu", "--seed", "5"]
+_KILL_CMD = [
+    "generate",
+    "--dataset",
+    "demo",
+    "--limit",
+    "4",
+    "--repeats",
+    "2",
+    "--max-new-tokens",
+    "8",
+    "--batch-size",
+    "4",
+    "--device",
+    "cpu",
+    "--seed",
+    "5",
+]
 
 
 def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path):
@@ -184,9 +243,25 @@ def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path
     ref_db, db, prog = tmp_path / "ref.duckdb", tmp_path / "k.duckdb", tmp_path / "p.json"
     base = _KILL_CMD + ["--models", *folders]
     assert cli_main(base + ["--db", str(ref_db)]) == 0
-    child = subprocess.Popen([sys.executable, "-m", "engine", *base, "--db", str(db), "--workers", "2",
-                              "--shard-size", "4", "--progress-file", str(prog)], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            *base,
+            "--db",
+            str(db),
+            "--workers",
+            "2",
+            "--shard-size",
+            "4",
+            "--progress-file",
+            str(prog),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     family: set[int] = set()
     try:
         deadline = time.monotonic() + 180
@@ -210,7 +285,9 @@ def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path
         # its local cluster does not outlive it: raylet and gcs die with it (Ray's fate sharing), and
         # its watchdog (engine.generation.ray_cluster) ends the agents, which would outlive it
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (left := {p for p in family if ray_cluster.alive(p, None)}):
+        while time.monotonic() < deadline and (
+            left := {p for p in family if ray_cluster.alive(p, None)}
+        ):
             time.sleep(0.2)
         assert not left, {p: _title(p) for p in left}
     finally:
@@ -223,9 +300,12 @@ def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path
             child.kill()
     n_before = store.table_counts(db)["generations"]
     assert 0 < n_before < 32 and n_before % 4 == 0  # whole shards only (4 units each)
-    per_gen = store.query_df(db, "SELECT any_value(g.n_tokens) AS n_tokens, count(t.step) AS n FROM generations g "
-                                 "LEFT JOIN token_traces t USING (run_id, model, prompt_id, repeat, mode) "
-                                 "GROUP BY g.model, g.prompt_id, g.repeat, g.mode")
+    per_gen = store.query_df(
+        db,
+        "SELECT any_value(g.n_tokens) AS n_tokens, count(t.step) AS n FROM generations g "
+        "LEFT JOIN token_traces t USING (run_id, model, prompt_id, repeat, mode) "
+        "GROUP BY g.model, g.prompt_id, g.repeat, g.mode",
+    )
     assert (per_gen["n_tokens"] == per_gen["n"]).all()  # each shard is all-or-nothing
     # the same command again (this process's Ray session): resumes the same run
     assert cli_main(base + ["--db", str(db), "--workers", "2", "--shard-size", "4"]) == 0
@@ -240,7 +320,9 @@ def _title(pid: int) -> str:
         return ""
 
 
-def test_json_stdout_stays_json_when_a_replica_is_killed(ray_session, folders, tmp_path, monkeypatch, capsys):
+def test_json_stdout_stays_json_when_a_replica_is_killed(
+    ray_session, folders, tmp_path, monkeypatch, capsys
+):
     """Ray's driver prints raylet messages (a retried task's dead worker) on stdout from a thread;
     while a RayExecutor is connected they go to stderr, so `generate --json` prints only JSON."""
     from ray._private.worker import print_to_stdstream
@@ -261,14 +343,20 @@ def test_json_stdout_stays_json_when_a_replica_is_killed(ray_session, folders, t
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
             # what Ray's error listener thread prints for it (its timing is Ray's: made certain here)
-            print_to_stdstream({"lines": ["worker died: MARKER"], "pid": "raylet", "is_err": False},
-                               ignore_prefix=False)
+            print_to_stdstream(
+                {"lines": ["worker died: MARKER"], "pid": "raylet", "is_err": False}, ignore_prefix=False
+            )
 
     monkeypatch.setattr(RayExecutor, "prepare", record_executor)
     monkeypatch.setattr(R, "_write_chunk", write_then_kill)
     db = tmp_path / "j.duckdb"
-    assert cli_main(_KILL_CMD + ["--models", *folders, "--db", str(db), "--workers", "2", "--shard-size", "4",
-                                 "--json"]) == 0
+    assert (
+        cli_main(
+            _KILL_CMD
+            + ["--models", *folders, "--db", str(db), "--workers", "2", "--shard-size", "4", "--json"]
+        )
+        == 0
+    )
     cap = capsys.readouterr()
     res = json.loads(cap.out)  # stdout is exactly our JSON
     assert killed and (res["status"], res["units"]) == ("done", 32)
@@ -284,19 +372,43 @@ def _free_port() -> int:
 
 def test_bad_input_is_one_line_and_writes_nothing(ray_session, folders, tmp_path, monkeypatch, capsys):
     db = tmp_path / "bad.duckdb"
-    base = ["generate", "--models", *folders, "--dataset", "demo", "--limit", "2", "--repeats", "1",
-            "--max-new-tokens", "2", "--device", "cpu", "--db", str(db)]
+    base = [
+        "generate",
+        "--models",
+        *folders,
+        "--dataset",
+        "demo",
+        "--limit",
+        "2",
+        "--repeats",
+        "1",
+        "--max-new-tokens",
+        "2",
+        "--device",
+        "cpu",
+        "--db",
+        str(db),
+    ]
     # more workers than the cluster has CPUs
     cpus = int(ray.cluster_resources()["CPU"])
     assert cli_main(base + ["--workers", str(cpus + 1)]) == 2
     err = capsys.readouterr().err.strip()
-    assert f"--workers {cpus + 1} needs" in err and f"--workers <= {cpus}" in err and len(err.splitlines()) == 1
+    assert (
+        f"--workers {cpus + 1} needs" in err
+        and f"--workers <= {cpus}" in err
+        and len(err.splitlines()) == 1
+    )
     # an unreachable cluster: fails fast, names the address
     addr = f"127.0.0.1:{_free_port()}"
     t0 = time.monotonic()
     assert cli_main(base + ["--ray-address", addr]) == 2
     err = capsys.readouterr().err.strip()
-    assert addr in err and "cannot reach" in err and len(err.splitlines()) == 1 and time.monotonic() - t0 < 30
+    assert (
+        addr in err
+        and "cannot reach" in err
+        and len(err.splitlines()) == 1
+        and time.monotonic() - t0 < 30
+    )
     # the transformers backend has no tensor parallelism
     assert cli_main(base + ["--workers", "1", "--tensor-parallel", "2"]) == 2
     assert "tensor_parallel=2" in capsys.readouterr().err
@@ -319,13 +431,27 @@ def test_smollm2_two_workers_match_one_worker_and_plain(ray_session, tmp_path):
     cfg = G.GenConfig(temperature=0.7, max_new_tokens=5, batch_size=8, trace_top_k=3)
 
     def run(db, ex=None):
-        return G.run_generation(db, ["smollm2-135m"], ds, 2, MODES, seed=11, cfg=cfg, show_bar=False,
-                                device="cpu", executor=ex)
+        return G.run_generation(
+            db,
+            ["smollm2-135m"],
+            ds,
+            2,
+            MODES,
+            seed=11,
+            cfg=cfg,
+            show_bar=False,
+            device="cpu",
+            executor=ex,
+        )
 
     ref = run(tmp_path / "plain.duckdb")
-    with RayExecutor(RayConfig(workers=1, shard_units=10_000, threads_per_worker=torch.get_num_threads())) as ex:
+    with RayExecutor(
+        RayConfig(workers=1, shard_units=10_000, threads_per_worker=torch.get_num_threads())
+    ) as ex:
         assert run(tmp_path / "w1.duckdb", ex) == ref
-    with RayExecutor(RayConfig(workers=2, shard_units=4)) as ex:  # one prompt (2 repeats x 2 modes) per shard
+    with RayExecutor(
+        RayConfig(workers=2, shard_units=4)
+    ) as ex:  # one prompt (2 repeats x 2 modes) per shard
         assert run(tmp_path / "w2.duckdb", ex) == ref
         assert set(ex.worker_info) == {"w0", "w1"}
     _assert_same_rows(tmp_path / "w1.duckdb", tmp_path / "plain.duckdb", exact_probs=True)
@@ -339,28 +465,88 @@ def test_until_on_ray_workers_stops_where_the_single_process_run_stops(ray_sessi
     decides, so the rounds, the stop and the stored rows equal the single-process sequential run's."""
     from engine.commands._until import run_until
     from engine.stats.sequential import StopRule
-    ps = tuple(datasets.Prompt(prompt_id=f"q/{i:02d}", user_prompt=f"What is {i} + 1?", gold=str(i + 1))
-               for i in range(16))
+
+    ps = tuple(
+        datasets.Prompt(prompt_id=f"q/{i:02d}", user_prompt=f"What is {i} + 1?", gold=str(i + 1))
+        for i in range(16)
+    )
     ds = datasets.Dataset("until-ray", "numeric", "memory", ps, "Answer with a number.")
-    cfg = G.GenConfig(temperature=1.0, max_new_tokens=3, batch_size=8, trace_top_k=0, record_traces=False)
+    cfg = G.GenConfig(
+        temperature=1.0, max_new_tokens=3, batch_size=8, trace_top_k=0, record_traces=False
+    )
 
     def until(db, executor=None):
-        return run_until(db, folders, ds, 1, MODES, 4, cfg, stop=StopRule.parse("budget:8"), round_size=4,
-                         show_bar=False, device="cpu", executor=executor)
+        return run_until(
+            db,
+            folders,
+            ds,
+            1,
+            MODES,
+            4,
+            cfg,
+            stop=StopRule.parse("budget:8"),
+            round_size=4,
+            show_bar=False,
+            device="cpu",
+            executor=executor,
+        )
+
     local = until(tmp_path / "local.duckdb")
     with RayExecutor(RayConfig(workers=2, shard_units=4)) as ex:
         dist = until(tmp_path / "ray.duckdb", ex)
     assert dist.to_dict()["modes"] == local.to_dict()["modes"] and dist.rounds == local.rounds == 2
     for db in ("local", "ray"):
-        assert store.query_df(tmp_path / f"{db}.duckdb", "SELECT count(*) AS n FROM generations")["n"][0] == 8 * 2 * 2
-    g = {db: store.query_df(tmp_path / f"{db}.duckdb", "SELECT model, prompt_id, repeat, mode, text FROM generations "
-                                                        "ORDER BY ALL") for db in ("local", "ray")}
+        assert (
+            store.query_df(tmp_path / f"{db}.duckdb", "SELECT count(*) AS n FROM generations")["n"][0]
+            == 8 * 2 * 2
+        )
+    g = {
+        db: store.query_df(
+            tmp_path / f"{db}.duckdb",
+            "SELECT model, prompt_id, repeat, mode, text FROM generations ORDER BY ALL",
+        )
+        for db in ("local", "ray")
+    }
     pd.testing.assert_frame_equal(g["local"], g["ray"], check_exact=True)
     # the CLI takes --until with --workers (it used to refuse the pair) and reaches the same stop
     data = tmp_path / "nums.jsonl"
-    data.write_text("".join(json.dumps({"question": p.user_prompt, "answer": p.gold}) + "\n" for p in ps))
-    assert cli_main(["generate", "--models", *folders, "--dataset", str(data), "--repeats", "1", "--max-new-tokens",
-                     "3", "--batch-size", "8", "--traces", "off", "--seed", "4", "--until", "budget:8",
-                     "--round-size", "4", "--workers", "2", "--device", "cpu", "--db", str(tmp_path / "cli.duckdb"),
-                     "--json"]) == 0
-    assert store.query_df(tmp_path / "cli.duckdb", "SELECT count(*) AS n FROM generations")["n"][0] == 8 * 2 * 2
+    data.write_text(
+        "".join(json.dumps({"question": p.user_prompt, "answer": p.gold}) + "\n" for p in ps)
+    )
+    assert (
+        cli_main(
+            [
+                "generate",
+                "--models",
+                *folders,
+                "--dataset",
+                str(data),
+                "--repeats",
+                "1",
+                "--max-new-tokens",
+                "3",
+                "--batch-size",
+                "8",
+                "--traces",
+                "off",
+                "--seed",
+                "4",
+                "--until",
+                "budget:8",
+                "--round-size",
+                "4",
+                "--workers",
+                "2",
+                "--device",
+                "cpu",
+                "--db",
+                str(tmp_path / "cli.duckdb"),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert (
+        store.query_df(tmp_path / "cli.duckdb", "SELECT count(*) AS n FROM generations")["n"][0]
+        == 8 * 2 * 2
+    )

@@ -33,11 +33,23 @@ TRACKER = re.compile(r"\b[Ii]ssues? #?\d+|\(items? \d+[^)\n]*\)|#\s*-+\s*items? 
 def test_no_tracker_numbers_in_code_docs_or_config():
     """A reader of the repository has no issue tracker: code, docs and config say the reason or the
     guarantee (a test name, a docs section), never "issue 18 item 2" or a heading's "(item 14)"."""
-    assert TRACKER.search("as issue 21 asked") and TRACKER.search("### Elo (item 15)")  # the pattern works
+    assert TRACKER.search("as issue 21 asked") and TRACKER.search(
+        "### Elo (item 15)"
+    )  # the pattern works
     files = [ROOT / name for name in ("README.md", "app.py", "pyproject.toml", "requirements.txt")]
-    for folder, pattern in (("engine", "*.py"), ("dashboard", "*.py"), ("app_pages", "*.py"), ("tests", "*.py"),
-                            ("bench", "*.py"), ("scripts", "*"), ("docs", "*.md"), (".ci", "*")):
-        files += [p for p in (ROOT / folder).rglob(pattern) if p.is_file() and "__pycache__" not in p.parts]
+    for folder, pattern in (
+        ("engine", "*.py"),
+        ("dashboard", "*.py"),
+        ("app_pages", "*.py"),
+        ("tests", "*.py"),
+        ("bench", "*.py"),
+        ("scripts", "*"),
+        ("docs", "*.md"),
+        (".ci", "*"),
+    ):
+        files += [
+            p for p in (ROOT / folder).rglob(pattern) if p.is_file() and "__pycache__" not in p.parts
+        ]
     hits = []
     for path in files:
         if path.name in ("METHODS.md", "test_docs.py") or not path.exists():

@@ -18,8 +18,13 @@ import pytest
 from engine.cli import build_parser
 from tests.conftest import ROOT
 
-PREFIXES = (".venv/bin/python -m engine ", "python -m engine ", ".venv/bin/coupled-eval ", "coupled-eval ",
-            ".venv-vllm/bin/python -m engine ")
+PREFIXES = (
+    ".venv/bin/python -m engine ",
+    "python -m engine ",
+    ".venv/bin/coupled-eval ",
+    "coupled-eval ",
+    ".venv-vllm/bin/python -m engine ",
+)
 
 
 def _commands() -> list[tuple[str, str]]:
@@ -27,12 +32,14 @@ def _commands() -> list[tuple[str, str]]:
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         if path.name in ("CLI.md", "METHODS.md"):  # the parser's own help text; the specification
             continue
-        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", path.read_text(encoding="utf-8"), re.S):
+        for block in re.findall(
+            r"```(?:bash|sh|console)?\n(.*?)```", path.read_text(encoding="utf-8"), re.S
+        ):
             for line in block.replace("\\\n", " ").splitlines():
                 line = line.strip()
                 for pre in PREFIXES:
                     if line.startswith(pre):
-                        cmd = line[len(pre):].split("  #")[0].split(" # ")[0].strip()
+                        cmd = line[len(pre) :].split("  #")[0].split(" # ")[0].strip()
                         if not re.search(r"\[|\||\.\.\.|…|<[A-Za-z]", cmd):
                             out.append((f"{path.name}: {line[:90]}", cmd))
     return out
@@ -42,7 +49,9 @@ COMMANDS = _commands()
 
 
 def test_the_docs_have_commands_to_check():
-    assert len(COMMANDS) >= 30, COMMANDS  # the pattern finds them (a broken pattern would pass vacuously)
+    assert len(COMMANDS) >= 30, (
+        COMMANDS
+    )  # the pattern finds them (a broken pattern would pass vacuously)
 
 
 @pytest.mark.parametrize("where,cmd", COMMANDS, ids=[w for w, _ in COMMANDS])
@@ -53,4 +62,6 @@ def test_documented_command_parses(where, cmd):
         try:
             parser.parse_args(shlex.split(cmd))
         except SystemExit as exc:
-            pytest.fail(f"{where}: `{cmd}` does not parse (exit {exc.code}): {err.getvalue().strip()[-300:]}")
+            pytest.fail(
+                f"{where}: `{cmd}` does not parse (exit {exc.code}): {err.getvalue().strip()[-300:]}"
+            )

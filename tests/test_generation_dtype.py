@@ -17,13 +17,19 @@ from engine.testing import tiny_lm
 
 
 def _dataset() -> datasets.Dataset:
-    ps = tuple(datasets.Prompt(prompt_id=f"toy/{i}", user_prompt=f"Question {i}?", subject="toy", question=f"q{i}")
-               for i in range(2))
+    ps = tuple(
+        datasets.Prompt(
+            prompt_id=f"toy/{i}", user_prompt=f"Question {i}?", subject="toy", question=f"q{i}"
+        )
+        for i in range(2)
+    )
     return datasets.Dataset("toy", "prompts", "memory", ps, "Be brief.")
 
 
 def _config(db, run: str) -> dict:
-    return json.loads(store.query_df(db, "SELECT config FROM runs WHERE run_id = ?", [run])["config"].iloc[0])
+    return json.loads(
+        store.query_df(db, "SELECT config FROM runs WHERE run_id = ?", [run])["config"].iloc[0]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +43,14 @@ def folder(tmp_path_factory):
 
 def test_dtype_auto_keeps_the_run_id_and_an_override_loads_records_and_keys_it(tmp_path, folder):
     db = tmp_path / "runs.duckdb"
-    kw = dict(repeats=1, modes=["coupled"], seed=3, cfg=G.GenConfig(max_new_tokens=3), show_bar=False, device="cpu")
+    kw = dict(
+        repeats=1,
+        modes=["coupled"],
+        seed=3,
+        cfg=G.GenConfig(max_new_tokens=3),
+        show_bar=False,
+        device="cpu",
+    )
     plain = G.run_generation(db, [folder], _dataset(), **kw)
     auto = G.run_generation(db, [folder], _dataset(), dtype="auto", **kw)
     assert auto == plain  # auto = the default: existing run ids stay
@@ -54,10 +67,32 @@ def test_dtype_auto_keeps_the_run_id_and_an_override_loads_records_and_keys_it(t
 
 def test_bad_dtype_is_one_line_and_writes_nothing(tmp_path, folder, capsys):
     db = tmp_path / "runs.duckdb"
-    with pytest.raises(UserError, match=r"unknown dtype 'float8'; allowed: auto, float32, bfloat16, float16"):
+    with pytest.raises(
+        UserError, match=r"unknown dtype 'float8'; allowed: auto, float32, bfloat16, float16"
+    ):
         G.run_generation(db, [folder], _dataset(), 1, dtype="float8", show_bar=False)
-    assert cli_main(["generate", "--models", folder, "--dataset", "demo", "--limit", "1", "--repeats", "1",
-                     "--db", str(db), "--device", "cpu", "--dtype", "int8"]) == 2
+    assert (
+        cli_main(
+            [
+                "generate",
+                "--models",
+                folder,
+                "--dataset",
+                "demo",
+                "--limit",
+                "1",
+                "--repeats",
+                "1",
+                "--db",
+                str(db),
+                "--device",
+                "cpu",
+                "--dtype",
+                "int8",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown dtype 'int8'" in err[0]
     assert not db.exists() or store.query_df(db, "SELECT count(*) AS n FROM runs")["n"].iloc[0] == 0

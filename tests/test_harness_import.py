@@ -29,18 +29,24 @@ def _one(folder: Path, pattern: str) -> Path:
     return p
 
 
-LM_GROUP = DATA / "lm_eval" / "tinygroup"      # a flat group task (two subtasks), weighted by size
-LM_NEST = DATA / "lm_eval" / "tinynest"        # a group of groups, the outer one unweighted
-INS_CKPT = DATA / "inspect" / "checkpoints"    # two checkpoints logged under one model name
-INS_PARTIAL = DATA / "inspect" / "partial"     # fractional scores over 3 epochs
+LM_GROUP = DATA / "lm_eval" / "tinygroup"  # a flat group task (two subtasks), weighted by size
+LM_NEST = DATA / "lm_eval" / "tinynest"  # a group of groups, the outer one unweighted
+INS_CKPT = DATA / "inspect" / "checkpoints"  # two checkpoints logged under one model name
+INS_PARTIAL = DATA / "inspect" / "partial"  # fractional scores over 3 epochs
 
 
 def test_every_fixture_reads_and_our_accuracy_is_the_harness_number():
     logs = read_harness(DATA / "lm_eval") + read_harness(DATA / "inspect")
     assert {(lg.harness, lg.model) for lg in logs} == {
-        ("lm-eval", "dummy-a"), ("lm-eval", "dummy-b"), ("lm-eval", "dummy-c"),
-        ("inspect", "mockllm/alpha"), ("inspect", "mockllm/beta"), ("inspect", "mockllm/gamma"),
-        ("inspect", "mockllm/local"), ("inspect", "mockllm/partial")}
+        ("lm-eval", "dummy-a"),
+        ("lm-eval", "dummy-b"),
+        ("lm-eval", "dummy-c"),
+        ("inspect", "mockllm/alpha"),
+        ("inspect", "mockllm/beta"),
+        ("inspect", "mockllm/gamma"),
+        ("inspect", "mockllm/local"),
+        ("inspect", "mockllm/partial"),
+    }
     for lg in logs:
         raw = [s.score for s in lg.samples]
         if lg.model == "mockllm/partial":
@@ -59,16 +65,22 @@ def test_stdlib_reader_agrees_with_inspect_ai():
     for f in [*INS_QA.iterdir(), *INS_QB.iterdir()]:
         a, b = read_inspect(f, use_inspect=True), read_inspect(f, use_inspect=False)
         assert a.reader == "inspect_ai" and (a.model, a.headline) == (b.model, b.headline)
-        assert sorted((s.sample_id, s.repeat, s.score, s.text) for s in a.samples) == \
-            sorted((s.sample_id, s.repeat, s.score, s.text) for s in b.samples)
+        assert sorted((s.sample_id, s.repeat, s.score, s.text) for s in a.samples) == sorted(
+            (s.sample_id, s.repeat, s.score, s.text) for s in b.samples
+        )
 
 
-@pytest.mark.parametrize("paths,models,repeats", [
-    ([LM_QA], ("dummy-a", "dummy-b"), 1),
-    ([_one(INS_QA, "*.eval"), _one(INS_QA, "*.json")], ("mockllm/alpha", "mockllm/beta"), 2)])
+@pytest.mark.parametrize(
+    "paths,models,repeats",
+    [
+        ([LM_QA], ("dummy-a", "dummy-b"), 1),
+        ([_one(INS_QA, "*.eval"), _one(INS_QA, "*.json")], ("mockllm/alpha", "mockllm/beta"), 2),
+    ],
+)
 def test_import_pairs_models_and_analyses_show_the_harness_accuracy(tmp_db, paths, models, repeats):
     from engine.analysis.accuracy_ranks import accuracy_ranksets, paired_accuracy
     from engine.analysis.summary import run_summary
+
     res = import_harness(tmp_db, [str(p) for p in paths], name="h")
     assert res.models == models and res.n_common == res.n_prompts == 8
     assert res.ours == res.headline
@@ -84,6 +96,7 @@ def test_import_pairs_models_and_analyses_show_the_harness_accuracy(tmp_db, path
     again = import_harness(tmp_db, [str(p) for p in paths], name="h")  # idempotent
     assert again.n_generations == res.n_generations == 8 * repeats * 2
     from engine.analysis.multigen import multigen_summary
+
     mg = multigen_summary(tmp_db, "h", models[0], mode="independent", rule="harness")
     assert mg.score.mu == res.headline[models[0]] and mg.k == repeats and mg.n == 8  # epochs = repeats
 
@@ -92,6 +105,7 @@ def test_rank_sets_match_a_direct_computation(tmp_db):
     from engine.analysis.accuracy_ranks import accuracy_ranksets
     from engine.stats.maxt import wild_draws_means
     from engine.stats.ranking import ranksets_maxt
+
     import_harness(tmp_db, [str(_one(INS_QA, "*.eval")), str(_one(INS_QA, "*.json"))], name="h")
     logs = read_harness(INS_QA)
     per = {lg.model: {} for lg in logs}
@@ -102,8 +116,13 @@ def test_rank_sets_match_a_direct_computation(tmp_db):
     ids = sorted(per[models[0]])
     M = np.array([[np.mean(per[m][i]) for m in models] for i in ids])
     rng = np.random.default_rng(0)  # the wild bootstrap-t over questions (the default), then the max-t
-    rs = ranksets_maxt(M.mean(0), np.cov(M, rowvar=False) / len(ids), 0.05, rng=rng,
-                       null_draws=wild_draws_means(M, rng, 10_000))
+    rs = ranksets_maxt(
+        M.mean(0),
+        np.cov(M, rowvar=False) / len(ids),
+        0.05,
+        rng=rng,
+        null_draws=wild_draws_means(M, rng, 10_000),
+    )
     got = accuracy_ranksets(tmp_db, "h")
     assert got.calibration == "wild" == got.to_dict()["calibration"]
     assert list(got.critical_values) == pytest.approx(rs["critical_values"], rel=1e-12)
@@ -150,6 +169,7 @@ def test_bad_input_one_line_nothing_written(tmp_path):
     _bad(tmp_path, [lone], "run lm-eval with --log_samples")
     # an existing run that is not a harness import (here: its config says nothing of one) is never replaced
     from engine import store
+
     db = tmp_path / "kept.duckdb"
     import_harness(db, [str(LM_QA)], name="bad")
     with store.transaction(db) as con:
@@ -159,9 +179,28 @@ def test_bad_input_one_line_nothing_written(tmp_path):
 
 def test_cli_error_is_one_line(tmp_path):
     db = tmp_path / "cli.duckdb"
-    r = subprocess.run([sys.executable, "-m", "engine", "import", "harness", str(LM_QA / "dummy-a"), str(LM_QB),
-                        "--db", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "share no sample id" in r.stderr
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "import",
+            "harness",
+            str(LM_QA / "dummy-a"),
+            str(LM_QB),
+            "--db",
+            str(db),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        r.returncode == 2
+        and len(r.stderr.strip().splitlines()) == 1
+        and "share no sample id" in r.stderr
+    )
     assert not db.exists()
 
 
@@ -169,13 +208,14 @@ def test_accuracy_rank_sets_cover_the_true_ranks_in_a_seeded_simulation():
     """k = 4 models answering the same questions (correlated through a question difficulty), 3 repeats:
     the simultaneous rank-sets contain every true rank in >= 95% - MC error of 300 simulations."""
     from engine.analysis.accuracy_ranks import rank_accuracies
+
     rng = np.random.default_rng(20)
-    skill = np.array([0.8, 0.2, 0.0, -0.6])       # true ranks 1, 2, 3, 4 (logit offsets)
+    skill = np.array([0.8, 0.2, 0.0, -0.6])  # true ranks 1, 2, 3, 4 (logit offsets)
     Q, R, sims, covered = 150, 3, 300, 0
     for _ in range(sims):
-        diff = rng.normal(0, 1.5, Q)[:, None, None]                       # (Q, 1, 1) shared difficulty
-        p = 1 / (1 + np.exp(-(skill[None, :, None] - diff)))              # (Q, k, 1)
-        Y = (rng.random((Q, 4, R)) < p).mean(axis=2)                      # (Q, k) per-question means
+        diff = rng.normal(0, 1.5, Q)[:, None, None]  # (Q, 1, 1) shared difficulty
+        p = 1 / (1 + np.exp(-(skill[None, :, None] - diff)))  # (Q, k, 1)
+        Y = (rng.random((Q, 4, R)) < p).mean(axis=2)  # (Q, k) per-question means
         _, _, rs = rank_accuracies(Y, 0.05, rng, n_draws=1000)  # the default (wild) calibration
         true = np.arange(1, 5)
         covered += bool(np.all((rs["lower"] <= true) & (true <= rs["upper"])))
@@ -186,8 +226,11 @@ def test_accuracy_interval_exact_cases():
     from scipy import stats as st
 
     from engine.analysis.accuracy_ranks import accuracy_interval
+
     tq = float(st.t.ppf(0.975, 7))
-    assert accuracy_interval(np.zeros(8), tq) == pytest.approx((0.0, 1 - 0.025 ** (1 / 8)), rel=1e-12)  # 0 of 8
+    assert accuracy_interval(np.zeros(8), tq) == pytest.approx(
+        (0.0, 1 - 0.025 ** (1 / 8)), rel=1e-12
+    )  # 0 of 8
     assert accuracy_interval(np.ones(8), tq) == pytest.approx((0.025 ** (1 / 8), 1.0), rel=1e-12)
     lo, hi = accuracy_interval(np.array([0, 1] * 4, float), tq)
     se = np.std([0, 1] * 4, ddof=1) / np.sqrt(8)
@@ -198,12 +241,15 @@ def test_accuracy_interval_exact_cases():
 
 def test_cli_summary_benchmark_compare_and_accuracy_ranks_on_an_import(tmp_db, capsys):
     from engine.cli import main
+
     assert main(["import", "harness", str(LM_QA), "--db", str(tmp_db), "--name", "h"]) == 0
     capsys.readouterr()
     assert main(["summary", "--run", "h", "--db", str(tmp_db)]) == 0
     out = capsys.readouterr().out
     assert "imported from lm-eval (not coupled, not generated here)" in out and "harness reported" in out
-    assert main(["benchmark-compare", "--run", "h", "--db", str(tmp_db), "--json"]) == 0  # picks the two models
+    assert (
+        main(["benchmark-compare", "--run", "h", "--db", str(tmp_db), "--json"]) == 0
+    )  # picks the two models
     res = json.loads(capsys.readouterr().out)
     assert res["models"] == ["dummy-a", "dummy-b"] and res["harness_accuracy"] == [0.0, 0.25]
     assert res["paired"]["diff"] == -0.25 and res["plan"][0]["repeats"] == 1
@@ -220,14 +266,20 @@ def test_lm_eval_group_tasks_import_with_subtasks_as_subjects(tmp_db):
     (weighted by size or not, whichever lm-eval used), and the subtasks become subjects."""
     from engine import store
     from engine.store.scores import imported_facts
+
     res = import_harness(tmp_db, [str(LM_GROUP)])
-    assert res.run_id == "harness-tinygroup" and res.tasks == ("tinyg_a", "tinyg_b") and res.n_common == 8
+    assert (
+        res.run_id == "harness-tinygroup" and res.tasks == ("tinyg_a", "tinyg_b") and res.n_common == 8
+    )
     # one weighted outermost group: its number is the model's headline, and ours equals it
     assert res.headline == res.ours and set(res.headline) == {"dummy-a", "dummy-b"}
     facts = imported_facts(tmp_db, res.run_id)
     assert {(g["model"], g["group"], g["weight_by_size"]) for g in facts["groups"]} == {
-        ("dummy-a", "tinygroup", True), ("dummy-b", "tinygroup", True)}
+        ("dummy-a", "tinygroup", True),
+        ("dummy-b", "tinygroup", True),
+    }
     from engine.analysis.summary import run_summary
+
     s = run_summary(tmp_db, res.run_id)
     assert {r.model: r.accuracy for r in s.accuracy} == pytest.approx(res.headline, rel=1e-12)
     nest = import_harness(tmp_db, [str(LM_NEST)])
@@ -240,8 +292,9 @@ def test_lm_eval_group_tasks_import_with_subtasks_as_subjects(tmp_db):
     assert outer["headline"] == pytest.approx(sum(per_task.values()) / 3, rel=1e-12)
     assert groups[("dummy-a", "tinynest_x")]["weight_by_size"] is True
     assert nest.headline == {}  # an unweighted mean of subtask means is not our accuracy: not compared
-    subjects = store.query_df(tmp_db, "SELECT DISTINCT subject FROM prompts WHERE dataset_id = ?",
-                              [nest.dataset_id])["subject"]
+    subjects = store.query_df(
+        tmp_db, "SELECT DISTINCT subject FROM prompts WHERE dataset_id = ?", [nest.dataset_id]
+    )["subject"]
     assert sorted(subjects) == ["tinyn_1", "tinyn_2", "tinyn_3"]
 
 
@@ -275,8 +328,23 @@ def test_two_checkpoints_of_one_model_are_named_from_their_model_arguments(tmp_d
     step = {"early": by_path[str(paths[0])], "late": by_path[str(paths[1])]}
     assert named.headline["early" if "step-100" in str(step["early"]) else "late"] == 0.25
     from engine.cli import main
-    assert main(["import", "harness", *map(str, paths), "--db", str(tmp_db), "--name", "ck3",
-                 "--model-names", "x"]) == 2
+
+    assert (
+        main(
+            [
+                "import",
+                "harness",
+                *map(str, paths),
+                "--db",
+                str(tmp_db),
+                "--name",
+                "ck3",
+                "--model-names",
+                "x",
+            ]
+        )
+        == 2
+    )
     assert "one name per path (2 path(s), 1 name(s))" in capsys.readouterr().err
 
 
@@ -288,10 +356,13 @@ def test_logs_that_nothing_tells_apart_name_the_option(tmp_path):
 
 def test_checkpoint_labels_use_the_shortest_distinguishing_tail():
     from engine.tasks.harness_import import _checkpoint_label
+
     a, b = (("model_path", "/ckpt/run1/final"),), (("model_path", "/ckpt/run2/final"),)
     assert _checkpoint_label(a, [b]) == "run1/final" and _checkpoint_label(b, [a]) == "run2/final"
     assert _checkpoint_label((("pretrained", "org/m-7b"),), [(("pretrained", "org/m-13b"),)]) == "m-7b"
-    assert _checkpoint_label((("dtype", "float16"),), [(("dtype", "bfloat16"),)]) is None  # not a checkpoint
+    assert (
+        _checkpoint_label((("dtype", "float16"),), [(("dtype", "bfloat16"),)]) is None
+    )  # not a checkpoint
 
 
 def test_equality_gate_tolerates_the_order_of_a_float_sum_but_not_a_real_difference(tmp_path, tmp_db):
@@ -299,11 +370,14 @@ def test_equality_gate_tolerates_the_order_of_a_float_sum_but_not_a_real_differe
     The same samples in another order give our sum different last bits, and the import still takes it
     (1e-9 relative); a change in the fourth digit is refused; 0/1 scores keep exact equality."""
     from engine.tasks.harness import REL_TOL, agrees
+
     src = _one(INS_PARTIAL, "*.json")
     data = json.loads(src.read_text())
     headline = data["results"]["scores"][0]["metrics"]["accuracy"]["value"]
     rng = np.random.default_rng(0)
-    for _ in range(200):  # find an order of the samples whose float sum is not the harness's to the last bit
+    for _ in range(
+        200
+    ):  # find an order of the samples whose float sum is not the harness's to the last bit
         order = rng.permutation(len(data["samples"]))
         shuffled = dict(data, samples=[data["samples"][i] for i in order])
         path = tmp_path / "shuffled.json"
@@ -321,8 +395,8 @@ def test_equality_gate_tolerates_the_order_of_a_float_sum_but_not_a_real_differe
     off["results"]["scores"][0]["metrics"]["accuracy"]["value"] = headline + 1e-4
     (tmp_path / "off.json").write_text(json.dumps(off))
     _bad(tmp_path, [tmp_path / "off.json"], "the samples give accuracy")
-    assert agrees(0.25, 0.25, exact=True) and not agrees(0.25, 0.25 + 2 ** -54, exact=True)
-    assert agrees(0.25, 0.25 + 2 ** -54, exact=False)
+    assert agrees(0.25, 0.25, exact=True) and not agrees(0.25, 0.25 + 2**-54, exact=True)
+    assert agrees(0.25, 0.25 + 2**-54, exact=False)
 
 
 def test_summary_of_an_import_leaves_out_tokens_and_time(tmp_db, capsys):
@@ -335,6 +409,7 @@ def test_summary_of_an_import_leaves_out_tokens_and_time(tmp_db, capsys):
     from engine.cli import main
     from engine.commands.summary import summary_text
     from engine.store.scores import imported_facts
+
     assert main(["import", "harness", str(LM_QA), "--db", str(tmp_db), "--name", "h"]) == 0
     capsys.readouterr()
     s = run_summary(tmp_db, "h")
@@ -370,4 +445,6 @@ def test_the_equality_gate_tolerates_the_sum_order_of_a_float_metric_only():
     exact = sum(binary) / len(binary)
     assert hi._check([log(binary, exact)])[0] == 997
     with pytest.raises(UserError, match="the samples give accuracy"):
-        hi._check([log(binary, math.nextafter(exact, 1.0))])  # one ulp off a 0/1 mean: a real disagreement
+        hi._check(
+            [log(binary, math.nextafter(exact, 1.0))]
+        )  # one ulp off a 0/1 mean: a real disagreement

@@ -16,12 +16,18 @@ from engine.tasks import scoring
 
 
 def test_arena_null_question_id_is_stored_as_null(tmp_db):
-    lines = [{"num": 1, "question_id": None, "model_a": "x", "model_b": "y", "winner": "model_a"},
-             {"num": 2, "question_id": "q2", "model_a": "x", "model_b": "y", "winner": "tie"},
-             {"num": None, "model_a": "y", "model_b": "x", "winner": "model_b"}]
+    lines = [
+        {"num": 1, "question_id": None, "model_a": "x", "model_b": "y", "winner": "model_a"},
+        {"num": 2, "question_id": "q2", "model_a": "x", "model_b": "y", "winner": "tie"},
+        {"num": None, "model_a": "y", "model_b": "x", "winner": "model_b"},
+    ]
     data = "\n".join(json.dumps(r) for r in lines).encode()
     df, problems = cmp.validate_arena(data)
-    assert not problems and df["prompt_id"].isna().tolist() == [True, False, True] and df["prompt_id"][1] == "q2"
+    assert (
+        not problems
+        and df["prompt_id"].isna().tolist() == [True, False, True]
+        and df["prompt_id"][1] == "q2"
+    )
     cmp.import_comparisons(tmp_db, data, "arena-nulls", fmt="arena")
     with store.reader(tmp_db) as con:
         got = con.execute("SELECT prompt_id FROM comparisons ORDER BY row_idx").fetchall()
@@ -42,15 +48,21 @@ def test_set_names_with_a_leading_dash_work_and_control_characters_do_not(tmp_db
 def test_upload_job_passes_name_as_one_token_and_files_never_collide(tmp_path, monkeypatch):
     pytest.importorskip("streamlit")
     from dashboard import uploads
+
     monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "data" / "c.duckdb"))
     a = uploads.save_upload("same.csv", b"one")
     b = uploads.save_upload("same.csv", b"two")  # same name, same second
     assert a != b and a.read_bytes() == b"one" and b.read_bytes() == b"two"
     seen = {}
-    monkeypatch.setattr(uploads.jobs, "start_job", lambda args, **kw: seen.setdefault("args", args) and "job-1")
-    assert uploads.start_import("csv", "x.csv", b"prompt_id,model_a,model_b,winner\n", None, None, "-x", False)
+    monkeypatch.setattr(
+        uploads.jobs, "start_job", lambda args, **kw: seen.setdefault("args", args) and "job-1"
+    )
+    assert uploads.start_import(
+        "csv", "x.csv", b"prompt_id,model_a,model_b,winner\n", None, None, "-x", False
+    )
     assert "--name=-x" in seen["args"] and "--name" not in seen["args"]
     from engine.cli import build_parser
+
     assert build_parser().parse_args(seen["args"]).name == "-x"
 
 
@@ -58,7 +70,9 @@ def _big_csv(path, n):
     with open(path, "w") as fh:
         fh.write("prompt_id,model_a,model_b,winner,judge_winner\n")
         for i in range(n):
-            fh.write(f"prompt-{i:07d},model-{i % 7},model-{(i % 7) + 1},{'model_a' if i % 3 else 'tie'},model_b\n")
+            fh.write(
+                f"prompt-{i:07d},model-{i % 7},model-{(i % 7) + 1},{'model_a' if i % 3 else 'tie'},model_b\n"
+            )
 
 
 def test_csv_validation_streams(tmp_path):
@@ -94,32 +108,52 @@ def test_streaming_validation_finds_duplicates_and_bad_bytes_across_blocks(tmp_p
 
 def test_scoring_a_run_still_generating_says_so_and_rescoring_fills_the_rest(tmp_db, capsys):
     with store.transaction(tmp_db) as con:
-        con.execute("INSERT INTO runs (run_id, dataset_id, config, status, n_units) VALUES "
-                    "('r1', 'ds', '{}', 'running', 4)")
-        con.execute("INSERT INTO prompts (dataset_id, prompt_id, idx, gold) VALUES ('ds', 'p1', 0, 'A'), ('ds', 'p2', 1, 'B')")
-        con.execute("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text) VALUES "
-                    "('r1', 'm', 'p1', 0, 'coupled', 0, 'A'), ('r1', 'm', 'p2', 0, 'coupled', 0, 'A')")
+        con.execute(
+            "INSERT INTO runs (run_id, dataset_id, config, status, n_units) VALUES "
+            "('r1', 'ds', '{}', 'running', 4)"
+        )
+        con.execute(
+            "INSERT INTO prompts (dataset_id, prompt_id, idx, gold) VALUES ('ds', 'p1', 0, 'A'), ('ds', 'p2', 1, 'B')"
+        )
+        con.execute(
+            "INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text) VALUES "
+            "('r1', 'm', 'p1', 0, 'coupled', 0, 'A'), ('r1', 'm', 'p2', 0, 'coupled', 0, 'A')"
+        )
     assert main(["score", "--run", "r1", "--db", str(tmp_db), "--json"]) == 0
     cap = capsys.readouterr()
     res = json.loads(cap.out)
     assert (res["complete"], res["n_scored"], res["n_expected"]) == (False, 2, 4)
     assert "still generating" in cap.err and "2 of its 4" in cap.err
     with store.transaction(tmp_db) as con:
-        con.execute("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text) VALUES "
-                    "('r1', 'm', 'p1', 1, 'coupled', 0, 'B'), ('r1', 'm', 'p2', 1, 'coupled', 0, 'B')")
+        con.execute(
+            "INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text) VALUES "
+            "('r1', 'm', 'p1', 1, 'coupled', 0, 'B'), ('r1', 'm', 'p2', 1, 'coupled', 0, 'B')"
+        )
         con.execute("UPDATE runs SET status = 'done' WHERE run_id = 'r1'")
     res = scoring.score_run(tmp_db, "r1")
     assert (res["complete"], res["n_scored"], res["warning"]) == (True, 4, None)
     assert store.table_counts(tmp_db)["scores"] == 4
 
 
-@pytest.mark.parametrize("name", ["a." + "x" * 300, "evil\x00.csv", "report\u202egnp.csv", "x\u202e.c\u2066sv",
-                                  "tab\tname\n.csv", "../../etc/passwd", "\u200f\u061c.json", "." * 5])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a." + "x" * 300,
+        "evil\x00.csv",
+        "report\u202egnp.csv",
+        "x\u202e.c\u2066sv",
+        "tab\tname\n.csv",
+        "../../etc/passwd",
+        "\u200f\u061c.json",
+        "." * 5,
+    ],
+)
 def test_upload_names_are_sanitised_before_they_reach_the_file_system(tmp_path, monkeypatch, name):
     """A 300-character suffix (OSError: File name too long), an embedded NUL
     (ValueError), bidi overrides and other controls: the saved name is short plain ASCII."""
     pytest.importorskip("streamlit")
     from dashboard import uploads
+
     monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "data" / "c.duckdb"))
     p = uploads.save_upload(name, b"payload")
     assert p.read_bytes() == b"payload" and p.parent == uploads.uploads_dir()
@@ -130,8 +164,14 @@ def test_upload_names_are_sanitised_before_they_reach_the_file_system(tmp_path, 
 def test_safe_suffix_keeps_ordinary_extensions():
     pytest.importorskip("streamlit")
     from dashboard import uploads
-    assert [uploads.safe_suffix(n) for n in ("a.CSV", "b.jsonl", "c", "d.tar.gz", "e.c\u202esv")] == \
-        [".csv", ".jsonl", "", ".gz", ".csv"]
+
+    assert [uploads.safe_suffix(n) for n in ("a.CSV", "b.jsonl", "c", "d.tar.gz", "e.c\u202esv")] == [
+        ".csv",
+        ".jsonl",
+        "",
+        ".gz",
+        ".csv",
+    ]
 
 
 _FULL_DISK = r"""
@@ -162,18 +202,38 @@ def test_an_upload_cut_by_a_full_disk_is_one_line_and_leaves_no_partial_file(tmp
     root = Path(__file__).resolve().parent.parent
     data = tmp_path / "data"
     data.mkdir()
-    r = subprocess.run([sys.executable, "-c", _FULL_DISK, str(data / "c.duckdb")], cwd=root, capture_output=True,
-                       text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    r = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, str(data / "c.duckdb")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("refused: the upload could not be saved") for line in lines), lines
+    assert len(lines) == 2 and all(
+        line.startswith("refused: the upload could not be saved") for line in lines
+    ), lines
     assert "File too large" in lines[0] and "nothing was kept" in lines[0]
     uploads_dir = data / "uploads"
     assert not uploads_dir.exists() or list(uploads_dir.iterdir()) == []
 
 
-@pytest.mark.parametrize("name", ["..", "../../etc/passwd", ".", "a\x00b.json", "x" * 300 + ".jsonl", "tab\tname\n.json",
-                                  "report\u202egnp.json", "..\\..\\win.json", "/abs/path.json"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "..",
+        "../../etc/passwd",
+        ".",
+        "a\x00b.json",
+        "x" * 300 + ".jsonl",
+        "tab\tname\n.json",
+        "report\u202egnp.json",
+        "..\\..\\win.json",
+        "/abs/path.json",
+    ],
+)
 def test_harness_upload_names_use_the_one_sanitiser(tmp_path, monkeypatch, name):
     """The harness upload keeps the files' own names (lm-eval pairs them by name) through the same
     sanitiser as the comparison uploads: '..' and folder parts never reach the file system (it

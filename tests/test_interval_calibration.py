@@ -17,7 +17,9 @@ def test_expanded_tail_exact_values():
     z = np.sqrt(40 / 39) * stats.t.ppf(0.975, 39)
     assert expanded_tail(0.95, 40) == pytest.approx(stats.norm.cdf(-z))
     assert expanded_tail(0.95, 40) == pytest.approx(0.02026, abs=5e-5)
-    assert expanded_tail(0.95, 10**7) == pytest.approx(0.025, abs=1e-5)  # many prompts: the percentile interval
+    assert expanded_tail(0.95, 10**7) == pytest.approx(
+        0.025, abs=1e-5
+    )  # many prompts: the percentile interval
     assert expanded_tail(0.9, 1) == pytest.approx(0.05)
     draws = np.random.default_rng(0).normal(size=(4000, 3))
     lo, hi = expanded_percentile(draws, 0.95, 40)
@@ -37,7 +39,9 @@ def _coverage(reps: int, P: int, by_repeat: bool, seed: int) -> tuple[float, flo
     for _ in range(reps):
         r = S.simulate_judge_design(d, rng)
         cl = r["prompt"] * 1000 + r["repeat"] if by_repeat else r["prompt"]
-        w = CL.winrate_cluster_bootstrap(r["a"], r["b"], r["outcome"], k, rng, cluster=cl, n_resamples=300)
+        w = CL.winrate_cluster_bootstrap(
+            r["a"], r["b"], r["outcome"], k, rng, cluster=cl, n_resamples=300
+        )
         w_hits.append(((w["W_low"] <= tr["W"]) & (tr["W"] <= w["W_high"]))[off].mean())
         a_hits.append(((w["avg_low"] <= tr["avg"]) & (tr["avg"] <= w["avg_high"])).mean())
         e = CL.elo_cluster_bootstrap(r["a"], r["b"], r["outcome"], k, rng, cluster=cl, n_resamples=300)

@@ -17,7 +17,7 @@ from engine.errors import UserError
 # A stand-in for `python -m engine ...`: it counts to --units, writes progress in
 # engine.progress's format, and sleeps --sleep seconds per unit. Invoked as
 # `<fake python> -m engine fake --units N --sleep S --progress-file P`.
-FAKE_ENGINE = r'''
+FAKE_ENGINE = r"""
 import sys, time, json, os
 sys.path.insert(0, {root!r})
 from engine.progress import Progress
@@ -42,7 +42,7 @@ if args.get("--fail") == "1":
     sys.exit(3)
 p.finish("done")
 print("finished", units)
-'''
+"""
 
 
 @pytest.fixture
@@ -50,14 +50,15 @@ def fake_python(tmp_path) -> str:
     script = tmp_path / "fake_engine.py"
     script.write_text(FAKE_ENGINE.format(root=str(store.PROJECT_ROOT)))
     exe = tmp_path / "fakepython"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
     exe.chmod(0o755)
     return str(exe)
 
 
 def test_job_runs_to_done_with_progress_and_log(tmp_db, fake_python):
-    job = jobs.start_job(["fake", "--units", "4", "--sleep", "0"], kind="fake", db=tmp_db,
-                         python=fake_python)
+    job = jobs.start_job(
+        ["fake", "--units", "4", "--sleep", "0"], kind="fake", db=tmp_db, python=fake_python
+    )
     st = jobs.wait_job(job, tmp_db, timeout_s=60)
     assert st.status == "done" and st.returncode == 0
     assert (st.done, st.total, st.tokens) == (4, 4, 40)
@@ -71,8 +72,9 @@ def test_job_runs_to_done_with_progress_and_log(tmp_db, fake_python):
 
 
 def test_failed_job_reports_failed_and_log(tmp_db, fake_python):
-    job = jobs.start_job(["fake", "--units", "1", "--fail", "1"], kind="fake", db=tmp_db,
-                         python=fake_python)
+    job = jobs.start_job(
+        ["fake", "--units", "1", "--fail", "1"], kind="fake", db=tmp_db, python=fake_python
+    )
     st = jobs.wait_job(job, tmp_db, timeout_s=60)
     assert st.status == "failed" and st.returncode == 3
     assert "boom" in st.log_tail
@@ -103,8 +105,9 @@ def test_cancel_then_resume_continues(tmp_db, fake_python, tmp_path):
 
 
 def test_killed_from_outside_without_exit_code_is_killed(tmp_db, fake_python):
-    job = jobs.start_job(["fake", "--units", "100", "--sleep", "0.1"], kind="fake", db=tmp_db,
-                         python=fake_python)
+    job = jobs.start_job(
+        ["fake", "--units", "100", "--sleep", "0.1"], kind="fake", db=tmp_db, python=fake_python
+    )
     st = jobs.job_status(job, tmp_db)
     os.killpg(st.pid, signal.SIGKILL)
     jobs.wait_job(job, tmp_db, timeout_s=30)
@@ -141,8 +144,13 @@ def test_unknown_job_and_empty_dir(tmp_db):
 
 
 def test_followup_starts_exactly_once_after_success(tmp_db, fake_python):
-    job = jobs.start_job(["fake", "--units", "2"], kind="fake", db=tmp_db, python=fake_python,
-                         then=[["fake", "--units", "3"]])
+    job = jobs.start_job(
+        ["fake", "--units", "2"],
+        kind="fake",
+        db=tmp_db,
+        python=fake_python,
+        then=[["fake", "--units", "3"]],
+    )
     st = jobs.wait_job(job, tmp_db, timeout_s=60)
     assert st.status == "done"
     nxt = st.extra["followup"]
@@ -152,8 +160,13 @@ def test_followup_starts_exactly_once_after_success(tmp_db, fake_python):
     assert st2.status == "done" and "finished 3" in st2.log_tail
     assert len(jobs.list_jobs(tmp_db)) == 2
     # a failing job starts no follow-up
-    bad = jobs.start_job(["fake", "--units", "1", "--fail", "1"], kind="fake", db=tmp_db, python=fake_python,
-                         then=[["fake", "--units", "3"]])
+    bad = jobs.start_job(
+        ["fake", "--units", "1", "--fail", "1"],
+        kind="fake",
+        db=tmp_db,
+        python=fake_python,
+        then=[["fake", "--units", "3"]],
+    )
     assert jobs.wait_job(bad, tmp_db, timeout_s=60).extra == {}
     assert len(jobs.list_jobs(tmp_db)) == 3
 
@@ -167,9 +180,16 @@ def test_observer_that_loses_the_followup_race_waits_for_the_id(tmp_db, fake_pyt
     import time
 
     jdir = jobs.jobs_dir(tmp_db)
-    job = jobs.start_job(["fake", "--units", "1", "--sleep", "0.5"], kind="fake", db=tmp_db, python=fake_python,
-                         then=[["fake", "--units", "1"]])
-    fd = os.open(jdir / f"{job}.then", os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # this test: the slow winner
+    job = jobs.start_job(
+        ["fake", "--units", "1", "--sleep", "0.5"],
+        kind="fake",
+        db=tmp_db,
+        python=fake_python,
+        then=[["fake", "--units", "1"]],
+    )
+    fd = os.open(
+        jdir / f"{job}.then", os.O_CREAT | os.O_EXCL | os.O_WRONLY
+    )  # this test: the slow winner
     seen: dict = {}
     observer = threading.Thread(target=lambda: seen.update(st=jobs.wait_job(job, tmp_db, timeout_s=60)))
     observer.start()
@@ -190,10 +210,15 @@ def test_observer_that_loses_the_followup_race_waits_for_the_id(tmp_db, fake_pyt
 def test_status_survives_the_death_of_the_starting_process(tmp_db, fake_python, fail):
     """The dashboard server may restart while a job runs: the exit code still reaches job_status."""
     import subprocess
-    code = (f"import sys; sys.path.insert(0, {str(store.PROJECT_ROOT)!r}); from dashboard import jobs; "
-            f"print(jobs.start_job(['fake', '--units', '3', '--sleep', '0.2', '--fail', {fail!r}], kind='fake', "
-            f"db={str(tmp_db)!r}, python={fake_python!r}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+
+    code = (
+        f"import sys; sys.path.insert(0, {str(store.PROJECT_ROOT)!r}); from dashboard import jobs; "
+        f"print(jobs.start_job(['fake', '--units', '3', '--sleep', '0.2', '--fail', {fail!r}], kind='fake', "
+        f"db={str(tmp_db)!r}, python={fake_python!r}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     job = out.stdout.strip()  # the starting process has exited: its reaper thread is gone
     st = jobs.wait_job(job, tmp_db, timeout_s=60)
     assert st.status == ("done" if fail == "0" else "failed")
@@ -203,7 +228,11 @@ def test_status_survives_the_death_of_the_starting_process(tmp_db, fake_python, 
 def test_progress_track_records_done_cancelled_and_failed(tmp_path):
     from engine.progress import Progress, read_progress
 
-    for exc, status in ((None, "done"), (KeyboardInterrupt(), "cancelled"), (RuntimeError("disk full"), "failed")):
+    for exc, status in (
+        (None, "done"),
+        (KeyboardInterrupt(), "cancelled"),
+        (RuntimeError("disk full"), "failed"),
+    ):
         path = tmp_path / f"{status}.json"
         prog = Progress(3, kind="judge", job="j", path=path, show_bar=False)
         try:
@@ -215,15 +244,26 @@ def test_progress_track_records_done_cancelled_and_failed(tmp_path):
             assert got is exc  # re-raised unchanged
         rec = read_progress(path)
         assert (rec["status"], rec["done"], rec["total"]) == (status, 2, 3)
-        assert rec["message"] == {"done": "", "cancelled": "interrupted; completed batches are stored",
-                                  "failed": "disk full"}[status]
+        assert (
+            rec["message"]
+            == {
+                "done": "",
+                "cancelled": "interrupted; completed batches are stored",
+                "failed": "disk full",
+            }[status]
+        )
 
 
 def test_followup_starts_with_no_observer(tmp_db, fake_python):
     """Chained work does not need a page: the job's wrapper starts the follow-up itself. Nothing
     calls job_status/wait_job until both steps have finished (only the files are watched)."""
-    job = jobs.start_job(["fake", "--units", "2"], kind="fake", db=tmp_db, python=fake_python,
-                         then=[["fake", "--units", "3"], ["fake", "--units", "1"]])
+    job = jobs.start_job(
+        ["fake", "--units", "2"],
+        kind="fake",
+        db=tmp_db,
+        python=fake_python,
+        then=[["fake", "--units", "3"], ["fake", "--units", "1"]],
+    )
     jdir = jobs.jobs_dir(tmp_db)
     deadline = time.monotonic() + 60
     chain = [job]
@@ -249,7 +289,7 @@ def test_followup_runner_cli(tmp_db, fake_python):
 
 
 def test_smoothed_eta_is_the_average_pace():
-    assert jobs.smoothed_eta(0, 100, 10.0, 42.0) == 42.0   # nothing done yet: the engine's estimate
+    assert jobs.smoothed_eta(0, 100, 10.0, 42.0) == 42.0  # nothing done yet: the engine's estimate
     assert jobs.smoothed_eta(25, 100, 10.0, 1.0) == pytest.approx(30.0)
     assert jobs.smoothed_eta(100, 100, 10.0) == 0.0
     assert jobs.smoothed_eta(5, 0, 10.0) is None
@@ -259,12 +299,16 @@ def test_eta_does_not_grow_during_a_chunk(monkeypatch):
     """While a chunk runs (no unit finishes, time passes) the ETA counts down
     from the estimate made at the last progress update; it never grows."""
     # 25 of 100 units done at t = 10 s: 30 s left then; 4 s later, still 25 done: 26 s
-    etas = [jobs.smoothed_eta(25, 100, 10.0 + dt, since_update_s=dt) for dt in (0.0, 1.0, 4.0, 29.0, 60.0)]
+    etas = [
+        jobs.smoothed_eta(25, 100, 10.0 + dt, since_update_s=dt) for dt in (0.0, 1.0, 4.0, 29.0, 60.0)
+    ]
     assert etas == pytest.approx([30.0, 29.0, 26.0, 1.0, 0.0])
     assert all(b <= a for a, b in zip(etas, etas[1:]))
     # the old formula (average pace until now) grew: 75 * 14 / 25 = 42 > 30
     assert 75 * 14.0 / 25 > etas[0]
-    assert jobs.smoothed_eta(0, 100, 20.0, 42.0, since_update_s=2.0) == 40.0  # the engine's estimate, counted down
+    assert (
+        jobs.smoothed_eta(0, 100, 20.0, 42.0, since_update_s=2.0) == 40.0
+    )  # the engine's estimate, counted down
     # through a job's files: the progress file's updated_at is the update time
     prog = {"done": 25, "total": 100, "updated_at": 1000.0}
     meta = {"started_at": 990.0}
@@ -274,22 +318,50 @@ def test_eta_does_not_grow_during_a_chunk(monkeypatch):
 
 def test_demo_running_covers_the_chain(tmp_db, fake_python):
     assert not jobs.demo_running(tmp_db)
-    job = jobs.start_job(["fake", "--units", "4", "--sleep", "0.3", "--run-id", jobs.DEMO_RUN], kind="generate",
-                         db=tmp_db, python=fake_python)
+    job = jobs.start_job(
+        ["fake", "--units", "4", "--sleep", "0.3", "--run-id", jobs.DEMO_RUN],
+        kind="generate",
+        db=tmp_db,
+        python=fake_python,
+    )
     assert jobs.demo_running(tmp_db)
     assert jobs.wait_job(job, tmp_db, timeout_s=60).status == "done"
     assert not jobs.demo_running(tmp_db)
     assert jobs.DEMO_ARGS[jobs.DEMO_ARGS.index("--dataset") + 1] == "demo-numbers"
-    assert jobs.score_args("r", tmp_db) == ["score", "--db", str(tmp_db), "--run", "r"]  # rule: fits the dataset
+    assert jobs.score_args("r", tmp_db) == [
+        "score",
+        "--db",
+        str(tmp_db),
+        "--run",
+        "r",
+    ]  # rule: fits the dataset
 
 
-def _fake_job(tmp_db, job_id: str, *, kind: str = "judge", done: int, total: int, rc: int | None,
-              log: str = "", status: str = "running") -> jobs.JobStatus:
+def _fake_job(
+    tmp_db,
+    job_id: str,
+    *,
+    kind: str = "judge",
+    done: int,
+    total: int,
+    rc: int | None,
+    log: str = "",
+    status: str = "running",
+) -> jobs.JobStatus:
     """The files a job leaves behind after its process is gone (pid of no process)."""
     jdir = jobs.jobs_dir(tmp_db)
     jdir.mkdir(parents=True, exist_ok=True)
-    (jdir / f"{job_id}.meta.json").write_text(json.dumps({"job_id": job_id, "kind": kind, "args": [kind],
-                                                          "pid": 2**22 + 12345, "started_at": time.time()}))
+    (jdir / f"{job_id}.meta.json").write_text(
+        json.dumps(
+            {
+                "job_id": job_id,
+                "kind": kind,
+                "args": [kind],
+                "pid": 2**22 + 12345,
+                "started_at": time.time(),
+            }
+        )
+    )
     (jdir / f"{job_id}.json").write_text(json.dumps({"status": status, "done": done, "total": total}))
     (jdir / f"{job_id}.log").write_text(log)
     if rc is not None:
@@ -303,7 +375,9 @@ def test_a_job_killed_after_its_last_commit_is_done(tmp_db, rc):
     The job is done (not "failed (rc -9)"); killed before the end it is not, and a job that exited with
     an error of its own after the last unit stays failed."""
     assert _fake_job(tmp_db, "judge-1", done=40, total=40, rc=rc).status == "done"
-    assert _fake_job(tmp_db, "judge-2", done=39, total=40, rc=rc).status == ("killed" if rc is None else "failed")
+    assert _fake_job(tmp_db, "judge-2", done=39, total=40, rc=rc).status == (
+        "killed" if rc is None else "failed"
+    )
     assert _fake_job(tmp_db, "judge-3", done=40, total=40, rc=1).status == "failed"
     assert _fake_job(tmp_db, "judge-4", done=40, total=40, rc=rc, status="failed").status != "done"
 
@@ -315,8 +389,17 @@ def test_a_failed_job_says_why_and_offers_resume_only_where_it_helps(tmp_db):
     bad = _fake_job(tmp_db, "generate-1", kind="generate", done=0, total=0, rc=2, log=log)
     assert bad.status == "failed" and jobs.error_line(bad).startswith("error: unknown dataset 'nope'")
     assert not jobs.resumable(bad)
-    crash = _fake_job(tmp_db, "generate-2", kind="generate", done=3, total=9, rc=-9,
-                      log="Traceback (most recent call last):\n  ...\nMemoryError\n")
+    crash = _fake_job(
+        tmp_db,
+        "generate-2",
+        kind="generate",
+        done=3,
+        total=9,
+        rc=-9,
+        log="Traceback (most recent call last):\n  ...\nMemoryError\n",
+    )
     assert jobs.error_line(crash) == "MemoryError" and jobs.resumable(crash)
     assert jobs.resumable(_fake_job(tmp_db, "generate-3", kind="generate", done=3, total=9, rc=None))
-    assert not jobs.resumable(_fake_job(tmp_db, "import-1", kind="import", done=0, total=0, rc=1, log="x"))
+    assert not jobs.resumable(
+        _fake_job(tmp_db, "import-1", kind="import", done=0, total=0, rc=1, log="x")
+    )

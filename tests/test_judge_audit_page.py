@@ -39,7 +39,9 @@ def test_judge_audit_page_shows_the_audit(audit_db, monkeypatch):
     table = at.dataframe[0].value
     ref = JA.judge_audit(audit_db, RUN, "j1", n_boot=200)
     row = table.set_index("figure").loc["agreement (judge vs human)"]
-    assert row["estimate"] == pytest.approx(ref.agreement.estimate) and row["lower"] == pytest.approx(ref.agreement.lower)
+    assert row["estimate"] == pytest.approx(ref.agreement.estimate) and row["lower"] == pytest.approx(
+        ref.agreement.lower
+    )
     assert "effective number of judges" in table["figure"].tolist()
     assert at.dataframe[1].value["model"].tolist() == ["m0", "m1", "m2"]
 
@@ -51,16 +53,23 @@ def test_rank_sets_page_run_source_refreshes_as_labels_arrive(audit_db, monkeypa
     assert not at.exception, [e.value for e in at.exception]
     methods = set(at.dataframe[0].value["method"])
     assert methods == {"PPR (judge + human)", "judge only", "human only"}
-    assert any("80 with a human label (96 labels read)" in c.value for c in at.caption)  # 16 doubly labelled
+    assert any(
+        "80 with a human label (96 labels read)" in c.value for c in at.caption
+    )  # 16 doubly labelled
     assert any("Planner" in m.value for m in at.markdown)
     # 40 more labels arrive in a second set naming the run: the next rerun shows them
     from engine.analysis.audit_sim import simulated_run
+
     units, _ = simulated_run(60, 3, 1, np.random.default_rng(0))
-    more = units.iloc[:40][["prompt_id", "model_a", "model_b"]].assign(human_winner="a", judge_winner=None)
+    more = units.iloc[:40][["prompt_id", "model_a", "model_b"]].assign(
+        human_winner="a", judge_winner=None
+    )
     SC.write_set(audit_db, more, "labels-y", "labels", {"run_id": RUN, "mode": "coupled"}, False)
     at.run()
     assert not at.exception
     caps = [c.value for c in at.caption]
-    assert any("(136 labels read)" in c for c in caps), caps + [str(e) for e in at.error] + [i.value for i in at.info]
+    assert any("(136 labels read)" in c for c in caps), (
+        caps + [str(e) for e in at.error] + [i.value for i in at.info]
+    )
     at.toggle(key="rr_live").set_value(True).run()  # the live fragment renders the same view
     assert not at.exception and any("(136 labels read)" in c.value for c in at.caption)

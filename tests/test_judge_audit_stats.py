@@ -39,13 +39,16 @@ def test_bad_codes_are_one_line_user_error():
 def test_bias_exact_tiny_case():
     # models 0,1,2; units (0,1) judge a human b; (0,2) judge a human a; (1,2) judge tie human b
     first, second = np.array([0, 0, 1]), np.array([1, 2, 2])
-    b = ja.bias_of_sums(_ones(ja.bias_features(first, second, np.array([0, 0, 2]), np.array([1, 0, 1]), 3)))
+    b = ja.bias_of_sums(
+        _ones(ja.bias_features(first, second, np.array([0, 0, 2]), np.array([1, 0, 1]), 3))
+    )
     # model 0: judge 2/2, human 1/2 -> +0.5; model 1: judge 0/2, human 1/2 -> -0.5; model 2: 0/2 vs 1/2 -> -0.5
     np.testing.assert_allclose(b, [0.5, -0.5, -0.5])
 
 
 def test_bias_equals_ppr_rectifier_with_lambda_one():
     from engine.stats.ranking import winrate_pointestimate
+
     rng = np.random.default_rng(3)
     k, n = 4, 300
     first = rng.integers(0, k, n)
@@ -120,7 +123,9 @@ def test_vectorised_equals_naive_loop_and_bootstrap_rows():
     # one bootstrap row = the naive figure on the rows of the drawn prompts, repeated by multiplicity
     W = ja.bootstrap_weights(C, 3, np.random.default_rng(1))
     for w in W:
-        rows = np.concatenate([np.flatnonzero(cl == c).repeat(1) for c in range(C) for _ in range(int(w[c]))])
+        rows = np.concatenate(
+            [np.flatnonzero(cl == c).repeat(1) for c in range(C) for _ in range(int(w[c]))]
+        )
         npo, nk, nb = _naive_figures(first[rows], second[rows], j[rows], h[rows], k)
         np.testing.assert_allclose(ja.agreement_kappa_of_sums(w @ S), [npo, nk])
         np.testing.assert_allclose(ja.bias_of_sums(w @ Sb), nb)
@@ -132,8 +137,12 @@ def test_interval_is_seeded_and_brackets_estimate():
     cl = rng.integers(0, C, n)
     j, h = rng.integers(0, 3, n), rng.integers(0, 3, n)
     S = ja.cluster_sums(ja.agreement_features(j, h), cl, C)
-    a = ja.interval(S, ja.bootstrap_weights(C, 200, np.random.default_rng(5)), ja.agreement_kappa_of_sums)
-    b = ja.interval(S, ja.bootstrap_weights(C, 200, np.random.default_rng(5)), ja.agreement_kappa_of_sums)
+    a = ja.interval(
+        S, ja.bootstrap_weights(C, 200, np.random.default_rng(5)), ja.agreement_kappa_of_sums
+    )
+    b = ja.interval(
+        S, ja.bootstrap_weights(C, 200, np.random.default_rng(5)), ja.agreement_kappa_of_sums
+    )
     np.testing.assert_array_equal(a.lower, b.lower)
     assert np.all(a.lower <= a.estimate) and np.all(a.estimate <= a.upper)
 
@@ -169,7 +178,9 @@ def test_interval_expands_the_percentile_by_the_prompts_that_hold_data():
     C, C_data = 30, 12
     j = rng.integers(0, 3, 60)
     h = np.where(rng.random(60) < 0.6, j, rng.integers(0, 3, 60))
-    S = ja.cluster_sums(ja.agreement_features(j, h), rng.integers(0, C_data, 60), C)  # rows >= C_data: zero
+    S = ja.cluster_sums(
+        ja.agreement_features(j, h), rng.integers(0, C_data, 60), C
+    )  # rows >= C_data: zero
     W = ja.bootstrap_weights(C, 500, rng)
     boot = ja.agreement_kappa_of_sums(W @ S)[:, 0]
     pc = ja.interval(S, W, ja.agreement_kappa_of_sums, 0.9, method="percentile")

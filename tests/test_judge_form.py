@@ -11,19 +11,41 @@ SECRET = "sk-live-0123456789abcdef"
 
 def _form():
     from dashboard import jobs_panel
+
     jobs_panel.judge_form("r1", ["m1", "m2"])
 
 
 def _row():
     from dashboard import jobs, jobs_panel
-    stats = {"requests": 130, "requests_per_s": 42.5, "retries": 7, "failed": 1, "prompt_tokens": 12345,
-             "completion_tokens": 678}
-    jobs_panel._job_row(jobs.JobStatus("j1", "judge", "running", ("judge", "--run", "r1"), 1, 0.0, done=10,
-                                       total=20, extra={"stats": stats}), allow_control=False)
+
+    stats = {
+        "requests": 130,
+        "requests_per_s": 42.5,
+        "retries": 7,
+        "failed": 1,
+        "prompt_tokens": 12345,
+        "completion_tokens": 678,
+    }
+    jobs_panel._job_row(
+        jobs.JobStatus(
+            "j1",
+            "judge",
+            "running",
+            ("judge", "--run", "r1"),
+            1,
+            0.0,
+            done=10,
+            total=20,
+            extra={"stats": stats},
+        ),
+        allow_control=False,
+    )
 
 
 def _page_text(at: AppTest) -> str:
-    parts = [e.value for kind in ("markdown", "caption", "error", "text", "code") for e in getattr(at, kind)]
+    parts = [
+        e.value for kind in ("markdown", "caption", "error", "text", "code") for e in getattr(at, kind)
+    ]
     parts += [str(w.value) for w in at.text_input] + [w.label for w in at.text_input]
     return " ".join(str(p) for p in parts)
 
@@ -31,6 +53,7 @@ def _page_text(at: AppTest) -> str:
 @pytest.fixture
 def started(monkeypatch, tmp_path):
     from dashboard import jobs
+
     monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "x.duckdb"))
     monkeypatch.setenv("MY_JUDGE_KEY", SECRET)
     calls = []
@@ -40,6 +63,7 @@ def started(monkeypatch, tmp_path):
 
 def test_api_judge_form_starts_the_job_with_the_key_variable_name_only(started, tmp_path):
     from engine.cli import build_parser
+
     at = AppTest.from_function(_form, default_timeout=60).run()
     assert not at.exception
     at.radio(key="judge_kind").set_value("openai").run()
@@ -52,9 +76,23 @@ def test_api_judge_form_starts_the_job_with_the_key_variable_name_only(started, 
     at.button(key="act_judge_btn").click().run()
     assert not at.exception and len(started) == 1
     args, kw = started[0]
-    assert args == ["judge", "--db", str(tmp_path / "x.duckdb"), "--run", "r1", "--judge", "openai:judge-1",
-                    "--base-url", "http://127.0.0.1:8000/v1", "--api-key-env", "MY_JUDGE_KEY", "--concurrency", "16",
-                    "--judge-format", "arena-hard"]
+    assert args == [
+        "judge",
+        "--db",
+        str(tmp_path / "x.duckdb"),
+        "--run",
+        "r1",
+        "--judge",
+        "openai:judge-1",
+        "--base-url",
+        "http://127.0.0.1:8000/v1",
+        "--api-key-env",
+        "MY_JUDGE_KEY",
+        "--concurrency",
+        "16",
+        "--judge-format",
+        "arena-hard",
+    ]
     assert kw["kind"] == "judge" and SECRET not in repr(kw) and SECRET not in _page_text(at)
     ns = build_parser().parse_args(args)  # the job's command line parses with the CLI's parser
     assert (ns.judge, ns.concurrency, ns.api_key_env) == ("openai:judge-1", 16, "MY_JUDGE_KEY")
@@ -69,8 +107,11 @@ def test_judge_form_refuses_a_pasted_key_and_a_missing_model(started):
     at.text_input(key="judge_key_env").set_value("sk-pasted-key-value").run()
     at.button(key="act_judge_btn").click().run()
     text = _page_text(at)
-    assert "not the key" in text and "sk-pasted-key-value" not in text.replace(
-        at.text_input(key="judge_key_env").value, "") and not started
+    assert (
+        "not the key" in text
+        and "sk-pasted-key-value" not in text.replace(at.text_input(key="judge_key_env").value, "")
+        and not started
+    )
 
 
 @pytest.mark.parametrize("kind,spec", [("local", "m2"), ("vllm", "vllm:m2")])
@@ -90,7 +131,9 @@ def test_job_row_shows_live_request_counters():
 
 
 @pytest.mark.parametrize("typed", ["SECRETKEY123", "AbCdEf0123456789GhIjKlMn"])
-def test_judge_form_with_the_key_typed_as_the_name_starts_nothing_and_writes_nothing(monkeypatch, tmp_path, typed):
+def test_judge_form_with_the_key_typed_as_the_name_starts_nothing_and_writes_nothing(
+    monkeypatch, tmp_path, typed
+):
     """The real job start (not a stub): a name that is not set, or a key-like value, is refused
     before any job file exists; no file under the data folder holds the typed value."""
     data = tmp_path / "data"
@@ -103,7 +146,10 @@ def test_judge_form_with_the_key_typed_as_the_name_starts_nothing_and_writes_not
     at.button(key="act_judge_btn").click().run()
     assert not at.exception
     errors = " ".join(e.value for e in at.error)
-    assert "Not started" in errors and ("is not set" if typed == "SECRETKEY123" else "not the key") in errors
+    assert (
+        "Not started" in errors
+        and ("is not set" if typed == "SECRETKEY123" else "not the key") in errors
+    )
     assert (typed in errors) is (typed == "SECRETKEY123")
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert not (data / "jobs").exists() and all(typed.encode() not in p.read_bytes() for p in files)

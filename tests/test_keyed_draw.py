@@ -26,7 +26,9 @@ def _assert_probs(probs, z, tokens, numba: bool) -> None:
     the numba path its float64 value rounded once (within 3e-7 of the exact value: closer than torch's
     own float32 formula, and not its bits, since the sum runs in another order)."""
     if not numba:
-        assert torch.equal(probs, (z.gather(1, tokens[:, None]).squeeze(1) - torch.logsumexp(z, -1)).exp())
+        assert torch.equal(
+            probs, (z.gather(1, tokens[:, None]).squeeze(1) - torch.logsumexp(z, -1)).exp()
+        )
         return
     exact = (z.double().gather(1, tokens[:, None]).squeeze(1) - torch.logsumexp(z.double(), -1)).exp()
     torch.testing.assert_close(probs.double(), exact, rtol=3e-7, atol=0)
@@ -41,8 +43,17 @@ def _batch(B=13, V=301, seed=0):
     return logits, seeds, units, steps, torch.arange(V) * 7 + 3
 
 
-@pytest.mark.parametrize("temperature, top_k, top_p, k", [(1.0, 0, 1.0, 0), (0.7, 5, 1.0, 3), (0.7, 0, 0.8, 4),
-                                                          (1.3, 7, 0.9, 2), (0.0, 0, 1.0, 3), (0.0, 3, 0.5, 0)])
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p, k",
+    [
+        (1.0, 0, 1.0, 0),
+        (0.7, 5, 1.0, 3),
+        (0.7, 0, 0.8, 4),
+        (1.3, 7, 0.9, 2),
+        (0.0, 0, 1.0, 3),
+        (0.0, 3, 0.5, 0),
+    ],
+)
 def test_draw_is_the_gumbel_max_sample_with_its_records(temperature, top_k, top_p, k):
     logits, seeds, units, steps, keys = _batch()
     d = keyed.draw(logits, seeds, units, steps, keys, temperature, top_k, top_p, trace_k=k)
@@ -52,15 +63,18 @@ def test_draw_is_the_gumbel_max_sample_with_its_records(temperature, top_k, top_
     # D[token] = exp(z[token] - logsumexp z) (_assert_probs), and log D's to float32 rounding
     z = masked_logits(logits, temperature, top_k, top_p)
     _assert_probs(d.probs, z, ref.tokens, _numba_draw(temperature))
-    torch.testing.assert_close(d.probs, ref.logprobs.gather(1, ref.tokens[:, None]).squeeze(1).exp(),
-                               rtol=2e-6, atol=1e-9)
+    torch.testing.assert_close(
+        d.probs, ref.logprobs.gather(1, ref.tokens[:, None]).squeeze(1).exp(), rtol=2e-6, atol=1e-9
+    )
     if not k:
         assert d.top_ids is None and d.top_gumbels is None
         return
     tv, ti = torch.topk(ref.logprobs, k, dim=-1)
     assert torch.equal(d.top_ids, ti)
     torch.testing.assert_close(d.top_probs, tv.exp(), rtol=2e-6, atol=1e-9)
-    assert torch.equal(d.top_probs[:, 0] == d.probs, d.tokens == ti[:, 0])  # one formula for both records
+    assert torch.equal(
+        d.top_probs[:, 0] == d.probs, d.tokens == ti[:, 0]
+    )  # one formula for both records
     if temperature == 0:
         assert d.top_gumbels is None
     else:
@@ -105,7 +119,9 @@ for budget in (16 << 20, 10**12):  # the numba draw with nothing masked and no t
 
 
 @pytest.mark.slow  # ten measured draws of 38 MB in a fresh interpreter
-@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc/self/clear_refs")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc/self/clear_refs"
+)
 def test_draw_peak_memory_stays_within_its_budget():
     """The process's measured peak resident memory during a draw of 96 x 100,000 logits (38 MB), on the
     reference and the numba path, with and without top-p: within a 16 MiB temporary budget (plus
@@ -117,13 +133,26 @@ def test_draw_peak_memory_stays_within_its_budget():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], cwd=root, capture_output=True, text=True, timeout=600,
-                         # every allocation of 64 KiB or more mmapped and returned when freed: the
-                         # resident size then follows the live temporaries, not the heap's high-water mark
-                         env={**os.environ, "PYTHONPATH": str(root), keyed.WORKERS_ENV: "2",
-                              "MALLOC_MMAP_THRESHOLD_": "65536"})
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # every allocation of 64 KiB or more mmapped and returned when freed: the
+        # resident size then follows the live temporaries, not the heap's high-water mark
+        env={
+            **os.environ,
+            "PYTHONPATH": str(root),
+            keyed.WORKERS_ENV: "2",
+            "MALLOC_MMAP_THRESHOLD_": "65536",
+        },
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    peaks = {(p, float(t), int(b)): int(n) for p, t, b, n in (line.split() for line in out.stdout.splitlines())}
+    peaks = {
+        (p, float(t), int(b)): int(n)
+        for p, t, b, n in (line.split() for line in out.stdout.splitlines())
+    }
     assert len(peaks) == 10
     slack = 6 << 20  # page rounding, the per-row outputs, the numba draw's (R, 32) candidate buffers
     for (path, top_p, budget), peak in peaks.items():
@@ -139,7 +168,9 @@ def test_single_read_is_taken_only_without_masks_trace_or_greedy(monkeypatch):
     x = torch.zeros(4, 50)
     assert not keyed.single_read(x, 0.7, 0, 1.0, 0)  # CPU: never (the kernel would run interpreted)
     monkeypatch.setattr(keyed, "_fused_available", lambda device: True)
-    assert keyed.single_read(x, 0.7, 0, 1.0, 0) and keyed.single_read(x.half(), 1.0, 50, 1.0, 0)  # top-k >= V: no mask
+    assert keyed.single_read(x, 0.7, 0, 1.0, 0) and keyed.single_read(
+        x.half(), 1.0, 50, 1.0, 0
+    )  # top-k >= V: no mask
     for t, top_k, top_p, k in ((0.0, 0, 1.0, 0), (0.7, 49, 1.0, 0), (0.7, 0, 0.9, 0), (0.7, 0, 1.0, 1)):
         assert not keyed.single_read(x, t, top_k, top_p, k)
     assert not keyed.single_read(x.double(), 0.7, 0, 1.0, 0)  # float64 logits: the torch path
@@ -154,7 +185,9 @@ def test_gumbel_at_is_the_reference_noise_at_those_tokens():
 
 def test_keyed_noise_on_cpu_is_the_reference():
     _, seeds, units, steps, keys = _batch(B=4, V=100)
-    assert torch.equal(keyed.keyed_noise(seeds, units, steps, keys), noise.gumbel(seeds, units, steps, keys))
+    assert torch.equal(
+        keyed.keyed_noise(seeds, units, steps, keys), noise.gumbel(seeds, units, steps, keys)
+    )
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
@@ -196,8 +229,22 @@ def test_draw_does_not_depend_on_the_row_workers(monkeypatch, workers, budget):
     d = keyed.draw(logits, seeds, units, steps, keys, 0.8, budget=budget)
     assert torch.equal(d.tokens, ref)
     _assert_probs(d.probs, z, ref, numba=True)
-    one = [keyed._draw_chunk(logits[i:i + 1], seeds[i:i + 1], units[i:i + 1], steps[i:i + 1], keys, 0.8, 0, 1.0, 0,
-                             False, True).probs for i in range(17)]
+    one = [
+        keyed._draw_chunk(
+            logits[i : i + 1],
+            seeds[i : i + 1],
+            units[i : i + 1],
+            steps[i : i + 1],
+            keys,
+            0.8,
+            0,
+            1.0,
+            0,
+            False,
+            True,
+        ).probs
+        for i in range(17)
+    ]
     assert torch.equal(d.probs, torch.cat(one))  # per-row bits: no worker or chunk changes them
     rows = torch.tensor([16, 3, 3, 0, 9, 12, 1, 2, 5])
     d = keyed.draw(logits, seeds[rows], units[rows], steps[rows], keys, 0.8, rows=rows, budget=budget)
@@ -254,8 +301,14 @@ _, status = os.waitpid(pid, 0)
 print("child", os.waitstatus_to_exitcode(status))
 """
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(root)})
+    r = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     assert r.returncode == 0 and r.stdout.strip().endswith("child 0"), r.stdout + r.stderr[-2000:]
 
 

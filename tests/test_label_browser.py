@@ -20,7 +20,9 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def label_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("label_browser")
-    db = build_label_db(tmp / "labels.duckdb", n_prompts=3334, repeats=1)  # 3 pairs x 3,334 = 10,002 units
+    db = build_label_db(
+        tmp / "labels.duckdb", n_prompts=3334, repeats=1
+    )  # 3 pairs x 3,334 = 10,002 units
     yield from _serve(tmp, db)
 
 
@@ -31,9 +33,14 @@ def _unit_heading(pg) -> str:
 def _press_and_wait(pg, key: str, before: str) -> float:
     t0 = time.perf_counter()
     pg.keyboard.press(key)
-    pg.wait_for_function("(before) => { const e = [...document.querySelectorAll("
-                           "'[data-testid=\"stMarkdownContainer\"] strong')].find(x => x.innerText.startsWith('Unit '));"
-                           " return e && e.innerText !== before; }", arg=before, timeout=60_000, polling="raf")
+    pg.wait_for_function(
+        "(before) => { const e = [...document.querySelectorAll("
+        "'[data-testid=\"stMarkdownContainer\"] strong')].find(x => x.innerText.startsWith('Unit '));"
+        " return e && e.innerText !== before; }",
+        arg=before,
+        timeout=60_000,
+        polling="raf",
+    )
     return time.perf_counter() - t0
 
 
@@ -71,11 +78,19 @@ def test_label_by_keyboard(label_server, page, artifacts_dir):  # noqa: F811
     before = _unit_heading(page)
     t0 = time.perf_counter()
     page.get_by_role("button", name="A is better (1)").click()
-    page.wait_for_function("(b) => ![...document.querySelectorAll('strong')].some(x => x.innerText === b)",
-                           arg=before, timeout=60_000, polling="raf")
+    page.wait_for_function(
+        "(b) => ![...document.querySelectorAll('strong')].some(x => x.innerText === b)",
+        arg=before,
+        timeout=60_000,
+        polling="raf",
+    )
     times.append(time.perf_counter() - t0)
     page.screenshot(path=str(artifacts_dir / "browser_label.png"), full_page=True)
     ms = sorted(round(t * 1000) for t in times)
-    (artifacts_dir / "label_timing.json").write_text(json.dumps(
-        {"units": 10002, "sample": 200, "ms": ms, "median_ms": ms[len(ms) // 2], "max_ms": ms[-1]}, indent=1))
+    (artifacts_dir / "label_timing.json").write_text(
+        json.dumps(
+            {"units": 10002, "sample": 200, "ms": ms, "median_ms": ms[len(ms) // 2], "max_ms": ms[-1]},
+            indent=1,
+        )
+    )
     print(f"key press to next unit: median {ms[len(ms) // 2]} ms, max {ms[-1]} ms over {len(ms)} votes")

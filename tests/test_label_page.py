@@ -48,18 +48,20 @@ def test_votes_undo_and_progress(page):
     assert "Unit 1 of 5" in _all_text(at)
     u0 = sample["units"][0]
     first, second = (u0[2], u0[3]) if u0[4] == "ab" else (u0[3], u0[2])
-    assert first not in " ".join(m.value for m in at.markdown if "Unit" in m.value)    # names hidden
+    assert first not in " ".join(m.value for m in at.markdown if "Unit" in m.value)  # names hidden
     at.button(key="label_vote_first").click().run()
-    assert f"A was **{first}**, B was **{second}**" in _all_text(at)                   # revealed after the vote
+    assert f"A was **{first}**, B was **{second}**" in _all_text(at)  # revealed after the vote
     assert "Unit 2 of 5" in _all_text(at)
     at.button(key="label_vote_skip").click().run()
     at.button(key="label_vote_tie").click().run()
     assert "2 labelled, 1 skipped, of a sample of 5" in at.get("progress")[0].proto.text
     at.button(key="label_undo").click().run()
-    assert "Unit 3 of 5" in _all_text(at)                                                # the undone unit again
+    assert "Unit 3 of 5" in _all_text(at)  # the undone unit again
     assert S.sample_status(db, sample).labelled == 1
     rows = S.label_rows(db, sid)
-    assert rows.human_winner.tolist() == ["a" if u0[4] == "ab" else "b"] and rows.labeller.tolist() == ["ann"]
+    assert rows.human_winner.tolist() == ["a" if u0[4] == "ab" else "b"] and rows.labeller.tolist() == [
+        "ann"
+    ]
     for _ in range(3):
         at.button(key="label_vote_second").click().run()
     assert any("Nothing left for ann" in s.value for s in at.success)
@@ -91,10 +93,25 @@ def test_labelling_a_stored_comparison_set(tmp_path, monkeypatch):
     import pandas as pd
 
     from engine.store import comparisons as SC
+
     db = build_label_db(tmp_path / "page.duckdb", n_prompts=6, repeats=1)
-    rows = pd.DataFrame([{"prompt_id": f"p{i:05d}", "model_a": "m1", "model_b": "m3", "human_winner": None,
-                          "judge_winner": "b", "repeat": 0, "mode": "coupled"} for i in range(4)])
-    SC.write_set(db, rows, "verdicts", "judge", {"format": "judgments", "run": RUN, "mode": "coupled"}, False)
+    rows = pd.DataFrame(
+        [
+            {
+                "prompt_id": f"p{i:05d}",
+                "model_a": "m1",
+                "model_b": "m3",
+                "human_winner": None,
+                "judge_winner": "b",
+                "repeat": 0,
+                "mode": "coupled",
+            }
+            for i in range(4)
+        ]
+    )
+    SC.write_set(
+        db, rows, "verdicts", "judge", {"format": "judgments", "run": RUN, "mode": "coupled"}, False
+    )
     monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
     monkeypatch.chdir(ROOT)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()

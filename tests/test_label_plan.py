@@ -31,7 +31,9 @@ def test_more_for_ci_width_closed_form_hits_the_target():
     assert more == 200
     assert LP.ci_widths(sigma, lab, 200, more, 0.05).max() <= target + 1e-12
     assert LP.ci_widths(sigma, lab, 200, more - 2, 0.05).max() > target
-    assert LP.more_for_ci_width(sigma, lab, 200, 0.05, z2 * np.sqrt(0.0009)) is None  # below the judge floor
+    assert (
+        LP.more_for_ci_width(sigma, lab, 200, 0.05, z2 * np.sqrt(0.0009)) is None
+    )  # below the judge floor
     with pytest.raises(UserError):
         LP.more_for_ci_width(sigma, lab, 200, 0.05, 0.0)
 
@@ -44,7 +46,9 @@ def test_rankset_width_plan_reaches_its_target():
     assert more is not None and more > 0
     assert LP.rankset_width(theta, LP.predicted_sigma(sigma, lab, 100, more), 0.05, "maxt", 0, 4000) <= 1
     tied = np.array([0.5, 0.5, 0.3])
-    assert LP.more_for_rankset_width(tied, sigma, lab, 100, 0.05, 1) is None  # equal estimates: never separated
+    assert (
+        LP.more_for_rankset_width(tied, sigma, lab, 100, 0.05, 1) is None
+    )  # equal estimates: never separated
 
 
 def _predict_from_half(seed: int):
@@ -63,6 +67,7 @@ def _predict_from_half(seed: int):
 
     def widths(r):
         return np.array([r.theta_ci[m][1] - r.theta_ci[m][0] for m in r.models])
+
     return pred, widths(pf), widths(ph)
 
 
@@ -93,9 +98,13 @@ def test_rankset_sizes_from_half_the_labels():
     """Mean max-t rank-set size (5 models, normal calibration, same seeded draws) predicted from half the
     labels against the size with all of them: mean absolute error over 6 seeds <= 0.5 rank, and
     smaller than keeping the half-label sizes (no prediction)."""
+
     def sizes(theta, sig):
-        rs = LP.R.rank_sets(theta, sig, 0.05, procedure="maxt", rng=np.random.default_rng(0), n_draws=4000)
+        rs = LP.R.rank_sets(
+            theta, sig, 0.05, procedure="maxt", rng=np.random.default_rng(0), n_draws=4000
+        )
         return np.mean(np.asarray(rs["upper"]) - np.asarray(rs["lower"]) + 1)
+
     err, naive = [], []
     for seed in range(6):
         units, labels = simulated_run(400, 5, 600, np.random.default_rng(seed), doubled=0)

@@ -42,16 +42,20 @@ def _int4_loop(w: torch.Tensor, group: int) -> torch.Tensor:
     out = torch.empty_like(w)
     for r in range(w.shape[0]):
         for g0 in range(0, w.shape[1], group):
-            blk = w[r, g0:g0 + group]
+            blk = w[r, g0 : g0 + group]
             s = max(float(blk.abs().max()), 1e-12) / 7.0
-            out[r, g0:g0 + group] = torch.tensor([min(max(round(float(x) / s), -8), 7) * s for x in blk])
+            out[r, g0 : g0 + group] = torch.tensor(
+                [min(max(round(float(x) / s), -8), 7) * s for x in blk]
+            )
     return out
 
 
 def test_int4_vectorised_matches_naive_loop():
     rng = np.random.default_rng(3)
     w = torch.from_numpy(rng.standard_normal((5, 128)).astype(np.float32))
-    torch.testing.assert_close(Q.quantize_int4_grouped(w, group=32), _int4_loop(w, 32), rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        Q.quantize_int4_grouped(w, group=32), _int4_loop(w, 32), rtol=0, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -100,6 +104,7 @@ def test_vocab_id_equal_iff_same_vocabulary(tmp_path):
     assert M.vocab_id(tiny_tokenizer(vocab_perm_seed=1)) != M.vocab_id(a)  # same strings, other ids
     a.save_pretrained(tmp_path / "tok")  # a different object, reloaded from disk: same vocabulary
     from transformers import AutoTokenizer
+
     assert M.vocab_id(AutoTokenizer.from_pretrained(tmp_path / "tok")) == M.vocab_id(a)
     c = tiny_tokenizer()
     c.pad_token = c.eos_token  # pad is not part of the identity
@@ -129,7 +134,12 @@ def test_hf_folder_round_trip_gives_identical_logits(tmp_path):
     tok.save_pretrained(tmp_path / "tiny-hf")
     lm = M.load_model(str(tmp_path / "tiny-hf"), device="cpu")
     from engine.models.weights import weights_digest  # the run records the weight files' digest
-    assert json.loads(lm.record()["config"])["weights_sha256"] == weights_digest(str(tmp_path / "tiny-hf")) is not None
+
+    assert (
+        json.loads(lm.record()["config"])["weights_sha256"]
+        == weights_digest(str(tmp_path / "tiny-hf"))
+        is not None
+    )
     assert lm.name == "tiny-hf" and lm.variant == "hf" and lm.vocab_id == M.vocab_id(tok)
     assert M.vocab_id_of(str(tmp_path / "tiny-hf")) == lm.vocab_id  # tokenizer only, same id
     ids = tok(["Hello, world!"], return_tensors="pt")
@@ -197,10 +207,18 @@ def test_cache_write_is_atomic(tmp_path, monkeypatch):
     assert not C._cache_valid(target, spec)
 
 
-@pytest.mark.parametrize("error", [OSError(28, "No space left on device"),
-                                   type("SafetensorError", (Exception,), {})(
-                                       "Error while serializing: I/O error: No space left on device (os error 28)")])
-def test_a_full_disk_while_writing_the_cache_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, error):
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(28, "No space left on device"),
+        type("SafetensorError", (Exception,), {})(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        ),
+    ],
+)
+def test_a_full_disk_while_writing_the_cache_is_one_line_and_leaves_nothing(
+    tmp_path, monkeypatch, error
+):
     """A disk that fills up while the converted weights are written (the OSError, or safetensors' own
     error saying so): one UserError line naming the cache folder and $COUPLED_EVAL_CACHE, no partial
     folder left; any other error still propagates as itself (test_cache_write_is_atomic)."""
@@ -215,8 +233,11 @@ def test_a_full_disk_while_writing_the_cache_is_one_line_and_leaves_nothing(tmp_
         raise error
 
     monkeypatch.setattr(model, "save_pretrained", full)
-    with pytest.raises(UserError, match=r"could not write the model cache in .*No space left on device.*"
-                                        r"COUPLED_EVAL_CACHE") as info:
+    with pytest.raises(
+        UserError,
+        match=r"could not write the model cache in .*No space left on device.*"
+        r"COUPLED_EVAL_CACHE",
+    ) as info:
         C._write_cache(target, spec, model, tok, 1.0)
     assert "\n" not in str(info.value) and not target.exists() and list(target.parent.iterdir()) == []
 
@@ -255,8 +276,11 @@ def test_smollm2_registry_order_and_vocab(smollm2):
 def test_smollm2_variant_differs_but_mostly_agrees(smollm2):
     base, int8 = smollm2["base"], smollm2["int8"]
     tok = base.tokenizer
-    text = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                   tokenize=False, add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     ids = tok([text + "The capital of France is Paris."], return_tensors="pt")
     with torch.no_grad():
         lb = base.model(**ids).logits[0].float()  # (T, V)
@@ -334,6 +358,7 @@ def test_damaged_cache_is_rebuilt(smollm2):
 
 # --------------------------------------------------------------------------- references and the dtype rule
 
+
 def test_resolve_names_each_kind_once(tmp_path):
     """engine.models.resolve: registry names, GGUF files, folders, hub ids, and bad input."""
     from dataclasses import FrozenInstanceError
@@ -344,14 +369,23 @@ def test_resolve_names_each_kind_once(tmp_path):
     gguf = tmp_path / "m.Q4_0.gguf"
     gguf.write_bytes(b"GGUF")
     ref = M.resolve(str(folder))
-    assert (ref.name, ref.kind, ref.source, ref.variant) == ("my-llama", "folder", str(folder.resolve()), "hf")
+    assert (ref.name, ref.kind, ref.source, ref.variant) == (
+        "my-llama",
+        "folder",
+        str(folder.resolve()),
+        "hf",
+    )
     with pytest.raises(FrozenInstanceError):
         ref.name = "x"  # type: ignore[misc]
     g = M.resolve(gguf)
     assert (g.name, g.kind, g.variant, g.spec.family) == ("m.Q4_0", "gguf", "gguf", "m.Q4_0")
     assert M.resolve("org/model").kind == "hub"
-    for bad, msg in [("", "empty model name"), (str(tmp_path / "nope.gguf"), "not found"),
-                     (str(tmp_path), "no config.json"), ("no-such-model", "unknown model")]:
+    for bad, msg in [
+        ("", "empty model name"),
+        (str(tmp_path / "nope.gguf"), "not found"),
+        (str(tmp_path), "no config.json"),
+        ("no-such-model", "unknown model"),
+    ]:
         with pytest.raises(UserError, match=msg):
             M.resolve(bad)
     if M.smollm2_gguf_path() is not None:
@@ -372,12 +406,17 @@ def test_dtype_rule_is_the_checkpoints_own_on_cuda(tmp_path):
 
     assert folder("llama", {"torch_dtype": "bfloat16"}).default_dtype(cuda) == torch.bfloat16
     assert folder("fp32", {"torch_dtype": "float32"}).default_dtype(cuda) == torch.float32
-    assert folder("new", {"dtype": "float16"}).default_dtype(cuda) == torch.float16  # transformers 5 spelling
+    assert (
+        folder("new", {"dtype": "float16"}).default_dtype(cuda) == torch.float16
+    )  # transformers 5 spelling
     assert folder("none", {}).default_dtype(cuda) == torch.bfloat16
     assert folder("cpu", {"torch_dtype": "bfloat16"}).default_dtype(cpu) == torch.float32
     gguf = tmp_path / "x.gguf"
     gguf.write_bytes(b"GGUF")
-    assert M.resolve(gguf).default_dtype(cuda) == torch.bfloat16 and M.resolve(gguf).default_dtype(cpu) == torch.float32
+    assert (
+        M.resolve(gguf).default_dtype(cuda) == torch.bfloat16
+        and M.resolve(gguf).default_dtype(cpu) == torch.float32
+    )
     assert M.resolve("org/model").default_dtype(cuda) == torch.bfloat16
     if M.smollm2_gguf_path() is not None:
         assert M.resolve("smollm2-135m").default_dtype(cuda) == torch.float32

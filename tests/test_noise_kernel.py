@@ -35,9 +35,13 @@ from engine.sampling import triton_noise as nt  # noqa: E402
 
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the Gumbel-argmax tests run
 
-needs_triton = pytest.mark.skipif(not nt.triton_importable(),
-                                  reason="triton is not importable here (pip install triton to run the kernel tests)")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
+needs_triton = pytest.mark.skipif(
+    not nt.triton_importable(),
+    reason="triton is not importable here (pip install triton to run the kernel tests)",
+)
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)"
+)
 
 
 def _in_fresh_interpreter(request) -> bool:
@@ -46,9 +50,24 @@ def _in_fresh_interpreter(request) -> bool:
     if torch.cuda.is_available() or not _TRITON_PRELOADED:
         return False
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                        f"{Path(__file__).resolve()}::{request.node.name}"], cwd=root, capture_output=True, text=True,
-                       env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            f"{Path(__file__).resolve()}::{request.node.name}",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        timeout=600,
+    )
     assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
     return True
 
@@ -56,13 +75,20 @@ def _in_fresh_interpreter(request) -> bool:
 def _reference_float64(seed, unit_keys, step, token_keys) -> torch.Tensor:
     """-log(-log u) in float64 before the float32 rounding, from the reference's own integer ops."""
     B = unit_keys.shape[0]
-    s = (noise._mix(seed.to(torch.int64)) if isinstance(seed, torch.Tensor)
-         else torch.full((B,), noise.as_int64(noise._mix_int(seed)), dtype=torch.int64))
-    st = step.to(torch.int64) if isinstance(step, torch.Tensor) else torch.full((B,), int(step), dtype=torch.int64)
+    s = (
+        noise._mix(seed.to(torch.int64))
+        if isinstance(seed, torch.Tensor)
+        else torch.full((B,), noise.as_int64(noise._mix_int(seed)), dtype=torch.int64)
+    )
+    st = (
+        step.to(torch.int64)
+        if isinstance(step, torch.Tensor)
+        else torch.full((B,), int(step), dtype=torch.int64)
+    )
     row = noise._mix_(noise._mix_(s + unit_keys) + st)  # (B,)
     tok = noise._mix_(token_keys.to(torch.int64) + noise._TOKEN_SALT)  # (V,)
     h = noise._mix_(row[:, None] + tok[None, :])  # (B, V)
-    u = noise._srl(h, 11).to(torch.float64).mul_(2.0 ** -53).clamp_(min=torch.finfo(torch.float64).tiny)
+    u = noise._srl(h, 11).to(torch.float64).mul_(2.0**-53).clamp_(min=torch.finfo(torch.float64).tiny)
     return -torch.log(-torch.log(u))  # (B, V)
 
 
@@ -78,8 +104,10 @@ def _near_f32_midpoint(x64: torch.Tensor) -> torch.Tensor:
 
 
 def test_midpoint_helper_flags_only_values_at_a_float32_rounding_midpoint():
-    one_f32_ulp = 2.0 ** -23  # at 1.0; at 3.0 it is 2^-22, so 3 + 2^-23 is a midpoint
-    x = torch.tensor([1.0, 1.0 + one_f32_ulp / 2, 1.0 + one_f32_ulp / 4, 3.0 + one_f32_ulp], dtype=torch.float64)
+    one_f32_ulp = 2.0**-23  # at 1.0; at 3.0 it is 2^-22, so 3 + 2^-23 is a midpoint
+    x = torch.tensor(
+        [1.0, 1.0 + one_f32_ulp / 2, 1.0 + one_f32_ulp / 4, 3.0 + one_f32_ulp], dtype=torch.float64
+    )
     assert _near_f32_midpoint(x).tolist() == [False, True, False, True]
 
 
@@ -90,15 +118,17 @@ def assert_same_noise(got: torch.Tensor, seed, unit_keys, step, token_keys) -> i
     diff = got.view(torch.int32) != want.view(torch.int32)
     if diff.any():
         near = _near_f32_midpoint(_reference_float64(seed, unit_keys, step, token_keys))
-        assert not (diff & ~near).any(), f"{int((diff & ~near).sum())} values differ away from a rounding midpoint"
+        assert not (diff & ~near).any(), (
+            f"{int((diff & ~near).sum())} values differ away from a rounding midpoint"
+        )
         # such values are ~2^-29 of the whole: more than 1 in 10^6 means a real bug
-        assert int(diff.sum()) <= max(1, got.numel() // 10 ** 6)
+        assert int(diff.sum()) <= max(1, got.numel() // 10**6)
     return int(diff.sum())
 
 
 def _units(n: int, seed: int = 0) -> torch.Tensor:
     rng = np.random.default_rng(seed)
-    return torch.from_numpy(rng.integers(-2 ** 63, 2 ** 63 - 1, size=n, dtype=np.int64, endpoint=True))
+    return torch.from_numpy(rng.integers(-(2**63), 2**63 - 1, size=n, dtype=np.int64, endpoint=True))
 
 
 @needs_triton
@@ -114,13 +144,15 @@ def test_kernel_equals_reference_on_vocabulary_sizes(V):
 @needs_triton
 def test_kernel_equals_reference_with_extreme_keys_seeds_and_steps():
     # negative and extreme 64-bit unit keys, seed 2^64 - 1 (an int) or per-row seed bits, large steps
-    uk = torch.tensor([0, -1, -2 ** 63, 2 ** 63 - 1, 123456789], dtype=torch.int64)
-    keys = torch.cat([torch.arange(300), torch.tensor([-1, -2 ** 63, 2 ** 63 - 1, 7, 7])])  # repeated key too
-    for seed in (0, 1, 2 ** 63, 2 ** 64 - 1):
-        got = nt.gumbel_triton(seed, uk, 2 ** 40, keys)
-        assert assert_same_noise(got, seed, uk, 2 ** 40, keys) == 0
-    seeds = torch.tensor([0, -1, 5, -2 ** 63, noise.as_int64(2 ** 64 - 3)], dtype=torch.int64)  # (B,) bits
-    steps = torch.tensor([0, 1, 19, 2 ** 31, 2 ** 62])
+    uk = torch.tensor([0, -1, -(2**63), 2**63 - 1, 123456789], dtype=torch.int64)
+    keys = torch.cat(
+        [torch.arange(300), torch.tensor([-1, -(2**63), 2**63 - 1, 7, 7])]
+    )  # repeated key too
+    for seed in (0, 1, 2**63, 2**64 - 1):
+        got = nt.gumbel_triton(seed, uk, 2**40, keys)
+        assert assert_same_noise(got, seed, uk, 2**40, keys) == 0
+    seeds = torch.tensor([0, -1, 5, -(2**63), noise.as_int64(2**64 - 3)], dtype=torch.int64)  # (B,) bits
+    steps = torch.tensor([0, 1, 19, 2**31, 2**62])
     got = nt.gumbel_triton(seeds, uk, steps, keys)
     assert assert_same_noise(got, seeds, uk, steps, keys) == 0
 
@@ -150,7 +182,7 @@ def test_kernel_is_batch_independent_and_writes_every_element():
     full = nt.gumbel_triton(9, uk, 2, keys, out=out, block=1024)
     assert full is out and not torch.isnan(out).any()
     for b in (0, 5):
-        one = nt.gumbel_triton(9, uk[b:b + 1], 2, keys)
+        one = nt.gumbel_triton(9, uk[b : b + 1], 2, keys)
         assert torch.equal(one[0].view(torch.int32), full[b].view(torch.int32))
     with pytest.raises(ValueError, match="contiguous float32"):
         nt.gumbel_triton(9, uk, 2, keys, out=torch.empty(6, 4999))
@@ -177,8 +209,15 @@ def test_gumbel_argmax_equals_reference_sampler(block, request):
     uk, steps = _units(B, seed=4), torch.arange(B) * 3
     for top_k in (0, 50):
         logp = masked_logprobs(logits, 0.7, top_k=top_k).to(DEV)
-        tok, gval = nt.gumbel_argmax_fused(logp, 11, uk.to(DEV), steps.to(DEV), torch.arange(V, device=DEV),
-                                           backend="triton", block=block)
+        tok, gval = nt.gumbel_argmax_fused(
+            logp,
+            11,
+            uk.to(DEV),
+            steps.to(DEV),
+            torch.arange(V, device=DEV),
+            backend="triton",
+            block=block,
+        )
         tok, gval, logp = tok.cpu(), gval.cpu(), logp.cpu()
         g = noise.gumbel(11, uk, steps, torch.arange(V))
         want = torch.argmax(logp + g, dim=-1)
@@ -195,10 +234,20 @@ def test_gumbel_argmax_ties_go_to_the_lowest_id(request):
     # and in the reference; a single finite entry in the last block wins
     logp = torch.full((2, 3000), float("-inf"))
     logp[1, 2999] = 0.0
-    tok, _ = nt.gumbel_argmax_fused(logp.to(DEV), 0, _units(2).to(DEV), 0, torch.arange(3000, device=DEV),
-                                    backend="triton", block=1024)
+    tok, _ = nt.gumbel_argmax_fused(
+        logp.to(DEV),
+        0,
+        _units(2).to(DEV),
+        0,
+        torch.arange(3000, device=DEV),
+        backend="triton",
+        block=1024,
+    )
     assert tok.tolist() == [0, 2999]
-    assert torch.argmax(logp + noise.gumbel(0, _units(2), 0, torch.arange(3000)), -1).tolist() == [0, 2999]
+    assert torch.argmax(logp + noise.gumbel(0, _units(2), 0, torch.arange(3000)), -1).tolist() == [
+        0,
+        2999,
+    ]
 
 
 def test_dispatch_falls_back_to_the_torch_reference_on_cpu():
@@ -248,10 +297,24 @@ def test_keyed_draw_fused_path_equals_the_reference_path(top_k, k, request):
     gen = torch.Generator().manual_seed(2)
     B, V = 5, 3001
     logits = torch.randn(B, V, generator=gen) * 3
-    seeds, units, steps = noise.seed_tensor([3, 2**64 - 1, 9, 4, 4]), _units(B, seed=2), torch.arange(B) * 2
+    seeds, units, steps = (
+        noise.seed_tensor([3, 2**64 - 1, 9, 4, 4]),
+        _units(B, seed=2),
+        torch.arange(B) * 2,
+    )
     keys = torch.arange(V) * 5 + 1
-    fused = keyed._draw_chunk(logits.to(DEV), seeds.to(DEV), units.to(DEV), steps.to(DEV), keys.to(DEV),
-                              0.8, top_k, 1.0, k, fused=True)
+    fused = keyed._draw_chunk(
+        logits.to(DEV),
+        seeds.to(DEV),
+        units.to(DEV),
+        steps.to(DEV),
+        keys.to(DEV),
+        0.8,
+        top_k,
+        1.0,
+        k,
+        fused=True,
+    )
     ref = keyed._draw_chunk(logits, seeds, units, steps, keys, 0.8, top_k, 1.0, k, fused=False)
     _same_draw(fused, ref)
 
@@ -272,7 +335,9 @@ def _same_draw(got, want, probs_exact: bool | None = None) -> None:
 
 
 # ----------------------------------------------------------------------------- the single-read kernel
-def _formula(x: torch.Tensor, seed, uk, steps, keys, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _formula(
+    x: torch.Tensor, seed, uk, steps, keys, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The product's formula in plain torch, on CPU: argmax(z + g) and exp(log_softmax(z)[token])."""
     from engine.sampling.gumbel import scale
 
@@ -284,7 +349,9 @@ def _formula(x: torch.Tensor, seed, uk, steps, keys, temperature: float) -> tupl
 @needs_triton
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter: the -inf row's nan, on purpose
+@pytest.mark.filterwarnings(
+    "ignore::RuntimeWarning"
+)  # numpy in the interpreter: the -inf row's nan, on purpose
 def test_single_read_kernel_equals_the_formula(temperature, dtype, request):
     if _in_fresh_interpreter(request):
         return
@@ -300,8 +367,16 @@ def test_single_read_kernel_equals_the_formula(temperature, dtype, request):
         if B > 1:
             x[1] = float("-inf")
         uk, steps, keys = _units(B, seed=B), torch.arange(B) * 7, torch.arange(V) * 3 + 1
-        tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 9, uk.to(DEV), steps.to(DEV), keys.to(DEV), temperature,
-                                            backend="triton", block=1024)
+        tok, prob = nt.gumbel_argmax_logits(
+            x.to(DEV),
+            9,
+            uk.to(DEV),
+            steps.to(DEV),
+            keys.to(DEV),
+            temperature,
+            backend="triton",
+            block=1024,
+        )
         want_tok, want_prob = _formula(x, 9, uk, steps, keys, temperature)
         assert torch.equal(tok.cpu(), want_tok)
         torch.testing.assert_close(prob.cpu(), want_prob, rtol=1e-5, atol=1e-8, equal_nan=True)
@@ -321,8 +396,9 @@ def test_single_read_kernel_reads_the_selected_rows(request):
     x = torch.randn(9, 2500, generator=gen) * 2
     rows = torch.tensor([7, 0, 3, 8])
     uk, keys = _units(4, seed=6), torch.arange(2500)
-    tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 1, uk.to(DEV), 4, keys.to(DEV), 0.9, rows=rows.to(DEV),
-                                        backend="triton", block=512)
+    tok, prob = nt.gumbel_argmax_logits(
+        x.to(DEV), 1, uk.to(DEV), 4, keys.to(DEV), 0.9, rows=rows.to(DEV), backend="triton", block=512
+    )
     want_tok, want_prob = _formula(x[rows], 1, uk, 4, keys, 0.9)
     assert torch.equal(tok.cpu(), want_tok)
     torch.testing.assert_close(prob.cpu(), want_prob, rtol=1e-5, atol=1e-8)
@@ -341,8 +417,9 @@ def test_single_read_kernel_ties_and_a_case_by_hand(temperature, request):
     x = torch.full((2, V), float("-inf"))
     for b, ids in ((0, [900, 700, 1500, 2999]), (1, [2999, 1500])):
         x[b, ids] = -g[b, ids] * temperature  # exact: a power-of-two scaling, divided back by T
-    tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 4, uk.to(DEV), 0, keys.to(DEV), temperature,
-                                        backend="triton", block=1024)
+    tok, prob = nt.gumbel_argmax_logits(
+        x.to(DEV), 4, uk.to(DEV), 0, keys.to(DEV), temperature, backend="triton", block=1024
+    )
     assert tok.tolist() == [700, 1500]
     assert tok.tolist() == _formula(x, 4, uk, 0, keys, temperature)[0].tolist()
     # by hand: logits (0, ln 3, -inf, 0, ...) at T = 1 is D = (1/5, 3/5, 0, 1/5); at T = 0.5, z doubles:
@@ -353,7 +430,9 @@ def test_single_read_kernel_ties_and_a_case_by_hand(temperature, request):
     z = x.double() / temperature
     want = torch.argmax((z + g.double()).nan_to_num(neginf=-1e300), dim=-1)
     p = {1.0: {0: 0.2, 1: 0.6, 3: 0.2}, 0.5: {0: 1 / 11, 1: 9 / 11, 3: 1 / 11}}[temperature]
-    tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 4, uk.to(DEV), 0, keys.to(DEV), temperature, backend="triton")
+    tok, prob = nt.gumbel_argmax_logits(
+        x.to(DEV), 4, uk.to(DEV), 0, keys.to(DEV), temperature, backend="triton"
+    )
     assert tok.tolist() == want.tolist()
     assert prob.cpu().tolist() == pytest.approx([p[int(t)] for t in want], rel=1e-6)
 
@@ -363,15 +442,15 @@ def _nonfinite_rows(V: int = 3001) -> torch.Tensor:
     gen = torch.Generator().manual_seed(12)
     x = torch.randn(9, V, generator=gen) * 3
     nan, inf = float("nan"), float("inf")
-    x[0, 2500] = nan                       # one NaN in a later block
-    x[1, 5], x[1, 2000] = nan, nan         # two NaNs: the first wins (torch.argmax)
-    x[2, 40], x[2, 2999] = inf, nan        # +inf first, NaN later: NaN still wins
-    x[3, 1200], x[3, 2100] = inf, inf      # two +inf: the lowest id
-    x[4, 700] = inf                        # one +inf
-    x[5] = -inf                            # all -inf: id 0
-    x[6, :1500] = -inf                     # -inf on the first blocks, finite later
-    x[7] = nan                             # all NaN: id 0
-    x[8, 1024] = -inf                      # a plain row with one masked entry
+    x[0, 2500] = nan  # one NaN in a later block
+    x[1, 5], x[1, 2000] = nan, nan  # two NaNs: the first wins (torch.argmax)
+    x[2, 40], x[2, 2999] = inf, nan  # +inf first, NaN later: NaN still wins
+    x[3, 1200], x[3, 2100] = inf, inf  # two +inf: the lowest id
+    x[4, 700] = inf  # one +inf
+    x[5] = -inf  # all -inf: id 0
+    x[6, :1500] = -inf  # -inf on the first blocks, finite later
+    x[7] = nan  # all NaN: id 0
+    x[8, 1024] = -inf  # a plain row with one masked entry
     return x
 
 
@@ -388,17 +467,30 @@ def test_kernels_pick_the_formulas_token_on_nan_and_infinite_logits(temperature,
     B, V = x.shape
     uk, steps, keys = _units(B, seed=12), torch.arange(B), torch.arange(V) * 5 + 2
     want_tok, want_prob = _formula(x, 3, uk, steps, keys, temperature)
-    assert want_tok[:5].tolist() == [2500, 5, 2999, 1200, 700] and int(want_tok[5]) == 0 and int(want_tok[7]) == 0
+    assert (
+        want_tok[:5].tolist() == [2500, 5, 2999, 1200, 700]
+        and int(want_tok[5]) == 0
+        and int(want_tok[7]) == 0
+    )
     for block in (512, 1024):
-        tok, prob = nt.gumbel_argmax_logits(x.to(DEV), 3, uk.to(DEV), steps.to(DEV), keys.to(DEV), temperature,
-                                            backend="triton", block=block)
+        tok, prob = nt.gumbel_argmax_logits(
+            x.to(DEV),
+            3,
+            uk.to(DEV),
+            steps.to(DEV),
+            keys.to(DEV),
+            temperature,
+            backend="triton",
+            block=block,
+        )
         assert tok.cpu().tolist() == want_tok.tolist(), block
         torch.testing.assert_close(prob.cpu(), want_prob, rtol=1e-5, atol=1e-8, equal_nan=True)
         from engine.sampling.gumbel import scale
 
         z = scale(x, temperature)
-        ftok, gval = nt.gumbel_argmax_fused(z.to(DEV), 3, uk.to(DEV), steps.to(DEV), keys.to(DEV),
-                                            backend="triton", block=block)
+        ftok, gval = nt.gumbel_argmax_fused(
+            z.to(DEV), 3, uk.to(DEV), steps.to(DEV), keys.to(DEV), backend="triton", block=block
+        )
         assert ftok.cpu().tolist() == want_tok.tolist(), block
         g = noise.gumbel(3, uk, steps, keys)
         assert torch.equal(gval.cpu(), g.gather(1, want_tok[:, None]).squeeze(1))
@@ -418,7 +510,10 @@ def test_first_use_probe_has_nan_and_infinite_rows():
 
 def test_single_read_refuses_bad_arguments():
     uk, keys = _units(2), torch.arange(10)
-    for bad, word in ((torch.zeros(2, 9), "logits must be"), (torch.zeros(2, 10, dtype=torch.float64), "logits must be")):
+    for bad, word in (
+        (torch.zeros(2, 9), "logits must be"),
+        (torch.zeros(2, 10, dtype=torch.float64), "logits must be"),
+    ):
         with pytest.raises(ValueError, match=word):
             nt.gumbel_argmax_logits(bad, 0, uk, 0, keys, 1.0)
     with pytest.raises(ValueError, match="temperature must be > 0"):
@@ -439,18 +534,27 @@ def test_keyed_draw_takes_the_single_read_kernel_when_it_can(monkeypatch, reques
     gen = torch.Generator().manual_seed(3)
     B, V = 6, 2049
     logits = (torch.randn(B, V, generator=gen) * 3).to(torch.bfloat16)
-    seeds, units, steps = noise.seed_tensor([3, 2**64 - 1, 9, 4, 4, 1]), _units(B, seed=3), torch.arange(B) * 2
+    seeds, units, steps = (
+        noise.seed_tensor([3, 2**64 - 1, 9, 4, 4, 1]),
+        _units(B, seed=3),
+        torch.arange(B) * 2,
+    )
     keys = torch.arange(V) * 5 + 1
     rows = torch.tensor([4, 1, 5])
-    want = [keyed.draw(logits, seeds, units, steps, keys, 0.8), keyed.draw(logits, seeds[:3], units[:3], steps[:3],
-                                                                          keys, 0.8, rows=rows)]
+    want = [
+        keyed.draw(logits, seeds, units, steps, keys, 0.8),
+        keyed.draw(logits, seeds[:3], units[:3], steps[:3], keys, 0.8, rows=rows),
+    ]
     want_k = keyed.draw(logits, seeds, units, steps, keys, 0.8, top_k=30, trace_k=2)
     calls = []
     real = nt.gumbel_argmax_logits
     monkeypatch.setattr(nt, "gumbel_argmax_logits", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     monkeypatch.setattr(keyed, "_fused_available", lambda device: True)
     dev = [t.to(DEV) for t in (logits, seeds, units, steps, keys, rows)]
-    got = [keyed.draw(*dev[:5], 0.8), keyed.draw(dev[0], dev[1][:3], dev[2][:3], dev[3][:3], dev[4], 0.8, rows=dev[5])]
+    got = [
+        keyed.draw(*dev[:5], 0.8),
+        keyed.draw(dev[0], dev[1][:3], dev[2][:3], dev[3][:3], dev[4], 0.8, rows=dev[5]),
+    ]
     assert len(calls) == 2
     for d, w in zip(got, want):
         assert torch.equal(d.tokens.cpu(), w.tokens) and d.top_ids is None
@@ -478,7 +582,11 @@ def test_first_use_check_passes_the_kernels_and_refuses_a_wrong_one(monkeypatch,
 
     monkeypatch.setattr(nt, "gumbel_argmax_logits", off_by_one)
     why = kc._disagreement(DEV)
-    assert why is not None and "gumbel_argmax_logits picked other tokens" in why and f"{kc.PROBE_ROWS} probe rows" in why
+    assert (
+        why is not None
+        and "gumbel_argmax_logits picked other tokens" in why
+        and f"{kc.PROBE_ROWS} probe rows" in why
+    )
 
     def broken(*a, **kw):
         raise RuntimeError("PTX lowering failed")
@@ -507,9 +615,13 @@ def test_kernel_hash_literals_are_the_references_constants():
 
 def test_every_entry_point_refuses_an_unknown_backend_the_same_way():
     uk, keys = _units(2), torch.arange(10)
-    calls = [lambda: nt.gumbel_fused(0, uk, 0, keys, backend="cuda"),
-             lambda: nt.gumbel_argmax_fused(torch.zeros(2, 10), 0, uk, 0, keys, backend="cuda"),
-             lambda: nt.gumbel_argmax_logits(torch.zeros(2, 10), 0, uk, 0, keys, 0.7, backend="cuda")]
+    calls = [
+        lambda: nt.gumbel_fused(0, uk, 0, keys, backend="cuda"),
+        lambda: nt.gumbel_argmax_fused(torch.zeros(2, 10), 0, uk, 0, keys, backend="cuda"),
+        lambda: nt.gumbel_argmax_logits(torch.zeros(2, 10), 0, uk, 0, keys, 0.7, backend="cuda"),
+    ]
     for call in calls:
-        with pytest.raises(ValueError, match="unknown noise backend 'cuda'; allowed: auto, triton, torch"):
+        with pytest.raises(
+            ValueError, match="unknown noise backend 'cuda'; allowed: auto, triton, torch"
+        ):
             call()

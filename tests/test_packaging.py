@@ -39,21 +39,38 @@ def test_console_script_is_declared_and_points_at_the_cli():
 
 def test_python_m_engine_works_from_another_folder(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COUPLED_EVAL_DB": str(tmp_path / "x.duckdb")}
-    r = subprocess.run([sys.executable, "-m", "engine", "datasets", "demo", "--limit", "1"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "engine", "datasets", "demo", "--limit", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("demo: multiple_choice, 1 prompts")  # package data found from elsewhere
-    r = subprocess.run([sys.executable, "-m", "engine", "db", "check"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "engine", "db", "check"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 0 and "does not exist" in r.stdout, r.stderr
 
 
 def test_export_without_out_writes_a_named_file(tmp_db, tmp_path, monkeypatch, capsys):
     from engine import store
+
     with store.transaction(tmp_db) as con:
-        con.execute("INSERT INTO runs (run_id, dataset_id, config, status) VALUES ('r1', 'd', '{}', 'done')")
-        con.execute("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids) "
-                    "VALUES ('r1', 'a', 'p', 0, 'coupled', 1, 'hi', [1, 2])")
+        con.execute(
+            "INSERT INTO runs (run_id, dataset_id, config, status) VALUES ('r1', 'd', '{}', 'done')"
+        )
+        con.execute(
+            "INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids) "
+            "VALUES ('r1', 'a', 'p', 0, 'coupled', 1, 'hi', [1, 2])"
+        )
     out_dir = tmp_path / "here"
     out_dir.mkdir()
     monkeypatch.chdir(out_dir)
@@ -74,6 +91,7 @@ def test_streamlit_watches_no_venv_and_no_data(tmp_path):
     from streamlit.watcher import path_watcher
     from streamlit.watcher.folder_black_list import FolderBlackList
     from streamlit.watcher.polling_path_watcher import PollingPathWatcher
+
     server = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["server"]
     # "poll" watches single files by mtime: no recursive inotify watch of the repository root (and so
     # of data/ and .venv), which is what overflowed the inotify queue
@@ -84,8 +102,11 @@ def test_streamlit_watches_no_venv_and_no_data(tmp_path):
         config.set_option("server.fileWatcherType", "auto")
     black = FolderBlackList(server["folderWatchBlacklist"])
     for root in (ROOT, tmp_path / "clone"):
-        for p in (".venv/lib/python3.11/site-packages/torch/__init__.py", ".venv-vllm/lib/python3.11/x.py",
-                  ".venv/bin/x.py"):
+        for p in (
+            ".venv/lib/python3.11/site-packages/torch/__init__.py",
+            ".venv-vllm/lib/python3.11/x.py",
+            ".venv/bin/x.py",
+        ):
             assert black.is_blacklisted(str(root / p)), p
         assert not black.is_blacklisted(str(root / "engine" / "cli.py"))
         assert not black.is_blacklisted(str(root / "app_pages" / "home.py"))

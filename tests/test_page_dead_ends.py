@@ -38,6 +38,7 @@ def _open(db, monkeypatch, page: str) -> AppTest:
 def _rendered(markdown: str) -> str:
     """The text CommonMark renders from ``markdown`` (tags dropped, entities decoded)."""
     import html
+
     return html.unescape(re.sub(r"<[^>]+>", "", MarkdownIt().render(markdown))).strip()
 
 
@@ -68,8 +69,17 @@ def test_labels_with_patterns_render_as_written(small_db, monkeypatch):
 def _finished_job(db, job_id: str, kind: str, rc: int, log: str, done: int = 0, total: int = 0) -> None:
     jdir = jobs.jobs_dir(db)
     jdir.mkdir(parents=True, exist_ok=True)
-    (jdir / f"{job_id}.meta.json").write_text(json.dumps({"job_id": job_id, "kind": kind, "args": [kind, "--x"],
-                                                          "pid": 2**22 + 4321, "started_at": time.time()}))
+    (jdir / f"{job_id}.meta.json").write_text(
+        json.dumps(
+            {
+                "job_id": job_id,
+                "kind": kind,
+                "args": [kind, "--x"],
+                "pid": 2**22 + 4321,
+                "started_at": time.time(),
+            }
+        )
+    )
     (jdir / f"{job_id}.json").write_text(json.dumps({"status": "running", "done": done, "total": total}))
     (jdir / f"{job_id}.log").write_text(log)
     (jdir / f"{job_id}.rc").write_text(str(rc))
@@ -79,8 +89,10 @@ def test_a_failed_job_card_shows_its_error_and_resume_only_where_it_helps(tmp_pa
     """The reason is on the card (not only in the collapsed log); a bad dataset name offers no Resume
     (it would fail the same way), a killed generation does; a judge killed after its last commit is done."""
     db = build_small_db(tmp_path / "jobs.duckdb")
-    reason = ("error: unknown dataset 'nope'; allowed: demo, demo-chat, demo-gsm, a CSV/JSONL/TXT file, an MMLU "
-              "folder or hf:REPO[:CONFIG][:SPLIT]")
+    reason = (
+        "error: unknown dataset 'nope'; allowed: demo, demo-chat, demo-gsm, a CSV/JSONL/TXT file, an MMLU "
+        "folder or hf:REPO[:CONFIG][:SPLIT]"
+    )
     _finished_job(db, "generate-1", "generate", 2, f"loading\n{reason}\n")
     _finished_job(db, "generate-2", "generate", -9, "Killed\n", done=3, total=9)
     _finished_job(db, "judge-3", "judge", -9, "", done=40, total=40)
@@ -89,7 +101,9 @@ def test_a_failed_job_card_shows_its_error_and_resume_only_where_it_helps(tmp_pa
     assert any("unknown dataset 'nope'" in e and "hf\\:REPO\\[\\:CONFIG\\]" in e for e in errors), errors
     assert any("Fix the input" in e for e in errors)
     keys = {b.key for b in at.button}
-    assert "resume_generate-1" not in keys and "resume_generate-2" in keys and "resume_judge-3" not in keys
+    assert (
+        "resume_generate-1" not in keys and "resume_generate-2" in keys and "resume_judge-3" not in keys
+    )
     assert any("`judge-3` · done" in m.value for m in at.markdown)
 
 
@@ -129,7 +143,9 @@ def test_accuracy_ranks_page_draws_the_rank_set_chart(harness_db, monkeypatch): 
 
 
 def _files(*folders: str) -> list[tuple[str, bytes]]:
-    return [(p.name, p.read_bytes()) for f in folders for p in sorted((DATA / f).rglob("*")) if p.is_file()]
+    return [
+        (p.name, p.read_bytes()) for f in folders for p in sorted((DATA / f).rglob("*")) if p.is_file()
+    ]
 
 
 def test_harness_preview_runs_the_pairing_check_and_leaves_nothing(tmp_path, monkeypatch):
@@ -139,6 +155,7 @@ def test_harness_preview_runs_the_pairing_check_and_leaves_nothing(tmp_path, mon
     monkeypatch.setenv("COUPLED_EVAL_DB", str(tmp_path / "x.duckdb"))
     from dashboard import harness_upload
     from dashboard.uploads import uploads_dir
+
     ok = harness_upload.preview_files(_files("lm_eval/tinyqa"))
     assert ok["model"].tolist() == ["dummy-a", "dummy-b"]
     with pytest.raises(UserError, match="share no sample id, so they cannot be paired"):
@@ -157,6 +174,7 @@ def test_job_files_live_next_to_the_database_as_the_readme_says(tmp_path):
     the default one); the dashboard docs (docs/DASHBOARD.md, where the README's reference moved) and the
     architecture notes say so."""
     from engine import config
+
     assert jobs.jobs_dir(tmp_path / "x" / "my.duckdb") == (tmp_path / "x" / "jobs").resolve()
     assert jobs.jobs_dir() == config.DEFAULT_DB.resolve().parent / "jobs"
     for doc in ("docs/DASHBOARD.md", "docs/ARCHITECTURE.md"):

@@ -34,7 +34,9 @@ def exact_coverage(p: np.ndarray, Q: int, point_at_boundary: bool = False) -> np
 
 def test_exact_tiny_case_zero_of_eight_and_all_of_eight():
     lo, hi = proportion_interval(0.0, 0.0, 2.36, 8, 0.95)
-    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 8)) and hi == pytest.approx(0.3694, abs=1e-4)
+    assert (
+        lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 8)) and hi == pytest.approx(0.3694, abs=1e-4)
+    )
     assert hi == pytest.approx(stats.beta.ppf(0.975, 1, 8))  # Clopper-Pearson's own formula at x = 0
     lo, hi = proportion_interval(1.0, 0.0, 2.36, 8, 0.95)
     assert (lo, hi) == (pytest.approx(0.025 ** (1 / 8)), 1.0)
@@ -47,7 +49,9 @@ def test_summary_benchmark_and_accuracy_ranks_share_the_rule():
     for Y in (np.zeros((8, 3)), np.ones((20, 2)), (rng.random((12, 4)) < 0.6).astype(float)):
         sv = score_variance(Y, conf=0.95)
         tq = stats.t.ppf(0.975, Y.shape[0] - 1)
-        assert accuracy_interval(Y.mean(axis=1), tq, 0.95) == pytest.approx((sv["ci_low"], sv["ci_high"]))
+        assert accuracy_interval(Y.mean(axis=1), tq, 0.95) == pytest.approx(
+            (sv["ci_low"], sv["ci_high"])
+        )
     assert score_variance(np.zeros((8, 2)))["ci_high"] == pytest.approx(0.3694, abs=1e-4)
 
 
@@ -61,7 +65,9 @@ def test_exact_coverage_at_the_boundary(Q, before):
     miss_at_one = stats.binom.pmf(Q, Q, 1 - p) * ~((IQ[0] <= 1 - p) & (1 - p <= IQ[1]))
     assert miss_at_one.max() <= 0.025 + 1e-12
     # the point [0, 0] it replaces: the figures at a true accuracy of 0.05
-    assert exact_coverage(np.array([0.05]), Q, point_at_boundary=True)[0] == pytest.approx(before, abs=0.005)
+    assert exact_coverage(np.array([0.05]), Q, point_at_boundary=True)[0] == pytest.approx(
+        before, abs=0.005
+    )
     assert exact_coverage(np.array([0.05]), Q)[0] >= 0.95
 
 

@@ -12,8 +12,13 @@ from tests.conftest import QUICK_SKIP_MODULES, ROOT
 
 
 def _collected(*args: str) -> set[str]:
-    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *args],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return {line for line in r.stdout.splitlines() if "::" in line}
 
@@ -24,7 +29,9 @@ def test_quick_leaves_out_slow_tests_and_heavy_modules_only():
     assert "test_packaging.py" in QUICK_SKIP_MODULES
     full, quick = _collected(*files), _collected("--quick", *files)
     assert quick < full
-    slow = "tests/test_store_concurrency.py::test_writer_gets_in_while_readers_hold_the_file_continuously"
+    slow = (
+        "tests/test_store_concurrency.py::test_writer_gets_in_while_readers_hold_the_file_continuously"
+    )
     assert slow in full and slow not in quick
     assert not any(t.startswith("tests/test_packaging.py") for t in quick)
     assert any(t.startswith("tests/test_packaging.py") for t in full)

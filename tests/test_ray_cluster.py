@@ -46,13 +46,28 @@ def test_reap_dead_kills_a_dead_drivers_cluster_only(tmp_path, monkeypatch):
     agent = _sleep({"RAY_RAYLET_PID": str(raylet.pid)})  # started after the record was written
     try:
         driver = _dead_pid()
-        (tmp_path / "1.json").write_text(json.dumps({
-            "driver": list(driver), "raylets": [[raylet.pid, ray_cluster.start_time(raylet.pid)]],
-            "procs": [[raylet.pid, ray_cluster.start_time(raylet.pid)],
-                      [reused.pid, ray_cluster.start_time(reused.pid) + 1]]}))  # the pid now is another process
+        (tmp_path / "1.json").write_text(
+            json.dumps(
+                {
+                    "driver": list(driver),
+                    "raylets": [[raylet.pid, ray_cluster.start_time(raylet.pid)]],
+                    "procs": [
+                        [raylet.pid, ray_cluster.start_time(raylet.pid)],
+                        [reused.pid, ray_cluster.start_time(reused.pid) + 1],
+                    ],
+                }
+            )
+        )  # the pid now is another process
         live = tmp_path / "2.json"  # a live driver (this process): its cluster is left alone
-        live.write_text(json.dumps({"driver": [os.getpid(), ray_cluster.start_time(os.getpid())],
-                                    "procs": [[other.pid, ray_cluster.start_time(other.pid)]], "raylets": []}))
+        live.write_text(
+            json.dumps(
+                {
+                    "driver": [os.getpid(), ray_cluster.start_time(os.getpid())],
+                    "procs": [[other.pid, ray_cluster.start_time(other.pid)]],
+                    "raylets": [],
+                }
+            )
+        )
         killed = ray_cluster.reap_dead()
         assert sorted(killed) == sorted([raylet.pid, agent.pid])
         assert _gone(raylet) and _gone(agent)
@@ -72,8 +87,15 @@ def test_watchdog_reaps_when_its_driver_dies_and_exits_when_the_record_goes(tmp_
     driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:
         rec = tmp_path / "d.json"
-        rec.write_text(json.dumps({"driver": [driver.pid, ray_cluster.start_time(driver.pid)],
-                                   "procs": [[victim.pid, ray_cluster.start_time(victim.pid)]], "raylets": []}))
+        rec.write_text(
+            json.dumps(
+                {
+                    "driver": [driver.pid, ray_cluster.start_time(driver.pid)],
+                    "procs": [[victim.pid, ray_cluster.start_time(victim.pid)]],
+                    "raylets": [],
+                }
+            )
+        )
         dog = ray_cluster.start_watchdog(rec)
         time.sleep(1)
         assert dog.poll() is None and victim.poll() is None  # driver alive: nothing happens
@@ -82,8 +104,15 @@ def test_watchdog_reaps_when_its_driver_dies_and_exits_when_the_record_goes(tmp_
         assert dog.wait(timeout=30) == 0 and _gone(victim) and not rec.exists()
         # a normal close: the record goes, the watchdog exits without killing anything
         keep = _sleep()
-        rec.write_text(json.dumps({"driver": [os.getpid(), ray_cluster.start_time(os.getpid())],
-                                   "procs": [[keep.pid, ray_cluster.start_time(keep.pid)]], "raylets": []}))
+        rec.write_text(
+            json.dumps(
+                {
+                    "driver": [os.getpid(), ray_cluster.start_time(os.getpid())],
+                    "procs": [[keep.pid, ray_cluster.start_time(keep.pid)]],
+                    "raylets": [],
+                }
+            )
+        )
         dog = ray_cluster.start_watchdog(rec)
         rec.unlink()
         assert dog.wait(timeout=30) == 0 and keep.poll() is None
@@ -96,8 +125,15 @@ def test_watchdog_reaps_when_its_driver_dies_and_exits_when_the_record_goes(tmp_
 
 
 def _record(path: Path, driver, procs, raylets=()) -> None:
-    path.write_text(json.dumps({"driver": list(driver), "procs": [list(p) for p in procs],
-                                "raylets": [list(r) for r in raylets]}))
+    path.write_text(
+        json.dumps(
+            {
+                "driver": list(driver),
+                "procs": [list(p) for p in procs],
+                "raylets": [list(r) for r in raylets],
+            }
+        )
+    )
 
 
 @pytest.mark.parametrize("mode", [0o755, 0o770, 0o777])
@@ -143,12 +179,22 @@ def test_entries_without_a_start_time_are_never_acted_on(tmp_path, monkeypatch):
     agent = _sleep({"RAY_RAYLET_PID": str(raylet.pid)})
     try:
         # a dead driver whose cluster entries lack start times: nothing is signalled
-        _record(tmp_path / "1.json", _dead_pid(), [(unknown.pid, None), (raylet.pid, None)], [(raylet.pid, None)])
+        _record(
+            tmp_path / "1.json",
+            _dead_pid(),
+            [(unknown.pid, None), (raylet.pid, None)],
+            [(raylet.pid, None)],
+        )
         # a driver recorded without its start time is never taken for dead, even when its pid is gone
-        _record(tmp_path / "2.json", (_dead_pid()[0], None), [(listed.pid, ray_cluster.start_time(listed.pid))])
+        _record(
+            tmp_path / "2.json",
+            (_dead_pid()[0], None),
+            [(listed.pid, ray_cluster.start_time(listed.pid))],
+        )
         # the old record layout (raylets as bare pids): its raylet's agents are left alone
-        (tmp_path / "3.json").write_text(json.dumps({"driver": list(_dead_pid()), "procs": [],
-                                                     "raylets": [raylet.pid]}))
+        (tmp_path / "3.json").write_text(
+            json.dumps({"driver": list(_dead_pid()), "procs": [], "raylets": [raylet.pid]})
+        )
         assert ray_cluster.reap_dead() == []
         assert all(p.poll() is None for p in (unknown, listed, raylet, agent))
         assert (tmp_path / "2.json").exists()
@@ -164,13 +210,17 @@ def test_entries_without_a_start_time_are_never_acted_on(tmp_path, monkeypatch):
 def test_raylet_children_count_only_from_the_raylets_start(tmp_path, monkeypatch):
     monkeypatch.setattr(ray_cluster, "records_dir", lambda: tmp_path)
     raylet, raylet_started = _dead_pid()
-    older = _sleep({"RAY_RAYLET_PID": str(raylet)})  # an earlier process's child that happens to name the pid
+    older = _sleep(
+        {"RAY_RAYLET_PID": str(raylet)}
+    )  # an earlier process's child that happens to name the pid
     time.sleep(0.1)  # start times are in clock ticks (10 ms)
     newer = _sleep({"RAY_RAYLET_PID": str(raylet)})
     try:
         t_old, t_new = ray_cluster.start_time(older.pid), ray_cluster.start_time(newer.pid)
         assert t_old is not None and t_new is not None and t_new > t_old
-        _record(tmp_path / "1.json", _dead_pid(), [], [(raylet, t_old + 1)])  # the raylet started between them
+        _record(
+            tmp_path / "1.json", _dead_pid(), [], [(raylet, t_old + 1)]
+        )  # the raylet started between them
         assert ray_cluster.reap_dead() == [newer.pid]
         assert _gone(newer) and older.poll() is None
     finally:

@@ -23,8 +23,18 @@ from tests.conftest import ROOT
 from tests.test_app import build_small_db
 
 HARNESS = ROOT / "tests" / "data" / "harness"
-RUN_ORDER = ["headline", "design", "accuracy", "paired", "benchmark", "ranksets", "winrates", "multigen", "sequential",
-             "reproduce"]
+RUN_ORDER = [
+    "headline",
+    "design",
+    "accuracy",
+    "paired",
+    "benchmark",
+    "ranksets",
+    "winrates",
+    "multigen",
+    "sequential",
+    "reproduce",
+]
 
 
 def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -45,9 +55,24 @@ def reports(small, tmp_path_factory) -> dict[str, Path]:
     out = {"run": d / "run.html", "harness": d / "harness.html", "set": d / "set.html"}
     assert cli.main(["report", "--run", "run-small", "--db", str(small), "--out", str(out["run"])]) == 0
     ins = sorted((HARNESS / "inspect" / "tinyqa").iterdir())
-    assert cli.main(["report", *map(str, ins), "--db", str(d / "h.duckdb"), "--name", "h",
-                     "--out", str(out["harness"])]) == 0
-    assert cli.main(["report", "--set", "human-small", "--db", str(small), "--out", str(out["set"])]) == 0
+    assert (
+        cli.main(
+            [
+                "report",
+                *map(str, ins),
+                "--db",
+                str(d / "h.duckdb"),
+                "--name",
+                "h",
+                "--out",
+                str(out["harness"]),
+            ]
+        )
+        == 0
+    )
+    assert (
+        cli.main(["report", "--set", "human-small", "--db", str(small), "--out", str(out["set"])]) == 0
+    )
     return {**out, "harness_db": d / "h.duckdb"}
 
 
@@ -63,12 +88,15 @@ def _keyed(html: str) -> dict[str, float]:
 
 def test_a_run_report_has_its_sections_in_order_plotly_once_and_nothing_from_outside(reports):
     import plotly.offline
+
     html = reports["run"].read_text()
     ids = re.findall(r'<section id="([^"]+)">', html)
     assert ids == RUN_ORDER
     lib = plotly.offline.get_plotlyjs()
     assert html.count(lib[:300]) == 1  # the library once, however many figures
-    assert len(re.findall(r'<div class="plot" id="[^"]+" data-figure=', html)) == 13  # 11 + the sequential replay's two
+    assert (
+        len(re.findall(r'<div class="plot" id="[^"]+" data-figure=', html)) == 13
+    )  # 11 + the sequential replay's two
     # outside the library: nothing the browser would fetch (external src/href, stylesheet, font, import)
     html = html.replace(lib, "")
     assert not re.search(r'(src|href)\s*=\s*"(?!#|data:)', html)
@@ -81,8 +109,13 @@ def test_the_headline_numbers_are_the_summary_json(reports, small, capsys):
     s = _summary_json(small, "run-small", capsys)
     got = _keyed(reports["run"].read_text())
     want = {f"accuracy/{a['model']}/{a['mode']}": a["accuracy"] for a in s["accuracy"]}
-    want.update({f"diff/{p['model_a']}/{p['model_b']}/{m}": p[f"diff_{m}"]["diff"]
-                 for p in s["pairs"] for m in ("coupled", "independent")})
+    want.update(
+        {
+            f"diff/{p['model_a']}/{p['model_b']}/{m}": p[f"diff_{m}"]["diff"]
+            for p in s["pairs"]
+            for m in ("coupled", "independent")
+        }
+    )
     assert want and {k: got[k] for k in want} == want
 
 
@@ -94,25 +127,37 @@ def test_harness_logs_are_imported_and_reported_in_one_command(reports, capsys):
     assert "minimum detectable effect" in html and "Imported from inspect" in html
     s = _summary_json(reports["harness_db"], "h", capsys)
     got = _keyed(html)
-    assert {f"accuracy/{a['model']}/{a['mode']}": a["accuracy"] for a in s["accuracy"]}.items() <= got.items()
+    assert {
+        f"accuracy/{a['model']}/{a['mode']}": a["accuracy"] for a in s["accuracy"]
+    }.items() <= got.items()
 
 
 def test_a_set_report_has_winrates_bradley_terry_and_ranksets(reports):
     html = reports["set"].read_text()
-    assert re.findall(r'<section id="([^"]+)">', html) == ["headline", "winrates", "ranksets", "reproduce"]
+    assert re.findall(r'<section id="([^"]+)">', html) == [
+        "headline",
+        "winrates",
+        "ranksets",
+        "reproduce",
+    ]
     assert "Bradley-Terry" in html and "ppr" in html
     assert set(k.split("/")[0] for k in _keyed(html)) >= {"winrate"}
 
 
 def test_an_unscored_or_unknown_run_says_what_is_missing_in_one_line(small, tmp_path, capsys):
     import duckdb
+
     db = tmp_path / "u.duckdb"
     shutil.copy(small, db)
     con = duckdb.connect(str(db))
-    con.execute("INSERT INTO runs (run_id, dataset_id, config, status, n_units) VALUES ('bare', 'ds-small', '{}', "
-                "'done', 1)")
-    con.execute("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, text) VALUES "
-                "('bare', 'm-base', 'q0', 0, 'coupled', 'x')")
+    con.execute(
+        "INSERT INTO runs (run_id, dataset_id, config, status, n_units) VALUES ('bare', 'ds-small', '{}', "
+        "'done', 1)"
+    )
+    con.execute(
+        "INSERT INTO generations (run_id, model, prompt_id, repeat, mode, text) VALUES "
+        "('bare', 'm-base', 'q0', 0, 'coupled', 'x')"
+    )
     con.close()
     out = tmp_path / "r.html"
     for run, words in (("bare", "no scores yet: score it first"), ("nope", "unknown run 'nope'")):
@@ -131,16 +176,34 @@ def test_paper_tables_markdown_latex_csv(small, tmp_path, capsys):
     outs = {}
     for fmt, ext in (("md", "md"), ("latex", "tex"), ("csv", "csv")):
         outs[fmt] = tmp_path / f"t.{ext}"
-        code, _, err = _cli(["report", "--run", "run-small", "--db", str(small), "--format", fmt,
-                             "--out", str(outs[fmt])], capsys)
+        code, _, err = _cli(
+            [
+                "report",
+                "--run",
+                "run-small",
+                "--db",
+                str(small),
+                "--format",
+                fmt,
+                "--out",
+                str(outs[fmt]),
+            ],
+            capsys,
+        )
         assert code == 0, err
     tex = outs["latex"].read_text()
     tables = _latex_tables(tex)
-    assert len(tables) == 4  # accuracy, paired differences, rank-sets, the sequential replay's stopping questions
+    assert (
+        len(tables) == 4
+    )  # accuracy, paired differences, rank-sets, the sequential replay's stopping questions
     assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") == 4
     assert "Stopping question over 20 question orders" in tex
     for spec, body in tables:
-        rows = [r for r in body.split(r"\\") if r.strip() and not r.strip().startswith(("\\toprule", "\\bottomrule"))]
+        rows = [
+            r
+            for r in body.split(r"\\")
+            if r.strip() and not r.strip().startswith(("\\toprule", "\\bottomrule"))
+        ]
         rows = [r.replace(r"\midrule", "") for r in rows]
         # every row has as many cells as the column spec, and no bare special character is left
         assert all(len(re.split(r"(?<!\\)&", r)) == len(spec) for r in rows if r.strip())
@@ -148,9 +211,18 @@ def test_paper_tables_markdown_latex_csv(small, tmp_path, capsys):
     assert re.search(r"0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]", tex) and "excludes 0" in tex
     if shutil.which("pdflatex"):  # compile when a TeX engine is present
         doc = tmp_path / "doc.tex"
-        doc.write_text("\\documentclass{article}\\usepackage{booktabs}\\begin{document}\n" + tex + "\\end{document}\n")
-        subprocess.run(["pdflatex", "-interaction=nonstopmode", doc.name], cwd=tmp_path, check=True,
-                       capture_output=True, timeout=120)
+        doc.write_text(
+            "\\documentclass{article}\\usepackage{booktabs}\\begin{document}\n"
+            + tex
+            + "\\end{document}\n"
+        )
+        subprocess.run(
+            ["pdflatex", "-interaction=nonstopmode", doc.name],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     md = outs["md"].read_text()
     assert "| model | mode | accuracy [95% CI] |" in md and "* the 95% interval" in md
     rows = list(csv.reader(io.StringIO(outs["csv"].read_text())))
@@ -162,11 +234,16 @@ def test_report_file_name_says_what_it_is():
     import datetime
 
     from engine.report.build import report_file_name
+
     d = datetime.date(2026, 11, 26)
-    assert report_file_name("run-small", models=("m-base", "m-int8"), date=d) == \
-        "report_run-run-small_m-base_vs_m-int8_2026-11-26.html"
-    assert report_file_name(set_name="my prefs", models=list("abcde"), ext="tex", date=d) == \
-        "report_set-my-prefs_a_vs_b_vs_c_+2_2026-11-26.tex"
+    assert (
+        report_file_name("run-small", models=("m-base", "m-int8"), date=d)
+        == "report_run-run-small_m-base_vs_m-int8_2026-11-26.html"
+    )
+    assert (
+        report_file_name(set_name="my prefs", models=list("abcde"), ext="tex", date=d)
+        == "report_set-my-prefs_a_vs_b_vs_c_+2_2026-11-26.tex"
+    )
 
 
 # ------------------------------------------------------------------------------- in a real browser
@@ -184,8 +261,10 @@ def test_the_report_draws_offline_in_chromium(reports, kind, small, capsys):
     url = path.resolve().as_uri()
     requested, errors, failed = [], [], []
     with sync.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
-                                                              "--disable-background-networking"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         page = b.new_page(viewport={"width": 1200, "height": 1600})
 
         def route(r):  # every request but the report file itself is aborted, and recorded
@@ -201,12 +280,18 @@ def test_the_report_draws_offline_in_chromium(reports, kind, small, capsys):
         page.on("requestfailed", lambda r: failed.append(r.url))
         page.goto(url)
         n = page.locator("div.plot[data-figure]").count()
-        page.wait_for_function(f"document.querySelectorAll('div.plot.js-plotly-plot .main-svg').length >= {n}",
-                               timeout=60_000)
-        drawn = page.evaluate("Array.from(document.querySelectorAll('div.plot')).filter("
-                              "d => d.querySelector('.main-svg .plot, .main-svg .cartesianlayer') !== null).length")
-        keyed = page.evaluate("Object.fromEntries(Array.from(document.querySelectorAll('[data-key]'))"
-                              ".map(e => [e.dataset.key, parseFloat(e.dataset.value)]))")
+        page.wait_for_function(
+            f"document.querySelectorAll('div.plot.js-plotly-plot .main-svg').length >= {n}",
+            timeout=60_000,
+        )
+        drawn = page.evaluate(
+            "Array.from(document.querySelectorAll('div.plot')).filter("
+            "d => d.querySelector('.main-svg .plot, .main-svg .cartesianlayer') !== null).length"
+        )
+        keyed = page.evaluate(
+            "Object.fromEntries(Array.from(document.querySelectorAll('[data-key]'))"
+            ".map(e => [e.dataset.key, parseFloat(e.dataset.value)]))"
+        )
         b.close()
     assert requested == [] and failed == [] and errors == []
     assert n >= 3 and drawn == n
@@ -226,6 +311,7 @@ def test_home_and_benchmark_offer_the_report_named_after_run_models_and_date(sma
 
     from dashboard import downloads
     from engine.report.build import run_report_html
+
     monkeypatch.setenv("COUPLED_EVAL_DB", str(small))
     monkeypatch.chdir(ROOT)
     for page in ("app_pages/home.py", "app_pages/benchmark.py"):
@@ -249,11 +335,15 @@ def test_images_put_a_static_png_of_every_figure_in_noscript(reports):
         pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed")
     from engine.report.build import run_report
     from engine.report.render_html import report_html
+
     rep = run_report(reports["harness_db"], "h")
     html = report_html(rep, images=True)
-    imgs = re.findall(r'<noscript><img alt="static image of the figure"[^>]*src="data:image/png;base64,([^"]+)"', html)
+    imgs = re.findall(
+        r'<noscript><img alt="static image of the figure"[^>]*src="data:image/png;base64,([^"]+)"', html
+    )
     assert len(imgs) == rep.n_figures >= 3
     import base64
+
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in imgs)
 
 
@@ -263,16 +353,27 @@ def test_the_docs_harness_command_runs_verbatim(tmp_path):
     import os
     import shlex
     import sys
-    cmds = {line for doc in ("docs/REPORT.md", "README.md") for line in (ROOT / doc).read_text().splitlines()
-            if line.startswith(".venv/bin/python -m engine report tests/data/harness/")}
+
+    cmds = {
+        line
+        for doc in ("docs/REPORT.md", "README.md")
+        for line in (ROOT / doc).read_text().splitlines()
+        if line.startswith(".venv/bin/python -m engine report tests/data/harness/")
+    }
     assert len(cmds) == 1  # the same command in both
     cmds = sorted(cmds)
     argv = shlex.split(cmds[0])
     argv[0] = sys.executable
     (tmp_path / "tests").symlink_to(ROOT / "tests")
     db = Path(argv[argv.index("--db") + 1])
-    res = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert res.returncode == 0, res.stderr
         assert '<section id="harness_paired">' in (tmp_path / argv[argv.index("--out") + 1]).read_text()
@@ -284,6 +385,7 @@ def test_weights_digest_of_a_file_a_folder_and_a_hub_cache_link(tmp_path):
     import hashlib
 
     from engine.models.weights import weights_digest
+
     a, b = tmp_path / "m" / "a.safetensors", tmp_path / "m" / "b.safetensors"
     a.parent.mkdir()
     a.write_bytes(b"weights a")
@@ -291,7 +393,10 @@ def test_weights_digest_of_a_file_a_folder_and_a_hub_cache_link(tmp_path):
     (tmp_path / "m" / "config.json").write_text("{}")  # not a weight file
     sa, sb = (hashlib.sha256(x).hexdigest() for x in (b"weights a", b"weights b"))
     assert weights_digest(str(a)) == sa
-    assert weights_digest(str(a.parent)) == hashlib.sha256(f"a.safetensors:{sa}\nb.safetensors:{sb}\n".encode()).hexdigest()
+    assert (
+        weights_digest(str(a.parent))
+        == hashlib.sha256(f"a.safetensors:{sa}\nb.safetensors:{sb}\n".encode()).hexdigest()
+    )
     blob = tmp_path / "blobs" / ("f" * 64)  # a Hugging Face cache blob: named by its digest, not read
     blob.parent.mkdir()
     blob.write_bytes(b"not what the name says")
@@ -304,17 +409,22 @@ def test_the_design_shows_what_the_run_recorded(small, tmp_path):
     import duckdb
 
     from engine.analysis.run_design import run_design
+
     db = tmp_path / "d.duckdb"
     shutil.copy(small, db)
     con = duckdb.connect(str(db))
-    con.execute("UPDATE models SET config = ? WHERE name = 'm-base'",
-                [json.dumps({"dtype": "float32", "device": "cpu", "weights_sha256": "ab" * 32})])
+    con.execute(
+        "UPDATE models SET config = ? WHERE name = 'm-base'",
+        [json.dumps({"dtype": "float32", "device": "cpu", "weights_sha256": "ab" * 32})],
+    )
     con.close()
     d = run_design(db, "run-small")
     m = {x.name: x for x in d.models}
     assert m["m-base"].weights_sha256 == "ab" * 32 and m["m-base"].dtype == "float32"
     assert m["m-int8"].weights_sha256 is None  # not recorded: never a guess
-    assert d.seed == 7 and d.repeats == 4 and d.modes == ["coupled", "independent"] and d.temperature == 0.7
+    assert (
+        d.seed == 7 and d.repeats == 4 and d.modes == ["coupled", "independent"] and d.temperature == 0.7
+    )
     assert d.dataset is not None and len(d.dataset.sha256) == 64 and d.dataset.n_prompts_used == 40
     assert d.engine_version == "test" and d.git_commit is None  # code_version "test": no commit part
 
@@ -324,12 +434,29 @@ def test_reproduce_gives_the_run_s_own_generate_command(small, tmp_path):
 
     from engine.report.context import RunContext
     from engine.report.run_more import reproduce_section
+
     db = tmp_path / "c.duckdb"
     shutil.copy(small, db)
-    cmd = ["python", "-m", "engine", "generate", "--models", "m-base", "m-int8", "--dataset", "demo", "--run-id", "r x"]
+    cmd = [
+        "python",
+        "-m",
+        "engine",
+        "generate",
+        "--models",
+        "m-base",
+        "m-int8",
+        "--dataset",
+        "demo",
+        "--run-id",
+        "r x",
+    ]
     con = duckdb.connect(str(db))
-    cfg = json.loads(con.execute("SELECT CAST(config AS VARCHAR) FROM runs WHERE run_id = 'run-small'").fetchone()[0])
-    con.execute("UPDATE runs SET config = ? WHERE run_id = 'run-small'", [json.dumps({**cfg, "command": cmd})])
+    cfg = json.loads(
+        con.execute("SELECT CAST(config AS VARCHAR) FROM runs WHERE run_id = 'run-small'").fetchone()[0]
+    )
+    con.execute(
+        "UPDATE runs SET config = ? WHERE run_id = 'run-small'", [json.dumps({**cfg, "command": cmd})]
+    )
     con.close()
     code = reproduce_section(RunContext(db, "run-small", db_label="my db.duckdb")).code
     assert code[0] == "python -m engine generate --models m-base m-int8 --dataset demo --run-id 'r x'"

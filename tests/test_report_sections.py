@@ -37,6 +37,7 @@ def until_run(tmp_path_factory):
     import torch
 
     from tests.test_until import _run
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -66,9 +67,14 @@ def test_an_until_run_reports_its_stop_with_the_run_s_own_numbers(until_run, tmp
 def _audit_db(path):
     units, labels, _ = make_db(path)
     models = sorted(set(units.model_a) | set(units.model_b))
-    rows = [(RUN, m, p, 0, "coupled", "exact", "x", float((hash((m, p)) % 3) == 0))
-            for m in models for p in sorted(units.prompt_id.unique())]
-    sc = pd.DataFrame(rows, columns=["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted", "score"])
+    rows = [
+        (RUN, m, p, 0, "coupled", "exact", "x", float((hash((m, p)) % 3) == 0))
+        for m in models
+        for p in sorted(units.prompt_id.unique())
+    ]
+    sc = pd.DataFrame(
+        rows, columns=["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted", "score"]
+    )
     with transaction(path) as con:
         insert_df(con, "scores", sc, list(sc.columns))
     return path
@@ -98,10 +104,19 @@ def test_a_run_with_verdicts_and_labels_reports_the_judge_audit(audit, capsys):
     ctx = RunContext(db, RUN)
     sec = sequential_section(ctx)
     assert sec is not None and sec.title.startswith("Sequential replay")
-    rep = sequential_replay(db, RUN, models=list(ctx.pair), mode="both", seeds=list(range(REPLAY_ORDERS)),
-                            rule=ctx.summary.rule)
+    rep = sequential_replay(
+        db,
+        RUN,
+        models=list(ctx.pair),
+        mode="both",
+        seeds=list(range(REPLAY_ORDERS)),
+        rule=ctx.summary.rule,
+    )
     s = rep.mode("coupled").summary()
-    assert got["seq_replay/coupled/median"] == s["median"] and got["seq_replay/coupled/decided"] == s["decided"]
+    assert (
+        got["seq_replay/coupled/median"] == s["median"]
+        and got["seq_replay/coupled/decided"] == s["decided"]
+    )
 
 
 def test_paper_tables_carry_the_audit_and_the_sequential_tables(audit, until_run, tmp_path, capsys):
@@ -115,7 +130,10 @@ def test_paper_tables_carry_the_audit_and_the_sequential_tables(audit, until_run
     assert "| agreement (judge vs human) |" in text and "Stopping question over" in text
     udb, res = until_run
     md2 = tmp_path / "until.md"
-    assert cli.main(["report", "--run", res.run_id, "--db", str(udb), "--format", "md", "--out", str(md2)]) == 0
+    assert (
+        cli.main(["report", "--run", res.run_id, "--db", str(udb), "--format", "md", "--out", str(md2)])
+        == 0
+    )
     assert "Each pair's confidence sequence at the stop" in md2.read_text()
 
 
@@ -123,6 +141,7 @@ def test_label_page_votes_alone_bring_the_audit_and_its_needs_more_labels_notice
     """Labels still in the Label page's log (not synced) count: no labels, no section; 5 votes, the section
     with "needs about N more labels"."""
     from engine.tasks import labels as T
+
     db = tmp_path / "few.duckdb"
     units, _, _ = make_db(db, n_labels=0)
     _audit_db_scores_only(db, units)
@@ -132,24 +151,35 @@ def test_label_page_votes_alone_bring_the_audit_and_its_needs_more_labels_notice
         T.record(db, sid, T.next_unit(db, sid, "ann", "tab1"), v, "ann", "tab1")
     sec = judge_audit_section(RunContext(db, RUN))
     assert sec is not None and "of 5 units" in sec.paragraphs[0]
-    assert any("agreement and kappa: 5 labelled units, needs about 25 more labels" in w for w in sec.warnings)
+    assert any(
+        "agreement and kappa: 5 labelled units, needs about 25 more labels" in w for w in sec.warnings
+    )
 
 
 def _audit_db_scores_only(path, units):
     models = sorted(set(units.model_a) | set(units.model_b))
-    sc = pd.DataFrame([(RUN, m, p, 0, "coupled", "exact", "x", 1.0) for m in models
-                       for p in sorted(units.prompt_id.unique())],
-                      columns=["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted", "score"])
+    sc = pd.DataFrame(
+        [
+            (RUN, m, p, 0, "coupled", "exact", "x", 1.0)
+            for m in models
+            for p in sorted(units.prompt_id.unique())
+        ],
+        columns=["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted", "score"],
+    )
     with transaction(path) as con:
         insert_df(con, "scores", sc, list(sc.columns))
 
 
 def test_runs_without_them_have_neither_section(tmp_path):
-    db = build_small_db(tmp_path / "s.duckdb")  # verdicts but no human labels naming the run, 40 questions
+    db = build_small_db(
+        tmp_path / "s.duckdb"
+    )  # verdicts but no human labels naming the run, 40 questions
     ctx = RunContext(db, "run-small")
     assert judge_audit_section(ctx) is None and sequential_section(ctx) is not None  # the replay
     with transaction(db) as con:  # 10 questions: too few for a replay
-        con.execute("DELETE FROM scores WHERE prompt_id NOT IN ('q0','q1','q2','q3','q4','q5','q6','q7','q8','q9')")
+        con.execute(
+            "DELETE FROM scores WHERE prompt_id NOT IN ('q0','q1','q2','q3','q4','q5','q6','q7','q8','q9')"
+        )
     small = RunContext(db, "run-small")
     assert small.summary.n_questions == 10 and sequential_section(small) is None
 
@@ -157,25 +187,39 @@ def test_runs_without_them_have_neither_section(tmp_path):
 @pytest.mark.browser
 def test_the_audit_and_replay_figures_draw_offline_in_chromium(audit):
     from tests.test_report import CHROMIUM
+
     if not Path(CHROMIUM).exists():
         pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed")
     sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
     url = audit[1].resolve().as_uri()
     requested, errors = [], []
     with sync.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
         page = b.new_page(viewport={"width": 1200, "height": 1600})
-        page.route("**/*", lambda r: r.continue_() if r.request.url == url else (requested.append(r.request.url),
-                                                                                r.abort()))
+        page.route(
+            "**/*",
+            lambda r: r.continue_()
+            if r.request.url == url
+            else (requested.append(r.request.url), r.abort()),
+        )
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(url)
-        ids = page.evaluate("Array.from(document.querySelectorAll('#judge_audit div.plot[data-figure], "
-                            "#sequential div.plot[data-figure]')).map(d => d.id)")
-        page.wait_for_function("document.querySelectorAll('div.plot.js-plotly-plot .main-svg').length >= "
-                               "document.querySelectorAll('div.plot[data-figure]').length", timeout=60_000)
-        drawn = page.evaluate("Array.from(document.querySelectorAll('#judge_audit div.plot, #sequential div.plot'))"
-                              ".filter(d => d.querySelector('.main-svg .cartesianlayer') !== null).length")
+        ids = page.evaluate(
+            "Array.from(document.querySelectorAll('#judge_audit div.plot[data-figure], "
+            "#sequential div.plot[data-figure]')).map(d => d.id)"
+        )
+        page.wait_for_function(
+            "document.querySelectorAll('div.plot.js-plotly-plot .main-svg').length >= "
+            "document.querySelectorAll('div.plot[data-figure]').length",
+            timeout=60_000,
+        )
+        drawn = page.evaluate(
+            "Array.from(document.querySelectorAll('#judge_audit div.plot, #sequential div.plot'))"
+            ".filter(d => d.querySelector('.main-svg .cartesianlayer') !== null).length"
+        )
         b.close()
     assert requested == [] and errors == []
     assert len(ids) == 5 and drawn == 5  # 2 judges' bias, PPR rank-sets, the replay's two

@@ -39,8 +39,9 @@ def _rows(db) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _run(db, **kw):
-    return G.run_generation(db, _models(), _dataset(), 2, ["coupled", "independent"], seed=4, cfg=CFG,
-                            show_bar=False, **kw)
+    return G.run_generation(
+        db, _models(), _dataset(), 2, ["coupled", "independent"], seed=4, cfg=CFG, show_bar=False, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +83,33 @@ def test_injected_failure_then_resume_gives_uninterrupted_rows(tmp_db, reference
 
 
 def test_changed_settings_under_same_run_id_is_refused(tmp_db):
-    run = G.run_generation(tmp_db, _models()[:1], _dataset(), 1, ["coupled"], seed=4, cfg=CFG, show_bar=False)
+    run = G.run_generation(
+        tmp_db, _models()[:1], _dataset(), 1, ["coupled"], seed=4, cfg=CFG, show_bar=False
+    )
     with pytest.raises(UserError, match="different settings"):
-        G.run_generation(tmp_db, _models()[:1], _dataset(), 2, ["coupled"], seed=4, cfg=CFG, run_id=run,
-                         show_bar=False)
+        G.run_generation(
+            tmp_db,
+            _models()[:1],
+            _dataset(),
+            2,
+            ["coupled"],
+            seed=4,
+            cfg=CFG,
+            run_id=run,
+            show_bar=False,
+        )
     with pytest.raises(UserError, match="already exists"):
-        G.run_generation(tmp_db, _models()[:1], _dataset(), 1, ["coupled"], seed=4, cfg=CFG, resume=False,
-                         show_bar=False)
+        G.run_generation(
+            tmp_db,
+            _models()[:1],
+            _dataset(),
+            1,
+            ["coupled"],
+            seed=4,
+            cfg=CFG,
+            resume=False,
+            show_bar=False,
+        )
 
 
 _CHILD = textwrap.dedent("""
@@ -107,8 +128,12 @@ _CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_process_then_resume_gives_uninterrupted_rows(tmp_path, reference, sig):
     db, prog = tmp_path / "k.duckdb", tmp_path / "progress.json"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD.format(root=str(ROOT), db=str(db), prog=str(prog))],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD.format(root=str(ROOT), db=str(db), prog=str(prog))],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         p = read_progress(prog)
@@ -131,9 +156,12 @@ def test_killed_process_then_resume_gives_uninterrupted_rows(tmp_path, reference
     else:
         assert rc == -signal.SIGKILL
     # every stored generation has all its traces (chunks are all-or-nothing)
-    per_gen = store.query_df(db, "SELECT model, prompt_id, repeat, mode, any_value(g.n_tokens) AS n_tokens, "
-                                 "count(t.step) AS n FROM generations g LEFT JOIN token_traces t "
-                                 "USING (run_id, model, prompt_id, repeat, mode) GROUP BY model, prompt_id, repeat, mode")
+    per_gen = store.query_df(
+        db,
+        "SELECT model, prompt_id, repeat, mode, any_value(g.n_tokens) AS n_tokens, "
+        "count(t.step) AS n FROM generations g LEFT JOIN token_traces t "
+        "USING (run_id, model, prompt_id, repeat, mode) GROUP BY model, prompt_id, repeat, mode",
+    )
     assert (per_gen["n_tokens"] == per_gen["n"]).all()
     _run(db)
     _assert_same(db, reference)

@@ -22,8 +22,10 @@ def _draws(logits: torch.Tensor, seed: int, n: int = N, **kw) -> torch.Tensor:
     return sample(logits.expand(n, -1), g, **kw).tokens
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p,seed", [(1.0, 0, 1.0, 1), (0.7, 0, 1.0, 2),
-                                                          (1.3, 4, 1.0, 3), (1.0, 0, 0.8, 4)])
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p,seed",
+    [(1.0, 0, 1.0, 1), (0.7, 0, 1.0, 2), (1.3, 4, 1.0, 3), (1.0, 0, 0.8, 4)],
+)
 def test_empirical_frequencies_match_masked_softmax(temperature, top_k, top_p, seed):
     logits = torch.tensor([[2.0, 1.5, 0.3, 0.0, -0.5, -1.0, -2.0]])
     tokens = _draws(logits, seed, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -59,7 +61,7 @@ def test_greedy_ignores_noise_and_top_k_keeps_noise_keying():
     logits = torch.tensor([[0.1, 3.0, 2.9, -1.0], [1.0, 1.0, 5.0, 0.0]])
     assert sample(logits, None, 0.0).tokens.tolist() == [1, 2]
     g = noise.gumbel(0, noise.unit_keys([("a", 0), ("b", 0)]), 0, torch.arange(4))
-    full = (masked_logprobs(logits, 1.0) + g)
+    full = masked_logprobs(logits, 1.0) + g
     masked = sample(logits, g, 1.0, top_k=2).tokens
     # the top-2 winner is the argmax of the SAME noisy scores restricted to the top-2 tokens
     top2 = torch.topk(logits, 2).indices
@@ -70,8 +72,11 @@ def test_greedy_ignores_noise_and_top_k_keeps_noise_keying():
 
 def test_bad_sampling_parameters_raise_user_error():
     logits = torch.zeros(1, 3)
-    for kw, word in (({"temperature": -1.0}, "temperature"), ({"temperature": 1.0, "top_k": -2}, "top_k"),
-                     ({"temperature": 1.0, "top_p": 0.0}, "top_p")):
+    for kw, word in (
+        ({"temperature": -1.0}, "temperature"),
+        ({"temperature": 1.0, "top_k": -2}, "top_k"),
+        ({"temperature": 1.0, "top_p": 0.0}, "top_p"),
+    ):
         with pytest.raises(UserError, match=word):
             sample(logits, torch.zeros(1, 3), **kw)
     with pytest.raises(UserError, match="shape"):
@@ -114,7 +119,9 @@ def _exact_avg_winrates() -> dict[str, dict[str, float]]:
 def test_exact_formula_matches_published_numbers():
     ex = _exact_avg_winrates()
     assert np.allclose([ex["coupled"][m] for m in P_PREF], [0.0525, 0.0225, 0.03])
-    assert np.allclose([ex["independent"][m] for m in P_PREF], [0.1545, 0.15675, 0.16225])  # m3 ranks first
+    assert np.allclose(
+        [ex["independent"][m] for m in P_PREF], [0.1545, 0.15675, 0.16225]
+    )  # m3 ranks first
 
 
 def test_two_answer_example_converges_with_engine_sampler():

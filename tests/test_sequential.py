@@ -40,8 +40,15 @@ def test_exact_tiny_case():
     assert lo[-1] == pytest.approx(1 / 3) and up[-1] == pytest.approx(1 / 3)  # t = N: Δ_N itself
 
 
-@pytest.mark.parametrize("N,shape,alpha,B", [(60, "coupled", 0.05, 400), (300, "continuous", 0.1, 1000),
-                                             (250, "skewed", 0.05, 500), (800, "coupled", 0.05, 2000)])
+@pytest.mark.parametrize(
+    "N,shape,alpha,B",
+    [
+        (60, "coupled", 0.05, 400),
+        (300, "continuous", 0.1, 1000),
+        (250, "skewed", 0.05, 500),
+        (800, "coupled", 0.05, 2000),
+    ],
+)
 def test_agrees_with_confseq_reference(N, shape, alpha, B):
     rng = np.random.default_rng(N)
     d = rng.permutation(_population(rng, N, shape))[: min(N, 300)]
@@ -64,8 +71,9 @@ def test_agrees_with_reference_on_a_path_that_misses():
     np.testing.assert_allclose(up, 2 * ref_up[:150] - 1, atol=1e-9)
     assert cs.missed and cs.lower > cs.upper
     c_lo, c_up = cs.current  # shown instead of an empty interval
-    ref_clo, ref_cup = confseq_ref.hedged_cs((d[:150] + 1) / 2, alpha=0.05, N=200, breaks=1000,
-                                             running_intersection=False)
+    ref_clo, ref_cup = confseq_ref.hedged_cs(
+        (d[:150] + 1) / 2, alpha=0.05, N=200, breaks=1000, running_intersection=False
+    )
     assert c_lo <= c_up
     assert c_lo == pytest.approx(2 * ref_clo[-1] - 1) and c_up == pytest.approx(2 * ref_cup[-1] - 1)
 
@@ -97,7 +105,9 @@ def test_coverage_simulation_and_naive_t():
         lo, up = confidence_sequence(d, N, alpha=alpha, grid=1001)
         miss_cs += bool(np.any((lo > target + 1e-12) | (up < target - 1e-12)))
         looks = range(10, N, 10)
-        miss_t += any(not (t_interval(d[:n], alpha)[1] <= target <= t_interval(d[:n], alpha)[2]) for n in looks)
+        miss_t += any(
+            not (t_interval(d[:n], alpha)[1] <= target <= t_interval(d[:n], alpha)[2]) for n in looks
+        )
     mc = 3 * math.sqrt(alpha * (1 - alpha) / reps)
     assert miss_cs / reps <= alpha + mc
     assert miss_t / reps > 2 * alpha  # the invalid procedure the CS replaces
@@ -158,6 +168,7 @@ def test_t_interval_matches_formula():
     d = np.array([0.0, 1.0, 1.0, -1.0, 0.0, 1.0])
     est, lo, hi = t_interval(d, 0.05)
     from scipy import stats
+
     half = stats.t.ppf(0.975, 5) * d.std(ddof=1) / math.sqrt(6)
     assert (est, lo, hi) == pytest.approx((d.mean(), d.mean() - half, d.mean() + half))
     assert math.isnan(t_interval([0.5])[1])

@@ -31,9 +31,16 @@ def gen_db(tmp_db):
     gold = {f"p{i:03d}": str(i) for i in range(Q)}
     u = rng.random((Q, R))
     right = lambda p, uu: np.where(uu < p, np.array(list(gold.values()))[:, None], "x")  # noqa: E731
-    make_numeric_run(tmp_db, {("m1", "coupled"): right(0.9, u), ("m2", "coupled"): right(0.4, u),
-                              ("m1", "independent"): right(0.9, rng.random((Q, R))),
-                              ("m2", "independent"): right(0.4, rng.random((Q, R)))}, gold)
+    make_numeric_run(
+        tmp_db,
+        {
+            ("m1", "coupled"): right(0.9, u),
+            ("m2", "coupled"): right(0.4, u),
+            ("m1", "independent"): right(0.9, rng.random((Q, R))),
+            ("m2", "independent"): right(0.4, rng.random((Q, R))),
+        },
+        gold,
+    )
     scoring.score_run(tmp_db, "r1")
     return tmp_db
 
@@ -41,6 +48,7 @@ def gen_db(tmp_db):
 def _direct(tmp_db, mode, seed, repeat=None, alpha=0.05, rule="decided"):
     """An independent route: scores straight from the answers' correctness, then the stats functions."""
     from engine.store.scores import per_question_scores
+
     df = per_question_scores(tmp_db, "r1")
     df = df[df["mode"] == mode]
     if repeat is not None:
@@ -68,8 +76,27 @@ def test_replay_matches_a_direct_computation(gen_db):
 
 
 def test_cli_json_shape(gen_db, capsys):
-    assert main(["sequential", "--db", str(gen_db), "--run", "r1", "--model-a", "m1", "--model-b", "m2",
-                 "--seeds", "0..3", "--stop", "decided", "--json"]) == 0
+    assert (
+        main(
+            [
+                "sequential",
+                "--db",
+                str(gen_db),
+                "--run",
+                "r1",
+                "--model-a",
+                "m1",
+                "--model-b",
+                "m2",
+                "--seeds",
+                "0..3",
+                "--stop",
+                "decided",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     for mode in ("coupled", "independent"):
         m = out["modes"][mode]
@@ -79,8 +106,24 @@ def test_cli_json_shape(gen_db, capsys):
             assert set(s) >= {"seed", "n", "lower", "upper", "decided"}
             assert s["n"] is None or 1 <= s["n"] <= Q
             assert s["lower"] <= s["upper"]
-    assert main(["sequential", "--db", str(gen_db), "--run", "r1", "--seed", "3", "--mode", "coupled",
-                 "--stop", "budget:10"]) == 0
+    assert (
+        main(
+            [
+                "sequential",
+                "--db",
+                str(gen_db),
+                "--run",
+                "r1",
+                "--seed",
+                "3",
+                "--mode",
+                "coupled",
+                "--stop",
+                "budget:10",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "coupled: median stop 10 of 80 questions" in text and "not valid for stopping" in text
 
@@ -98,19 +141,44 @@ def test_bad_input_one_line(gen_db, capsys):
         sequential_replay(gen_db, "r1", repeat=7)
     with pytest.raises(UserError, match="budget:500 exceeds"):
         sequential_replay(gen_db, "r1", stop="budget:500")
-    for extra, needle in ((["--stop", "width:0"], "width:0"), (["--alpha", "0"], "alpha"),
-                          (["--seeds", "5..1"], "--seeds"), (["--model-a", "m1"], "--model-b")):
+    for extra, needle in (
+        (["--stop", "width:0"], "width:0"),
+        (["--alpha", "0"], "alpha"),
+        (["--seeds", "5..1"], "--seeds"),
+        (["--model-a", "m1"], "--model-b"),
+    ):
         assert main(["sequential", "--db", str(gen_db), "--run", "r1", *extra]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and needle in err, err
     # and through a real process: one line on stderr, exit 2, no traceback
-    r = subprocess.run([sys.executable, "-m", "engine", "sequential", "--db", str(gen_db), "--run", "r1",
-                        "--mode", "coupled", "--stop", "budget:0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "budget:0" in r.stderr, r.stderr
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "sequential",
+            "--db",
+            str(gen_db),
+            "--run",
+            "r1",
+            "--mode",
+            "coupled",
+            "--stop",
+            "budget:0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "budget:0" in r.stderr, (
+        r.stderr
+    )
 
 
 def test_harness_import_single_mode(tmp_db):
     from tests.test_harness_import import LM_QA
+
     import_harness(tmp_db, [str(LM_QA)], name="h")
     res = sequential_replay(tmp_db, "h", seeds=[0, 1])
     assert [m.mode for m in res.modes] == ["independent"] and res.modes[0].n_questions == 8
@@ -128,6 +196,7 @@ def test_paper_mmlu_import(tmp_path, tmp_db):
 
 def test_three_models_pairs_at_alpha_over_P(tmp_path):
     from tests.test_app import build_small_db
+
     db = build_small_db(tmp_path / "three.duckdb")
     res = sequential_replay(db, "run-small", seeds=[0, 1], rule="paper", stop="budget:25")
     assert res.pairs == ("m-base - m-int4", "m-base - m-int8", "m-int4 - m-int8")

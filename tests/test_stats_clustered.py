@@ -42,7 +42,9 @@ def test_point_estimates_equal_the_row_level_functions():
     np.testing.assert_allclose(res["T"], T)
     np.testing.assert_array_equal(res["n"], n)
     assert res["n_clusters"] == 3 and res["per_row_clusters"] is False
-    assert CL.winrate_cluster_bootstrap(a, b, o, 3, np.random.default_rng(0), n_resamples=5)["per_row_clusters"]
+    assert CL.winrate_cluster_bootstrap(a, b, o, 3, np.random.default_rng(0), n_resamples=5)[
+        "per_row_clusters"
+    ]
     beta, nu = CL.davidson_fit_counts(*wr.pairwise_counts(a, b, o, 3)[:2])
     beta0, nu0 = wr.davidson_fit(a, b, o, 3)
     np.testing.assert_allclose(beta, beta0, atol=1e-7)
@@ -102,7 +104,9 @@ def test_weighted_elo_equals_elo_on_the_expanded_sequence():
     got = CL.elo_ratings_weighted(a, b, o, k, weights, K=8.0)
     for i in range(6):
         rows = np.repeat(np.arange(n), weights[i])  # each row repeated in place
-        np.testing.assert_allclose(got[i], wr.elo_ratings(a[rows], b[rows], o[rows], k, K=8.0), rtol=0, atol=1e-9)
+        np.testing.assert_allclose(
+            got[i], wr.elo_ratings(a[rows], b[rows], o[rows], k, K=8.0), rtol=0, atol=1e-9
+        )
     with pytest.raises(UserError, match="integers"):
         CL.elo_ratings_weighted(a, b, o, k, weights + 0.5)
 
@@ -123,7 +127,9 @@ def test_sandwich_se_equals_naive_loop_and_bootstrap():
         se = np.sqrt(sum(v * v for v in sums.values()) * C / (C - 1)) / y.size
         assert res["W"][i, j] == pytest.approx(ph)
         assert res["se"][i, j] == pytest.approx(se, rel=1e-10)
-    boot = CL.winrate_cluster_bootstrap(a, b, o, 4, np.random.default_rng(5), cluster=p, n_resamples=1000)
+    boot = CL.winrate_cluster_bootstrap(
+        a, b, o, 4, np.random.default_rng(5), cluster=p, n_resamples=1000
+    )
     off = ~np.eye(4, dtype=bool)
     ratio = boot["W_draws"][:, off].std(axis=0, ddof=1) / res["se"][off]
     assert np.all((ratio > 0.8) & (ratio < 1.25)), ratio
@@ -152,8 +158,11 @@ def test_cluster_intervals_cover_in_the_clustered_judge_design():
         wins, _, n = wr.pairwise_counts(a, b, o, 4)
         wl, wh = wr.wilson_interval(wins[0, 1], n[0, 1])
         cov_wilson.append(wl <= Wt[0, 1] <= wh)
-    assert np.mean(cov_w) >= 0.88 and np.mean(cov_avg) >= 0.88 and np.mean(cov_bt) >= 0.88, \
-        (np.mean(cov_w), np.mean(cov_avg), np.mean(cov_bt))
+    assert np.mean(cov_w) >= 0.88 and np.mean(cov_avg) >= 0.88 and np.mean(cov_bt) >= 0.88, (
+        np.mean(cov_w),
+        np.mean(cov_avg),
+        np.mean(cov_bt),
+    )
     assert np.mean(cov_wilson) < np.mean(cov_w)
 
 
@@ -165,7 +174,9 @@ def test_elo_cluster_interval_covers_its_fixed_point():
     cover = []
     for _ in range(60):
         r = S.simulate_judge_design(d, rng)
-        res = CL.elo_cluster_bootstrap(r["a"], r["b"], r["outcome"], 4, rng, cluster=r["prompt"], n_resamples=150)
+        res = CL.elo_cluster_bootstrap(
+            r["a"], r["b"], r["outcome"], 4, rng, cluster=r["prompt"], n_resamples=150
+        )
         cover.append(res["low"][0] <= fp[0] <= res["high"][0])
     assert np.mean(cover) >= 0.85, np.mean(cover)  # 60 reps: MC SE 0.028 at 0.95
 
@@ -188,12 +199,13 @@ def test_paired_mode_test_exact_tiny():
     b = np.ones(12, int)
     mode = np.tile([0, 0, 1, 1], 3)
     p = np.repeat([0, 1, 2], 4)
-    o = np.array([0, 0, 1, 1,   0, 1, 1, 1,   0, 2, 0, 1])
+    o = np.array([0, 0, 1, 1, 0, 1, 1, 1, 0, 2, 0, 1])
     res = CL.mode_diff_paired_test(a, b, o, mode, p, 2)
     d = np.array([1 - 0, 0.5 - 0, 0.5 - 0.5])
     assert res["diff"][0, 1] == pytest.approx(d.mean())
     assert res["se"][0, 1] == pytest.approx(d.std(ddof=1) / np.sqrt(3))
     from scipy import stats
+
     assert res["p_value"][0, 1] == pytest.approx(stats.ttest_1samp(d, 0).pvalue)
     assert res["n_prompts"][0, 1] == 3
     with pytest.raises(UserError, match="prompt ids"):
@@ -209,8 +221,12 @@ def test_paired_mode_test_holds_size_under_a_true_null():
         r = S.simulate_judge_design(d, rng)
         res = CL.mode_diff_paired_test(r["a"], r["b"], r["outcome"], r["mode"], r["prompt"], 4)
         rej.append(res["p_value"][0, 1] < 0.05)
-        W = [wr.pairwise_counts(r["a"][r["mode"] == m], r["b"][r["mode"] == m], r["outcome"][r["mode"] == m], 4)
-             for m in (0, 1)]
+        W = [
+            wr.pairwise_counts(
+                r["a"][r["mode"] == m], r["b"][r["mode"] == m], r["outcome"][r["mode"] == m], 4
+            )
+            for m in (0, 1)
+        ]
         _, pz = wr.two_proportion_ztest(W[0][0][0, 1], W[0][2][0, 1], W[1][0][0, 1], W[1][2][0, 1])
         rej_z.append(pz < 0.05)
     # 200 reps: MC SE 0.015 at 0.05; the bound is 3 SE above nominal

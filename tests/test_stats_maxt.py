@@ -23,8 +23,10 @@ def _naive_maxt(theta, sigma, alpha, normals, stepdown=True, focus=None):
     lam, V = np.linalg.eigh(sigma)
     L = V @ np.diag(np.sqrt(np.clip(lam, 0, None)))
     Z = [L @ z for z in normals]
-    s = {(i, j): np.sqrt(max(sigma[i, i] + sigma[j, j] - 2 * sigma[i, j], 0.0))
-         for i, j in itertools.permutations(range(k), 2)}
+    s = {
+        (i, j): np.sqrt(max(sigma[i, i] + sigma[j, j] - 2 * sigma[i, j], 0.0))
+        for i, j in itertools.permutations(range(k), 2)
+    }
     P = {(i, j) for (i, j) in s if focus is None or focus in (i, j)}
     est = set()
     while True:
@@ -119,8 +121,9 @@ def test_maxt_simultaneous_coverage_paper_synthetic_ppr():
         w, wh = R.synthetic_outcomes(f, th, tj, rng)
         lab = rng.random(f.size) < 0.2
         z = np.zeros(f.size)
-        t, sg, _ = R.ppr_theta_sigma(f[~lab], s[~lab], wh[~lab], z[~lab], f[lab], s[lab], w[lab], z[lab],
-                                     wh[lab], z[lab], k)
+        t, sg, _ = R.ppr_theta_sigma(
+            f[~lab], s[~lab], wh[~lab], z[~lab], f[lab], s[lab], w[lab], z[lab], wh[lab], z[lab], k
+        )
         rs = R.ranksets_maxt(t, sg, alpha, rng, n_draws=2000)
         cover.append(R.rankset_covers(rs["lower"], rs["upper"], *R.true_ranksets(th)))
     assert np.mean(cover) >= 0.82, np.mean(cover)
@@ -137,10 +140,23 @@ def test_clustered_covariance_reduces_to_unclustered_with_one_row_per_prompt():
     np.testing.assert_allclose(s1, s0, rtol=1e-12, atol=1e-15)
     wh = np.where(rng.random(f.size) < 0.9, w, 1 - w)
     lab = np.arange(f.size) % 4 == 0
-    args = (f[~lab], s[~lab], wh[~lab], np.zeros((~lab).sum()), f[lab], s[lab], w[lab], w2[lab], wh[lab],
-            np.zeros(lab.sum()), k)
+    args = (
+        f[~lab],
+        s[~lab],
+        wh[~lab],
+        np.zeros((~lab).sum()),
+        f[lab],
+        s[lab],
+        w[lab],
+        w2[lab],
+        wh[lab],
+        np.zeros(lab.sum()),
+        k,
+    )
     ta, sa, la = R.ppr_theta_sigma(*args)
-    tb, sb, lb = R.ppr_theta_sigma(*args, cluster_N=np.arange((~lab).sum()), cluster_n=-1 - np.arange(lab.sum()))
+    tb, sb, lb = R.ppr_theta_sigma(
+        *args, cluster_N=np.arange((~lab).sum()), cluster_n=-1 - np.arange(lab.sum())
+    )
     np.testing.assert_allclose(sb, sa, rtol=1e-10, atol=1e-15)
     with pytest.raises(UserError, match="both"):
         R.ppr_theta_sigma(*args, cluster_N=np.arange((~lab).sum()))

@@ -46,13 +46,17 @@ def test_residual_matrix_matches_naive_loop():
     out = rng.integers(0, 3, n)
     w, w2 = (out == 0).astype(float), (out == 1).astype(float)
     theta = R.winrate_pointestimate(first, second, w, w2, k)
-    np.testing.assert_allclose(R.winrate_residuals(first, second, w, w2, theta, k),
-                               _naive_residuals(first, second, w, w2, theta, k))
+    np.testing.assert_allclose(
+        R.winrate_residuals(first, second, w, w2, theta, k),
+        _naive_residuals(first, second, w, w2, theta, k),
+    )
     # the paper's matrix form of theta: (1 (c)^T o I)^-1 (M w + M' w')
     M = np.eye(k)[first].T
     M2 = np.eye(k)[second].T
     c = (M + M2) @ np.ones(n)
-    np.testing.assert_allclose(theta, np.linalg.inv(np.outer(np.ones(k), c) * np.eye(k)) @ (M @ w + M2 @ w2))
+    np.testing.assert_allclose(
+        theta, np.linalg.inv(np.outer(np.ones(k), c) * np.eye(k)) @ (M @ w + M2 @ w2)
+    )
 
 
 def _naive_ranksets(theta, sigma, alpha):
@@ -64,7 +68,9 @@ def _naive_ranksets(theta, sigma, alpha):
         for j in range(k):
             if j == m:
                 continue
-            d = abs(theta[m] - theta[j]) / np.sqrt(2) - np.sqrt(0.5 * (sigma[m, m] + sigma[j, j] - 2 * sigma[m, j]) * q)
+            d = abs(theta[m] - theta[j]) / np.sqrt(2) - np.sqrt(
+                0.5 * (sigma[m, m] + sigma[j, j] - 2 * sigma[m, j]) * q
+            )
             if d > 0 and theta[m] < theta[j]:
                 lo[m] += 1
             elif d > 0 and theta[m] > theta[j]:
@@ -109,8 +115,19 @@ def test_ppr_lambda_zero_equals_human_only_and_perfect_judge():
     w, wh = R.synthetic_outcomes(first, theta, judge, rng)
     z = np.zeros_like(w)
     lab = np.arange(len(first)) % 3 == 0
-    args = (first[~lab], second[~lab], wh[~lab], z[~lab],
-            first[lab], second[lab], w[lab], z[lab], wh[lab], z[lab], k)
+    args = (
+        first[~lab],
+        second[~lab],
+        wh[~lab],
+        z[~lab],
+        first[lab],
+        second[lab],
+        w[lab],
+        z[lab],
+        wh[lab],
+        z[lab],
+        k,
+    )
     for cov in R.COVARIANCES:
         t0, s0, lam = R.ppr_theta_sigma(*args, lam=0.0, covariance=cov)
         th, sh = R.onesource_theta_sigma(first[lab], second[lab], w[lab], z[lab], k, cov)
@@ -118,8 +135,19 @@ def test_ppr_lambda_zero_equals_human_only_and_perfect_judge():
         np.testing.assert_allclose(t0, th, atol=1e-15)
         np.testing.assert_allclose(s0, sh, atol=1e-15)
     # a judge identical to the humans with lambda = 1: theta = judge win-rates on D_N, B = 0
-    args_same = (first[~lab], second[~lab], w[~lab], z[~lab],
-                 first[lab], second[lab], w[lab], z[lab], w[lab], z[lab], k)
+    args_same = (
+        first[~lab],
+        second[~lab],
+        w[~lab],
+        z[~lab],
+        first[lab],
+        second[lab],
+        w[lab],
+        z[lab],
+        w[lab],
+        z[lab],
+        k,
+    )
     t1, s1, _ = R.ppr_theta_sigma(*args_same, lam=1.0)
     tN, sN = R.onesource_theta_sigma(first[~lab], second[~lab], w[~lab], z[~lab], k)
     np.testing.assert_allclose(t1, tN, atol=1e-15)
@@ -159,7 +187,9 @@ def test_ppr_paper_covariance_is_the_published_formula_bit_for_bit():
         return M1, M2, Dinv
 
     def resid(M1, M2, y1, y2, centre):
-        return (ones(k) @ (y1 - M1.T @ centre)[None, :]) * M1 + (ones(k) @ (y2 - M2.T @ centre)[None, :]) * M2
+        return (ones(k) @ (y1 - M1.T @ centre)[None, :]) * M1 + (
+            ones(k) @ (y2 - M2.T @ centre)[None, :]
+        ) * M2
 
     MN1, MN2, DN = mats(~lab)
     Mn1, Mn2, Dn = mats(lab)
@@ -169,7 +199,7 @@ def test_ppr_paper_covariance_is_the_published_formula_bit_for_bit():
     Ah, Ahum = resid(Mn1, Mn2, wh[lab], wh2[lab], ah), resid(Mn1, Mn2, w[lab], w2[lab], ahum)
     aN = DN @ (MN1 @ wh[~lab] + MN2 @ wh2[~lab])
     AN = resid(MN1, MN2, wh[~lab], wh2[~lab], aN)
-    lam_ref = np.trace((Ahum @ Ah.T) / n) / ((1 + n / N) * np.trace((AN @ AN.T) / N ** 2 * N))
+    lam_ref = np.trace((Ahum @ Ah.T) / n) / ((1 + n / N) * np.trace((AN @ AN.T) / N**2 * N))
     lam_ref = min(max(lam_ref, 0), 1)
     # Algorithm 1 (Eq. 5, 7)
     a = aN
@@ -177,10 +207,21 @@ def test_ppr_paper_covariance_is_the_published_formula_bit_for_bit():
     b = Dn @ (Mn1 @ y1 + Mn2 @ y2)
     A, B = AN, resid(Mn1, Mn2, y1, y2, b)
     theta_ref = lam_ref * a - b
-    sigma_ref = (lam_ref ** 2) * (A @ A.T) / (N ** 2) + (B @ B.T) / (n ** 2)
+    sigma_ref = (lam_ref**2) * (A @ A.T) / (N**2) + (B @ B.T) / (n**2)
 
-    args = (first[~lab], second[~lab], wh[~lab], wh2[~lab], first[lab], second[lab], w[lab], w2[lab],
-            wh[lab], wh2[lab], k)
+    args = (
+        first[~lab],
+        second[~lab],
+        wh[~lab],
+        wh2[~lab],
+        first[lab],
+        second[lab],
+        w[lab],
+        w2[lab],
+        wh[lab],
+        wh2[lab],
+        k,
+    )
     t, s, lam = R.ppr_theta_sigma(*args, lam="auto", covariance="paper")
     assert 0 < lam < 1 and lam == lam_ref
     np.testing.assert_array_equal(t, theta_ref)
@@ -188,10 +229,10 @@ def test_ppr_paper_covariance_is_the_published_formula_bit_for_bit():
     # Algorithm 3 (one source): A A^T / n^2, exactly
     t1, s1 = R.onesource_theta_sigma(first[lab], second[lab], w[lab], w2[lab], k, "paper")
     np.testing.assert_array_equal(t1, ahum)
-    np.testing.assert_array_equal(s1, (Ahum @ Ahum.T) / (n ** 2))
+    np.testing.assert_array_equal(s1, (Ahum @ Ahum.T) / (n**2))
     # on this balanced design the delta covariance is k^2/4 times the paper's
     _, s_d, _ = R.ppr_theta_sigma(*args, lam=lam, covariance="delta")
-    np.testing.assert_allclose(s_d, s * k ** 2 / 4, rtol=1e-12)
+    np.testing.assert_allclose(s_d, s * k**2 / 4, rtol=1e-12)
 
 
 def test_delta_covariance_matches_monte_carlo_variance():
@@ -219,7 +260,7 @@ def test_delta_covariance_matches_monte_carlo_variance():
     np.testing.assert_allclose(np.diag(est), np.diag(mc), rtol=0.12)
     np.testing.assert_allclose(est, mc, atol=0.12 * np.diag(mc).max())
     ratio_paper = np.diag(mc) / np.diag(np.mean(sigs_p, axis=0))
-    assert np.all(ratio_paper > 0.8 * k ** 2 / 4)  # the paper's Sigma is ~k^2/4 = 6.25x too small
+    assert np.all(ratio_paper > 0.8 * k**2 / 4)  # the paper's Sigma is ~k^2/4 = 6.25x too small
 
 
 def _coverage(rng, reps, k, per_pair, n_per_pair, u, alpha):
@@ -236,8 +277,20 @@ def _coverage(rng, reps, k, per_pair, n_per_pair, u, alpha):
             th, sh = R.onesource_theta_sigma(first[lab], second[lab], w[lab], z[lab], k, cov)
             lo, up = R.ranksets(th, sh, alpha)
             hits["human", cov] += bool(R.rankset_covers(lo, up, tl, tu))
-            tp, sp, _ = R.ppr_theta_sigma(first[~lab], second[~lab], wh[~lab], z[~lab], first[lab], second[lab],
-                                          w[lab], z[lab], wh[lab], z[lab], k, covariance=cov)
+            tp, sp, _ = R.ppr_theta_sigma(
+                first[~lab],
+                second[~lab],
+                wh[~lab],
+                z[~lab],
+                first[lab],
+                second[lab],
+                w[lab],
+                z[lab],
+                wh[lab],
+                z[lab],
+                k,
+                covariance=cov,
+            )
             lo, up = R.ranksets(tp, sp, alpha)
             hits["ppr", cov] += bool(R.rankset_covers(lo, up, tl, tu))
     return {key: v / reps for key, v in hits.items()}
@@ -266,7 +319,7 @@ def test_quality_metrics_and_rbo_exact():
     np.testing.assert_array_equal(tu, [3, 2, 2, 4])
     # RBO: identical orders -> 1 - p^k; hand case T = (0,1,2), T_hat = (1,0,2), p = 0.5:
     # overlaps 0/1, 2/2, 3/3 -> 0.5 * (0 + 0.5 * 1 + 0.25 * 1) = 0.375
-    assert R.rbo([0, 1, 2], [0, 1, 2], 0.6) == pytest.approx(1 - 0.6 ** 3)
+    assert R.rbo([0, 1, 2], [0, 1, 2], 0.6) == pytest.approx(1 - 0.6**3)
     assert R.rbo([0, 1, 2], [1, 0, 2], 0.5) == pytest.approx(0.375)
     P = R.rank_position_probabilities(np.array([[1, 1, 3], [1, 2, 3]]), np.array([[2, 2, 3], [1, 2, 3]]))
     np.testing.assert_allclose(P, [[1, 0.5, 0], [0.5, 1, 0], [0, 0, 1]])
@@ -290,8 +343,11 @@ def test_synthetic_bench_runs_and_reports_both_covariances():
 
     res = ppr_synthetic.run(reps=4, total=5600, n_values=(560,), us=(0.1,), seed=1)
     keys = {(r["method"], r["n"], r["covariance"]) for r in res["rows"]}
-    assert keys == {(m, n, c) for m, n in (("human", 560), ("ppr u=0.1", 560), ("judge u=0.1", None))
-                    for c in R.COVARIANCES}
+    assert keys == {
+        (m, n, c)
+        for m, n in (("human", 560), ("ppr u=0.1", 560), ("judge u=0.1", None))
+        for c in R.COVARIANCES
+    }
     for r in res["rows"]:
         assert 0 <= r["coverage"] <= 1 and 1 <= r["size"] <= 8 and 0 < r["rbo"] <= 1
     assert "| human | 560 |" in ppr_synthetic.markdown(res)
@@ -306,15 +362,44 @@ def test_ppr_lambda_paper_form_equals_ppi_plus_plus_form():
     w, wh = R.synthetic_outcomes(first, theta, judge, rng)
     z = np.zeros_like(w)
     lab = np.arange(len(first)) % 5 == 0
-    lam = R.ppr_lambda(first[~lab], second[~lab], wh[~lab], z[~lab], first[lab], second[lab], w[lab], z[lab],
-                       wh[lab], z[lab], k)
+    lam = R.ppr_lambda(
+        first[~lab],
+        second[~lab],
+        wh[~lab],
+        z[~lab],
+        first[lab],
+        second[lab],
+        w[lab],
+        z[lab],
+        wh[lab],
+        z[lab],
+        k,
+    )
     n, N = lab.sum(), (~lab).sum()
-    Ah = R.winrate_residuals(first[lab], second[lab], wh[lab], z[lab],
-                             R.winrate_pointestimate(first[lab], second[lab], wh[lab], z[lab], k), k)
-    Ahum = R.winrate_residuals(first[lab], second[lab], w[lab], z[lab],
-                               R.winrate_pointestimate(first[lab], second[lab], w[lab], z[lab], k), k)
-    AN = R.winrate_residuals(first[~lab], second[~lab], wh[~lab], z[~lab],
-                             R.winrate_pointestimate(first[~lab], second[~lab], wh[~lab], z[~lab], k), k)
+    Ah = R.winrate_residuals(
+        first[lab],
+        second[lab],
+        wh[lab],
+        z[lab],
+        R.winrate_pointestimate(first[lab], second[lab], wh[lab], z[lab], k),
+        k,
+    )
+    Ahum = R.winrate_residuals(
+        first[lab],
+        second[lab],
+        w[lab],
+        z[lab],
+        R.winrate_pointestimate(first[lab], second[lab], w[lab], z[lab], k),
+        k,
+    )
+    AN = R.winrate_residuals(
+        first[~lab],
+        second[~lab],
+        wh[~lab],
+        z[~lab],
+        R.winrate_pointestimate(first[~lab], second[~lab], wh[~lab], z[~lab], k),
+        k,
+    )
     ppi = np.trace(Ah @ Ahum.T / n) / ((1 + n / N) * np.trace(AN @ AN.T / N))
     assert 0 < ppi < 1
     assert lam == pytest.approx(ppi, rel=1e-12)

@@ -14,9 +14,12 @@ P_PREF = np.array([[0.4, 1.0], [0.48, 0.9], [0.5, 0.89]])  # (models, prompts)
 
 def test_methods_section3_exact_population_winrates():
     q = np.array([0.5, 0.5])
-    np.testing.assert_allclose(wr.population_average_winrate(P_PREF, q, "coupled"), [0.0525, 0.0225, 0.03])
-    np.testing.assert_allclose(wr.population_average_winrate(P_PREF, q, "independent"),
-                               [0.1545, 0.15675, 0.16225])
+    np.testing.assert_allclose(
+        wr.population_average_winrate(P_PREF, q, "coupled"), [0.0525, 0.0225, 0.03]
+    )
+    np.testing.assert_allclose(
+        wr.population_average_winrate(P_PREF, q, "independent"), [0.1545, 0.15675, 0.16225]
+    )
     with pytest.raises(UserError, match="mode"):
         wr.population_average_winrate(P_PREF, q, "paired")
 
@@ -33,7 +36,9 @@ def _gumbel_max_pairs(rng, n_units, coupled):
         for j in range(i + 1, k):
             a.append(np.full(n_units, i))
             b.append(np.full(n_units, j))
-            out.append(np.where(pref[i] & ~pref[j], wr.A_WINS, np.where(pref[j] & ~pref[i], wr.B_WINS, wr.TIE)))
+            out.append(
+                np.where(pref[i] & ~pref[j], wr.A_WINS, np.where(pref[j] & ~pref[i], wr.B_WINS, wr.TIE))
+            )
     return np.concatenate(a), np.concatenate(b), np.concatenate(out)
 
 
@@ -43,7 +48,9 @@ def test_simulated_winrates_converge_to_exact_values(coupled):
     a, b, out = _gumbel_max_pairs(rng, 40_000, coupled)
     W, T, n = wr.winrate_matrix(a, b, out, 3)
     avg, lo, hi = wr.average_winrate(W, n)
-    exact = wr.population_average_winrate(P_PREF, np.array([0.5, 0.5]), "coupled" if coupled else "independent")
+    exact = wr.population_average_winrate(
+        P_PREF, np.array([0.5, 0.5]), "coupled" if coupled else "independent"
+    )
     assert np.all(np.abs(avg - exact) < 4 * (hi - lo) / (2 * 1.96)), (avg, exact)
 
 
@@ -87,10 +94,11 @@ def test_ztest_equals_chi_square_and_stars():
     x1, n1, x2, n2 = 120, 400, 90, 410
     z, p = wr.two_proportion_ztest(x1, n1, x2, n2)
     chi2, p_chi, _, _ = stats.chi2_contingency([[x1, n1 - x1], [x2, n2 - x2]], correction=False)
-    assert z ** 2 == pytest.approx(chi2)
+    assert z**2 == pytest.approx(chi2)
     assert p == pytest.approx(p_chi)
-    np.testing.assert_array_equal(wr.significance_stars([0.2, 0.04, 0.005, 5e-4, 5e-5]),
-                                  ["", "*", "**", "***", "****"])
+    np.testing.assert_array_equal(
+        wr.significance_stars([0.2, 0.04, 0.005, 5e-4, 5e-5]), ["", "*", "**", "***", "****"]
+    )
     z0, p0 = wr.two_proportion_ztest(0, 10, 0, 10)
     assert z0 == 0 and p0 == 1
 
@@ -169,7 +177,9 @@ def test_elo_exact_two_games_and_bootstrap():
     assert r[1] == pytest.approx(984 - 32 * (0.5 - e))
     rng = np.random.default_rng(2)
     a, b, out = _davidson_sample(rng, np.array([-1.0, 0.0, 1.0]), 0.3, 1500)
-    lo, hi, draws = wr.bootstrap_ci(lambda *x: wr.elo_ratings(*x), a, b, out, 3, np.random.default_rng(3), reps=50)
+    lo, hi, draws = wr.bootstrap_ci(
+        lambda *x: wr.elo_ratings(*x), a, b, out, 3, np.random.default_rng(3), reps=50
+    )
     assert np.all(lo < hi) and draws.shape == (50, 3)
     assert np.argmax(draws.mean(axis=0)) == 2 and np.argmin(draws.mean(axis=0)) == 0
 

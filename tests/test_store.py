@@ -12,7 +12,15 @@ def test_schema_is_idempotent_and_counts(tmp_db):
         pass
     counts = store.table_counts(tmp_db)
     assert counts["models"] == 1 and counts["generations"] == 0
-    assert set(counts) >= {"runs", "generations", "token_traces", "scores", "judgments", "comparisons", "clusters"}
+    assert set(counts) >= {
+        "runs",
+        "generations",
+        "token_traces",
+        "scores",
+        "judgments",
+        "comparisons",
+        "clusters",
+    }
 
 
 def test_reader_is_read_only_and_missing_file_is_clear(tmp_db):

@@ -58,12 +58,28 @@ print(json.dumps({"loops": n, "fails": fails}))
 
 def _start(db: Path, stop: Path, readers: int = 3, hold: float = 1.0, second_writer: bool = False):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", READER, str(db), str(hold), str(stop), str(k * hold / readers)],
-                              env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for k in range(readers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", READER, str(db), str(hold), str(stop), str(k * hold / readers)],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(readers)
+    ]
     if second_writer:
-        procs.append(subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(stop)], env=env, cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, str(db), str(stop)],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return procs
 
 
@@ -82,7 +98,9 @@ def _wait_for_readers(db: Path, n: int = 1, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with dbmod.duckdb.connect(str(db)) as con:  # raw, no intent: succeeds only while nobody holds it
+            with dbmod.duckdb.connect(
+                str(db)
+            ) as con:  # raw, no intent: succeeds only while nobody holds it
                 con.execute("SELECT 1")
         except dbmod.duckdb.IOException:
             return
@@ -125,7 +143,9 @@ def test_writer_gets_in_while_readers_hold_the_file_continuously(tmp_db, tmp_pat
         res = _finish(procs, stop)
     assert all(r["fails"] == [] for r in res), res
     assert sum(r["loops"] for r in res) >= 3
-    assert not [n for n in os.listdir(tmp_path) if ".write-intent-" in n]  # the writer removed its intent
+    assert not [
+        n for n in os.listdir(tmp_path) if ".write-intent-" in n
+    ]  # the writer removed its intent
     with store.reader(tmp_db) as con:
         assert con.execute("SELECT count(*) FROM meta WHERE key LIKE 'w%'").fetchone()[0] == 4
 
@@ -143,11 +163,37 @@ def test_generation_with_readers_and_a_second_writer_completes(tmp_path):
     procs = _start(db, stop, second_writer=True)
     try:
         _wait_for_readers(db)
-        cmd = [sys.executable, "-m", "engine", "generate", "--models", "smollm2-135m", "--dataset", "demo",
-               "--limit", "2", "--repeats", "1", "--max-new-tokens", "3", "--batch-size", "1", "--device", "cpu",
-               "--db", str(db), "--json"]
-        g = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1200,
-                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        cmd = [
+            sys.executable,
+            "-m",
+            "engine",
+            "generate",
+            "--models",
+            "smollm2-135m",
+            "--dataset",
+            "demo",
+            "--limit",
+            "2",
+            "--repeats",
+            "1",
+            "--max-new-tokens",
+            "3",
+            "--batch-size",
+            "1",
+            "--device",
+            "cpu",
+            "--db",
+            str(db),
+            "--json",
+        ]
+        g = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=1200,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
     finally:
         res = _finish(procs, stop)
     assert g.returncode == 0, g.stderr[-2000:]
@@ -189,14 +235,27 @@ def test_write_intent_on_a_full_folder_is_one_line_and_leaves_no_file(tmp_db):
     with store.writer(tmp_db):
         pass
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_db), "30"], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(tmp_db), "30"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
-        r = subprocess.run([sys.executable, "-c", _FULL_WRITER, str(tmp_db)], env=env, cwd=ROOT, capture_output=True,
-                           text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-c", _FULL_WRITER, str(tmp_db)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
-        assert r.stdout.startswith("refused: the disk is full") and len(r.stdout.strip().splitlines()) == 1, r.stdout
+        assert (
+            r.stdout.startswith("refused: the disk is full") and len(r.stdout.strip().splitlines()) == 1
+        ), r.stdout
         assert not [n for n in os.listdir(tmp_db.parent) if ".write-intent-" in n]
     finally:
         holder.kill()

@@ -24,15 +24,21 @@ def test_garbage_wal_is_moved_aside_with_one_line_and_nothing_is_lost(tmp_db, ca
     with store.transaction(tmp_db) as con:
         con.execute("INSERT INTO meta VALUES ('k2', 'v2')")
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"warning: {wal} is not a DuckDB write-ahead log (5,000 bytes")
+    assert len(err) == 1 and err[0].startswith(
+        f"warning: {wal} is not a DuckDB write-ahead log (5,000 bytes"
+    )
     aside = list(tmp_db.parent.glob(tmp_db.name + ".wal.unreadable-*"))
     assert len(aside) == 1 and aside[0].read_bytes() == junk  # kept, byte for byte
     with store.reader(tmp_db) as con:
-        assert dict(con.execute("SELECT key, value FROM meta WHERE key LIKE 'k%'").fetchall()) == {"k": "v", "k2": "v2"}
+        assert dict(con.execute("SELECT key, value FROM meta WHERE key LIKE 'k%'").fetchall()) == {
+            "k": "v",
+            "k2": "v2",
+        }
 
 
 def test_a_duckdb_wal_is_recognised_and_left_alone(tmp_db, capsys):
     import duckdb
+
     with store.writer(tmp_db):
         pass
     con = duckdb.connect(str(tmp_db))
@@ -73,11 +79,14 @@ def test_a_refused_run_leaves_no_lock_file(tmp_path):
 def test_a_waiter_never_keeps_a_removed_lock_file(tmp_path):
     db = tmp_path / "x.duckdb"
     holder = runlock.RunLock(db, "run-w").__enter__()
-    stale_fd = os.open(runlock.lock_path(db, "run-w"), os.O_RDWR)  # opened while held, as a waiting driver does
+    stale_fd = os.open(
+        runlock.lock_path(db, "run-w"), os.O_RDWR
+    )  # opened while held, as a waiting driver does
     holder.__exit__(None, None, None)  # removes the file it created
     waiter = runlock.RunLock(db, "run-w")
     waiter.path.parent.mkdir(exist_ok=True)
     import fcntl
+
     fcntl.flock(stale_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the old inode locks fine...
     assert not waiter._same_file(stale_fd)  # ...but is not the live file: the driver retries
     os.close(stale_fd)

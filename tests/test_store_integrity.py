@@ -27,13 +27,19 @@ def make_v1(path: Path) -> None:
     """A database as the previous release (30e8a04, schema version 1) made it, with some data."""
     con = duckdb.connect(str(path))
     con.execute(V1_SQL.read_text())
-    con.execute("INSERT INTO runs (run_id, dataset_id, config, status, n_units) VALUES "
-                "('r1', 'demo', '{\"models\": [\"a\", \"b\"]}', 'done', 4)")
-    con.execute("INSERT INTO prompts (dataset_id, prompt_id, idx, gold) VALUES ('demo', 'p1', 0, 'A'), "
-                "('demo', 'p2', 1, 'B')")
-    con.execute("INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids, "
-                "finish_reason, n_tokens) VALUES ('r1', 'a', 'p1', 0, 'coupled', 1, 'A', [1], 'eos', 1), "
-                "('r1', 'b', 'p1', 0, 'coupled', 1, 'B', [2], 'eos', 1)")
+    con.execute(
+        "INSERT INTO runs (run_id, dataset_id, config, status, n_units) VALUES "
+        "('r1', 'demo', '{\"models\": [\"a\", \"b\"]}', 'done', 4)"
+    )
+    con.execute(
+        "INSERT INTO prompts (dataset_id, prompt_id, idx, gold) VALUES ('demo', 'p1', 0, 'A'), "
+        "('demo', 'p2', 1, 'B')"
+    )
+    con.execute(
+        "INSERT INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids, "
+        "finish_reason, n_tokens) VALUES ('r1', 'a', 'p1', 0, 'coupled', 1, 'A', [1], 'eos', 1), "
+        "('r1', 'b', 'p1', 0, 'coupled', 1, 'B', [2], 'eos', 1)"
+    )
     con.execute("INSERT INTO comparison_sets (name, source, n_rows) VALUES ('h', 'csv', 1)")
     con.execute("INSERT INTO comparisons VALUES ('h', 0, 'p1', 'a', 'b', 'a', NULL)")
     con.close()
@@ -41,13 +47,18 @@ def make_v1(path: Path) -> None:
 
 # ---------------------------------------------------------------------------- schema versions
 
+
 def test_fresh_file_is_created_and_current_file_untouched(tmp_db):
     with store.writer(tmp_db):
         pass
     with store.reader(tmp_db) as con:
         assert con.execute("SELECT value FROM meta").fetchone()[0] == str(store.SCHEMA_VERSION)
-        cols = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns "
-                                          "WHERE table_name = 'runs'").fetchall()}
+        cols = {
+            r[0]
+            for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
+            ).fetchall()
+        }
     assert {"heartbeat_at", "pid", "host"} <= cols
     before = _digest(tmp_db)
     with store.writer(tmp_db):  # current version: init_schema writes nothing
@@ -99,6 +110,7 @@ def test_migrate_from_previous_release_keeps_data_and_commands_work(tmp_path, ca
     assert "schema version 1" in capsys.readouterr().out
     assert main(["db", "migrate", "--db", str(db), "--json"]) == 0
     import json
+
     res = json.loads(capsys.readouterr().out)
     assert (res["from_version"], res["to_version"]) == (1, store.SCHEMA_VERSION)
     backup = Path(res["backup"])
@@ -107,9 +119,19 @@ def test_migrate_from_previous_release_keeps_data_and_commands_work(tmp_path, ca
     assert bcon.execute("SELECT value FROM meta").fetchone()[0] == "1"
     bcon.close()
     counts = store.table_counts(db)
-    assert (counts["runs"], counts["generations"], counts["comparisons"], counts["prompts"]) == (1, 2, 1, 2)
+    assert (counts["runs"], counts["generations"], counts["comparisons"], counts["prompts"]) == (
+        1,
+        2,
+        1,
+        2,
+    )
     with store.reader(db) as con:
-        assert con.execute("SELECT status, heartbeat_at, pid, host FROM runs").fetchone() == ("done", None, None, None)
+        assert con.execute("SELECT status, heartbeat_at, pid, host FROM runs").fetchone() == (
+            "done",
+            None,
+            None,
+            None,
+        )
     # the commands work after the migration: a read, a write, and the version is current
     assert main(["comparisons", "list", "--db", str(db)]) == 0
     assert "h" in capsys.readouterr().out
@@ -125,25 +147,35 @@ def test_migrate_from_previous_release_keeps_data_and_commands_work(tmp_path, ca
 def test_migration_is_all_or_nothing(tmp_db, monkeypatch):
     make_v1(tmp_db)
     from engine.store import schema
-    monkeypatch.setattr(dbmod, "MIGRATIONS", ((1, (*schema.MIGRATIONS[0][1], "ALTER TABLE nope ADD COLUMN x INT")),))
+
+    monkeypatch.setattr(
+        dbmod, "MIGRATIONS", ((1, (*schema.MIGRATIONS[0][1], "ALTER TABLE nope ADD COLUMN x INT")),)
+    )
     with pytest.raises(duckdb.Error):
         store.migrate(tmp_db)
     assert store.describe(tmp_db)["version"] == 1  # nothing of the failed migration stayed
     with duckdb.connect(str(tmp_db), read_only=True) as con:
-        cols = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns "
-                                          "WHERE table_name = 'runs'").fetchall()}
+        cols = {
+            r[0]
+            for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
+            ).fetchall()
+        }
     assert "heartbeat_at" not in cols
 
 
 # ---------------------------------------------------------------------------- damaged files
+
 
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory) -> Path:
     """A healthy database of several blocks (so truncations cut real data)."""
     p = tmp_path_factory.mktemp("healthy") / "good.duckdb"
     with store.transaction(p) as con:
-        con.execute("INSERT INTO comparisons (set_name, row_idx, prompt_id, model_a, model_b, human_winner, "
-                        "judge_winner) SELECT 'big', range, 'p' || range, 'a', 'b', 'a', NULL FROM range(300000)")
+        con.execute(
+            "INSERT INTO comparisons (set_name, row_idx, prompt_id, model_a, model_b, human_winner, "
+            "judge_winner) SELECT 'big', range, 'p' || range, 'a', 'b', 'a', NULL FROM range(300000)"
+        )
         con.execute("INSERT INTO comparison_sets (name, source, n_rows) VALUES ('big', 'csv', 300000)")
     assert p.stat().st_size > 4 * 262144
     return p
@@ -157,9 +189,14 @@ def damage(kind: str, healthy: Path, dst: Path) -> Path:
     if kind == "directory":
         dst.mkdir()
         return dst
-    blob = {"zero": b"", "random": os.urandom(300_000), "text": b"prompt_id,model_a\n" * 500,
-            "trunc4k": data[:4096], "third": data[: len(data) // 3],
-            "last_block": data[: len(data) - 262144]}[kind]  # cut at a block boundary: DuckDB itself opens it
+    blob = {
+        "zero": b"",
+        "random": os.urandom(300_000),
+        "text": b"prompt_id,model_a\n" * 500,
+        "trunc4k": data[:4096],
+        "third": data[: len(data) // 3],
+        "last_block": data[: len(data) - 262144],
+    }[kind]  # cut at a block boundary: DuckDB itself opens it
     dst.write_bytes(blob)
     return dst
 
@@ -170,7 +207,17 @@ COMMANDS = {
     "benchmark-compare": ["benchmark-compare", "--model-a", "a", "--model-b", "b"],
     "import": ["import", "comparisons", "{csv}", "--name", "x"],
     "score": ["score", "--run", "r1"],
-    "generate": ["generate", "--models", "smollm2-135m", "--limit", "1", "--repeats", "1", "--max-new-tokens", "2"],
+    "generate": [
+        "generate",
+        "--models",
+        "smollm2-135m",
+        "--limit",
+        "1",
+        "--repeats",
+        "1",
+        "--max-new-tokens",
+        "2",
+    ],
     "info": ["info"],
 }
 
@@ -194,6 +241,7 @@ def test_damaged_database_is_refused_by_every_command(kind, cmd, healthy, tmp_pa
 @pytest.mark.parametrize("kind", DAMAGE)
 def test_damaged_database_store_and_dashboard_reads(kind, healthy, tmp_path):
     from engine.analysis import overview
+
     db = damage(kind, healthy, tmp_path / "bad.duckdb")
     before = _digest(db)
     with pytest.raises(UserError, match="restore it from a backup or pass another --db"):
@@ -215,6 +263,7 @@ def test_healthy_copy_passes_and_header_check_is_exact(healthy, tmp_path):
 
 # ---------------------------------------------------------------------------- failed commits
 
+
 def test_failed_commit_reraises_the_cause_not_the_rollback_error(tmp_db):
     with store.transaction(tmp_db) as con:
         con.execute("INSERT INTO meta VALUES ('k', 'v')")
@@ -225,10 +274,16 @@ def test_failed_commit_reraises_the_cause_not_the_rollback_error(tmp_db):
     with pytest.raises(RuntimeError, match="boom"):
         with store.transaction(tmp_db) as con:
             con.execute("INSERT INTO meta VALUES ('k3', 'v')")
-            con.execute("COMMIT")  # the block's own commit will find no transaction: the cause still wins
+            con.execute(
+                "COMMIT"
+            )  # the block's own commit will find no transaction: the cause still wins
             raise RuntimeError("boom")
     with store.reader(tmp_db) as con:
-        assert {r[0] for r in con.execute("SELECT key FROM meta").fetchall()} == {"schema_version", "k", "k3"}
+        assert {r[0] for r in con.execute("SELECT key FROM meta").fetchall()} == {
+            "schema_version",
+            "k",
+            "k3",
+        }
 
 
 def test_read_only_file_says_so(tmp_db, monkeypatch):
@@ -241,8 +296,11 @@ def test_read_only_file_says_so(tmp_db, monkeypatch):
         if not read_only:
             raise duckdb.IOException(f'IO Error: Cannot open file "{path}.wal": Permission denied')
         return real(path, read_only=True, **kw)
+
     monkeypatch.setattr(duckdb, "connect", fake)
-    with pytest.raises(UserError, match=r"cannot be opened for writing \(the file, its folder or its WAL .*read-only"):
+    with pytest.raises(
+        UserError, match=r"cannot be opened for writing \(the file, its folder or its WAL .*read-only"
+    ):
         with store.transaction(tmp_db):
             pass
 
@@ -251,4 +309,6 @@ def test_wal_permission_error_at_commit_is_one_clear_line(tmp_db):
     with pytest.raises(UserError, match="read-only") as info:
         with store.transaction(tmp_db):
             raise duckdb.IOException(f'IO Error: Cannot open file "{tmp_db}.wal": Permission denied')
-    assert isinstance(info.value.__cause__, duckdb.IOException)  # the cause is kept, not the rollback's error
+    assert isinstance(
+        info.value.__cause__, duckdb.IOException
+    )  # the cause is kept, not the rollback's error

@@ -19,13 +19,23 @@ def test_decode_pieces_byte_level_sentencepiece_and_plain():
 def test_trace_view_names_tokens_by_their_text(tmp_db):
     with store.writer(tmp_db) as con:
         con.begin()
-        con.execute("INSERT INTO runs (run_id, dataset_id, config, status, key_mode) VALUES "
-                    "('r', 'd', ?, 'done', 'bytes')", [json.dumps({"temperature": 1.0})])
-        rows = [("m1", 0, 40, "I", [40, 2631]), ("m1", 1, 1200, "Ġactually", [1200, 2631]),
-                ("m2", 0, 40, "I", [40, 2631]), ("m2", 1, 2631, "Ġreally", [2631, 1200])]
+        con.execute(
+            "INSERT INTO runs (run_id, dataset_id, config, status, key_mode) VALUES "
+            "('r', 'd', ?, 'done', 'bytes')",
+            [json.dumps({"temperature": 1.0})],
+        )
+        rows = [
+            ("m1", 0, 40, "I", [40, 2631]),
+            ("m1", 1, 1200, "Ġactually", [1200, 2631]),
+            ("m2", 0, 40, "I", [40, 2631]),
+            ("m2", 1, 2631, "Ġreally", [2631, 1200]),
+        ]
         for m, step, tok, piece, top in rows:
-            con.execute("INSERT INTO token_traces VALUES ('r', ?, 'p', 0, 'coupled', ?, ?, ?, 0.5, ?, [0.5, 0.3], "
-                        "[0.1, 0.2])", [m, step, tok, piece, top])
+            con.execute(
+                "INSERT INTO token_traces VALUES ('r', ?, 'p', 0, 'coupled', ?, ?, ?, 0.5, ?, [0.5, 0.3], "
+                "[0.1, 0.2])",
+                [m, step, tok, piece, top],
+            )
         con.commit()
     view = trace_view(tmp_db, "r", "p", 0, "coupled", ("m1", "m2"))
     assert view.steps["token_text"].tolist() == ["I", "I", " actually", " really"]
@@ -33,4 +43,7 @@ def test_trace_view_names_tokens_by_their_text(tmp_db):
     assert view.token_names[2631] == " really" and view.token_names[1200] == " actually"
     assert view.alignment.first_divergence == 1
     dec = view.decisions
-    assert dec["chosen"].tolist() == [" actually", " really"] and dec["runner_up"].tolist() == [" really", " actually"]
+    assert dec["chosen"].tolist() == [" actually", " really"] and dec["runner_up"].tolist() == [
+        " really",
+        " actually",
+    ]

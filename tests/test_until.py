@@ -25,6 +25,7 @@ N = 40
 def _one_thread():
     """One torch thread: the tiny models are too small to gain from more, and the CI machine has 2 cores."""
     import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -36,19 +37,37 @@ def _models():
 
 
 def _dataset(kind="numeric"):
-    ps = tuple(datasets.Prompt(prompt_id=f"q/{i:02d}", user_prompt=f"What is {i} + 1?",
-                               gold=None if kind == "prompts" else str(i + 1)) for i in range(N))
+    ps = tuple(
+        datasets.Prompt(
+            prompt_id=f"q/{i:02d}",
+            user_prompt=f"What is {i} + 1?",
+            gold=None if kind == "prompts" else str(i + 1),
+        )
+        for i in range(N)
+    )
     return datasets.Dataset("until-toy", kind, "memory", ps, "Answer with a number.")
 
 
 def _run(db, **kw):
     kw.setdefault("stop", StopRule.parse("width:0.5"))
-    return run_until(db, _models(), _dataset(), 1, ["coupled", "independent"], 4, CFG, round_size=8,
-                     show_bar=False, **kw)
+    return run_until(
+        db,
+        _models(),
+        _dataset(),
+        1,
+        ["coupled", "independent"],
+        4,
+        CFG,
+        round_size=8,
+        show_bar=False,
+        **kw,
+    )
 
 
 def _gens(db):
-    return store.query_df(db, "SELECT model, prompt_id, repeat, mode, text FROM generations ORDER BY ALL")
+    return store.query_df(
+        db, "SELECT model, prompt_id, repeat, mode, text FROM generations ORDER BY ALL"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +84,20 @@ def test_rounds_stop_and_stored_order(reference):
     pids = [f"q/{i:02d}" for i in range(N)]
     assert seq["order"] == [pids[i] for i in question_order(N, 4)] and seq["order_seed"] == 4
     sc = store.query_df(db, "SELECT model, prompt_id, mode, score FROM scores WHERE mode = 'coupled'")
-    w = sc.pivot_table(index="prompt_id", columns="model", values="score").reindex(seq["order"][:res.modes[0].n_seen])
+    w = sc.pivot_table(index="prompt_id", columns="model", values="score").reindex(
+        seq["order"][: res.modes[0].n_seen]
+    )
     lo, up = confidence_sequence((w["a"] - w["b"]).to_numpy(), N, alpha=0.05)
     n = first_stop(StopRule.parse("width:0.5"), lo, up)
     coupled = res.modes[0]
     assert coupled.mode == "coupled" and coupled.n_stop == n is not None
-    assert coupled.n_seen == 8 * res.rounds and coupled.n_seen - 8 < n <= coupled.n_seen < N  # stopped early
+    assert (
+        coupled.n_seen == 8 * res.rounds and coupled.n_seen - 8 < n <= coupled.n_seen < N
+    )  # stopped early
     g = _gens(db)
-    assert len(g) == coupled.n_seen * 2 * 2 and set(g["prompt_id"]) == set(seq["order"][:coupled.n_seen])
+    assert len(g) == coupled.n_seen * 2 * 2 and set(g["prompt_id"]) == set(
+        seq["order"][: coupled.n_seen]
+    )
     run = store.query_df(db, "SELECT status, n_units FROM runs").iloc[0]
     assert run["status"] == "done" and run["n_units"] == len(g)
     d = res.to_dict()["modes"]["coupled"]
@@ -95,14 +120,20 @@ def test_killed_run_resumes_to_the_same_stop(tmp_db, reference):
         _run(tmp_db, _after_chunk=die_in_round_2)
     assert 0 < len(_gens(tmp_db)) < len(_gens(ref_db))
     again = _run(tmp_db)
-    assert again.rounds == ref.rounds and [m.n_stop for m in again.modes] == [m.n_stop for m in ref.modes]
+    assert again.rounds == ref.rounds and [m.n_stop for m in again.modes] == [
+        m.n_stop for m in ref.modes
+    ]
     np.testing.assert_array_equal(again.modes[0].lower, ref.modes[0].lower)
     assert _gens(tmp_db).equals(_gens(ref_db))
 
 
 def test_mode_stop_each_and_budget(tmp_db):
     res = _run(tmp_db, stop=StopRule.parse("budget:12"), mode_stop="each")
-    assert [m.n_stop for m in res.modes] == [12, 12] and res.rounds == 2 and all(m.n_seen == 16 for m in res.modes)
+    assert (
+        [m.n_stop for m in res.modes] == [12, 12]
+        and res.rounds == 2
+        and all(m.n_seen == 16 for m in res.modes)
+    )
 
 
 def test_the_run_records_its_driver_host_and_a_resume_fills_a_missing_one(reference, tmp_path):
@@ -143,14 +174,19 @@ def test_a_stopped_run_continued_without_until_plans_the_whole_run(tmp_db):
 
 def test_refusals(tmp_db, capsys):
     with pytest.raises(UserError, match="no automatic scoring rule"):
-        run_until(tmp_db, _models(), _dataset("prompts"), 1, ["coupled"], 0, CFG, stop=StopRule(decided=True))
+        run_until(
+            tmp_db, _models(), _dataset("prompts"), 1, ["coupled"], 0, CFG, stop=StopRule(decided=True)
+        )
     with pytest.raises(UserError, match="2 or more"):
         run_until(tmp_db, _models()[:1], _dataset(), 1, ["coupled"], 0, CFG, stop=StopRule(decided=True))
     with pytest.raises(UserError, match="budget:99 exceeds"):
         run_until(tmp_db, _models(), _dataset(), 1, ["coupled"], 0, CFG, stop=StopRule(budget=99))
     assert not tmp_db.exists() or store.table_counts(tmp_db)["generations"] == 0
-    for extra, needle in ((["--until", "width:0"], "width:0"), (["--until", "decided", "--alpha", "2"], "alpha"),
-                          (["--alpha", "0.1"], "only apply with --until")):
+    for extra, needle in (
+        (["--until", "width:0"], "width:0"),
+        (["--until", "decided", "--alpha", "2"], "alpha"),
+        (["--alpha", "0.1"], "only apply with --until"),
+    ):
         assert main(["generate", "--models", "x", "y", "--db", str(tmp_db), *extra]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and needle in err, err
@@ -176,10 +212,15 @@ def test_sigkilled_process_resumes_to_the_same_stop(tmp_path, reference):
 
     from engine.progress import read_progress
     from tests.conftest import ROOT
+
     ref_db, ref = reference
     db, prog = tmp_path / "k.duckdb", tmp_path / "progress.json"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD.format(root=str(ROOT), db=str(db), prog=str(prog))],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD.format(root=str(ROOT), db=str(db), prog=str(prog))],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         p = read_progress(prog)
@@ -195,5 +236,7 @@ def test_sigkilled_process_resumes_to_the_same_stop(tmp_path, reference):
     child.wait(timeout=60)
     assert 8 * 2 * 2 < len(_gens(db)) < 16 * 2 * 2  # killed inside round 2, rounds 1's rows stored
     again = _run(db)
-    assert again.rounds == ref.rounds and [m.n_stop for m in again.modes] == [m.n_stop for m in ref.modes]
+    assert again.rounds == ref.rounds and [m.n_stop for m in again.modes] == [
+        m.n_stop for m in ref.modes
+    ]
     assert _gens(db).equals(_gens(ref_db))

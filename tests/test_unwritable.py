@@ -23,12 +23,18 @@ from tests.test_scoring import CHOICES, make_run
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir" for p in folder.iterdir()}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in folder.iterdir()
+    }
 
 
 def _populate(db: Path, csv: Path) -> None:
-    make_run(db, [("m1", "q1", 0, "coupled", "A"), ("m2", "q1", 0, "coupled", "B")],
-             [("q1", "A", CHOICES, "Capital?")])
+    make_run(
+        db,
+        [("m1", "q1", 0, "coupled", "A"), ("m2", "q1", 0, "coupled", "B")],
+        [("q1", "A", CHOICES, "Capital?")],
+    )
     assert main(["import", "comparisons", str(csv), "--name", "s1", "--db", str(db)]) == 0
 
 
@@ -48,8 +54,12 @@ def frozen(tmp_path):
         return
     mnt = tmp_path / "ro"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("neither chattr +i nor a tmpfs mount is allowed here (simulated errors: test_store_integrity.py)")
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True
+    ).returncode:
+        pytest.skip(
+            "neither chattr +i nor a tmpfs mount is allowed here (simulated errors: test_store_integrity.py)"
+        )
     try:
         _populate(mnt / "x.duckdb", csv)
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
@@ -58,18 +68,24 @@ def frozen(tmp_path):
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-@pytest.mark.parametrize("argv", [
-    ["import", "comparisons", "{csv}", "--name", "s2"],
-    ["score", "--run", "r1", "--rule", "paper"],
-    ["comparisons", "delete", "s1"],
-], ids=["import", "score", "delete"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["import", "comparisons", "{csv}", "--name", "s2"],
+        ["score", "--run", "r1", "--rule", "paper"],
+        ["comparisons", "delete", "s1"],
+    ],
+    ids=["import", "score", "delete"],
+)
 def test_unwritable_folder_is_one_line_and_nothing_changes(frozen, argv, capsys):
     db, csv = frozen
     before = _digests(db.parent)
     assert main([a.replace("{csv}", str(csv)) for a in argv] + ["--db", str(db)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert err.startswith(f"error: database {db} cannot be opened for writing") and "read-only" in err, err
+    assert err.startswith(f"error: database {db} cannot be opened for writing") and "read-only" in err, (
+        err
+    )
     assert _digests(db.parent) == before
 
 
@@ -83,12 +99,26 @@ def test_run_lock_in_unwritable_folder_is_one_line(frozen):
     assert _digests(db.parent) == before
 
 
-@pytest.mark.parametrize("argv", [
-    ["import", "comparisons", "{csv}", "--name", "s2"],
-    ["generate", "--models", "smollm2-135m", "--limit", "1", "--repeats", "1", "--max-new-tokens", "2"],
-    ["export", "generations"],
-    ["comparisons", "list"],
-], ids=["import", "generate", "export", "list"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["import", "comparisons", "{csv}", "--name", "s2"],
+        [
+            "generate",
+            "--models",
+            "smollm2-135m",
+            "--limit",
+            "1",
+            "--repeats",
+            "1",
+            "--max-new-tokens",
+            "2",
+        ],
+        ["export", "generations"],
+        ["comparisons", "list"],
+    ],
+    ids=["import", "generate", "export", "list"],
+)
 def test_db_under_a_regular_file_is_one_line(tmp_path, argv, capsys):
     f = tmp_path / "notes.txt"
     f.write_text("hello\n")
@@ -99,4 +129,7 @@ def test_db_under_a_regular_file_is_one_line(tmp_path, argv, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: "), err
     assert str(db) in err
-    assert f.read_text() == "hello\n" and sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "notes.txt"]
+    assert f.read_text() == "hello\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "c.csv",
+        "notes.txt",
+    ]

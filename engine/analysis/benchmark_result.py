@@ -81,7 +81,8 @@ class SavingDefinitions(_ToDict):
 
 @dataclass(frozen=True)
 class BenchmarkComparison(_ToDict):
-    """Coupled vs independent comparison of two models (:func:`engine.analysis.benchmark.benchmark_compare`).
+    """Coupled vs independent comparison of two models
+    (:func:`engine.analysis.benchmark.benchmark_compare`).
 
     ``paired``, ``mcnemar_majority`` and ``accuracy_by_mode`` (keyed by mode, then model) hold the
     engine.stats results as typed records (:mod:`engine.analysis.stats_records`), as do ``saving_ci``
@@ -125,7 +126,8 @@ class BenchmarkComparison(_ToDict):
 
 @dataclass(frozen=True)
 class BenchmarkChoices(_ToDict):
-    """What the benchmark-style pages offer: scored runs, and per run its models, rules, modes, subjects."""
+    """What the benchmark-style pages offer: scored runs, and per run its models, rules, modes,
+    subjects."""
 
     runs: list[str] = field(default_factory=list)
     models: dict[str, list[str]] = field(default_factory=dict)

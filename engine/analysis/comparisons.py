@@ -31,9 +31,20 @@ from engine.store.comparison_files import OPTIONAL_COLUMNS, read_comparisons_fil
 
 CSV_COLUMNS = ("model_a", "model_b", "human_winner", "judge_winner")
 # The 12 Chatbot Arena models of the PPR paper (Chatzi et al., 2024): 14,947 comparisons.
-ARENA_PAPER_MODELS = ("gpt-4", "claude-v1", "claude-instant-v1", "gpt-3.5-turbo", "vicuna-13b", "palm-2",
-                      "koala-13b", "RWKV-4-Raven-14B", "oasst-pythia-12b", "alpaca-13b", "chatglm-6b",
-                      "fastchat-t5-3b")
+ARENA_PAPER_MODELS = (
+    "gpt-4",
+    "claude-v1",
+    "claude-instant-v1",
+    "gpt-3.5-turbo",
+    "vicuna-13b",
+    "palm-2",
+    "koala-13b",
+    "RWKV-4-Raven-14B",
+    "oasst-pythia-12b",
+    "alpaca-13b",
+    "chatglm-6b",
+    "fastchat-t5-3b",
+)
 ARENA_JUDGES = ("gpt-4-0125-preview", "claude-3-opus-20240229", "gpt-3.5-turbo")
 
 
@@ -45,18 +56,27 @@ def default_models(available: list[str], limit: int = 12) -> list[str]:
     return list(available[:limit])
 
 
-def load_comparisons(comparisons: str | Path | None = None, *, human: str | Path | None = None,
-                     judge: str | Path | None = None, db: str | Path | None = None,
-                     set_name: str | None = None, models: list[str] | None = None) -> pd.DataFrame:
-    """Comparisons from exactly one source: a CSV file, Arena JSON lines (human and/or judge), or a stored set.
+def load_comparisons(
+    comparisons: str | Path | None = None,
+    *,
+    human: str | Path | None = None,
+    judge: str | Path | None = None,
+    db: str | Path | None = None,
+    set_name: str | None = None,
+    models: list[str] | None = None,
+) -> pd.DataFrame:
+    """Comparisons from exactly one source: a CSV file, Arena JSON lines (human and/or judge), or a
+    stored set.
 
     ``models`` keeps only the comparisons between the listed models (UserError if one never
     appears).
     """
     given = [comparisons is not None, human is not None or judge is not None, set_name is not None]
     if sum(given) != 1:
-        raise UserError("give exactly one source: --comparisons FILE, --human/--judge FILE (Arena JSON lines), "
-                        "or --set NAME")
+        raise UserError(
+            "give exactly one source: --comparisons FILE, --human/--judge FILE (Arena JSON lines), "
+            "or --set NAME"
+        )
     if comparisons is not None:
         df = read_comparisons_file(comparisons)
     elif set_name is not None:
@@ -71,7 +91,8 @@ def model_list(df: pd.DataFrame, models: list[str] | None) -> list[str]:
 
 
 def restrict_models(df: pd.DataFrame, models: list[str] | None) -> pd.DataFrame:
-    """Only the comparisons between ``models`` (all rows when None); UserError if a model is absent or duplicated."""
+    """Only the comparisons between ``models`` (all rows when None); UserError if a model is absent or
+    duplicated."""
     if not models:
         return df
     if len(set(models)) != len(models):
@@ -79,7 +100,9 @@ def restrict_models(df: pd.DataFrame, models: list[str] | None) -> pd.DataFrame:
     present = set(df.model_a) | set(df.model_b)
     absent = [m for m in models if m not in present]
     if absent:
-        raise UserError(f"model(s) {absent} appear in no comparison; present: {', '.join(sorted(present))}")
+        raise UserError(
+            f"model(s) {absent} appear in no comparison; present: {', '.join(sorted(present))}"
+        )
     keep = set(models)
     out = df[df.model_a.isin(keep) & df.model_b.isin(keep)].reset_index(drop=True)
     if out.empty:
@@ -97,13 +120,20 @@ def to_comparisons(df: pd.DataFrame, models: list[str] | None = None) -> Compari
     repeat, mode, labeller, labelled_at, presented: carried as ``extra`` where some row has one) as the
     one comparison type of engine.stats (models: ``models`` or every model of ``df``, sorted)."""
     extra = {c: df[c].tolist() for c in OPTIONAL_COLUMNS if c in df and df[c].notna().any()}
-    return Comparisons.from_labels(model_list(df, models), df.model_a.tolist(), df.model_b.tolist(),
-                                   df.human_winner.tolist(), df.judge_winner.tolist(),
-                                   df.prompt_id.tolist() if "prompt_id" in df else None, extra)
+    return Comparisons.from_labels(
+        model_list(df, models),
+        df.model_a.tolist(),
+        df.model_b.tolist(),
+        df.human_winner.tolist(),
+        df.judge_winner.tolist(),
+        df.prompt_id.tolist() if "prompt_id" in df else None,
+        extra,
+    )
 
 
 def win_indicators(winners: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """'a' -> (w, w') = (1, 0); 'b' -> (0, 1); 'tie' or none -> (0, 0) (engine.stats.comparisons' codes)."""
+    """'a' -> (w, w') = (1, 0); 'b' -> (0, 1); 'tie' or none -> (0, 0) (engine.stats.comparisons'
+    codes)."""
     c = outcome_codes(winners.tolist())
     return (c == A_WINS).astype(float), (c == B_WINS).astype(float)
 
@@ -112,8 +142,10 @@ def require_models(models: list[str], first, second, what: str) -> None:
     c = R.comparison_counts(first, second, len(models))
     if np.any(c == 0):
         missing = [models[i] for i in np.flatnonzero(c == 0)]
-        raise UserError(f"model(s) {missing} never appear in the {what}; every model needs at least one "
-                        f"comparison there (restrict with --models)")
+        raise UserError(
+            f"model(s) {missing} never appear in the {what}; every model needs at least one "
+            f"comparison there (restrict with --models)"
+        )
 
 
 def cluster_ids(df: pd.DataFrame) -> np.ndarray | None:
@@ -132,7 +164,8 @@ def clustering_note(n_clusters: int, per_row: bool, n_rows: int) -> str:
 
 
 def comparison_groups(first: np.ndarray, second: np.ndarray, models: list[str]) -> list[list[str]]:
-    """Connected components of the comparison graph (models = nodes, an edge where two models were compared).
+    """Connected components of the comparison graph (models = nodes, an edge where two models were
+    compared).
 
     Returns:
         the groups of model names, largest first; one group when the graph is connected.
@@ -152,9 +185,11 @@ def connectivity_warning(groups: list[list[str]]) -> str | None:
     if len(groups) < 2:
         return None
     shown = "; ".join("{" + ", ".join(g) + "}" for g in groups)
-    return (f"the comparisons form {len(groups)} groups never compared with each other: {shown}. Strengths, "
-            "win-rates against the field and ranks ACROSS groups are not identified (only within a group); "
-            "compare models across the groups or restrict --models to one group")
+    return (
+        f"the comparisons form {len(groups)} groups never compared with each other: {shown}. Strengths, "
+        "win-rates against the field and ranks ACROSS groups are not identified (only within a group); "
+        "compare models across the groups or restrict --models to one group"
+    )
 
 
 def json_float(x) -> float | None:
@@ -177,8 +212,9 @@ def judgment_sources(db: str | os.PathLike) -> pd.DataFrame:
     return VS.judgment_groups(db)
 
 
-def comparisons_for(db: str | os.PathLike, source: str, name: str, mode: str | None = None,
-                    judge: str | None = None) -> pd.DataFrame:
+def comparisons_for(
+    db: str | os.PathLike, source: str, name: str, mode: str | None = None, judge: str | None = None
+) -> pd.DataFrame:
     """Normalised pairwise rows (prompt_id, model_a, model_b, human_winner, judge_winner).
 
     source 'set': stored comparison set ``name``; source 'judgments': LLM-judge verdicts of run
@@ -208,8 +244,10 @@ def winrate_sources(db: str | os.PathLike) -> WinrateSources:
     """Sources of pairwise comparisons: stored sets and LLM-judge verdict groups."""
     sets = comparison_sets(db)
     judg = judgment_sources(db)
-    return WinrateSources(sets=sets["name"].tolist() if not sets.empty else [],
-                          judgments=judg.to_dict("records") if not judg.empty else [])
+    return WinrateSources(
+        sets=sets["name"].tolist() if not sets.empty else [],
+        judgments=judg.to_dict("records") if not judg.empty else [],
+    )
 
 
 def arena_dir() -> Path | None:
@@ -219,8 +257,9 @@ def arena_dir() -> Path | None:
     return p if (p / "human.json").exists() else None
 
 
-def ranking_comparisons(db: str | os.PathLike, source: str, name: str, judge: str | None = None,
-                        mode: str | None = None) -> pd.DataFrame:
+def ranking_comparisons(
+    db: str | os.PathLike, source: str, name: str, judge: str | None = None, mode: str | None = None
+) -> pd.DataFrame:
     """Comparisons for the rank-set page: source 'set' (stored set ``name``), 'arena' (human.json
     with judge file ``name`` from ../shared/data/arena) or 'judgments' (the verdicts of run ``name``:
     :func:`run_verdict_comparisons`, ``judge`` and ``mode``)."""
@@ -231,7 +270,9 @@ def ranking_comparisons(db: str | os.PathLike, source: str, name: str, judge: st
     if source == "arena":
         d = arena_dir()
         if d is None:
-            raise Unavailable("the Chatbot Arena files (../shared/data/arena) are not present on this machine")
+            raise Unavailable(
+                "the Chatbot Arena files (../shared/data/arena) are not present on this machine"
+            )
         if name not in ARENA_JUDGES:
             raise UserError(f"unknown Arena judge {name!r}; allowed: {', '.join(ARENA_JUDGES)}")
         h, j = d / "human.json", d / f"{name}.json"
@@ -239,7 +280,9 @@ def ranking_comparisons(db: str | os.PathLike, source: str, name: str, judge: st
     raise UserError(f"unknown comparison source {source!r}; allowed: 'set', 'arena', 'judgments'")
 
 
-def run_verdict_comparisons(db: str | os.PathLike, run: str, judge: str | None, mode: str | None) -> pd.DataFrame:
+def run_verdict_comparisons(
+    db: str | os.PathLike, run: str, judge: str | None, mode: str | None
+) -> pd.DataFrame:
     """A run's LLM-judge verdicts as rank-set comparisons (judge labels only, for judge-only rank-sets):
     one row per verdict (both presentation orders are rows), prompt ids kept, so the intervals are
     clustered by prompt; unparseable verdicts have no label. ``mode`` None: coupled when the run has
@@ -250,9 +293,13 @@ def run_verdict_comparisons(db: str | os.PathLike, run: str, judge: str | None, 
         mode = next((m for m in store.MODES if m in modes), None)
     df = VS.judgment_rows(db, run, mode, judge) if mode is not None else pd.DataFrame()
     if df.empty:
-        raise UserError(f"no judge verdicts on run {run!r}" + (f" by {judge!r}" if judge else "")
-                        + (f" in mode {mode!r}" if mode else "") + "; judge the run first "
-                        "(python -m engine judge --run RUN --judge MODEL)")
+        raise UserError(
+            f"no judge verdicts on run {run!r}"
+            + (f" by {judge!r}" if judge else "")
+            + (f" in mode {mode!r}" if mode else "")
+            + "; judge the run first "
+            "(python -m engine judge --run RUN --judge MODEL)"
+        )
     return df
 
 
@@ -305,8 +352,13 @@ def comparison_sources(db: str | os.PathLike) -> list[ComparisonSource]:
         for j in ARENA_JUDGES:
             if not (d / f"{j}.json").exists():
                 continue
-            entry: dict[str, Any] = {"source": "arena", "name": j, "judge": None, "also_stored_as": [],
-                     "label": f"Chatbot Arena (built-in) · human + judge {j}"}
+            entry: dict[str, Any] = {
+                "source": "arena",
+                "name": j,
+                "judge": None,
+                "also_stored_as": [],
+                "label": f"Chatbot Arena (built-in) · human + judge {j}",
+            }
             by_key[_content_key([d / "human.json", d / f"{j}.json"])] = entry
             out.append(entry)
     sets = comparison_sets(db)
@@ -319,9 +371,14 @@ def comparison_sources(db: str | os.PathLike) -> list[ComparisonSource]:
         if key and key in by_key:
             by_key[key]["also_stored_as"].append(rec["name"])
             continue
-        entry = {"source": "set", "name": rec["name"], "judge": None, "also_stored_as": [],
-                 "label": f"stored set · {rec['name']} ({int(rec['n_rows']):,} rows: {int(rec['n_human']):,} human, "
-                          f"{int(rec['n_judge']):,} judge labels)"}
+        entry = {
+            "source": "set",
+            "name": rec["name"],
+            "judge": None,
+            "also_stored_as": [],
+            "label": f"stored set · {rec['name']} ({int(rec['n_rows']):,} rows: "
+            f"{int(rec['n_human']):,} human, {int(rec['n_judge']):,} judge labels)",
+        }
         if key:
             by_key[key] = entry
         out.append(entry)
@@ -329,13 +386,30 @@ def comparison_sources(db: str | os.PathLike) -> list[ComparisonSource]:
         if e["also_stored_as"]:
             e["label"] += f" (also stored as {', '.join(e['also_stored_as'])})"
     judg = judgment_sources(db)
-    runs = [{"source": "judgments", "name": rec["run_id"], "judge": rec["judge"], "also_stored_as": [],
-             "label": f"run {rec['run_id']} · LLM judge {rec['judge']}"}
-            for rec in judg.drop_duplicates(["run_id", "judge"]).to_dict("records")]
+    runs = [
+        {
+            "source": "judgments",
+            "name": rec["run_id"],
+            "judge": rec["judge"],
+            "also_stored_as": [],
+            "label": f"run {rec['run_id']} · LLM judge {rec['judge']}",
+        }
+        for rec in judg.drop_duplicates(["run_id", "judge"]).to_dict("records")
+    ]
     # the user's own data first (runs' verdicts, stored sets), the built-in Arena files last
-    ordered = runs + [e for e in out if e["source"] == "set"] + [e for e in out if e["source"] == "arena"]
-    return [ComparisonSource(source=e["source"], name=e["name"], judge=e["judge"], label=e["label"],
-                             also_stored_as=list(e["also_stored_as"])) for e in ordered]
+    ordered = (
+        runs + [e for e in out if e["source"] == "set"] + [e for e in out if e["source"] == "arena"]
+    )
+    return [
+        ComparisonSource(
+            source=e["source"],
+            name=e["name"],
+            judge=e["judge"],
+            label=e["label"],
+            also_stored_as=list(e["also_stored_as"]),
+        )
+        for e in ordered
+    ]
 
 
 def keep_human_labels(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
@@ -351,8 +425,9 @@ def keep_human_labels(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
     return df.assign(human_winner=df["human_winner"].where(mask, None))
 
 
-def comparison_models(db: str | os.PathLike, source: str, name: str, judge: str | None = None,
-                      mode: str | None = None) -> list[str]:
+def comparison_models(
+    db: str | os.PathLike, source: str, name: str, judge: str | None = None, mode: str | None = None
+) -> list[str]:
     """Models of a comparison source, most compared first."""
     df = ranking_comparisons(db, source, name, judge, mode)
     counts = pd.concat([df.model_a, df.model_b]).value_counts()

@@ -29,7 +29,8 @@ SKIP_WARN = 0.1  # a skip rate above this is said as a warning (METHODS 9.1: a s
 
 @dataclass(frozen=True)
 class Estimate(ToDict):
-    """A figure with its prompt-clustered expanded percentile CI (None where undefined) and the units it used."""
+    """A figure with its prompt-clustered expanded percentile CI (None where undefined) and the units it
+    used."""
 
     estimate: float | None
     lower: float | None
@@ -65,7 +66,9 @@ class JudgeAudit(ToDict):
     bias: dict[str, Estimate]  # per model: judge minus human strict win-rate (> 0: judge favours it)
     position_consistency: Estimate  # units judged in both orders (all judged units, labels not needed)
     first_position_preference: Estimate  # P(first shown picked | decisive) - 1/2
-    error_correlation: dict[str, Estimate]  # "judge1 | judge2" -> Pearson correlation of e_j = 1[judge_j != human]
+    error_correlation: dict[
+        str, Estimate
+    ]  # "judge1 | judge2" -> Pearson correlation of e_j = 1[judge_j != human]
     mean_error_correlation: Estimate
     effective_judges: Estimate  # J / (1 + (J - 1) rho_bar)
     majority_agreement: Estimate
@@ -81,22 +84,38 @@ class JudgeAudit(ToDict):
 
     def figures_table(self) -> pd.DataFrame:
         """One row per figure: figure, estimate, lower, upper, n (the page's main table)."""
-        rows = [("agreement (judge vs human)", self.agreement), ("Cohen's kappa (a / b / tie)", self.kappa),
-                ("position consistency", self.position_consistency),
-                ("first-position preference, P(first) - 1/2", self.first_position_preference),
-                ("human-human agreement", self.human_agreement), ("human-human kappa", self.human_kappa)]
+        rows = [
+            ("agreement (judge vs human)", self.agreement),
+            ("Cohen's kappa (a / b / tie)", self.kappa),
+            ("position consistency", self.position_consistency),
+            ("first-position preference, P(first) - 1/2", self.first_position_preference),
+            ("human-human agreement", self.human_agreement),
+            ("human-human kappa", self.human_kappa),
+        ]
         if self.error_correlation:
-            rows += [("mean error correlation of the judges", self.mean_error_correlation),
-                     ("effective number of judges", self.effective_judges),
-                     ("majority-of-judges agreement", self.majority_agreement)]
+            rows += [
+                ("mean error correlation of the judges", self.mean_error_correlation),
+                ("effective number of judges", self.effective_judges),
+                ("majority-of-judges agreement", self.majority_agreement),
+            ]
             rows += [(f"error correlation {p}", e) for p, e in self.error_correlation.items()]
-        return pd.DataFrame([{"figure": f, "estimate": e.estimate, "lower": e.lower, "upper": e.upper, "n": e.n}
-                             for f, e in rows])
+        return pd.DataFrame(
+            [
+                {"figure": f, "estimate": e.estimate, "lower": e.lower, "upper": e.upper, "n": e.n}
+                for f, e in rows
+            ]
+        )
 
     def bias_table(self) -> pd.DataFrame:
-        """Per model: bias b_m (judge minus human strict win-rate), lower, upper, n (units with the model)."""
-        return pd.DataFrame([{"model": m, "bias": e.estimate, "lower": e.lower, "upper": e.upper, "n": e.n}
-                             for m, e in self.bias.items()], columns=["model", "bias", "lower", "upper", "n"])
+        """Per model: bias b_m (judge minus human strict win-rate), lower, upper, n (units with the
+        model)."""
+        return pd.DataFrame(
+            [
+                {"model": m, "bias": e.estimate, "lower": e.lower, "upper": e.upper, "n": e.n}
+                for m, e in self.bias.items()
+            ],
+            columns=["model", "bias", "lower", "upper", "n"],
+        )
 
 
 def _f(x) -> float | None:
@@ -113,8 +132,15 @@ def _need(needs: list[LabelNeed], figure: str, have: int, need: int) -> None:
         needs.append(LabelNeed(x.figure, x.have, x.need, x.more))
 
 
-def _several_judges(panel: dict[str, pd.DataFrame], first: pd.DataFrame, codes, W, C: int,
-                    conf: float, needs: list[LabelNeed]):
+def _several_judges(
+    panel: dict[str, pd.DataFrame],
+    first: pd.DataFrame,
+    codes,
+    W,
+    C: int,
+    conf: float,
+    needs: list[LabelNeed],
+):
     """Error correlation, effective judges and majority agreement over the ``panel`` (judge -> its
     unit frame) on units every judge and a human labelled."""
     none = Estimate(None, None, None, 0)
@@ -125,8 +151,11 @@ def _several_judges(panel: dict[str, pd.DataFrame], first: pd.DataFrame, codes, 
     for j in judges:
         ju = panel[j][[*U.KEY, "judge"]].rename(columns={"judge": j})
         frame = frame.merge(ju, on=U.KEY, how="inner")
-    labels = np.stack([frame[j].to_numpy(np.int64) for j in judges], axis=1) if len(frame) else \
-        np.zeros((0, len(judges)), np.int64)
+    labels = (
+        np.stack([frame[j].to_numpy(np.int64) for j in judges], axis=1)
+        if len(frame)
+        else np.zeros((0, len(judges)), np.int64)
+    )
     h = U.codes(frame["h"]) if len(frame) else np.zeros(0, np.int64)
     cl = codes(frame["prompt_id"]) if len(frame) else np.zeros(0, np.int64)
     Fe = JA.error_features(labels, h)
@@ -134,15 +163,29 @@ def _several_judges(panel: dict[str, pd.DataFrame], first: pd.DataFrame, codes, 
     _need(needs, "several judges' error correlation", n, MIN_UNITS)
     iv = JA.interval(JA.cluster_sums(Fe, cl, C), W, JA.error_correlation_of_sums, conf)
     J = len(judges)
-    pairs = {f"{judges[a]} | {judges[b]}": _est(iv, 2 + a * J + b, n) for a in range(J) for b in range(a + 1, J)}
+    pairs = {
+        f"{judges[a]} | {judges[b]}": _est(iv, 2 + a * J + b, n)
+        for a in range(J)
+        for b in range(a + 1, J)
+    }
     Fm = JA.agreement_features(JA.majority(labels), h)
     ivm = JA.interval(JA.cluster_sums(Fm, cl, C), W, JA.agreement_kappa_of_sums, conf)
     return pairs, _est(iv, 0, n), _est(iv, 1, n), _est(ivm, 0, int(Fm[:, -1].sum()))
 
 
-def audit_units(run: str, judge: str, units: pd.DataFrame, labels: pd.DataFrame, *, mode: str | None = None,
-                n_boot: int = DEFAULT_BOOT, seed: int = 0, conf: float = 0.95,
-                panel: dict[str, pd.DataFrame] | None = None, human_sets: list[str] | None = None) -> JudgeAudit:
+def audit_units(
+    run: str,
+    judge: str,
+    units: pd.DataFrame,
+    labels: pd.DataFrame,
+    *,
+    mode: str | None = None,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    conf: float = 0.95,
+    panel: dict[str, pd.DataFrame] | None = None,
+    human_sets: list[str] | None = None,
+) -> JudgeAudit:
     """The audit from a judge-unit frame (:func:`run_units.judge_units`) and a label frame
     (:func:`run_units.human_labels`). ``panel`` (judge -> unit frame, 2+ judges) adds the
     several-judges figures.
@@ -179,40 +222,82 @@ def audit_units(run: str, judge: str, units: pd.DataFrame, labels: pd.DataFrame,
     b_idx = df.model_b.map(mi).to_numpy(np.int64) if len(df) else np.zeros(0, np.int64)
     Fb = JA.bias_features(a_idx, b_idx, j, h, len(models))
     ivb = JA.interval(JA.cluster_sums(Fb, cl, C), W, JA.bias_of_sums, conf)
-    per_model = Fb[:, :len(models)].sum(axis=0)
+    per_model = Fb[:, : len(models)].sum(axis=0)
     for m, c in zip(models, per_model):
         _need(needs, f"bias of {m}", int(c), MIN_PER_MODEL)
-    Fp = JA.position_features(df["w_ab"].to_numpy(np.int64) if len(df) else j, df["w_ba"].to_numpy(np.int64)
-                              if len(df) else j)
+    Fp = JA.position_features(
+        df["w_ab"].to_numpy(np.int64) if len(df) else j, df["w_ba"].to_numpy(np.int64) if len(df) else j
+    )
     ivp = JA.interval(JA.cluster_sums(Fp, cl, C), W, JA.position_of_sums, conf)
     n_both = int(Fp[:, 1].sum())
     pairs, rho, jeff, maj = _several_judges(panel or {}, first, codes, W, C, conf, needs)
     hh = first.merge(second, on=U.KEY, suffixes=("_1", "_2"))
-    Fh = JA.agreement_features(U.codes(hh["human_winner_1"]), U.codes(hh["human_winner_2"])) if len(hh) \
+    Fh = (
+        JA.agreement_features(U.codes(hh["human_winner_1"]), U.codes(hh["human_winner_2"]))
+        if len(hh)
         else np.zeros((0, 8))
+    )
     n_hh = int(Fh[:, -1].sum())
     _need(needs, "human-human agreement (doubly labelled units)", n_hh, MIN_UNITS)
-    ivh = JA.interval(JA.cluster_sums(Fh, codes(hh["prompt_id"]) if len(hh) else np.zeros(0, np.int64), C), W,
-                      JA.agreement_kappa_of_sums, conf)
+    ivh = JA.interval(
+        JA.cluster_sums(Fh, codes(hh["prompt_id"]) if len(hh) else np.zeros(0, np.int64), C),
+        W,
+        JA.agreement_kappa_of_sums,
+        conf,
+    )
     n_cl = int(pd.Series(cl[Fa[:, -1] > 0]).nunique())
     warn = [w for w in [small_sample_warning(n_cl)] if w is not None and n_aud]
     if needs:
-        warn.append(AnalysisWarning(Notice.NEEDS_LABELS, "; ".join(
-            f"{x.figure}: {x.have} labelled units, needs about {x.more} more (for {x.need})" for x in needs)))
+        warn.append(
+            AnalysisWarning(
+                Notice.NEEDS_LABELS,
+                "; ".join(
+                    f"{x.figure}: {x.have} labelled units, needs about {x.more} more (for {x.need})"
+                    for x in needs
+                ),
+            )
+        )
     return JudgeAudit(
-        run=run, judge=judge, mode=mode, human_sets=list(human_sets or sorted(set(labels.get("set_name", [])))),
-        judges=list(panel or [judge]), n_units=len(df), n_labelled=len(first), n_audited=n_aud, n_clusters=n_cl,
-        agreement=_est(iva, 0, n_aud), kappa=_est(iva, 1, n_aud),
+        run=run,
+        judge=judge,
+        mode=mode,
+        human_sets=list(human_sets or sorted(set(labels.get("set_name", [])))),
+        judges=list(panel or [judge]),
+        n_units=len(df),
+        n_labelled=len(first),
+        n_audited=n_aud,
+        n_clusters=n_cl,
+        agreement=_est(iva, 0, n_aud),
+        kappa=_est(iva, 1, n_aud),
         bias={m: _est(ivb, i, int(per_model[i])) for i, m in enumerate(models)},
-        position_consistency=_est(ivp, 0, n_both), first_position_preference=_est(ivp, 1, int(Fp[:, 3].sum())),
-        error_correlation=pairs, mean_error_correlation=rho, effective_judges=jeff, majority_agreement=maj,
-        human_agreement=_est(ivh, 0, n_hh), human_kappa=_est(ivh, 1, n_hh),
-        n_boot=int(n_boot), seed=int(seed), conf=float(conf), needs=needs, warnings=warn)
+        position_consistency=_est(ivp, 0, n_both),
+        first_position_preference=_est(ivp, 1, int(Fp[:, 3].sum())),
+        error_correlation=pairs,
+        mean_error_correlation=rho,
+        effective_judges=jeff,
+        majority_agreement=maj,
+        human_agreement=_est(ivh, 0, n_hh),
+        human_kappa=_est(ivh, 1, n_hh),
+        n_boot=int(n_boot),
+        seed=int(seed),
+        conf=float(conf),
+        needs=needs,
+        warnings=warn,
+    )
 
 
-def judge_audit(db: str | os.PathLike, run: str, judge: str, human: str | None = None, mode: str | None = None,
-                n_boot: int = DEFAULT_BOOT, seed: int = 0, conf: float = 0.95,
-                judges: list[str] | None = None, label_count: int | None = None) -> JudgeAudit:
+def judge_audit(
+    db: str | os.PathLike,
+    run: str,
+    judge: str,
+    human: str | None = None,
+    mode: str | None = None,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    conf: float = 0.95,
+    judges: list[str] | None = None,
+    label_count: int | None = None,
+) -> JudgeAudit:
     """The judge audit of ``run`` by ``judge`` against the run's human labels (``human``: one set;
     default every set naming the run). ``judges``: the panel of the several-judges figures
     (default every judge with verdicts on the run). ``label_count`` only keys a page's cache.
@@ -222,35 +307,60 @@ def judge_audit(db: str | os.PathLike, run: str, judge: str, human: str | None =
     """
     from engine.store.db import reader
     from engine.store.runs import require_run
+
     with reader(db) as con:
         require_run(con, run)
     known = U.run_judges(db, run)
     if judge not in known:
-        raise UserError(f"no verdicts of judge {judge!r} on run {run!r}; judges with verdicts: "
-                        f"{', '.join(known) or 'none (run engine judge first)'}")
+        raise UserError(
+            f"no verdicts of judge {judge!r} on run {run!r}; judges with verdicts: "
+            f"{', '.join(known) or 'none (run engine judge first)'}"
+        )
     panel = list(judges) if judges else known
     bad = [j for j in panel if j not in known]
     if bad:
-        raise UserError(f"no verdicts of judge {bad[0]!r} on run {run!r}; judges with verdicts: {', '.join(known)}")
+        raise UserError(
+            f"no verdicts of judge {bad[0]!r} on run {run!r}; judges with verdicts: {', '.join(known)}"
+        )
     units = U.judge_units(db, run, judge, mode)
     labels = U.human_labels(db, run, human)
     if mode is not None and len(labels):
         labels = labels[labels["mode"].isna() | (labels["mode"] == mode)]
-    others = {j: (units if j == judge else U.judge_units(db, run, j, mode)) for j in panel} if len(panel) > 1 else None
-    res = audit_units(run, judge, units, labels, mode=mode, n_boot=n_boot, seed=seed, conf=conf, panel=others,
-                      human_sets=[human] if human else None)
+    others = (
+        {j: (units if j == judge else U.judge_units(db, run, j, mode)) for j in panel}
+        if len(panel) > 1
+        else None
+    )
+    res = audit_units(
+        run,
+        judge,
+        units,
+        labels,
+        mode=mode,
+        n_boot=n_boot,
+        seed=seed,
+        conf=conf,
+        panel=others,
+        human_sets=[human] if human else None,
+    )
     return with_skip_rate(res, *U.label_skips(db, run, mode))
 
 
 def with_skip_rate(res: JudgeAudit, answered: int, skipped: int) -> JudgeAudit:
-    """``res`` with the label samples' skip rate, and a warning above ``SKIP_WARN`` (METHODS 9.1: a skipped
-    unit stays in the sample as missing; many skips make the labelled units a selected, not a random, set)."""
+    """``res`` with the label samples' skip rate, and a warning above ``SKIP_WARN`` (METHODS 9.1: a
+    skipped unit stays in the sample as missing; many skips make the labelled units a selected, not a
+    random, set)."""
     if answered + skipped == 0:
         return res
     rate = skipped / (answered + skipped)
     warn = list(res.warnings)
     if rate > SKIP_WARN:
-        warn.append(AnalysisWarning(Notice.HIGH_SKIP_RATE, f"{skipped} of {answered + skipped} sampled units were "
-                                    f"skipped ({rate:.0%}): the labelled units may not be a random sample of the run "
-                                    "(a selection risk for the audit and for PPR)"))
+        warn.append(
+            AnalysisWarning(
+                Notice.HIGH_SKIP_RATE,
+                f"{skipped} of {answered + skipped} sampled units were "
+                f"skipped ({rate:.0%}): the labelled units may not be a random sample of the run "
+                "(a selection risk for the audit and for PPR)",
+            )
+        )
     return replace(res, n_skipped=int(skipped), skip_rate=float(rate), warnings=warn)

@@ -23,10 +23,16 @@ class Notice(str, Enum):
     UNPARSEABLE = "unparseable"  # judge verdicts that could not be parsed (left out)
     DEGENERATE_INTERVAL = "degenerate_interval"  # SE 0: an interval collapsed to a point
     DEGENERATE_SAVING = "degenerate_saving"  # a saving that divides by (or is) a zero SE
-    NO_ERROR_LEVEL = "no_error_level"  # the estimation error is 0 at every size: no saving at an error level
+    NO_ERROR_LEVEL = (
+        "no_error_level"  # the estimation error is 0 at every size: no saving at an error level
+    )
     CANNOT_PLAN = "cannot_plan"  # the planner has no variance or error level to plan from
-    NEEDS_LABELS = "needs_labels"  # a judge-audit figure needs more human labels than exist (how many: in the text)
-    HIGH_SKIP_RATE = "high_skip_rate"  # many sampled units were skipped: the labelled ones may not be a random sample
+    NEEDS_LABELS = (
+        "needs_labels"  # a judge-audit figure needs more human labels than exist (how many: in the text)
+    )
+    HIGH_SKIP_RATE = (
+        "high_skip_rate"  # many sampled units were skipped: the labelled ones may not be a random sample
+    )
 
 
 class AnalysisWarning(str):
@@ -50,8 +56,10 @@ class AnalysisWarning(str):
 
 # what a few questions do to a per-model accuracy interval (engine.stats.multigen.proportion_interval;
 # the figures: tests/test_proportion_interval.py, exact binomial coverage with one score per question)
-ACCURACY_FEW_QUESTIONS = ("a 0/1 accuracy's t interval covers only about 0.86-0.90 (not 0.95) at its worst "
-                          "with 8-40 questions; an all-0 or all-1 score gets the exact Clopper-Pearson interval")
+ACCURACY_FEW_QUESTIONS = (
+    "a 0/1 accuracy's t interval covers only about 0.86-0.90 (not 0.95) at its worst "
+    "with 8-40 questions; an all-0 or all-1 score gets the exact Clopper-Pearson interval"
+)
 
 
 def small_sample_warning(n_clusters: int, unit: str = "prompts") -> AnalysisWarning | None:
@@ -60,6 +68,9 @@ def small_sample_warning(n_clusters: int, unit: str = "prompts") -> AnalysisWarn
     if n_clusters >= SMALL_SAMPLE_CLUSTERS:
         return None
     extra = f"; {ACCURACY_FEW_QUESTIONS}" if unit == "questions" else ""
-    return AnalysisWarning(Notice.SMALL_SAMPLE, f"small sample: only {n_clusters} {unit} (independent units); "
-                                                "intervals and tests are approximate below "
-                                                f"{SMALL_SAMPLE_CLUSTERS}{extra}")
+    return AnalysisWarning(
+        Notice.SMALL_SAMPLE,
+        f"small sample: only {n_clusters} {unit} (independent units); "
+        "intervals and tests are approximate below "
+        f"{SMALL_SAMPLE_CLUSTERS}{extra}",
+    )

@@ -70,12 +70,38 @@ def resume_command(run_id: str, conf: dict, db: str | os.PathLike) -> str:
         return shlex.join(conf["command"])
     if not conf.get("models"):
         return ""
-    args = ["python", "-m", "engine", "generate", "--models", *conf["models"], "--dataset", str(conf.get("dataset_id")),
-            "--repeats", str(conf.get("repeats")), "--modes", *(conf.get("modes") or []), "--seed", str(conf.get("seed")),
-            "--temperature", str(conf.get("temperature")), "--top-k", str(conf.get("top_k")),
-            "--top-p", str(conf.get("top_p")), "--max-new-tokens", str(conf.get("max_new_tokens")),
-            "--traces", "on" if conf.get("record_traces") else "off", "--trace-top-k", str(conf.get("trace_top_k")),
-            "--run-id", run_id, "--db", str(db)]
+    args = [
+        "python",
+        "-m",
+        "engine",
+        "generate",
+        "--models",
+        *conf["models"],
+        "--dataset",
+        str(conf.get("dataset_id")),
+        "--repeats",
+        str(conf.get("repeats")),
+        "--modes",
+        *(conf.get("modes") or []),
+        "--seed",
+        str(conf.get("seed")),
+        "--temperature",
+        str(conf.get("temperature")),
+        "--top-k",
+        str(conf.get("top_k")),
+        "--top-p",
+        str(conf.get("top_p")),
+        "--max-new-tokens",
+        str(conf.get("max_new_tokens")),
+        "--traces",
+        "on" if conf.get("record_traces") else "off",
+        "--trace-top-k",
+        str(conf.get("trace_top_k")),
+        "--run-id",
+        run_id,
+        "--db",
+        str(db),
+    ]
     return shlex.join(args)
 
 
@@ -102,27 +128,57 @@ def runs(db: str | os.PathLike) -> pd.DataFrame:
     """Every run, newest first: run_id, created_at, dataset_id, status (as stored), n_units,
     n_generations, models, modes, repeats, temperature, max_new_tokens, seed, warnings, and the
     command that resumes it (empty for a finished run). Dead drivers: :func:`mark_stale`."""
-    cols = ["run_id", "created_at", "dataset_id", "status", "n_units", "n_generations", "models",
-            "modes", "repeats", "temperature", "max_new_tokens", "seed", "key_mode", "warnings", "resume_command"]
+    cols = [
+        "run_id",
+        "created_at",
+        "dataset_id",
+        "status",
+        "n_units",
+        "n_generations",
+        "models",
+        "modes",
+        "repeats",
+        "temperature",
+        "max_new_tokens",
+        "seed",
+        "key_mode",
+        "warnings",
+        "resume_command",
+    ]
     if not db_exists(db):
         return pd.DataFrame(columns=cols)
     df = generations.runs_with_counts(db)
     conf = [json.loads(c) if isinstance(c, str) and c else {} for c in df.pop("config")]
-    for key, col in (("repeats", "repeats"), ("temperature", "temperature"),
-                     ("max_new_tokens", "max_new_tokens"), ("seed", "seed")):
+    for key, col in (
+        ("repeats", "repeats"),
+        ("temperature", "temperature"),
+        ("max_new_tokens", "max_new_tokens"),
+        ("seed", "seed"),
+    ):
         df[col] = [c.get(key) if isinstance(c, dict) else None for c in conf]
-    # a run with no generation yet (its driver died before the first chunk) has NA lists: the config's then
-    df["models"] = [_listed(m) or (c.get("models") if isinstance(c, dict) else None) for m, c in zip(df["models"], conf)]
-    df["modes"] = [_listed(m) or (c.get("modes") if isinstance(c, dict) else None) for m, c in zip(df["modes"], conf)]
-    df["resume_command"] = [resume_command(r, c, db) if s != "done" else ""
-                            for r, c, s in zip(df["run_id"], conf, df["status"])]
+    # a run with no generation yet (its driver died before the first chunk) has NA lists: the config's
+    # then
+    df["models"] = [
+        _listed(m) or (c.get("models") if isinstance(c, dict) else None)
+        for m, c in zip(df["models"], conf)
+    ]
+    df["modes"] = [
+        _listed(m) or (c.get("modes") if isinstance(c, dict) else None)
+        for m, c in zip(df["modes"], conf)
+    ]
+    df["resume_command"] = [
+        resume_command(r, c, db) if s != "done" else ""
+        for r, c, s in zip(df["run_id"], conf, df["status"])
+    ]
     return df[cols]
 
 
 def models_table(db: str | os.PathLike) -> pd.DataFrame:
     """Stored models (name, variant, vocab_id, vocab_size, source) with their generation counts."""
     if not db_exists(db):
-        return pd.DataFrame(columns=["name", "variant", "vocab_id", "vocab_size", "source", "n_generations"])
+        return pd.DataFrame(
+            columns=["name", "variant", "vocab_id", "vocab_size", "source", "n_generations"]
+        )
     return generations.models_with_counts(db)
 
 
@@ -136,6 +192,7 @@ def datasets_table(db: str | os.PathLike) -> pd.DataFrame:
 @dataclass(frozen=True)
 class RunOptions:
     """What a run holds (sorted): its models, modes and repeats, and the number of prompts."""
+
     models: list[str]
     modes: list[str]
     repeats: list[int]
@@ -153,8 +210,9 @@ def run_options(db: str | os.PathLike, run_id: str) -> RunOptions:
     return RunOptions(*contents)
 
 
-def run_prompts(db: str | os.PathLike, run_id: str, search: str | None = None, limit: int = 500,
-                offset: int = 0) -> pd.DataFrame:
+def run_prompts(
+    db: str | os.PathLike, run_id: str, search: str | None = None, limit: int = 500, offset: int = 0
+) -> pd.DataFrame:
     """Prompts with generations in ``run_id`` (dataset order): prompt_id, idx, subject, question, gold.
 
     ``search`` filters by a case-insensitive substring of the prompt id or question (a parameter,
@@ -182,14 +240,21 @@ class PromptInfo:
 
 
 def prompt_info(db: str | os.PathLike, run_id: str, prompt_id: str) -> PromptInfo | None:
-    """The prompt row of a run's dataset (question, choices, gold, user_prompt, subject); None if unknown."""
+    """The prompt row of a run's dataset (question, choices, gold, user_prompt, subject); None if
+    unknown."""
     df = generations.prompt_row(db, run_id, prompt_id)
     if df.empty:
         return None
     row = df.iloc[0].to_dict()
     choices = json.loads(row["choices"]) if isinstance(row["choices"], str) and row["choices"] else None
-    return PromptInfo(prompt_id=str(row["prompt_id"]), subject=row.get("subject"), question=row.get("question"),
-                      choices=choices, gold=row.get("gold"), user_prompt=row.get("user_prompt"))
+    return PromptInfo(
+        prompt_id=str(row["prompt_id"]),
+        subject=row.get("subject"),
+        question=row.get("question"),
+        choices=choices,
+        gold=row.get("gold"),
+        user_prompt=row.get("user_prompt"),
+    )
 
 
 def unit_generations(db: str | os.PathLike, run_id: str, prompt_id: str, repeat: int) -> pd.DataFrame:
@@ -198,6 +263,8 @@ def unit_generations(db: str | os.PathLike, run_id: str, prompt_id: str, repeat:
     return generations.unit_rows(db, run_id, prompt_id, repeat)
 
 
-def generations_page(db: str | os.PathLike, run_id: str, limit: int = 200, offset: int = 0) -> pd.DataFrame:
+def generations_page(
+    db: str | os.PathLike, run_id: str, limit: int = 200, offset: int = 0
+) -> pd.DataFrame:
     """One page of a run's generations (for browsing and CSV export)."""
     return generations.generation_rows(db, run_id, limit, offset)

@@ -63,9 +63,14 @@ class DrawsExperiment(ToDict):
     unit: str
 
     def to_dict(self) -> dict:
-        return {"lower": {m: v.tolist() for m, v in self.lower.items()},
-                "upper": {m: v.tolist() for m, v in self.upper.items()},
-                "lambda": {m: v.tolist() for m, v in self.lam.items()}, "N": self.N, "n": self.n, "unit": self.unit}
+        return {
+            "lower": {m: v.tolist() for m, v in self.lower.items()},
+            "upper": {m: v.tolist() for m, v in self.upper.items()},
+            "lambda": {m: v.tolist() for m, v in self.lam.items()},
+            "N": self.N,
+            "n": self.n,
+            "unit": self.unit,
+        }
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,8 @@ class DrawsSummary(ToDict):
 
 @dataclass(frozen=True)
 class RankSetDraws(ToDict):
-    """Repeated draws of rank-sets (:func:`rankset_draws`), keyed by method (baseline, human, judge, ppr).
+    """Repeated draws of rank-sets (:func:`rankset_draws`), keyed by method (baseline, human, judge,
+    ppr).
 
     ``position_prob[method]``: (k, k) P(rank position r in the rank-set of model m) at ``alpha`` (paper
     Fig. 9); ``rankset_prob[method][model]``: the distribution of that model's rank-sets (Fig. 10);
@@ -109,9 +115,11 @@ def pair_ids(first: np.ndarray, second: np.ndarray, k: int) -> np.ndarray:
     return np.minimum(first, second) * k + np.maximum(first, second)
 
 
-def balanced_draws(pairs: np.ndarray, per_pair: int, labelled_per_pair: int, reps: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """``reps`` random subsets with ``per_pair`` comparisons of every pair, the first ``labelled_per_pair`` of each labelled.
+def balanced_draws(
+    pairs: np.ndarray, per_pair: int, labelled_per_pair: int, reps: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``reps`` random subsets with ``per_pair`` comparisons of every pair, the first
+    ``labelled_per_pair`` of each labelled.
 
     The paper's protocol (Section 5): N + n instances with an equal number per pair, of which a
     random n (also equal per pair) get human labels. Sampling is without replacement within a
@@ -128,15 +136,18 @@ def balanced_draws(pairs: np.ndarray, per_pair: int, labelled_per_pair: int, rep
     for p in uniq:
         members = np.flatnonzero(pairs == p)
         if len(members) < per_pair:
-            raise UserError(f"a pair has only {len(members)} comparisons; per-pair draw size {per_pair} is too large")
+            raise UserError(
+                f"a pair has only {len(members)} comparisons; per-pair draw size {per_pair} is too large"
+            )
         keys = rng.random((reps, len(members)))  # (reps, m): a random permutation per draw
         cols.append(members[np.argsort(keys, axis=1)[:, :per_pair]])
         lab.append(np.arange(per_pair) < labelled_per_pair)
     return np.concatenate(cols, axis=1), np.concatenate(lab)
 
 
-def prompt_draws(codes: np.ndarray, total: int, labelled: int, reps: int,
-                 rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+def prompt_draws(
+    codes: np.ndarray, total: int, labelled: int, reps: int, rng: np.random.Generator
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """``reps`` random draws of whole prompts (clusters): prompts in random order until ``total`` rows,
     the first prompts until ``labelled`` rows human-labelled (all comparisons of a prompt stay together).
 
@@ -156,18 +167,33 @@ def prompt_draws(codes: np.ndarray, total: int, labelled: int, reps: int,
         m = int(np.searchsorted(cum, total)) + 1  # prompts needed to reach ``total`` rows
         nl = int(np.searchsorted(cum, labelled)) + 1
         if nl >= m:
-            raise UserError(f"n = {labelled} human-labelled rows leave no judge-only prompt in a draw of {total} rows")
-        idx = np.concatenate([order[starts[c]:starts[c + 1]] for c in perm[:m]])
+            raise UserError(
+                f"n = {labelled} human-labelled rows leave no judge-only prompt in a draw of {total} "
+                "rows"
+            )
+        idx = np.concatenate([order[starts[c] : starts[c + 1]] for c in perm[:m]])
         lab = np.repeat(np.arange(m) < nl, size[:m])
         out.append((idx, lab))
     return out
 
 
-def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndarray, np.ndarray],
-                     judges: dict[str, tuple[np.ndarray, np.ndarray]], k: int, n: int, reps: int,
-                     alphas, covariance: str, rng: np.random.Generator,
-                     total: int | None = None, lam: float | str = "auto", procedure: str = "chi2",
-                     n_draws: int = 10_000, cluster=None) -> DrawsExperiment:
+def draws_experiment(
+    first: np.ndarray,
+    second: np.ndarray,
+    human: tuple[np.ndarray, np.ndarray],
+    judges: dict[str, tuple[np.ndarray, np.ndarray]],
+    k: int,
+    n: int,
+    reps: int,
+    alphas,
+    covariance: str,
+    rng: np.random.Generator,
+    total: int | None = None,
+    lam: float | str = "auto",
+    procedure: str = "chi2",
+    n_draws: int = 10_000,
+    cluster=None,
+) -> DrawsExperiment:
     """Rank-sets of every method over ``reps`` balanced random draws (paper Section 5 / Fig. 1).
 
     Methods: "baseline" (humans on all N + n), "human" (humans on n), and per judge J:
@@ -188,9 +214,11 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
     per_pair = counts.min() if total is None else total // n_pairs
     lab_per_pair = max(1, int(round(n / n_pairs)))
     if lab_per_pair >= per_pair:
-        raise UserError(f"n = {n} means {lab_per_pair} human-labelled comparisons per pair, but each draw has only "
-                        f"{per_pair} per pair (N + n = {per_pair * n_pairs}; the least compared pair has "
-                        f"{counts.min()}): lower n or restrict the models")
+        raise UserError(
+            f"n = {n} means {lab_per_pair} human-labelled comparisons per pair, but each draw has only "
+            f"{per_pair} per pair (N + n = {per_pair * n_pairs}; the least compared pair has "
+            f"{counts.min()}): lower n or restrict the models"
+        )
     if cluster is None:  # rows independent: the paper's balanced draws of comparisons
         idx, lab0 = balanced_draws(pairs, int(per_pair), lab_per_pair, reps, rng)
         draws = [(idx[r], lab0) for r in range(reps)]
@@ -231,38 +259,72 @@ def draws_experiment(first: np.ndarray, second: np.ndarray, human: tuple[np.ndar
         for name, (jw, jw2) in judges.items():
             jw_s, jw2_s = jw[sel], jw2[sel]
             add(f"judge:{name}", *R.onesource_theta_sigma(f, s, jw_s, jw2_s, k, covariance, cluster=cs))
-            t, sg, lm = R.ppr_theta_sigma(fu, su, jw_s[~lab], jw2_s[~lab], fl, sl, hw[lab], hw2[lab],
-                                          jw_s[lab], jw2_s[lab], k, lam=lam, covariance=covariance,
-                                          cluster_N=cl_u, cluster_n=cl_l)
+            t, sg, lm = R.ppr_theta_sigma(
+                fu,
+                su,
+                jw_s[~lab],
+                jw2_s[~lab],
+                fl,
+                sl,
+                hw[lab],
+                hw2[lab],
+                jw_s[lab],
+                jw2_s[lab],
+                k,
+                lam=lam,
+                covariance=covariance,
+                cluster_N=cl_u,
+                cluster_n=cl_l,
+            )
             add(f"ppr:{name}", t, sg)
             lams.setdefault(f"ppr:{name}", []).append(lm)
     return DrawsExperiment(
         lower={m: np.stack(v, axis=1) for m, v in out_lo.items()},  # (A, reps, k)
         upper={m: np.stack(v, axis=1) for m, v in out_up.items()},
         lam={m: np.asarray(v) for m, v in lams.items()},
-        N=int(np.mean([(~lb).sum() for _, lb in draws])), n=int(np.mean([lb.sum() for _, lb in draws])),
-        unit="rows (balanced per pair)" if cluster is None else "prompts (all comparisons of a prompt together)")
+        N=int(np.mean([(~lb).sum() for _, lb in draws])),
+        n=int(np.mean([lb.sum() for _, lb in draws])),
+        unit="rows (balanced per pair)"
+        if cluster is None
+        else "prompts (all comparisons of a prompt together)",
+    )
 
 
 def summarise_draws(res: DrawsExperiment, alphas) -> DrawsSummary:
-    """Per method and alpha: mean rank-set size, baseline intersection and coverage probability (vs same-draw BASELINE)."""
+    """Per method and alpha: mean rank-set size, baseline intersection and coverage probability (vs
+    same-draw BASELINE)."""
     alphas = list(np.atleast_1d(alphas))
     bl, bu = res.lower["baseline"], res.upper["baseline"]
     out = {}
     for m in res.lower:
         lo, up = res.lower[m], res.upper[m]
-        out[m] = [CurvePoint(alpha=float(a), size=float(R.rankset_size(lo[i], up[i]).mean()),
-                             intersection=float(R.rankset_intersects(lo[i], up[i], bl[i], bu[i]).mean()),
-                             coverage=float(R.rankset_covers(lo[i], up[i], bl[i], bu[i]).mean()))
-                  for i, a in enumerate(alphas)]
+        out[m] = [
+            CurvePoint(
+                alpha=float(a),
+                size=float(R.rankset_size(lo[i], up[i]).mean()),
+                intersection=float(R.rankset_intersects(lo[i], up[i], bl[i], bu[i]).mean()),
+                coverage=float(R.rankset_covers(lo[i], up[i], bl[i], bu[i]).mean()),
+            )
+            for i, a in enumerate(alphas)
+        ]
     return DrawsSummary(curve=out)
 
 
-def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, n: int = 990, reps: int = 200,
-                  alpha: float = 0.05, covariance: str = "delta", seed: int = 0,
-                  alphas=PAPER_ALPHAS, models: list[str] | None = None, total: int | None = None,
-                  procedure: str = "maxt") -> RankSetDraws:
-    """Dashboard view of repeated draws: per-model rank-position probabilities and size-vs-intersection curves.
+def rankset_draws(
+    df_human: pd.DataFrame,
+    df_judge: pd.DataFrame | None = None,
+    n: int = 990,
+    reps: int = 200,
+    alpha: float = 0.05,
+    covariance: str = "delta",
+    seed: int = 0,
+    alphas=PAPER_ALPHAS,
+    models: list[str] | None = None,
+    total: int | None = None,
+    procedure: str = "maxt",
+) -> RankSetDraws:
+    """Dashboard view of repeated draws: per-model rank-position probabilities and size-vs-intersection
+    curves.
 
     ``df_human`` holds the comparisons with human labels (``human_winner``); the judge labels come
     from its ``judge_winner`` column, or from ``df_judge`` (line-aligned: same rows, same
@@ -274,9 +336,12 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     R.check_covariance(covariance)
     if df_judge is not None:
         if len(df_judge) != len(df_human) or not (
-                (df_judge.model_a.to_numpy() == df_human.model_a.to_numpy()).all()
-                and (df_judge.model_b.to_numpy() == df_human.model_b.to_numpy()).all()):
-            raise UserError("human and judge comparisons are not line-aligned (different rows or models)")
+            (df_judge.model_a.to_numpy() == df_human.model_a.to_numpy()).all()
+            and (df_judge.model_b.to_numpy() == df_human.model_b.to_numpy()).all()
+        ):
+            raise UserError(
+                "human and judge comparisons are not line-aligned (different rows or models)"
+            )
         df = df_human.assign(judge_winner=df_judge.judge_winner.to_numpy())
     else:
         df = df_human
@@ -287,31 +352,71 @@ def rankset_draws(df_human: pd.DataFrame, df_judge: pd.DataFrame | None = None, 
     models = model_list(df, models)
     first, second = model_indices(df, models)
     alphas_all = sorted(set(float(a) for a in alphas) | {float(alpha)}, reverse=True)
-    res = draws_experiment(first, second, win_indicators(df.human_winner), {"judge": win_indicators(df.judge_winner)},
-                           len(models), n, reps, alphas_all, covariance, np.random.default_rng(seed), total,
-                           procedure=procedure, cluster=cluster_ids(df))
+    res = draws_experiment(
+        first,
+        second,
+        win_indicators(df.human_winner),
+        {"judge": win_indicators(df.judge_winner)},
+        len(models),
+        n,
+        reps,
+        alphas_all,
+        covariance,
+        np.random.default_rng(seed),
+        total,
+        procedure=procedure,
+        cluster=cluster_ids(df),
+    )
     ai = alphas_all.index(float(alpha))
     names = {"baseline": "baseline", "human": "human", "judge:judge": "judge", "ppr:judge": "ppr"}
     curve = summarise_draws(res, alphas_all).curve
     return RankSetDraws(
-        models=models, alpha=float(alpha), n=res.n, N=res.N, covariance=covariance, procedure=procedure,
+        models=models,
+        alpha=float(alpha),
+        n=res.n,
+        N=res.N,
+        covariance=covariance,
+        procedure=procedure,
         unit=res.unit,
-        position_prob={names[m]: R.rank_position_probabilities(res.lower[m][ai], res.upper[m][ai]).tolist()
-                       for m in res.lower},
-        rankset_prob={names[m]: {mod: [RankSetProb(lower=lo, upper=up, prob=pr) for (lo, up), pr in d.items()]
-                                 for mod, d in zip(models, R.rankset_distribution(res.lower[m][ai],
-                                                                                  res.upper[m][ai]))}
-                      for m in res.lower},
-        curve={names[m]: v for m, v in curve.items()})
+        position_prob={
+            names[m]: R.rank_position_probabilities(res.lower[m][ai], res.upper[m][ai]).tolist()
+            for m in res.lower
+        },
+        rankset_prob={
+            names[m]: {
+                mod: [RankSetProb(lower=lo, upper=up, prob=pr) for (lo, up), pr in d.items()]
+                for mod, d in zip(models, R.rankset_distribution(res.lower[m][ai], res.upper[m][ai]))
+            }
+            for m in res.lower
+        },
+        curve={names[m]: v for m, v in curve.items()},
+    )
 
 
-def rankset_draws_view(db: str | os.PathLike, source: str, name: str, n: int, reps: int, alpha: float,
-                       covariance: str = "delta", seed: int = 0, models: tuple[str, ...] | None = None,
-                       procedure: str = "maxt") -> RankSetDrawsView:
-    """Repeated draws (:func:`rankset_draws`): rank-position probabilities per method and
-    the size vs baseline-intersection curve as a long table (method, alpha, size, intersection, coverage)."""
+def rankset_draws_view(
+    db: str | os.PathLike,
+    source: str,
+    name: str,
+    n: int,
+    reps: int,
+    alpha: float,
+    covariance: str = "delta",
+    seed: int = 0,
+    models: tuple[str, ...] | None = None,
+    procedure: str = "maxt",
+) -> RankSetDrawsView:
+    """Repeated draws (:func:`rankset_draws`): rank-position probabilities per method and the size vs
+    baseline-intersection curve as a long table (method, alpha, size, intersection, coverage)."""
     df = ranking_comparisons(db, source, name)
-    res = rankset_draws(df, n=int(n), reps=int(reps), alpha=float(alpha), covariance=covariance,
-                        seed=int(seed), models=list(models) if models else None, procedure=procedure)
+    res = rankset_draws(
+        df,
+        n=int(n),
+        reps=int(reps),
+        alpha=float(alpha),
+        covariance=covariance,
+        seed=int(seed),
+        models=list(models) if models else None,
+        procedure=procedure,
+    )
     curve = pd.DataFrame([{"method": m, **asdict(pt)} for m, pts in res.curve.items() for pt in pts])
     return RankSetDrawsView(result=res, curve=curve)

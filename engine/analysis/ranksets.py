@@ -55,6 +55,7 @@ from engine.stats import ranking as R
 class RankSets:
     """Rank-sets of one method (:func:`ranksets_for`); ``to_dict()`` gives the ``ranksets --json`` keys
     (``lam`` is written as "lambda"; ``critical_values`` only for max-t / marginal)."""
+
     models: list[str]
     method: str
     theta: dict[str, float]  # strict win-rate against a uniformly random other model
@@ -106,41 +107,58 @@ class RankSetsView:
     counts: dict[str, LabelCounts]
 
 
-def _keep_human_labels(df: pd.DataFrame, method: str, human_labels: int | None,
-                       seed: int) -> tuple[pd.DataFrame, int | None, list[str]]:
-    """Apply ``human_labels`` (or PPR's default when every row carries both labels); the notes say what was kept."""
+def _keep_human_labels(
+    df: pd.DataFrame, method: str, human_labels: int | None, seed: int
+) -> tuple[pd.DataFrame, int | None, list[str]]:
+    """Apply ``human_labels`` (or PPR's default when every row carries both labels); the notes say what
+    was kept."""
     notes: list[str] = []
     has_h = df.human_winner.notna().to_numpy()
     has_j = df.judge_winner.notna().to_numpy()
-    if human_labels is None and method == "ppr" and has_h.any() and not (has_j & ~has_h).any() \
-            and has_h.sum() > PPR_DEFAULT_HUMAN_LABELS:
+    if (
+        human_labels is None
+        and method == "ppr"
+        and has_h.any()
+        and not (has_j & ~has_h).any()
+        and has_h.sum() > PPR_DEFAULT_HUMAN_LABELS
+    ):
         human_labels = PPR_DEFAULT_HUMAN_LABELS
-        notes.append(f"every comparison carries a human label: kept the human labels of {human_labels:,} random "
-                     f"comparisons (seed {seed}; the paper's setting; change with --human-labels), the other "
-                     f"{int(has_h.sum()) - human_labels:,} are judge-only")
+        notes.append(
+            f"every comparison carries a human label: kept the human labels of {human_labels:,} random "
+            f"comparisons (seed {seed}; the paper's setting; change with --human-labels), the other "
+            f"{int(has_h.sum()) - human_labels:,} are judge-only"
+        )
     if human_labels is not None:
         if int(human_labels) < 1:
             raise UserError(f"--human-labels must be >= 1; got {human_labels}")
         if int(human_labels) < int(has_h.sum()):
             df = keep_human_labels(df, int(human_labels), seed)
         elif not notes:
-            notes.append(f"{int(human_labels):,} human labels asked for (--human-labels): all {int(has_h.sum()):,} "
-                         "available are kept")
+            notes.append(
+                f"{int(human_labels):,} human labels asked for (--human-labels): all "
+                f"{int(has_h.sum()):,} available are kept"
+            )
     return df, human_labels, notes
 
 
-def _ppr_inputs(df: pd.DataFrame, has_h: np.ndarray, has_j: np.ndarray, models: list[str], first, second):
+def _ppr_inputs(
+    df: pd.DataFrame, has_h: np.ndarray, has_j: np.ndarray, models: list[str], first, second
+):
     """PPR's labelled (human + judge) and unlabelled (judge-only) sets, checked."""
     bad = has_h & ~has_j
     if bad.any():
         rows_txt = ", ".join(str(i + 1) for i in np.flatnonzero(bad)[:10])
-        raise UserError(f"PPR needs a judge label on every human-labelled comparison; {int(bad.sum())} "
-                        f"have none (rows {rows_txt}{' ...' if bad.sum() > 10 else ''})")
+        raise UserError(
+            f"PPR needs a judge label on every human-labelled comparison; {int(bad.sum())} "
+            f"have none (rows {rows_txt}{' ...' if bad.sum() > 10 else ''})"
+        )
     lab, unl = has_h, has_j & ~has_h
     if not lab.any() or not unl.any():
-        raise UserError(f"PPR needs human-labelled comparisons (found {int(lab.sum())}) and comparisons "
-                        f"labelled by the judge only (found {int(unl.sum())}); when every row has both labels, "
-                        "keep some human labels with --human-labels N")
+        raise UserError(
+            f"PPR needs human-labelled comparisons (found {int(lab.sum())}) and comparisons "
+            f"labelled by the judge only (found {int(unl.sum())}); when every row has both labels, "
+            "keep some human labels with --human-labels N"
+        )
     require_models(models, first[lab], second[lab], "labelled set (human labels)")
     require_models(models, first[unl], second[unl], "unlabelled set (judge-only labels)")
     return lab, unl
@@ -148,15 +166,27 @@ def _ppr_inputs(df: pd.DataFrame, has_h: np.ndarray, has_j: np.ndarray, models: 
 
 def _covariance_detail(covariance: str, clustered: bool, per_row: bool) -> str:
     if covariance == "paper":
-        return "paper: A A^T / n^2 (the published formula, too small; reproduction only), rows independent"
+        return (
+            "paper: A A^T / n^2 (the published formula, too small; reproduction only), rows independent"
+        )
     if not clustered:
-        return ("delta: count-normalised A A^T / (c c^T), " +
-                ("no prompt ids: each row is its own cluster" if per_row else "one comparison per prompt"))
+        return "delta: count-normalised A A^T / (c c^T), " + (
+            "no prompt ids: each row is its own cluster" if per_row else "one comparison per prompt"
+        )
     return "delta, cluster-robust by prompt: (A G)(A G)^T / (c c^T), residuals summed within each prompt"
 
 
-def _estimate(df: pd.DataFrame, method: str, models: list[str], first, second, cl, covariance: str, lam,
-              n_draws: int):
+def _estimate(
+    df: pd.DataFrame,
+    method: str,
+    models: list[str],
+    first,
+    second,
+    cl,
+    covariance: str,
+    lam,
+    n_draws: int,
+):
     """theta, Sigma (and lambda) of Algorithm 3 or PPR; n, N, the rows used, and a function giving
     the wild bootstrap-t null draws of the same estimator."""
     k = len(models)
@@ -167,50 +197,99 @@ def _estimate(df: pd.DataFrame, method: str, models: list[str], first, second, c
         rows = has_h if method == "human" else has_j
         if not rows.any():
             other = "judge" if method == "human" else "human"
-            hint = (f"; they have {other} labels only: use those (--method {other})"
-                    if (has_j if method == "human" else has_h).any() else "")
+            hint = (
+                f"; they have {other} labels only: use those (--method {other})"
+                if (has_j if method == "human" else has_h).any()
+                else ""
+            )
             raise UserError(f"no comparison has a {method} label{hint}")
         col = "human_winner" if method == "human" else "judge_winner"
         w, w2 = win_indicators(df[col][rows])
         require_models(models, first[rows], second[rows], f"{method}-labelled comparisons")
-        theta, sigma = R.onesource_theta_sigma(first[rows], second[rows], w, w2, k, covariance,
-                                               cluster=None if cl is None else cl[rows])
+        theta, sigma = R.onesource_theta_sigma(
+            first[rows], second[rows], w, w2, k, covariance, cluster=None if cl is None else cl[rows]
+        )
         n, N = (int(rows.sum()), 0) if method == "human" else (0, int(rows.sum()))
         used = rows
-        wild = (lambda rng: R.wild_draws_onesource(first[rows], second[rows], w, w2, k,
-                                                   None if cl is None else cl[rows], rng, n_draws))
+        wild = lambda rng: R.wild_draws_onesource(
+            first[rows], second[rows], w, w2, k, None if cl is None else cl[rows], rng, n_draws
+        )
     else:
         lab, unl = _ppr_inputs(df, has_h, has_j, models, first, second)
         w, w2 = win_indicators(df.human_winner[lab])
         wh, wh2 = win_indicators(df.judge_winner[lab])
         whN, wh2N = win_indicators(df.judge_winner[unl])
-        theta, sigma, lam_out = R.ppr_theta_sigma(first[unl], second[unl], whN, wh2N, first[lab], second[lab],
-                                                  w, w2, wh, wh2, k, lam=lam, covariance=covariance,
-                                                  cluster_N=None if cl is None else cl[unl],
-                                                  cluster_n=None if cl is None else cl[lab])
+        theta, sigma, lam_out = R.ppr_theta_sigma(
+            first[unl],
+            second[unl],
+            whN,
+            wh2N,
+            first[lab],
+            second[lab],
+            w,
+            w2,
+            wh,
+            wh2,
+            k,
+            lam=lam,
+            covariance=covariance,
+            cluster_N=None if cl is None else cl[unl],
+            cluster_n=None if cl is None else cl[lab],
+        )
         n, N = int(lab.sum()), int(unl.sum())
         used = lab | unl
-        wild = (lambda rng: R.wild_draws_ppr(first[unl], second[unl], whN, wh2N, first[lab], second[lab], w, w2, wh,
-                                             wh2, k, float(lam_out), None if cl is None else cl[unl],
-                                             None if cl is None else cl[lab], rng, n_draws))
+        wild = lambda rng: R.wild_draws_ppr(
+            first[unl],
+            second[unl],
+            whN,
+            wh2N,
+            first[lab],
+            second[lab],
+            w,
+            w2,
+            wh,
+            wh2,
+            k,
+            float(lam_out),
+            None if cl is None else cl[unl],
+            None if cl is None else cl[lab],
+            rng,
+            n_draws,
+        )
     return theta, sigma, lam_out, n, N, used, wild
 
 
-def _warnings(method: str, covariance: str, n_clusters: int, connectivity: str | None) -> list[AnalysisWarning]:
+def _warnings(
+    method: str, covariance: str, n_clusters: int, connectivity: str | None
+) -> list[AnalysisWarning]:
     warn = [AnalysisWarning(Notice.CONNECTIVITY, connectivity)] if connectivity else []
     small = None if covariance == "paper" else small_sample_warning(n_clusters)
     if small:
         warn.append(small)
     if method == "judge":
-        warn.append(AnalysisWarning(Notice.JUDGE_ONLY, "judge-only rank-sets rank the JUDGE's preferences: they inherit "
-                                    "its biases and need not cover the human ranking (use PPR with some human labels "
-                                    "for that)"))
+        warn.append(
+            AnalysisWarning(
+                Notice.JUDGE_ONLY,
+                "judge-only rank-sets rank the JUDGE's preferences: they inherit "
+                "its biases and need not cover the human ranking (use PPR with some human labels "
+                "for that)",
+            )
+        )
     return warn
 
 
-def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = "delta",
-                 lam: float | str = "auto", models: list[str] | None = None, procedure: str = "maxt",
-                 seed: int = 0, human_labels: int | None = None, n_draws: int = 10_000) -> RankSets:
+def ranksets_for(
+    df: pd.DataFrame,
+    method: str,
+    alpha: float,
+    covariance: str = "delta",
+    lam: float | str = "auto",
+    models: list[str] | None = None,
+    procedure: str = "maxt",
+    seed: int = 0,
+    human_labels: int | None = None,
+    n_draws: int = 10_000,
+) -> RankSets:
     """Rank-sets of one method on a comparisons DataFrame, as the ``ranksets`` CLI JSON.
 
     method "human" / "judge": Algorithm 3 on the rows with that label. "ppr": Algorithm 1 with
@@ -245,13 +324,20 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
         cl = None  # one comparison per prompt: the clustered formula IS the plain one (kept bit-exact)
     if covariance == "paper":
         cl = None
-    theta, sigma, lam_out, n, N, used, wild = _estimate(df, method, models, first, second, cl, covariance, lam,
-                                                        n_draws)
+    theta, sigma, lam_out, n, N, used, wild = _estimate(
+        df, method, models, first, second, cl, covariance, lam, n_draws
+    )
     rng = np.random.default_rng(seed)
     null, n_cl = None, int(used.sum()) if cl is None else int(pd.Series(cl[used]).nunique())
-    if (procedure != "chi2" and covariance == "delta" and n_cl <= R.WILD_MAX_CLUSTERS
-            and k <= R.WILD_MAX_MODELS):
-        null = wild(np.random.default_rng([seed, 3]))  # small C: calibrate for estimating Sigma (docs/REPRODUCTION.md)
+    if (
+        procedure != "chi2"
+        and covariance == "delta"
+        and n_cl <= R.WILD_MAX_CLUSTERS
+        and k <= R.WILD_MAX_MODELS
+    ):
+        null = wild(
+            np.random.default_rng([seed, 3])
+        )  # small C: calibrate for estimating Sigma (docs/REPRODUCTION.md)
     rs = R.rank_sets(theta, sigma, alpha, procedure=procedure, rng=rng, n_draws=n_draws, null_draws=null)
     n_rows = int(used.sum())
     all_ids = cluster_ids(df)
@@ -262,28 +348,53 @@ def ranksets_for(df: pd.DataFrame, method: str, alpha: float, covariance: str = 
     detail = _covariance_detail(covariance, cl is not None, per_row)
     z = stats.norm.ppf(1 - alpha / 2)
     se = np.sqrt(np.maximum(np.diag(sigma), 0.0))
-    warn = _warnings(method, covariance, n_clusters, connectivity_warning(
-        comparison_groups(first[used], second[used], models)))
+    warn = _warnings(
+        method,
+        covariance,
+        n_clusters,
+        connectivity_warning(comparison_groups(first[used], second[used], models)),
+    )
     crit = None
     if "critical_values" in rs:
-        crit = [float(c) if np.isfinite(c) else None for c in (rs["critical_values"] if procedure == "maxt" else [])]
+        crit = [
+            float(c) if np.isfinite(c) else None
+            for c in (rs["critical_values"] if procedure == "maxt" else [])
+        ]
     return RankSets(
-        models=models, method=method, theta={m: float(t) for m, t in zip(models, theta)},
+        models=models,
+        method=method,
+        theta={m: float(t) for m, t in zip(models, theta)},
         theta_ci={m: [float(t - z * e), float(t + z * e)] for m, t, e in zip(models, theta, se)},
-        sigma=sigma.tolist(), lam=None if lam_out is None else float(lam_out),
+        sigma=sigma.tolist(),
+        lam=None if lam_out is None else float(lam_out),
         ranksets={m: [int(a), int(b)] for m, a, b in zip(models, rs["lower"], rs["upper"])},
         rank={m: int(x) for m, x in zip(models, R.rank_column(rs["lower"]))},
-        procedure=procedure, alpha=alpha, calibration=rs.get("calibration"), covariance=covariance,
+        procedure=procedure,
+        alpha=alpha,
+        calibration=rs.get("calibration"),
+        covariance=covariance,
         covariance_detail=detail,
-        clustering=(f"rows treated as independent ({n_rows:,} rows; the paper's covariance ignores prompt ids)"
-                    if covariance == "paper" else clustering_note(n_clusters, per_row, n_rows)),
-        n_clusters=n_clusters, per_row_clusters=per_row, n=n, N=N,
-        human_labels=None if human_labels is None else int(n), notes=notes, warnings=warn, critical_values=crit)
+        clustering=(
+            f"rows treated as independent ({n_rows:,} rows; the paper's covariance ignores prompt ids)"
+            if covariance == "paper"
+            else clustering_note(n_clusters, per_row, n_rows)
+        ),
+        n_clusters=n_clusters,
+        per_row_clusters=per_row,
+        n=n,
+        N=N,
+        human_labels=None if human_labels is None else int(n),
+        notes=notes,
+        warnings=warn,
+        critical_values=crit,
+    )
 
 
-THETA_TEXT = ("theta = the model's strict win-rate against a uniformly random other model (P(its output is "
-              "preferred); ties count as a non-win); interval = marginal (1 - alpha) normal interval from the "
-              "covariance in use")
+THETA_TEXT = (
+    "theta = the model's strict win-rate against a uniformly random other model (P(its output is "
+    "preferred); ties count as a non-win); interval = marginal (1 - alpha) normal interval from the "
+    "covariance in use"
+)
 
 
 def parse_lambda(value: str | float) -> float | str:
@@ -293,7 +404,9 @@ def parse_lambda(value: str | float) -> float | str:
     try:
         lam = float(value)
     except (TypeError, ValueError):
-        raise UserError(f"lambda (--lambda) must be 'auto' or a number in [0, 1]; got {value!r}") from None
+        raise UserError(
+            f"lambda (--lambda) must be 'auto' or a number in [0, 1]; got {value!r}"
+        ) from None
     if not 0.0 <= lam <= 1.0:
         raise UserError(f"lambda (--lambda) must be 'auto' or a number in [0, 1]; got {value!r}")
     return lam
@@ -304,10 +417,20 @@ def parse_alpha(value: str | float) -> float:
     return float(R.check_alpha(value))
 
 
-def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, alpha: float,
-                  covariance: str = "delta", models: tuple[str, ...] | None = None,
-                  n_human: int | None = None, seed: int = 0, procedure: str = "maxt", judge: str | None = None,
-                  mode: str | None = None) -> RankSetsView:
+def ranksets_view(
+    db: str | os.PathLike,
+    source: str,
+    name: str,
+    method: str,
+    alpha: float,
+    covariance: str = "delta",
+    models: tuple[str, ...] | None = None,
+    n_human: int | None = None,
+    seed: int = 0,
+    procedure: str = "maxt",
+    judge: str | None = None,
+    mode: str | None = None,
+) -> RankSetsView:
     """Rank-sets of one method (:func:`ranksets_for`) with a table of the results, and for PPR the
     human-only rank-sets on the SAME human labels (same n, same seeded rows) to compare with.
 
@@ -324,26 +447,67 @@ def ranksets_view(db: str | os.PathLike, source: str, name: str, method: str, al
     if models:
         df = df[df.model_a.isin(models) & df.model_b.isin(models)].reset_index(drop=True)
     mlist = list(models) if models else None
-    res = ranksets_for(df, method, alpha, covariance=covariance, models=mlist, procedure=procedure, seed=seed,
-                       human_labels=n_human if method != "judge" else None)
+    res = ranksets_for(
+        df,
+        method,
+        alpha,
+        covariance=covariance,
+        models=mlist,
+        procedure=procedure,
+        seed=seed,
+        human_labels=n_human if method != "judge" else None,
+    )
     results = {method: res}
     if method == "ppr":
-        results["human"] = ranksets_for(df, "human", alpha, covariance=covariance, models=mlist, procedure=procedure,
-                                        seed=seed, human_labels=res.n)
+        results["human"] = ranksets_for(
+            df,
+            "human",
+            alpha,
+            covariance=covariance,
+            models=mlist,
+            procedure=procedure,
+            seed=seed,
+            human_labels=res.n,
+        )
 
     def table(r: RankSets) -> pd.DataFrame:
-        return pd.DataFrame([{"model": m, "rank": r.rank[m], "lower": lo, "upper": up, "theta": r.theta[m],
-                              "theta_low": r.theta_ci[m][0], "theta_high": r.theta_ci[m][1]}
-                             for m, (lo, up) in r.ranksets.items()]).sort_values(
-            ["lower", "upper", "theta"], ascending=[True, True, False]).reset_index(drop=True)
+        return (
+            pd.DataFrame(
+                [
+                    {
+                        "model": m,
+                        "rank": r.rank[m],
+                        "lower": lo,
+                        "upper": up,
+                        "theta": r.theta[m],
+                        "theta_low": r.theta_ci[m][0],
+                        "theta_high": r.theta_ci[m][1],
+                    }
+                    for m, (lo, up) in r.ranksets.items()
+                ]
+            )
+            .sort_values(["lower", "upper", "theta"], ascending=[True, True, False])
+            .reset_index(drop=True)
+        )
 
     main = table(res)
     compare = None
     if len(results) > 1:
-        names = {"ppr": f"PPR (n = {res.n:,} human + N = {res.N:,} judge-only)",
-                 "human": f"human only (the same n = {results['human'].n:,} human labels)"}
+        names = {
+            "ppr": f"PPR (n = {res.n:,} human + N = {res.N:,} judge-only)",
+            "human": f"human only (the same n = {results['human'].n:,} human labels)",
+        }
         order = main["model"].tolist()
-        compare = pd.concat([table(r).set_index("model").loc[order].reset_index().assign(method=names[m])
-                             for m, r in results.items()], ignore_index=True)
-    return RankSetsView(result=res, table=main, compare=compare,
-                        counts={m: LabelCounts(n=r.n, N=r.N) for m, r in results.items()})
+        compare = pd.concat(
+            [
+                table(r).set_index("model").loc[order].reset_index().assign(method=names[m])
+                for m, r in results.items()
+            ],
+            ignore_index=True,
+        )
+    return RankSetsView(
+        result=res,
+        table=main,
+        compare=compare,
+        counts={m: LabelCounts(n=r.n, N=r.N) for m, r in results.items()},
+    )

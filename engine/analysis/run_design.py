@@ -35,9 +35,9 @@ class DatasetDesign(ToDict):
     dataset_id: str
     source: str | None
     kind: str | None
-    n_prompts: int | None       # stored for the dataset
-    n_prompts_used: int         # asked in this run
-    sha256: str                 # of the run's prompts (id, question, choices, gold, user prompt) in order
+    n_prompts: int | None  # stored for the dataset
+    n_prompts_used: int  # asked in this run
+    sha256: str  # of the run's prompts (id, question, choices, gold, user prompt) in order
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,9 @@ class RunDesign(ToDict):
     run: str
     created_at: str | None
     status: str | None
-    imported_from: str | None   # "lm-eval" / "inspect" / the paper's data release, or None (generated here)
+    imported_from: (
+        str | None
+    )  # "lm-eval" / "inspect" / the paper's data release, or None (generated here)
     code_version: str | None
     engine_version: str | None
     git_commit: str | None
@@ -84,12 +86,16 @@ def _model(m: dict[str, Any], cfg: dict[str, Any]) -> ModelDesign:
     mc = m.get("config") or {}
     be = (cfg.get("backends") or {}).get(m["name"]) or {}
     return ModelDesign(
-        name=m["name"], source=m.get("source"), variant=m.get("variant"),
+        name=m["name"],
+        source=m.get("source"),
+        variant=m.get("variant"),
         dtype=be.get("dtype") or mc.get("dtype") or cfg.get("dtype"),
         device=be.get("device") or mc.get("device") or cfg.get("device"),
         backend=be.get("backend") or cfg.get("backend"),
         backend_version=be.get("version") or be.get("backend_version") or cfg.get("backend_version"),
-        weights_sha256=mc.get("weights_sha256"), num_parameters=mc.get("num_parameters"))
+        weights_sha256=mc.get("weights_sha256"),
+        num_parameters=mc.get("num_parameters"),
+    )
 
 
 def _imported_from(cfg: dict[str, Any], code: str | None) -> str | None:
@@ -111,12 +117,30 @@ def run_design(db: str | os.PathLike, run: str) -> RunDesign:
     modes = cfg.get("modes") or sorted({k.split("/")[-1] for k in (cfg.get("seeds") or {})})
     ds = None if r.dataset is None else DatasetDesign(**r.dataset)
     return RunDesign(
-        run=r.run_id, created_at=r.created_at, status=r.status, imported_from=imported,
-        code_version=r.code_version, engine_version=version, git_commit=commit, key_mode=r.key_mode,
-        host=r.host, device=cfg.get("device"), models=[_model(m, cfg) for m in r.models], dataset=ds,
-        seed=None if seed is None else int(seed), seeds=cfg.get("seeds"), temperature=cfg.get("temperature"),
-        top_k=cfg.get("top_k"), top_p=cfg.get("top_p"), max_new_tokens=cfg.get("max_new_tokens"),
-        repeats=cfg.get("repeats"), modes=list(modes), system_prompt=cfg.get("system_prompt"),
-        n_generations=r.n_generations, n_tokens=r.n_tokens,
+        run=r.run_id,
+        created_at=r.created_at,
+        status=r.status,
+        imported_from=imported,
+        code_version=r.code_version,
+        engine_version=version,
+        git_commit=commit,
+        key_mode=r.key_mode,
+        host=r.host,
+        device=cfg.get("device"),
+        models=[_model(m, cfg) for m in r.models],
+        dataset=ds,
+        seed=None if seed is None else int(seed),
+        seeds=cfg.get("seeds"),
+        temperature=cfg.get("temperature"),
+        top_k=cfg.get("top_k"),
+        top_p=cfg.get("top_p"),
+        max_new_tokens=cfg.get("max_new_tokens"),
+        repeats=cfg.get("repeats"),
+        modes=list(modes),
+        system_prompt=cfg.get("system_prompt"),
+        n_generations=r.n_generations,
+        n_tokens=r.n_tokens,
         wall_s=None if imported or not r.wall_s else r.wall_s,
-        command=cfg.get("command"), warnings=list(r.warnings))
+        command=cfg.get("command"),
+        warnings=list(r.warnings),
+    )

@@ -56,25 +56,40 @@ class RunRankSets:
     notes: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "judge": self.judge, "mode": self.mode, "n_units": self.n_units,
-                "n_labelled": self.n_labelled, "label_count": self.label_count,
-                "results": {m: plain(r) for m, r in self.results.items()}, "plan": plain(self.plan),
-                "notes": list(self.notes)}
+        return {
+            "run": self.run,
+            "judge": self.judge,
+            "mode": self.mode,
+            "n_units": self.n_units,
+            "n_labelled": self.n_labelled,
+            "label_count": self.label_count,
+            "results": {m: plain(r) for m, r in self.results.items()},
+            "plan": plain(self.plan),
+            "notes": list(self.notes),
+        }
 
 
 def unit_frame(units: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
-    """One row per judged unit: prompt_id, model_a, model_b, human_winner (first label or None), judge_winner."""
+    """One row per judged unit: prompt_id, model_a, model_b, human_winner (first label or None),
+    judge_winner."""
     first, _ = U.first_labels(U.fill_modes(labels, units))
     df = U.merge_labels(units, first)
     jw = np.array(["a", "b", "tie"], dtype=object)
     judge = df["judge"].to_numpy(np.int64) if len(df) else np.zeros(0, np.int64)
-    return pd.DataFrame({"prompt_id": df["prompt_id"], "model_a": df["model_a"], "model_b": df["model_b"],
-                         "human_winner": df["human_winner"],
-                         "judge_winner": np.where(judge >= 0, jw[np.maximum(judge, 0)], None)})
+    return pd.DataFrame(
+        {
+            "prompt_id": df["prompt_id"],
+            "model_a": df["model_a"],
+            "model_b": df["model_b"],
+            "human_winner": df["human_winner"],
+            "judge_winner": np.where(judge >= 0, jw[np.maximum(judge, 0)], None),
+        }
+    )
 
 
-def plan_labels(df: pd.DataFrame, res: RankSets, width: int | None, ci_width: float | None,
-                seed: int = 0) -> LabelPlan:
+def plan_labels(
+    df: pd.DataFrame, res: RankSets, width: int | None, ci_width: float | None, seed: int = 0
+) -> LabelPlan:
     """The planner on PPR's result ``res`` over the frame ``df`` it was computed from."""
     models = res.models
     k = len(models)
@@ -88,27 +103,59 @@ def plan_labels(df: pd.DataFrame, res: RankSets, width: int | None, ci_width: fl
     sig_lab = LP.labelled_sigma(first, second, w, w2, wh, wh2, k, float(res.lam or 0.0), cl)
     theta = np.array([res.theta[m] for m in models])
     n = len(lab)
-    rs_now = LP.rankset_width(theta, sig, res.alpha, res.procedure if res.procedure != "chi2" else "chi2", seed, 4000)
+    rs_now = LP.rankset_width(
+        theta, sig, res.alpha, res.procedure if res.procedure != "chi2" else "chi2", seed, 4000
+    )
     ci_now = float(LP.ci_widths(sig, sig_lab, n, 0, res.alpha).max())
     floor = float(LP.ci_widths(sig, sig_lab, n, np.inf, res.alpha).max())
-    more_rs = None if width is None else LP.more_for_rankset_width(theta, sig, sig_lab, n, res.alpha, int(width),
-                                                                   res.procedure, seed)
-    more_ci = None if ci_width is None else LP.more_for_ci_width(sig, sig_lab, n, res.alpha, float(ci_width))
-    parts = [f"with {n:,} labels: widest rank-set {rs_now}, widest theta CI {ci_now:.3f} "
-             f"(floor with unlimited labels {floor:.3f})"]
+    more_rs = (
+        None
+        if width is None
+        else LP.more_for_rankset_width(
+            theta, sig, sig_lab, n, res.alpha, int(width), res.procedure, seed
+        )
+    )
+    more_ci = (
+        None if ci_width is None else LP.more_for_ci_width(sig, sig_lab, n, res.alpha, float(ci_width))
+    )
+    parts = [
+        f"with {n:,} labels: widest rank-set {rs_now}, widest theta CI {ci_now:.3f} "
+        f"(floor with unlimited labels {floor:.3f})"
+    ]
     if width is not None:
-        parts.append(f"rank-sets no wider than {width}: " + ("not reachable by more labels alone (the judge-only "
-                                                             "term or tied estimates)" if more_rs is None else
-                                                             f"about {more_rs:,} more labels"))
+        parts.append(
+            f"rank-sets no wider than {width}: "
+            + (
+                "not reachable by more labels alone (the judge-only term or tied estimates)"
+                if more_rs is None
+                else f"about {more_rs:,} more labels"
+            )
+        )
     if ci_width is not None:
-        parts.append(f"theta CIs no wider than {ci_width:g}: " + ("not reachable (below the judge-only floor)"
-                                                                 if more_ci is None else f"about {more_ci:,} more labels"))
+        parts.append(
+            f"theta CIs no wider than {ci_width:g}: "
+            + (
+                "not reachable (below the judge-only floor)"
+                if more_ci is None
+                else f"about {more_ci:,} more labels"
+            )
+        )
     return LabelPlan(n, rs_now, ci_now, width, more_rs, ci_width, more_ci, floor, "; ".join(parts))
 
 
-def run_ranksets(db: str | os.PathLike, run: str, judge: str, human: str | None = None, mode: str | None = None,
-                 alpha: float = 0.05, procedure: str = "maxt", seed: int = 0, plan_width: int | None = None,
-                 plan_ci_width: float | None = None, label_count: int | None = None) -> RunRankSets:
+def run_ranksets(
+    db: str | os.PathLike,
+    run: str,
+    judge: str,
+    human: str | None = None,
+    mode: str | None = None,
+    alpha: float = 0.05,
+    procedure: str = "maxt",
+    seed: int = 0,
+    plan_width: int | None = None,
+    plan_ci_width: float | None = None,
+    label_count: int | None = None,
+) -> RunRankSets:
     """PPR, judge-only and human-only rank-sets of ``run`` (``judge``'s verdicts, the run's human
     labels; ``human``: one set) with the planner. ``label_count`` only keys a page's cache.
 
@@ -117,20 +164,42 @@ def run_ranksets(db: str | os.PathLike, run: str, judge: str, human: str | None 
     """
     known = U.run_judges(db, run)
     if judge not in known:
-        raise UserError(f"no verdicts of judge {judge!r} on run {run!r}; judges with verdicts: "
-                        f"{', '.join(known) or 'none (run engine judge first)'}")
+        raise UserError(
+            f"no verdicts of judge {judge!r} on run {run!r}; judges with verdicts: "
+            f"{', '.join(known) or 'none (run engine judge first)'}"
+        )
     units = U.judge_units(db, run, judge, mode)
     labels = U.human_labels(db, run, human)
     if mode is not None and len(labels):
         labels = labels[labels["mode"].isna() | (labels["mode"] == mode)]
     U.check_models(labels, units, run)
-    return rank_units(run, judge, units, labels, mode=mode, alpha=alpha, procedure=procedure, seed=seed,
-                      plan_width=plan_width, plan_ci_width=plan_ci_width)
+    return rank_units(
+        run,
+        judge,
+        units,
+        labels,
+        mode=mode,
+        alpha=alpha,
+        procedure=procedure,
+        seed=seed,
+        plan_width=plan_width,
+        plan_ci_width=plan_ci_width,
+    )
 
 
-def rank_units(run: str, judge: str, units: pd.DataFrame, labels: pd.DataFrame, *, mode: str | None = None,
-               alpha: float = 0.05, procedure: str = "maxt", seed: int = 0, plan_width: int | None = None,
-               plan_ci_width: float | None = None) -> RunRankSets:
+def rank_units(
+    run: str,
+    judge: str,
+    units: pd.DataFrame,
+    labels: pd.DataFrame,
+    *,
+    mode: str | None = None,
+    alpha: float = 0.05,
+    procedure: str = "maxt",
+    seed: int = 0,
+    plan_width: int | None = None,
+    plan_ci_width: float | None = None,
+) -> RunRankSets:
     """:func:`run_ranksets` on frames (:func:`run_units.judge_units`, :func:`run_units.human_labels`)."""
     df = unit_frame(units, labels)
     n_lab = int((df.human_winner.notna() & df.judge_winner.notna()).sum())
@@ -142,21 +211,43 @@ def rank_units(run: str, judge: str, units: pd.DataFrame, labels: pd.DataFrame, 
     for m in ("ppr", "judge", "human"):
         try:
             rows = df if m != "human" else df[df.human_winner.notna()]
-            results[m] = ranksets_for(rows, m, alpha, procedure=procedure, seed=seed,
-                                      human_labels=None)
+            results[m] = ranksets_for(rows, m, alpha, procedure=procedure, seed=seed, human_labels=None)
         except UserError as e:
             results[m] = None
             notes.append(f"{METHOD_NAMES[m]}: {e}")
-    rows_t = [{"model": mm, "method": METHOD_NAMES[m], "rank": r.rank[mm], "lower": lo, "upper": up,
-               "theta": r.theta[mm], "theta_low": r.theta_ci[mm][0], "theta_high": r.theta_ci[mm][1]}
-              for m, r in results.items() if r is not None for mm, (lo, up) in r.ranksets.items()]
-    table = pd.DataFrame(rows_t, columns=["model", "method", "rank", "lower", "upper", "theta", "theta_low",
-                                          "theta_high"])
+    rows_t = [
+        {
+            "model": mm,
+            "method": METHOD_NAMES[m],
+            "rank": r.rank[mm],
+            "lower": lo,
+            "upper": up,
+            "theta": r.theta[mm],
+            "theta_low": r.theta_ci[mm][0],
+            "theta_high": r.theta_ci[mm][1],
+        }
+        for m, r in results.items()
+        if r is not None
+        for mm, (lo, up) in r.ranksets.items()
+    ]
+    table = pd.DataFrame(
+        rows_t, columns=["model", "method", "rank", "lower", "upper", "theta", "theta_low", "theta_high"]
+    )
     plan = None
     ppr = results.get("ppr")
     if ppr is not None:
         plan = plan_labels(df, ppr, plan_width, plan_ci_width, seed)
     elif plan_width is not None or plan_ci_width is not None:
         notes.append("no plan: PPR needs human labels on some judged units and judge-only units")
-    return RunRankSets(run=run, judge=judge, mode=mode, n_units=len(df), n_labelled=n_lab,
-                       label_count=len(labels), results=results, table=table, plan=plan, notes=notes)
+    return RunRankSets(
+        run=run,
+        judge=judge,
+        mode=mode,
+        n_units=len(df),
+        n_labelled=n_lab,
+        label_count=len(labels),
+        results=results,
+        table=table,
+        plan=plan,
+        notes=notes,
+    )

@@ -60,9 +60,12 @@ def human_labels(db: str | os.PathLike, run: str, set_name: str | None = None) -
         meta = dict(sets)
         if set_name not in meta and set_name not in in_log:
             from engine.store.comparisons import set_exists
+
             if not set_exists(db, set_name):
-                raise UserError(f"unknown comparison set {set_name!r}; sets of run {run!r}: "
-                                f"{', '.join(sorted({*meta, *in_log})) or 'none'}")
+                raise UserError(
+                    f"unknown comparison set {set_name!r}; sets of run {run!r}: "
+                    f"{', '.join(sorted({*meta, *in_log})) or 'none'}"
+                )
         sets = [(set_name, meta.get(set_name))]
     frames = []
     for name, mode in sets:
@@ -72,7 +75,7 @@ def human_labels(db: str | os.PathLike, run: str, set_name: str | None = None) -
         df["mode"] = df["mode"].astype(object).where(df["mode"].notna(), mode)
         df["repeat"] = df["repeat"].fillna(0).astype(np.int64)
         frames.append(df.assign(set_name=name))
-    for sample_id, df in (log.groupby("sample_id", sort=True) if len(log) else ()):
+    for sample_id, df in log.groupby("sample_id", sort=True) if len(log) else ():
         if set_name is None or sample_id == set_name:
             df = df[df["human_winner"].notna()].drop(columns=["judge_winner", "sample_id"])
             frames.append(df.assign(repeat=df["repeat"].fillna(0).astype(np.int64), set_name=sample_id))
@@ -123,7 +126,9 @@ def first_labels(labels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     who = first.set_index(KEY)["labeller"]
     if len(rest):
         prev = who.reindex(pd.MultiIndex.from_frame(rest[KEY])).to_numpy()
-        other = pd.isna(prev) | pd.isna(rest["labeller"].to_numpy()) | (prev != rest["labeller"].to_numpy())
+        other = (
+            pd.isna(prev) | pd.isna(rest["labeller"].to_numpy()) | (prev != rest["labeller"].to_numpy())
+        )
         rest = rest[other]
     second = rest.drop_duplicates(KEY, keep="first")
     return first[[*KEY, "human_winner"]], second[[*KEY, "human_winner"]]
@@ -136,8 +141,10 @@ def check_models(labels: pd.DataFrame, units: pd.DataFrame, run: str) -> None:
     known = set(units.model_a) | set(units.model_b)
     bad = sorted((set(labels.model_a) | set(labels.model_b)) - known)
     if bad:
-        raise UserError(f"human labels name models not in run {run!r}: {', '.join(map(str, bad[:5]))}; "
-                        f"the run's models: {', '.join(sorted(map(str, known)))}")
+        raise UserError(
+            f"human labels name models not in run {run!r}: {', '.join(map(str, bad[:5]))}; "
+            f"the run's models: {', '.join(sorted(map(str, known)))}"
+        )
 
 
 def fill_modes(labels: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
@@ -152,7 +159,8 @@ def fill_modes(labels: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
 
 
 def merge_labels(units: pd.DataFrame, first: pd.DataFrame) -> pd.DataFrame:
-    """``units`` with the human label of each (None where unlabelled); repeat and mode matched as given."""
+    """``units`` with the human label of each (None where unlabelled); repeat and mode matched as
+    given."""
     f = first.astype({"repeat": np.int64}) if len(first) else first
     out = units.merge(f, on=KEY, how="left")
     h = out["human_winner"].astype(object)
@@ -170,7 +178,10 @@ class AuditSource:
 
     @property
     def label(self) -> str:
-        return f"run {self.run} · judge {self.judge} · {self.n_verdicts:,} verdicts · {self.n_labels:,} human labels"
+        return (
+            f"run {self.run} · judge {self.judge} · {self.n_verdicts:,} verdicts · "
+            f"{self.n_labels:,} human labels"
+        )
 
 
 def label_skips(db: str | os.PathLike, run: str, mode: str | None = None) -> tuple[int, int]:
@@ -197,10 +208,13 @@ def label_count(db: str | os.PathLike, run: str) -> int:
 def audit_sources(db: str | os.PathLike) -> list[AuditSource]:
     """Every (run, judge) with verdicts, runs with human labels first."""
     from engine.analysis.comparisons import judgment_sources
+
     g = judgment_sources(db)
     if g.empty:
         return []
     per = g.groupby(["run_id", "judge"], sort=True)["n"].sum().reset_index()
     counts = {r: label_count(db, r) for r in per.run_id.unique()}
-    out = [AuditSource(str(r.run_id), str(r.judge), int(r.n), counts[r.run_id]) for r in per.itertuples()]
+    out = [
+        AuditSource(str(r.run_id), str(r.judge), int(r.n), counts[r.run_id]) for r in per.itertuples()
+    ]
     return sorted(out, key=lambda s: (s.n_labels == 0, s.run, s.judge))

@@ -40,30 +40,39 @@ BLOCK = 256  # questions per CS update in a replay (the stop rule is checked on 
 @dataclass(frozen=True)
 class SequentialStop:
     seed: int
-    n: int | None               # first question count at which the rule held; None: never before N
-    lower: tuple[float, ...]    # per pair, the CS at the stop (or at N); Δ scale
+    n: int | None  # first question count at which the rule held; None: never before N
+    lower: tuple[float, ...]  # per pair, the CS at the stop (or at N); Δ scale
     upper: tuple[float, ...]
-    decided: bool               # every pair's CS excludes 0 there
-    missed: bool                # the running intersection was empty (the CS missed): lower/upper are the current C_t
-    t_low: tuple[float, ...]    # fixed-n t interval on the same questions (NOT valid for the stopping decision)
+    decided: bool  # every pair's CS excludes 0 there
+    missed: bool  # the running intersection was empty (the CS missed): lower/upper are the current C_t
+    t_low: tuple[
+        float, ...
+    ]  # fixed-n t interval on the same questions (NOT valid for the stopping decision)
     t_high: tuple[float, ...]
     ranksets: tuple[tuple[int, int], ...]  # sequential rank-set per model at the stop (rank 1 = best)
 
     def to_dict(self, single: bool) -> dict:
         def one(v):
             return v[0] if single else list(v)
-        return {"seed": self.seed, "n": self.n, "lower": one(self.lower), "upper": one(self.upper),
-                "decided": self.decided, "missed": self.missed,
-                "t_interval_not_valid_for_stopping": {"low": one(self.t_low), "high": one(self.t_high)},
-                "ranksets": [list(r) for r in self.ranksets]}
+
+        return {
+            "seed": self.seed,
+            "n": self.n,
+            "lower": one(self.lower),
+            "upper": one(self.upper),
+            "decided": self.decided,
+            "missed": self.missed,
+            "t_interval_not_valid_for_stopping": {"low": one(self.t_low), "high": one(self.t_high)},
+            "ranksets": [list(r) for r in self.ranksets],
+        }
 
 
 @dataclass(frozen=True)
 class ModeReplay:
     mode: str
-    n_questions: int            # N: the population (questions every chosen model has in this mode)
+    n_questions: int  # N: the population (questions every chosen model has in this mode)
     n_repeats: int
-    full: tuple[float, ...]     # Δ_N per pair
+    full: tuple[float, ...]  # Δ_N per pair
     stops: tuple[SequentialStop, ...]
 
     def stop_counts(self) -> np.ndarray:
@@ -73,25 +82,36 @@ class ModeReplay:
     def summary(self) -> dict:
         n = self.stop_counts()
         q1, med, q3 = (float(v) for v in np.percentile(n, [25, 50, 75]))
-        return {"median": med, "q1": q1, "q3": q3, "min": float(n.min()), "max": float(n.max()),
-                "never": sum(s.n is None for s in self.stops),
-                "decided": sum(s.decided for s in self.stops), "fraction_of_N": med / self.n_questions}
+        return {
+            "median": med,
+            "q1": q1,
+            "q3": q3,
+            "min": float(n.min()),
+            "max": float(n.max()),
+            "never": sum(s.n is None for s in self.stops),
+            "decided": sum(s.decided for s in self.stops),
+            "fraction_of_N": med / self.n_questions,
+        }
 
     def to_dict(self, single: bool) -> dict:
-        return {"n_questions": self.n_questions, "n_repeats": self.n_repeats,
-                "full": self.full[0] if single else list(self.full),
-                "stops": [s.to_dict(single) for s in self.stops], "summary": self.summary()}
+        return {
+            "n_questions": self.n_questions,
+            "n_repeats": self.n_repeats,
+            "full": self.full[0] if single else list(self.full),
+            "stops": [s.to_dict(single) for s in self.stops],
+            "summary": self.summary(),
+        }
 
 
 @dataclass(frozen=True)
 class SequentialReplay:
     run: str
     models: tuple[str, ...]
-    pairs: tuple[str, ...]      # "A - B" per pair, engine.stats.sequential.pairs_of order
+    pairs: tuple[str, ...]  # "A - B" per pair, engine.stats.sequential.pairs_of order
     alpha: float
-    pair_alpha: float           # α/P
+    pair_alpha: float  # α/P
     rule: str
-    repeat: int | None          # None: the mean over the stored repeats
+    repeat: int | None  # None: the mean over the stored repeats
     seeds: tuple[int, ...]
     modes: tuple[ModeReplay, ...]
 
@@ -100,9 +120,17 @@ class SequentialReplay:
 
     def to_dict(self) -> dict:
         single = len(self.pairs) == 1
-        return {"run": self.run, "models": list(self.models), "pairs": list(self.pairs), "alpha": self.alpha,
-                "pair_alpha": self.pair_alpha, "stop": self.rule, "repeat": self.repeat, "seeds": list(self.seeds),
-                "modes": {m.mode: m.to_dict(single) for m in self.modes}}
+        return {
+            "run": self.run,
+            "models": list(self.models),
+            "pairs": list(self.pairs),
+            "alpha": self.alpha,
+            "pair_alpha": self.pair_alpha,
+            "stop": self.rule,
+            "repeat": self.repeat,
+            "seeds": list(self.seeds),
+            "modes": {m.mode: m.to_dict(single) for m in self.modes},
+        }
 
 
 def _choose_modes(present: list[str], mode: str) -> list[str]:
@@ -111,8 +139,10 @@ def _choose_modes(present: list[str], mode: str) -> list[str]:
     wanted = [m for m in MODES if m in present] if mode == "both" else [mode]
     missing = [m for m in wanted if m not in present]
     if missing or not wanted:
-        raise UserError(f"the run has no {', '.join(missing) or mode} scores; modes stored: "
-                        f"{', '.join(present) or '(none)'}")
+        raise UserError(
+            f"the run has no {', '.join(missing) or mode} scores; modes stored: "
+            f"{', '.join(present) or '(none)'}"
+        )
     return wanted
 
 
@@ -122,26 +152,37 @@ def _choose_models(stored: list[str], models: list[str] | None) -> list[str]:
     if unknown:
         raise UserError(f"unknown model {unknown[0]!r}; models in the run: {', '.join(sorted(stored))}")
     if len(set(chosen)) < 2:
-        raise UserError(f"a sequential comparison needs 2 or more models; got {', '.join(chosen) or '(none)'} "
-                        f"(models in the run: {', '.join(sorted(stored))})")
+        raise UserError(
+            f"a sequential comparison needs 2 or more models; got {', '.join(chosen) or '(none)'} "
+            f"(models in the run: {', '.join(sorted(stored))})"
+        )
     return chosen
 
 
-def mode_matrix(df, models: list[str], mode: str, repeat: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+def mode_matrix(
+    df, models: list[str], mode: str, repeat: int | None
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(prompt ids (Q,) sorted, scores (Q, k) per-question mean over repeats (or repeat R), repeats)
     on the questions every chosen model has in ``mode``."""
     sub = df[(df["mode"] == mode) & df["model"].isin(models)]
     reps = sorted(int(r) for r in sub["repeat"].unique())
     if repeat is not None:
         if repeat not in reps:
-            raise UserError(f"--repeat {repeat} is not stored in mode {mode}; repeats: "
-                            f"{reps[0]}..{reps[-1]}" if reps else f"--repeat {repeat}: mode {mode} has no scores")
+            raise UserError(
+                f"--repeat {repeat} is not stored in mode {mode}; repeats: {reps[0]}..{reps[-1]}"
+                if reps
+                else f"--repeat {repeat}: mode {mode} has no scores"
+            )
         sub = sub[sub["repeat"] == repeat]
     wide = sub.groupby(["prompt_id", "model"])["score"].mean().unstack("model").dropna()
     if wide.empty:
         raise UserError(f"no question has scores of every chosen model in mode {mode}")
     wide = wide.sort_index()
-    return wide.index.to_numpy(dtype=str), wide[models].to_numpy(dtype=float), 1 if repeat is not None else len(reps)
+    return (
+        wide.index.to_numpy(dtype=str),
+        wide[models].to_numpy(dtype=float),
+        1 if repeat is not None else len(reps),
+    )
 
 
 def replay_scores(scores: np.ndarray, order: np.ndarray, rule: StopRule, alpha: float, grid: int = 2001):
@@ -155,7 +196,7 @@ def replay_scores(scores: np.ndarray, order: np.ndarray, rule: StopRule, alpha: 
     s = scores[order]
     start, n, lo, up = 0, None, np.empty((0, len(pc.pairs))), np.empty((0, len(pc.pairs)))
     while start < N and n is None:
-        lo, up = pc.update(s[start:start + BLOCK])
+        lo, up = pc.update(s[start : start + BLOCK])
         n = first_stop(rule, lo, up, t0=start)
         start += lo.shape[0]
     at = (n if n is not None else N) - (start - lo.shape[0]) - 1  # row of the stop in the last block
@@ -178,23 +219,39 @@ def _stop(seed: int, scores: np.ndarray, rule: StopRule, alpha: float, grid: int
     a_pair = pair_alpha(alpha, k)
     ts = [t_interval(used[:, i] - used[:, j], a_pair) for i, j in pairs_of(k)]
     ranks = sequential_ranksets(low, high, k)
-    return SequentialStop(seed=seed, n=n, lower=tuple(float(v) for v in low), upper=tuple(float(v) for v in high),
-                          decided=bool(np.all((low > 0) | (high < 0))), missed=missed,
-                          t_low=tuple(t[1] for t in ts), t_high=tuple(t[2] for t in ts),
-                          ranksets=tuple((int(a), int(b)) for a, b in ranks))
+    return SequentialStop(
+        seed=seed,
+        n=n,
+        lower=tuple(float(v) for v in low),
+        upper=tuple(float(v) for v in high),
+        decided=bool(np.all((low > 0) | (high < 0))),
+        missed=missed,
+        t_low=tuple(t[1] for t in ts),
+        t_high=tuple(t[2] for t in ts),
+        ranksets=tuple((int(a), int(b)) for a, b in ranks),
+    )
 
 
-def sequential_replay(db: str | os.PathLike, run: str, models: list[str] | None = None, mode: str = "both",
-                      repeat: int | None = None, alpha: float = 0.05, seeds: list[int] | tuple[int, ...] = (0,),
-                      stop: str | StopRule = "decided", rule: str | None = None, grid: int = 2001) -> SequentialReplay:
+def sequential_replay(
+    db: str | os.PathLike,
+    run: str,
+    models: list[str] | None = None,
+    mode: str = "both",
+    repeat: int | None = None,
+    alpha: float = 0.05,
+    seeds: list[int] | tuple[int, ...] = (0,),
+    stop: str | StopRule = "decided",
+    rule: str | None = None,
+    grid: int = 2001,
+) -> SequentialReplay:
     """When could this stored run have stopped? (METHODS 8; see the module docstring.)
 
     Args:
         db, run: a scored run.  models: 2 or more (default: every model of the run; P pairs at α/P).
         mode: coupled | independent | both (both: the modes stored).  repeat: one stored repeat per
         question (as a live run with one repeat would see it); None: the mean over the stored repeats.
-        alpha: family level.  seeds: question orders (engine.stats.sequential.question_order).
-        stop: a StopRule or its text (decided | width:W | budget:N, comma-separated).  rule: scoring rule.
+        alpha: family level.  seeds: question orders (engine.stats.sequential.question_order). stop: a
+        StopRule or its text (decided | width:W | budget:N, comma-separated).  rule: scoring rule.
     Raises:
         UserError: one model, a missing mode, α outside (0, 1), a rule that cannot fire, unknown names.
     """
@@ -204,7 +261,9 @@ def sequential_replay(db: str | os.PathLike, run: str, models: list[str] | None 
         raise UserError("no seeds given; e.g. --seed 0 or --seeds 0..19")
     df = per_question_scores(db, run, rule)
     if df.empty:
-        raise UserError(f"run {run!r} has no scores; score it first (python -m engine score --run {run})")
+        raise UserError(
+            f"run {run!r} has no scores; score it first (python -m engine score --run {run})"
+        )
     chosen = _choose_models(sorted(str(m) for m in df["model"].unique()), models)
     wanted = _choose_modes(sorted(str(m) for m in df["mode"].unique()), mode)
     out = []
@@ -212,15 +271,30 @@ def sequential_replay(db: str | os.PathLike, run: str, models: list[str] | None 
         _, S, reps = mode_matrix(df, chosen, m, repeat)
         srule.check(S.shape[0])
         full = tuple(float(np.mean(S[:, i] - S[:, j])) for i, j in pairs_of(len(chosen)))
-        out.append(ModeReplay(mode=m, n_questions=S.shape[0], n_repeats=reps, full=full,
-                              stops=tuple(_stop(int(sd), S, srule, alpha, grid) for sd in seeds)))
-    return SequentialReplay(run=run, models=tuple(chosen), pairs=tuple(f"{chosen[i]} - {chosen[j]}"
-                                                                       for i, j in pairs_of(len(chosen))),
-                            alpha=alpha, pair_alpha=pair_alpha(alpha, len(chosen)), rule=str(srule),
-                            repeat=repeat, seeds=tuple(int(s) for s in seeds), modes=tuple(out))
+        out.append(
+            ModeReplay(
+                mode=m,
+                n_questions=S.shape[0],
+                n_repeats=reps,
+                full=full,
+                stops=tuple(_stop(int(sd), S, srule, alpha, grid) for sd in seeds),
+            )
+        )
+    return SequentialReplay(
+        run=run,
+        models=tuple(chosen),
+        pairs=tuple(f"{chosen[i]} - {chosen[j]}" for i, j in pairs_of(len(chosen))),
+        alpha=alpha,
+        pair_alpha=pair_alpha(alpha, len(chosen)),
+        rule=str(srule),
+        repeat=repeat,
+        seeds=tuple(int(s) for s in seeds),
+        modes=tuple(out),
+    )
 
 
 # ----------------------------------------------------------------------------- one order's path (charts)
+
 
 @dataclass(frozen=True)
 class SequentialPath:
@@ -230,13 +304,13 @@ class SequentialPath:
     pair: str
     seed: int
     N: int
-    n_stop: int | None          # the stop rule's first firing (None: never)
-    t: tuple[int, ...]          # question counts shown (a log-spaced subset of 1..N, the stop included)
-    lower: tuple[float, ...]    # CS (running intersection) at those counts, Δ scale; lower > upper
-                                # from where the sequence missed (probability <= alpha)
+    n_stop: int | None  # the stop rule's first firing (None: never)
+    t: tuple[int, ...]  # question counts shown (a log-spaced subset of 1..N, the stop included)
+    lower: tuple[float, ...]  # CS (running intersection) at those counts, Δ scale; lower > upper
+    # from where the sequence missed (probability <= alpha)
     upper: tuple[float, ...]
-    full: float                 # Δ_N (NaN for a live run: not known before the end)
-    state: str                  # "decided: A > B at question 412 of 14,042" | "undecided: Δ in [−0.02, 0.03]"
+    full: float  # Δ_N (NaN for a live run: not known before the end)
+    state: str  # "decided: A > B at question 412 of 14,042" | "undecided: Δ in [−0.02, 0.03]"
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self).items()}
@@ -250,7 +324,10 @@ def _shown(N: int, n_stop: int | None, points: int = 400) -> np.ndarray:
 def state_text(model_a: str, model_b: str, lo: float, up: float, n: int | None, N: int) -> str:
     """The one-line state of a pair's sequence at its stop (or at the last question seen)."""
     if lo > up:
-        return f"missed: the running intersection is empty at question {n or N:,} (a miss, probability <= alpha)"
+        return (
+            f"missed: the running intersection is empty at question {n or N:,} "
+            "(a miss, probability <= alpha)"
+        )
     if n is not None and lo > 0:
         return f"decided: {model_a} > {model_b} at question {n:,} of {N:,}"
     if n is not None and up < 0:
@@ -258,9 +335,18 @@ def state_text(model_a: str, model_b: str, lo: float, up: float, n: int | None, 
     return f"undecided: Δ in [{lo:+.3f}, {up:+.3f}]" + (f" at question {n:,} of {N:,}" if n else "")
 
 
-def sequential_paths(db: str | os.PathLike, run: str, model_a: str, model_b: str, mode: str = "both",
-                     repeat: int | None = None, alpha: float = 0.05, seed: int = 0, stop: str = "decided",
-                     rule: str | None = None) -> tuple[SequentialPath, ...]:
+def sequential_paths(
+    db: str | os.PathLike,
+    run: str,
+    model_a: str,
+    model_b: str,
+    mode: str = "both",
+    repeat: int | None = None,
+    alpha: float = 0.05,
+    seed: int = 0,
+    stop: str = "decided",
+    rule: str | None = None,
+) -> tuple[SequentialPath, ...]:
     """Per mode, the CS of A − B after every question of order ``seed`` (the whole path to N)."""
     alpha, srule = check_alpha(alpha), StopRule.parse(stop)
     df = per_question_scores(db, run, rule)
@@ -277,14 +363,25 @@ def sequential_paths(db: str | os.PathLike, run: str, model_a: str, model_b: str
         n = first_stop(srule.check(N), lo, up)
         t = _shown(N, n)
         at = (n or N) - 1
-        out.append(SequentialPath(m, f"{model_a} - {model_b}", int(seed), N, n, tuple(int(x) for x in t),
-                                  tuple(float(x) for x in lo[t - 1]), tuple(float(x) for x in up[t - 1]),
-                                  float(d.mean()), state_text(model_a, model_b, float(lo[at]), float(up[at]),
-                                                              n if n else None, N)))
+        out.append(
+            SequentialPath(
+                m,
+                f"{model_a} - {model_b}",
+                int(seed),
+                N,
+                n,
+                tuple(int(x) for x in t),
+                tuple(float(x) for x in lo[t - 1]),
+                tuple(float(x) for x in up[t - 1]),
+                float(d.mean()),
+                state_text(model_a, model_b, float(lo[at]), float(up[at]), n if n else None, N),
+            )
+        )
     return tuple(out)
 
 
 # ----------------------------------------------------------------------------- a live --until run
+
 
 def sequential_runs(db: str | os.PathLike) -> list[str]:
     """Runs started with ``generate --until``, newest first (the Generate page's live chart)."""
@@ -296,8 +393,8 @@ def sequential_runs(db: str | os.PathLike) -> list[str]:
 def _live_scores(db: str | os.PathLike, run: str):
     """A ``generate --until`` run's stored facts and its per-mode score matrices in the stored order:
     (seq config, order, models in the run's order, [(mode, M (seen, k), seen)]), modes with no scored
-    question left out. The one read behind :func:`live_paths` and :func:`live_stop`, so the live chart and
-    the stop agree (same models, same order, same joint stop)."""
+    question left out. The one read behind :func:`live_paths` and :func:`live_stop`, so the live chart
+    and the stop agree (same models, same order, same joint stop)."""
     from engine.store.runs import run_record
 
     cfg = run_record(db, run).config
@@ -337,10 +434,20 @@ def live_paths(db: str | os.PathLike, run: str, pair: int = 0) -> tuple[Sequenti
         n = first_stop(rule, lo_all, up_all)
         lo, up = lo_all[:, pair], up_all[:, pair]
         at = (n or seen) - 1
-        out.append(SequentialPath(m, f"{names[i]} - {names[j]}", int(seq["order_seed"]), len(order), n,
-                                  tuple(range(1, seen + 1)), tuple(float(x) for x in lo), tuple(float(x) for x in up),
-                                  math.nan,  # Δ_N is not known before the end
-                                  state_text(names[i], names[j], float(lo[at]), float(up[at]), n or seen, len(order))))
+        out.append(
+            SequentialPath(
+                m,
+                f"{names[i]} - {names[j]}",
+                int(seq["order_seed"]),
+                len(order),
+                n,
+                tuple(range(1, seen + 1)),
+                tuple(float(x) for x in lo),
+                tuple(float(x) for x in up),
+                math.nan,  # Δ_N is not known before the end
+                state_text(names[i], names[j], float(lo[at]), float(up[at]), n or seen, len(order)),
+            )
+        )
     return tuple(out)
 
 
@@ -349,13 +456,13 @@ class LiveModeStop:
     """One mode of a ``generate --until`` run at its stop (or at the last question scored)."""
 
     mode: str
-    n_seen: int                 # questions of the stored order scored in this mode
-    n_stop: int | None          # the stop rule's first firing (None: not met in the questions seen)
-    lower: tuple[float, ...]    # per pair, the CS at the stop (or at n_seen); Δ scale, α/P per pair
+    n_seen: int  # questions of the stored order scored in this mode
+    n_stop: int | None  # the stop rule's first firing (None: not met in the questions seen)
+    lower: tuple[float, ...]  # per pair, the CS at the stop (or at n_seen); Δ scale, α/P per pair
     upper: tuple[float, ...]
-    decided: bool               # every pair's CS excludes 0 there
-    missed: bool                # a pair's running intersection is empty there (probability <= α)
-    t_low: tuple[float, ...]    # fixed-n t interval at α/P on the same questions: NOT valid for the stop
+    decided: bool  # every pair's CS excludes 0 there
+    missed: bool  # a pair's running intersection is empty there (probability <= α)
+    t_low: tuple[float, ...]  # fixed-n t interval at α/P on the same questions: NOT valid for the stop
     t_high: tuple[float, ...]
     ranksets: tuple[tuple[int, int], ...]
 
@@ -371,15 +478,19 @@ class LiveStop:
     alpha: float
     pair_alpha: float
     mode_stop: str
-    models: tuple[str, ...]     # the run's model order (pairs: pairs_of over it)
+    models: tuple[str, ...]  # the run's model order (pairs: pairs_of over it)
     pairs: tuple[str, ...]
     modes: tuple[LiveModeStop, ...]
 
     def to_dict(self) -> dict:
         out = {k: v for k, v in vars(self).items() if k != "modes"}
-        return {**{k: list(v) if isinstance(v, tuple) else v for k, v in out.items()},
-                "modes": {m.mode: {k: list(v) if isinstance(v, tuple) else v for k, v in vars(m).items()}
-                          for m in self.modes}}
+        return {
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in out.items()},
+            "modes": {
+                m.mode: {k: list(v) if isinstance(v, tuple) else v for k, v in vars(m).items()}
+                for m in self.modes
+            },
+        }
 
 
 def live_stop(db: str | os.PathLike, run: str) -> LiveStop:
@@ -401,10 +512,29 @@ def live_stop(db: str | os.PathLike, run: str) -> LiveStop:
         low, high = lo[(n or seen) - 1], up[(n or seen) - 1]
         used = M[: n or seen]
         ts = [t_interval(used[:, i] - used[:, j], a_pair) for i, j in pairs_of(k)]
-        out.append(LiveModeStop(m, seen, n, tuple(float(v) for v in low), tuple(float(v) for v in high),
-                                bool(np.all((low > 0) | (high < 0))), bool(np.any(low > high)),
-                                tuple(t[1] for t in ts), tuple(t[2] for t in ts),
-                                tuple((int(a), int(b)) for a, b in sequential_ranksets(low, high, k))))
-    return LiveStop(run, len(order), int(seq["order_seed"]), str(srule), alpha, a_pair,
-                    str(seq.get("mode_stop", "coupled")), tuple(names),
-                    tuple(f"{names[i]} - {names[j]}" for i, j in pairs_of(k)), tuple(out))
+        out.append(
+            LiveModeStop(
+                m,
+                seen,
+                n,
+                tuple(float(v) for v in low),
+                tuple(float(v) for v in high),
+                bool(np.all((low > 0) | (high < 0))),
+                bool(np.any(low > high)),
+                tuple(t[1] for t in ts),
+                tuple(t[2] for t in ts),
+                tuple((int(a), int(b)) for a, b in sequential_ranksets(low, high, k)),
+            )
+        )
+    return LiveStop(
+        run,
+        len(order),
+        int(seq["order_seed"]),
+        str(srule),
+        alpha,
+        a_pair,
+        str(seq.get("mode_stop", "coupled")),
+        tuple(names),
+        tuple(f"{names[i]} - {names[j]}" for i, j in pairs_of(k)),
+        tuple(out),
+    )

@@ -1,5 +1,5 @@
-"""The typed results of the win-rate analysis (:mod:`engine.analysis.winrates`): frozen dataclasses
-that the CLI, the pages and the tests read by attribute; ``to_dict()`` gives the ``winrates --json`` keys."""
+"""The typed results of the win-rate analysis (:mod:`engine.analysis.winrates`): frozen dataclasses that
+the CLI, the pages and the tests read by attribute; ``to_dict()`` gives the ``winrates --json`` keys."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ class AverageWinRate(ToDict):
 
 @dataclass(frozen=True)
 class BradleyTerry(ToDict):
-    """Davidson (ties) Bradley-Terry strengths β with cluster-bootstrap CIs, ranks and rank-sets per model."""
+    """Davidson (ties) Bradley-Terry strengths β with cluster-bootstrap CIs, ranks and rank-sets per
+    model."""
 
     model: str
     beta: dict[str, float]

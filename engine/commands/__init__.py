@@ -6,6 +6,27 @@ Command modules import heavy layers (torch, pandas, the analyses) inside ``run``
 building the parser stays cheap.
 """
 
-COMMANDS = ("benchmark_compare", "multigen", "import_", "generate", "export", "info", "datasets", "models",
-            "ranksets", "winrates", "score", "judge", "cluster", "comparisons", "summary", "db", "accuracy_ranks",
-            "judge_audit", "run_ranksets", "sequential", "report", "label")
+COMMANDS = (
+    "benchmark_compare",
+    "multigen",
+    "import_",
+    "generate",
+    "export",
+    "info",
+    "datasets",
+    "models",
+    "ranksets",
+    "winrates",
+    "score",
+    "judge",
+    "cluster",
+    "comparisons",
+    "summary",
+    "db",
+    "accuracy_ranks",
+    "judge_audit",
+    "run_ranksets",
+    "sequential",
+    "report",
+    "label",
+)

@@ -17,6 +17,7 @@ def add_db(p, help: str | None = "database file (default: %(default)s)") -> None
 
 def _json_default(o):
     import numpy as np
+
     if isinstance(o, np.generic):
         return o.item()
     if isinstance(o, np.ndarray):
@@ -73,11 +74,18 @@ def read_text_file(path: str, what: str) -> str:
 
 # --------------------------------------------------------------------------- human summaries
 
+
 def add_output_args(p) -> None:
     """--json (full result on stdout) and --out FILE (full result to a file); default: a summary."""
-    p.add_argument("--json", action="store_true", help="print the full result as JSON instead of the summary")
-    p.add_argument("--out", metavar="FILE", help="write the full result as JSON to FILE (the summary still prints); "
-                                                 "'-': the JSON to stdout, as --json")
+    p.add_argument(
+        "--json", action="store_true", help="print the full result as JSON instead of the summary"
+    )
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the full result as JSON to FILE (the summary still prints); "
+        "'-': the JSON to stdout, as --json",
+    )
 
 
 def _strict_json(obj) -> str:
@@ -138,9 +146,15 @@ def table(rows: list[dict], columns: list[str] | None = None, digits: int = 3) -
 
 
 def add_run_label_args(p, judge_help: str) -> None:
-    """--run, --judge, --human SET, --mode: a judged run and its human labels (judge-audit, run-ranksets)."""
+    """--run, --judge, --human SET, --mode: a judged run and its human labels (judge-audit,
+    run-ranksets)."""
     p.add_argument("--run", required=True)
     p.add_argument("--judge", required=True, help=judge_help)
-    p.add_argument("--human", metavar="SET", help="the comparison set with the human labels (default: every set "
-                                                  "whose meta names the run)")
-    p.add_argument("--mode", default=None, choices=("coupled", "independent"), help="default: both modes")
+    p.add_argument(
+        "--human",
+        metavar="SET",
+        help="the comparison set with the human labels (default: every set whose meta names the run)",
+    )
+    p.add_argument(
+        "--mode", default=None, choices=("coupled", "independent"), help="default: both modes"
+    )

@@ -8,12 +8,19 @@ from engine.commands._common import add_db
 
 def add_source(p) -> None:
     src = p.add_argument_group("comparisons (one source)")
-    src.add_argument("--comparisons", metavar="FILE",
-                     help="CSV with model_a, model_b, human_winner, judge_winner (+ optional prompt_id); "
-                          "winners a, b, tie, or empty for no label")
+    src.add_argument(
+        "--comparisons",
+        metavar="FILE",
+        help="CSV with model_a, model_b, human_winner, judge_winner (+ optional prompt_id); "
+        "winners a, b, tie, or empty for no label",
+    )
     src.add_argument("--human", metavar="FILE", help="Chatbot Arena JSON lines with the human labels")
-    src.add_argument("--judge", metavar="FILE", help="Chatbot Arena JSON lines with the judge labels (line-aligned)")
-    src.add_argument("--set", dest="set_name", metavar="NAME", help="a comparison set stored in the database")
+    src.add_argument(
+        "--judge", metavar="FILE", help="Chatbot Arena JSON lines with the judge labels (line-aligned)"
+    )
+    src.add_argument(
+        "--set", dest="set_name", metavar="NAME", help="a comparison set stored in the database"
+    )
     add_db(src, "database for --set")
     p.add_argument("--models", help="comma-separated models to keep (only comparisons between them)")
 
@@ -26,5 +33,12 @@ def models_arg(args) -> list[str] | None:
 
 def load(args):
     from engine.analysis.comparisons import load_comparisons
-    return load_comparisons(args.comparisons, human=args.human, judge=args.judge, db=args.db,
-                                       set_name=args.set_name, models=models_arg(args))
+
+    return load_comparisons(
+        args.comparisons,
+        human=args.human,
+        judge=args.judge,
+        db=args.db,
+        set_name=args.set_name,
+        models=models_arg(args),
+    )

@@ -58,28 +58,40 @@ def parse_judge_spec(spec: str) -> JudgeSpec:
     head, sep, rest = spec.partition(":")
     if sep and head.isidentifier() and "/" not in head:
         if head not in PROVIDERS:
-            raise UserError(f"unknown judge provider {head!r} in --judge {spec!r}; allowed: "
-                            f"{', '.join(p + ':' for p in PROVIDERS)} or a local model name")
+            raise UserError(
+                f"unknown judge provider {head!r} in --judge {spec!r}; allowed: "
+                f"{', '.join(p + ':' for p in PROVIDERS)} or a local model name"
+            )
         if not rest.strip():
             raise UserError(f"--judge {spec!r} names no model after '{head}:'")
         return JudgeSpec(head, rest.strip())
     return JudgeSpec("local", spec)
 
 
-def model_complete_fn(name: str, *, max_new_tokens: int = 8, batch_size: int = 16, seed: int = 0) -> LocalJudgeFn:
+def model_complete_fn(
+    name: str, *, max_new_tokens: int = 8, batch_size: int = 16, seed: int = 0
+) -> LocalJudgeFn:
     """Greedy completion with a local model our transformers loop runs (``engine.models``)."""
     from engine import generation, models  # heavy imports only when a real model judges
 
     lm = models.load_model(name)
 
     def complete(messages_list: list[list[dict]]) -> list[str]:
-        return generation.complete(lm, messages_list, max_new_tokens=max_new_tokens, temperature=0.0,
-                                   seed=seed, batch_size=batch_size)
+        return generation.complete(
+            lm,
+            messages_list,
+            max_new_tokens=max_new_tokens,
+            temperature=0.0,
+            seed=seed,
+            batch_size=batch_size,
+        )
 
     return LocalJudgeFn(complete, resolved_model(name))
 
 
-def vllm_complete_fn(model: str, *, max_new_tokens: int = 8, engine_kwargs: dict | None = None) -> LocalJudgeFn:
+def vllm_complete_fn(
+    model: str, *, max_new_tokens: int = 8, engine_kwargs: dict | None = None
+) -> LocalJudgeFn:
     """Greedy completion on our vLLM backend: one request per comparison, the whole batch handed to
     vLLM at once (its scheduler batches them), prefix caching on (the shared system prompt and the
     question are computed once). The coupled-noise processor is idle: these requests carry no keys.
@@ -89,7 +101,9 @@ def vllm_complete_fn(model: str, *, max_new_tokens: int = 8, engine_kwargs: dict
     from engine.generation.prompts import chat_text
     from engine.generation.vllm_backend import VllmBackend
 
-    backend = VllmBackend(model, engine_kwargs=vllm_engine_args() if engine_kwargs is None else engine_kwargs)
+    backend = VllmBackend(
+        model, engine_kwargs=vllm_engine_args() if engine_kwargs is None else engine_kwargs
+    )
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=int(max_new_tokens))

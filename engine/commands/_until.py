@@ -24,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
-from engine.stats.sequential import PairwiseCS, StopRule, check_alpha, first_stop, pairs_of, question_order
+from engine.stats.sequential import (
+    PairwiseCS,
+    StopRule,
+    check_alpha,
+    first_stop,
+    pairs_of,
+    question_order,
+)
 
 MODE_STOPS = ("coupled", "each")
 DEFAULT_ROUND = 256
@@ -33,9 +40,9 @@ DEFAULT_ROUND = 256
 @dataclass(frozen=True)
 class ModeProgress:
     mode: str
-    n_seen: int                 # questions generated and scored in this mode
-    n_stop: int | None          # first question count at which the rule held (None: not yet)
-    lower: np.ndarray           # (n_seen, P) CS after each question, Δ scale (running intersection)
+    n_seen: int  # questions generated and scored in this mode
+    n_stop: int | None  # first question count at which the rule held (None: not yet)
+    lower: np.ndarray  # (n_seen, P) CS after each question, Δ scale (running intersection)
     upper: np.ndarray
     current: tuple[tuple[float, float], ...]  # per pair, the interval to show now (never empty)
     units: int
@@ -61,17 +68,34 @@ class UntilResult:
     modes: tuple[ModeProgress, ...]
 
     def to_dict(self) -> dict:
-        out: dict[str, Any] = {"run_id": self.run_id, "N": self.N, "order_seed": self.order_seed, "stop": self.rule,
-               "alpha": self.alpha, "mode_stop": self.mode_stop, "models": list(self.models),
-               "pairs": list(self.pairs), "repeats": self.repeats, "rounds": self.rounds, "modes": {}}
+        out: dict[str, Any] = {
+            "run_id": self.run_id,
+            "N": self.N,
+            "order_seed": self.order_seed,
+            "stop": self.rule,
+            "alpha": self.alpha,
+            "mode_stop": self.mode_stop,
+            "models": list(self.models),
+            "pairs": list(self.pairs),
+            "repeats": self.repeats,
+            "rounds": self.rounds,
+            "modes": {},
+        }
         for m in self.modes:
             lo, up = m.at_stop()
             full_units = self.N * len(self.models) * self.repeats
             out["modes"][m.mode] = {
-                "questions_used": m.n_seen, "n": m.n_stop, "decided": bool(np.all((lo > 0) | (up < 0))),
-                "lower": lo.tolist(), "upper": up.tolist(), "current": [list(c) for c in m.current],
-                "units": m.units, "tokens": m.tokens, "full_run_units": full_units,
-                "full_run_tokens_estimate": round(m.tokens * self.N / max(m.n_seen, 1))}
+                "questions_used": m.n_seen,
+                "n": m.n_stop,
+                "decided": bool(np.all((lo > 0) | (up < 0))),
+                "lower": lo.tolist(),
+                "upper": up.tolist(),
+                "current": [list(c) for c in m.current],
+                "units": m.units,
+                "tokens": m.tokens,
+                "full_run_units": full_units,
+                "full_run_tokens_estimate": round(m.tokens * self.N / max(m.n_seen, 1)),
+            }
         return out
 
 
@@ -81,20 +105,34 @@ def scoring_rule_for(dataset, rule: str | None) -> str:
     from engine.tasks.scoring import default_rule
 
     if dataset.kind == "prompts":
-        raise UserError(f"dataset {dataset.dataset_id!r} has no automatic scoring rule (open prompts, no gold "
-                        "answers): --until needs every question scored inside the loop")
+        raise UserError(
+            f"dataset {dataset.dataset_id!r} has no automatic scoring rule (open prompts, no gold "
+            "answers): --until needs every question scored inside the loop"
+        )
     no_gold = [p.prompt_id for p in dataset.prompts if p.gold in (None, "")]
     if no_gold:
-        raise UserError(f"--until needs a gold answer for every question; {len(no_gold)} have none "
-                        f"(e.g. {no_gold[0]!r})")
+        raise UserError(
+            f"--until needs a gold answer for every question; {len(no_gold)} have none "
+            f"(e.g. {no_gold[0]!r})"
+        )
     rule = rule or default_rule(dataset.kind, dataset.dataset_id)
     if rule not in RULES:
         raise UserError(f"unknown scoring rule {rule!r}; allowed: {', '.join(RULES)}")
     return rule
 
 
-def mode_progress(db, run_id: str, order: Sequence[str], names: Sequence[str], mode: str, score_rule: str,
-                  alpha: float, stop: StopRule, n_seen: int, N: int) -> ModeProgress:
+def mode_progress(
+    db,
+    run_id: str,
+    order: Sequence[str],
+    names: Sequence[str],
+    mode: str,
+    score_rule: str,
+    alpha: float,
+    stop: StopRule,
+    n_seen: int,
+    N: int,
+) -> ModeProgress:
     """Rebuild one mode's pairwise CSs from the stored scores of the first ``n_seen`` questions."""
     from engine.store.generations import per_model_counts
     from engine.store.scores import per_question_scores
@@ -104,19 +142,45 @@ def mode_progress(db, run_id: str, order: Sequence[str], names: Sequence[str], m
     wide = df.groupby(["prompt_id", "model"])["score"].mean().unstack("model")
     M = wide.reindex(index=list(order[:n_seen]), columns=list(names)).to_numpy(dtype=float)
     if np.isnan(M).any():
-        raise RuntimeError(f"{int(np.isnan(M).any(axis=1).sum())} of the first {n_seen} questions have no "
-                           f"score in mode {mode}")
+        raise RuntimeError(
+            f"{int(np.isnan(M).any(axis=1).sum())} of the first {n_seen} questions have no "
+            f"score in mode {mode}"
+        )
     pc = PairwiseCS(len(names), N, alpha=alpha)
     lo, up = pc.update(M)
     counts = [c for c in per_model_counts(db, run_id) if c.mode == mode]
-    return ModeProgress(mode, n_seen, first_stop(stop, lo, up), lo, up, tuple(c.current for c in pc.cs),
-                        sum(c.units for c in counts), sum(c.tokens for c in counts))
+    return ModeProgress(
+        mode,
+        n_seen,
+        first_stop(stop, lo, up),
+        lo,
+        up,
+        tuple(c.current for c in pc.cs),
+        sum(c.units for c in counts),
+        sum(c.tokens for c in counts),
+    )
 
 
-def run_until(db: str | os.PathLike, model_names: Sequence, dataset, repeats: int, modes: Sequence[str],
-              seed: int, cfg, *, stop: StopRule, alpha: float = 0.05, score_rule: str | None = None,
-              mode_stop: str = "coupled", round_size: int = DEFAULT_ROUND, executor=None, show_bar: bool = True,
-              progress_file=None, _after_chunk=None, **plan_kw) -> UntilResult:
+def run_until(
+    db: str | os.PathLike,
+    model_names: Sequence,
+    dataset,
+    repeats: int,
+    modes: Sequence[str],
+    seed: int,
+    cfg,
+    *,
+    stop: StopRule,
+    alpha: float = 0.05,
+    score_rule: str | None = None,
+    mode_stop: str = "coupled",
+    round_size: int = DEFAULT_ROUND,
+    executor=None,
+    show_bar: bool = True,
+    progress_file=None,
+    _after_chunk=None,
+    **plan_kw,
+) -> UntilResult:
     """Generate and score in rounds until ``stop`` holds (see the module docstring).
 
     ``plan_kw``: the remaining arguments of engine.generation.run.plan_run (run_id, resume, device,
@@ -137,9 +201,21 @@ def run_until(db: str | os.PathLike, model_names: Sequence, dataset, repeats: in
     N = len(pids)
     stop.check(N)
     order = [pids[i] for i in question_order(N, seed)]
-    plan = replace(plan, config={**plan.config, "sequential": {
-        "until": str(stop), "alpha": alpha, "mode_stop": mode_stop, "round_size": round_size,
-        "score_rule": score_rule, "order_seed": seed, "order": order}})
+    plan = replace(
+        plan,
+        config={
+            **plan.config,
+            "sequential": {
+                "until": str(stop),
+                "alpha": alpha,
+                "mode_stop": mode_stop,
+                "round_size": round_size,
+                "score_rule": score_rule,
+                "order_seed": seed,
+                "order": order,
+            },
+        },
+    )
     primary = "coupled" if "coupled" in plan.modes else plan.modes[0]
     active, ends, state = list(plan.modes), dict.fromkeys(plan.modes, 0), {}
     end = rounds = 0
@@ -151,14 +227,26 @@ def run_until(db: str | os.PathLike, model_names: Sequence, dataset, repeats: in
             ends[m] = end
         _store_progress(plan, ends, score_rule)
         for m in active:
-            state[m] = mode_progress(db, plan.run_id, order, plan.names, m, score_rule, alpha, stop, end, N)
+            state[m] = mode_progress(
+                db, plan.run_id, order, plan.names, m, score_rule, alpha, stop, end, N
+            )
         if mode_stop == "each":
             active = [m for m in active if state[m].n_stop is None and end < N]
         elif state[primary].n_stop is not None or end >= N:
             active = []
-    return UntilResult(plan.run_id, N, seed, str(stop), alpha, mode_stop, tuple(plan.names),
-                       tuple(f"{plan.names[i]} - {plan.names[j]}" for i, j in pairs_of(len(plan.names))),
-                       repeats, rounds, tuple(state[m] for m in plan.modes))
+    return UntilResult(
+        plan.run_id,
+        N,
+        seed,
+        str(stop),
+        alpha,
+        mode_stop,
+        tuple(plan.names),
+        tuple(f"{plan.names[i]} - {plan.names[j]}" for i, j in pairs_of(len(plan.names))),
+        repeats,
+        rounds,
+        tuple(state[m] for m in plan.modes),
+    )
 
 
 def _store_progress(plan, ends: dict, score_rule: str) -> None:
@@ -171,18 +259,25 @@ def _store_progress(plan, ends: dict, score_rule: str) -> None:
 
 
 def summary_text(r: UntilResult) -> str:
-    lines = [f"run {r.run_id}: sequential (--until {r.rule}, alpha {r.alpha:g}; stop on "
-             f"{'each mode' if r.mode_stop == 'each' else 'the coupled mode'}), {r.rounds} round(s), "
-             f"question order seed {r.order_seed}"]
+    lines = [
+        f"run {r.run_id}: sequential (--until {r.rule}, alpha {r.alpha:g}; stop on "
+        f"{'each mode' if r.mode_stop == 'each' else 'the coupled mode'}), {r.rounds} round(s), "
+        f"question order seed {r.order_seed}"
+    ]
     for m in r.modes:
         lo, up = m.at_stop()
         cs = "; ".join(f"{p}: [{a:+.4f}, {b:+.4f}]" for p, a, b in zip(r.pairs, lo, up))
         decided = bool(np.all((lo > 0) | (up < 0)))
-        head = (f"stopped at question {m.n_stop:,} of {r.N:,}" if m.n_stop is not None
-                else f"rule not met after {m.n_seen:,} of {r.N:,} questions")
+        head = (
+            f"stopped at question {m.n_stop:,} of {r.N:,}"
+            if m.n_stop is not None
+            else f"rule not met after {m.n_seen:,} of {r.N:,} questions"
+        )
         full_units = r.N * len(r.models) * r.repeats
         lines.append(f"  {m.mode}: {head} ({'decided' if decided else 'undecided'}); CS {cs}")
-        lines.append(f"    questions used: {m.n_seen:,} of {r.N:,} ({m.n_seen / r.N:.1%}); {m.units:,} generations, "
-                     f"{m.tokens:,} tokens; the full run would have cost {full_units:,} generations "
-                     f"(~{round(m.tokens * r.N / max(m.n_seen, 1)):,} tokens at this rate)")
+        lines.append(
+            f"    questions used: {m.n_seen:,} of {r.N:,} ({m.n_seen / r.N:.1%}); {m.units:,} "
+            f"generations, {m.tokens:,} tokens; the full run would have cost {full_units:,} generations "
+            f"(~{round(m.tokens * r.N / max(m.n_seen, 1)):,} tokens at this rate)"
+        )
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""``python -m engine comparisons list | delete NAME | export NAME | from-judge``: stored comparison sets."""
+"""``python -m engine comparisons list | delete NAME | export NAME | from-judge``: stored comparison
+sets."""
 
 from __future__ import annotations
 
@@ -43,8 +44,11 @@ def register(sub) -> None:
 
 def run_list(args) -> int:
     from engine.tasks.comparisons import list_comparison_sets
+
     if not Path(args.db).exists():
-        raise UserError(f"database not found: {args.db} (import a comparison set or run a generation first)")
+        raise UserError(
+            f"database not found: {args.db} (import a comparison set or run a generation first)"
+        )
     df = list_comparison_sets(args.db)
     rows = df.to_dict("records")
     for r in rows:
@@ -52,18 +56,24 @@ def run_list(args) -> int:
         for k, v in r.items():  # timestamps -> text, so --json stays strict JSON
             if hasattr(v, "isoformat"):
                 r[k] = v.isoformat(sep=" ", timespec="seconds")
-    cols = [c for c in ("name", "n_rows", "n_models", "n_human", "n_judge", "created_at", "source") if c in df.columns]
+    cols = [
+        c
+        for c in ("name", "n_rows", "n_models", "n_human", "n_judge", "created_at", "source")
+        if c in df.columns
+    ]
     return emit(args, rows, lambda: table(rows, cols) if rows else "no comparison sets stored")
 
 
 def run_delete(args) -> int:
     from engine.tasks.comparisons import delete_comparison_set
+
     res = {"deleted": args.name, "n_rows": delete_comparison_set(args.db, args.name)}
     return emit(args, res, f"deleted comparison set {args.name} ({res['n_rows']:,} rows)")
 
 
 def run_export(args) -> int:
     from engine.tasks.comparisons import export_comparison_set
+
     out = None if args.out in (None, "-") else args.out
     text = export_comparison_set(args.db, args.name, out)
     if out:
@@ -75,8 +85,14 @@ def run_export(args) -> int:
 
 def run_from_judge(args) -> int:
     from engine.tasks.judge import judgments_to_set
-    res = judgments_to_set(args.db, args.run, args.judge, args.mode, args.name,
-                           combine=args.combine, replace=args.replace)
-    return emit(args, res, f"{'replaced' if res['replaced'] else 'stored'} comparison set {res['name']}: "
-                           f"{res['n_rows']:,} rows from judge {args.judge} on run {args.run} ({args.mode}), "
-                           f"{res['n_unlabelled']:,} without a label")
+
+    res = judgments_to_set(
+        args.db, args.run, args.judge, args.mode, args.name, combine=args.combine, replace=args.replace
+    )
+    return emit(
+        args,
+        res,
+        f"{'replaced' if res['replaced'] else 'stored'} comparison set {res['name']}: "
+        f"{res['n_rows']:,} rows from judge {args.judge} on run {args.run} ({args.mode}), "
+        f"{res['n_unlabelled']:,} without a label",
+    )

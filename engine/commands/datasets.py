@@ -8,10 +8,16 @@ from engine.tasks import datasets
 
 
 def register(sub) -> None:
-    d = sub.add_parser("datasets", help="list the built-in datasets, or check and summarise a dataset file")
-    d.add_argument("dataset", nargs="?", default=None,
-                   help="built-in name, NAME:subject, a CSV/JSONL/TXT file, a folder of MMLU CSVs, or "
-                        "hf:REPO[:CONFIG][:SPLIT] (a hub id or a folder in the hub layout)")
+    d = sub.add_parser(
+        "datasets", help="list the built-in datasets, or check and summarise a dataset file"
+    )
+    d.add_argument(
+        "dataset",
+        nargs="?",
+        default=None,
+        help="built-in name, NAME:subject, a CSV/JSONL/TXT file, a folder of MMLU CSVs, or "
+        "hf:REPO[:CONFIG][:SPLIT] (a hub id or a folder in the hub layout)",
+    )
     d.add_argument("--subject", default=None)
     d.add_argument("--limit", type=int, default=None)
     add_column_args(d)
@@ -20,10 +26,13 @@ def register(sub) -> None:
 
 
 def add_column_args(p) -> None:
-    """--prompt-column/--answer-column/--choices-column/--id-column for hf: layouts the registry does not know."""
+    """--prompt-column/--answer-column/--choices-column/--id-column for hf: layouts the registry does not
+    know."""
     g = p.add_argument_group("hf: datasets of a layout the registry does not know")
     g.add_argument("--prompt-column", default=None, help="the question / prompt text")
-    g.add_argument("--answer-column", default=None, help="gold answer: an option index or letter, or a number")
+    g.add_argument(
+        "--answer-column", default=None, help="gold answer: an option index or letter, or a number"
+    )
     g.add_argument("--choices-column", default=None, help="a list of options (multiple choice)")
     g.add_argument("--id-column", default=None, help="the dataset's own id (default: a content hash)")
 
@@ -31,6 +40,7 @@ def add_column_args(p) -> None:
 def columns_from_args(args):
     """The Columns of the four flags (None when none is given)."""
     from engine.tasks.hf_datasets import Columns
+
     cols = Columns(args.prompt_column, args.answer_column, args.choices_column, args.id_column)
     return cols if cols.given() else None
 
@@ -44,18 +54,29 @@ def dataset_summary(ds: datasets.Dataset) -> dict:
             subjects[p.subject] = subjects.get(p.subject, 0) + 1
         if p.gold is not None and ds.kind == "multiple_choice":
             golds[p.gold] = golds.get(p.gold, 0) + 1
-    return {"dataset_id": ds.dataset_id, "kind": ds.kind, "source": ds.source, "n_prompts": len(ds),
-            "subjects": subjects, "gold_counts": dict(sorted(golds.items())),
-            "system_prompt": ds.system_prompt,
-            "first_prompt": ds.prompts[0].user_prompt if ds.prompts else None}
+    return {
+        "dataset_id": ds.dataset_id,
+        "kind": ds.kind,
+        "source": ds.source,
+        "n_prompts": len(ds),
+        "subjects": subjects,
+        "gold_counts": dict(sorted(golds.items())),
+        "system_prompt": ds.system_prompt,
+        "first_prompt": ds.prompts[0].user_prompt if ds.prompts else None,
+    }
 
 
 def run(args) -> int:
     if args.dataset is None:
         data = [dataset_summary(datasets.load_dataset(n)) for n in datasets.list_datasets()]
     else:
-        data = [dataset_summary(datasets.load_dataset(args.dataset, limit=args.limit, subject=args.subject,
-                                                      columns=columns_from_args(args)))]
+        data = [
+            dataset_summary(
+                datasets.load_dataset(
+                    args.dataset, limit=args.limit, subject=args.subject, columns=columns_from_args(args)
+                )
+            )
+        ]
     return emit(args, data if args.dataset is None else data[0], lambda: summary(data))
 
 

@@ -14,7 +14,9 @@ def register(sub) -> None:
     add_db(c)
     add_output_args(c)
     c.set_defaults(func=run_check)
-    m = dsub.add_parser("migrate", help="back the file up, then migrate it to the current schema in one transaction")
+    m = dsub.add_parser(
+        "migrate", help="back the file up, then migrate it to the current schema in one transaction"
+    )
     add_db(m)
     add_output_args(m)
     m.set_defaults(func=run_migrate)
@@ -22,21 +24,26 @@ def register(sub) -> None:
 
 def run_check(args) -> int:
     from engine import store
+
     res = store.describe(args.db)
 
     def summary() -> str:
         rows = [{"table": t, "rows": n} for t, n in res["tables"].items()]
         return res["message"] + ("\n" + table(rows) if rows else "")
+
     emit(args, res, summary)
     return 0 if res["status"] in ("current", "empty", "missing") else 1
 
 
 def run_migrate(args) -> int:
     from engine import store
+
     res = store.migrate(args.db)
     if res["backup"] is None:
         text = f"database {res['db']}: already at schema version {res['to_version']}, nothing to do"
     else:
-        text = (f"database {res['db']}: migrated from schema version {res['from_version']} to {res['to_version']} "
-                f"(backup: {res['backup']})")
+        text = (
+            f"database {res['db']}: migrated from schema version {res['from_version']} to "
+            f"{res['to_version']} (backup: {res['backup']})"
+        )
     return emit(args, res, text)

@@ -16,13 +16,18 @@ def register(sub) -> None:
     parser = sub.add_parser("export", help="export stored data to files")
     exp = parser.add_subparsers(dest="export_command", metavar="WHAT")
     exp.required = True
-    q = exp.add_parser("generations", help="generations as CSV or Parquet, to a file (generations-RUN.csv by default)")
+    q = exp.add_parser(
+        "generations", help="generations as CSV or Parquet, to a file (generations-RUN.csv by default)"
+    )
     add_db(q, None)
     q.add_argument("--format", default="csv", help="csv or parquet")
     q.add_argument("--run", default=None, help="only this run id")
-    q.add_argument("--out", default=None,
-                   help="output file (default: generations-RUN.csv or .parquet in the current folder, never "
-                        "overwriting one); '-' writes CSV to stdout")
+    q.add_argument(
+        "--out",
+        default=None,
+        help="output file (default: generations-RUN.csv or .parquet in the current folder, never "
+        "overwriting one); '-' writes CSV to stdout",
+    )
     q.set_defaults(func=run)
 
 
@@ -39,6 +44,7 @@ def default_out(run: str | None, fmt: str, folder: Path | None = None) -> Path:
 
 def run(args) -> int:
     from engine import store
+
     if args.format not in EXPORT_FORMATS:
         raise UserError(f"unknown format {args.format!r}; allowed: {', '.join(EXPORT_FORMATS)}")
     if args.format == "parquet" and args.out == "-":

@@ -14,6 +14,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from engine import store
+
     counts = store.table_counts(args.db)
-    return emit(args, counts, lambda: f"database {args.db}\n"
-                + table([{"table": k, "rows": v} for k, v in counts.items()]))
+    return emit(
+        args,
+        counts,
+        lambda: f"database {args.db}\n" + table([{"table": k, "rows": v} for k, v in counts.items()]),
+    )

@@ -21,27 +21,51 @@ EXT = {"html": "html", "md": "md", "latex": "tex", "csv": "csv"}
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="one self-contained HTML report (or paper tables) of a run or comparison set; "
-                                      "given lm-eval / Inspect logs, imports them first")
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="lm-eval output folders / results_*.json or Inspect .eval/.json logs: imported as one run "
-                        "(several paths = several models, paired by sample id), then reported")
+    p = sub.add_parser(
+        "report",
+        help="one self-contained HTML report (or paper tables) of a run or comparison set; "
+        "given lm-eval / Inspect logs, imports them first",
+    )
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="lm-eval output folders / results_*.json or Inspect .eval/.json logs: imported as one run "
+        "(several paths = several models, paired by sample id), then reported",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--run", help="a scored run in the database")
     src.add_argument("--set", dest="set_name", metavar="NAME", help="a stored comparison set")
     add_db(p)
-    p.add_argument("--out", metavar="FILE", help="where to write (default: a name that says what it is, e.g. "
-                                                 "report_run-RUN_A_vs_B_DATE.html, in the current folder)")
-    p.add_argument("--format", default="html", choices=FORMATS,
-                   help="html: the whole report (default); md, latex, csv: its headline and per-model tables")
-    p.add_argument("--models", help="comma-separated models to feature (the first two are the headline pair)")
-    p.add_argument("--alpha", type=float, default=0.05, help="error level of the rank-sets and tests (default 0.05)")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="where to write (default: a name that says what it is, e.g. "
+        "report_run-RUN_A_vs_B_DATE.html, in the current folder)",
+    )
+    p.add_argument(
+        "--format",
+        default="html",
+        choices=FORMATS,
+        help="html: the whole report (default); md, latex, csv: its headline and per-model tables",
+    )
+    p.add_argument(
+        "--models", help="comma-separated models to feature (the first two are the headline pair)"
+    )
+    p.add_argument(
+        "--alpha", type=float, default=0.05, help="error level of the rank-sets and tests (default 0.05)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of every resampling (default 0)")
-    p.add_argument("--label", choices=config.RANK_LABELS, help="--set: whose labels (default: human when present)")
+    p.add_argument(
+        "--label", choices=config.RANK_LABELS, help="--set: whose labels (default: human when present)"
+    )
     p.add_argument("--name", help="PATHs: the run id of the import (default: harness-<task>)")
-    p.add_argument("--images", action="store_true",
-                   help="also embed a static PNG of each figure for readers without JavaScript (needs kaleido and "
-                        "Chromium; slower). Without it every figure is followed by the table of its numbers")
+    p.add_argument(
+        "--images",
+        action="store_true",
+        help="also embed a static PNG of each figure for readers without JavaScript (needs kaleido and "
+        "Chromium; slower). Without it every figure is followed by the table of its numbers",
+    )
     p.set_defaults(func=run)
 
 
@@ -51,9 +75,12 @@ def _source(args) -> tuple[str | None, str | None]:
         if args.run or args.set_name:
             raise UserError("give log PATHs or --run / --set, not both")
         from engine.tasks.harness_import import import_harness
+
         res = import_harness(args.db, args.paths, name=args.name)
-        print(f"imported {res.n_generations:,} samples of {len(res.models)} model(s) from {res.harness} into "
-              f"{args.db} as run {res.run_id}")
+        print(
+            f"imported {res.n_generations:,} samples of {len(res.models)} model(s) from {res.harness} "
+            f"into {args.db} as run {res.run_id}"
+        )
         return res.run_id, None
     if not (args.run or args.set_name):
         raise UserError("nothing to report: give --run RUN, --set NAME, or lm-eval / Inspect log PATHs")
@@ -64,20 +91,38 @@ def run(args) -> int:
     from engine.report.build import report_file_name, run_report, set_report
     from engine.report.paper import paper_text
     from engine.report.render_html import report_html
+
     t0 = time.perf_counter()
     run_id, set_name = _source(args)
     models = csv_list(args.models)
     if set_name:
-        rep = set_report(args.db, set_name, label=args.label, alpha=args.alpha, seed=args.seed, models=models,
-                         db_label=args.db)
+        rep = set_report(
+            args.db,
+            set_name,
+            label=args.label,
+            alpha=args.alpha,
+            seed=args.seed,
+            models=models,
+            db_label=args.db,
+        )
     else:
         assert run_id is not None
-        rep = run_report(args.db, run_id, models=models, alpha=args.alpha, seed=args.seed, db_label=args.db)
-    text = report_html(rep, images=args.images) if args.format == "html" else paper_text(rep, args.format)
-    out = Path(args.out) if args.out else Path(report_file_name(run_id, set_name, rep.models, EXT[args.format]))
+        rep = run_report(
+            args.db, run_id, models=models, alpha=args.alpha, seed=args.seed, db_label=args.db
+        )
+    text = (
+        report_html(rep, images=args.images) if args.format == "html" else paper_text(rep, args.format)
+    )
+    out = (
+        Path(args.out)
+        if args.out
+        else Path(report_file_name(run_id, set_name, rep.models, EXT[args.format]))
+    )
     if out.parent and not out.parent.exists():
         raise UserError(f"--out folder does not exist: {out.parent}")
     out.write_text(text, encoding="utf-8")
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {len(rep.sections)} sections, {rep.n_figures} figures) "
-          f"in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {len(rep.sections)} sections, {rep.n_figures} "
+        f"figures) in {time.perf_counter() - t0:.1f} s"
+    )
     return 0

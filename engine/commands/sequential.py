@@ -9,27 +9,58 @@ from engine.errors import UserError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sequential", help="replay a stored run as an anytime-valid sequential evaluation: "
-                                          "when each stop rule fires, coupled vs independent")
+    p = sub.add_parser(
+        "sequential",
+        help="replay a stored run as an anytime-valid sequential evaluation: "
+        "when each stop rule fires, coupled vs independent",
+    )
     add_db(p)
     p.add_argument("--run", required=True)
     p.add_argument("--model-a", default=None, help="first model of the pair (with --model-b)")
     p.add_argument("--model-b", default=None)
-    p.add_argument("--models", default=None, help="comma-separated models (2 or more; one CS per pair at "
-                                                  "alpha/P); default: every model of the run")
-    p.add_argument("--mode", default="both", choices=("coupled", "independent", "both"),
-                   help="noise mode(s) to replay (both: the modes the run has; default: %(default)s)")
-    p.add_argument("--repeat", type=int, default=None, metavar="R",
-                   help="use one stored repeat per question, as a live run with --repeats 1 would see it "
-                        "(default: the mean over the stored repeats)")
-    p.add_argument("--alpha", type=float, default=0.05, help="the CS holds at every question simultaneously "
-                                                             "with probability >= 1 - alpha (default: %(default)s)")
+    p.add_argument(
+        "--models",
+        default=None,
+        help="comma-separated models (2 or more; one CS per pair at "
+        "alpha/P); default: every model of the run",
+    )
+    p.add_argument(
+        "--mode",
+        default="both",
+        choices=("coupled", "independent", "both"),
+        help="noise mode(s) to replay (both: the modes the run has; default: %(default)s)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        metavar="R",
+        help="use one stored repeat per question, as a live run with --repeats 1 would see it "
+        "(default: the mean over the stored repeats)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="the CS holds at every question simultaneously "
+        "with probability >= 1 - alpha (default: %(default)s)",
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--seed", type=int, default=None, help="seed of the random question order (default: 0)")
-    g.add_argument("--seeds", default=None, metavar="A..B", help="several orders: a range 0..19 or a list 0,3,7")
-    p.add_argument("--stop", default="decided", help="stop rule: decided | width:W | budget:N, comma-separated "
-                                                     "(the first that holds stops; default: %(default)s)")
-    p.add_argument("--rule", default=None, help="scoring rule (default: the run's only rule; harness for imports)")
+    g.add_argument(
+        "--seed", type=int, default=None, help="seed of the random question order (default: 0)"
+    )
+    g.add_argument(
+        "--seeds", default=None, metavar="A..B", help="several orders: a range 0..19 or a list 0,3,7"
+    )
+    p.add_argument(
+        "--stop",
+        default="decided",
+        help="stop rule: decided | width:W | budget:N, comma-separated "
+        "(the first that holds stops; default: %(default)s)",
+    )
+    p.add_argument(
+        "--rule", default=None, help="scoring rule (default: the run's only rule; harness for imports)"
+    )
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -47,7 +78,9 @@ def parse_seeds(seed: int | None, seeds: str | None) -> list[int]:
             return list(range(a, b + 1))
         return [int(v) for v in csv_list(text) or []]
     except ValueError:
-        raise UserError(f"bad --seeds {seeds!r}; allowed: a range like 0..19 or a list like 0,3,7") from None
+        raise UserError(
+            f"bad --seeds {seeds!r}; allowed: a range like 0..19 or a list like 0,3,7"
+        ) from None
 
 
 def _models(args) -> list[str] | None:
@@ -61,29 +94,52 @@ def _models(args) -> list[str] | None:
 
 
 def summary_text(res) -> str:
-    head = (f"sequential replay  run {res.run}  {', '.join(res.pairs)}  stop {res.rule}  alpha {res.alpha:g}"
-            + (f" (per pair {res.pair_alpha:.4g})" if len(res.pairs) > 1 else "")
-            + f"  {'repeat ' + str(res.repeat) if res.repeat is not None else 'mean over repeats'}")
+    head = (
+        f"sequential replay  run {res.run}  {', '.join(res.pairs)}  stop {res.rule}  alpha {res.alpha:g}"
+        + (f" (per pair {res.pair_alpha:.4g})" if len(res.pairs) > 1 else "")
+        + f"  {'repeat ' + str(res.repeat) if res.repeat is not None else 'mean over repeats'}"
+    )
     lines = [head, ""]
     rows = []
     for m in res.modes:
         sm = m.summary()
         for s in m.stops:
-            rows.append({"mode": m.mode, "seed": s.seed, "stop at": s.n if s.n is not None else f"never ({m.n_questions})",
-                         "of N": m.n_questions, "CS": "; ".join(f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(s.lower, s.upper))
-                         + (" (missed: current C_t)" if s.missed else ""),
-                         "decided": s.decided, "full-run diff": "; ".join(f"{v:+.4f}" for v in m.full),
-                         "t interval (not valid for stopping)": "; ".join(f"[{lo:+.4f}, {hi:+.4f}]"
-                                                                          for lo, hi in zip(s.t_low, s.t_high))})
-        lines.append(f"{m.mode}: median stop {sm['median']:g} of {m.n_questions:,} questions "
-                     f"({sm['fraction_of_N']:.2%}), quartiles [{sm['q1']:g}, {sm['q3']:g}], "
-                     f"decided in {sm['decided']} of {len(m.stops)} orders")
+            rows.append(
+                {
+                    "mode": m.mode,
+                    "seed": s.seed,
+                    "stop at": s.n if s.n is not None else f"never ({m.n_questions})",
+                    "of N": m.n_questions,
+                    "CS": "; ".join(f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(s.lower, s.upper))
+                    + (" (missed: current C_t)" if s.missed else ""),
+                    "decided": s.decided,
+                    "full-run diff": "; ".join(f"{v:+.4f}" for v in m.full),
+                    "t interval (not valid for stopping)": "; ".join(
+                        f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(s.t_low, s.t_high)
+                    ),
+                }
+            )
+        lines.append(
+            f"{m.mode}: median stop {sm['median']:g} of {m.n_questions:,} questions "
+            f"({sm['fraction_of_N']:.2%}), quartiles [{sm['q1']:g}, {sm['q3']:g}], "
+            f"decided in {sm['decided']} of {len(m.stops)} orders"
+        )
     lines += ["", table(rows, digits=4)]
     return "\n".join(lines)
 
 
 def run(args) -> int:
     from engine.analysis.sequential import sequential_replay
-    res = sequential_replay(args.db, args.run, models=_models(args), mode=args.mode, repeat=args.repeat,
-                            alpha=args.alpha, seeds=parse_seeds(args.seed, args.seeds), stop=args.stop, rule=args.rule)
+
+    res = sequential_replay(
+        args.db,
+        args.run,
+        models=_models(args),
+        mode=args.mode,
+        repeat=args.repeat,
+        alpha=args.alpha,
+        seeds=parse_seeds(args.seed, args.seeds),
+        stop=args.stop,
+        rule=args.rule,
+    )
     return emit(args, res.to_dict(), lambda: summary_text(res))

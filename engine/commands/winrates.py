@@ -14,20 +14,40 @@ if TYPE_CHECKING:
 
 
 def register(sub) -> None:
-    q = sub.add_parser("winrates", help="win-rates, average win-rates, Bradley-Terry (Davidson) and Elo, "
-                                        "prompt-clustered intervals")
+    q = sub.add_parser(
+        "winrates",
+        help="win-rates, average win-rates, Bradley-Terry (Davidson) and Elo, "
+        "prompt-clustered intervals",
+    )
     add_source(q)
-    q.add_argument("--label", default=None, choices=config.RANK_LABELS,
-                   help="whose labels to use (default: human when the comparisons have human labels, else judge)")
-    q.add_argument("--compare", metavar="FILE",
-                   help="a second CSV on the same prompts (e.g. verdicts on the independent generations): per pair, "
-                        "the win-rate difference by a t test paired by prompt, Westfall-Young max-T adjusted")
-    q.add_argument("--bootstrap", type=int, default=1000,
-                   help="prompt-cluster bootstrap resamples for every interval (default 1000)")
+    q.add_argument(
+        "--label",
+        default=None,
+        choices=config.RANK_LABELS,
+        help="whose labels to use (default: human when the comparisons have human labels, else judge)",
+    )
+    q.add_argument(
+        "--compare",
+        metavar="FILE",
+        help="a second CSV on the same prompts (e.g. verdicts on the independent generations): per "
+        "pair, the win-rate difference by a t test paired by prompt, Westfall-Young max-T adjusted",
+    )
+    q.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        help="prompt-cluster bootstrap resamples for every interval (default 1000)",
+    )
     q.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the rank-set draws")
-    q.add_argument("--alpha", type=float, default=0.05, help="1 - level of the rank-sets behind the rank column")
-    q.add_argument("--procedure", default="maxt", choices=config.RANK_PROCEDURES,
-                   help="rank-set procedure for the rank column: maxt (simultaneous, default), marginal, chi2")
+    q.add_argument(
+        "--alpha", type=float, default=0.05, help="1 - level of the rank-sets behind the rank column"
+    )
+    q.add_argument(
+        "--procedure",
+        default="maxt",
+        choices=config.RANK_PROCEDURES,
+        help="rank-set procedure for the rank column: maxt (simultaneous, default), marginal, chi2",
+    )
     add_output_args(q)
     q.set_defaults(func=run)
 
@@ -35,27 +55,52 @@ def register(sub) -> None:
 def run(args) -> int:
     from engine.analysis.comparisons import read_comparisons_file
     from engine.analysis.winrates import default_label, winrates_for
+
     df = load(args)
     other = read_comparisons_file(args.compare) if args.compare else None
     label = args.label or default_label(df)
-    res = winrates_for(df, label, seed=args.seed, reps=args.bootstrap, models=models_arg(args), compare=other,
-                       alpha=args.alpha, procedure=args.procedure, group="this file",
-                       compare_group=args.compare or "other")
+    res = winrates_for(
+        df,
+        label,
+        seed=args.seed,
+        reps=args.bootstrap,
+        models=models_arg(args),
+        compare=other,
+        alpha=args.alpha,
+        procedure=args.procedure,
+        group="this file",
+        compare_group=args.compare or "other",
+    )
     return emit(args, res.to_dict(), lambda: summary(res))
 
 
 def summary(res: WinRates) -> str:
     """The ``winrates`` CLI's human summary: clustering note, average win-rates with CIs and rank-sets,
     BT and Elo, the paired comparison's significant pairs, position bias, warnings."""
-    lines = [f"win-rates · {res.label} labels · {res.n:,} comparisons, {len(res.models)} models · "
-             f"{res.clustering}", f"CIs: {res.ci_method}", f"rank: {res.rank_method}", ""]
+    lines = [
+        f"win-rates · {res.label} labels · {res.n:,} comparisons, {len(res.models)} models · "
+        f"{res.clustering}",
+        f"CIs: {res.ci_method}",
+        f"rank: {res.rank_method}",
+        "",
+    ]
     rows: list[dict[str, Any]] = []
     bt, elo = res.bradley_terry, res.elo
     for m in res.models:
         a = res.average[m]
-        rows.append({"rank": a.rank, "model": m, "rank_set": f"{a.rank_set[0]}-{a.rank_set[1]}",
-                     "avg_winrate": a.winrate, "ci_low": a.ci[0], "ci_high": a.ci[1],
-                     "bt_beta": bt.beta[m], "bt_low": bt.ci[m][0], "bt_high": bt.ci[m][1]})
+        rows.append(
+            {
+                "rank": a.rank,
+                "model": m,
+                "rank_set": f"{a.rank_set[0]}-{a.rank_set[1]}",
+                "avg_winrate": a.winrate,
+                "ci_low": a.ci[0],
+                "ci_high": a.ci[1],
+                "bt_beta": bt.beta[m],
+                "bt_low": bt.ci[m][0],
+                "bt_high": bt.ci[m][1],
+            }
+        )
         if elo is not None:
             rows[-1].update({"elo": elo.rating[m], "elo_low": elo.ci[m][0], "elo_high": elo.ci[m][1]})
     rows.sort(key=lambda r: (r["rank"], -(r["avg_winrate"] if r["avg_winrate"] is not None else -1)))
@@ -63,12 +108,18 @@ def summary(res: WinRates) -> str:
     lines.append(f"tie rate {res.tie_rate:.3f}")
     pb = res.position_bias
     if pb:
-        lines.append(f"position bias ({pb.n_judgements:,} judgements in both orders): verdict flips with the "
-                     f"order {pb.flip_rate:.3f}; first-shown output wins {pb.first_win_share:.3f} of decisive "
-                     f"verdicts [{pb.first_win_low:.3f}, {pb.first_win_high:.3f}]")
+        lines.append(
+            f"position bias ({pb.n_judgements:,} judgements in both orders): verdict flips with the "
+            f"order {pb.flip_rate:.3f}; first-shown output wins {pb.first_win_share:.3f} of decisive "
+            f"verdicts [{pb.first_win_low:.3f}, {pb.first_win_high:.3f}]"
+        )
     if res.compare:
-        sig = [{"pair": f"{m} > {m2}", "diff": v.diff, "p": v.p, "p_maxt": v.p_maxt, "stars": v.stars}
-               for m, opp in res.compare.items() for m2, v in opp.items() if v.stars]
+        sig = [
+            {"pair": f"{m} > {m2}", "diff": v.diff, "p": v.p, "p_maxt": v.p_maxt, "stars": v.stars}
+            for m, opp in res.compare.items()
+            for m2, v in opp.items()
+            if v.stars
+        ]
         lines += ["", res.compare_test or ""]
         lines.append(table(sig) if sig else "no pair differs at max-T adjusted p < 0.05")
     for w in res.warnings:

@@ -21,5 +21,20 @@ from engine.generation.run import code_version, run_generation, run_id_for
 from engine.generation.types import Backend, GenConfig, GenResult, Unit, as_units
 from engine.store.runs import run_settings
 
-__all__ = ["Backend", "GenConfig", "GenResult", "Unit", "as_units", "iter_generate", "stream_units", "generate_units",
-           "complete", "run_generation", "run_id_for", "chat_text", "prompt_messages", "code_version", "run_settings"]
+__all__ = [
+    "Backend",
+    "GenConfig",
+    "GenResult",
+    "Unit",
+    "as_units",
+    "iter_generate",
+    "stream_units",
+    "generate_units",
+    "complete",
+    "run_generation",
+    "run_id_for",
+    "chat_text",
+    "prompt_messages",
+    "code_version",
+    "run_settings",
+]

@@ -5,8 +5,8 @@ written, and the factories that load a model into a :class:`~engine.generation.t
 * ``vllm`` -- vLLM with the keyed-Gumbel logits processor (:mod:`.vllm_backend`); needs the vLLM
   venv (scripts/install_vllm.sh). Imported only when chosen.
 
-Every check here reads configs and package metadata only, never weights, so a bad choice costs
-one line and nothing is written to the run (a refusal after the run row exists would leave a run that never ran).
+Every check here reads configs and package metadata only, never weights, so a bad choice costs one line
+and nothing is written to the run (a refusal after the run row exists would leave a run that never ran).
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ def check_backend(backend: str) -> str:
         raise UserError(f"unknown backend {backend!r}; allowed: {', '.join(config.BACKENDS)}")
     if backend == "vllm":
         from engine.generation.vllm_checks import check_vllm_version, installed_vllm_version
+
         return check_vllm_version(installed_vllm_version())
     import transformers
+
     return str(transformers.__version__)
 
 
@@ -87,8 +89,10 @@ def check_run(backend: str, model_list: list, cfg: GenConfig, tensor_parallel: i
     if isinstance(tensor_parallel, bool) or not isinstance(tensor_parallel, int) or tensor_parallel < 1:
         raise UserError(f"tensor_parallel must be an integer >= 1, got {tensor_parallel!r}")
     if tensor_parallel != 1 and backend != "vllm":
-        raise UserError(f"tensor_parallel={tensor_parallel} needs a backend with tensor parallelism: --backend "
-                        f"vllm; the {backend} backend runs each model on one device (allowed: 1)")
+        raise UserError(
+            f"tensor_parallel={tensor_parallel} needs a backend with tensor parallelism: --backend "
+            f"vllm; the {backend} backend runs each model on one device (allowed: 1)"
+        )
     version = check_backend(backend)
     if backend == "vllm":
         vllm_engine_args(tensor_parallel)  # $COUPLED_EVAL_VLLM_ARGS: parsed and checked before any write
@@ -96,24 +100,32 @@ def check_run(backend: str, model_list: list, cfg: GenConfig, tensor_parallel: i
         name = m if isinstance(m, str) else m.name
         if backend == "vllm":
             from engine.generation.vllm_checks import check_model
+
             check_model(m if isinstance(m, str) else getattr(m, "source", name))
         ctx, vocab = model_limits(m)
         cfg.check_model_limits(name, ctx, vocab)
     return version
 
 
-def _hf_factory(model: Any, *, device: str | None = None, tensor_parallel: int = 1,
-                dtype: str | None = None) -> Backend:
+def _hf_factory(
+    model: Any, *, device: str | None = None, tensor_parallel: int = 1, dtype: str | None = None
+) -> Backend:
     from engine import models
     from engine.generation.hf import HFBackend
 
     if tensor_parallel != 1:
-        raise UserError(f"the hf backend runs one device per model; tensor_parallel={tensor_parallel} "
-                        "needs --backend vllm on GPUs")
-    return HFBackend(models.load_model(model, device=device, dtype=dtype) if isinstance(model, str) else model)
+        raise UserError(
+            f"the hf backend runs one device per model; tensor_parallel={tensor_parallel} "
+            "needs --backend vllm on GPUs"
+        )
+    return HFBackend(
+        models.load_model(model, device=device, dtype=dtype) if isinstance(model, str) else model
+    )
 
 
-VLLM_ARGS_ENV = "COUPLED_EVAL_VLLM_ARGS"  # JSON object of further vllm.LLM arguments (forwarded to Ray replicas)
+VLLM_ARGS_ENV = (
+    "COUPLED_EVAL_VLLM_ARGS"  # JSON object of further vllm.LLM arguments (forwarded to Ray replicas)
+)
 
 
 def vllm_engine_args(tensor_parallel: int = 1) -> dict:
@@ -128,7 +140,9 @@ def vllm_engine_args(tensor_parallel: int = 1) -> dict:
     except ValueError as exc:
         raise UserError(f"${VLLM_ARGS_ENV} is not valid JSON ({exc}): {raw[:80]!r}") from exc
     if not isinstance(kw, dict):
-        raise UserError(f"${VLLM_ARGS_ENV} must be a JSON object of vllm.LLM arguments, got {raw[:80]!r}")
+        raise UserError(
+            f"${VLLM_ARGS_ENV} must be a JSON object of vllm.LLM arguments, got {raw[:80]!r}"
+        )
     if "tensor_parallel_size" in kw:
         raise UserError(f"set tensor parallelism with --tensor-parallel, not in ${VLLM_ARGS_ENV}")
     if tensor_parallel != 1:
@@ -136,8 +150,9 @@ def vllm_engine_args(tensor_parallel: int = 1) -> dict:
     return check_engine_kwargs(kw)
 
 
-def _vllm_factory(model: Any, *, device: str | None = None, tensor_parallel: int = 1,
-                  dtype: str | None = None) -> Backend:
+def _vllm_factory(
+    model: Any, *, device: str | None = None, tensor_parallel: int = 1, dtype: str | None = None
+) -> Backend:
     from engine.generation.vllm_backend import VllmBackend
 
     if not isinstance(model, str):
@@ -151,8 +166,14 @@ def _vllm_factory(model: Any, *, device: str | None = None, tensor_parallel: int
 FACTORIES: dict[str, Callable[..., Backend]] = {"hf": _hf_factory, "vllm": _vllm_factory}
 
 
-def load_backend(backend: str, model: Any, *, device: str | None = None, tensor_parallel: int = 1,
-                 dtype: str | None = None) -> Backend:
+def load_backend(
+    backend: str,
+    model: Any,
+    *,
+    device: str | None = None,
+    tensor_parallel: int = 1,
+    dtype: str | None = None,
+) -> Backend:
     """``model`` (a name/path, or a LoadedModel for "hf") loaded into the chosen backend."""
     if backend not in FACTORIES:
         raise UserError(f"unknown backend {backend!r}; allowed: {', '.join(config.BACKENDS)}")

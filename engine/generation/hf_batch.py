@@ -34,9 +34,9 @@ class Row:
     """Host-side state of one batch row: its unit and what it has generated so far."""
 
     unit: Unit
-    ids: list = field(default_factory=list)        # per step: chosen token, its probability,
-    probs: list = field(default_factory=list)      # the top-k alternatives, their probabilities
-    top_ids: list = field(default_factory=list)    # and Gumbel values
+    ids: list = field(default_factory=list)  # per step: chosen token, its probability,
+    probs: list = field(default_factory=list)  # the top-k alternatives, their probabilities
+    top_ids: list = field(default_factory=list)  # and Gumbel values
     top_probs: list = field(default_factory=list)
     top_g: list = field(default_factory=list)
     finish: str = "length"
@@ -74,7 +74,11 @@ class BatchState:
 
     def kept(self) -> torch.Tensor:
         """(k,) indices of the live rows."""
-        return self.live.nonzero().squeeze(1) if self.n_live else torch.zeros(0, dtype=torch.long, device=self.dev)
+        return (
+            self.live.nonzero().squeeze(1)
+            if self.n_live
+            else torch.zeros(0, dtype=torch.long, device=self.dev)
+        )
 
     def free(self) -> torch.Tensor:
         """(f,) indices of the finished rows still in the batch."""
@@ -108,19 +112,30 @@ class BatchState:
         if self.cache is None:
             self.cache = pre.container  # the container; its layers are replaced here
         old = self.cache.layers if nk else None
-        self.cache.layers = pack(old, keep, W, W + 3 * self.cfg.max_new_tokens,
-                                 [(pre.kv[p][0], r[0], r[-1] + 1) for p, r in rows_of.items()])
+        self.cache.layers = pack(
+            old,
+            keep,
+            W,
+            W + 3 * self.cfg.max_new_tokens,
+            [(pre.kv[p][0], r[0], r[-1] + 1) for p, r in rows_of.items()],
+        )
         # the decode loop rebuilds the mask from lens; this one keeps the mask consistent
         self.mask = (torch.arange(W, device=dev)[None, :] >= (W - lens)[:, None]).long()  # (b', W)
         new_logits = torch.stack([pre.kv[p][1] for p, _, _ in new]) if new else None
-        self.logits = torch.cat([t for t in (self.logits[keep] if nk else None, new_logits) if t is not None])
+        self.logits = torch.cat(
+            [t for t in (self.logits[keep] if nk else None, new_logits) if t is not None]
+        )
         nkeys, nseed = unit_tensors(new, dev)
         zero = torch.zeros(len(new), dtype=torch.long, device=dev)
 
         def cat(a, b):
             return torch.cat([a[keep], b]) if nk else b
 
-        self.keys, self.seed_t, self.step_t = cat(self.keys, nkeys), cat(self.seed_t, nseed), cat(self.step_t, zero)
+        self.keys, self.seed_t, self.step_t = (
+            cat(self.keys, nkeys),
+            cat(self.seed_t, nseed),
+            cat(self.step_t, zero),
+        )
         self.last_pos, self.lens = cat(self.last_pos, new_lp - 1), lens
         self.live = torch.ones(nk + len(new), dtype=torch.bool, device=dev)
         self.rows = [self.rows[i] for i in keep.tolist()] + [Row(u) for u in new]
@@ -136,7 +151,7 @@ class BatchState:
     def place(self, new: list[Unit], slots: torch.Tensor, pre: PrefillCache) -> None:
         """Units take the places of finished rows: their prompt KV is written into those rows of
         the running buffers (no re-pack), right-aligned with the others at column n."""
-        slots = slots[:len(new)]
+        slots = slots[: len(new)]
         groups: dict[str, list[int]] = {}
         for j, (p, _, _) in enumerate(new):
             groups.setdefault(p, []).append(j)
@@ -155,9 +170,28 @@ class BatchState:
     def select(self, keep: torch.Tensor) -> None:
         """Drop finished rows in place (static batches: the cache's own row selection)."""
         self.cache.batch_select_indices(keep)
-        self.logits, self.mask, self.lens, self.keys, self.seed_t, self.step_t, self.last_pos, self.live = (
-            t[keep] for t in (self.logits, self.mask, self.lens, self.keys, self.seed_t, self.step_t,
-                              self.last_pos, self.live))
+        (
+            self.logits,
+            self.mask,
+            self.lens,
+            self.keys,
+            self.seed_t,
+            self.step_t,
+            self.last_pos,
+            self.live,
+        ) = (
+            t[keep]
+            for t in (
+                self.logits,
+                self.mask,
+                self.lens,
+                self.keys,
+                self.seed_t,
+                self.step_t,
+                self.last_pos,
+                self.live,
+            )
+        )
         self.rows = [self.rows[i] for i in keep.tolist()]
 
     # ---- decoding
@@ -182,9 +216,11 @@ class BatchState:
             if not live_h[j]:  # finished earlier, still in the batch until its row is reused
                 continue
             row = self.rows[r]
-            row.ids.append(host[0][j]); row.probs.append(host[1][j])
+            row.ids.append(host[0][j])
+            row.probs.append(host[1][j])
             if k:
-                row.top_ids.append(host[2][j]); row.top_probs.append(host[3][j])
+                row.top_ids.append(host[2][j])
+                row.top_probs.append(host[3][j])
                 if host[4] is not None:
                     row.top_g.append(host[4][j])
             if done_h[j]:
@@ -211,17 +247,17 @@ class Continuous:
             # in place while every new prompt fits left of column n and the buffers have T columns
             # left; else one re-pack
             slots = st.free()  # (f,)
-            take = todo[:len(slots)]
+            take = todo[: len(slots)]
             if st.fits(take, self.pre):
                 st.place(take, slots, self.pre)
             else:
                 take = todo[:free]
                 st.repack(keep, take, self.pre)
-            del todo[:len(take)]
+            del todo[: len(take)]
         elif todo and (n_live == 0 or free * 4 >= self.bs):
             take = todo[:free]
             st.repack(keep, take, self.pre)
-            del todo[:len(take)]
+            del todo[: len(take)]
         elif st.rows and (len(st.rows) - n_live) * 4 >= len(st.rows):
             st.repack(keep, [], self.pre)
 
@@ -230,17 +266,18 @@ class Continuous:
         their prompt's logits (written into ``nxt``), so that the next forward computes no row for
         a finished unit. Returns the rows that finished at once (a one-token answer)."""
         slots = st.free()  # (f,)
-        take = todo[:len(slots)]
+        take = todo[: len(slots)]
         if not (take and st.fits(take, self.pre)):
             return []
         st.place(take, slots, self.pre)
-        del todo[:len(take)]
-        idx = slots[:len(take)]
+        del todo[: len(take)]
+        idx = slots[: len(take)]
         nxt[idx], finished = st.sample(idx)
         return finished
 
     def attention_mask(self, st: BatchState) -> torch.Tensor:
-        """(b, n1 - start): rows right-aligned at column n; columns left of every live row are skipped."""
+        """(b, n1 - start): rows right-aligned at column n; columns left of every live row are
+        skipped."""
         n1 = st.cache.layers[0].n + 1
         start = n1 - int(st.lens[st.live].max())
         for layer in st.cache.layers:
@@ -261,14 +298,14 @@ class Static:
         expands it to its units); drop finished rows once they are a quarter of the batch."""
         n_live = st.n_live
         if todo and n_live == 0:
-            take = todo[:self.bs]
+            take = todo[: self.bs]
             uniq = list(dict.fromkeys(p for p, _, _ in take))
             out, pmask = self.pre.whole(uniq)
             sel = torch.tensor([uniq.index(p) for p, _, _ in take], device=st.dev)  # (B,)
             cache = out.past_key_values
             cache.batch_select_indices(sel)
             st.start(take, cache, out.logits[:, -1, :].float()[sel], pmask[sel])  # (B, V), (B, L)
-            del todo[:len(take)]
+            del todo[: len(take)]
         elif st.rows and (len(st.rows) - n_live) * 4 >= len(st.rows):
             st.select(st.kept())
 

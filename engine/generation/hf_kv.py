@@ -26,16 +26,23 @@ class PreallocLayer(DynamicLayer):
         self._views()
 
     def _views(self) -> None:
-        self.keys, self.values = self.kbuf[:, :, self.start:self.n], self.vbuf[:, :, self.start:self.n]
+        self.keys, self.values = (
+            self.kbuf[:, :, self.start : self.n],
+            self.vbuf[:, :, self.start : self.n],
+        )
 
     def update(self, key_states, value_states, *args, **kwargs):
         t = key_states.shape[-2]
         if self.n + t > self.kbuf.shape[-2]:  # beyond the planned length: grow (amortised doubling)
             grow = max(self.kbuf.shape[-2], t)
-            self.kbuf = torch.cat([self.kbuf, self.kbuf.new_zeros(*self.kbuf.shape[:2], grow, self.kbuf.shape[-1])], 2)
-            self.vbuf = torch.cat([self.vbuf, self.vbuf.new_zeros(*self.vbuf.shape[:2], grow, self.vbuf.shape[-1])], 2)
-        self.kbuf[:, :, self.n:self.n + t] = key_states
-        self.vbuf[:, :, self.n:self.n + t] = value_states
+            self.kbuf = torch.cat(
+                [self.kbuf, self.kbuf.new_zeros(*self.kbuf.shape[:2], grow, self.kbuf.shape[-1])], 2
+            )
+            self.vbuf = torch.cat(
+                [self.vbuf, self.vbuf.new_zeros(*self.vbuf.shape[:2], grow, self.vbuf.shape[-1])], 2
+            )
+        self.kbuf[:, :, self.n : self.n + t] = key_states
+        self.vbuf[:, :, self.n : self.n + t] = value_states
         self.n += t
         self._views()
         return self.keys, self.values
@@ -47,8 +54,8 @@ class PreallocLayer(DynamicLayer):
     def place(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write one prompt's KV (1, H, lp, D) into ``rows``, right-aligned at column n."""
         lp = k.shape[-2]
-        self.kbuf[rows, :, self.n - lp:self.n] = k
-        self.vbuf[rows, :, self.n - lp:self.n] = v
+        self.kbuf[rows, :, self.n - lp : self.n] = k
+        self.vbuf[rows, :, self.n - lp : self.n] = v
 
     def read_from(self, start: int) -> None:
         """Attention reads columns [start, n) from now on (left of every live row: never read)."""
@@ -62,8 +69,13 @@ def repackable(cache) -> bool:
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
-def pack(old: list[PreallocLayer] | None, keep: torch.Tensor, width: int, cap: int,
-         prompts: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], int, int]]) -> list[PreallocLayer]:
+def pack(
+    old: list[PreallocLayer] | None,
+    keep: torch.Tensor,
+    width: int,
+    cap: int,
+    prompts: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], int, int]],
+) -> list[PreallocLayer]:
     """Fresh buffers of ``cap`` columns holding the kept rows and then new prompts' rows, all
     right-aligned at column ``width`` (the longest row).
 
@@ -91,14 +103,16 @@ def pack(old: list[PreallocLayer] | None, keep: torch.Tensor, width: int, cap: i
         vb = v0.new_empty(b, v0.shape[1], cap, v0.shape[-1])
         if nk and old:
             src = old[li]
-            kb[:nk, :, :width - w].zero_(); vb[:nk, :, :width - w].zero_()
-            kb[:nk, :, width - w:width] = src.kbuf[keep, :, n_old - w:n_old]
-            vb[:nk, :, width - w:width] = src.vbuf[keep, :, n_old - w:n_old]
+            kb[:nk, :, : width - w].zero_()
+            vb[:nk, :, : width - w].zero_()
+            kb[:nk, :, width - w : width] = src.kbuf[keep, :, n_old - w : n_old]
+            vb[:nk, :, width - w : width] = src.vbuf[keep, :, n_old - w : n_old]
         for kv, r0, r1 in prompts:
             pk, pv = kv[li]
             lp = pk.shape[-2]
-            kb[r0:r1, :, :width - lp].zero_(); vb[r0:r1, :, :width - lp].zero_()
-            kb[r0:r1, :, width - lp:width] = pk
-            vb[r0:r1, :, width - lp:width] = pv
+            kb[r0:r1, :, : width - lp].zero_()
+            vb[r0:r1, :, : width - lp].zero_()
+            kb[r0:r1, :, width - lp : width] = pk
+            vb[r0:r1, :, width - lp : width] = pv
         layers.append(PreallocLayer(kb, vb, width))
     return layers

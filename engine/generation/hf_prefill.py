@@ -27,8 +27,16 @@ class PrefillCache:
             when it reaches 0).
     """
 
-    def __init__(self, forward: Callable, tok_ids: dict[str, list[int]], pad: int, dev, pending: Counter):
-        self.forward, self.tok_ids, self.pad, self.dev, self.pending = forward, tok_ids, pad, dev, pending
+    def __init__(
+        self, forward: Callable, tok_ids: dict[str, list[int]], pad: int, dev, pending: Counter
+    ):
+        self.forward, self.tok_ids, self.pad, self.dev, self.pending = (
+            forward,
+            tok_ids,
+            pad,
+            dev,
+            pending,
+        )
         self.P = common_prefix(list(tok_ids.values())) if len(tok_ids) > 1 else 0
         self.prefix_kv: PromptKV | None = None
         self.kv: dict[str, tuple[PromptKV, torch.Tensor, int]] = {}
@@ -39,9 +47,10 @@ class PrefillCache:
         (continuous batching), False for layer types that cannot (sliding windows: static batches).
         With a shared prefix the prefix prefill decides; else the prefill of ``first``."""
         if self.P:
-            pre = torch.tensor([self.tok_ids[first[0]][:self.P]], device=self.dev)  # (1, P)
-            out = self.forward(input_ids=pre, position_ids=torch.arange(self.P, device=self.dev)[None],
-                               logits_to_keep=1)
+            pre = torch.tensor([self.tok_ids[first[0]][: self.P]], device=self.dev)  # (1, P)
+            out = self.forward(
+                input_ids=pre, position_ids=torch.arange(self.P, device=self.dev)[None], logits_to_keep=1
+            )
             if not repackable(out.past_key_values):
                 return False
             self.prefix_kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
@@ -51,7 +60,9 @@ class PrefillCache:
         """Prefill the prompts of ``pids`` not prefilled yet (one batched call)."""
         need = [p for p in dict.fromkeys(pids) if p not in self.kv]
         if need and not self._prefill(need):  # the probe saw a plain cache: a model bug, not input
-            raise RuntimeError("the model returned a cache that cannot be re-packed after one that could")
+            raise RuntimeError(
+                "the model returned a cache that cannot be re-packed after one that could"
+            )
 
     def _prefill(self, pids: list[str]) -> bool:
         """Prefill each prompt's own suffix after the shared prefix, left padded; keep its KV."""
@@ -63,9 +74,12 @@ class PrefillCache:
         kw = {}
         if P:
             U = len(pids)
-            kw["past_key_values"] = DynamicCache(ddp_cache_data=[(k.expand(U, -1, -1, -1).contiguous(),
-                                                                  v.expand(U, -1, -1, -1).contiguous())
-                                                                 for k, v in prefix])
+            kw["past_key_values"] = DynamicCache(
+                ddp_cache_data=[
+                    (k.expand(U, -1, -1, -1).contiguous(), v.expand(U, -1, -1, -1).contiguous())
+                    for k, v in prefix
+                ]
+            )
             smask = torch.cat([smask.new_ones(U, P), smask], dim=1)  # (U, P + Ls)
         out = self.forward(input_ids=ids, attention_mask=smask, position_ids=pos, logits_to_keep=1, **kw)
         if not repackable(out.past_key_values):
@@ -76,9 +90,12 @@ class PrefillCache:
         lg = out.logits[:, -1, :].float()  # (U, V) float32 once
         for u, (p, x) in enumerate(zip(pids, suf)):
             a = P + Ls - len(x)  # first suffix column of this prompt
-            kv = [(layer.keys[u:u + 1, :, a:], layer.values[u:u + 1, :, a:]) for layer in layers]
+            kv = [(layer.keys[u : u + 1, :, a:], layer.values[u : u + 1, :, a:]) for layer in layers]
             if P:  # prefix columns + this prompt's suffix, contiguous
-                kv = [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(prefix, kv)]
+                kv = [
+                    (torch.cat([pk, k], 2), torch.cat([pv, v], 2))
+                    for (pk, pv), (k, v) in zip(prefix, kv)
+                ]
             self.kv[p] = (kv, lg[u], P + len(x))
         return True
 
@@ -96,8 +113,12 @@ class PrefillCache:
         """Static batches: prefill the whole prompts ``pids`` (no prefix, nothing kept).
         Returns (model output, attention mask (U, L))."""
         ids, pmask = left_pad([self.tok_ids[p] for p in pids], self.pad, self.dev)  # (U, L)
-        out = self.forward(input_ids=ids, attention_mask=pmask, position_ids=(pmask.cumsum(-1) - 1).clamp(min=0),
-                           logits_to_keep=1)
+        out = self.forward(
+            input_ids=ids,
+            attention_mask=pmask,
+            position_ids=(pmask.cumsum(-1) - 1).clamp(min=0),
+            logits_to_keep=1,
+        )
         return out, pmask
 
 

@@ -43,7 +43,7 @@ def gguf_context(path: str | Path) -> int | None:
 
         def string(o: int) -> tuple[bytes, int]:
             (n,) = struct.unpack_from("<Q", m, o)
-            return m[o + 8:o + 8 + n], o + 8 + n
+            return m[o + 8 : o + 8 + n], o + 8 + n
 
         def skip(t: int, o: int) -> int:
             if t == 8:
@@ -89,10 +89,14 @@ def tokenizer_and_context(model, trust_remote_code: bool = False):
             return tok, gguf_context(spec.source)
         path = Path(name).expanduser()
         if path.is_file() and path.suffix.lower() == ".gguf":
-            return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name), gguf_context(path)
+            return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name), gguf_context(
+                path
+            )
         if path.is_dir() and (path / "config.json").exists():
-            return (AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code),
-                    _context_of(AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)))
+            return (
+                AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code),
+                _context_of(AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)),
+            )
     return None, None
 
 
@@ -104,8 +108,9 @@ def prompt_lengths(tokenizer, prompts: dict[str, str], system_prompt: str | None
     return {p: len(e) for p, e in zip(ids, enc)}
 
 
-def too_long(models: Sequence, prompts: dict[str, str], system_prompt: str | None,
-             max_new_tokens: int) -> dict[str, tuple[int, int, dict[str, int]]]:
+def too_long(
+    models: Sequence, prompts: dict[str, str], system_prompt: str | None, max_new_tokens: int
+) -> dict[str, tuple[int, int, dict[str, int]]]:
     """Per model name: (context, max_new_tokens, {prompt_id: length} of the prompts that do not fit).
 
     Models whose context is unknown without loading them are skipped (not in the result).
@@ -128,8 +133,10 @@ def offenders_message(bad: dict[str, tuple[int, int, dict[str, int]]]) -> str:
         if not over:
             continue
         first = ", ".join(f"{p} ({n} tokens)" for p, n in list(over.items())[:N_LISTED])
-        parts.append(f"{name}: {len(over)} prompt(s) + max_new_tokens {new} exceed its context of {ctx} tokens, "
-                     f"e.g. {first}")
+        parts.append(
+            f"{name}: {len(over)} prompt(s) + max_new_tokens {new} exceed its context of {ctx} tokens, "
+            f"e.g. {first}"
+        )
     return "; ".join(parts)
 
 

@@ -18,8 +18,12 @@ def chat_text(tokenizer, messages: list[dict]) -> str:
             return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         except Exception:  # templates raise their own error types (e.g. "system role not supported")
             if messages and messages[0]["role"] == "system" and len(messages) > 1:
-                merged = [{"role": messages[1]["role"],
-                           "content": messages[0]["content"] + "\n\n" + messages[1]["content"]}] + messages[2:]
+                merged = [
+                    {
+                        "role": messages[1]["role"],
+                        "content": messages[0]["content"] + "\n\n" + messages[1]["content"],
+                    }
+                ] + messages[2:]
                 return tokenizer.apply_chat_template(merged, add_generation_prompt=True, tokenize=False)
             raise
     return "\n\n".join(m["content"] for m in messages) + "\n"
@@ -38,7 +42,10 @@ def stop_token_ids(lm) -> set[int]:
 def eos_ids(tokenizer, generation_config) -> set[int]:
     """The stop rule of both backends: the tokenizer's eos id and the generation config's eos ids."""
     ids: set[int] = set()
-    for src in (getattr(tokenizer, "eos_token_id", None), getattr(generation_config, "eos_token_id", None)):
+    for src in (
+        getattr(tokenizer, "eos_token_id", None),
+        getattr(generation_config, "eos_token_id", None),
+    ):
         if isinstance(src, int):
             ids.add(src)
         elif isinstance(src, (list, tuple)):

@@ -79,10 +79,12 @@ def checked_records_dir(create: bool = False) -> Path | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise UserError(f"the Ray cluster records folder {folder} must be a folder owned by uid {os.getuid()} "
-                        f"with mode 0700; it is {'a folder' if stat.S_ISDIR(st.st_mode) else 'not a folder'} "
-                        f"owned by uid {st.st_uid} with mode {oct(stat.S_IMODE(st.st_mode))}: remove it (or make "
-                        f"it yours, mode 0700) and retry")
+        raise UserError(
+            f"the Ray cluster records folder {folder} must be a folder owned by uid {os.getuid()} "
+            f"with mode 0700; it is {'a folder' if stat.S_ISDIR(st.st_mode) else 'not a folder'} "
+            f"owned by uid {st.st_uid} with mode {oct(stat.S_IMODE(st.st_mode))}: remove it (or make "
+            f"it yours, mode 0700) and retry"
+        )
     return folder
 
 
@@ -103,18 +105,24 @@ def _entry(item: object) -> tuple[int, int] | None:
     if not isinstance(item, (list, tuple)) or len(item) != 2:
         return None
     pid, started = item
-    if isinstance(pid, bool) or not isinstance(pid, int) or isinstance(started, bool) or not isinstance(started, int):
+    if (
+        isinstance(pid, bool)
+        or not isinstance(pid, int)
+        or isinstance(started, bool)
+        or not isinstance(started, int)
+    ):
         return None
     return pid, started
 
 
 def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22); None when it is gone."""
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22); None when it is
+    gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
 def alive(pid: int, started: int | None) -> bool:
@@ -150,7 +158,10 @@ def _raylet_children(raylets: dict[int, int]) -> set[int]:
     window = {}
     for pid, started in raylets.items():
         now = start_time(pid)
-        window[f"RAY_RAYLET_PID={pid}".encode()] = (started, now if now is not None and now != started else None)
+        window[f"RAY_RAYLET_PID={pid}".encode()] = (
+            started,
+            now if now is not None and now != started else None,
+        )
     out = set()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -183,8 +194,14 @@ def record_cluster(driver: int | None = None) -> Path | None:
         return None
     driver = driver or os.getpid()
     procs = sorted(p for p in descendants(driver) if _is_ray(p))
-    raylets = [[p, start_time(p)] for p in procs if Path(f"/proc/{p}/comm").exists() and _comm(p) == "raylet"]
-    rec = {"driver": [driver, start_time(driver)], "procs": [[p, start_time(p)] for p in procs], "raylets": raylets}
+    raylets = [
+        [p, start_time(p)] for p in procs if Path(f"/proc/{p}/comm").exists() and _comm(p) == "raylet"
+    ]
+    rec = {
+        "driver": [driver, start_time(driver)],
+        "procs": [[p, start_time(p)] for p in procs],
+        "raylets": raylets,
+    }
     folder = checked_records_dir(create=True)
     assert folder is not None  # just made
     path = folder / f"{driver}.json"
@@ -250,9 +267,14 @@ def start_watchdog(path: Path | None) -> subprocess.Popen | None:
     """A watchdog for this driver's record (its own session: it outlives a killed driver)."""
     if path is None:
         return None
-    return subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve()), "watch", str(path)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, close_fds=True)
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "watch", str(path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def watch(path: Path) -> None:

@@ -44,8 +44,13 @@ from engine.store.runs import DatasetRecord, PromptRow
 def code_version() -> str:
     """engine.__version__ plus the git commit when available."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         rev = ""
     return f"{engine.__version__}+{rev}" if rev else engine.__version__
@@ -59,9 +64,14 @@ def _vocab_ids(model_list: Sequence, trust_remote_code: bool = False) -> dict[st
     """vocab_id per model from its tokenizer alone (loaded models: their own id; never weights)."""
     from engine import models
 
-    return {_model_name(m): (m.vocab_id if not isinstance(m, str)
-                             else models.vocab_id_of(m, trust_remote_code=trust_remote_code))
-            for m in model_list}
+    return {
+        _model_name(m): (
+            m.vocab_id
+            if not isinstance(m, str)
+            else models.vocab_id_of(m, trust_remote_code=trust_remote_code)
+        )
+        for m in model_list
+    }
 
 
 def run_id_for(settings: dict) -> str:
@@ -71,48 +81,103 @@ def run_id_for(settings: dict) -> str:
 
 
 def _dataset_rows(dataset) -> tuple[DatasetRecord, tuple[PromptRow, ...]]:
-    prompts = list(dataset.prompts)  # all of them (also any left out by --drop-long-prompts): idx = position
-    ds = DatasetRecord(dataset.dataset_id, str(getattr(dataset, "source", "")), getattr(dataset, "kind", "prompts"),
-                       len(prompts))
+    prompts = list(
+        dataset.prompts
+    )  # all of them (also any left out by --drop-long-prompts): idx = position
+    ds = DatasetRecord(
+        dataset.dataset_id,
+        str(getattr(dataset, "source", "")),
+        getattr(dataset, "kind", "prompts"),
+        len(prompts),
+    )
     rows = []
     for i, p in enumerate(prompts):
         choices = getattr(p, "choices", None)
-        rows.append(PromptRow(dataset.dataset_id, p.prompt_id, i, getattr(p, "subject", None),
-                              getattr(p, "question", None), json.dumps(choices) if choices else None,
-                              None if getattr(p, "gold", None) is None else str(p.gold), p.user_prompt))
+        rows.append(
+            PromptRow(
+                dataset.dataset_id,
+                p.prompt_id,
+                i,
+                getattr(p, "subject", None),
+                getattr(p, "question", None),
+                json.dumps(choices) if choices else None,
+                None if getattr(p, "gold", None) is None else str(p.gold),
+                p.user_prompt,
+            )
+        )
     return ds, tuple(rows)
 
 
-def _write_chunk(db, run_id: str, model: str, mode_of: dict[int, str], results: list[GenResult],
-                 tokenizer, record_traces: bool) -> None:
+def _write_chunk(
+    db,
+    run_id: str,
+    model: str,
+    mode_of: dict[int, str],
+    results: list[GenResult],
+    tokenizer,
+    record_traces: bool,
+) -> None:
     """One transaction: the chunk's generations and token traces (all or nothing).
 
     ``mode_of`` maps each noise seed to its mode (coupled: the run seed; independent: per model).
     """
-    gens = [GenerationRow(run_id, model, r.prompt_id, r.repeat, mode_of[r.seed], r.seed, r.text, list(r.token_ids),
-                          r.finish_reason, len(r.token_ids)) for r in results]
+    gens = [
+        GenerationRow(
+            run_id,
+            model,
+            r.prompt_id,
+            r.repeat,
+            mode_of[r.seed],
+            r.seed,
+            r.text,
+            list(r.token_ids),
+            r.finish_reason,
+            len(r.token_ids),
+        )
+        for r in results
+    ]
     traces = []
     if record_traces:
         for r in results:
             pieces = tokenizer.convert_ids_to_tokens(list(r.token_ids))
             for s, (t, p) in enumerate(zip(r.token_ids, r.probs)):
-                traces.append(TraceRow(run_id, model, r.prompt_id, r.repeat, mode_of[r.seed], s, t, pieces[s], p,
-                                       list(r.top_ids[s]) if r.top_ids else None,
-                                       list(r.top_probs[s]) if r.top_probs else None,
-                                       list(r.top_gumbels[s]) if r.top_gumbels else None))
+                traces.append(
+                    TraceRow(
+                        run_id,
+                        model,
+                        r.prompt_id,
+                        r.repeat,
+                        mode_of[r.seed],
+                        s,
+                        t,
+                        pieces[s],
+                        p,
+                        list(r.top_ids[s]) if r.top_ids else None,
+                        list(r.top_probs[s]) if r.top_probs else None,
+                        list(r.top_gumbels[s]) if r.top_gumbels else None,
+                    )
+                )
     write_chunk(db, gens, traces)
 
 
 # ---- backends and executors: where the units of a run are generated
 
-def open_backend(model, *, device: str | None = None, backend: str = "hf", tensor_parallel: int = 1,
-                 dtype: str | None = None) -> Backend:
+
+def open_backend(
+    model,
+    *,
+    device: str | None = None,
+    backend: str = "hf",
+    tensor_parallel: int = 1,
+    dtype: str | None = None,
+) -> Backend:
     """The backend factory the executors call (this process, each Ray replica): backends.load_backend."""
     return load_backend(backend, model, device=device, tensor_parallel=tensor_parallel, dtype=dtype)
 
 
 def dtype_name(dtype: str | None) -> str | None:
-    """A ``--dtype`` value as its canonical name ("float32", ...), None for auto; UserError for a bad one."""
+    """A ``--dtype`` value as its canonical name ("float32", ...), None for auto; UserError for a bad
+    one."""
     from engine.models import parse_dtype
 
     dt = parse_dtype(dtype)
@@ -123,8 +188,12 @@ def token_keys(b, key_mode: str):
     """The noise keys of a backend's vocabulary (token ids, or hashes of token byte strings)."""
     if key_mode not in ("token_id", "bytes"):
         raise ValueError(f"unknown key_mode {key_mode!r}; allowed: token_id, bytes")
-    return noise.token_keys_for(b.tokenizer, "bytes" if key_mode == "bytes" else "token_id",
-                                vocab_size=getattr(b, "vocab_size", None), device=getattr(b, "device", "cpu"))
+    return noise.token_keys_for(
+        b.tokenizer,
+        "bytes" if key_mode == "bytes" else "token_id",
+        vocab_size=getattr(b, "vocab_size", None),
+        device=getattr(b, "device", "cpu"),
+    )
 
 
 def free_memory() -> None:
@@ -136,8 +205,13 @@ def free_memory() -> None:
 def local_executor(tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecChunk]:
     """The single-process executor: each model loaded here in turn, one in memory at a time."""
     for t in tasks:
-        b = open_backend(t.model, device=spec.device, backend=spec.backend, tensor_parallel=spec.tensor_parallel,
-                         dtype=spec.dtype)
+        b = open_backend(
+            t.model,
+            device=spec.device,
+            backend=spec.backend,
+            tensor_parallel=spec.tensor_parallel,
+            dtype=spec.dtype,
+        )
         yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
         keys = token_keys(b, spec.key_mode)
         for chunk in b.generate(spec.prompts, t.units, spec.cfg, keys, spec.system_prompt):
@@ -153,8 +227,10 @@ class _SigtermAsInterrupt:
     def __enter__(self):
         self.old = None
         if threading.current_thread() is threading.main_thread():
+
             def handler(signum, frame):
                 raise KeyboardInterrupt("SIGTERM")
+
             self.old = signal.signal(signal.SIGTERM, handler)
         return self
 
@@ -166,6 +242,7 @@ class _SigtermAsInterrupt:
 
 # ---- the plan: everything checked and derived before the database is touched
 
+
 @dataclass(frozen=True)
 class RunPlan:
     """A checked run: its id, what it stores about itself, and the units it consists of.
@@ -175,18 +252,18 @@ class RunPlan:
 
     db: str | os.PathLike
     run_id: str
-    settings: dict[str, Any]                   # the result-determining settings (hashed into the run id)
-    config: dict[str, Any]                     # stored with the run: settings + batch size, device, backend, ...
+    settings: dict[str, Any]  # the result-determining settings (hashed into the run id)
+    config: dict[str, Any]  # stored with the run: settings + batch size, device, backend, ...
     dataset: DatasetRecord
-    prompt_rows: tuple[PromptRow, ...]         # every prompt of the dataset (stored with it)
-    prompts: dict[str, str]                    # prompt_id -> user prompt, of the prompts this run generates
-    models: tuple                              # registry names / paths, or models.LoadedModel objects
-    names: tuple[str, ...]                     # the run's name of each model
+    prompt_rows: tuple[PromptRow, ...]  # every prompt of the dataset (stored with it)
+    prompts: dict[str, str]  # prompt_id -> user prompt, of the prompts this run generates
+    models: tuple  # registry names / paths, or models.LoadedModel objects
+    names: tuple[str, ...]  # the run's name of each model
     modes: tuple[str, ...]
     repeats: int
     seed: int
-    cfg: GenConfig                             # record_traces resolved (never None)
-    key_mode: str                              # 'token_id' | 'bytes'
+    cfg: GenConfig  # record_traces resolved (never None)
+    key_mode: str  # 'token_id' | 'bytes'
     warnings: tuple[str, ...]
     system_prompt: str | None = None
     device: str | None = None
@@ -201,26 +278,43 @@ class RunPlan:
 
     def mode_of(self, name: str) -> dict[int, str]:
         """noise seed -> mode, for one model (coupled: the run seed; independent: one per model)."""
-        return {self.seed if md == "coupled" else noise.independent_seed(self.seed, name): md for md in self.modes}
+        return {
+            self.seed if md == "coupled" else noise.independent_seed(self.seed, name): md
+            for md in self.modes
+        }
 
     def tasks(self, stored: set[tuple[str, str, str, int]]) -> list[ModelTask]:
         """Per model, the units not in ``stored`` ((model, mode, prompt_id, repeat)); both modes in
         one task, so that a prompt's coupled and independent units share a prefill."""
         tasks = []
         for m, name in zip(self.models, self.names):
-            units = tuple(Unit(p, r, sd) for sd, md in self.mode_of(name).items()
-                          for p in self.prompts for r in range(self.repeats) if (name, md, p, r) not in stored)
+            units = tuple(
+                Unit(p, r, sd)
+                for sd, md in self.mode_of(name).items()
+                for p in self.prompts
+                for r in range(self.repeats)
+                if (name, md, p, r) not in stored
+            )
             if units:
                 tasks.append(ModelTask(m, name, units))
         return tasks
 
     def spec(self) -> RunSpec:
-        return RunSpec(dict(self.prompts), self.system_prompt,
-                       self.cfg if self.cfg.record_traces else replace(self.cfg, trace_top_k=0), self.key_mode,
-                       self.device, self.backend, self.tensor_parallel, self.settings.get("dtype"))
+        return RunSpec(
+            dict(self.prompts),
+            self.system_prompt,
+            self.cfg if self.cfg.record_traces else replace(self.cfg, trace_top_k=0),
+            self.key_mode,
+            self.device,
+            self.backend,
+            self.tensor_parallel,
+            self.settings.get("dtype"),
+        )
 
 
-def _check_args(model_names: Sequence, modes: Sequence[str], repeats: int, seed: int, dataset) -> list[str]:
+def _check_args(
+    model_names: Sequence, modes: Sequence[str], repeats: int, seed: int, dataset
+) -> list[str]:
     """UserError for a bad argument; returns the models' names."""
     if not model_names:
         raise UserError("no models given; pass at least one model name")
@@ -247,27 +341,41 @@ def _key_mode(model_names: Sequence, warnings: list[str]) -> str:
     vids = _vocab_ids(model_names)
     if len(set(vids.values())) == 1:
         return "token_id"
-    warnings.append("models do not share one vocabulary (" + ", ".join(f"{n}: {v}" for n, v in vids.items())
-                    + "); noise is keyed by token byte strings, so coupling only holds where the "
-                    "tokenizers produce the same strings (expect weaker coupling)")
+    warnings.append(
+        "models do not share one vocabulary ("
+        + ", ".join(f"{n}: {v}" for n, v in vids.items())
+        + "); noise is keyed by token byte strings, so coupling only holds where the "
+        "tokenizers produce the same strings (expect weaker coupling)"
+    )
     return "bytes"
 
 
-def _fitting_prompts(model_names: Sequence, dataset, system_prompt: str | None, max_new_tokens: int,
-                     drop_long_prompts: bool, warnings: list[str]) -> list:
+def _fitting_prompts(
+    model_names: Sequence,
+    dataset,
+    system_prompt: str | None,
+    max_new_tokens: int,
+    drop_long_prompts: bool,
+    warnings: list[str],
+) -> list:
     """The dataset's prompts whose chat-templated length + max_new_tokens fits every model's context
-    (tokenizers and configs only, no weights); a UserError listing the others unless they may be dropped."""
+    (tokenizers and configs only, no weights); a UserError listing the others unless they may be
+    dropped."""
     from engine.generation.lengths import offenders_message, too_long
 
     prompts = list(dataset.prompts)
-    over = too_long(model_names, {p.prompt_id: p.user_prompt for p in prompts}, system_prompt, max_new_tokens)
+    over = too_long(
+        model_names, {p.prompt_id: p.user_prompt for p in prompts}, system_prompt, max_new_tokens
+    )
     long_ids = {p for _, _, o in over.values() for p in o}
     if not long_ids:
         return prompts
     msg = offenders_message(over)
     if not drop_long_prompts:
-        raise UserError(msg + "; lower --max-new-tokens, shorten those prompts, or pass --drop-long-prompts "
-                        "to leave them out")
+        raise UserError(
+            msg + "; lower --max-new-tokens, shorten those prompts, or pass --drop-long-prompts "
+            "to leave them out"
+        )
     prompts = [p for p in prompts if p.prompt_id not in long_ids]
     if not prompts:
         raise UserError(f"no prompt fits ({msg})")
@@ -275,10 +383,24 @@ def _fitting_prompts(model_names: Sequence, dataset, system_prompt: str | None, 
     return prompts
 
 
-def plan_run(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[str] = ("coupled",),
-             seed: int = 0, cfg: GenConfig = GenConfig(), *, run_id: str | None = None, resume: bool = True,
-             device: str | None = None, drop_long_prompts: bool = False, command: Sequence[str] | None = None,
-             backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1, dtype: str | None = None) -> RunPlan:
+def plan_run(
+    db,
+    model_names: Sequence,
+    dataset,
+    repeats: int,
+    modes: Sequence[str] = ("coupled",),
+    seed: int = 0,
+    cfg: GenConfig = GenConfig(),
+    *,
+    run_id: str | None = None,
+    resume: bool = True,
+    device: str | None = None,
+    drop_long_prompts: bool = False,
+    command: Sequence[str] | None = None,
+    backend: str = DEFAULT_BACKEND,
+    tensor_parallel: int = 1,
+    dtype: str | None = None,
+) -> RunPlan:
     """Check a run and derive everything about it, writing nothing (arguments: :func:`run_generation`).
 
     1. arguments, backend and models (backends.check_run); 2. the vocabulary check: one shared
@@ -289,8 +411,12 @@ def plan_run(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[s
     from engine.store.db import ensure_db_folder
 
     ensure_db_folder(db)
-    if isinstance(dataset, (str, Path)):  # generation never imports tasks (layer rule): the caller loads it
-        raise TypeError("plan_run takes a loaded dataset (engine.tasks.datasets.load_dataset), not a name or path")
+    if isinstance(
+        dataset, (str, Path)
+    ):  # generation never imports tasks (layer rule): the caller loads it
+        raise TypeError(
+            "plan_run takes a loaded dataset (engine.tasks.datasets.load_dataset), not a name or path"
+        )
     modes = list(dict.fromkeys(modes))
     names = _check_args(model_names, modes, repeats, seed, dataset)
     system_prompt = getattr(dataset, "system_prompt", None)
@@ -298,38 +424,80 @@ def plan_run(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[s
     backend_version = check_run(backend, list(model_names), cfg, tensor_parallel)
     warnings: list[str] = []
     key_mode = _key_mode(model_names, warnings)
-    prompts = _fitting_prompts(model_names, dataset, system_prompt, cfg.max_new_tokens, drop_long_prompts, warnings)
+    prompts = _fitting_prompts(
+        model_names, dataset, system_prompt, cfg.max_new_tokens, drop_long_prompts, warnings
+    )
     pids = [p.prompt_id for p in prompts]
     n_units = len(names) * len(prompts) * repeats * len(modes)
     if cfg.record_traces is None:  # auto: resolved from the run's size, so a rerun resolves the same
         cfg = replace(cfg, record_traces=n_units <= TRACES_AUTO_MAX_UNITS)
         if not cfg.record_traces:
-            warnings.append(f"token traces are off for this run ({n_units:,} generations > "
-                            f"{TRACES_AUTO_MAX_UNITS:,}); pass --traces on to store them")
-    settings = {"models": sorted(names), "dataset_id": dataset.dataset_id,
-                "prompt_ids_hash": hashlib.blake2b("\x00".join(pids).encode(), digest_size=8).hexdigest(),
-                "system_prompt": system_prompt, "repeats": repeats, "modes": sorted(modes), "seed": seed,
-                "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p,
-                "max_new_tokens": cfg.max_new_tokens, "record_traces": cfg.record_traces,
-                "trace_top_k": cfg.trace_top_k, "key_mode": key_mode}
+            warnings.append(
+                f"token traces are off for this run ({n_units:,} generations > "
+                f"{TRACES_AUTO_MAX_UNITS:,}); pass --traces on to store them"
+            )
+    settings = {
+        "models": sorted(names),
+        "dataset_id": dataset.dataset_id,
+        "prompt_ids_hash": hashlib.blake2b("\x00".join(pids).encode(), digest_size=8).hexdigest(),
+        "system_prompt": system_prompt,
+        "repeats": repeats,
+        "modes": sorted(modes),
+        "seed": seed,
+        "temperature": cfg.temperature,
+        "top_k": cfg.top_k,
+        "top_p": cfg.top_p,
+        "max_new_tokens": cfg.max_new_tokens,
+        "record_traces": cfg.record_traces,
+        "trace_top_k": cfg.trace_top_k,
+        "key_mode": key_mode,
+    }
     if backend != DEFAULT_BACKEND:  # so that runs of the default backend keep their ids
         settings["backend"] = backend
     if dtype is not None:  # likewise: auto runs keep their ids
         settings["dtype"] = dtype
-    config = {**settings, "models": names, "modes": modes, "batch_size": cfg.batch_size,
-              "device": str(device or models_mod.default_device()), "n_prompts": len(prompts),
-              "backend": backend, "backend_version": backend_version, "tensor_parallel": tensor_parallel,
-              "dtype": dtype or "auto"}
+    config = {
+        **settings,
+        "models": names,
+        "modes": modes,
+        "batch_size": cfg.batch_size,
+        "device": str(device or models_mod.default_device()),
+        "n_prompts": len(prompts),
+        "backend": backend,
+        "backend_version": backend_version,
+        "tensor_parallel": tensor_parallel,
+        "dtype": dtype or "auto",
+    }
     if command:
         config["command"] = list(command)
     ds_row, prompt_rows = _dataset_rows(dataset)
-    return RunPlan(db, run_id or run_id_for(settings), settings, config, ds_row, prompt_rows,
-                   {p.prompt_id: p.user_prompt for p in prompts}, tuple(model_names), tuple(names), tuple(modes),
-                   repeats, seed, cfg, key_mode, tuple(warnings), system_prompt, device, backend, tensor_parallel,
-                   resume, tuple(command) if command else None)
+    return RunPlan(
+        db,
+        run_id or run_id_for(settings),
+        settings,
+        config,
+        ds_row,
+        prompt_rows,
+        {p.prompt_id: p.user_prompt for p in prompts},
+        tuple(model_names),
+        tuple(names),
+        tuple(modes),
+        repeats,
+        seed,
+        cfg,
+        key_mode,
+        tuple(warnings),
+        system_prompt,
+        device,
+        backend,
+        tensor_parallel,
+        resume,
+        tuple(command) if command else None,
+    )
 
 
 # ---- the drive: lock, record, generate, end status
+
 
 def _record_run(plan: RunPlan) -> set[tuple[str, str, str, int]]:
     """Record the run (new, or resumed with the same settings), its dataset and prompts; return
@@ -338,26 +506,44 @@ def _record_run(plan: RunPlan) -> set[tuple[str, str, str, int]]:
         prev = store_runs.stored_config(con, plan.run_id)
         if prev is not None:
             prev_id = {k: prev.get(k) for k in plan.settings}
-            prev_id["models"], prev_id["modes"] = sorted(prev_id["models"] or []), sorted(prev_id["modes"] or [])
+            prev_id["models"], prev_id["modes"] = (
+                sorted(prev_id["models"] or []),
+                sorted(prev_id["modes"] or []),
+            )
             if prev_id != plan.settings:
                 diff = sorted(k for k in plan.settings if prev_id.get(k) != plan.settings[k])
-                raise UserError(f"run {plan.run_id!r} exists with different settings ({', '.join(diff)}); "
-                                "use another --run-id or the original settings")
+                raise UserError(
+                    f"run {plan.run_id!r} exists with different settings ({', '.join(diff)}); "
+                    "use another --run-id or the original settings"
+                )
             if not plan.resume:
-                raise UserError(f"run {plan.run_id!r} already exists; resume it or pass another --run-id")
+                raise UserError(
+                    f"run {plan.run_id!r} already exists; resume it or pass another --run-id"
+                )
             store_runs.update_status(con, plan.run_id, "running")
             # what this drive plans: the whole run, or a --until round's share (a stopped sequential run
             # continued as a plain run would otherwise keep the rounds' count)
             store_runs.set_n_units(con, plan.run_id, plan.n_units)
             store_runs.record_host(con, plan.run_id, socket.gethostname())
         else:
-            store_runs.create_run(con, plan.run_id, plan.dataset.dataset_id, plan.config, code_version(),
-                                  plan.key_mode, plan.warnings, plan.n_units, host=socket.gethostname())
+            store_runs.create_run(
+                con,
+                plan.run_id,
+                plan.dataset.dataset_id,
+                plan.config,
+                code_version(),
+                plan.key_mode,
+                plan.warnings,
+                plan.n_units,
+                host=socket.gethostname(),
+            )
         store_runs.save_dataset(con, plan.dataset, plan.prompt_rows)
         return stored_units(con, plan.run_id)
 
 
-def drive(plan: RunPlan, executor=None, *, progress_file=None, show_bar: bool = True, after_chunk=None) -> str:
+def drive(
+    plan: RunPlan, executor=None, *, progress_file=None, show_bar: bool = True, after_chunk=None
+) -> str:
     """Generate what of ``plan`` is not stored yet; the database's only writer; returns the run id.
 
     ``executor``: where the units are generated (None: :func:`local_executor`; or a callable
@@ -372,10 +558,22 @@ def drive(plan: RunPlan, executor=None, *, progress_file=None, show_bar: bool = 
             executor.prepare(list(plan.models), plan.backend, plan.tensor_parallel)
         # ---- 6. record the run and its prompts; read what is already stored (one transaction)
         have = _record_run(plan)
-        n_done = sum(1 for m in plan.names for md in plan.modes for p in plan.prompts for r in range(plan.repeats)
-                     if (m, md, p, r) in have)
-        prog = Progress(plan.n_units, kind="generate", job=plan.run_id, path=progress_file, done=n_done,
-                        show_bar=show_bar)
+        n_done = sum(
+            1
+            for m in plan.names
+            for md in plan.modes
+            for p in plan.prompts
+            for r in range(plan.repeats)
+            if (m, md, p, r) in have
+        )
+        prog = Progress(
+            plan.n_units,
+            kind="generate",
+            job=plan.run_id,
+            path=progress_file,
+            done=n_done,
+            show_bar=show_bar,
+        )
         # ---- 7. generate what is missing (this process or Ray replicas); one transaction per chunk
         status = "failed"
         try:
@@ -390,7 +588,9 @@ def drive(plan: RunPlan, executor=None, *, progress_file=None, show_bar: bool = 
                 status = store_runs.finish_run(plan.db, plan.run_id, status, plan.n_units)
             except Exception as exc:  # never mask the original error (e.g. the file stayed locked)
                 print(f"warning: could not mark run {plan.run_id} as {status}: {exc}", file=sys.stderr)
-            prog.finish(status, "" if status == "done" else f"{status}: rerun the same command to resume")
+            prog.finish(
+                status, "" if status == "done" else f"{status}: rerun the same command to resume"
+            )
     if status == "cancelled":
         raise KeyboardInterrupt(f"run {plan.run_id} cancelled")
     return plan.run_id
@@ -404,31 +604,57 @@ def _generate(plan: RunPlan, executor, have, lock, prog: Progress, after_chunk) 
             store_runs.save_model(plan.db, out.record, plan.run_id, out.name, out.describe)
         if not out.results:
             continue
-        _write_chunk(plan.db, plan.run_id, out.name, mode_of[out.name], out.results, out.tokenizer,
-                     bool(plan.cfg.record_traces))
+        _write_chunk(
+            plan.db,
+            plan.run_id,
+            out.name,
+            mode_of[out.name],
+            out.results,
+            out.tokenizer,
+            bool(plan.cfg.record_traces),
+        )
         lock.beat()
-        prog.update(len(out.results), tokens=sum(len(r.token_ids) for r in out.results),
-                    message=out.name, worker=out.worker)
+        prog.update(
+            len(out.results),
+            tokens=sum(len(r.token_ids) for r in out.results),
+            message=out.name,
+            worker=out.worker,
+        )
         if after_chunk is not None:
             after_chunk(out.results)
 
 
-def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequence[str] = ("coupled",),
-                   seed: int = 0, cfg: GenConfig = GenConfig(), progress_file=None, run_id: str | None = None,
-                   resume: bool = True, device: str | None = None, show_bar: bool = True,
-                   executor=None, drop_long_prompts: bool = False, command: Sequence[str] | None = None,
-                   _after_chunk=None, backend: str = DEFAULT_BACKEND, tensor_parallel: int = 1,
-                   dtype: str | None = None) -> str:
+def run_generation(
+    db,
+    model_names: Sequence,
+    dataset,
+    repeats: int,
+    modes: Sequence[str] = ("coupled",),
+    seed: int = 0,
+    cfg: GenConfig = GenConfig(),
+    progress_file=None,
+    run_id: str | None = None,
+    resume: bool = True,
+    device: str | None = None,
+    show_bar: bool = True,
+    executor=None,
+    drop_long_prompts: bool = False,
+    command: Sequence[str] | None = None,
+    _after_chunk=None,
+    backend: str = DEFAULT_BACKEND,
+    tensor_parallel: int = 1,
+    dtype: str | None = None,
+) -> str:
     """Generate every (model, prompt, repeat, mode) of a run into ``db``; resumable; returns run_id.
 
     :func:`plan_run` (check, derive, write nothing), then :func:`drive` (lock, record, generate).
 
     Args:
-        db: DuckDB file path (its folder must exist, except the default location's).
-        model_names: registry names / paths (loaded one at a time), or models.LoadedModel objects.
-        dataset: a loaded dataset (``engine.tasks.datasets.load_dataset``: the caller loads a name or path).
-        repeats: generations per prompt (repeat indices 0..repeats-1).
-        modes: subset of config.MODES ("coupled", "independent"). Coupled: every model uses ``seed``;
+        db: DuckDB file path (its folder must exist, except the default location's). model_names:
+        registry names / paths (loaded one at a time), or models.LoadedModel objects. dataset: a loaded
+        dataset (``engine.tasks.datasets.load_dataset``: the caller loads a name or path). repeats:
+        generations per prompt (repeat indices 0..repeats-1). modes: subset of config.MODES ("coupled",
+        "independent"). Coupled: every model uses ``seed``;
             independent: each model uses noise.independent_seed(seed, model name).
         seed: noise seed in [0, config.SEED_MAX) = [0, 2^63).
         cfg: sampling/batching settings.
@@ -457,7 +683,23 @@ def run_generation(db, model_names: Sequence, dataset, repeats: int, modes: Sequ
         (SIGTERM / Ctrl-C; re-raised as KeyboardInterrupt) or 'failed' (exception re-raised);
         stored chunks always stay. A second driver of the same run is a UserError (run lock).
     """
-    plan = plan_run(db, model_names, dataset, repeats, modes, seed, cfg, run_id=run_id, resume=resume, device=device,
-                    drop_long_prompts=drop_long_prompts, command=command, backend=backend,
-                    tensor_parallel=tensor_parallel, dtype=dtype)
-    return drive(plan, executor, progress_file=progress_file, show_bar=show_bar, after_chunk=_after_chunk)
+    plan = plan_run(
+        db,
+        model_names,
+        dataset,
+        repeats,
+        modes,
+        seed,
+        cfg,
+        run_id=run_id,
+        resume=resume,
+        device=device,
+        drop_long_prompts=drop_long_prompts,
+        command=command,
+        backend=backend,
+        tensor_parallel=tensor_parallel,
+        dtype=dtype,
+    )
+    return drive(
+        plan, executor, progress_file=progress_file, show_bar=show_bar, after_chunk=_after_chunk
+    )

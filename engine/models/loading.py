@@ -81,18 +81,41 @@ class LoadedModel:
         return int(self.model.config.vocab_size)
 
     def record(self) -> dict[str, Any]:
-        """A row for the store's ``models`` table (name, source, variant, vocab_id, vocab_size, config)."""
-        cfg = {"dtype": str(self.dtype).removeprefix("torch."), "device": str(self.device),
-               "model_type": getattr(self.model.config, "model_type", None),
-               "num_parameters": int(sum(p.numel() for p in self.model.parameters())),
-               "tokenizer_len": len(self.tokenizer), "weights_sha256": weights_digest(self.source), **self.extra}
-        return {"name": self.name, "source": self.source, "variant": self.variant,
-                "vocab_id": self.vocab_id, "vocab_size": self.vocab_size, "config": json.dumps(cfg)}
+        """A row for the store's ``models`` table (name, source, variant, vocab_id, vocab_size,
+        config)."""
+        cfg = {
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device),
+            "model_type": getattr(self.model.config, "model_type", None),
+            "num_parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "tokenizer_len": len(self.tokenizer),
+            "weights_sha256": weights_digest(self.source),
+            **self.extra,
+        }
+        return {
+            "name": self.name,
+            "source": self.source,
+            "variant": self.variant,
+            "vocab_id": self.vocab_id,
+            "vocab_size": self.vocab_size,
+            "config": json.dumps(cfg),
+        }
 
 
-def _finish(name: str, model, tok, *, variant: str, source: str, device: torch.device,
-            dtype: torch.dtype | None, t0: float, from_cache: bool, extra: dict | None = None,
-            move: bool = True) -> LoadedModel:
+def _finish(
+    name: str,
+    model,
+    tok,
+    *,
+    variant: str,
+    source: str,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    t0: float,
+    from_cache: bool,
+    extra: dict | None = None,
+    move: bool = True,
+) -> LoadedModel:
     """Common tail of every loader: dtype/device, eval mode, left padding, a pad token."""
     if move:
         if dtype is not None:
@@ -101,14 +124,28 @@ def _finish(name: str, model, tok, *, variant: str, source: str, device: torch.d
     model.eval()
     prepare_tokenizer(tok, model)
     param = next(model.parameters())
-    return LoadedModel(name=name, model=model, tokenizer=tok, device=param.device,
-                       dtype=dtype or param.dtype, vocab_id=vocab_id(tok), variant=variant,
-                       source=source, load_seconds=time.perf_counter() - t0,
-                       from_cache=from_cache, extra=extra or {})
+    return LoadedModel(
+        name=name,
+        model=model,
+        tokenizer=tok,
+        device=param.device,
+        dtype=dtype or param.dtype,
+        vocab_id=vocab_id(tok),
+        variant=variant,
+        source=source,
+        load_seconds=time.perf_counter() - t0,
+        from_cache=from_cache,
+        extra=extra or {},
+    )
 
 
-def load_model(name_or_path: str, *, device: str | None = None, trust_remote_code: bool = False,
-               dtype: str | torch.dtype | None = None) -> LoadedModel:
+def load_model(
+    name_or_path: str,
+    *,
+    device: str | None = None,
+    trust_remote_code: bool = False,
+    dtype: str | torch.dtype | None = None,
+) -> LoadedModel:
     """Load a registry name, a local HF folder (with config.json), a ``.gguf`` file or a hub id.
 
     Args:
@@ -141,9 +178,18 @@ def load_model(name_or_path: str, *, device: str | None = None, trust_remote_cod
                 tok, model = _load_from_cache(folder, spec, dt, dev, t0, cached)
             if isinstance(model, LoadedModel):  # bitsandbytes: loaded and finished already
                 return model
-        return _finish(spec.name, model, tok, variant=spec.variant, source=spec.source,
-                       device=dev, dtype=dt, t0=t0, from_cache=cached,
-                       extra={"family": spec.family, "cache": str(folder)})
+        return _finish(
+            spec.name,
+            model,
+            tok,
+            variant=spec.variant,
+            source=spec.source,
+            device=dev,
+            dtype=dt,
+            t0=t0,
+            from_cache=cached,
+            extra={"family": spec.family, "cache": str(folder)},
+        )
     if ref.kind == "gguf":
         # Any GGUF file is dequantized once and cached like the registry's base (15 s -> < 1 s).
         cached = is_cached(ref.spec)
@@ -151,18 +197,38 @@ def load_model(name_or_path: str, *, device: str | None = None, trust_remote_cod
         with quiet_hub():
             tok = AutoTokenizer.from_pretrained(str(folder))
             model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dt)
-        return _finish(ref.name, model, tok, variant="gguf", source=ref.source, device=dev,
-                       dtype=dt, t0=t0, from_cache=cached, extra={"cache": str(folder)})
+        return _finish(
+            ref.name,
+            model,
+            tok,
+            variant="gguf",
+            source=ref.source,
+            device=dev,
+            dtype=dt,
+            t0=t0,
+            from_cache=cached,
+            extra={"cache": str(folder)},
+        )
     if ref.kind == "folder":
         try:
             with quiet_hub():
                 tok = AutoTokenizer.from_pretrained(ref.source, trust_remote_code=trust_remote_code)
-                model = AutoModelForCausalLM.from_pretrained(ref.source, dtype=dt,
-                                                             trust_remote_code=trust_remote_code)
+                model = AutoModelForCausalLM.from_pretrained(
+                    ref.source, dtype=dt, trust_remote_code=trust_remote_code
+                )
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise UserError(f"could not load model folder {ref.source!r}: {exc}") from exc
-        return _finish(ref.name, model, tok, variant="hf", source=ref.source,
-                       device=dev, dtype=dt, t0=t0, from_cache=False)
+        return _finish(
+            ref.name,
+            model,
+            tok,
+            variant="hf",
+            source=ref.source,
+            device=dev,
+            dtype=dt,
+            t0=t0,
+            from_cache=False,
+        )
     return _load_hub(ref.name, dev, dt, trust_remote_code, t0)
 
 
@@ -170,8 +236,9 @@ class _BrokenCache(Exception):
     pass
 
 
-def _load_from_cache(folder: Path, spec: ModelSpec, dt: torch.dtype, dev: torch.device, t0: float,
-                     cached: bool):
+def _load_from_cache(
+    folder: Path, spec: ModelSpec, dt: torch.dtype, dev: torch.device, t0: float, cached: bool
+):
     """(tokenizer, model) from a cache folder; _BrokenCache when its files cannot be read."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -186,7 +253,9 @@ def _load_from_cache(folder: Path, spec: ModelSpec, dt: torch.dtype, dev: torch.
         raise _BrokenCache(str(exc)) from exc
 
 
-def _load_hub(hub_id: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool, t0: float) -> LoadedModel:
+def _load_hub(
+    hub_id: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool, t0: float
+) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     names = ", ".join(s.name for s in list_models())
@@ -198,16 +267,21 @@ def _load_hub(hub_id: str, dev: torch.device, dt: torch.dtype, trust_remote_code
     except Exception:  # not in the local cache (OSError / HF errors): try the hub if reachable
         if offline or not _hub_reachable():
             why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached from here"
-            raise UserError(f"could not load hub id {hub_id!r}: not in the local hub cache and {why}; "
-                            f"registry models available offline: {names}") from None
+            raise UserError(
+                f"could not load hub id {hub_id!r}: not in the local hub cache and {why}; "
+                f"registry models available offline: {names}"
+            ) from None
         try:
             tok = AutoTokenizer.from_pretrained(hub_id, **kw)
             model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=dt, **kw)
         except Exception as exc:  # hub errors come in many types (OSError, HTTP, gated repos)
-            raise UserError(f"could not load hub id {hub_id!r} ({type(exc).__name__}: {exc}); "
-                            f"registry models available offline: {names}") from exc
-    return _finish(hub_id, model, tok, variant="hf", source=hub_id, device=dev, dtype=dt, t0=t0,
-                   from_cache=False)
+            raise UserError(
+                f"could not load hub id {hub_id!r} ({type(exc).__name__}: {exc}); "
+                f"registry models available offline: {names}"
+            ) from exc
+    return _finish(
+        hub_id, model, tok, variant="hf", source=hub_id, device=dev, dtype=dt, t0=t0, from_cache=False
+    )
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -218,16 +292,18 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     try:
-        with socket.create_connection((url.hostname or "huggingface.co",
-                                       url.port or (443 if url.scheme == "https" else 80)),
-                                      timeout=timeout):
+        with socket.create_connection(
+            (url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)),
+            timeout=timeout,
+        ):
             return True
     except OSError:
         return False
 
 
-def _load_bnb(spec: ModelSpec, folder: Path, tok, dev: torch.device, t0: float,
-              cached: bool) -> LoadedModel:
+def _load_bnb(
+    spec: ModelSpec, folder: Path, tok, dev: torch.device, t0: float, cached: bool
+) -> LoadedModel:
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     if not bitsandbytes_available() or dev.type != "cuda":
@@ -235,17 +311,30 @@ def _load_bnb(spec: ModelSpec, folder: Path, tok, dev: torch.device, t0: float,
     if spec.variant == "bnb-8bit":
         qc = BitsAndBytesConfig(load_in_8bit=True)
     else:
-        qc = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                bnb_4bit_compute_dtype=torch.bfloat16)
-    model = AutoModelForCausalLM.from_pretrained(str(folder), quantization_config=qc,
-                                                 device_map={"": dev}, dtype=torch.bfloat16)
-    return _finish(spec.name, model, tok, variant=spec.variant, source=spec.source, device=dev,
-                   dtype=torch.bfloat16, t0=t0, from_cache=cached, move=False,
-                   extra={"family": spec.family, "cache": str(folder)})
+        qc = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
+        )
+    model = AutoModelForCausalLM.from_pretrained(
+        str(folder), quantization_config=qc, device_map={"": dev}, dtype=torch.bfloat16
+    )
+    return _finish(
+        spec.name,
+        model,
+        tok,
+        variant=spec.variant,
+        source=spec.source,
+        device=dev,
+        dtype=torch.bfloat16,
+        t0=t0,
+        from_cache=cached,
+        move=False,
+        extra={"family": spec.family, "cache": str(folder)},
+    )
 
 
-def from_objects(name: str, model, tokenizer, *, variant: str = "custom",
-                 source: str = "memory") -> LoadedModel:
+def from_objects(
+    name: str, model, tokenizer, *, variant: str = "custom", source: str = "memory"
+) -> LoadedModel:
     """Wrap an in-memory (model, tokenizer), e.g. ``engine.testing.tiny_lm()``, as a LoadedModel.
 
     The model stays on its device and dtype; it is put in eval mode and the tokenizer is set to
@@ -255,5 +344,15 @@ def from_objects(name: str, model, tokenizer, *, variant: str = "custom",
         raise UserError(f"model name must be a non-empty string, got {name!r}")
     t0 = time.perf_counter()
     param = next(model.parameters())
-    return _finish(name, model, tokenizer, variant=variant, source=source, device=param.device,
-                   dtype=param.dtype, t0=t0, from_cache=False, move=False)
+    return _finish(
+        name,
+        model,
+        tokenizer,
+        variant=variant,
+        source=source,
+        device=param.device,
+        dtype=param.dtype,
+        t0=t0,
+        from_cache=False,
+        move=False,
+    )

@@ -84,5 +84,3 @@ def quantize_linear_weights(model: torch.nn.Module, variant: str) -> int:
                 mod.weight.copy_(fn(mod.weight.data).to(mod.weight.dtype))
                 n += 1
     return n
-
-

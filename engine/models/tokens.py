@@ -22,8 +22,11 @@ def vocab_id(tokenizer) -> str:
     special = {}
     for attr in ("bos_token_id", "eos_token_id", "unk_token_id"):
         special[attr] = getattr(tokenizer, attr, None)
-    added = sorted(int(i) for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
-                   if getattr(t, "special", False))
+    added = sorted(
+        int(i)
+        for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
+        if getattr(t, "special", False)
+    )
     h = hashlib.sha256()
     h.update(json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     h.update(json.dumps([special, added], sort_keys=True).encode("utf-8"))

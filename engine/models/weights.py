@@ -1,4 +1,5 @@
-"""A digest of a model's weight files, recorded with every run that loads it (the report's design section).
+"""A digest of a model's weight files, recorded with every run that loads it (the report's design
+section).
 
 sha256 over the weight files' own sha256 digests (name and digest per file, sorted by name). A file in a
 Hugging Face cache is a link to a blob named by its sha256 (large files): that name is used, nothing is

@@ -46,13 +46,13 @@ class Figure:
 class Section:
     key: str
     title: str
-    paragraphs: list[str] = field(default_factory=list)   # plain text (escaped when rendered)
+    paragraphs: list[str] = field(default_factory=list)  # plain text (escaped when rendered)
     figures: list[Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     methods: str = ""
     references: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    code: list[str] = field(default_factory=list)        # commands, shown verbatim
+    code: list[str] = field(default_factory=list)  # commands, shown verbatim
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Report:
     title: str
     subtitle: str
     sections: list[Section]
-    made_by: str                 # engine version, commit, machine, date of the report itself
+    made_by: str  # engine version, commit, machine, date of the report itself
     seconds: float = 0.0
     models: tuple[str, ...] = ()  # the models it features (its file name names them)
 
@@ -73,6 +73,7 @@ class Report:
 
 
 # ---------------------------------------------------------------- number formatting (one place)
+
 
 def num(x: Any, digits: int = 3) -> str:
     """A number as text ('-' for None / NaN)."""
@@ -95,11 +96,19 @@ def with_ci(v: Any, lo: Any, hi: Any, digits: int = 3, signed: bool = False) -> 
 
 
 def pct(x: Any, digits: int = 1) -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * float(x):.{digits}f}%"
+    return (
+        "-"
+        if x is None or (isinstance(x, float) and not math.isfinite(x))
+        else f"{100 * float(x):.{digits}f}%"
+    )
 
 
 def cell(text: str, value: Any = None, key: str | None = None) -> Cell:
-    v = None if value is None or (isinstance(value, float) and not math.isfinite(value)) else float(value)
+    v = (
+        None
+        if value is None or (isinstance(value, float) and not math.isfinite(value))
+        else float(value)
+    )
     return Cell(str(text), v, key)
 
 

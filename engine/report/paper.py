@@ -45,9 +45,24 @@ def _md(t: Table) -> str:
     return "\n".join(lines)
 
 
-LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                 "−": "$-$", "²": "$^2$", "×": r"$\times$", "α": r"$\alpha$", "β": r"$\beta$", "–": "--"}
+LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "−": "$-$",
+    "²": "$^2$",
+    "×": r"$\times$",
+    "α": r"$\alpha$",
+    "β": r"$\beta$",
+    "–": "--",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -57,9 +72,15 @@ def latex_escape(text: str) -> str:
 
 def _latex(t: Table) -> str:
     ncol = len(t.columns)
-    lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(t.caption)}}}",
-             r"\begin{tabular}{" + "l" * ncol + "}", r"\toprule",
-             " & ".join(latex_escape(c) for c in t.columns) + r" \\", r"\midrule"]
+    lines = [
+        r"\begin{table}[ht]",
+        r"\centering",
+        rf"\caption{{{latex_escape(t.caption)}}}",
+        r"\begin{tabular}{" + "l" * ncol + "}",
+        r"\toprule",
+        " & ".join(latex_escape(c) for c in t.columns) + r" \\",
+        r"\midrule",
+    ]
     lines += [" & ".join(latex_escape(c.text) for c in row) + r" \\" for row in t.rows]
     lines += [r"\bottomrule", r"\end{tabular}"]
     if t.footnote:
@@ -78,7 +99,13 @@ def _csv(tables: list[Table]) -> str:
             w.writerow([])
         w.writerow(["table", *t.columns, *[f"{c} (value)" for c in t.columns]])
         for row in t.rows:
-            w.writerow([t.caption, *[c.text for c in row], *["" if c.value is None else repr(c.value) for c in row]])
+            w.writerow(
+                [
+                    t.caption,
+                    *[c.text for c in row],
+                    *["" if c.value is None else repr(c.value) for c in row],
+                ]
+            )
         if t.footnote:
             w.writerow(["note", t.footnote])
     return buf.getvalue()
@@ -90,8 +117,13 @@ def paper_text(report: Report, fmt: str) -> str:
     if fmt == "md":
         return f"# {report.title}\n\n" + "\n\n".join(_md(t) for t in tables) + "\n"
     if fmt == "latex":
-        return ("% " + report.title + " (needs \\usepackage{booktabs})\n"
-                + "\n\n".join(_latex(t) for t in tables) + "\n")
+        return (
+            "% "
+            + report.title
+            + " (needs \\usepackage{booktabs})\n"
+            + "\n\n".join(_latex(t) for t in tables)
+            + "\n"
+        )
     if fmt == "csv":
         return _csv(tables)
     raise UserError(f"unknown table format {fmt!r}; allowed: {', '.join(PAPER_FORMATS)}")

@@ -61,23 +61,33 @@ def table_html(t: Table) -> str:
     for row in t.rows:
         tds = []
         for c in row:
-            attrs = (f' data-key="{_e(c.key)}"' if c.key else "") + \
-                (f' data-value="{c.value!r}"' if c.value is not None else "")
+            attrs = (f' data-key="{_e(c.key)}"' if c.key else "") + (
+                f' data-value="{c.value!r}"' if c.value is not None else ""
+            )
             cls = ' class="n"' if c.value is not None else ""
             tds.append(f"<td{cls}{attrs}>{_e(c.text)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     foot = f'<p class="foot">{_e(t.footnote)}</p>' if t.footnote else ""
-    return (f"<table><caption>{_e(t.caption)}</caption><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>{foot}")
+    return (
+        f"<table><caption>{_e(t.caption)}</caption><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>{foot}"
+    )
 
 
 def _figure_html(fid: str, fig, table: Table | None, image: bytes | None) -> str:
     spec = fig.to_json().replace("</", "<\\/")  # a JSON string may not close the script element
-    img = ("<noscript><img alt=\"static image of the figure\" style=\"max-width:100%\" "
-           f"src=\"data:image/png;base64,{base64.b64encode(image).decode()}\"></noscript>" if image else "")
-    return (f'<figure><div class="plot" id="{fid}" data-figure="{fid}-data"></div>'
-            f'<script type="application/json" id="{fid}-data">{spec}</script>{img}'
-            + (table_html(table) if table is not None else "") + "</figure>")
+    img = (
+        '<noscript><img alt="static image of the figure" style="max-width:100%" '
+        f'src="data:image/png;base64,{base64.b64encode(image).decode()}"></noscript>'
+        if image
+        else ""
+    )
+    return (
+        f'<figure><div class="plot" id="{fid}" data-figure="{fid}-data"></div>'
+        f'<script type="application/json" id="{fid}-data">{spec}</script>{img}'
+        + (table_html(table) if table is not None else "")
+        + "</figure>"
+    )
 
 
 def section_html(s: Section, images: dict[str, bytes] | None = None) -> str:
@@ -98,23 +108,28 @@ def section_html(s: Section, images: dict[str, bytes] | None = None) -> str:
 
 
 def static_images(report: Report) -> dict[str, bytes]:
-    """PNG bytes of every figure (kaleido driving Chromium, one browser for all): the ``<noscript>`` images."""
+    """PNG bytes of every figure (kaleido driving Chromium, one browser for all): the ``<noscript>``
+    images."""
     import os
     import warnings
 
     import kaleido
     import plotly.io as pio
+
     os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
     out = {}
     kaleido.start_sync_server(silence_warnings=True)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # plotly: "kopts is ignored if using a server" (we use one)
+            warnings.simplefilter(
+                "ignore", UserWarning
+            )  # plotly: "kopts is ignored if using a server" (we use one)
             for s in report.sections:
                 for f in s.figures:
                     h = int(f.fig.layout.height or 420)
-                    out[f"fig-{s.key}-{f.key}".replace(" ", "_")] = pio.to_image(f.fig, format="png", width=1000,
-                                                                                height=h)
+                    out[f"fig-{s.key}-{f.key}".replace(" ", "_")] = pio.to_image(
+                        f.fig, format="png", width=1000, height=h
+                    )
     finally:
         kaleido.stop_sync_server(silence_warnings=True)
     return out
@@ -123,27 +138,51 @@ def static_images(report: Report) -> dict[str, bytes]:
 def report_html(report: Report, images: bool = False) -> str:
     """The whole page (``images``: also a PNG of each figure for readers without JavaScript; slower)."""
     import plotly.offline
+
     imgs = static_images(report) if images and report.n_figures else None
     toc = "".join(f'<li><a href="#{_e(s.key)}">{_e(s.title)}</a></li>' for s in report.sections)
     body = "\n".join(section_html(s, imgs) for s in report.sections)
     js = f"<script>{plotly.offline.get_plotlyjs()}</script>" if report.n_figures else ""
     draw = f"<script>{DRAW}</script>" if report.n_figures else ""
-    noscript = ("<noscript><p class=\"warn\">JavaScript is off: the interactive figures are not drawn. Every "
-                "figure's numbers are in the table below it" + (" and a static image stands in for it" if imgs else "")
-                + ".</p></noscript>") if report.n_figures else ""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<meta name="generator" content="{_e(report.made_by)}"><title>{_e(report.title)}</title>'
-            f"<style>{CSS}</style>{js}</head><body><main>"
-            f"<h1>{_e(report.title)}</h1><p class=\"sub\">{_e(report.subtitle)}</p>{noscript}"
-            f"<nav><ol>{toc}</ol></nav>\n{body}\n"
-            f"<footer>Made by {_e(report.made_by)} in {report.seconds:.1f} s. One self-contained file: it opens "
-            f"offline and makes no network request.</footer></main>{draw}</body></html>\n")
+    noscript = (
+        (
+            '<noscript><p class="warn">JavaScript is off: the interactive figures are not drawn. Every '
+            "figure's numbers are in the table below it"
+            + (" and a static image stands in for it" if imgs else "")
+            + ".</p></noscript>"
+        )
+        if report.n_figures
+        else ""
+    )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="{_e(report.made_by)}"><title>{_e(report.title)}</title>'
+        f"<style>{CSS}</style>{js}</head><body><main>"
+        f'<h1>{_e(report.title)}</h1><p class="sub">{_e(report.subtitle)}</p>{noscript}'
+        f"<nav><ol>{toc}</ol></nav>\n{body}\n"
+        f"<footer>Made by {_e(report.made_by)} in {report.seconds:.1f} s. One self-contained file: it opens "
+        f"offline and makes no network request.</footer></main>{draw}</body></html>\n"
+    )
 
 
 def report_json(report: Report) -> str:
     """The report's text and tables as JSON (no figures): what ``--json`` prints."""
-    return json.dumps({"title": report.title, "subtitle": report.subtitle, "made_by": report.made_by,
-                       "sections": [{"key": s.key, "title": s.title, "paragraphs": s.paragraphs,
-                                     "warnings": s.warnings, "n_figures": len(s.figures)} for s in report.sections]},
-                      indent=1)
+    return json.dumps(
+        {
+            "title": report.title,
+            "subtitle": report.subtitle,
+            "made_by": report.made_by,
+            "sections": [
+                {
+                    "key": s.key,
+                    "title": s.title,
+                    "paragraphs": s.paragraphs,
+                    "warnings": s.warnings,
+                    "n_figures": len(s.figures),
+                }
+                for s in report.sections
+            ],
+        },
+        indent=1,
+    )

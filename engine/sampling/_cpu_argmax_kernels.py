@@ -18,7 +18,7 @@ _MUL2 = np.uint64(0x94D049BB133111EB)
 _TOKEN_SALT = np.uint64(0xD6E8FEB86659FD93)
 _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
 _TWO53 = np.uint64(1 << 53)
-_INV53 = 2.0 ** -53
+_INV53 = 2.0**-53
 _TINY = float(np.finfo(np.float64).tiny)  # the reference's clamp of u = 0
 _LOG2E = 1.0 / math.log(2.0)
 # a lower bound of g: -log(-log tiny) = -6.5630 (u = tiny, the reference's clamp of u = 0)
@@ -30,8 +30,17 @@ _BLOCK = 256  # tokens per vectorised block (256 and 1,024 measured alike; 4,096
 # because LLVM vectorises arithmetic but not a call to libm's exp (numba has no vector math library here)
 _F32 = np.float32
 _E_LOG2E, _E_C1, _E_C2 = _F32(1.4426950408889634), _F32(0.693359375), _F32(-2.12194440e-4)
-_E_P = tuple(_F32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-                               1.6666665459e-1, 5.0000001201e-1))
+_E_P = tuple(
+    _F32(c)
+    for c in (
+        1.9875691500e-4,
+        1.3981999507e-3,
+        8.3334519073e-3,
+        4.1665795894e-2,
+        1.6666665459e-1,
+        5.0000001201e-1,
+    )
+)
 _E_LO = _F32(-87.0)  # below: 0 (e^-87 = 1.6e-38 per token is nothing next to the row's sum >= 1)
 _E_HALF, _E_ONE, _E_ZERO = _F32(0.5), _F32(1.0), _F32(0.0)
 
@@ -76,7 +85,7 @@ def margin_of(zmax: float) -> float:
     """The comparison margin of a row whose largest z is ``zmax``: 2^-10 + 2^-20 (|zmax| + 64), more
     than ten times the sum of the float32 and float64 rounding errors it covers, twice over
     (engine.sampling.cpu_argmax's module docstring derives it)."""
-    return 2.0 ** -10 + 2.0 ** -20 * (abs(zmax) + 64.0)
+    return 2.0**-10 + 2.0**-20 * (abs(zmax) + 64.0)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -85,7 +94,7 @@ def _reach(zmax: float, best: float, margin: float) -> np.float32:
 
     A token survives only if log2 w <= this - (zmax - z) log2 e."""
     r = 53.0 + (zmax - best + margin) * _LOG2E
-    return np.float32(min(r + 2.0 ** -20 * (1.0 + abs(r)), 60.0))
+    return np.float32(min(r + 2.0**-20 * (1.0 + abs(r)), 60.0))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -117,7 +126,9 @@ def _finish(ids: np.ndarray, s: np.ndarray, cnt: int, floor: float, out: np.ndar
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _may_win(w: np.uint64, x: np.float32, xmax: np.float32, scale: np.float32, reach: np.float32) -> bool:
+def _may_win(
+    w: np.uint64, x: np.float32, xmax: np.float32, scale: np.float32, reach: np.float32
+) -> bool:
     """The cheap necessary condition w <= 2^(floor(reach - (xmax - x) scale) + 1), scale = log2(e) / t.
 
     floor(log2 w) <= log2 w <= reach - (zmax - z) log2 e for a token that can still win; shifting
@@ -125,13 +136,24 @@ def _may_win(w: np.uint64, x: np.float32, xmax: np.float32, scale: np.float32, r
     bound (shift 0: w >= 1 never passes). float32 rounding of (xmax - x) scale is within the margin."""
     b = reach - (xmax - x) * scale
     b = b if b > np.float32(-1.0) else np.float32(-1.0)  # also -inf -> -1 (no int conversion of inf)
-    sh = np.int32(b) + np.int32(1)  # truncation = floor for b >= 0; b in [-1, 0) -> shift 0 or 1 (w = 1 only)
+    sh = np.int32(b) + np.int32(
+        1
+    )  # truncation = floor for b >= 0; b in [-1, 0) -> shift 0 or 1 (w = 1 only)
     return (w >> np.uint64(sh)) == np.uint64(0)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _block_hits(x: np.ndarray, b0: int, b1: int, xmax: np.float32, scale: np.float32, reach: np.float32,
-                rh: np.uint64, tok: np.ndarray, w_out: np.ndarray) -> int:
+def _block_hits(
+    x: np.ndarray,
+    b0: int,
+    b1: int,
+    xmax: np.float32,
+    scale: np.float32,
+    reach: np.float32,
+    rh: np.uint64,
+    tok: np.ndarray,
+    w_out: np.ndarray,
+) -> int:
     """Vectorised passes over tokens [b0, b1): store each w, count the tokens that may still win.
 
     Two loops because LLVM vectorises each alone (AVX2: the 64-bit multiplies as 32-bit halves,
@@ -145,9 +167,24 @@ def _block_hits(x: np.ndarray, b0: int, b1: int, xmax: np.float32, scale: np.flo
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _evaluate_block(x: np.ndarray, b0: int, b1: int, t: np.float32, xmax: np.float32, scale: np.float32,
-                    margin: float, zmax: float, rh: np.uint64, tok: np.ndarray, w_buf: np.ndarray, ids: np.ndarray,
-                    s: np.ndarray, best: float, cnt: int, n_eval: int) -> tuple[float, int, int]:
+def _evaluate_block(
+    x: np.ndarray,
+    b0: int,
+    b1: int,
+    t: np.float32,
+    xmax: np.float32,
+    scale: np.float32,
+    margin: float,
+    zmax: float,
+    rh: np.uint64,
+    tok: np.ndarray,
+    w_buf: np.ndarray,
+    ids: np.ndarray,
+    s: np.ndarray,
+    best: float,
+    cnt: int,
+    n_eval: int,
+) -> tuple[float, int, int]:
     """The block's tokens that pass the test with the row's current best: their exact float64 scores;
     those within the margin of the best into (ids, s). The new (best, count (-1: overflow), n_eval)."""
     K = ids.shape[0]
@@ -176,9 +213,9 @@ def _evaluate_block(x: np.ndarray, b0: int, b1: int, t: np.float32, xmax: np.flo
 def row_max(xi: np.ndarray) -> np.float32:
     """torch.amax of one float32 row given as its int32 view ``xi``: NaN if any entry is NaN.
 
-    In integers, so that LLVM vectorises it without fast-math (a float max reduction needs 'nnan'):
-    the IEEE bits mapped to a signed order (negative floats' magnitude bits flipped) keep the float
-    order, -0 < +0 aside (equal values either way); a NaN is an exponent of ones with a nonzero fraction."""
+    In integers, so that LLVM vectorises it without fast-math (a float max reduction needs 'nnan'): the
+    IEEE bits mapped to a signed order (negative floats' magnitude bits flipped) keep the float order, -0
+    < +0 aside (equal values either way); a NaN is an exponent of ones with a nonzero fraction."""
     best = np.int32(-2147483648)
     nan = np.int32(0)
     for v in range(xi.shape[0]):
@@ -193,8 +230,19 @@ def row_max(xi: np.ndarray) -> np.float32:
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _scan_row(x: np.ndarray, V: int, t: np.float32, xmax: np.float32, zmax: np.float32, rh: np.uint64,
-              tok: np.ndarray, ids: np.ndarray, s: np.ndarray, w_buf: np.ndarray, out: np.ndarray) -> tuple[int, int]:
+def _scan_row(
+    x: np.ndarray,
+    V: int,
+    t: np.float32,
+    xmax: np.float32,
+    zmax: np.float32,
+    rh: np.uint64,
+    tok: np.ndarray,
+    ids: np.ndarray,
+    s: np.ndarray,
+    w_buf: np.ndarray,
+    out: np.ndarray,
+) -> tuple[int, int]:
     """One row with a finite maximum xmax (zmax = xmax / t): its candidates into ``out`` (ascending ids);
     (their number, or -1 on overflow; the exact evaluations)."""
     margin = margin_of(zmax)
@@ -204,20 +252,32 @@ def _scan_row(x: np.ndarray, V: int, t: np.float32, xmax: np.float32, zmax: np.f
     for b0 in range(0, V, _BLOCK):
         b1 = min(b0 + _BLOCK, V)
         if _block_hits(x, b0, b1, xmax, scale, _reach(zmax, best, margin), rh, tok, w_buf):
-            best, cnt, n_eval = _evaluate_block(x, b0, b1, t, xmax, scale, margin, zmax, rh, tok, w_buf, ids, s,
-                                                best, cnt, n_eval)
+            best, cnt, n_eval = _evaluate_block(
+                x, b0, b1, t, xmax, scale, margin, zmax, rh, tok, w_buf, ids, s, best, cnt, n_eval
+            )
             if cnt < 0:
                 return -1, n_eval
     return _finish(ids, s, cnt, best - margin, out), n_eval
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def scan_rows(xf: np.ndarray, rs: int, V: int, t: np.float32, rows: np.ndarray, tok: np.ndarray, cand: np.ndarray,
-              n: np.ndarray, evaluated: np.ndarray, zmax: np.ndarray, sums: np.ndarray) -> None:
-    """Every row of the logits (flat float32, row r at xf[r*rs : r*rs + V]; z = x / t), one row at a time:
-    its largest z into zmax (torch.amax's value divided by t; NaN if the row holds one), its candidates
-    into cand (R, K) in ascending id order and their number into n (0: no finite maximum, a reference
-    row; -1: overflow), exact evaluations into ``evaluated``, and with ``sums`` of length R,
+def scan_rows(
+    xf: np.ndarray,
+    rs: int,
+    V: int,
+    t: np.float32,
+    rows: np.ndarray,
+    tok: np.ndarray,
+    cand: np.ndarray,
+    n: np.ndarray,
+    evaluated: np.ndarray,
+    zmax: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """Every row of the logits (flat float32, row r at xf[r*rs : r*rs + V]; z = x / t), one row at a
+    time: its largest z into zmax (torch.amax's value divided by t; NaN if the row holds one), its
+    candidates into cand (R, K) in ascending id order and their number into n (0: no finite maximum, a
+    reference row; -1: overflow), exact evaluations into ``evaluated``, and with ``sums`` of length R,
     sum_v e^(z - zmax) into it (:func:`row_exp_sum`).
 
     Rows outside, token blocks inside: each row is read from memory once, by the max, and its two more
@@ -231,8 +291,8 @@ def scan_rows(xf: np.ndarray, rs: int, V: int, t: np.float32, rows: np.ndarray, 
     w_buf = np.empty(_BLOCK, np.uint64)
     want_sums = sums.shape[0] == R
     for r in range(R):
-        x = xf[r * rs:r * rs + V]
-        m = row_max(xi[r * rs:r * rs + V])
+        x = xf[r * rs : r * rs + V]
+        m = row_max(xi[r * rs : r * rs + V])
         zm = m / t  # max of x / t: division by t > 0 is monotone, and so is rounding
         zmax[r] = zm
         evaluated[r] = 0
@@ -277,7 +337,8 @@ def row_exp_sum(x: np.ndarray, t: np.float32, zmax: np.float32) -> float:
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def exp_sums(xf: np.ndarray, rs: int, V: int, t: np.float32, zmax: np.ndarray, out: np.ndarray) -> None:
-    """out[r] = :func:`row_exp_sum` of row r (xf[r*rs : r*rs + V]) for rows with a finite zmax; nan for others."""
+    """out[r] = :func:`row_exp_sum` of row r (xf[r*rs : r*rs + V]) for rows with a finite zmax; nan for
+    others."""
     for r in range(zmax.shape[0]):
         zm = zmax[r]
-        out[r] = row_exp_sum(xf[r * rs:r * rs + V], t, zm) if math.isfinite(zm) else math.nan
+        out[r] = row_exp_sum(xf[r * rs : r * rs + V], t, zm) if math.isfinite(zm) else math.nan

@@ -76,12 +76,13 @@ from engine.sampling.gumbel import scale
 
 MAX_CANDIDATES = 32  # per-row buffer of tokens within the margin of the best (more: the row falls back)
 
+
 class ArgmaxDetail(NamedTuple):
     """:func:`gumbel_argmax_detail`'s result: the tokens and what the pruning did, per row."""
 
-    tokens: torch.Tensor     # (R,) int64 sampled ids
+    tokens: torch.Tensor  # (R,) int64 sampled ids
     evaluated: torch.Tensor  # (R,) int64 tokens whose two float64 logs were computed (-1: reference row)
-    fallback: torch.Tensor   # (R,) bool rows drawn by the torch reference
+    fallback: torch.Tensor  # (R,) bool rows drawn by the torch reference
 
 
 @functools.lru_cache(maxsize=1)
@@ -138,8 +139,16 @@ def _flat_rows(x: torch.Tensor) -> tuple[np.ndarray, int]:
     return torch.as_strided(x, (n,), (1,), x.storage_offset()).numpy(), x.stride(0)
 
 
-def _choose(x: torch.Tensor, temperature: float, cand: torch.Tensor, n: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor,
-            steps: torch.Tensor, token_keys: torch.Tensor) -> torch.Tensor:
+def _choose(
+    x: torch.Tensor,
+    temperature: float,
+    cand: torch.Tensor,
+    n: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+) -> torch.Tensor:
     """The reference's winner among each row's candidates (ids ascending, padded): (R,) int64.
 
     The float32 noise at the candidates comes from noise.gumbel_at (the reference's own torch ops), so
@@ -153,31 +162,58 @@ def _choose(x: torch.Tensor, temperature: float, cand: torch.Tensor, n: torch.Te
     return cand.gather(1, torch.argmax(s, dim=1, keepdim=True)).squeeze(1)  # (R,)
 
 
-def _check(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-           token_keys: torch.Tensor, temperature: float) -> None:
+def _check(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+) -> None:
     """ValueError naming the bad argument (shapes, dtypes, device, T)."""
     if logits.dim() != 2 or not logits.is_floating_point() or logits.device.type != "cpu":
-        raise ValueError(f"logits must be a 2-d float CPU tensor, got {tuple(logits.shape)} {logits.dtype} "
-                         f"on {logits.device}")
+        raise ValueError(
+            f"logits must be a 2-d float CPU tensor, got {tuple(logits.shape)} {logits.dtype} "
+            f"on {logits.device}"
+        )
     R, V = logits.shape
     if V == 0:
         raise ValueError("logits has no columns (V = 0): nothing to sample")
-    for name, t, shape in (("seeds", seeds, (R,)), ("units", units, (R,)), ("steps", steps, (R,)),
-                           ("token_keys", token_keys, (V,))):
+    for name, t, shape in (
+        ("seeds", seeds, (R,)),
+        ("units", units, (R,)),
+        ("steps", steps, (R,)),
+        ("token_keys", token_keys, (V,)),
+    ):
         if tuple(t.shape) != shape or t.dtype != torch.int64 or t.device.type != "cpu":
-            raise ValueError(f"{name} must be an int64 CPU tensor of shape {shape}, got {tuple(t.shape)} "
-                             f"{t.dtype} on {t.device}")
+            raise ValueError(
+                f"{name} must be an int64 CPU tensor of shape {shape}, got {tuple(t.shape)} "
+                f"{t.dtype} on {t.device}"
+            )
     if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
-        raise ValueError(f"temperature must be a finite number > 0 for a Gumbel draw, got {temperature!r}")
+        raise ValueError(
+            f"temperature must be a finite number > 0 for a Gumbel draw, got {temperature!r}"
+        )
 
 
-def _scan(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-          token_keys: torch.Tensor, temperature: float, with_lse: bool) -> tuple[ArgmaxDetail, torch.Tensor | None]:
+def _scan(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+    with_lse: bool,
+) -> tuple[ArgmaxDetail, torch.Tensor | None]:
     """The draw (and, with ``with_lse``, logsumexp(z) per row, float64): see the public functions."""
     _check(logits, seeds, units, steps, token_keys, temperature)
     R, V = logits.shape
     logits = logits.detach()
-    x = logits if logits.dtype == torch.float32 and logits.stride(-1) == 1 else logits.float().contiguous()
+    x = (
+        logits
+        if logits.dtype == torch.float32 and logits.stride(-1) == 1
+        else logits.float().contiguous()
+    )
     if R == 0:
         empty = torch.zeros(0, dtype=torch.int64)
         lse0 = torch.zeros(0, dtype=torch.float64) if with_lse else None
@@ -186,8 +222,11 @@ def _scan(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps:
     u64 = np.uint64
     kern = _kernels()
     tok = kern.token_mix(token_keys.contiguous().numpy().view(u64))  # (V,) uint64
-    rows = kern.row_hashes(seeds.contiguous().numpy().view(u64), units.contiguous().numpy().view(u64),
-                           steps.contiguous().numpy().view(u64))  # (R,) uint64
+    rows = kern.row_hashes(
+        seeds.contiguous().numpy().view(u64),
+        units.contiguous().numpy().view(u64),
+        steps.contiguous().numpy().view(u64),
+    )  # (R,) uint64
     cand = np.zeros((R, MAX_CANDIDATES), np.int64)  # (R, K)
     n = np.zeros(R, np.int64)
     evaluated = np.zeros(R, np.int64)
@@ -203,10 +242,14 @@ def _scan(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps:
         tokens = _choose(x, temperature, cand_t, n_t, seeds, units, steps, token_keys)
     elif bool(good.any()):
         i = good.nonzero().squeeze(1)
-        tokens[i] = _choose(x[i], temperature, cand_t[i], n_t[i], seeds[i], units[i], steps[i], token_keys)
+        tokens[i] = _choose(
+            x[i], temperature, cand_t[i], n_t[i], seeds[i], units[i], steps[i], token_keys
+        )
     lse = None
     if with_lse:
-        lse = torch.from_numpy(zmax).double() + torch.from_numpy(sums).log()  # (R,) float64; nan: no finite max
+        lse = (
+            torch.from_numpy(zmax).double() + torch.from_numpy(sums).log()
+        )  # (R,) float64; nan: no finite max
     if bool(fallback.any()):
         i = fallback.nonzero().squeeze(1)
         z = scale(x[i], temperature)  # (f, V)
@@ -218,14 +261,26 @@ def _scan(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps:
     return ArgmaxDetail(tokens, ev_t, fallback), lse
 
 
-def gumbel_argmax_detail(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-                         token_keys: torch.Tensor, temperature: float) -> ArgmaxDetail:
+def gumbel_argmax_detail(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+) -> ArgmaxDetail:
     """:func:`gumbel_argmax_cpu` with the per-row pruning counts (for tests and the bench)."""
     return _scan(logits, seeds, units, steps, token_keys, temperature, with_lse=False)[0]
 
 
-def gumbel_argmax_lse(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-                      token_keys: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def gumbel_argmax_lse(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`gumbel_argmax_cpu`'s tokens and the normaliser of D, without an (R, V) tensor.
 
         lse[r] = zmax[r] + log sum_v exp(z[r, v] - zmax[r]),   z = float32(logits) / T
@@ -243,8 +298,14 @@ def gumbel_argmax_lse(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Te
     return d.tokens, lse
 
 
-def gumbel_argmax_cpu(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-                      token_keys: torch.Tensor, temperature: float) -> torch.Tensor:
+def gumbel_argmax_cpu(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
     """Keyed Gumbel-max tokens on CPU: exactly ``torch.argmax(z + noise.gumbel(seeds, units, steps,
     token_keys), dim=-1)`` with z = float32(logits) / T, without the (R, V) noise.
 
@@ -261,5 +322,11 @@ def gumbel_argmax_cpu(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Te
     return gumbel_argmax_detail(logits, seeds, units, steps, token_keys, temperature).tokens
 
 
-__all__ = ["MAX_CANDIDATES", "ArgmaxDetail", "gumbel_argmax_cpu", "gumbel_argmax_detail", "gumbel_argmax_lse",
-           "numba_available"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "ArgmaxDetail",
+    "gumbel_argmax_cpu",
+    "gumbel_argmax_detail",
+    "gumbel_argmax_lse",
+    "numba_available",
+]

@@ -27,15 +27,19 @@ from engine.errors import UserError
 
 
 class Sampled(NamedTuple):
-    tokens: torch.Tensor    # (B,) int64 chosen token ids
+    tokens: torch.Tensor  # (B,) int64 chosen token ids
     logprobs: torch.Tensor  # (B, V) float32 log D_i (masked entries are -inf)
 
 
 def check_params(temperature: float, top_k: int, top_p: float) -> None:
     """Raise UserError naming the bad sampling parameter and its allowed range."""
     # math.isfinite: inf would make every logit 0 (uniform, silently) and nan every comparison false
-    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
-            and math.isfinite(temperature) and temperature >= 0):
+    if not (
+        isinstance(temperature, (int, float))
+        and not isinstance(temperature, bool)
+        and math.isfinite(temperature)
+        and temperature >= 0
+    ):
         raise UserError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise UserError(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}")
@@ -59,8 +63,11 @@ def scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return x
 
 
-def masked_logits(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """z = float32(logits) / T with the tokens outside the top-k / top-p set at -inf: the sampler's scores.
+def masked_logits(
+    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
+    """z = float32(logits) / T with the tokens outside the top-k / top-p set at -inf: the sampler's
+    scores.
 
     Args:
         logits: (B, V) any float dtype; converted to float32 once here.
@@ -88,8 +95,11 @@ def masked_logits(logits: torch.Tensor, temperature: float, top_k: int = 0, top_
     return z
 
 
-def masked_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """log D = log_softmax(:func:`masked_logits`): the top-k / top-p restricted, renormalised log-probabilities.
+def masked_logprobs(
+    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
+    """log D = log_softmax(:func:`masked_logits`): the top-k / top-p restricted, renormalised
+    log-probabilities.
 
     Returns:
         (B, V) float32 log-probabilities; masked tokens are -inf.
@@ -97,8 +107,13 @@ def masked_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, to
     return torch.log_softmax(masked_logits(logits, temperature, top_k, top_p), dim=-1)
 
 
-def sample(logits: torch.Tensor, gumbels: torch.Tensor | None, temperature: float,
-           top_k: int = 0, top_p: float = 1.0) -> Sampled:
+def sample(
+    logits: torch.Tensor,
+    gumbels: torch.Tensor | None,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> Sampled:
     """Gumbel-Max sampling: argmax(z + g) (= argmax(log D + g)); greedy argmax(z) when T = 0.
 
     Args:
@@ -116,7 +131,9 @@ def sample(logits: torch.Tensor, gumbels: torch.Tensor | None, temperature: floa
     if temperature == 0:
         return Sampled(torch.argmax(z, dim=-1), logp)
     if gumbels is None or gumbels.shape != z.shape:
-        raise UserError(f"gumbels must have the logits' shape {tuple(z.shape)}, "
-                        f"got {None if gumbels is None else tuple(gumbels.shape)}")
+        raise UserError(
+            f"gumbels must have the logits' shape {tuple(z.shape)}, "
+            f"got {None if gumbels is None else tuple(gumbels.shape)}"
+        )
     # -inf + g stays -inf, so masked tokens can never win; ties (probability 0) -> lowest id
     return Sampled(torch.argmax(z + gumbels.to(z.device, torch.float32), dim=-1), logp)

@@ -39,8 +39,8 @@ def _probe(device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
     logits[2, 30], logits[2, 4999] = inf, nan  # +inf first, a NaN later: the NaN
     logits[3, 2048], logits[3, 3000] = inf, inf  # two +inf: the first
     logits[4] = -inf  # all masked
-    seeds = torch.randint(-2**62, 2**62, (PROBE_ROWS,), generator=g, dtype=torch.int64)
-    units = torch.randint(-2**62, 2**62, (PROBE_ROWS,), generator=g, dtype=torch.int64)
+    seeds = torch.randint(-(2**62), 2**62, (PROBE_ROWS,), generator=g, dtype=torch.int64)
+    units = torch.randint(-(2**62), 2**62, (PROBE_ROWS,), generator=g, dtype=torch.int64)
     steps = torch.randint(0, 4096, (PROBE_ROWS,), generator=g, dtype=torch.int64)
     keys = torch.randperm(PROBE_VOCAB, generator=g).to(torch.int64)  # (V,)
     return tuple(t.to(device) for t in (logits, seeds, units, steps, keys))
@@ -63,8 +63,10 @@ def _disagreement(device: torch.device) -> str | None:
             for name, got in (("gumbel_argmax_fused", fused), ("gumbel_argmax_logits", single)):
                 if not torch.equal(got, want):
                     bad = int((got != want).sum())
-                    return (f"{name} picked other tokens than the torch formula on {device} in {bad} of "
-                            f"{PROBE_ROWS} probe rows ({dtype}, T = {t})")
+                    return (
+                        f"{name} picked other tokens than the torch formula on {device} in {bad} of "
+                        f"{PROBE_ROWS} probe rows ({dtype}, T = {t})"
+                    )
     return None
 
 
@@ -75,9 +77,13 @@ def kernels_agree(device: str) -> bool:
     why = _disagreement(torch.device(device))
     if why is None:
         return True
-    warnings.warn(f"coupled-eval: {why}; sampling on {device} uses the torch path instead (same tokens, "
-                  "more memory traffic). Please report it with `python -m pytest tests/test_noise_kernel.py`'s "
-                  "output on this GPU.", RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"coupled-eval: {why}; sampling on {device} uses the torch path instead (same tokens, "
+        "more memory traffic). Please report it with `python -m pytest tests/test_noise_kernel.py`'s "
+        "output on this GPU.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
     return False
 
 

@@ -8,9 +8,9 @@ processor (engine.generation.vllm_sampler) both call :func:`draw`, which picks t
 device and settings:
 
 * CUDA with Triton, no top-k / top-p, no trace, T > 0: the single-read kernel
-  (engine.sampling.triton_noise.gumbel_argmax_logits) on the raw logits: one read of each row in its
-  own dtype, the argmax of z + g and an online logsumexp in registers, two values written per row;
-  no (R, V) float32 copy, no x / T tensor, no log-softmax, no noise tensor (docs/BENCHMARKS.md, coupled vLLM).
+  (engine.sampling.triton_noise.gumbel_argmax_logits) on the raw logits: one read of each row in its own
+  dtype, the argmax of z + g and an online logsumexp in registers, two values written per row; no (R, V)
+  float32 copy, no x / T tensor, no log-softmax, no noise tensor (docs/BENCHMARKS.md, coupled vLLM).
 * CUDA with Triton and top-k / top-p or a trace: z masked in torch, then the fused Gumbel-argmax
   kernel over z (no (R, V) noise tensor). A trace's Gumbel values at the top-k ids come from
   :func:`engine.sampling.noise.gumbel_at` on an (R, k) grid.
@@ -65,7 +65,9 @@ from engine.sampling.gumbel import check_params, masked_logits, scale
 
 TEMP_BUDGET_BYTES = 256 << 20  # peak extra memory of one draw, whatever the number of rows
 THREADS_ENV = "COUPLED_EVAL_NOISE_THREADS"  # intra-op threads of a CPU draw (default 1)
-WORKERS_ENV = "COUPLED_EVAL_DRAW_WORKERS"  # row workers of a numba CPU draw (default: torch's threads, <= 8)
+WORKERS_ENV = (
+    "COUPLED_EVAL_DRAW_WORKERS"  # row workers of a numba CPU draw (default: torch's threads, <= 8)
+)
 MAX_WORKERS = 8
 MIN_ROWS_PER_WORKER = 4  # fewer rows: not worth a hand-off
 
@@ -73,11 +75,11 @@ MIN_ROWS_PER_WORKER = 4  # fewer rows: not worth a hand-off
 class Draw(NamedTuple):
     """What one sampling step of R rows produced; device tensors (nothing copied to the host)."""
 
-    tokens: torch.Tensor                 # (R,) int64 sampled token ids
-    probs: torch.Tensor                  # (R,) float32 D[token]
-    top_ids: torch.Tensor | None         # (R, k) int64 top-k of log D, most likely first (k = trace_k)
-    top_probs: torch.Tensor | None       # (R, k) float32 their probabilities
-    top_gumbels: torch.Tensor | None     # (R, k) float32 their Gumbel values; None when T = 0 or k = 0
+    tokens: torch.Tensor  # (R,) int64 sampled token ids
+    probs: torch.Tensor  # (R,) float32 D[token]
+    top_ids: torch.Tensor | None  # (R, k) int64 top-k of log D, most likely first (k = trace_k)
+    top_probs: torch.Tensor | None  # (R, k) float32 their probabilities
+    top_gumbels: torch.Tensor | None  # (R, k) float32 their Gumbel values; None when T = 0 or k = 0
 
 
 def _fused_available(device: torch.device) -> bool:
@@ -94,8 +96,13 @@ def _fused_available(device: torch.device) -> bool:
     from engine.sampling.kernel_check import kernels_agree
 
     # compiled kernels decide samples only after they matched the torch formula on this device
-    return kernels_agree(str(torch.device(device.type, device.index if device.index is not None
-                                          else torch.cuda.current_device())))
+    return kernels_agree(
+        str(
+            torch.device(
+                device.type, device.index if device.index is not None else torch.cuda.current_device()
+            )
+        )
+    )
 
 
 def _cpu_argmax_available(device: torch.device) -> bool:
@@ -111,7 +118,8 @@ def _cpu_argmax_available(device: torch.device) -> bool:
 
 
 def cpu_draw_threads() -> int:
-    """Intra-op threads of a draw on CPU: ``$COUPLED_EVAL_NOISE_THREADS`` (an integer >= 1), default 1."""
+    """Intra-op threads of a draw on CPU: ``$COUPLED_EVAL_NOISE_THREADS`` (an integer >= 1), default
+    1."""
     env = os.environ.get(THREADS_ENV, "").strip()
     if env and (not env.isdigit() or int(env) < 1):
         raise UserError(f"${THREADS_ENV} must be an integer >= 1, got {env!r}")
@@ -119,8 +127,8 @@ def cpu_draw_threads() -> int:
 
 
 def cpu_draw_workers(rows: int) -> int:
-    """Row workers of a numba CPU draw of ``rows`` rows: ``$COUPLED_EVAL_DRAW_WORKERS`` (an integer >= 1),
-    default the intra-op threads torch was given, at most :data:`MAX_WORKERS` and the CPUs this
+    """Row workers of a numba CPU draw of ``rows`` rows: ``$COUPLED_EVAL_DRAW_WORKERS`` (an integer >=
+    1), default the intra-op threads torch was given, at most :data:`MAX_WORKERS` and the CPUs this
     process may run on; never more than one per :data:`MIN_ROWS_PER_WORKER` rows."""
     env = os.environ.get(WORKERS_ENV, "").strip()
     if env and (not env.isdigit() or int(env) < 1):
@@ -128,13 +136,17 @@ def cpu_draw_workers(rows: int) -> int:
     if env:
         w = int(env)
     else:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        )
         w = min(torch.get_num_threads(), cpus, MAX_WORKERS)
     return max(1, min(w, rows // MIN_ROWS_PER_WORKER))
 
 
 _POOL: ThreadPoolExecutor | None = None
-_POOL_PID = 0  # the process that made _POOL: a forked child (vLLM workers) inherits it without its threads
+_POOL_PID = (
+    0  # the process that made _POOL: a forked child (vLLM workers) inherits it without its threads
+)
 _POOL_LOCK = threading.Lock()
 
 
@@ -151,7 +163,9 @@ def _run_parallel(jobs: list[Callable[[], Draw]], workers: int) -> list[Draw]:
     if workers <= 1 or len(jobs) <= 1:
         return [j() for j in jobs]
     with _POOL_LOCK:
-        if _POOL is None or _POOL_PID != os.getpid() or _POOL._max_workers < workers - 1:  # grows, never shrinks
+        if (
+            _POOL is None or _POOL_PID != os.getpid() or _POOL._max_workers < workers - 1
+        ):  # grows, never shrinks
             _POOL = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="coupled-draw")
             _POOL_PID = os.getpid()
         pool = _POOL
@@ -179,8 +193,9 @@ def cpu_threads(device: torch.device) -> Iterator[None]:
         torch._C.set_num_threads(old)
 
 
-def keyed_noise(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor,
-                token_keys: torch.Tensor) -> torch.Tensor:
+def keyed_noise(
+    seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor, token_keys: torch.Tensor
+) -> torch.Tensor:
     """Keyed noise (B, V) float32: the fused Triton kernel on CUDA, the torch reference elsewhere
     (same bits; see engine.sampling.triton_noise for the float64 ``log`` caveat)."""
     if _fused_available(token_keys.device):
@@ -190,7 +205,9 @@ def keyed_noise(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor,
     return noise.gumbel(seed, unit_keys, step, token_keys)
 
 
-def bytes_per_row(vocab: int, top_p: float, fused: bool, gathered: bool = False, single_read: bool = False) -> int:
+def bytes_per_row(
+    vocab: int, top_p: float, fused: bool, gathered: bool = False, single_read: bool = False
+) -> int:
     """Peak temporary bytes one row of :func:`draw` needs (float32 = 4 bytes per token).
 
     The single-read kernel: none (it keeps O(BLOCK) values in registers and writes 12 bytes of
@@ -206,8 +223,14 @@ def bytes_per_row(vocab: int, top_p: float, fused: bool, gathered: bool = False,
     return per * vocab
 
 
-def rows_per_chunk(vocab: int, top_p: float = 1.0, fused: bool = False,
-                   budget: int = TEMP_BUDGET_BYTES, gathered: bool = False, single_read: bool = False) -> int:
+def rows_per_chunk(
+    vocab: int,
+    top_p: float = 1.0,
+    fused: bool = False,
+    budget: int = TEMP_BUDGET_BYTES,
+    gathered: bool = False,
+    single_read: bool = False,
+) -> int:
     """How many rows one chunk of :func:`draw` may hold within ``budget`` bytes (at least 1)."""
     return max(1, budget // max(1, bytes_per_row(vocab, top_p, fused, gathered, single_read)))
 
@@ -218,16 +241,31 @@ def _raw_logits_suffice(vocab: int, top_k: int, top_p: float, trace_k: int) -> b
     return (top_k == 0 or top_k >= vocab) and top_p >= 1.0 and trace_k == 0
 
 
-def single_read(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int) -> bool:
+def single_read(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int
+) -> bool:
     """Whether :func:`draw` takes the single-read kernel: float32 / bfloat16 / float16 logits on CUDA
     with Triton, T > 0, no top-k / top-p (top-k >= V masks nothing), no trace (a trace needs the
     top-k of z, a torch pass)."""
-    return (temperature > 0 and _raw_logits_suffice(logits.shape[-1], top_k, top_p, trace_k)
-            and logits.dtype in (torch.float32, torch.bfloat16, torch.float16) and _fused_available(logits.device))
+    return (
+        temperature > 0
+        and _raw_logits_suffice(logits.shape[-1], top_k, top_p, trace_k)
+        and logits.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and _fused_available(logits.device)
+    )
 
 
-def _draw_chunk_cpu(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-                    token_keys: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int) -> Draw:
+def _draw_chunk_cpu(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    trace_k: int,
+) -> Draw:
     """The numba draw (T > 0): tokens and logsumexp(z) from the logits without an (r, V) tensor when
     nothing is masked and no trace is asked for (the kernel divides by T as it reads); otherwise from
     z = masked_logits (T = 1 for the kernel). Why: on CPU each (r, V) float32 pass (x / T, torch's
@@ -238,21 +276,39 @@ def _draw_chunk_cpu(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tens
     z = None if plain else masked_logits(logits, temperature, top_k, top_p)  # (r, V) float32
     src, t = (logits, temperature) if z is None else (z, 1.0)
     tokens, lse = gumbel_argmax_lse(src, seeds, units, steps, token_keys, t)  # (r,) int64, (r,) float64
-    z_tok = scale(logits.gather(1, tokens[:, None]), temperature) if z is None else z.gather(1, tokens[:, None])
+    z_tok = (
+        scale(logits.gather(1, tokens[:, None]), temperature)
+        if z is None
+        else z.gather(1, tokens[:, None])
+    )
     probs = (z_tok.squeeze(1).double() - lse).exp().float()  # (r,) D[token], float64 then rounded once
     if not trace_k:
         return Draw(tokens, probs, None, None, None)
     assert z is not None  # a trace takes the masked path
-    tv, ti = torch.topk(z, min(trace_k, z.shape[-1]), dim=-1)  # (r, k) the most likely: top-k of z = of log D
+    tv, ti = torch.topk(
+        z, min(trace_k, z.shape[-1]), dim=-1
+    )  # (r, k) the most likely: top-k of z = of log D
     tp = (tv.double() - lse[:, None]).exp().float()  # (r, k) the same formula as probs
     return Draw(tokens, probs, ti, tp, noise.gumbel_at(seeds, units, steps, token_keys[ti]))
 
 
-def _draw_chunk(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-                token_keys: torch.Tensor, temperature: float, top_k: int, top_p: float, trace_k: int,
-                fused: bool, cpu_fast: bool = False) -> Draw:
+def _draw_chunk(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    trace_k: int,
+    fused: bool,
+    cpu_fast: bool = False,
+) -> Draw:
     if cpu_fast and temperature > 0:
-        return _draw_chunk_cpu(logits, seeds, units, steps, token_keys, temperature, top_k, top_p, trace_k)
+        return _draw_chunk_cpu(
+            logits, seeds, units, steps, token_keys, temperature, top_k, top_p, trace_k
+        )
     z = masked_logits(logits, temperature, top_k, top_p)  # (r, V) float32, the one conversion
     g = None
     if temperature == 0:
@@ -270,16 +326,28 @@ def _draw_chunk(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, 
     probs = (z.gather(1, tokens[:, None]).squeeze(1) - lse).exp()  # (r,) D[token]
     if not trace_k:
         return Draw(tokens, probs, None, None, None)
-    tv, ti = torch.topk(z, min(trace_k, z.shape[-1]), dim=-1)  # (r, k) the most likely: top-k of z = of log D
+    tv, ti = torch.topk(
+        z, min(trace_k, z.shape[-1]), dim=-1
+    )  # (r, k) the most likely: top-k of z = of log D
     tg = None
     if temperature > 0:
         tg = g.gather(1, ti) if g is not None else noise.gumbel_at(seeds, units, steps, token_keys[ti])
     return Draw(tokens, probs, ti, (tv - lse[:, None]).exp(), tg)
 
 
-def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-         token_keys: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
-         trace_k: int = 0, rows: torch.Tensor | None = None, budget: int = TEMP_BUDGET_BYTES) -> Draw:
+def draw(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    trace_k: int = 0,
+    rows: torch.Tensor | None = None,
+    budget: int = TEMP_BUDGET_BYTES,
+) -> Draw:
     """The keyed Gumbel-max sample of R rows, with their step records, in bounded memory.
 
     Same tokens as ``engine.sampling.sample(logits, noise.gumbel(...), T, top_k, top_p).tokens``;
@@ -305,25 +373,44 @@ def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: 
     if single_read(logits, temperature, top_k, top_p, trace_k):
         from engine.sampling.triton_noise import gumbel_argmax_logits
 
-        tok, prob = gumbel_argmax_logits(logits, seeds, units, steps, token_keys, temperature, rows=rows,
-                                         backend="triton")  # reads each drawn row once, writes 2 R values
+        tok, prob = gumbel_argmax_logits(
+            logits, seeds, units, steps, token_keys, temperature, rows=rows, backend="triton"
+        )  # reads each drawn row once, writes 2 R values
         return Draw(tok, prob, None, None, None)
     fused = temperature > 0 and _fused_available(logits.device)
     cpu_fast = temperature > 0 and not fused and _cpu_argmax_available(logits.device)
     workers = cpu_draw_workers(R) if cpu_fast else 1  # concurrent chunks share the budget
-    n = rows_per_chunk(V, top_p, fused or cpu_fast, budget // workers, gathered=rows is not None)  # no noise held
+    n = rows_per_chunk(
+        V, top_p, fused or cpu_fast, budget // workers, gathered=rows is not None
+    )  # no noise held
     if workers > 1:
         n = min(n, -(-R // workers))  # at least one chunk per worker
 
     def chunk(a: int) -> Draw:
-        x = logits[a:a + n] if rows is None else logits[rows[a:a + n]]  # (r, V); a copy only when gathered
-        return _draw_chunk(x, seeds[a:a + n], units[a:a + n], steps[a:a + n], token_keys, temperature, top_k,
-                           top_p, trace_k, fused, cpu_fast)
+        x = (
+            logits[a : a + n] if rows is None else logits[rows[a : a + n]]
+        )  # (r, V); a copy only when gathered
+        return _draw_chunk(
+            x,
+            seeds[a : a + n],
+            units[a : a + n],
+            steps[a : a + n],
+            token_keys,
+            temperature,
+            top_k,
+            top_p,
+            trace_k,
+            fused,
+            cpu_fast,
+        )
 
     with cpu_threads(logits.device):
-        parts = _run_parallel([partial(chunk, a) for a in range(0, max(R, 1), n)], workers)  # R = 0: one chunk
+        parts = _run_parallel(
+            [partial(chunk, a) for a in range(0, max(R, 1), n)], workers
+        )  # R = 0: one chunk
     if len(parts) == 1:
         return parts[0]
+
     def cat(col: tuple) -> torch.Tensor | None:
         return torch.cat(col) if col[0] is not None else None
 
@@ -332,9 +419,16 @@ def draw(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: 
     return Draw(tokens, probs, top_ids, top_probs, top_gumbels)
 
 
-def keyed_scores(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor, steps: torch.Tensor,
-                 token_keys: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def keyed_scores(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    units: torch.Tensor,
+    steps: torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The scores whose argmax is :func:`draw`'s token, as (R, V) tensors (the readable form of the
     sampler, for tests and for checking one step by hand; :func:`draw` never builds them).
 
@@ -354,6 +448,18 @@ def keyed_scores(logits: torch.Tensor, seeds: torch.Tensor, units: torch.Tensor,
     return z + g, logp, g
 
 
-__all__ = ["THREADS_ENV", "WORKERS_ENV", "cpu_draw_threads", "cpu_draw_workers",
-           "cpu_threads", "Draw", "keyed_scores", "TEMP_BUDGET_BYTES",
-           "bytes_per_row", "draw", "keyed_noise", "rows_per_chunk", "single_read"]
+__all__ = [
+    "THREADS_ENV",
+    "WORKERS_ENV",
+    "cpu_draw_threads",
+    "cpu_draw_workers",
+    "cpu_threads",
+    "Draw",
+    "keyed_scores",
+    "TEMP_BUDGET_BYTES",
+    "bytes_per_row",
+    "draw",
+    "keyed_noise",
+    "rows_per_chunk",
+    "single_read",
+]

@@ -4,9 +4,9 @@ docs/METHODS.md 1.3. The reference code draws ``torch.rand(V, generator=rng)`` p
 generator, so its noise depends on how rows are batched. Here every Gumbel value is a hash of its
 key, computed vectorised in torch on any device, with no generator state:
 
-    h = mix( mix(mix(mix(seed) + unit) + step) + mix(token_key + C) )      splitmix64 finaliser
-    u = clamp( (h >>> 11) * 2^-53 , tiny, 1 - 2^-53 )                       float64, 53 random bits
-    g = -log(-log(u))                                                       standard Gumbel, cast to float32
+    h = mix( mix(mix(mix(seed) + unit) + step) + mix(token_key + C) )      splitmix64 finaliser u =
+    clamp( (h >>> 11) * 2^-53 , tiny, 1 - 2^-53 )                       float64, 53 random bits g =
+    -log(-log(u))                                                       standard Gumbel, cast to float32
 
 * ``unit`` = :func:`unit_key` (prompt id, repeat): a blake2b hash (never Python's ``hash()``,
   which is salted per process).
@@ -128,8 +128,9 @@ def independent_seed(seed: int, model_name: str) -> int:
     return _blake64(f"independent:{seed}:{model_name}".encode()) >> 1
 
 
-def gumbel(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.Tensor,
-           token_keys: torch.Tensor) -> torch.Tensor:
+def gumbel(
+    seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.Tensor, token_keys: torch.Tensor
+) -> torch.Tensor:
     """Standard Gumbel noise g[b, v] = G(seed, unit_keys[b], step[b], token_keys[v]).
 
     Args:
@@ -161,18 +162,20 @@ def gumbel(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.
     # Elementwise, so the values are bit-identical whatever the chunk size.
     step_v = V if device.type != "cpu" else max(1, (1 << 16) // max(B, 1))
     for a in range(0, V, step_v):
-        h = _mix_(row[:, None] + tok[None, a:a + step_v])  # (B, c) fresh tensor, mixed in place
+        h = _mix_(row[:, None] + tok[None, a : a + step_v])  # (B, c) fresh tensor, mixed in place
         # 53 high bits -> a float64 uniform on the grid k * 2^-53; clamped away from 0 and 1 so that
         # -log(-log u) is finite (u = 0 has probability 2^-53 per value).
-        u = _srl(h, 11).to(torch.float64).mul_(2.0 ** -53)  # (B, c)
-        u.clamp_(min=torch.finfo(torch.float64).tiny, max=1.0 - 2.0 ** -53)
-        out[:, a:a + step_v] = u.log_().neg_().log_().neg_()  # -log(-log u), rounded to float32
+        u = _srl(h, 11).to(torch.float64).mul_(2.0**-53)  # (B, c)
+        u.clamp_(min=torch.finfo(torch.float64).tiny, max=1.0 - 2.0**-53)
+        out[:, a : a + step_v] = u.log_().neg_().log_().neg_()  # -log(-log u), rounded to float32
     return out
 
 
-def gumbel_at(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor,
-              token_keys: torch.Tensor) -> torch.Tensor:
-    """The noise of :func:`gumbel` at chosen tokens only: g[b, j] = G(seed[b], unit[b], step[b], token_keys[b, j]).
+def gumbel_at(
+    seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor, token_keys: torch.Tensor
+) -> torch.Tensor:
+    """The noise of :func:`gumbel` at chosen tokens only: g[b, j] = G(seed[b], unit[b], step[b],
+    token_keys[b, j]).
 
     The same integer hash and float64 logs as :func:`gumbel` on a (B, k) grid of per-row token keys
     (e.g. a row's top-k ids mapped to their keys), so a trace needs no (B, V) noise tensor.
@@ -186,18 +189,26 @@ def gumbel_at(seed: torch.Tensor, unit_keys: torch.Tensor, step: torch.Tensor,
     """
     device = token_keys.device
     s = _mix(seed.to(device=device, dtype=torch.int64))  # (B,)
-    row = _mix_(_mix_(s + unit_keys.to(device=device, dtype=torch.int64)) + step.to(device=device, dtype=torch.int64))
+    row = _mix_(
+        _mix_(s + unit_keys.to(device=device, dtype=torch.int64))
+        + step.to(device=device, dtype=torch.int64)
+    )
     h = _mix_(row[:, None] + _mix_(token_keys.to(torch.int64) + _TOKEN_SALT))  # (B, k)
-    u = _srl(h, 11).to(torch.float64).mul_(2.0 ** -53)  # (B, k) as in gumbel()
-    u.clamp_(min=torch.finfo(torch.float64).tiny, max=1.0 - 2.0 ** -53)
+    u = _srl(h, 11).to(torch.float64).mul_(2.0**-53)  # (B, k) as in gumbel()
+    u.clamp_(min=torch.finfo(torch.float64).tiny, max=1.0 - 2.0**-53)
     return u.log_().neg_().log_().neg_().to(torch.float32)
 
 
 # --------------------------------------------------------------------------- token keys
 
+
 def _byte_decoder() -> dict[str, int]:
     """Inverse of GPT-2's bytes_to_unicode (byte-level BPE token chars -> raw bytes)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -260,8 +271,12 @@ def token_bytes(tokenizer) -> list[bytes]:
     return out
 
 
-def token_keys_for(tokenizer, mode: Literal["token_id", "bytes"] = "token_id",
-                   vocab_size: int | None = None, device: str | torch.device = "cpu") -> torch.Tensor:
+def token_keys_for(
+    tokenizer,
+    mode: Literal["token_id", "bytes"] = "token_id",
+    vocab_size: int | None = None,
+    device: str | torch.device = "cpu",
+) -> torch.Tensor:
     """LongTensor (V,) of noise keys per token id.
 
     Args:

@@ -1,4 +1,5 @@
-"""Fused keyed Gumbel noise (and Gumbel-max) in Triton; the torch reference is engine.sampling.noise.gumbel.
+"""Fused keyed Gumbel noise (and Gumbel-max) in Triton; the torch reference is
+engine.sampling.noise.gumbel.
 
 One kernel pass writes g[b, v] = G(seed[b], unit[b], step[b], token_key[v]) (docs/METHODS.md 1.3):
 
@@ -7,10 +8,10 @@ One kernel pass writes g[b, v] = G(seed[b], unit[b], step[b], token_key[v]) (doc
     u   = max((h >>> 11) * 2^-53, tiny)                         float64, exact
     g   = float32( -log(-log(u)) )                              float64 logs, one rounding at the end
 
-The reference (:func:`engine.sampling.noise.gumbel`) runs ~20 elementwise torch passes over (B, V) int64 and
-float64 temporaries: on a GPU at batch 256 and a 128k vocabulary each pass streams ~0.26 GB, so the
-noise alone would cost more than a decode step of a 1B model. Here the integer hash and the logs
-stay in registers and the only (B, V) traffic is the float32 output (or nothing at all:
+The reference (:func:`engine.sampling.noise.gumbel`) runs ~20 elementwise torch passes over (B, V) int64
+and float64 temporaries: on a GPU at batch 256 and a 128k vocabulary each pass streams ~0.26 GB, so the
+noise alone would cost more than a decode step of a 1B model. Here the integer hash and the logs stay in
+registers and the only (B, V) traffic is the float32 output (or nothing at all:
 :func:`gumbel_argmax_fused` reduces to the sampled token inside the kernel).
 
 The single-read kernel (:func:`gumbel_argmax_logits`) goes one step further: it reads the
@@ -53,7 +54,6 @@ from engine.sampling import noise
 
 Backend = Literal["auto", "triton", "torch"]
 BACKENDS = ("auto", "triton", "torch")
-
 
 
 def _use_triton(backend: str, device: torch.device) -> bool:
@@ -116,11 +116,14 @@ if triton_importable():
             g = -libdevice.log(-libdevice.log(u))
         else:  # the interpreter (numpy's log)
             g = -tl.log(-tl.log(u))
-        return g.to(tl.float32)  # round to nearest even, once, as the reference's float64 -> float32 copy
+        return g.to(
+            tl.float32
+        )  # round to nearest even, once, as the reference's float64 -> float32 copy
 
     @triton.jit
-    def _gumbel_kernel(out_ptr, seed_ptr, unit_ptr, step_ptr, keys_ptr, V,
-                       BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
+    def _gumbel_kernel(
+        out_ptr, seed_ptr, unit_ptr, step_ptr, keys_ptr, V, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr
+    ):
         # grid (B, cdiv(V, BLOCK)): program (b, j) writes out[b, j*BLOCK : (j+1)*BLOCK]
         b = tl.program_id(0).to(tl.int64)
         offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -139,8 +142,19 @@ if triton_importable():
         return nan_at, tl.where(isn, float("-inf"), sc)
 
     @triton.jit
-    def _gumbel_argmax_kernel(tok_ptr, gval_ptr, logp_ptr, seed_ptr, unit_ptr, step_ptr, keys_ptr, V, stride,
-                              BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
+    def _gumbel_argmax_kernel(
+        tok_ptr,
+        gval_ptr,
+        logp_ptr,
+        seed_ptr,
+        unit_ptr,
+        step_ptr,
+        keys_ptr,
+        V,
+        stride,
+        BLOCK: tl.constexpr,
+        LIBDEVICE: tl.constexpr,
+    ):
         # grid (B,): program b scans row b's vocabulary in blocks, keeping the running argmax of
         # logp + g; ties -> the lowest id (torch.argmax's rule): first in a block, strict > across
         b = tl.program_id(0).to(tl.int64)
@@ -148,30 +162,53 @@ if triton_importable():
         best = tl.full((), float("-inf"), tl.float32)
         best_i = tl.full((), 0, tl.int64)
         best_g = tl.full((), 0.0, tl.float32)
-        found = tl.full((), 0, tl.int32)  # 1 once a NaN score was seen: the first NaN is torch.argmax's pick
+        found = tl.full(
+            (), 0, tl.int32
+        )  # 1 once a NaN score was seen: the first NaN is torch.argmax's pick
         for start in range(0, V, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             m = offs < V
             g = _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE)  # (BLOCK,)
             lp = tl.load(logp_ptr + b * stride + offs, mask=m, other=float("-inf"))  # (BLOCK,)
             z = tl.where(m, lp + g, float("-inf"))  # the float32 sum the reference's argmax sees
-            nan_at, z = _nan_first(z, offs, V)  # NaN scores out of the max / argmax (their lowerings differ)
+            nan_at, z = _nan_first(
+                z, offs, V
+            )  # NaN scores out of the max / argmax (their lowerings differ)
             zmax = tl.max(z, axis=0)
             zi = tl.argmax(z, axis=0, tie_break_left=True)
             take_nan = (nan_at < V) & (found == 0)
             # the first block always sets the running best (a row of -inf -> id 0, as torch.argmax)
             better = ((zmax > best) | (start == 0)) & (found == 0)
-            best_i = tl.where(take_nan, nan_at.to(tl.int64), tl.where(better, (start + zi).to(tl.int64), best_i))
-            best_g = tl.where(take_nan | better, tl.sum(tl.where(offs == best_i, g, 0.0), axis=0), best_g)
+            best_i = tl.where(
+                take_nan, nan_at.to(tl.int64), tl.where(better, (start + zi).to(tl.int64), best_i)
+            )
+            best_g = tl.where(
+                take_nan | better, tl.sum(tl.where(offs == best_i, g, 0.0), axis=0), best_g
+            )
             best = tl.where(better, zmax, best)
             found = tl.where(take_nan, 1, found)
         tl.store(tok_ptr + b, best_i)
         tl.store(gval_ptr + b, best_g)
 
     @triton.jit
-    def _gumbel_argmax_lse_kernel(tok_ptr, prob_ptr, x_ptr, rows_ptr, seed_ptr, unit_ptr, step_ptr, keys_ptr,
-                                  V, stride_r, stride_v, temperature, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr,
-                                  SCALE: tl.constexpr, HAS_ROWS: tl.constexpr):
+    def _gumbel_argmax_lse_kernel(
+        tok_ptr,
+        prob_ptr,
+        x_ptr,
+        rows_ptr,
+        seed_ptr,
+        unit_ptr,
+        step_ptr,
+        keys_ptr,
+        V,
+        stride_r,
+        stride_v,
+        temperature,
+        BLOCK: tl.constexpr,
+        LIBDEVICE: tl.constexpr,
+        SCALE: tl.constexpr,
+        HAS_ROWS: tl.constexpr,
+    ):
         # grid (B,): program b reads its logits row ONCE, in blocks, in their own dtype, keeping
         # (1) the running argmax of z + g, z = float32(x) / T (IEEE division), ties -> lowest id as
         # _gumbel_argmax_kernel, and (2) an online logsumexp of z (running max mx, sum s of exp(z - mx)).
@@ -196,21 +233,31 @@ if triton_importable():
             if SCALE:  # div_rn: IEEE round-to-nearest (Triton's "/" is an approximate division on CUDA)
                 z = tl.math.div_rn(z, temperature)
             z = tl.where(m, z, float("-inf"))
-            nan_at, z = _nan_first(z, offs, V)  # NaN out of the max / argmax / sums (the row's result is NaN)
+            nan_at, z = _nan_first(
+                z, offs, V
+            )  # NaN out of the max / argmax / sums (the row's result is NaN)
             g = _gumbel_block(row, keys_ptr, offs, m, LIBDEVICE)  # (BLOCK,)
             sc = tl.where(m, z + g, float("-inf"))  # the float32 sum the reference's argmax sees
             smax = tl.max(sc, axis=0)
             si = tl.argmax(sc, axis=0, tie_break_left=True)
-            zi = tl.max(tl.where(offs == start + si, z, float("-inf")), axis=0)  # z at the block's winner
+            zi = tl.max(
+                tl.where(offs == start + si, z, float("-inf")), axis=0
+            )  # z at the block's winner
             take_nan = (nan_at < V) & (found == 0)
-            better = ((smax > best) | (start == 0)) & (found == 0)  # the first block sets it (all -inf -> id 0)
-            best_i = tl.where(take_nan, nan_at.to(tl.int64), tl.where(better, (start + si).to(tl.int64), best_i))
+            better = ((smax > best) | (start == 0)) & (
+                found == 0
+            )  # the first block sets it (all -inf -> id 0)
+            best_i = tl.where(
+                take_nan, nan_at.to(tl.int64), tl.where(better, (start + si).to(tl.int64), best_i)
+            )
             best_z = tl.where(better, zi, best_z)
             best = tl.where(better, smax, best)
             found = tl.where(take_nan, 1, found)
             bmax = tl.max(z, axis=0)
             new = tl.maximum(mx, bmax)
-            base = tl.where((new == float("-inf")) | (new == float("inf")), 0.0, new)  # no inf - inf here
+            base = tl.where(
+                (new == float("-inf")) | (new == float("inf")), 0.0, new
+            )  # no inf - inf here
             s = s * tl.exp(mx - base) + tl.sum(tl.exp(z - base), axis=0)
             mx = new
         tl.store(tok_ptr + b, best_i)
@@ -255,13 +302,17 @@ def _kernels(interpret: bool):
     return mod._gumbel_kernel, mod._gumbel_argmax_kernel, mod._gumbel_argmax_lse_kernel
 
 
-def _row_inputs(seed, unit_keys: torch.Tensor, step, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _row_inputs(
+    seed, unit_keys: torch.Tensor, step, device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(seed bits, unit keys, steps), each int64 (B,) contiguous on ``device``."""
     unit = unit_keys.to(device=device, dtype=torch.int64).contiguous()  # (B,)
     if isinstance(seed, torch.Tensor):
         s = seed.to(device=device, dtype=torch.int64).expand(unit.shape[0]).contiguous()  # (B,)
     else:
-        s = noise.seed_tensor([seed], device=device).expand(unit.shape[0]).contiguous()  # (B,) same bits, seed checked
+        s = (
+            noise.seed_tensor([seed], device=device).expand(unit.shape[0]).contiguous()
+        )  # (B,) same bits, seed checked
     if isinstance(step, torch.Tensor):
         t = step.to(device=device, dtype=torch.int64).expand(unit.shape[0]).contiguous()  # (B,)
     else:
@@ -275,8 +326,9 @@ def _interpreting(device: torch.device) -> bool:
     return device.type != "cuda"
 
 
-def _argmax_launch(seed, unit_keys: torch.Tensor, step, token_keys: torch.Tensor, dev: torch.device, B: int
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+def _argmax_launch(
+    seed, unit_keys: torch.Tensor, step, token_keys: torch.Tensor, dev: torch.device, B: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool]:
     """What both argmax kernels are launched with: (token keys (V,), seeds, units, steps (B,) int64,
     the token output (B,) int64, the per-row float32 output (B,), interpreted?), all on ``dev``."""
     keys = token_keys.to(device=dev, dtype=torch.int64).contiguous()  # (V,)
@@ -286,9 +338,14 @@ def _argmax_launch(seed, unit_keys: torch.Tensor, step, token_keys: torch.Tensor
     return keys, s, unit, t, tok, val, _interpreting(dev)
 
 
-def gumbel_triton(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.Tensor,
-                  token_keys: torch.Tensor, out: torch.Tensor | None = None,
-                  block: int | None = None) -> torch.Tensor:
+def gumbel_triton(
+    seed: int | torch.Tensor,
+    unit_keys: torch.Tensor,
+    step: int | torch.Tensor,
+    token_keys: torch.Tensor,
+    out: torch.Tensor | None = None,
+    block: int | None = None,
+) -> torch.Tensor:
     """The Triton kernel: same contract and bits as :func:`engine.sampling.noise.gumbel`.
 
     Runs compiled on CUDA tensors, and in Triton's numpy interpreter on CPU tensors (slow: tests).
@@ -310,9 +367,13 @@ def gumbel_triton(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int |
     B, V = unit.shape[0], keys.shape[0]
     if out is None:
         out = torch.empty(B, V, dtype=torch.float32, device=dev)  # (B, V)
-    elif out.shape != (B, V) or out.dtype != torch.float32 or not out.is_contiguous() or out.device != dev:
-        raise ValueError(f"out must be a contiguous float32 ({B}, {V}) tensor on {dev}, got "
-                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
+    elif (
+        out.shape != (B, V) or out.dtype != torch.float32 or not out.is_contiguous() or out.device != dev
+    ):
+        raise ValueError(
+            f"out must be a contiguous float32 ({B}, {V}) tensor on {dev}, got "
+            f"{out.dtype} {tuple(out.shape)} on {out.device}"
+        )
     if B == 0 or V == 0:
         return out
     interp = _interpreting(dev)
@@ -322,8 +383,13 @@ def gumbel_triton(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int |
     return out
 
 
-def gumbel_fused(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | torch.Tensor,
-                 token_keys: torch.Tensor, backend: Backend = "auto") -> torch.Tensor:
+def gumbel_fused(
+    seed: int | torch.Tensor,
+    unit_keys: torch.Tensor,
+    step: int | torch.Tensor,
+    token_keys: torch.Tensor,
+    backend: Backend = "auto",
+) -> torch.Tensor:
     """Keyed Gumbel noise (B, V) float32: the Triton kernel on CUDA, else the torch reference.
 
     Args:
@@ -340,9 +406,15 @@ def gumbel_fused(seed: int | torch.Tensor, unit_keys: torch.Tensor, step: int | 
     return noise.gumbel(seed, unit_keys, step, token_keys)
 
 
-def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys: torch.Tensor,
-                        step: int | torch.Tensor, token_keys: torch.Tensor,
-                        backend: Backend = "auto", block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gumbel_argmax_fused(
+    logp: torch.Tensor,
+    seed: int | torch.Tensor,
+    unit_keys: torch.Tensor,
+    step: int | torch.Tensor,
+    token_keys: torch.Tensor,
+    backend: Backend = "auto",
+    block: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Gumbel-max without materialising the noise: T_b = argmax_v (z[b, v] + g[b, v]).
 
     Same tokens as ``torch.argmax(z + noise.gumbel(...), -1)`` (engine.sampling.sample): the
@@ -363,7 +435,9 @@ def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys:
     """
     use_triton = _use_triton(backend, logp.device)
     if logp.dtype != torch.float32 or logp.dim() != 2 or logp.shape[1] != token_keys.shape[0]:
-        raise ValueError(f"logp must be float32 (B, {token_keys.shape[0]}), got {logp.dtype} {tuple(logp.shape)}")
+        raise ValueError(
+            f"logp must be float32 (B, {token_keys.shape[0]}), got {logp.dtype} {tuple(logp.shape)}"
+        )
     if not use_triton:
         g = noise.gumbel(seed, unit_keys, step, token_keys)  # (B, V)
         tok = torch.argmax(logp + g, dim=-1)  # (B,)
@@ -371,7 +445,9 @@ def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys:
     B, V = logp.shape
     if logp.stride(1) != 1:
         logp = logp.contiguous()
-    keys, s, unit, t, tok, gval, interp = _argmax_launch(seed, unit_keys, step, token_keys, logp.device, B)
+    keys, s, unit, t, tok, gval, interp = _argmax_launch(
+        seed, unit_keys, step, token_keys, logp.device, B
+    )
     if B == 0:
         return tok, gval
     block = block or (16384 if interp else 2048)
@@ -382,19 +458,34 @@ def gumbel_argmax_fused(logp: torch.Tensor, seed: int | torch.Tensor, unit_keys:
 
 def _check_logits(logits: torch.Tensor, rows: torch.Tensor | None, temperature: float, V: int) -> None:
     """ValueError naming the bad argument of :func:`gumbel_argmax_logits`."""
-    if logits.dim() != 2 or logits.shape[1] != V or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        raise ValueError(f"logits must be (N, {V}) float32, bfloat16 or float16, got {logits.dtype} "
-                         f"{tuple(logits.shape)}")
+    if (
+        logits.dim() != 2
+        or logits.shape[1] != V
+        or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16)
+    ):
+        raise ValueError(
+            f"logits must be (N, {V}) float32, bfloat16 or float16, got {logits.dtype} "
+            f"{tuple(logits.shape)}"
+        )
     if not temperature > 0:
-        raise ValueError(f"temperature must be > 0 here (greedy T = 0 takes no noise), got {temperature!r}")
+        raise ValueError(
+            f"temperature must be > 0 here (greedy T = 0 takes no noise), got {temperature!r}"
+        )
     if rows is not None and (rows.dim() != 1 or rows.dtype != torch.int64):
         raise ValueError(f"rows must be a 1-D int64 tensor, got {rows.dtype} {tuple(rows.shape)}")
 
 
-def gumbel_argmax_logits(logits: torch.Tensor, seed: int | torch.Tensor, unit_keys: torch.Tensor,
-                         step: int | torch.Tensor, token_keys: torch.Tensor, temperature: float,
-                         rows: torch.Tensor | None = None, backend: Backend = "auto",
-                         block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gumbel_argmax_logits(
+    logits: torch.Tensor,
+    seed: int | torch.Tensor,
+    unit_keys: torch.Tensor,
+    step: int | torch.Tensor,
+    token_keys: torch.Tensor,
+    temperature: float,
+    rows: torch.Tensor | None = None,
+    backend: Backend = "auto",
+    block: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The keyed Gumbel-max sample straight from the logits, reading them once (no top-k / top-p).
 
     T_b = argmax_v (z[b, v] + g[b, v]) with z = float32(logits) / T (engine.sampling.gumbel.scale:
@@ -427,17 +518,42 @@ def gumbel_argmax_logits(logits: torch.Tensor, seed: int | torch.Tensor, unit_ke
         tok = torch.argmax(z + noise.gumbel(seed, unit_keys, step, token_keys), dim=-1)  # (B,)
         return tok, (z.gather(1, tok[:, None]).squeeze(1) - torch.logsumexp(z, dim=-1)).exp()
     B = logits.shape[0] if rows is None else rows.shape[0]
-    keys, s, unit, t, tok, prob, interp = _argmax_launch(seed, unit_keys, step, token_keys, logits.device, B)
+    keys, s, unit, t, tok, prob, interp = _argmax_launch(
+        seed, unit_keys, step, token_keys, logits.device, B
+    )
     if B == 0:
         return tok, prob
     block = block or (16384 if interp else 2048)
-    t32 = struct.unpack("f", struct.pack("f", temperature))[0]  # float32(T): exact as the kernel's fp32 argument
+    t32 = struct.unpack("f", struct.pack("f", temperature))[
+        0
+    ]  # float32(T): exact as the kernel's fp32 argument
     kernel = _kernels(interp)[2]
-    kernel[(B,)](tok, prob, logits, tok if rows is None else rows, s, unit, t, keys, V, logits.stride(0),
-                 logits.stride(1), t32, BLOCK=block, LIBDEVICE=not interp, SCALE=temperature != 1.0,
-                 HAS_ROWS=rows is not None)
+    kernel[(B,)](
+        tok,
+        prob,
+        logits,
+        tok if rows is None else rows,
+        s,
+        unit,
+        t,
+        keys,
+        V,
+        logits.stride(0),
+        logits.stride(1),
+        t32,
+        BLOCK=block,
+        LIBDEVICE=not interp,
+        SCALE=temperature != 1.0,
+        HAS_ROWS=rows is not None,
+    )
     return tok, prob
 
 
-__all__ = ["BACKENDS", "gumbel_argmax_fused", "gumbel_argmax_logits", "gumbel_fused", "gumbel_triton",
-           "triton_importable"]
+__all__ = [
+    "BACKENDS",
+    "gumbel_argmax_fused",
+    "gumbel_argmax_logits",
+    "gumbel_fused",
+    "gumbel_triton",
+    "triton_importable",
+]

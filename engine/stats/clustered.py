@@ -49,10 +49,16 @@ from engine.stats.clusters import (  # noqa: F401  (re-exported)
     split_counts,
 )
 from engine.stats.comparisons import Comparisons, Who
-from engine.stats.paired_tests import holm_adjust, maxt_adjust, mode_diff_paired_test, position_bias  # noqa: F401
+from engine.stats.paired_tests import (  # noqa: F401
+    holm_adjust,
+    maxt_adjust,
+    mode_diff_paired_test,
+    position_bias,
+)
 from engine.stats.winrates import A_WINS, B_WINS, _check
 
 # ----------------------------------------------------------------------------- win-rates
+
 
 def _rates(wins: np.ndarray, ties: np.ndarray):
     """W = wins / n, T = ties / n, avg = nanmean over opponents; NaN where a pair has no rows."""
@@ -70,8 +76,16 @@ def _rates(wins: np.ndarray, ties: np.ndarray):
     return W, T, n, avg
 
 
-def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, cluster=None,
-                              n_resamples: int = DEFAULT_RESAMPLES, conf: float = 0.95) -> dict:
+def winrate_cluster_bootstrap(
+    a,
+    b,
+    outcome,
+    k: int,
+    rng: np.random.Generator,
+    cluster=None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    conf: float = 0.95,
+) -> dict:
     """Pairwise and average win-rates with cluster-bootstrap expanded percentile intervals.
 
     W_ij = #{i beat j}/#{i vs j};  avg_i = mean_{j: n_ij>0} W_ij;  W*_b from the rows of C prompts
@@ -102,7 +116,8 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
     mult = cluster_multiplicities(C, n_resamples, rng)  # (B, C)
     wb, tb = resampled_pair_counts(X, mult, k)
     Wb, _, nb, _ = _rates(wb, tb)  # (B, k, k)
-    # average over the opponents compared in the full data (a resample that lost a pair: NaN-mean of the rest)
+    # average over the opponents compared in the full data (a resample that lost a pair: NaN-mean of the
+    # rest)
     has = n > 0
     Wb_avg = np.where(has[None], Wb, np.nan)
     with warnings.catch_warnings():
@@ -121,14 +136,30 @@ def winrate_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, c
     al, ah = WR.cluster_wilson(avg, Cm, conf)
     W_lo, W_hi = np.where(W_deg, wl, W_lo), np.where(W_deg, wh, W_hi)
     a_lo, a_hi = np.where(a_deg, al, a_lo), np.where(a_deg, ah, a_hi)
-    return {"W": W, "T": T, "n": n.astype(np.int64), "W_low": W_lo, "W_high": W_hi,
-            "avg": avg, "avg_low": a_lo, "avg_high": a_hi, "W_draws": Wb, "avg_draws": avg_b,
-            "W_fallback": W_deg, "avg_fallback": a_deg, "n_clusters_pair": Cij,
-            "n_clusters": C, "per_row_clusters": per_row, "n_resamples": int(n_resamples), "conf": conf}
+    return {
+        "W": W,
+        "T": T,
+        "n": n.astype(np.int64),
+        "W_low": W_lo,
+        "W_high": W_hi,
+        "avg": avg,
+        "avg_low": a_lo,
+        "avg_high": a_hi,
+        "W_draws": Wb,
+        "avg_draws": avg_b,
+        "W_fallback": W_deg,
+        "avg_fallback": a_deg,
+        "n_clusters_pair": Cij,
+        "n_clusters": C,
+        "per_row_clusters": per_row,
+        "n_resamples": int(n_resamples),
+        "conf": conf,
+    }
 
 
-def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
-                       small_sample: bool = True) -> dict:
+def winrate_cluster_se(
+    a, b, outcome, k: int, cluster=None, conf: float = 0.95, small_sample: bool = True
+) -> dict:
     """Cluster-robust (sandwich) SE and Wald CI of every pairwise win-rate.
 
     SE_ij = sqrt(Σ_c (Σ_{rows r of pair ij in c} (y_r − Ŵ_ij))²) / N_ij,  y_r = 1{i won row r};
@@ -164,7 +195,7 @@ def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
     swn = np.asarray(Wc.multiply(Nc).sum(axis=0)).ravel()
     snn = np.asarray(Nc.multiply(Nc).sum(axis=0)).ravel()
     W0 = np.nan_to_num(Wv)
-    meat = np.maximum(sww - 2 * W0 * swn + W0 ** 2 * snn, 0.0).reshape(k, k)
+    meat = np.maximum(sww - 2 * W0 * swn + W0**2 * snn, 0.0).reshape(k, k)
     Cij = np.asarray((Nc > 0).sum(axis=0)).ravel().reshape(k, k)
     N = N.reshape(k, k)
     W = Wv.reshape(k, k)
@@ -173,14 +204,25 @@ def winrate_cluster_se(a, b, outcome, k: int, cluster=None, conf: float = 0.95,
         se = np.sqrt(meat * corr) / N
     W = np.where(np.eye(k, dtype=bool), np.nan, W)
     low, high = WR.cluster_wilson(W, WR.n_eff_clustered(W, se, Cij), conf)  # inside [0, 1], never [0, 0]
-    return {"W": W, "se": se, "low": low, "high": high, "n": N.astype(np.int64),
-            "n_clusters_pair": Cij, "n_clusters": C, "per_row_clusters": per_row}
+    return {
+        "W": W,
+        "se": se,
+        "low": low,
+        "high": high,
+        "n": N.astype(np.int64),
+        "n_clusters_pair": Cij,
+        "n_clusters": C,
+        "per_row_clusters": per_row,
+    }
 
 
-# ----------------------------------------------------------------------------- Bradley-Terry / Davidson, batched
+# ----------------------------------------------------------------------------- Bradley-Terry / Davidson,
+#   batched
+
 
 def _count_batch(wins, ties) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """(k, k) or (B, k, k) win / tie counts as float batches, the pair totals n, and whether one was given."""
+    """(k, k) or (B, k, k) win / tie counts as float batches, the pair totals n, and whether one was
+    given."""
     wins = np.asarray(wins, float)
     ties = np.asarray(ties, float)
     single = wins.ndim == 2
@@ -189,7 +231,9 @@ def _count_batch(wins, ties) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     return wins, ties, wins + wins.transpose(0, 2, 1) + ties, single
 
 
-def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, init=None) -> tuple[Any, Any]:
+def davidson_fit_counts(
+    wins, ties, max_iter: int = 5_000, tol: float = 1e-9, init=None
+) -> tuple[Any, Any]:
     """Bradley–Terry with Davidson ties for a batch of count matrices, by MM (Hunter 2004).
 
     P(i > j) = π_i/D, P(tie) = ν sqrt(π_i π_j)/D, D = π_i + π_j + ν sqrt(π_i π_j);
@@ -208,7 +252,11 @@ def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, in
     B, k, _ = wins.shape
     score = 2 * wins.sum(axis=2) + ties.sum(axis=2)  # (B, k)
     Ttot = ties.sum(axis=(1, 2)) / 2  # (B,)
-    pi = np.ones((B, k)) if init is None else np.exp(np.broadcast_to(np.asarray(init, float), (B, k))).copy()
+    pi = (
+        np.ones((B, k))
+        if init is None
+        else np.exp(np.broadcast_to(np.asarray(init, float), (B, k))).copy()
+    )
     nu = np.where(Ttot > 0, 1.0, 0.0)
     active = np.arange(B)
     for _ in range(max_iter):
@@ -234,8 +282,16 @@ def davidson_fit_counts(wins, ties, max_iter: int = 5_000, tol: float = 1e-9, in
     return (beta[0], float(nu[0])) if single else (beta, nu)
 
 
-def davidson_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, cluster=None,
-                               n_resamples: int = DEFAULT_RESAMPLES, conf: float = 0.95) -> dict:
+def davidson_cluster_bootstrap(
+    a,
+    b,
+    outcome,
+    k: int,
+    rng: np.random.Generator,
+    cluster=None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    conf: float = 0.95,
+) -> dict:
     """BT/Davidson log-strengths with cluster-bootstrap expanded percentile intervals (vectorised).
 
     β̂ = argmax Davidson likelihood; β*_b = the fit on resample b's counts m_b X (one sparse
@@ -260,15 +316,36 @@ def davidson_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, 
     draws, nu_b = davidson_fit_counts(wb, tb, init=beta)
     lo, hi = expanded_percentile(draws, conf, C)
     nlo, nhi = expanded_percentile(nu_b, conf, C)
-    return {"beta": beta, "nu": nu, "beta_low": lo, "beta_high": hi, "nu_low": float(nlo), "nu_high": float(nhi),
-            "draws": draws, "nu_draws": nu_b, "n_clusters": C, "per_row_clusters": per_row,
-            "n_resamples": int(n_resamples), "conf": conf}
+    return {
+        "beta": beta,
+        "nu": nu,
+        "beta_low": lo,
+        "beta_high": hi,
+        "nu_low": float(nlo),
+        "nu_high": float(nhi),
+        "draws": draws,
+        "nu_draws": nu_b,
+        "n_clusters": C,
+        "per_row_clusters": per_row,
+        "n_resamples": int(n_resamples),
+        "conf": conf,
+    }
 
 
 # ----------------------------------------------------------------------------- Elo, batched
 
-def elo_ratings_weighted(a, b, outcome, k: int, weights, K: float = 4.0, scale: float = 400.0,
-                         base: float = 10.0, init: float = 1000.0) -> np.ndarray:
+
+def elo_ratings_weighted(
+    a,
+    b,
+    outcome,
+    k: int,
+    weights,
+    K: float = 4.0,
+    scale: float = 400.0,
+    base: float = 10.0,
+    init: float = 1000.0,
+) -> np.ndarray:
     """Online Elo for B integer row-weightings at once: row r is applied weights[b, r] times in a row.
 
     For each row in the given order and each repetition t < weights[b, r]:
@@ -331,14 +408,22 @@ def elo_ratings_weighted(a, b, outcome, k: int, weights, K: float = 4.0, scale: 
     return r.T.copy()
 
 
-def elo_fit_counts(wins, ties, scale: float = 400.0, base: float = 10.0, init: float = 1000.0,
-                   max_iter: int = 100, tol: float = 1e-8) -> np.ndarray:
-    """Elo-scale maximum likelihood for a batch of count matrices (the fixed point of Elo's expected update).
+def elo_fit_counts(
+    wins,
+    ties,
+    scale: float = 400.0,
+    base: float = 10.0,
+    init: float = 1000.0,
+    max_iter: int = 100,
+    tol: float = 1e-8,
+) -> np.ndarray:
+    """Elo-scale maximum likelihood for a batch of count matrices (the fixed point of Elo's expected
+    update).
 
-    Solves sum_j n_ij (S_ij − E(r_i − r_j)) = 0, S_ij = (wins_ij + ties_ij/2)/n_ij, E(x) = 1/(1 + base^(−x/scale)),
-    mean r = init (a logistic Bradley–Terry with ties as half wins, on the Elo scale) by Newton's
-    method on the concave log-likelihood, all B problems at once (H − 11ᵀ fixes the mean). A model
-    that never wins (MLE −∞) stops at 3000 points below the mean.
+    Solves sum_j n_ij (S_ij − E(r_i − r_j)) = 0, S_ij = (wins_ij + ties_ij/2)/n_ij, E(x) = 1/(1 +
+    base^(−x/scale)), mean r = init (a logistic Bradley–Terry with ties as half wins, on the Elo scale)
+    by Newton's method on the concave log-likelihood, all B problems at once (H − 11ᵀ fixes the mean). A
+    model that never wins (MLE −∞) stops at 3000 points below the mean.
 
     Args:
         wins: (B, k, k) or (k, k), wins[b, i, j] = #{i beat j}; ties: same shape, symmetric.
@@ -351,12 +436,16 @@ def elo_fit_counts(wins, ties, scale: float = 400.0, base: float = 10.0, init: f
     c = np.log(base) / scale
     r = np.zeros((Bn, k))
     ones = np.ones((k, k))
-    ridge = 1e-4 * c * c  # a 1e-4-comparison prior: keeps a resample whose comparison graph falls apart solvable
+    ridge = (
+        1e-4 * c * c
+    )  # a 1e-4-comparison prior: keeps a resample whose comparison graph falls apart solvable
     for _ in range(max_iter):
         E = 1 / (1 + np.exp(-c * (r[:, :, None] - r[:, None, :])))  # (B, k, k)
         g = c * (score - (n * E).sum(axis=2)) - ridge * r  # (B, k) gradient of the log-likelihood
         Hw = n * E * (1 - E) * c * c
-        H = Hw - (np.einsum("bij->bi", Hw)[:, :, None] + ridge) * np.eye(k)  # (B, k, k) negative definite
+        H = Hw - (np.einsum("bij->bi", Hw)[:, :, None] + ridge) * np.eye(
+            k
+        )  # (B, k, k) negative definite
         step = np.linalg.solve(H - ones, g[:, :, None])[:, :, 0]  # Newton step, mean-zero
         step = np.clip(step, -400.0, 400.0)  # damped far from the optimum (separated data)
         r = np.clip(r - step, -3000.0, 3000.0)
@@ -367,8 +456,17 @@ def elo_fit_counts(wins, ties, scale: float = 400.0, base: float = 10.0, init: f
     return r[0] if single else r
 
 
-def elo_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, cluster=None,
-                          n_resamples: int = DEFAULT_RESAMPLES, conf: float = 0.95, K: float = 4.0) -> dict:
+def elo_cluster_bootstrap(
+    a,
+    b,
+    outcome,
+    k: int,
+    rng: np.random.Generator,
+    cluster=None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    conf: float = 0.95,
+    K: float = 4.0,
+) -> dict:
     """Elo ratings as the Elo-scale maximum likelihood (:func:`elo_fit_counts`), with cluster-bootstrap
     expanded percentile intervals (:func:`engine.stats.clusters.expanded_percentile`).
 
@@ -400,14 +498,33 @@ def elo_cluster_bootstrap(a, b, outcome, k: int, rng: np.random.Generator, clust
     draws = elo_fit_counts(*resampled_pair_counts(X, mult, k))  # (B, k)
     online = elo_ratings_weighted(a, b, outcome, k, np.ones((1, a.size), np.int64), K=K)[0]
     lo, hi = expanded_percentile(draws, conf, C)
-    return {"elo": point, "low": lo, "high": hi, "draws": draws, "online": online, "n_clusters": C,
-            "per_row_clusters": per_row, "n_resamples": int(n_resamples), "conf": conf, "K": K,
-            "estimator": "Elo-scale maximum likelihood (fixed point of the expected Elo update)"}
+    return {
+        "elo": point,
+        "low": lo,
+        "high": hi,
+        "draws": draws,
+        "online": online,
+        "n_clusters": C,
+        "per_row_clusters": per_row,
+        "n_resamples": int(n_resamples),
+        "conf": conf,
+        "K": K,
+        "estimator": "Elo-scale maximum likelihood (fixed point of the expected Elo update)",
+    }
 
 
-def elo_fixed_point(W: np.ndarray, T: np.ndarray, n: np.ndarray, scale: float = 400.0, base: float = 10.0,
-                    init: float = 1000.0, max_iter: int = 10_000, tol: float = 1e-10) -> np.ndarray:
-    """The ratings where Elo's expected update vanishes: Σ_j n_ij (W_ij + T_ij/2 − E(r_i − r_j)) = 0, mean = init.
+def elo_fixed_point(
+    W: np.ndarray,
+    T: np.ndarray,
+    n: np.ndarray,
+    scale: float = 400.0,
+    base: float = 10.0,
+    init: float = 1000.0,
+    max_iter: int = 10_000,
+    tol: float = 1e-10,
+) -> np.ndarray:
+    """The ratings where Elo's expected update vanishes: Σ_j n_ij (W_ij + T_ij/2 − E(r_i − r_j)) = 0,
+    mean = init.
 
     (A logistic Bradley–Terry fit with ties as half wins, on the Elo scale.) The target of the
     online Elo statistic for small K; used as the truth in simulations.

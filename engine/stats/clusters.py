@@ -18,6 +18,7 @@ DEFAULT_RESAMPLES = 1000
 
 # ----------------------------------------------------------------------------- clusters and resamples
 
+
 def cluster_codes(cluster, n: int) -> tuple[np.ndarray, int, bool]:
     """Factorise prompt ids into codes 0..C−1; None (or all-missing) -> each row its own cluster.
 
@@ -41,7 +42,9 @@ def cluster_codes(cluster, n: int) -> tuple[np.ndarray, int, bool]:
     return codes.astype(np.int64), int(codes.max()) + 1, False
 
 
-def cluster_multiplicities(C: int, n_resamples: int, rng: np.random.Generator, chunk: int = 100) -> np.ndarray:
+def cluster_multiplicities(
+    C: int, n_resamples: int, rng: np.random.Generator, chunk: int = 100
+) -> np.ndarray:
     """How often each cluster is drawn in each resample: m_b = counts of C draws with replacement.
 
     m_b ~ Multinomial(C, 1/C each), drawn as C uniform cluster indices per resample
@@ -59,7 +62,7 @@ def cluster_multiplicities(C: int, n_resamples: int, rng: np.random.Generator, c
         m = min(chunk, n_resamples - s)
         idx = rng.integers(0, C, size=(m, C))  # (m, C) drawn cluster ids
         flat = (np.arange(m)[:, None] * C + idx).ravel()
-        out[s:s + m] = np.bincount(flat, minlength=m * C).reshape(m, C)
+        out[s : s + m] = np.bincount(flat, minlength=m * C).reshape(m, C)
     return out
 
 
@@ -80,12 +83,14 @@ def cluster_pair_counts(a, b, outcome, codes: np.ndarray, C: int, k: int) -> spa
 def split_counts(flat: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(B, 2k²) -> wins (B, k, k), ties (B, k, k) symmetric."""
     B = flat.shape[0]
-    wins = flat[:, :k * k].reshape(B, k, k)
-    ties = flat[:, k * k:].reshape(B, k, k)
+    wins = flat[:, : k * k].reshape(B, k, k)
+    ties = flat[:, k * k :].reshape(B, k, k)
     return wins, ties + ties.transpose(0, 2, 1)
 
 
-def resampled_pair_counts(X: sparse.csr_matrix, mult: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def resampled_pair_counts(
+    X: sparse.csr_matrix, mult: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Win and tie counts of every resample in one sparse product: counts_b = m_b X.
 
     Args:
@@ -122,7 +127,9 @@ def expanded_tail(conf: float, n_clusters: int) -> float:
     return float(stats.norm.cdf(-z))
 
 
-def expanded_percentile(draws: np.ndarray, conf: float, n_clusters: int) -> tuple[np.ndarray, np.ndarray]:
+def expanded_percentile(
+    draws: np.ndarray, conf: float, n_clusters: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Cluster-bootstrap expanded percentile interval: the α'/2 and 1 − α'/2 quantiles of the draws
     (α' of :func:`expanded_tail`), NaN-aware along axis 0.
 
@@ -145,10 +152,9 @@ def check_conf(conf: float, n_resamples: int) -> None:
         raise UserError(f"n_resamples must be >= 1, got {n_resamples}")
 
 
-
-
 def pair_cluster_counts(X: sparse.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """How many prompts hold each pair, and each model: C_ij (k, k) and C_m (k,), from :func:`cluster_pair_counts`' X."""
+    """How many prompts hold each pair, and each model: C_ij (k, k) and C_m (k,), from
+    :func:`cluster_pair_counts`' X."""
     Xc = X.tocoo()
     cell = Xc.col
     tie = cell >= k * k
@@ -161,7 +167,9 @@ def pair_cluster_counts(X: sparse.csr_matrix, k: int) -> tuple[np.ndarray, np.nd
         Cij = np.zeros((k, k), np.int64)
         np.add.at(Cij, (keys[1], keys[2]), 1)
         Cij = Cij + Cij.T
-        mk = np.unique(np.concatenate([np.stack([keys[0], keys[1]]), np.stack([keys[0], keys[2]])], axis=1), axis=1)
+        mk = np.unique(
+            np.concatenate([np.stack([keys[0], keys[1]]), np.stack([keys[0], keys[2]])], axis=1), axis=1
+        )
         return Cij, np.bincount(mk[1], minlength=k)
     pair[Xc.row, i, j] = True
     pair |= pair.transpose(0, 2, 1)

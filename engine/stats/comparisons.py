@@ -54,23 +54,36 @@ class Comparisons:
 
     def __post_init__(self) -> None:
         n, k = self.first.shape[0], len(self.models)
-        shapes = [a.shape for a in (self.first, self.second, self.human, self.judge, *self.extra.values())]
+        shapes = [
+            a.shape for a in (self.first, self.second, self.human, self.judge, *self.extra.values())
+        ]
         if self.cluster is not None:
             shapes.append(self.cluster.shape)
         if any(s != (n,) for s in shapes):
             raise UserError(f"comparison arrays must all have shape ({n},); got {shapes}")
-        if n and (min(self.first.min(), self.second.min()) < 0 or max(self.first.max(), self.second.max()) >= k):
+        if n and (
+            min(self.first.min(), self.second.min()) < 0 or max(self.first.max(), self.second.max()) >= k
+        ):
             raise UserError(f"model indices must be in [0, {k})")
         if np.any(self.first == self.second):
             raise UserError("a comparison must involve two different models (model_a == model_b found)")
         for name, v in (("human", self.human), ("judge", self.judge)):
             if np.any((v < NO_LABEL) | (v > TIE)):
-                raise UserError(f"{name} outcome codes must be -1 (none), 0 (a wins), 1 (b wins) or 2 (tie)")
+                raise UserError(
+                    f"{name} outcome codes must be -1 (none), 0 (a wins), 1 (b wins) or 2 (tie)"
+                )
 
     @classmethod
-    def from_labels(cls, models: Sequence[str], model_a: Sequence[str], model_b: Sequence[str],
-                    human: Sequence | None = None, judge: Sequence | None = None,
-                    cluster: Sequence | None = None, extra: dict[str, Sequence] | None = None) -> Comparisons:
+    def from_labels(
+        cls,
+        models: Sequence[str],
+        model_a: Sequence[str],
+        model_b: Sequence[str],
+        human: Sequence | None = None,
+        judge: Sequence | None = None,
+        cluster: Sequence | None = None,
+        extra: dict[str, Sequence] | None = None,
+    ) -> Comparisons:
         """From model names and 'a' / 'b' / 'tie' / None labels (the normalised table's columns);
         a cluster column of only None/NaN means no clusters; ``extra``: optional columns by name."""
         pos = {m: i for i, m in enumerate(models)}
@@ -84,10 +97,15 @@ class Comparisons:
             c = np.asarray(cluster, dtype=object)
             known = np.array([x is not None and x == x for x in c], dtype=bool)  # x == x: not NaN
             cl = c if known.any() else None
-        return cls(tuple(models), np.fromiter((pos[m] for m in model_a), np.int64, n),
-                   np.fromiter((pos[m] for m in model_b), np.int64, n),
-                   outcome_codes(none if human is None else human), outcome_codes(none if judge is None else judge), cl,
-                   {c: np.asarray(v, dtype=object) for c, v in (extra or {}).items()})
+        return cls(
+            tuple(models),
+            np.fromiter((pos[m] for m in model_a), np.int64, n),
+            np.fromiter((pos[m] for m in model_b), np.int64, n),
+            outcome_codes(none if human is None else human),
+            outcome_codes(none if judge is None else judge),
+            cl,
+            {c: np.asarray(v, dtype=object) for c, v in (extra or {}).items()},
+        )
 
     @property
     def k(self) -> int:
@@ -107,9 +125,15 @@ class Comparisons:
 
     def subset(self, rows: np.ndarray) -> Comparisons:
         """The comparisons at ``rows`` (a boolean mask or indices), same models."""
-        return Comparisons(self.models, self.first[rows], self.second[rows], self.human[rows], self.judge[rows],
-                           None if self.cluster is None else self.cluster[rows],
-                           {c: v[rows] for c, v in self.extra.items()})
+        return Comparisons(
+            self.models,
+            self.first[rows],
+            self.second[rows],
+            self.human[rows],
+            self.judge[rows],
+            None if self.cluster is None else self.cluster[rows],
+            {c: v[rows] for c, v in self.extra.items()},
+        )
 
     def outcomes(self, who: Who) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(a, b, outcome) of the rows labelled by ``who``: the stats.winrates / stats.clustered form."""

@@ -49,8 +49,10 @@ def check_codes(x, name: str) -> np.ndarray:
     """Outcome codes as int64, each in {-1, 0, 1, 2} (UserError otherwise)."""
     arr = np.asarray(x, dtype=np.int64)
     if arr.size and (arr.min() < MISSING or arr.max() > TIE):
-        raise UserError(f"{name}: outcome codes must be -1 (none), 0 (a), 1 (b) or 2 (tie); "
-                        f"got {sorted(set(arr.ravel().tolist()) - {-1, 0, 1, 2})[:5]}")
+        raise UserError(
+            f"{name}: outcome codes must be -1 (none), 0 (a), 1 (b) or 2 (tie); "
+            f"got {sorted(set(arr.ravel().tolist()) - {-1, 0, 1, 2})[:5]}"
+        )
     return arr
 
 
@@ -73,7 +75,9 @@ def bootstrap_weights(C: int, n_boot: int, rng: np.random.Generator) -> np.ndarr
     return cluster_multiplicities(C, n_boot, rng).astype(float)
 
 
-def interval(S: np.ndarray, W: np.ndarray, fn: Figure, conf: float = 0.95, method: str = "expanded") -> Interval:
+def interval(
+    S: np.ndarray, W: np.ndarray, fn: Figure, conf: float = 0.95, method: str = "expanded"
+) -> Interval:
     """Estimate fn(1ᵀS) and the cluster-bootstrap CI of fn(W S) over the B resamples.
 
     ``expanded`` (the default; the rule of every other bootstrap interval the product shows): the
@@ -113,6 +117,7 @@ def _div(num, den, tiny: float = 0.0):
 
 # ---------------------------------------------------------------- agreement and Cohen's kappa
 
+
 def agreement_features(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Per-unit features of agreement / kappa between raters x and y (units where both labelled).
 
@@ -147,8 +152,8 @@ def agreement_kappa_of_sums(S: np.ndarray) -> np.ndarray:
     """
     n = S[..., -1]
     po = _div(S[..., 0], n)
-    px = _div(S[..., 1:1 + N_CATS], n[..., None])
-    py = _div(S[..., 1 + N_CATS:1 + 2 * N_CATS], n[..., None])
+    px = _div(S[..., 1 : 1 + N_CATS], n[..., None])
+    py = _div(S[..., 1 + N_CATS : 1 + 2 * N_CATS], n[..., None])
     pe = (px * py).sum(axis=-1)
     kappa = _div(po - pe, 1 - pe, tiny=1e-12)
     return np.stack([po, kappa], axis=-1)
@@ -156,9 +161,12 @@ def agreement_kappa_of_sums(S: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- per-model judge bias (PPR rectifiers)
 
-def bias_features(first: np.ndarray, second: np.ndarray, judge: np.ndarray, human: np.ndarray,
-                  k: int) -> np.ndarray:
-    """Per-unit features of b_m (units where both labelled): [involves m (k), judge win of m (k), human win of m (k)].
+
+def bias_features(
+    first: np.ndarray, second: np.ndarray, judge: np.ndarray, human: np.ndarray, k: int
+) -> np.ndarray:
+    """Per-unit features of b_m (units where both labelled): [involves m (k), judge win of m (k), human
+    win of m (k)].
 
     Args:
         first, second: (n,) model indices in [0, k) of model_a, model_b; judge, human: (n,) codes.
@@ -187,10 +195,11 @@ def bias_of_sums(S: np.ndarray) -> np.ndarray:
         (..., k).
     """
     k = S.shape[-1] // 3
-    return _div(S[..., k:2 * k] - S[..., 2 * k:], S[..., :k])
+    return _div(S[..., k : 2 * k] - S[..., 2 * k :], S[..., :k])
 
 
 # ---------------------------------------------------------------- position consistency
+
 
 def position_features(w_ab: np.ndarray, w_ba: np.ndarray) -> np.ndarray:
     """Per-unit features of position consistency and first-position preference.
@@ -230,8 +239,10 @@ def position_of_sums(S: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- several judges
 
+
 def majority(labels: np.ndarray) -> np.ndarray:
-    """Majority of J judges per unit: the unique most frequent label, else tie (2); -1 where any judge is missing.
+    """Majority of J judges per unit: the unique most frequent label, else tie (2); -1 where any judge is
+    missing.
 
     Args:
         labels: (n, J) codes.
@@ -247,7 +258,8 @@ def majority(labels: np.ndarray) -> np.ndarray:
 
 
 def error_features(judges: np.ndarray, human: np.ndarray) -> np.ndarray:
-    """Per-unit features of the judges' error correlation (units where every judge and the human labelled).
+    """Per-unit features of the judges' error correlation (units where every judge and the human
+    labelled).
 
     e_j = 1[judge_j != human]. Columns: [e (J), e eᵀ flattened (J²), 1].
 
@@ -260,7 +272,9 @@ def error_features(judges: np.ndarray, human: np.ndarray) -> np.ndarray:
     n, J = judges.shape
     ok = (judges >= 0).all(axis=1) & (human >= 0)
     e = ((judges != human[:, None]) & ok[:, None]).astype(float)
-    return np.concatenate([e, (e[:, :, None] * e[:, None, :]).reshape(n, J * J), ok[:, None].astype(float)], axis=1)
+    return np.concatenate(
+        [e, (e[:, :, None] * e[:, None, :]).reshape(n, J * J), ok[:, None].astype(float)], axis=1
+    )
 
 
 def error_correlation_of_sums(S: np.ndarray) -> np.ndarray:
@@ -275,7 +289,7 @@ def error_correlation_of_sums(S: np.ndarray) -> np.ndarray:
     J = int(round((-1 + np.sqrt(1 + 4 * (S.shape[-1] - 1))) / 2))
     n = S[..., -1]
     m = _div(S[..., :J], n[..., None])  # (..., J)
-    mm = _div(S[..., J:J + J * J], n[..., None]).reshape(*S.shape[:-1], J, J)
+    mm = _div(S[..., J : J + J * J], n[..., None]).reshape(*S.shape[:-1], J, J)
     cov = mm - m[..., :, None] * m[..., None, :]
     sd = np.sqrt(np.maximum(np.diagonal(cov, axis1=-2, axis2=-1), 0.0))
     corr = _div(cov, sd[..., :, None] * sd[..., None, :])
@@ -283,16 +297,20 @@ def error_correlation_of_sums(S: np.ndarray) -> np.ndarray:
     pairs = corr[..., iu[0], iu[1]]
     with np.errstate(all="ignore"):
         finite = np.isfinite(pairs)
-        rho = np.where(finite.any(axis=-1), np.nansum(pairs, axis=-1) / np.maximum(finite.sum(axis=-1), 1), np.nan)
+        rho = np.where(
+            finite.any(axis=-1), np.nansum(pairs, axis=-1) / np.maximum(finite.sum(axis=-1), 1), np.nan
+        )
     jeff = _div(np.full_like(rho, float(J)), 1 + (J - 1) * rho)
     return np.concatenate([rho[..., None], jeff[..., None], corr.reshape(*S.shape[:-1], J * J)], axis=-1)
 
 
 # ---------------------------------------------------------------- how many labels a figure needs
 
+
 @dataclass(frozen=True)
 class LabelNeed:
-    """A figure that needs more labelled units than exist: ``have`` of ``need`` (``more`` = need - have)."""
+    """A figure that needs more labelled units than exist: ``have`` of ``need`` (``more`` = need -
+    have)."""
 
     figure: str
     have: int

@@ -24,12 +24,15 @@ from engine.stats import ranking as R
 MAX_FACTOR = 1024  # the search stops at n' = MAX_FACTOR * n more labels
 
 
-def labelled_sigma(first_n, second_n, w_n, w2_n, wh_n, wh2_n, k: int, lam: float, cluster_n=None) -> np.ndarray:
+def labelled_sigma(
+    first_n, second_n, w_n, w2_n, wh_n, wh2_n, k: int, lam: float, cluster_n=None
+) -> np.ndarray:
     """Sigma_lab = (B G / c_n)(B G / c_n)ᵀ: the labelled-set term of PPR's delta covariance.
 
     Args:
         first_n, second_n: (n,) model indices; w_n, w2_n: (n,) human win indicators of the first /
-            second shown; wh_n, wh2_n: (n,) the judge's; k; lam: PPR's lambda; cluster_n: (n,) prompt ids or None.
+            second shown; wh_n, wh2_n: (n,) the judge's; k; lam: PPR's lambda; cluster_n: (n,) prompt ids
+            or None.
     Returns:
         (k, k).
     """
@@ -45,7 +48,8 @@ def labelled_sigma(first_n, second_n, w_n, w2_n, wh_n, wh2_n, k: int, lam: float
 
 
 def predicted_sigma(sigma: np.ndarray, sigma_lab: np.ndarray, n: int, n_more) -> np.ndarray:
-    """Sigma(n') = Sigma - Sigma_lab + Sigma_lab n / (n + n'); ``n_more`` scalar or (G,) -> (k, k) or (G, k, k)."""
+    """Sigma(n') = Sigma - Sigma_lab + Sigma_lab n / (n + n'); ``n_more`` scalar or (G,) -> (k, k) or (G,
+    k, k)."""
     f = n / (n + np.asarray(n_more, float))
     return (sigma - sigma_lab) + f[..., None, None] * sigma_lab
 
@@ -53,10 +57,14 @@ def predicted_sigma(sigma: np.ndarray, sigma_lab: np.ndarray, n: int, n_more) ->
 def ci_widths(sigma: np.ndarray, sigma_lab: np.ndarray, n: int, n_more, alpha: float) -> np.ndarray:
     """Predicted widths 2 z_{1-alpha/2} sqrt(Sigma(n')_mm) of the marginal theta intervals: (..., k)."""
     s = predicted_sigma(sigma, sigma_lab, n, n_more)
-    return 2 * stats.norm.ppf(1 - alpha / 2) * np.sqrt(np.maximum(np.diagonal(s, axis1=-2, axis2=-1), 0.0))
+    return (
+        2 * stats.norm.ppf(1 - alpha / 2) * np.sqrt(np.maximum(np.diagonal(s, axis1=-2, axis2=-1), 0.0))
+    )
 
 
-def more_for_ci_width(sigma: np.ndarray, sigma_lab: np.ndarray, n: int, alpha: float, target: float) -> int | None:
+def more_for_ci_width(
+    sigma: np.ndarray, sigma_lab: np.ndarray, n: int, alpha: float, target: float
+) -> int | None:
     """Fewest more labels n' with every model's predicted theta CI no wider than ``target``; None when
     the judge-only floor (the width with infinitely many labels) is already at or above it.
 
@@ -73,15 +81,28 @@ def more_for_ci_width(sigma: np.ndarray, sigma_lab: np.ndarray, n: int, alpha: f
     return int(np.ceil(max(float(need.max()), 0.0)))
 
 
-def rankset_width(theta: np.ndarray, sigma: np.ndarray, alpha: float, procedure: str, seed: int,
-                  n_draws: int) -> int:
-    """The widest rank-set (upper - lower + 1) of :func:`engine.stats.maxt.rank_sets` at Sigma (normal calibration, seeded)."""
-    rs = R.rank_sets(theta, sigma, alpha, procedure=procedure, rng=np.random.default_rng(seed), n_draws=n_draws)
+def rankset_width(
+    theta: np.ndarray, sigma: np.ndarray, alpha: float, procedure: str, seed: int, n_draws: int
+) -> int:
+    """The widest rank-set (upper - lower + 1) of :func:`engine.stats.maxt.rank_sets` at Sigma (normal
+    calibration, seeded)."""
+    rs = R.rank_sets(
+        theta, sigma, alpha, procedure=procedure, rng=np.random.default_rng(seed), n_draws=n_draws
+    )
     return int(np.max(np.asarray(rs["upper"]) - np.asarray(rs["lower"]) + 1))
 
 
-def more_for_rankset_width(theta, sigma, sigma_lab, n: int, alpha: float, target: int, procedure: str = "maxt",
-                           seed: int = 0, n_draws: int = 4000) -> int | None:
+def more_for_rankset_width(
+    theta,
+    sigma,
+    sigma_lab,
+    n: int,
+    alpha: float,
+    target: int,
+    procedure: str = "maxt",
+    seed: int = 0,
+    n_draws: int = 4000,
+) -> int | None:
     """Fewest more labels n' (to within 5%) whose predicted rank-sets are no wider than ``target`` ranks;
     None when even MAX_FACTOR * n more do not reach it (e.g. two models with equal theta_hat).
 
@@ -91,8 +112,13 @@ def more_for_rankset_width(theta, sigma, sigma_lab, n: int, alpha: float, target
         raise UserError(f"target rank-set width must be >= 1; got {target}")
 
     def ok(m: float) -> bool:
-        return rankset_width(theta, predicted_sigma(sigma, sigma_lab, n, m), alpha, procedure, seed,
-                             n_draws) <= target
+        return (
+            rankset_width(
+                theta, predicted_sigma(sigma, sigma_lab, n, m), alpha, procedure, seed, n_draws
+            )
+            <= target
+        )
+
     if ok(0):
         return 0
     hi = max(n / 8, 1.0)

@@ -12,7 +12,9 @@ import numpy as np
 from engine.errors import UserError
 
 
-def draw_label_sample(n_units: int, n: int, seed: int, share: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def draw_label_sample(
+    n_units: int, n: int, seed: int, share: float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Draw ``n`` of ``n_units`` units uniformly without replacement, in drawn order.
 
     Estimator: ``perm = rng.permutation(n_units)``, sample = ``perm[:n]`` (every n-subset, and every
@@ -33,9 +35,13 @@ def draw_label_sample(n_units: int, n: int, seed: int, share: float = 0.0) -> tu
         (idx (n,) int64 unit positions in drawn order, swap (n,) bool, overlap (n,) bool).
     """
     if n_units < 1:
-        raise UserError("the run has no comparison units to sample (it needs two models with generations)")
+        raise UserError(
+            "the run has no comparison units to sample (it needs two models with generations)"
+        )
     if not 1 <= n <= n_units:
-        raise UserError(f"sample size {n} is outside 1..{n_units} (the run has {n_units} comparison units)")
+        raise UserError(
+            f"sample size {n} is outside 1..{n_units} (the run has {n_units} comparison units)"
+        )
     if not 0.0 <= share <= 1.0:
         raise UserError(f"second-labeller share {share} is outside [0, 1]")
     rng = np.random.default_rng(int(seed))

@@ -38,7 +38,8 @@ def check_alpha(alpha) -> np.ndarray:
 
 
 def ranksets(theta: np.ndarray, sigma: np.ndarray, alpha) -> tuple[np.ndarray, np.ndarray]:
-    """Algorithm 2: [l(m), u(m)] with l = 1 + #{j : theta_j > theta_m, separated}, u = k - #{j : theta_j < theta_m, separated}.
+    """Algorithm 2: [l(m), u(m)] with l = 1 + #{j : theta_j > theta_m, separated}, u = k - #{j : theta_j
+    < theta_m, separated}.
 
     A pair (i, j) is separated iff |theta_i - theta_j| > sqrt(q (Sigma_ii + Sigma_jj - 2 Sigma_ij)),
     q = chi^2_{k, 1-alpha} quantile (k degrees of freedom, as in the paper). Rank 1 = best.
@@ -57,8 +58,11 @@ def ranksets(theta: np.ndarray, sigma: np.ndarray, alpha) -> tuple[np.ndarray, n
     sigma = np.asarray(sigma, float)
     k = theta.shape[-1]
     q = stats.chi2.ppf(1.0 - a, df=k)  # () or (A,)
-    var_diff = (np.diagonal(sigma, axis1=-2, axis2=-1)[..., :, None]
-                + np.diagonal(sigma, axis1=-2, axis2=-1)[..., None, :] - 2.0 * sigma)  # (..., k, k)
+    var_diff = (
+        np.diagonal(sigma, axis1=-2, axis2=-1)[..., :, None]
+        + np.diagonal(sigma, axis1=-2, axis2=-1)[..., None, :]
+        - 2.0 * sigma
+    )  # (..., k, k)
     gap = theta[..., :, None] - theta[..., None, :]  # (..., k, k): theta_i - theta_j
     # why max(., 0): rounding can make a variance of a difference slightly negative
     var_diff = np.maximum(var_diff, 0.0)
@@ -75,7 +79,8 @@ PROCEDURES = ("maxt", "marginal", "chi2")
 
 
 def _sqrt_psd(sigma: np.ndarray) -> np.ndarray:
-    """L with L L^T = Sigma, from eigh with negative rounding eigenvalues clipped to 0 (Sigma may be singular)."""
+    """L with L L^T = Sigma, from eigh with negative rounding eigenvalues clipped to 0 (Sigma may be
+    singular)."""
     lam, V = np.linalg.eigh(np.asarray(sigma, float))
     return V * np.sqrt(np.maximum(lam, 0.0))  # (k, k)
 
@@ -92,7 +97,8 @@ def maxt_normals(k: int, n_draws: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def normal_null_draws(sigma: np.ndarray, normals: np.ndarray) -> np.ndarray:
-    """Null draws of every t_ij under the normal calibration: (Z_i - Z_j)/s_ij, Z = normals L^T ~ N(0, Sigma).
+    """Null draws of every t_ij under the normal calibration: (Z_i - Z_j)/s_ij, Z = normals L^T ~ N(0,
+    Sigma).
 
     Args:
         sigma: (k, k); normals: (D, k) standard normals.
@@ -105,7 +111,9 @@ def normal_null_draws(sigma: np.ndarray, normals: np.ndarray) -> np.ndarray:
         return np.where(s > 0, (Z[:, :, None] - Z[:, None, :]) / np.where(s > 0, s, 1.0), 0.0)
 
 
-def cluster_totals(first, second, y, y2, codes: np.ndarray, C: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def cluster_totals(
+    first, second, y, y2, codes: np.ndarray, C: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-prompt sums of the outcomes and counts of a win-rate estimator theta_m = Y_m / N_m.
 
     Y[c, m] = sum of y over rows of prompt c where m is first + sum of y2 where m is second;
@@ -125,7 +133,9 @@ def cluster_totals(first, second, y, y2, codes: np.ndarray, C: int, k: int) -> t
     return Y, N
 
 
-def wild_maxt_draws(sources, rng: np.random.Generator, n_draws: int = 10_000, chunk_elems: int = 4_000_000) -> np.ndarray:
+def wild_maxt_draws(
+    sources, rng: np.random.Generator, n_draws: int = 10_000, chunk_elems: int = 4_000_000
+) -> np.ndarray:
     """Null draws of every t_ij by the wild cluster bootstrap-t (Rademacher weights, one per prompt).
 
     theta = sum_s lambda_s Y_s.sum(0) / c_s with c_s = N_s.sum(0) (one source: Algorithm 3; PPR:
@@ -172,7 +182,7 @@ def wild_maxt_draws(sources, rng: np.random.Generator, n_draws: int = 10_000, ch
         sc = np.sqrt(np.maximum(d[:, :, None] + d[:, None, :] - 2 * sig, 0.0))  # (b, k, k)
         gap = dtheta[:, :, None] - dtheta[:, None, :]
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[s:s + b] = np.where(sc > 0, gap / np.where(sc > 0, sc, 1.0), 0.0)
+            out[s : s + b] = np.where(sc > 0, gap / np.where(sc > 0, sc, 1.0), 0.0)
     return out
 
 
@@ -241,10 +251,18 @@ def _null(theta, sigma, rng, n_draws, normals, null_draws, who: str) -> tuple[np
     return normal_null_draws(np.asarray(sigma, float), normals), "normal"
 
 
-def ranksets_maxt(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: np.random.Generator | None = None,
-                  n_draws: int = 10_000, stepdown: bool = True, normals: np.ndarray | None = None,
-                  null_draws: np.ndarray | None = None) -> dict:
-    """Simultaneous max-t rank-sets with step-down (docs/METHODS.md 7.3; Mogstad, Romano, Shaikh & Wilhelm).
+def ranksets_maxt(
+    theta: np.ndarray,
+    sigma: np.ndarray,
+    alpha: float,
+    rng: np.random.Generator | None = None,
+    n_draws: int = 10_000,
+    stepdown: bool = True,
+    normals: np.ndarray | None = None,
+    null_draws: np.ndarray | None = None,
+) -> dict:
+    """Simultaneous max-t rank-sets with step-down (docs/METHODS.md 7.3; Mogstad, Romano, Shaikh &
+    Wilhelm).
 
     t_ij = (theta_i - theta_j)/s_ij; c = (1 - alpha) quantile of max_{(i,j) in P} t*_ij over null
     draws (normal: t*_ij = (Z_i - Z_j)/s_ij, Z ~ N(0, Sigma); wild: ``null_draws`` from
@@ -272,13 +290,26 @@ def ranksets_maxt(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: np.ra
     est, crits = _maxt_core(theta, sigma, a, null, stepdown, None)
     lower = 1 + est.sum(axis=0)  # models established better than i (column i)
     upper = k - est.sum(axis=1)  # models established worse than i (row i)
-    return {"lower": lower.astype(int), "upper": upper.astype(int), "better": est,
-            "critical_values": crits, "procedure": "maxt" if stepdown else "maxt-single-step", "calibration": cal}
+    return {
+        "lower": lower.astype(int),
+        "upper": upper.astype(int),
+        "better": est,
+        "critical_values": crits,
+        "procedure": "maxt" if stepdown else "maxt-single-step",
+        "calibration": cal,
+    }
 
 
-def ranksets_marginal(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: np.random.Generator | None = None,
-                      n_draws: int = 10_000, stepdown: bool = True, normals: np.ndarray | None = None,
-                      null_draws: np.ndarray | None = None) -> dict:
+def ranksets_marginal(
+    theta: np.ndarray,
+    sigma: np.ndarray,
+    alpha: float,
+    rng: np.random.Generator | None = None,
+    n_draws: int = 10_000,
+    stepdown: bool = True,
+    normals: np.ndarray | None = None,
+    null_draws: np.ndarray | None = None,
+) -> dict:
     """Marginal max-t rank-sets: model i's set from the procedure restricted to pairs involving i.
 
     Guarantee (asymptotic): for each model separately, P(its true rank is in its set) >= 1 - alpha
@@ -286,7 +317,8 @@ def ranksets_marginal(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: n
     Same draws for every model.
 
     Returns:
-        dict: lower (k,), upper (k,), critical_values (list of k lists), procedure "marginal", calibration.
+        dict: lower (k,), upper (k,), critical_values (list of k lists), procedure "marginal",
+        calibration.
     """
     a = float(check_alpha(alpha))
     theta = np.asarray(theta, float)
@@ -300,12 +332,24 @@ def ranksets_marginal(theta: np.ndarray, sigma: np.ndarray, alpha: float, rng: n
         lower[i] = 1 + est[:, i].sum()
         upper[i] = k - est[i, :].sum()
         crits.append(c)
-    return {"lower": lower, "upper": upper, "critical_values": crits, "procedure": "marginal", "calibration": cal}
+    return {
+        "lower": lower,
+        "upper": upper,
+        "critical_values": crits,
+        "procedure": "marginal",
+        "calibration": cal,
+    }
 
 
-def rank_sets(theta: np.ndarray, sigma: np.ndarray, alpha: float, procedure: str = "maxt",
-              rng: np.random.Generator | None = None, n_draws: int = 10_000,
-              null_draws: np.ndarray | None = None) -> dict:
+def rank_sets(
+    theta: np.ndarray,
+    sigma: np.ndarray,
+    alpha: float,
+    procedure: str = "maxt",
+    rng: np.random.Generator | None = None,
+    n_draws: int = 10_000,
+    null_draws: np.ndarray | None = None,
+) -> dict:
     """Rank-sets by procedure: "maxt" (default, simultaneous, step-down), "marginal" (per model),
     "chi2" (the paper's Algorithm 2, for reproduction).
 
@@ -326,5 +370,3 @@ def rank_column(lower: np.ndarray) -> np.ndarray:
     better), so statistically tied models share a rank (docs/METHODS.md 7.2). Never a rank from point
     estimates with ties broken by name."""
     return np.asarray(lower, dtype=int).copy()
-
-

@@ -10,13 +10,28 @@ import numpy as np
 from scipy import stats
 
 from engine.errors import UserError
-from engine.stats.clusters import cluster_codes, cluster_multiplicities, cluster_pair_counts, split_counts
+from engine.stats.clusters import (
+    cluster_codes,
+    cluster_multiplicities,
+    cluster_pair_counts,
+    split_counts,
+)
 from engine.stats.winrates import A_WINS, B_WINS, TIE, _check, cluster_wilson, n_eff_clustered
 
 # ----------------------------------------------------------------------------- paired-by-prompt tests
 
-def mode_diff_paired_test(a, b, outcome, mode, cluster, k: int, conf: float = 0.95,
-                          rng: np.random.Generator | None = None, n_resamples: int = 1000) -> dict:
+
+def mode_diff_paired_test(
+    a,
+    b,
+    outcome,
+    mode,
+    cluster,
+    k: int,
+    conf: float = 0.95,
+    rng: np.random.Generator | None = None,
+    n_resamples: int = 1000,
+) -> dict:
     """Coupled − independent win-rate of every pair, a t test paired by prompt (docs/METHODS.md 7.2).
 
     For pair (i, j) and prompt c with rows in both modes: d_c = W^{coupled}_{ij,c} − W^{indep}_{ij,c}
@@ -76,11 +91,24 @@ def mode_diff_paired_test(a, b, outcome, mode, cluster, k: int, conf: float = 0.
     pm = np.full((k, k), np.nan)
     if rng is not None:
         pm[off] = maxt_adjust(d.reshape(C, k * k)[:, off.ravel()], rng, n_resamples)
-    return {"diff": mean, "se": se, "t": tstat, "p_value": p, "p_holm": ph, "p_maxt": pm, "low": mean - q * se,
-            "high": mean + q * se, "n_prompts": Cij, "n_clusters": C, "n_resamples": int(n_resamples if rng else 0)}
+    return {
+        "diff": mean,
+        "se": se,
+        "t": tstat,
+        "p_value": p,
+        "p_holm": ph,
+        "p_maxt": pm,
+        "low": mean - q * se,
+        "high": mean + q * se,
+        "n_prompts": Cij,
+        "n_clusters": C,
+        "n_resamples": int(n_resamples if rng else 0),
+    }
 
 
-def _weighted_t(mult: np.ndarray, dz: np.ndarray, ok: np.ndarray, centre: np.ndarray | None) -> np.ndarray:
+def _weighted_t(
+    mult: np.ndarray, dz: np.ndarray, ok: np.ndarray, centre: np.ndarray | None
+) -> np.ndarray:
     """t = (mean − centre)/SE of the columns of d under cluster weights: (B, C) x (C, H) -> (B, H)."""
     n = mult @ ok  # (B, H) prompts with the cell, counted with multiplicity
     s1 = mult @ dz
@@ -90,11 +118,14 @@ def _weighted_t(mult: np.ndarray, dz: np.ndarray, ok: np.ndarray, centre: np.nda
         var = (s2 - n * m * m) / (n - 1)
         se = np.sqrt(np.maximum(var, 0.0) / n)
         diff = m - (0.0 if centre is None else centre)
-        return np.where(se > 0, diff / np.where(se > 0, se, 1.0), np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
+        return np.where(
+            se > 0, diff / np.where(se > 0, se, 1.0), np.where(diff == 0, 0.0, np.sign(diff) * np.inf)
+        )
 
 
 def maxt_adjust(d, rng: np.random.Generator, n_resamples: int = 1000) -> np.ndarray:
-    """Westfall–Young step-down max-T adjusted p-values of H_h: E d_h = 0, prompts resampled (cluster bootstrap).
+    """Westfall–Young step-down max-T adjusted p-values of H_h: E d_h = 0, prompts resampled (cluster
+    bootstrap).
 
     t_h = mean_c d_ch / SE_h (the paired t statistics, NaN cells left out per prompt);
     t*_bh = (mean*_bh − mean_h)/SE*_bh on C prompts drawn with replacement (recentred, so the
@@ -161,31 +192,50 @@ def position_bias(a, b, outcome, unit, cluster=None, conf: float = 0.95) -> dict
     uc = ucode[order]
     counts = np.bincount(uc)
     if np.any(counts > 2):
-        raise UserError(f"a judgement unit has {int(counts.max())} rows; expected 2 (one per presentation order)")
+        raise UserError(
+            f"a judgement unit has {int(counts.max())} rows; expected 2 (one per presentation order)"
+        )
     start = np.concatenate([[0], np.cumsum(counts)[:-1]])
     paired = counts == 2
     r0, r1 = order[start[paired]], order[start[paired] + 1]
     if np.any((a[r0] != b[r1]) | (b[r0] != a[r1])):
-        raise UserError("the two rows of a judgement unit must show the same two models in swapped order")
+        raise UserError(
+            "the two rows of a judgement unit must show the same two models in swapped order"
+        )
     # model-level verdict relative to a[r0]: +1 a[r0] wins, −1 loses, 0 tie
     v0 = np.where(outcome[r0] == A_WINS, 1, np.where(outcome[r0] == B_WINS, -1, 0))
     v1 = np.where(outcome[r1] == A_WINS, -1, np.where(outcome[r1] == B_WINS, 1, 0))
     flip = float(np.mean(v0 != v1)) if r0.size else float("nan")
     dec = outcome != TIE
     y = (outcome[dec] == A_WINS).astype(float)
-    codes, C, per_row = cluster_codes(None if cluster is None else np.asarray(cluster, object)[dec], int(dec.sum()))
+    codes, C, per_row = cluster_codes(
+        None if cluster is None else np.asarray(cluster, object)[dec], int(dec.sum())
+    )
     if per_row:
         codes = np.unique(ucode[dec], return_inverse=True)[1]
     pbar = float(y.mean()) if y.size else float("nan")
     sc = np.bincount(codes, weights=y - pbar)
     Cn = sc.size
-    se = float(np.sqrt((sc ** 2).sum() * Cn / max(Cn - 1, 1)) / y.size) if y.size else float("nan")
-    # Wilson at the clustered effective size: inside [0, 1] (a Wald interval read -48%..148% on 12 verdicts)
-    lo, hi = (float(x) for x in cluster_wilson(pbar, n_eff_clustered(pbar, se, Cn), conf)) if y.size else (pbar, pbar)
-    return {"n_judgements": int(paired.sum()), "n_unpaired": int((counts == 1).sum()), "flip_rate": flip,
-            "consistency": 1 - flip, "first_win_share": pbar, "first_win_se": se,
-            "first_win_low": lo, "first_win_high": hi,
-            "tie_rate": float(np.mean(~dec)), "per_row_clusters": cluster is None}
+    se = float(np.sqrt((sc**2).sum() * Cn / max(Cn - 1, 1)) / y.size) if y.size else float("nan")
+    # Wilson at the clustered effective size: inside [0, 1] (a Wald interval read -48%..148% on 12
+    # verdicts)
+    lo, hi = (
+        (float(x) for x in cluster_wilson(pbar, n_eff_clustered(pbar, se, Cn), conf))
+        if y.size
+        else (pbar, pbar)
+    )
+    return {
+        "n_judgements": int(paired.sum()),
+        "n_unpaired": int((counts == 1).sum()),
+        "flip_rate": flip,
+        "consistency": 1 - flip,
+        "first_win_share": pbar,
+        "first_win_se": se,
+        "first_win_low": lo,
+        "first_win_high": hi,
+        "tie_rate": float(np.mean(~dec)),
+        "per_row_clusters": cluster is None,
+    }
 
 
 def holm_adjust(p) -> np.ndarray:

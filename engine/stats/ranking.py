@@ -43,6 +43,7 @@ COVARIANCES = ("delta", "paper")
 
 # ----------------------------------------------------------------------------- validation
 
+
 def check_covariance(covariance: str) -> None:
     if covariance not in COVARIANCES:
         raise UserError(f"unknown covariance {covariance!r}; allowed: {', '.join(COVARIANCES)}")
@@ -55,8 +56,10 @@ def _as_design(first, second, w, w2, k: int):
     w2 = np.asarray(w2, dtype=float)
     n = first.shape[0]
     if not (second.shape == w.shape == w2.shape == (n,)):
-        raise UserError(f"first, second, w, w2 must all have shape (n,); got {first.shape}, "
-                        f"{second.shape}, {w.shape}, {w2.shape}")
+        raise UserError(
+            f"first, second, w, w2 must all have shape (n,); got {first.shape}, "
+            f"{second.shape}, {w.shape}, {w2.shape}"
+        )
     if n and (first.min() < 0 or second.min() < 0 or first.max() >= k or second.max() >= k):
         raise UserError(f"model indices must be in [0, {k})")
     if np.any(first == second):
@@ -67,6 +70,7 @@ def _as_design(first, second, w, w2, k: int):
 
 
 # ----------------------------------------------------------------------------- Algorithm 3
+
 
 def comparison_counts(first: np.ndarray, second: np.ndarray, k: int) -> np.ndarray:
     """c = (M + M') 1: the number of comparisons each model takes part in.
@@ -147,7 +151,7 @@ def residual_covariance(A: np.ndarray, c: np.ndarray, n: int, covariance: str = 
     check_covariance(covariance)
     S = A @ A.T  # (k, k)
     if covariance == "paper":
-        return S / n ** 2
+        return S / n**2
     return S / np.outer(c, c)
 
 
@@ -160,6 +164,7 @@ def cluster_sum_columns(A: np.ndarray, cluster) -> np.ndarray:
         (k, C) cluster-summed residuals (columns in sorted-id order).
     """
     from engine.stats.clustered import cluster_codes  # local: clustered imports winrates only
+
     codes, C, _ = cluster_codes(cluster, A.shape[1])
     out = np.zeros((A.shape[0], C))
     np.add.at(out.T, codes, A.T)  # (C, k) += rows of A^T
@@ -195,26 +200,51 @@ def onesource_theta_sigma(first, second, w, w2, k: int, covariance: str = "delta
     return theta, residual_covariance(A, c, first.shape[0], covariance)
 
 
-def wild_draws_onesource(first, second, w, w2, k: int, cluster, rng: np.random.Generator,
-                         n_draws: int = 10_000) -> np.ndarray:
-    """Wild cluster bootstrap-t null draws (D, k, k) for Algorithm 3's theta_hat (:func:`maxt.wild_maxt_draws`).
+def wild_draws_onesource(
+    first, second, w, w2, k: int, cluster, rng: np.random.Generator, n_draws: int = 10_000
+) -> np.ndarray:
+    """Wild cluster bootstrap-t null draws (D, k, k) for Algorithm 3's theta_hat
+    (:func:`maxt.wild_maxt_draws`).
 
     ``cluster``: (n,) prompt ids, or None (each row its own cluster)."""
     from engine.stats.clustered import cluster_codes  # local: clustered imports winrates only
+
     first, second, w, w2 = _as_design(first, second, w, w2, k)
     codes, C, _ = cluster_codes(cluster, first.shape[0])
     return wild_maxt_draws([(1.0, *cluster_totals(first, second, w, w2, codes, C, k))], rng, n_draws)
 
 
-def wild_draws_ppr(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n, k: int, lam: float,
-                   cluster_N, cluster_n, rng: np.random.Generator, n_draws: int = 10_000) -> np.ndarray:
-    """Wild cluster bootstrap-t null draws (D, k, k) for PPR's theta_hat = lambda a - b (lambda held fixed).
+def wild_draws_ppr(
+    first_N,
+    second_N,
+    wh_N,
+    wh2_N,
+    first_n,
+    second_n,
+    w_n,
+    w2_n,
+    wh_n,
+    wh2_n,
+    k: int,
+    lam: float,
+    cluster_N,
+    cluster_n,
+    rng: np.random.Generator,
+    n_draws: int = 10_000,
+) -> np.ndarray:
+    """Wild cluster bootstrap-t null draws (D, k, k) for PPR's theta_hat = lambda a - b (lambda held
+    fixed).
 
     Prompts are matched across the two sets (one weight per prompt); without prompt ids every row
     is its own cluster."""
     from engine.stats.clustered import cluster_codes
+
     nN, nn = len(first_N), len(first_n)
-    ids = None if cluster_N is None else np.concatenate([np.asarray(cluster_N, object), np.asarray(cluster_n, object)])
+    ids = (
+        None
+        if cluster_N is None
+        else np.concatenate([np.asarray(cluster_N, object), np.asarray(cluster_n, object)])
+    )
     codes, C, _ = cluster_codes(ids, nN + nn)
     a_src = cluster_totals(np.asarray(first_N), np.asarray(second_N), wh_N, wh2_N, codes[:nN], C, k)
     yn = lam * np.asarray(wh_n, float) - np.asarray(w_n, float)
@@ -225,9 +255,12 @@ def wild_draws_ppr(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n,
 
 # ----------------------------------------------------------------------------- Algorithms 1, 4
 
-def ppr_lambda(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n,
-               k: int) -> float:
-    """Algorithm 4: lambda = clip( tr(Cov_n(judge, human residuals)) / ((1 + n/N) tr(Var_N(judge residuals))), 0, 1).
+
+def ppr_lambda(
+    first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n, k: int
+) -> float:
+    """Algorithm 4: lambda = clip( tr(Cov_n(judge, human residuals)) / ((1 + n/N) tr(Var_N(judge
+    residuals))), 0, 1).
 
     Equal to the paper's n/(n+N) tr(A_hat_n A_n^T / n^2) / tr(A_N A_N^T / N^2); computed as
     tr(A_n A_hat_n^T / n) / ((1 + n/N) tr(A_N A_N^T / N)), the order of the authors' code.
@@ -247,16 +280,32 @@ def ppr_lambda(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_
     AN = winrate_residuals(first_N, second_N, wh_N, wh2_N, aN, k)  # (k, N)
     # per-sample covariances, in the published code's order of operations (bit-for-bit lambda)
     cov_n = (Ahum @ Ah.T) / n  # (k, k)
-    var_N = (AN @ AN.T) / N ** 2 * N  # (k, k)
+    var_N = (AN @ AN.T) / N**2 * N  # (k, k)
     if np.trace(var_N) <= 0:
         return 0.0  # a judge that never varies carries no information: fall back to human-only
     lam = np.trace(cov_n) / ((1 + n / N) * np.trace(var_N))
     return float(min(max(lam, 0.0), 1.0))
 
 
-def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n, wh_n, wh2_n,
-                    k: int, lam: float | str = "auto", covariance: str = "delta", cluster_N=None, cluster_n=None):
-    """Algorithm 1: theta_hat = a - b, a = judge win-rates (x lambda) on D_N, b = mean of lambda*w_hat - w on D_n.
+def ppr_theta_sigma(
+    first_N,
+    second_N,
+    wh_N,
+    wh2_N,
+    first_n,
+    second_n,
+    w_n,
+    w2_n,
+    wh_n,
+    wh2_n,
+    k: int,
+    lam: float | str = "auto",
+    covariance: str = "delta",
+    cluster_N=None,
+    cluster_n=None,
+):
+    """Algorithm 1: theta_hat = a - b, a = judge win-rates (x lambda) on D_N, b = mean of lambda*w_hat -
+    w on D_n.
 
     Sigma_hat = A A^T / (c_N c_N^T) + B B^T / (c_n c_n^T) ("delta") or A A^T / N^2 + B B^T / n^2
     ("paper"), with A the residuals of lambda*w_hat on D_N about a and B those of
@@ -304,7 +353,9 @@ def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n
     B = winrate_residuals(first_n, second_n, yn, yn2, b, k)  # (k, n)
     cN, cn = comparison_counts(first_N, second_N, k), comparison_counts(first_n, second_n, k)
     if (cluster_N is None) != (cluster_n is None):
-        raise UserError("give prompt ids for both the judge-only and the human-labelled comparisons, or for neither")
+        raise UserError(
+            "give prompt ids for both the judge-only and the human-labelled comparisons, or for neither"
+        )
     if cluster_N is not None:
         if covariance != "delta":
             raise UserError("prompt-clustered covariance is only defined for covariance='delta'")
@@ -312,7 +363,9 @@ def ppr_theta_sigma(first_N, second_N, wh_N, wh2_N, first_n, second_n, w_n, w2_n
         U = np.concatenate([lam * A / cN[:, None], -B / cn[:, None]], axis=1)  # (k, N + n)
         UG = cluster_sum_columns(U, ids)  # (k, C)
         return theta, UG @ UG.T, lam
-    sigma = lam ** 2 * residual_covariance(A, cN, N, covariance) + residual_covariance(B, cn, n, covariance)
+    sigma = lam**2 * residual_covariance(A, cN, N, covariance) + residual_covariance(
+        B, cn, n, covariance
+    )
     return theta, sigma, lam
 
 
@@ -331,6 +384,7 @@ def true_ranksets(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ----------------------------------------------------------------------------- quality metrics
+
 
 def rankset_size(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
     """Average rank-set size, mean_m (u(m) - l(m) + 1).
@@ -395,14 +449,17 @@ def rankset_distribution(lower: np.ndarray, upper: np.ndarray) -> list[dict[tupl
     R_, k = lower.shape
     out = []
     for m in range(k):
-        sets, counts = np.unique(np.stack([lower[:, m], upper[:, m]], axis=1), axis=0, return_counts=True)
+        sets, counts = np.unique(
+            np.stack([lower[:, m], upper[:, m]], axis=1), axis=0, return_counts=True
+        )
         order = np.argsort(-counts, kind="stable")
         out.append({(int(sets[i, 0]), int(sets[i, 1])): float(counts[i] / R_) for i in order})
     return out
 
 
 def rbo(true_order: np.ndarray, est_order: np.ndarray, p: float = 0.6) -> float:
-    """RBO = (1 - p) sum_{i=1..k} p^(i-1) |T_{:i} n T_hat_{:i}| / i (rank-biased overlap, truncated at k).
+    """RBO = (1 - p) sum_{i=1..k} p^(i-1) |T_{:i} n T_hat_{:i}| / i (rank-biased overlap, truncated at
+    k).
 
     Paper: Appendix E (Webber et al. 2010). 1 - p^k for identical orders.
 
@@ -420,13 +477,17 @@ def rbo(true_order: np.ndarray, est_order: np.ndarray, p: float = 0.6) -> float:
     pos_t[t] = np.arange(k)
     pos_e = np.empty(k, int)
     pos_e[e] = np.arange(k)
-    depth_in_both = np.maximum(pos_t, pos_e)  # (k,): first depth (0-based) where the model is in both tops
+    depth_in_both = np.maximum(
+        pos_t, pos_e
+    )  # (k,): first depth (0-based) where the model is in both tops
     overlap = np.cumsum(np.bincount(depth_in_both, minlength=k))  # (k,) |overlap| at depth i+1
     i = np.arange(1, k + 1)
     return float((1 - p) * np.sum(p ** (i - 1) * overlap / i))
 
 
-# ----------------------------------------------------------------------------- synthetic data (Appendix E)
+# ----------------------------------------------------------------------------- synthetic data (Appendix
+#   E)
+
 
 def balanced_design(k: int, per_ordered_pair: int) -> tuple[np.ndarray, np.ndarray]:
     """Every ordered pair (a, b), a != b, repeated ``per_ordered_pair`` times, in blocks.
@@ -442,7 +503,8 @@ def balanced_design(k: int, per_ordered_pair: int) -> tuple[np.ndarray, np.ndarr
 
 
 def synthetic_theta(k: int, u: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """True theta ~ Uniform(0, 1/2)^k (distinct) and a judge theta = clip(theta + Uniform(-u, u), 0, 1/2).
+    """True theta ~ Uniform(0, 1/2)^k (distinct) and a judge theta = clip(theta + Uniform(-u, u), 0,
+    1/2).
 
     The paper "re-normalises" the judge's vector; we clip it to [0, 1/2], the range in which the
     simulation rule P(first wins) = 2 theta is a probability. Appendix E.
@@ -455,8 +517,9 @@ def synthetic_theta(k: int, u: float, rng: np.random.Generator) -> tuple[np.ndar
     return theta, judge
 
 
-def synthetic_outcomes(first: np.ndarray, theta: np.ndarray, theta_judge: np.ndarray,
-                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_outcomes(
+    first: np.ndarray, theta: np.ndarray, theta_judge: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Appendix E outcomes: one x ~ U(0,1) per comparison;
     w = 1{x < 2 theta[first]}, w_hat = 1{x < 2 theta_judge[first]}; w' = w_hat' = 0.
 
@@ -474,5 +537,6 @@ def onesource_of(c: Comparisons, who: Who, covariance: str = "delta"):
     """:func:`onesource_theta_sigma` of the rows of ``c`` labelled by ``who`` ('human' | 'judge'),
     clustered by ``c``'s prompts when it has them (the one comparison type, engine.stats.comparisons)."""
     s = c.subset(c.labelled(who))
-    return onesource_theta_sigma(s.first, s.second, *s.indicators(who), s.k, covariance,
-                                 cluster=s.cluster)
+    return onesource_theta_sigma(
+        s.first, s.second, *s.indicators(who), s.k, covariance, cluster=s.cluster
+    )

@@ -107,7 +107,7 @@ class SequentialCS:
         outs, i = [], 0
         while i < x.size:  # small blocks while the window is wide, so it narrows early
             size = min(_CHUNK, max(_FIRST_CHUNK, self.t))
-            outs.append(self._advance(x[i:i + size]))
+            outs.append(self._advance(x[i : i + size]))
             i += size
         if not outs:
             return np.empty(0), np.empty(0)
@@ -210,7 +210,9 @@ class SequentialCS:
         return outs[-1]
 
 
-def confidence_sequence(d, N: int, alpha: float = 0.05, grid: int = 2001) -> tuple[np.ndarray, np.ndarray]:
+def confidence_sequence(
+    d, N: int, alpha: float = 0.05, grid: int = 2001
+) -> tuple[np.ndarray, np.ndarray]:
     """Betting confidence sequence for Δ_N = (1/N) Σ_{i≤N} d_i from the first len(d) questions.
 
     Estimator and guarantee: :class:`SequentialCS` (METHODS 8.2): P(∀t: Δ_N ∈ [lower_t, upper_t])
@@ -243,6 +245,7 @@ def t_interval(d, alpha: float = 0.05) -> tuple[float, float, float]:
 
 
 # ----------------------------------------------------------------------------- several models
+
 
 def pairs_of(k: int) -> list[tuple[int, int]]:
     """The P = k(k−1)/2 unordered pairs (i, j), i < j, in a fixed order."""
@@ -302,6 +305,7 @@ def sequential_ranksets(lower, upper, k: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- stop rules
 
+
 @dataclass(frozen=True)
 class StopRule:
     """When to stop (METHODS 8.3): the first of the chosen conditions that holds; always at t = N.
@@ -336,13 +340,17 @@ class StopRule:
 
     def check(self, N: int) -> StopRule:
         if self.budget is not None and self.budget > N:
-            raise UserError(f"budget:{self.budget} exceeds the {N} questions of the population "
-                            f"(allowed: 1..{N})")
+            raise UserError(
+                f"budget:{self.budget} exceeds the {N} questions of the population (allowed: 1..{N})"
+            )
         return self
 
     def __str__(self) -> str:
-        parts = (["decided"] if self.decided else []) + ([f"width:{self.width:g}"] if self.width is not None else []) \
+        parts = (
+            (["decided"] if self.decided else [])
+            + ([f"width:{self.width:g}"] if self.width is not None else [])
             + ([f"budget:{self.budget}"] if self.budget is not None else [])
+        )
         return ",".join(parts)
 
     def holds(self, lower, upper, t) -> np.ndarray:
@@ -394,6 +402,6 @@ def first_stop(rule: StopRule, lower, upper, t0: int = 0) -> int | None:
 
 
 def question_order(n: int, seed: int) -> np.ndarray:
-    """The uniformly random order of n questions for ``seed`` (METHODS 8.1): a permutation of
-    range(n) from np.random.default_rng(seed). Live ``--until`` runs and replays use this one function."""
+    """The uniformly random order of n questions for ``seed`` (METHODS 8.1): a permutation of range(n)
+    from np.random.default_rng(seed). Live ``--until`` runs and replays use this one function."""
     return np.random.default_rng(int(seed)).permutation(int(n))

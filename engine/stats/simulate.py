@@ -40,6 +40,7 @@ class JudgeDesign:
     With the defaults the judge gives the same model-level verdict in both orders about 85%
     of the time (position bias + order noise), as in the issue's measurement.
     """
+
     n_prompts: int = 100
     n_repeats: int = 5
     quality: tuple = (0.3, 0.1, 0.0, -0.2)
@@ -57,7 +58,7 @@ class JudgeDesign:
 def _noise_sd(d: JudgeDesign, mode: str) -> float:
     """sd of (y_i − y_j + η + ε) given the models: the scale of the probit win probabilities."""
     rho = d.coupling if mode == "coupled" else 0.0
-    var = 2 * d.prompt_sd ** 2 + 2 * (1 - rho) * d.gen_sd ** 2 + d.judge_sd ** 2 + d.order_sd ** 2
+    var = 2 * d.prompt_sd**2 + 2 * (1 - rho) * d.gen_sd**2 + d.judge_sd**2 + d.order_sd**2
     return float(np.sqrt(var))
 
 
@@ -78,7 +79,10 @@ def judge_design_truth(d: JudgeDesign, mode: str) -> dict:
     mu = q[:, None] - q[None, :]  # (k, k)
     t, beta = d.tie_margin, d.position_bias
     wins = [stats.norm.cdf((mu + sg * beta - t) / s) for sg in (1, -1)]
-    ties = [stats.norm.cdf((t - (mu + sg * beta)) / s) - stats.norm.cdf((-t - (mu + sg * beta)) / s) for sg in (1, -1)]
+    ties = [
+        stats.norm.cdf((t - (mu + sg * beta)) / s) - stats.norm.cdf((-t - (mu + sg * beta)) / s)
+        for sg in (1, -1)
+    ]
     if d.both_orders:
         W, T = (wins[0] + wins[1]) / 2, (ties[0] + ties[1]) / 2
     else:
@@ -115,12 +119,16 @@ def simulate_judge_design(d: JudgeDesign, rng: np.random.Generator, shuffle: boo
     h = rng.normal(size=(P, Rr, Mo, k))
     rho = np.array([d.coupling if m == "coupled" else 0.0 for m in d.modes])[None, None, :, None]
     y = q + u + d.gen_sd * (np.sqrt(rho) * g + np.sqrt(1 - rho) * h)  # (P, R, Mo, k)
-    diff = y[..., ii] - y[..., jj] + rng.normal(0, d.judge_sd, size=(P, Rr, Mo, npair))  # (P, R, Mo, npair)
+    diff = (
+        y[..., ii] - y[..., jj] + rng.normal(0, d.judge_sd, size=(P, Rr, Mo, npair))
+    )  # (P, R, Mo, npair)
     n_ord = 2 if d.both_orders else 1
     # order 0: i first, z = diff + β + ε;  order 1: j first, z = −diff + β + ε
     sign = np.array([1.0, -1.0])[:n_ord]
     z = sign * diff[..., None] + d.position_bias + rng.normal(0, d.order_sd, size=diff.shape + (n_ord,))
-    out = np.where(z > d.tie_margin, A_WINS, np.where(z < -d.tie_margin, B_WINS, TIE))  # (P, R, Mo, npair, O)
+    out = np.where(
+        z > d.tie_margin, A_WINS, np.where(z < -d.tie_margin, B_WINS, TIE)
+    )  # (P, R, Mo, npair, O)
     shape = out.shape
     idx = np.indices(shape)  # (5, P, R, Mo, npair, O)
     pair, order = idx[3], idx[4]
@@ -133,8 +141,16 @@ def simulate_judge_design(d: JudgeDesign, rng: np.random.Generator, shuffle: boo
         v0 = np.where(out[..., 0] == A_WINS, 1, np.where(out[..., 0] == B_WINS, -1, 0))
         v1 = np.where(out[..., 1] == A_WINS, -1, np.where(out[..., 1] == B_WINS, 1, 0))
         consistency = float(np.mean(v0 == v1))
-    rows = {"a": a, "b": b, "outcome": out, "prompt": idx[0], "repeat": idx[1], "mode": idx[2],
-            "unit": unit, "order": order}
+    rows = {
+        "a": a,
+        "b": b,
+        "outcome": out,
+        "prompt": idx[0],
+        "repeat": idx[1],
+        "mode": idx[2],
+        "unit": unit,
+        "order": order,
+    }
     rows = {key: v.ravel().astype(np.int64) for key, v in rows.items()}
     if shuffle:
         perm = rng.permutation(rows["a"].size)
@@ -151,6 +167,7 @@ class BenchmarkDesign:
     v_im ~ N(0, model_sd²); repeat r scores 1{U < p}: coupled = one U_ir shared by both models,
     independent = one U per model.
     """
+
     n_questions: int = 200
     n_repeats: int = 5
     a: tuple = (0.3, 0.3)
@@ -160,8 +177,9 @@ class BenchmarkDesign:
 
 
 def benchmark_truth(d: BenchmarkDesign) -> float:
-    """Δ = E Φ(a_A + Z) − E Φ(a_B + Z), Z ~ N(0, s²), s² = question_sd² + model_sd²: Φ(a/sqrt(1+s²)) each."""
-    s = np.sqrt(1 + d.question_sd ** 2 + d.model_sd ** 2)
+    """Δ = E Φ(a_A + Z) − E Φ(a_B + Z), Z ~ N(0, s²), s² = question_sd² + model_sd²: Φ(a/sqrt(1+s²))
+    each."""
+    s = np.sqrt(1 + d.question_sd**2 + d.model_sd**2)
     return float(stats.norm.cdf(d.a[0] / s) - stats.norm.cdf(d.a[1] / s))
 
 
@@ -173,7 +191,9 @@ def simulate_benchmark(d: BenchmarkDesign, rng: np.random.Generator) -> tuple[np
     """
     n, k = d.n_questions, d.n_repeats
     u = rng.normal(0, d.question_sd, size=(n, 1))
-    p = stats.norm.cdf(np.asarray(d.a, float)[None, :] + u + rng.normal(0, d.model_sd, size=(n, 2)))  # (n, 2)
+    p = stats.norm.cdf(
+        np.asarray(d.a, float)[None, :] + u + rng.normal(0, d.model_sd, size=(n, 2))
+    )  # (n, 2)
     U = rng.random((n, k, 1 if d.coupled else 2))  # (n, k, 1|2)
     S = (U < p[:, None, :]).astype(float)  # (n, k, 2)
     return S[..., 0], S[..., 1]

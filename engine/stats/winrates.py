@@ -1,4 +1,5 @@
-"""Pairwise win-rates, confidence intervals, coupled-vs-independent tests, Bradley-Terry (Davidson ties), Elo.
+"""Pairwise win-rates, confidence intervals, coupled-vs-independent tests, Bradley-Terry (Davidson ties),
+Elo.
 
 Implements docs/METHODS.md section 3 (Benz et al., *Evaluation of LLMs via Coupled Token Generation*,
 seed 002, Section 4 / Fig. 3 / Table 1 / Proposition 4) and the "beyond the paper" rating models.
@@ -25,7 +26,9 @@ def _check(a, b, outcome, k: int):
     b = np.asarray(b, dtype=np.int64)
     outcome = np.asarray(outcome, dtype=np.int64)
     if not (a.shape == b.shape == outcome.shape) or a.ndim != 1:
-        raise UserError(f"a, b, outcome must be 1-d arrays of one length; got {a.shape}, {b.shape}, {outcome.shape}")
+        raise UserError(
+            f"a, b, outcome must be 1-d arrays of one length; got {a.shape}, {b.shape}, {outcome.shape}"
+        )
     if a.size and (min(a.min(), b.min()) < 0 or max(a.max(), b.max()) >= k):
         raise UserError(f"model indices must be in [0, {k})")
     if np.any(a == b):
@@ -37,8 +40,10 @@ def _check(a, b, outcome, k: int):
 
 # ----------------------------------------------------------------------------- counts and rates
 
+
 def pairwise_counts(a, b, outcome, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """wins[i, j] = #{i preferred over j}, ties[i, j] = #{tie between i and j}, n[i, j] = #{comparisons of i and j}.
+    """wins[i, j] = #{i preferred over j}, ties[i, j] = #{tie between i and j}, n[i, j] = #{comparisons
+    of i and j}.
 
     Args:
         a, b, outcome: (n,) arrays (see module docstring); k: number of models.
@@ -80,7 +85,8 @@ def winrate_matrix(a, b, outcome, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def wilson_interval(x, n, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n) for a binomial proportion.
+    """Wilson score interval (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n) for a binomial
+    proportion.
 
     Coverage close to ``conf`` even for small n or p near 0/1 (unlike the Wald interval).
     NaN where n = 0.
@@ -95,16 +101,17 @@ def wilson_interval(x, n, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     z = stats.norm.ppf(0.5 + conf / 2)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = x / n
-        den = 1 + z ** 2 / n
-        centre = (p + z ** 2 / (2 * n)) / den
-        half = z * np.sqrt(p * (1 - p) / n + z ** 2 / (4 * n ** 2)) / den
+        den = 1 + z**2 / n
+        centre = (p + z**2 / (2 * n)) / den
+        half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / den
     lo = np.where(n > 0, centre - half, np.nan)
     hi = np.where(n > 0, centre + half, np.nan)
     return lo, hi
 
 
 def cluster_wilson(p, n_eff, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval of a proportion at an effective sample size: :func:`wilson_interval` of (p n_eff, n_eff).
+    """Wilson score interval of a proportion at an effective sample size: :func:`wilson_interval` of (p
+    n_eff, n_eff).
 
     With clustered rows n_eff = p(1 − p)/SE²_cluster (the rows' count divided by the design effect);
     where that is undefined (p = 0 or 1, or a zero cluster-robust SE: every prompt says the same)
@@ -120,7 +127,9 @@ def cluster_wilson(p, n_eff, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray
     p = np.asarray(p, float)
     n = np.asarray(n_eff, float)
     lo, hi = wilson_interval(p * n, n, conf)
-    return np.where(p <= 0, 0.0, np.clip(lo, 0.0, 1.0)), np.where(p >= 1, 1.0, np.clip(hi, 0.0, 1.0))  # exact ends
+    return np.where(p <= 0, 0.0, np.clip(lo, 0.0, 1.0)), np.where(
+        p >= 1, 1.0, np.clip(hi, 0.0, 1.0)
+    )  # exact ends
 
 
 def n_eff_clustered(p, se, n_clusters):
@@ -128,12 +137,15 @@ def n_eff_clustered(p, se, n_clusters):
     p = np.asarray(p, float)
     se = np.asarray(se, float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        n = np.where((se > 0) & (p > 0) & (p < 1), p * (1 - p) / se ** 2, np.asarray(n_clusters, float))
+        n = np.where((se > 0) & (p > 0) & (p < 1), p * (1 - p) / se**2, np.asarray(n_clusters, float))
     return n
 
 
-def average_winrate(W: np.ndarray, n: np.ndarray, conf: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """avg_m = mean_{j != m, n_mj > 0} W[m, j], with a delta-method normal CI, Var = sum_j W(1-W)/n_mj / K_m^2.
+def average_winrate(
+    W: np.ndarray, n: np.ndarray, conf: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """avg_m = mean_{j != m, n_mj > 0} W[m, j], with a delta-method normal CI, Var = sum_j W(1-W)/n_mj /
+    K_m^2.
 
     The per-pair win-rates are independent binomial proportions (disjoint comparisons), so the
     variance of their mean is the sum of their variances over K_m^2 (K_m = opponents with data).
@@ -149,14 +161,15 @@ def average_winrate(W: np.ndarray, n: np.ndarray, conf: float = 0.95) -> tuple[n
     Wz = np.where(has, W, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         avg = Wz.sum(axis=1) / K
-        var = np.where(has, Wz * (1 - Wz) / np.maximum(n, 1), 0.0).sum(axis=1) / K ** 2
+        var = np.where(has, Wz * (1 - Wz) / np.maximum(n, 1), 0.0).sum(axis=1) / K**2
     z = stats.norm.ppf(0.5 + conf / 2)
     half = z * np.sqrt(var)
     return avg, avg - half, avg + half
 
 
 def two_proportion_ztest(x1, n1, x2, n2) -> tuple[np.ndarray, np.ndarray]:
-    """Pooled two-tailed z-test of p1 = p2: z = (p1 - p2) / sqrt(p(1-p)(1/n1 + 1/n2)), p = (x1 + x2) / (n1 + n2).
+    """Pooled two-tailed z-test of p1 = p2: z = (p1 - p2) / sqrt(p(1-p)(1/n1 + 1/n2)), p = (x1 + x2) /
+    (n1 + n2).
 
     Asymptotically level-exact under H0. Used per pair to compare coupled vs independent
     win-rates (paper seed 002, Fig. 3). z = 0, p-value = 1 when the pooled proportion is 0 or 1;
@@ -178,7 +191,8 @@ def two_proportion_ztest(x1, n1, x2, n2) -> tuple[np.ndarray, np.ndarray]:
 
 
 def significance_stars(p) -> np.ndarray:
-    """Stars as in the coupled-generation paper's figures: '****' p < 1e-4, '***' < 1e-3, '**' < 1e-2, '*' < 0.05, else ''.
+    """Stars as in the coupled-generation paper's figures: '****' p < 1e-4, '***' < 1e-3, '**' < 1e-2,
+    '*' < 0.05, else ''.
 
     Args:
         p: p-values (any shape).
@@ -221,14 +235,17 @@ def population_average_winrate(p_pref: np.ndarray, prompt_weights: np.ndarray, m
 
 # ----------------------------------------------------------------------------- Bradley-Terry with ties
 
-def davidson_fit(a, b, outcome, k: int, max_iter: int = 2_000, tol: float = 1e-10) -> tuple[np.ndarray, float]:
+
+def davidson_fit(
+    a, b, outcome, k: int, max_iter: int = 2_000, tol: float = 1e-10
+) -> tuple[np.ndarray, float]:
     """Bradley-Terry with Davidson ties by MM: P(i > j) = pi_i / D, P(tie) = nu sqrt(pi_i pi_j) / D,
     D = pi_i + pi_j + nu sqrt(pi_i pi_j).
 
-    Maximum likelihood by Hunter's (2004) MM / fixed-point updates, all models at once:
-    pi_i <- (2 W_i + T_i) / sum_j n_ij (2 + nu sqrt(pi_j / pi_i)) / D_ij, nu <- T / sum_{i<j} n_ij sqrt(pi_i pi_j) / D_ij.
-    Strengths are identified up to scale: returned as beta = log pi with mean 0. A model that
-    never wins nor ties has MLE beta = -inf (floored at log 1e-12).
+    Maximum likelihood by Hunter's (2004) MM / fixed-point updates, all models at once: pi_i <- (2 W_i +
+    T_i) / sum_j n_ij (2 + nu sqrt(pi_j / pi_i)) / D_ij, nu <- T / sum_{i<j} n_ij sqrt(pi_i pi_j) / D_ij.
+    Strengths are identified up to scale: returned as beta = log pi with mean 0. A model that never wins
+    nor ties has MLE beta = -inf (floored at log 1e-12).
 
     Args:
         a, b, outcome: (n,) comparisons; k: number of models.
@@ -284,9 +301,12 @@ def davidson_loglik(beta: np.ndarray, nu: float, a, b, outcome) -> float:
 
 # ----------------------------------------------------------------------------- Elo
 
-def elo_ratings(a, b, outcome, k: int, K: float = 4.0, scale: float = 400.0, base: float = 10.0,
-                init: float = 1000.0) -> np.ndarray:
-    """Online Elo in the given order: r_a += K (S_a - E_a), E_a = 1 / (1 + base^((r_b - r_a) / scale)), S = 1, 0, 1/2 (tie).
+
+def elo_ratings(
+    a, b, outcome, k: int, K: float = 4.0, scale: float = 400.0, base: float = 10.0, init: float = 1000.0
+) -> np.ndarray:
+    """Online Elo in the given order: r_a += K (S_a - E_a), E_a = 1 / (1 + base^((r_b - r_a) / scale)), S
+    = 1, 0, 1/2 (tie).
 
     Order-dependent by construction (later comparisons weigh more). K = 4 as in the LMSYS
     Chatbot Arena notebook. Inherently sequential: one pass over the comparisons.
@@ -306,9 +326,11 @@ def elo_ratings(a, b, outcome, k: int, K: float = 4.0, scale: float = 400.0, bas
     return r
 
 
-def bootstrap_ci(statistic, a, b, outcome, k: int, rng: np.random.Generator, reps: int = 200,
-                 conf: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Percentile bootstrap over comparisons: resample n comparisons with replacement, recompute ``statistic``.
+def bootstrap_ci(
+    statistic, a, b, outcome, k: int, rng: np.random.Generator, reps: int = 200, conf: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Percentile bootstrap over comparisons: resample n comparisons with replacement, recompute
+    ``statistic``.
 
     For Elo the resample also reshuffles the order (as in the Arena's bootstrap), which removes
     most of the order dependence. Valid when comparisons are i.i.d.

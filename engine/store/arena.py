@@ -34,7 +34,6 @@ def arena_prompt_id(row: dict, i: int) -> str | None:
     return str(i)
 
 
-
 def _parse_arena_line(line: str) -> tuple[dict | None, str | None, str | None]:
     """One JSON line -> (object, None, None) or (None, field, problem). Never raises: deep nesting
     (RecursionError), numbers over Python's digit limit (ValueError) and wrong types are problems."""
@@ -46,7 +45,10 @@ def _parse_arena_line(line: str) -> tuple[dict | None, str | None, str | None]:
             return None, key, f"missing field {key!r}"
         if not isinstance(obj[key], str) or not obj[key].strip():
             return None, key, f"must be non-blank text, got {_describe(obj[key])}"
-    for key in ("num", "question_id"):  # optional ids: a scalar (their value becomes a key / a prompt id)
+    for key in (
+        "num",
+        "question_id",
+    ):  # optional ids: a scalar (their value becomes a key / a prompt id)
         v = obj.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
             return None, key, f"must be an integer or a string, got {_describe(v)}"
@@ -54,13 +56,26 @@ def _parse_arena_line(line: str) -> tuple[dict | None, str | None, str | None]:
 
 
 def _describe(v) -> str:
-    kind = {dict: "an object", list: "an array", bool: "a boolean", type(None): "null",
-            float: "a number", int: "a number", str: "text"}.get(type(v), type(v).__name__)
-    return f"{kind} ({_short(v)})" if isinstance(v, (str, int, float)) and not isinstance(v, bool) else kind
+    kind = {
+        dict: "an object",
+        list: "an array",
+        bool: "a boolean",
+        type(None): "null",
+        float: "a number",
+        int: "a number",
+        str: "text",
+    }.get(type(v), type(v).__name__)
+    return (
+        f"{kind} ({_short(v)})" if isinstance(v, (str, int, float)) and not isinstance(v, bool) else kind
+    )
 
 
 def _short(v) -> str:
-    t = repr(v) if not isinstance(v, int) or abs(v) < 10 ** 30 else f"{str(v)[:12]}... ({len(str(abs(v)))} digits)"
+    t = (
+        repr(v)
+        if not isinstance(v, int) or abs(v) < 10**30
+        else f"{str(v)[:12]}... ({len(str(abs(v)))} digits)"
+    )
     return t if len(t) <= 40 else t[:37] + "..."
 
 
@@ -84,8 +99,12 @@ def _arena_lines(source, max_bytes: int, problems: list[Problem]) -> list[tuple[
     return rows
 
 
-def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | None = None,
-                   max_bytes: int = MAX_UPLOAD_BYTES) -> tuple[pd.DataFrame, list[Problem]]:
+def validate_arena(
+    human=None,
+    judge=None,
+    known_models: list[str] | set[str] | None = None,
+    max_bytes: int = MAX_UPLOAD_BYTES,
+) -> tuple[pd.DataFrame, list[Problem]]:
     """Validate Chatbot Arena JSON-lines files (human and/or a line-aligned judge file).
 
     Each line: {"num", "question_id", "model_a", "model_b", "winner"}. Problems: size, empty,
@@ -106,34 +125,62 @@ def validate_arena(human=None, judge=None, known_models: list[str] | set[str] | 
         return empty, _as_lines(problems)
     known = set(known_models) if known_models is not None else None
     if h is not None and j is not None and len(h) != len(j):
-        return empty, [Problem(None, None, f"human and judge files are not line-aligned: {len(h)} vs {len(j)} "
-                                           "comparisons")]
+        return empty, [
+            Problem(
+                None,
+                None,
+                f"human and judge files are not line-aligned: {len(h)} vs {len(j)} comparisons",
+            )
+        ]
     base = h if h is not None else j
     assert base is not None  # at least one file was given (checked above)
     base_label = _label(human if h is not None else judge)
     out: list[dict] = []
     seen_num: dict[object, int] = {}  # Arena "num" -> first line
     for i, (lineno, row) in enumerate(base):
-        human_w = _winner(row["winner"], lineno, "winner", _label(human), problems) if h is not None else None
+        human_w = (
+            _winner(row["winner"], lineno, "winner", _label(human), problems) if h is not None else None
+        )
         judge_w = None
         if j is not None:
             jl, jr = j[i]
             judge_w = _winner(jr["winner"], jl, "winner", _label(judge), problems)
             if h is not None and (jr["model_a"], jr["model_b"]) != (row["model_a"], row["model_b"]):
-                problems.append(Problem(lineno, "model_a", f"human and judge files disagree on the models "
-                                                           f"({row['model_a']} vs {row['model_b']} / "
-                                                           f"{jr['model_a']} vs {jr['model_b']})", base_label))
+                problems.append(
+                    Problem(
+                        lineno,
+                        "model_a",
+                        f"human and judge files disagree on the models "
+                        f"({row['model_a']} vs {row['model_b']} / "
+                        f"{jr['model_a']} vs {jr['model_b']})",
+                        base_label,
+                    )
+                )
         _check_pair(lineno, row["model_a"], row["model_b"], known, base_label, problems)
         if "num" in row:
             if row["num"] in seen_num:
-                problems.append(Problem(lineno, "num", f"duplicate num {row['num']!r} (first on line "
-                                                       f"{seen_num[row['num']]})", base_label))
+                problems.append(
+                    Problem(
+                        lineno,
+                        "num",
+                        f"duplicate num {row['num']!r} (first on line {seen_num[row['num']]})",
+                        base_label,
+                    )
+                )
             else:
                 seen_num[row["num"]] = lineno
-        out.append({"prompt_id": arena_prompt_id(row, i),  # a null question_id is NULL, never "None"
-                    "model_a": row["model_a"], "model_b": row["model_b"],
-                    "human_winner": human_w, "judge_winner": judge_w})
-    return with_optional_columns(pd.DataFrame(out, columns=list(NORMALISED_COLUMNS))), _as_lines(problems)
+        out.append(
+            {
+                "prompt_id": arena_prompt_id(row, i),  # a null question_id is NULL, never "None"
+                "model_a": row["model_a"],
+                "model_b": row["model_b"],
+                "human_winner": human_w,
+                "judge_winner": judge_w,
+            }
+        )
+    return with_optional_columns(pd.DataFrame(out, columns=list(NORMALISED_COLUMNS))), _as_lines(
+        problems
+    )
 
 
 def _as_lines(problems: list[Problem]) -> list[Problem]:
@@ -141,8 +188,9 @@ def _as_lines(problems: list[Problem]) -> list[Problem]:
     return [replace(p, unit="line") for p in problems]
 
 
-def read_arena(human: str | Path | None, judge: str | Path | None = None,
-               models: list[str] | None = None) -> pd.DataFrame:
+def read_arena(
+    human: str | Path | None, judge: str | Path | None = None, models: list[str] | None = None
+) -> pd.DataFrame:
     """Read Chatbot Arena JSON-lines files (line-aligned human and judge files) into normalised rows.
 
     The same validation as an upload (:func:`validate_arena`, no size limit): any problem (bad
@@ -155,10 +203,13 @@ def read_arena(human: str | Path | None, judge: str | Path | None = None,
     for f in (human, judge):
         if f is not None:
             require_file(f)
-    df, problems = validate_arena(human, judge, max_bytes=2 ** 62)
+    df, problems = validate_arena(human, judge, max_bytes=2**62)
     if problems:
-        more = f" ({len(problems)} problems in all; `python -m engine import comparisons` lists them)" \
-            if len(problems) > 1 else ""
+        more = (
+            f" ({len(problems)} problems in all; `python -m engine import comparisons` lists them)"
+            if len(problems) > 1
+            else ""
+        )
         raise UserError(f"{problems[0]}{more}")
     if models:
         keep = set(models)

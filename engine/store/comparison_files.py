@@ -5,11 +5,11 @@ problem with its row and column and never loads a big file whole.
 Normalised form (one row per comparison): prompt_id, model_a, model_b, human_winner, judge_winner,
 with winners in {"a", "b", "tie"} or None (no label).
 
-CSV columns: ``model_a``, ``model_b`` and at least one label column: the human label as ``winner``
-(the upload spelling) or ``human_winner`` (the analysis spelling; not both), and/or ``judge_winner``;
-optional ``prompt_id`` (the cluster of docs/METHODS.md section 7.2: without the column every row is its own
-cluster and results say so; with it every row needs one) and ``id`` (a row key: repeated
-(prompt_id, model_a, model_b) are then allowed). Each row needs at least one label.
+CSV columns: ``model_a``, ``model_b`` and at least one label column: the human label as ``winner`` (the
+upload spelling) or ``human_winner`` (the analysis spelling; not both), and/or ``judge_winner``; optional
+``prompt_id`` (the cluster of docs/METHODS.md section 7.2: without the column every row is its own
+cluster and results say so; with it every row needs one) and ``id`` (a row key: repeated (prompt_id,
+model_a, model_b) are then allowed). Each row needs at least one label.
 
 Optional provenance columns (:data:`OPTIONAL_COLUMNS`; blank = unknown): ``repeat`` (an integer >= 0:
 the generation's repeat within its prompt; the prompt, not the repeat, is the cluster), ``mode``
@@ -46,9 +46,12 @@ _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 _SPREADSHEET = "this is a spreadsheet (Excel) or zip file, not text; export it as CSV (UTF-8) first"
 
 _WINNER_MAP = {
-    "a": "a", "model_a": "a",
-    "b": "b", "model_b": "b",
-    "tie": "tie", "tie (bothbad)": "tie",
+    "a": "a",
+    "model_a": "a",
+    "b": "b",
+    "model_b": "b",
+    "tie": "tie",
+    "tie (bothbad)": "tie",
 }
 ALLOWED_WINNERS = tuple(_WINNER_MAP)
 
@@ -61,9 +64,10 @@ def normalise_winner(value) -> str | None:
     if v == "":
         return None
     if v not in _WINNER_MAP:
-        raise UserError(f"unknown winner value {value!r}; allowed: {', '.join(ALLOWED_WINNERS)} or empty")
+        raise UserError(
+            f"unknown winner value {value!r}; allowed: {', '.join(ALLOWED_WINNERS)} or empty"
+        )
     return _WINNER_MAP[v]
-
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,10 @@ class InvalidUpload(UserError):
         shown = "\n  ".join(str(p) for p in self.problems[:MAX_PROBLEMS_IN_MESSAGE])
         more = len(self.problems) - MAX_PROBLEMS_IN_MESSAGE
         tail = f"\n  ... and {more} more" if more > 0 else ""
-        super().__init__(f"upload rejected, nothing was written ({len(self.problems)} problem"
-                         f"{'s' if len(self.problems) != 1 else ''}):\n  {shown}{tail}")
+        super().__init__(
+            f"upload rejected, nothing was written ({len(self.problems)} problem"
+            f"{'s' if len(self.problems) != 1 else ''}):\n  {shown}{tail}"
+        )
 
 
 def _label(source) -> str:
@@ -113,6 +119,7 @@ def require_file(path) -> Path:
     """``path`` as a Path when it is a regular file; else a UserError that says what it is (issue
     21.5: a folder or /dev/zero is not "not found")."""
     import stat as st
+
     p = Path(path)
     try:
         mode = p.stat().st_mode
@@ -122,9 +129,19 @@ def require_file(path) -> Path:
         raise UserError(f"{p} cannot be read ({exc.strerror or exc})") from None
     if st.S_ISREG(mode):
         return p
-    kind = ("a folder" if st.S_ISDIR(mode) else "a character device" if st.S_ISCHR(mode) else
-            "a block device" if st.S_ISBLK(mode) else "a named pipe (FIFO)" if st.S_ISFIFO(mode) else
-            "a socket" if st.S_ISSOCK(mode) else "not a regular file")
+    kind = (
+        "a folder"
+        if st.S_ISDIR(mode)
+        else "a character device"
+        if st.S_ISCHR(mode)
+        else "a block device"
+        if st.S_ISBLK(mode)
+        else "a named pipe (FIFO)"
+        if st.S_ISFIFO(mode)
+        else "a socket"
+        if st.S_ISSOCK(mode)
+        else "not a regular file"
+    )
     raise UserError(f"{p} is {kind}, not a file of comparisons; give a .csv or .json file")
 
 
@@ -137,17 +154,26 @@ def _size_within(source, max_bytes: int, problems: list[Problem], label: str) ->
         p = require_file(source)
         size = p.stat().st_size
     if size > max_bytes:
-        problems.append(Problem(None, None, f"file is {size / 2**20:.1f} MiB, over the limit of "
-                                            f"{max_bytes / 2**20:.0f} MiB; split it into smaller files", label))
+        problems.append(
+            Problem(
+                None,
+                None,
+                f"file is {size / 2**20:.1f} MiB, over the limit of "
+                f"{max_bytes / 2**20:.0f} MiB; split it into smaller files",
+                label,
+            )
+        )
         return False
     return True
 
 
-
-def _check_pair(row: int, model_a: str, model_b: str, known: set[str] | None, label: str,
-                problems: list[Problem]) -> None:
+def _check_pair(
+    row: int, model_a: str, model_b: str, known: set[str] | None, label: str, problems: list[Problem]
+) -> None:
     if model_a and model_b and model_a == model_b:
-        problems.append(Problem(row, "model_b", f"model_a and model_b are the same model {model_a!r}", label))
+        problems.append(
+            Problem(row, "model_b", f"model_a and model_b are the same model {model_a!r}", label)
+        )
     if known is not None:
         for col, m in (("model_a", model_a), ("model_b", model_b)):
             if m and m not in known:
@@ -159,11 +185,12 @@ def _winner(value: str, row: int, column: str, label: str, problems: list[Proble
     try:
         return normalise_winner(value)
     except UserError:
-        problems.append(Problem(row, column, f"bad winner value {value!r}; allowed: "
-                                             f"{', '.join(ALLOWED_WINNERS)}", label))
+        problems.append(
+            Problem(
+                row, column, f"bad winner value {value!r}; allowed: {', '.join(ALLOWED_WINNERS)}", label
+            )
+        )
         return None
-
-
 
 
 def _open_binary(source):
@@ -181,9 +208,12 @@ def encoding_of(source) -> str:
 def _bad_bytes(exc: UnicodeDecodeError, block: bytes, pending: int, lines: int, enc: str) -> str:
     pos = exc.start - pending
     bad = block[pos] if 0 <= pos < len(block) else 0
-    line = lines + block[:max(pos, 0)].count(b"\n")
+    line = lines + block[: max(pos, 0)].count(b"\n")
     if enc == "utf-16":
-        return f"file starts with a UTF-16 byte-order mark but is not valid UTF-16 (near line {line}); save it as UTF-8 text"
+        return (
+            "file starts with a UTF-16 byte-order mark but is not valid UTF-16 "
+            f"(near line {line}); save it as UTF-8 text"
+        )
     return f"file is not UTF-8 text (byte 0x{bad:02x} at line {line}); save it with UTF-8 encoding"
 
 
@@ -199,7 +229,9 @@ def precheck(source, max_bytes: int, problems: list[Problem]) -> str | None:
     with _open_binary(source) as fh:
         while True:
             block = fh.read(1 << 20)
-            if first and (block[:4] == b"PK\x03\x04" or block[:8] == b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):
+            if first and (
+                block[:4] == b"PK\x03\x04" or block[:8] == b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+            ):
                 problems.append(Problem(None, None, _SPREADSHEET, label))
                 return None
             first = False
@@ -212,9 +244,15 @@ def precheck(source, max_bytes: int, problems: list[Problem]) -> str | None:
             if not block:
                 break
             if "\x00" in text:
-                problems.append(Problem(None, None, "file contains NUL bytes (binary, or UTF-16 without a "
-                                                    "byte-order mark?); save it as UTF-8 text",
-                                        label))
+                problems.append(
+                    Problem(
+                        None,
+                        None,
+                        "file contains NUL bytes (binary, or UTF-16 without a "
+                        "byte-order mark?); save it as UTF-8 text",
+                        label,
+                    )
+                )
                 return None
             nonblank = nonblank or bool(text.strip().lstrip("\ufeff"))
             lines += text.count("\n")
@@ -240,9 +278,9 @@ _LABELS = ("winner", "human_winner", "judge_winner")
 
 @dataclass(frozen=True)
 class _Header:
-    col: dict[str, int]     # column name -> index
+    col: dict[str, int]  # column name -> index
     width: int
-    human: str | None       # "winner" or "human_winner" (None: no human labels)
+    human: str | None  # "winner" or "human_winner" (None: no human labels)
     sep: str
 
     def has(self, c: str) -> bool:
@@ -264,16 +302,34 @@ def _header(header: list[str], sep: str, label: str, problems: list[Problem]) ->
     seen: set[str] = set()
     for h in header:
         if h and h in seen:  # blank names (trailing separators) are ignored columns
-            problems.append(Problem(None, h, f"column {h!r} appears more than once in the header", label))
+            problems.append(
+                Problem(None, h, f"column {h!r} appears more than once in the header", label)
+            )
         seen.add(h)
-    need = [c for c in ("model_a", "model_b") if c not in seen] + ([] if seen & set(_LABELS) else ["winner"])
+    need = [c for c in ("model_a", "model_b") if c not in seen] + (
+        [] if seen & set(_LABELS) else ["winner"]
+    )
     for c in need:
-        problems.append(Problem(None, c, f"missing column {c!r}: columns must include model_a, model_b and a label "
-                                         "column (winner or human_winner, and/or judge_winner); optional: prompt_id, "
-                                         f"id, {', '.join(OPTIONAL_COLUMNS)} (found: {', '.join(header)})", label))
+        problems.append(
+            Problem(
+                None,
+                c,
+                f"missing column {c!r}: columns must include model_a, model_b and a label "
+                "column (winner or human_winner, and/or judge_winner); optional: prompt_id, "
+                f"id, {', '.join(OPTIONAL_COLUMNS)} (found: {', '.join(header)})",
+                label,
+            )
+        )
     if {"winner", "human_winner"} <= seen:
-        problems.append(Problem(None, "human_winner", "both 'winner' and 'human_winner' are given; they are the same "
-                                                      "column (the human label): keep one", label))
+        problems.append(
+            Problem(
+                None,
+                "human_winner",
+                "both 'winner' and 'human_winner' are given; they are the same "
+                "column (the human label): keep one",
+                label,
+            )
+        )
     if len(problems) > n0:
         return None
     human = "winner" if "winner" in seen else "human_winner" if "human_winner" in seen else None
@@ -300,8 +356,11 @@ class _Duplicates:
 
 
 def with_optional_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with every column of :data:`ALL_COLUMNS` (missing optional ones added as None), in that order."""
-    missing = {c: pd.Series([None] * len(df), index=df.index, dtype=object) for c in ALL_COLUMNS if c not in df}
+    """``df`` with every column of :data:`ALL_COLUMNS` (missing optional ones added as None), in that
+    order."""
+    missing = {
+        c: pd.Series([None] * len(df), index=df.index, dtype=object) for c in ALL_COLUMNS if c not in df
+    }
     return df.assign(**missing)[list(ALL_COLUMNS)] if missing else df[list(ALL_COLUMNS)]
 
 
@@ -316,12 +375,16 @@ def _optional(v: dict[str, str], i: int, label: str, problems: list[Problem]) ->
             ok = x.isdigit() and x.isascii()
             out.append(int(x) if ok else None)
             if not ok:
-                problems.append(Problem(i, c, f"bad repeat {x!r}; allowed: an integer >= 0 or blank", label))
+                problems.append(
+                    Problem(i, c, f"bad repeat {x!r}; allowed: an integer >= 0 or blank", label)
+                )
         elif c == "mode" or c == "presented":
             allowed = config.MODES if c == "mode" else PRESENTED
             out.append(x.lower() if x.lower() in allowed else None)
             if x.lower() not in allowed:
-                problems.append(Problem(i, c, f"bad {c} {x!r}; allowed: {', '.join(allowed)} or blank", label))
+                problems.append(
+                    Problem(i, c, f"bad {c} {x!r}; allowed: {', '.join(allowed)} or blank", label)
+                )
         elif c == "labelled_at":
             out.append(parse_labelled_at(x, i, label, problems))
         else:
@@ -336,46 +399,84 @@ def parse_labelled_at(x: str, i: int, label: str, problems: list[Problem]) -> pd
     except (ValueError, TypeError):
         t = None
     if t is None or pd.isna(t):
-        problems.append(Problem(i, "labelled_at", f"bad labelled_at {x!r}; allowed: an ISO 8601 date-time "
-                                                  "(e.g. 2026-01-31 14:05:00) or blank", label))
+        problems.append(
+            Problem(
+                i,
+                "labelled_at",
+                f"bad labelled_at {x!r}; allowed: an ISO 8601 date-time "
+                "(e.g. 2026-01-31 14:05:00) or blank",
+                label,
+            )
+        )
         return None
     return t.tz_convert("UTC").tz_localize(None) if t.tzinfo is not None else t
 
 
-def _row(i: int, r: list[str], h: _Header, known: set[str] | None, label: str,
-         problems: list[Problem]) -> tuple | None:
+def _row(
+    i: int, r: list[str], h: _Header, known: set[str] | None, label: str, problems: list[Problem]
+) -> tuple | None:
     """One data row -> (prompt_id, model_a, model_b, human, judge, key, optional values) after recording
     its problems."""
     if len(r) != h.width:
         more = "more fields than the header: " if len(r) > h.width else ""
-        problems.append(Problem(i, None, f"has {len(r)} fields, the header has {h.width} ({more}an unquoted "
-                                         f"{'comma' if h.sep == ',' else repr(h.sep)} in a cell?)", label))
+        problems.append(
+            Problem(
+                i,
+                None,
+                f"has {len(r)} fields, the header has {h.width} ({more}an unquoted "
+                f"{'comma' if h.sep == ',' else repr(h.sep)} in a cell?)",
+                label,
+            )
+        )
         return None
     v = {c: r[j].strip() for c, j in h.col.items()}
     for c in ("prompt_id", "model_a", "model_b", "id"):
         if h.has(c) and v[c] == "":
             problems.append(Problem(i, c, "blank cell", label))
     human = _winner(v[h.human], i, h.human, label, problems) if h.human and v[h.human] else None
-    judge = _winner(v["judge_winner"], i, "judge_winner", label, problems) if v.get("judge_winner") else None
+    judge = (
+        _winner(v["judge_winner"], i, "judge_winner", label, problems) if v.get("judge_winner") else None
+    )
     if not (h.human and v[h.human]) and not v.get("judge_winner"):
         cols = " or a ".join(c for c in (h.human, "judge_winner") if c and h.has(c))
-        problems.append(Problem(i, h.human or "judge_winner", f"blank cell (a row needs a {cols})", label))
+        problems.append(
+            Problem(i, h.human or "judge_winner", f"blank cell (a row needs a {cols})", label)
+        )
     _check_pair(i, v["model_a"], v["model_b"], known, label, problems)
-    extra = tuple(v.get(c, "") for c in OPTIONAL_COLUMNS if c != "labelled_at")  # rows differing here are no duplicates
-    key = ((v["id"],) if h.has("id") else (v["prompt_id"], v["model_a"], v["model_b"], *extra) if h.has("prompt_id")
-           else ())
-    return v.get("prompt_id") or None, v["model_a"], v["model_b"], human, judge, key, _optional(v, i, label, problems)
+    extra = tuple(
+        v.get(c, "") for c in OPTIONAL_COLUMNS if c != "labelled_at"
+    )  # rows differing here are no duplicates
+    key = (
+        (v["id"],)
+        if h.has("id")
+        else (v["prompt_id"], v["model_a"], v["model_b"], *extra)
+        if h.has("prompt_id")
+        else ()
+    )
+    return (
+        v.get("prompt_id") or None,
+        v["model_a"],
+        v["model_b"],
+        human,
+        judge,
+        key,
+        _optional(v, i, label, problems),
+    )
 
 
-def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] | None = None,
-                             max_bytes: int = MAX_UPLOAD_BYTES, repeats: bool = False) -> tuple[pd.DataFrame, list[Problem]]:
+def validate_comparisons_csv(
+    path_or_bytes,
+    known_models: list[str] | set[str] | None = None,
+    max_bytes: int = MAX_UPLOAD_BYTES,
+    repeats: bool = False,
+) -> tuple[pd.DataFrame, list[Problem]]:
     """Validate a CSV of pairwise comparisons (columns and encoding: the module docstring); return the
     normalised rows and EVERY problem: size over ``max_bytes`` (checked before reading), empty, not
-    UTF-8/UTF-16, missing or repeated columns, ragged rows, blank cells, bad winners, model_a ==
-    model_b, unknown models (when ``known_models`` is given), duplicate rows (same id, or same
-    prompt_id, model_a, model_b without an id column; ``repeats=True`` allows those: the CLI's
-    analyses read repeated votes, e.g. Arena's several per question, as data). Winners: a, b, tie, model_a, model_b,
-    tie (bothbad), case and spaces ignored. Separator: comma, or ';' / tab when only those parse.
+    UTF-8/UTF-16, missing or repeated columns, ragged rows, blank cells, bad winners, model_a == model_b,
+    unknown models (when ``known_models`` is given), duplicate rows (same id, or same prompt_id, model_a,
+    model_b without an id column; ``repeats=True`` allows those: the CLI's analyses read repeated votes,
+    e.g. Arena's several per question, as data). Winners: a, b, tie, model_a, model_b, tie (bothbad),
+    case and spaces ignored. Separator: comma, or ';' / tab when only those parse.
 
     The file is streamed row by row (memory stays flat for a file of any length): repeated model
     names and winners share one string
@@ -414,9 +515,17 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
                 prev = dup.seen(got[5], i) if got[5] and all(got[5][:3]) and not repeats else None
                 if prev is not None:
                     what = f"id {got[5][0]!r}" if h.has("id") else "(prompt_id, model_a, model_b)"
-                    hint = "" if h.has("id") else "; add an 'id' column if repeated judgements are intended"
-                    problems.append(Problem(i, "id" if h.has("id") else None,
-                                            f"duplicate of row {prev}: same {what}{hint}", label))
+                    hint = (
+                        "" if h.has("id") else "; add an 'id' column if repeated judgements are intended"
+                    )
+                    problems.append(
+                        Problem(
+                            i,
+                            "id" if h.has("id") else None,
+                            f"duplicate of row {prev}: same {what}{hint}",
+                            label,
+                        )
+                    )
                 for c, x in zip(NORMALISED_COLUMNS, got[:5]):
                     cols[c].append(shared.setdefault(x, x) if c in ("model_a", "model_b") else x)
                 for c, x in zip(OPTIONAL_COLUMNS, got[6]):  # a column only once a row has a value in it
@@ -426,12 +535,16 @@ def validate_comparisons_csv(path_or_bytes, known_models: list[str] | set[str] |
         except csv.Error as exc:
             return empty, [Problem(None, None, f"not a readable CSV file ({exc})", label)]
     if not rownum:
-        return empty, [Problem(None, None, "file has a header but no data rows: no comparisons in file", label)]
+        return empty, [
+            Problem(None, None, "file has a header but no data rows: no comparisons in file", label)
+        ]
     # object columns: a missing label stays None (not NaN, not a string dtype); an optional column no row
     # fills is one shared all-None column (no per-row list while streaming)
     n = len(cols["model_a"])
     none = pd.Series([None] * n, dtype=object) if len(cols) < len(ALL_COLUMNS) else None
-    return pd.DataFrame({c: pd.Series(cols[c], dtype=object) if c in cols else none for c in ALL_COLUMNS}), problems
+    return pd.DataFrame(
+        {c: pd.Series(cols[c], dtype=object) if c in cols else none for c in ALL_COLUMNS}
+    ), problems
 
 
 def read_comparisons_file(path: str | Path) -> pd.DataFrame:
@@ -440,11 +553,12 @@ def read_comparisons_file(path: str | Path) -> pd.DataFrame:
     prompt and pair are data here, as in Arena, not duplicates); every problem is listed
     in one :class:`InvalidUpload`-style UserError."""
     require_file(path)
-    df, problems = validate_comparisons_csv(path, max_bytes=2 ** 62, repeats=True)
+    df, problems = validate_comparisons_csv(path, max_bytes=2**62, repeats=True)
     if problems:
         shown = "\n  ".join(str(p) for p in problems[:50])
         more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
-        raise UserError(f"{path}: not a readable CSV of comparisons ({len(problems)} problem"
-                        f"{'s' if len(problems) != 1 else ''}):\n  {shown}{more}")
+        raise UserError(
+            f"{path}: not a readable CSV of comparisons ({len(problems)} problem"
+            f"{'s' if len(problems) != 1 else ''}):\n  {shown}{more}"
+        )
     return df
-

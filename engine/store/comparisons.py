@@ -31,12 +31,16 @@ def _known(con) -> str:
 def set_exists(db: str | os.PathLike, name: str) -> bool:
     """Whether a set ``name`` is stored (False for a database without the tables)."""
     with reader(db) as con:
-        if not scalar(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'comparison_sets'"):
+        if not scalar(
+            con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'comparison_sets'"
+        ):
             return False
         return _exists(con, name)
 
 
-def write_set(db: str | os.PathLike, df: pd.DataFrame, name: str, source: str, meta: dict, replace: bool) -> bool:
+def write_set(
+    db: str | os.PathLike, df: pd.DataFrame, name: str, source: str, meta: dict, replace: bool
+) -> bool:
     """Store normalised rows as set ``name`` in ONE transaction; returns whether a set of that name was
     replaced. An existing name without ``replace`` is a UserError (nothing written). The optional
     columns (repeat, mode, labeller, labelled_at, presented) are stored when ``df`` has them."""
@@ -44,27 +48,47 @@ def write_set(db: str | os.PathLike, df: pd.DataFrame, name: str, source: str, m
     with transaction(db) as con:
         exists = _exists(con, name)
         if exists and not replace:
-            raise UserError(f"a comparison set named {name!r} already exists; choose another --name or pass --replace")
+            raise UserError(
+                f"a comparison set named {name!r} already exists; choose another --name or pass "
+                "--replace"
+            )
         con.execute("DELETE FROM comparisons WHERE set_name = ?", [name])
         con.execute("DELETE FROM comparison_sets WHERE name = ?", [name])
-        con.execute("INSERT INTO comparison_sets (name, source, n_rows, meta) VALUES (?, ?, ?, ?)",
-                    [name, source, len(df), json.dumps(meta)])
-        insert_df(con, "comparisons", rows, ["set_name", "row_idx", *ALL_COLUMNS],
-                  casts={"repeat": "INTEGER", "mode": "VARCHAR", "labeller": "VARCHAR",
-                         "labelled_at": "TIMESTAMP", "presented": "VARCHAR"})
+        con.execute(
+            "INSERT INTO comparison_sets (name, source, n_rows, meta) VALUES (?, ?, ?, ?)",
+            [name, source, len(df), json.dumps(meta)],
+        )
+        insert_df(
+            con,
+            "comparisons",
+            rows,
+            ["set_name", "row_idx", *ALL_COLUMNS],
+            casts={
+                "repeat": "INTEGER",
+                "mode": "VARCHAR",
+                "labeller": "VARCHAR",
+                "labelled_at": "TIMESTAMP",
+                "presented": "VARCHAR",
+            },
+        )
     return exists
 
 
 def list_sets(db: str | os.PathLike) -> pd.DataFrame:
-    """Every stored set: name, source, created_at, n_rows, n_human, n_judge, n_models, meta (JSON text)."""
-    return query_df(db, """
+    """Every stored set: name, source, created_at, n_rows, n_human, n_judge, n_models, meta (JSON
+    text)."""
+    return query_df(
+        db,
+        """
         SELECT s.name, s.source, s.created_at, s.n_rows,
                count(c.human_winner) AS n_human, count(c.judge_winner) AS n_judge,
-               (SELECT count(*) FROM (SELECT model_a FROM comparisons WHERE set_name = s.name
-                                      UNION SELECT model_b FROM comparisons WHERE set_name = s.name)) AS n_models,
+               (SELECT count(*) FROM (
+                    SELECT model_a FROM comparisons WHERE set_name = s.name
+                    UNION SELECT model_b FROM comparisons WHERE set_name = s.name)) AS n_models,
                CAST(s.meta AS VARCHAR) AS meta
         FROM comparison_sets s LEFT JOIN comparisons c ON c.set_name = s.name
-        GROUP BY s.name, s.source, s.created_at, s.n_rows, s.meta ORDER BY s.created_at, s.name""")
+        GROUP BY s.name, s.source, s.created_at, s.n_rows, s.meta ORDER BY s.created_at, s.name""",
+    )
 
 
 def read_set(db: str | os.PathLike, name: str) -> pd.DataFrame:
@@ -74,7 +98,9 @@ def read_set(db: str | os.PathLike, name: str) -> pd.DataFrame:
             raise UserError(f"unknown comparison set {name!r}; stored sets: {_known(con)}")
         df = con.execute(_ROWS, [name]).df()
     out = df.astype(object).where(df.notna(), None)
-    out["repeat"] = [None if x is None else int(x) for x in out["repeat"]]  # not 1.0 (a NULL makes the column float)
+    out["repeat"] = [
+        None if x is None else int(x) for x in out["repeat"]
+    ]  # not 1.0 (a NULL makes the column float)
     return out
 
 
@@ -90,5 +116,6 @@ def delete_set(db: str | os.PathLike, name: str) -> int:
 
 
 def set_rows(db: str | os.PathLike, name: str) -> pd.DataFrame:
-    """The rows of set ``name`` as DuckDB returns them (no check that the set exists; see :func:`read_set`)."""
+    """The rows of set ``name`` as DuckDB returns them (no check that the set exists; see
+    :func:`read_set`)."""
     return query_df(db, _ROWS, [name])

@@ -8,15 +8,15 @@ Concurrency model (DuckDB lets one process write *or* several read, never both):
 * Readers (the dashboard, ``export``, analyses) open the file read-only for the duration of one
   query batch (:func:`reader`) and retry while a writer holds it. Nobody keeps a connection open.
 * Readers yield to a waiting writer: a writer that finds the file held leaves a *write-intent*
-  file next to the database (``NAME.write-intent-PID``) until it gets in; a reader that sees a fresh
-  one waits (bounded) before connecting. Readers' shared locks overlap, so without this a few
-  dashboard sessions polling in a loop could keep a generation waiting forever (tests/test_store_concurrency.py).
+  file next to the database (``NAME.write-intent-PID``) until it gets in; a reader that sees a fresh one
+  waits (bounded) before connecting. Readers' shared locks overlap, so without this a few dashboard
+  sessions polling in a loop could keep a generation waiting forever (tests/test_store_concurrency.py).
 * Live job progress never goes through the database: it is a JSON file next to it
   (see ``dashboard.jobs``), so a dashboard can watch a job without touching the lock.
 
-Damaged files (tests/test_store_integrity.py): before any connection, :func:`check_file` reads the file's header (the
-DuckDB magic and the block count it records) and compares it with the file's size, so an empty,
-foreign, text or truncated file is refused with one line and never opened read-write; a writer
+Damaged files (tests/test_store_integrity.py): before any connection, :func:`check_file` reads the file's
+header (the DuckDB magic and the block count it records) and compares it with the file's size, so an
+empty, foreign, text or truncated file is refused with one line and never opened read-write; a writer
 also opens the file read-only and reads its catalog once per process before it ever writes.
 
 Queries always use parameters (``?``); never format strings from users or widgets into SQL.
@@ -57,11 +57,13 @@ from engine.store.schema import (
     schema_state,
 )
 
-WRITER_TIMEOUT_S = 600.0   # a writer gives up only when one holder keeps the file this long
+WRITER_TIMEOUT_S = 600.0  # a writer gives up only when one holder keeps the file this long
 READER_TIMEOUT_S = 30.0
-INTENT_STALE_S = 10.0      # a write-intent file not refreshed for this long is from a dead writer
-INTENT_MAX_WAIT_S = 5.0    # the longest a reader yields to waiting writers before it tries anyway
-_LOCK_LOG = os.environ.get("COUPLED_EVAL_LOCK_LOG")  # a file: one line per connection (pid, r/w, seconds waited)
+INTENT_STALE_S = 10.0  # a write-intent file not refreshed for this long is from a dead writer
+INTENT_MAX_WAIT_S = 5.0  # the longest a reader yields to waiting writers before it tries anyway
+_LOCK_LOG = os.environ.get(
+    "COUPLED_EVAL_LOCK_LOG"
+)  # a file: one line per connection (pid, r/w, seconds waited)
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -70,6 +72,7 @@ def _is_lock_error(exc: Exception) -> bool:
 
 
 # ---------------------------------------------------------------------------- write intent
+
 
 def _intent_prefix(path: Path) -> str:
     return path.name + ".write-intent-"
@@ -99,8 +102,10 @@ def _announce(path: Path, tag: int) -> Path:
         refused = write_failure(path, exc)
         if refused is not None:
             raise refused from None
-        raise UserError(f"database {path} is held by another process and this writer could not announce "
-                        f"itself next to it ({exc}); nothing was written: fix the folder and retry") from None
+        raise UserError(
+            f"database {path} is held by another process and this writer could not announce "
+            f"itself next to it ({exc}); nothing was written: fix the folder and retry"
+        ) from None
 
 
 def _fresh_intents(path: Path) -> list[Path]:
@@ -141,14 +146,19 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
                 con = duckdb.connect(str(path), read_only=read_only)
                 if _LOCK_LOG:  # bench/bench_concurrency.py: how long each connection waited
                     with open(_LOCK_LOG, "a") as f:
-                        f.write(f"{os.getpid()} {'r' if read_only else 'w'} {time.monotonic() - started:.4f}\n")
+                        f.write(
+                            f"{os.getpid()} {'r' if read_only else 'w'} "
+                            f"{time.monotonic() - started:.4f}\n"
+                        )
                 return con
             except duckdb.IOException as exc:  # another process holds the file, or it is damaged
                 if not _is_lock_error(exc):
                     raise _open_error(path, exc, read_only) from None
                 if time.monotonic() > deadline:
-                    raise UserError(f"database {path} is busy: {str(exc).splitlines()[0]} (waited {timeout_s:.0f} s); "
-                                    "try again when that process has finished") from None
+                    raise UserError(
+                        f"database {path} is busy: {str(exc).splitlines()[0]} (waited {timeout_s:.0f} "
+                        "s); try again when that process has finished"
+                    ) from None
                 if not read_only:
                     now = time.time()
                     if intent is None:
@@ -159,9 +169,14 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
                             os.utime(intent)
                         last_touch = now
                     if not told and time.monotonic() - started > 10:
-                        print(f"waiting for the database lock on {path}: {str(exc).splitlines()[0]}", file=sys.stderr)
+                        print(
+                            f"waiting for the database lock on {path}: {str(exc).splitlines()[0]}",
+                            file=sys.stderr,
+                        )
                         told = True
-            except duckdb.Error as exc:  # e.g. an InternalException / SerializationException on a damaged file
+            except (
+                duckdb.Error
+            ) as exc:  # e.g. an InternalException / SerializationException on a damaged file
                 raise _open_error(path, exc, read_only) from None
             time.sleep(delay)
             # readers yield to a waiting writer, so a writer's wait is one reader's hold: poll often
@@ -174,16 +189,20 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
 
 # ---------------------------------------------------------------------------- verification
 
+
 def _blocks_problem(con: duckdb.DuckDBPyConnection, path: Path, tables) -> str | None:
     """The file must hold every block a table's data uses (DuckDB opens a file cut at a block
     boundary and would write into it; its header's block count includes free blocks, so the
     segments' block ids are the exact bound). Reads metadata only, not the data."""
-    block_size = con.execute("SELECT block_size FROM pragma_database_size() "
-                             "WHERE database_name = current_database()").fetchone()
+    block_size = con.execute(
+        "SELECT block_size FROM pragma_database_size() WHERE database_name = current_database()"
+    ).fetchone()
     top = -1
     for name in tables:  # names from our SCHEMA, checked by the caller
-        row = con.execute(f"SELECT max(greatest(block_id, coalesce(list_max(additional_block_ids), -1))) "
-                          f"FROM pragma_storage_info('{name}') WHERE persistent").fetchone()
+        row = con.execute(
+            f"SELECT max(greatest(block_id, coalesce(list_max(additional_block_ids), -1))) "
+            f"FROM pragma_storage_info('{name}') WHERE persistent"
+        ).fetchone()
         if row is not None and row[0] is not None:
             top = max(top, int(row[0]))
     if block_size is None or top < 0:
@@ -262,22 +281,31 @@ def ensure_db_folder(path: str | os.PathLike) -> Path:
     (``config.DEFAULT_DB``'s folder); elsewhere a missing folder is a UserError, so a mistyped
     ``--db`` never creates directories."""
     path = Path(path)
-    for up in (path.parent, *path.parent.parents):  # `--db some-file.txt/x.duckdb`: say so, not NotADirectoryError
+    for up in (
+        path.parent,
+        *path.parent.parents,
+    ):  # `--db some-file.txt/x.duckdb`: say so, not NotADirectoryError
         if up.exists():
             if not up.is_dir():
-                raise UserError(f"database {str(path)!r} is under {str(up)!r}, which is a file, not a folder; "
-                                "pass a --db inside a folder")
+                raise UserError(
+                    f"database {str(path)!r} is under {str(up)!r}, which is a file, not a folder; "
+                    "pass a --db inside a folder"
+                )
             break
     if not path.parent.exists():
         if path.parent.resolve() != Path(DEFAULT_DB).parent.resolve():
-            raise UserError(f"the folder of database {str(path)!r} does not exist; create it first or use "
-                            f"an existing folder (only the default {str(Path(DEFAULT_DB).parent)!r} is created)")
+            raise UserError(
+                f"the folder of database {str(path)!r} does not exist; create it first or use "
+                f"an existing folder (only the default {str(Path(DEFAULT_DB).parent)!r} is created)"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 
 @contextlib.contextmanager
-def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+def writer(
+    path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEOUT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A short-lived read-write connection with the schema ensured; released on exit.
 
     The file is checked first (:func:`check_file`, and once per process a read-only pass), so a
@@ -304,7 +332,9 @@ def writer(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEO
 
 
 @contextlib.contextmanager
-def reader(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = READER_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+def reader(
+    path: str | os.PathLike = DEFAULT_DB, timeout_s: float = READER_TIMEOUT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A short-lived read-only connection. UserError if the file does not exist, is damaged, or
     holds another schema version (an empty database reads as no data)."""
     path = Path(path)
@@ -333,7 +363,9 @@ def reader(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = READER_TIMEO
 
 
 @contextlib.contextmanager
-def transaction(path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+def transaction(
+    path: str | os.PathLike = DEFAULT_DB, timeout_s: float = WRITER_TIMEOUT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A :func:`writer` inside BEGIN ... COMMIT: every write of the block is stored, or none.
 
     Any exception, including KeyboardInterrupt (Ctrl-C, a cancelled job's SIGTERM), rolls back,
@@ -373,15 +405,24 @@ def migrate(path: str | os.PathLike) -> dict:
         except duckdb.Error as exc:
             raise _open_error(path, exc, False) from None
         if state.kind in ("current", "empty"):
-            return {"db": str(path), "from_version": state.version, "to_version": SCHEMA_VERSION, "backup": None}
+            return {
+                "db": str(path),
+                "from_version": state.version,
+                "to_version": SCHEMA_VERSION,
+                "backup": None,
+            }
         if state.kind != "older":
             raise UserError(schema_problem(state, path) or f"cannot migrate {path}")
         assert state.version is not None
-        con.execute("CHECKPOINT")  # the file alone is now the whole database: safe to copy while we hold it
+        con.execute(
+            "CHECKPOINT"
+        )  # the file alone is now the whole database: safe to copy while we hold it
         backup = path.with_name(f"{path.name}.v{state.version}-{time.strftime('%Y%m%d-%H%M%S')}.bak")
         n = 1
         while backup.exists():
-            backup = path.with_name(f"{path.name}.v{state.version}-{time.strftime('%Y%m%d-%H%M%S')}-{n}.bak")
+            backup = path.with_name(
+                f"{path.name}.v{state.version}-{time.strftime('%Y%m%d-%H%M%S')}-{n}.bak"
+            )
             n += 1
         shutil.copy2(path, backup)
         with atomic(con):
@@ -389,10 +430,17 @@ def migrate(path: str | os.PathLike) -> dict:
                 if from_version >= state.version:
                     for sql in steps:
                         con.execute(sql)
-            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+            con.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+            )
     finally:
         con.close()
-    return {"db": str(path), "from_version": state.version, "to_version": SCHEMA_VERSION, "backup": str(backup)}
+    return {
+        "db": str(path),
+        "from_version": state.version,
+        "to_version": SCHEMA_VERSION,
+        "backup": str(backup),
+    }
 
 
 def describe(path: str | os.PathLike) -> dict:
@@ -401,7 +449,11 @@ def describe(path: str | os.PathLike) -> dict:
     path = Path(path)
     out: dict = {"db": str(path), "version": None, "current_version": SCHEMA_VERSION, "tables": {}}
     if not path.exists():
-        return {**out, "status": "missing", "message": f"database {path} does not exist (a writer will create it)"}
+        return {
+            **out,
+            "status": "missing",
+            "message": f"database {path} does not exist (a writer will create it)",
+        }
     problem = file_problem(path)
     if problem:
         return {**out, "status": "damaged", "message": f"database {path} {problem}: {_FIX}"}
@@ -411,24 +463,41 @@ def describe(path: str | os.PathLike) -> dict:
         return {**out, "status": "damaged", "message": str(exc)}
     try:
         state = schema_state(con)
-        counts = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]  # type: ignore[index]
-                  for t in state.tables if t in TABLES}
+        counts = {
+            t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]  # type: ignore[index]
+            for t in state.tables
+            if t in TABLES
+        }
     except duckdb.Error as exc:
         return {**out, "status": "damaged", "message": str(_open_error(path, exc, True))}
     finally:
         con.close()
     msg = schema_problem(state, path) or (
-        f"database {path}: healthy, schema version {state.version}" if state.kind == "current"
-        else f"database {path}: a DuckDB file with no tables (a writer will create the schema)")
+        f"database {path}: healthy, schema version {state.version}"
+        if state.kind == "current"
+        else f"database {path}: a DuckDB file with no tables (a writer will create the schema)"
+    )
     wal = pending_wal(path)
     if wal:
         msg += f"; it {wal}"
-    return {**out, "status": state.kind, "version": state.version, "message": msg.replace("nothing was written: ", ""),
-            "tables": counts, "pending_wal": wal}
+    return {
+        **out,
+        "status": state.kind,
+        "version": state.version,
+        "message": msg.replace("nothing was written: ", ""),
+        "tables": counts,
+        "pending_wal": wal,
+    }
 
 
-def insert_df(con: duckdb.DuckDBPyConnection, table: str, df, columns: Sequence[str],
-              casts: Mapping[str, str] | None = None, conflict: str = "") -> None:
+def insert_df(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    df,
+    columns: Sequence[str],
+    casts: Mapping[str, str] | None = None,
+    conflict: str = "",
+) -> None:
     """``INSERT [OR IGNORE | OR REPLACE] INTO table (columns) SELECT columns FROM df``: one set-based
     statement (``executemany`` is slow for a 14k-prompt MMLU run).
 
@@ -467,10 +536,14 @@ def table_counts(path: str | os.PathLike) -> dict[str, int]:
     """Row count of every table (a cheap overview of what is stored)."""
     out: dict[str, int] = {}
     with reader(path) as con:
-        existing = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        existing = {
+            r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        }
         for name in TABLES:
             if name in existing:
-                out[name] = scalar(con, f'SELECT count(*) FROM "{name}"')  # name from SCHEMA, not user input
+                out[name] = scalar(
+                    con, f'SELECT count(*) FROM "{name}"'
+                )  # name from SCHEMA, not user input
             else:
                 out[name] = 0
     return out

@@ -21,6 +21,7 @@ _DATA_START = 3 * _HEADER_SIZE
 _MAGIC = b"DUCK"
 _FIX = "restore it from a backup or pass another --db"
 
+
 def _describe_not_duckdb(head: bytes) -> str:
     try:
         text = head[:64].decode("utf-8")
@@ -59,9 +60,9 @@ def file_problem(path: str | os.PathLike) -> str | None:
     if not (4096 <= alloc <= 1 << 30):
         return "has a damaged header (implausible block size)"
     # DuckDB's file is the headers plus whole blocks (trailing free blocks may be cut off, so the
-    # header's block count is no lower bound: the blocks tables use are checked after opening).
-    # A checkpoint that failed part-way (the disk full; tests/test_disk_full.py) leaves a torn tail BEYOND every
-    # block the live header counts, with the committed data still in the WAL: that file is healthy
+    # header's block count is no lower bound: the blocks tables use are checked after opening). A
+    # checkpoint that failed part-way (the disk full; tests/test_disk_full.py) leaves a torn tail BEYOND
+    # every block the live header counts, with the committed data still in the WAL: that file is healthy
     # (the next writer replays the WAL and checkpoints), not truncated.
     if (size - _DATA_START) % alloc and size < _DATA_START + count * alloc:
         return f"is truncated ({size:,} bytes is not the headers plus whole {alloc // 1024} KiB blocks)"
@@ -87,8 +88,10 @@ def pending_wal(path: str | os.PathLike) -> str | None:
 def _block_alloc(p: Path) -> int:
     with open(p, "rb") as f:
         head = f.read(_DATA_START)
-    best = max((struct.unpack_from("<5Q", head, off + 8) for off in (_HEADER_SIZE, 2 * _HEADER_SIZE)),
-               key=lambda h: h[0])
+    best = max(
+        (struct.unpack_from("<5Q", head, off + 8) for off in (_HEADER_SIZE, 2 * _HEADER_SIZE)),
+        key=lambda h: h[0],
+    )
     return int(best[4])
 
 
@@ -112,15 +115,25 @@ def write_failure(path: str | os.PathLike, exc: BaseException) -> UserError | No
     DuckDB reports these as IOException, or TransactionException ("Failed to commit: ...")."""
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     low, path = msg.lower(), Path(path)
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or any(
-            k in low for k in _DISK_FULL):
-        return UserError(f"the disk is full: database {path} could not be written ({msg}); what was stored "
-                         "before is kept: free some space and rerun the same command")
-    if isinstance(exc, (PermissionError, OSError)) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) or any(
-            k in low for k in _READ_ONLY):
-        return UserError(f"database {path} cannot be opened for writing (the file, its folder or its WAL "
-                         f"{path.name}.wal is read-only: {msg}); nothing was changed: fix the permissions or pass "
-                         "another --db")
+    if (
+        isinstance(exc, OSError)
+        and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+        or any(k in low for k in _DISK_FULL)
+    ):
+        return UserError(
+            f"the disk is full: database {path} could not be written ({msg}); what was stored "
+            "before is kept: free some space and rerun the same command"
+        )
+    if (
+        isinstance(exc, (PermissionError, OSError))
+        and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+        or any(k in low for k in _READ_ONLY)
+    ):
+        return UserError(
+            f"database {path} cannot be opened for writing (the file, its folder or its WAL "
+            f"{path.name}.wal is read-only: {msg}); nothing was changed: fix the permissions or pass "
+            "another --db"
+        )
     return None
 
 
@@ -156,8 +169,13 @@ def set_aside_foreign_wal(path: str | os.PathLike) -> Path | None:
     try:
         os.replace(wal, aside)
     except OSError as exc:
-        raise write_failure(path, exc) or UserError(f"{wal} is not a DuckDB write-ahead log and cannot be moved "
-                                                    f"aside ({exc.strerror}); move it yourself") from None
-    print(f"warning: {wal} is not a DuckDB write-ahead log ({size:,} bytes, starts {head!r}); moved it to "
-          f"{aside} (nothing deleted); database {path} itself is unchanged", file=sys.stderr)
+        raise write_failure(path, exc) or UserError(
+            f"{wal} is not a DuckDB write-ahead log and cannot be moved "
+            f"aside ({exc.strerror}); move it yourself"
+        ) from None
+    print(
+        f"warning: {wal} is not a DuckDB write-ahead log ({size:,} bytes, starts {head!r}); moved it to "
+        f"{aside} (nothing deleted); database {path} itself is unchanged",
+        file=sys.stderr,
+    )
     return aside

@@ -18,7 +18,9 @@ def parse_object(line: str) -> tuple[dict | None, str | None]:
         return None, f"not valid JSON ({exc.msg}, column {exc.colno})"
     except RecursionError:
         return None, "JSON nested too deeply"
-    except ValueError as exc:  # an integer with more digits than int() accepts (sys.get_int_max_str_digits)
+    except (
+        ValueError
+    ) as exc:  # an integer with more digits than int() accepts (sys.get_int_max_str_digits)
         if "digits" in str(exc):
             return None, "a number has too many digits (more than Python's integer limit of 4,300)"
         return None, f"not a usable JSON value ({str(exc).splitlines()[0][:120]})"

@@ -43,7 +43,8 @@ def labels_dir(db: str | os.PathLike) -> Path:
 
 
 def file_id(sample_id: str) -> str:
-    """A file-system-safe name for ``sample_id`` (readable prefix + hash, so distinct ids never collide)."""
+    """A file-system-safe name for ``sample_id`` (readable prefix + hash, so distinct ids never
+    collide)."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", sample_id)[:80]
     return f"{safe}-{hashlib.sha256(sample_id.encode()).hexdigest()[:10]}"
 
@@ -80,7 +81,9 @@ def write_sample(db, sample: dict[str, Any]) -> Path:
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except OSError as exc:
-        raise UserError(f"cannot write the label sample under {path.parent}: {exc.strerror or exc}") from None
+        raise UserError(
+            f"cannot write the label sample under {path.parent}: {exc.strerror or exc}"
+        ) from None
     return path
 
 
@@ -144,7 +147,9 @@ def _locked(path: Path) -> Iterator[Any]:
         fh.close()  # releases the lock
 
 
-def append_decided(db, sample_id: str, decide: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def append_decided(
+    db, sample_id: str, decide: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
     """Under the log's exclusive lock: read every event, call ``decide(events)`` for the new events,
     append them (one line each), flush and fsync. Returns the new events (durable on return)."""
     path = log_path(db, sample_id)
@@ -170,8 +175,18 @@ def append_decided(db, sample_id: str, decide: Callable[[list[dict[str, Any]]], 
 
 # ------------------------------------------------------------- the log folded, for every reader
 
-LABEL_COLUMNS = ("prompt_id", "model_a", "model_b", "human_winner", "judge_winner", "repeat", "mode",
-                 "labeller", "labelled_at", "presented")
+LABEL_COLUMNS = (
+    "prompt_id",
+    "model_a",
+    "model_b",
+    "human_winner",
+    "judge_winner",
+    "repeat",
+    "mode",
+    "labeller",
+    "labelled_at",
+    "presented",
+)
 
 
 def get_sample(db, sample_id: str) -> dict[str, Any]:
@@ -186,6 +201,7 @@ def get_sample(db, sample_id: str) -> dict[str, Any]:
 class LogState:
     """The sample's log folded: live responses per unit (first per labeller, in log order) and each
     session's latest claim."""
+
     responses: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -216,10 +232,24 @@ def label_rows(db, sample_id: str, with_skips: bool = False) -> pd.DataFrame:
     first, extra = [], []
     for i, (p, r, ma, mb, _pres, _ovl) in enumerate(sample["units"]):
         rs = [ev for ev in st.responses.get(i, []) if with_skips or ev["winner"] is not None]
-        base = {"prompt_id": p, "model_a": ma, "model_b": mb, "judge_winner": None, "repeat": int(r),
-                "mode": sample["mode"]}
-        rows = [{**base, "human_winner": ev["winner"], "labeller": ev["labeller"], "labelled_at": ev["at"],
-                 "presented": ev["presented"]} for ev in rs]
+        base = {
+            "prompt_id": p,
+            "model_a": ma,
+            "model_b": mb,
+            "judge_winner": None,
+            "repeat": int(r),
+            "mode": sample["mode"],
+        }
+        rows = [
+            {
+                **base,
+                "human_winner": ev["winner"],
+                "labeller": ev["labeller"],
+                "labelled_at": ev["at"],
+                "presented": ev["presented"],
+            }
+            for ev in rs
+        ]
         first.extend(rows[:1])
         extra.extend(rows[1:])
     return pd.DataFrame(first + extra, columns=list(LABEL_COLUMNS)).astype(object)
@@ -228,8 +258,11 @@ def label_rows(db, sample_id: str, with_skips: bool = False) -> pd.DataFrame:
 def run_label_rows(db, run: str, mode: str | None = None) -> pd.DataFrame:
     """Every label of ``run`` (all its samples, or those in ``mode``) straight from the label logs,
     synced or not: LABEL_COLUMNS plus ``sample_id``. Analyses read human labels here."""
-    frames = [label_rows(db, s["sample_id"]).assign(sample_id=s["sample_id"])
-              for s in samples(db) if s.get("run") == run and (mode is None or s.get("mode") == mode)]
+    frames = [
+        label_rows(db, s["sample_id"]).assign(sample_id=s["sample_id"])
+        for s in samples(db)
+        if s.get("run") == run and (mode is None or s.get("mode") == mode)
+    ]
     if not frames:
         return pd.DataFrame(columns=[*LABEL_COLUMNS, "sample_id"]).astype(object)
     return pd.concat(frames, ignore_index=True).astype(object)

@@ -36,9 +36,11 @@ try:  # POSIX; without it (Windows) runs are not locked and staleness uses the h
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
-HEARTBEAT_S = 15.0       # how often a live driver touches its lock file
-STALE_AFTER_S = 120.0    # a heartbeat older than this (driver on another host) marks a dead run
-ACQUIRE_TRIES = 10       # a driver retries the lock this often, 0.1 s apart (a reader's probe holds it briefly)
+HEARTBEAT_S = 15.0  # how often a live driver touches its lock file
+STALE_AFTER_S = 120.0  # a heartbeat older than this (driver on another host) marks a dead run
+ACQUIRE_TRIES = (
+    10  # a driver retries the lock this often, 0.1 s apart (a reader's probe holds it briefly)
+)
 
 
 def lock_path(db: str | os.PathLike, run_id: str) -> Path:
@@ -109,13 +111,26 @@ def is_stale(db: str | os.PathLike, run_id: str, now: float | None = None) -> bo
 
 
 class RunLock:
-    """Hold the run lock for the ``with`` block (the driver's lifetime); UserError if another driver has it."""
+    """Hold the run lock for the ``with`` block (the driver's lifetime); UserError if another driver has
+    it."""
 
-    def __init__(self, db: str | os.PathLike, run_id: str, command: list[str] | None = None, *,
-                 name: str | None = None, busy: str | None = None):
+    def __init__(
+        self,
+        db: str | os.PathLike,
+        run_id: str,
+        command: list[str] | None = None,
+        *,
+        name: str | None = None,
+        busy: str | None = None,
+    ):
         """``name``: the lock file's stem (default ``run_id``), e.g. one lock per (run, judge);
         ``busy``: the refusal's start (default "run RUN is already being generated")."""
-        self.db, self.path, self.run_id, self.command = db, lock_path(db, name or run_id), run_id, command
+        self.db, self.path, self.run_id, self.command = (
+            db,
+            lock_path(db, name or run_id),
+            run_id,
+            command,
+        )
         self.busy = busy or f"run {run_id} is already being generated"
         self.fd: int | None = None
         self._created = self._made_dir = False
@@ -126,9 +141,16 @@ class RunLock:
         try:  # next to the database, whose folder exists
             self._made_dir = not self.path.parent.exists()
             self.path.parent.mkdir(exist_ok=True)
-        except OSError as exc:  # a read-only or unwritable folder, a full disk: one line, nothing written
-            raise (write_failure(self.db, exc) or UserError(
-                f"cannot create the run lock {self.path} ({exc.strerror or exc}); nothing was written")) from None
+        except (
+            OSError
+        ) as exc:  # a read-only or unwritable folder, a full disk: one line, nothing written
+            raise (
+                write_failure(self.db, exc)
+                or UserError(
+                    f"cannot create the run lock {self.path} ({exc.strerror or exc}); nothing was "
+                    "written"
+                )
+            ) from None
         for attempt in range(ACQUIRE_TRIES):
             fd, self._created = self._open()
             if fcntl is None:
@@ -141,14 +163,26 @@ class RunLock:
                     time.sleep(0.1)
                     continue
                 info = _read_info(self.path) or {}
-                raise UserError(f"{self.busy} by pid {info.get('pid', '?')} "
-                                f"on {info.get('host', '?')}; wait for it or cancel it") from None
+                raise UserError(
+                    f"{self.busy} by pid {info.get('pid', '?')} "
+                    f"on {info.get('host', '?')}; wait for it or cancel it"
+                ) from None
             if self._same_file(fd):
                 break
             os.close(fd)  # the previous holder removed the file after we opened it: take the new one
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"run_id": self.run_id, "pid": os.getpid(), "host": socket.gethostname(),
-                                 "started_at": time.time(), "command": self.command}).encode())
+        os.write(
+            fd,
+            json.dumps(
+                {
+                    "run_id": self.run_id,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started_at": time.time(),
+                    "command": self.command,
+                }
+            ).encode(),
+        )
         os.fsync(fd)
         self.fd = fd
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{self.run_id}", daemon=True)
@@ -165,8 +199,13 @@ class RunLock:
         except FileNotFoundError:  # removed between the two opens: create it
             return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), True
         except OSError as exc:
-            raise (write_failure(self.db, exc) or UserError(
-                f"cannot create the run lock {self.path} ({exc.strerror or exc}); nothing was written")) from None
+            raise (
+                write_failure(self.db, exc)
+                or UserError(
+                    f"cannot create the run lock {self.path} ({exc.strerror or exc}); nothing was "
+                    "written"
+                )
+            ) from None
 
     def _same_file(self, fd: int) -> bool:
         """Whether the locked descriptor is still the file at ``self.path`` (a driver that removes
@@ -219,7 +258,9 @@ def judge_lock(db, run: str, judge: str) -> Iterator[None]:
         yield
         return
     digest = hashlib.sha256(f"{run}\x00{judge}".encode()).hexdigest()[:16]
-    with RunLock(db, run, None, name=f"judge-{digest}", busy=f"judge {judge!r} on run {run!r} is already running"):
+    with RunLock(
+        db, run, None, name=f"judge-{digest}", busy=f"judge {judge!r} on run {run!r} is already running"
+    ):
         _HELD.add(key)
         try:
             yield
@@ -227,4 +268,13 @@ def judge_lock(db, run: str, judge: str) -> Iterator[None]:
             _HELD.discard(key)
 
 
-__all__ = ["RunLock", "judge_lock", "lock_path", "read_lock", "is_stale", "pid_alive", "HEARTBEAT_S", "STALE_AFTER_S"]
+__all__ = [
+    "RunLock",
+    "judge_lock",
+    "lock_path",
+    "read_lock",
+    "is_stale",
+    "pid_alive",
+    "HEARTBEAT_S",
+    "STALE_AFTER_S",
+]

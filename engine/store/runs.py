@@ -20,9 +20,14 @@ RUN_STATUSES = ("running", "done", "failed", "cancelled")
 
 def known_runs(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
     """Run ids stored in ``runs`` or with generations (imports may have only the latter), sorted."""
-    return [r[0] for r in con.execute(
-        "SELECT run_id FROM (SELECT run_id FROM runs UNION SELECT DISTINCT run_id FROM generations) "
-        "ORDER BY run_id LIMIT ?", [int(limit)]).fetchall()]
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT run_id FROM (SELECT run_id FROM runs UNION SELECT DISTINCT run_id FROM generations) "
+            "ORDER BY run_id LIMIT ?",
+            [int(limit)],
+        ).fetchall()
+    ]
 
 
 def unknown_run(con: duckdb.DuckDBPyConnection, run_id: str) -> UserError:
@@ -32,8 +37,10 @@ def unknown_run(con: duckdb.DuckDBPyConnection, run_id: str) -> UserError:
 
 def require_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     """UserError (:func:`unknown_run`) unless ``run_id`` is in ``runs`` or has generations."""
-    if scalar(con, "SELECT count(*) FROM runs WHERE run_id = ?", [run_id]) == 0 and \
-            scalar(con, "SELECT count(*) FROM generations WHERE run_id = ?", [run_id]) == 0:
+    if (
+        scalar(con, "SELECT count(*) FROM runs WHERE run_id = ?", [run_id]) == 0
+        and scalar(con, "SELECT count(*) FROM generations WHERE run_id = ?", [run_id]) == 0
+    ):
         raise unknown_run(con, run_id)
 
 
@@ -65,6 +72,7 @@ def set_status(db: str | os.PathLike, run_id: str, status: str) -> None:
 
 
 # ---- what a run's driver records (engine.generation.run)
+
 
 class DatasetRecord(NamedTuple):
     """A row of ``datasets``."""
@@ -103,15 +111,33 @@ def stored_config(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]
     return None if row is None else json.loads(row[0])
 
 
-def create_run(con: duckdb.DuckDBPyConnection, run_id: str, dataset_id: str, config: dict[str, Any],
-               code_version: str, key_mode: str, warnings: Sequence[str], n_units: int,
-               host: str | None = None) -> None:
+def create_run(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    dataset_id: str,
+    config: dict[str, Any],
+    code_version: str,
+    key_mode: str,
+    warnings: Sequence[str],
+    n_units: int,
+    host: str | None = None,
+) -> None:
     """A new run, status 'running'; ``host``: the machine of its driver (the design's "machine" row)."""
-    con.execute("""INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units,
+    con.execute(
+        """INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units,
                                      host)
                    VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)""",
-                [run_id, dataset_id, json.dumps(config), code_version, key_mode, json.dumps(list(warnings)), n_units,
-                 host])
+        [
+            run_id,
+            dataset_id,
+            json.dumps(config),
+            code_version,
+            key_mode,
+            json.dumps(list(warnings)),
+            n_units,
+            host,
+        ],
+    )
 
 
 def record_host(con: duckdb.DuckDBPyConnection, run_id: str, host: str) -> None:
@@ -119,29 +145,57 @@ def record_host(con: duckdb.DuckDBPyConnection, run_id: str, host: str) -> None:
     con.execute("UPDATE runs SET host = ? WHERE run_id = ? AND host IS NULL", [host, run_id])
 
 
-def save_dataset(con: duckdb.DuckDBPyConnection, dataset: DatasetRecord, prompts: Sequence[PromptRow]) -> None:
+def save_dataset(
+    con: duckdb.DuckDBPyConnection, dataset: DatasetRecord, prompts: Sequence[PromptRow]
+) -> None:
     """The dataset and its prompts (rows already stored stay); ``n_prompts`` = the prompts stored
     for it (a --limit run stores a subset of the dataset's prompts)."""
-    con.execute("INSERT OR IGNORE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
-                list(dataset))
+    con.execute(
+        "INSERT OR IGNORE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
+        list(dataset),
+    )
     cols = list(PromptRow._fields)
     df = pd.DataFrame(list(prompts), columns=cols).astype(
-        {"subject": "object", "question": "object", "choices": "object", "gold": "object"})
-    insert_df(con, "prompts", df, cols, conflict="OR IGNORE",
-              casts={"subject": "VARCHAR", "question": "VARCHAR", "choices": "JSON", "gold": "VARCHAR"})
-    con.execute("UPDATE datasets SET n_prompts = (SELECT count(*) FROM prompts WHERE dataset_id = ?) "
-                "WHERE dataset_id = ?", [dataset.dataset_id, dataset.dataset_id])
+        {"subject": "object", "question": "object", "choices": "object", "gold": "object"}
+    )
+    insert_df(
+        con,
+        "prompts",
+        df,
+        cols,
+        conflict="OR IGNORE",
+        casts={"subject": "VARCHAR", "question": "VARCHAR", "choices": "JSON", "gold": "VARCHAR"},
+    )
+    con.execute(
+        "UPDATE datasets SET n_prompts = (SELECT count(*) FROM prompts WHERE dataset_id = ?) "
+        "WHERE dataset_id = ?",
+        [dataset.dataset_id, dataset.dataset_id],
+    )
 
 
-def save_model(db: str | os.PathLike, record: dict[str, Any], run_id: str | None = None, model: str | None = None,
-               backend: dict[str, Any] | None = None) -> None:
+def save_model(
+    db: str | os.PathLike,
+    record: dict[str, Any],
+    run_id: str | None = None,
+    model: str | None = None,
+    backend: dict[str, Any] | None = None,
+) -> None:
     """A loaded model's ``models`` row (replacing an older one); with ``run_id``, ``model`` (the run's
     name for it) and ``backend``, also the run config's ``backends[model]`` (backend, its version,
     dtype and device). One transaction."""
     with writer(db) as con:
-        con.execute("INSERT OR REPLACE INTO models (name, source, variant, vocab_id, vocab_size, config) "
-                    "VALUES (?, ?, ?, ?, ?, ?)", [record["name"], record["source"], record["variant"],
-                                                  record["vocab_id"], record["vocab_size"], record["config"]])
+        con.execute(
+            "INSERT OR REPLACE INTO models (name, source, variant, vocab_id, vocab_size, config) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                record["name"],
+                record["source"],
+                record["variant"],
+                record["vocab_id"],
+                record["vocab_size"],
+                record["config"],
+            ],
+        )
         if run_id is not None and model is not None and backend is not None:
             cfg = stored_config(con, run_id) or {}
             cfg.setdefault("backends", {})[model] = backend
@@ -162,7 +216,9 @@ def finish_run(db: str | os.PathLike, run_id: str, status: str, n_units: int) ->
     return final
 
 
-def set_planned_units(db: str | os.PathLike, run_id: str, n_units: int, status: str | None = None) -> None:
+def set_planned_units(
+    db: str | os.PathLike, run_id: str, n_units: int, status: str | None = None
+) -> None:
     """Set a run's planned unit count (and optionally its status): a sequential ``--until`` run plans
     round by round, so its ``n_units`` is the units of the rounds it has taken (docs/SEQUENTIAL.md)."""
     with writer(db) as con:
@@ -174,16 +230,17 @@ def set_planned_units(db: str | os.PathLike, run_id: str, n_units: int, status: 
 def run_record(db: str | os.PathLike, run_id: str) -> RunRecord:
     """The stored run (UserError listing known runs when absent)."""
     with reader(db) as con:
-        row = con.execute("SELECT status, n_units, CAST(config AS VARCHAR) FROM runs WHERE run_id = ?",
-                          [run_id]).fetchone()
+        row = con.execute(
+            "SELECT status, n_units, CAST(config AS VARCHAR) FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone()
         if row is None:
             raise unknown_run(con, run_id)
     return RunRecord(run_id, str(row[0]), int(row[1]), json.loads(row[2] or "{}"))
 
 
 def generations_for_export(db: str | os.PathLike, run_id: str | None = None) -> pd.DataFrame:
-    """Generations joined with their prompt (columns: run_id, model, prompt_id, repeat, mode, seed,
-    text, finish_reason, n_tokens, token_ids, subject, gold), ordered by run, model, mode, prompt, repeat."""
+    """Generations joined with their prompt (columns: run_id, model, prompt_id, repeat, mode, seed, text,
+    finish_reason, n_tokens, token_ids, subject, gold), ordered by run, model, mode, prompt, repeat."""
     sql = """SELECT g.run_id, g.model, g.prompt_id, g.repeat, g.mode, g.seed, g.text, g.finish_reason,
                     g.n_tokens, g.token_ids, p.subject, p.gold
              FROM generations g
@@ -209,8 +266,11 @@ def sequential_runs(db: str | os.PathLike) -> list[str]:
     """Runs started with ``generate --until`` (their config has a "sequential" entry), newest first."""
     if not os.path.exists(db):
         return []
-    df = query_df(db, "SELECT run_id FROM runs WHERE json_extract(config, '$.sequential') IS NOT NULL "
-                      "ORDER BY created_at DESC, run_id")
+    df = query_df(
+        db,
+        "SELECT run_id FROM runs WHERE json_extract(config, '$.sequential') IS NOT NULL "
+        "ORDER BY created_at DESC, run_id",
+    )
     return [str(r) for r in df["run_id"]]
 
 

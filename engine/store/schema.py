@@ -115,10 +115,12 @@ SCHEMA: tuple[str, ...] = (
         raw VARCHAR,                 -- raw judge output
         parsed VARCHAR,              -- 'A' | 'B' | 'tie' | NULL (unparseable), in presentation terms
         winner VARCHAR,              -- 'a' | 'b' | 'tie' | NULL, in model_a/model_b terms
-        reported_model VARCHAR,      -- v3: the judge model as the server reported it (API), or as resolved (local)
+        -- v3: the judge model as the server reported it (API), or as resolved (local)
+        reported_model VARCHAR,
         prompt_tokens INTEGER,       -- v3: token usage of the request, as reported (NULL: unknown)
         completion_tokens INTEGER,   -- v3
-        latency_s DOUBLE,            -- v3: seconds from the first attempt to the reply (a batch judge: its batch's)
+        -- v3: seconds from the first attempt to the reply (a batch judge: its batch's)
+        latency_s DOUBLE,
         attempts INTEGER,            -- v3: requests sent for this verdict (1 = no retry)
         error VARCHAR,               -- v3: why a request failed for good (its verdict is then unparseable)
         PRIMARY KEY (run_id, judge, prompt_id, repeat, mode, model_a, model_b, presented))""",
@@ -138,7 +140,7 @@ SCHEMA: tuple[str, ...] = (
         human_winner VARCHAR,        -- 'a' | 'b' | 'tie' | NULL
         judge_winner VARCHAR,        -- 'a' | 'b' | 'tie' | NULL
         -- v4: where a label came from (all optional, NULL = unknown); prompt_id stays the cluster
-        repeat INTEGER,              -- v4: the generation's repeat within its prompt (not part of the cluster)
+        repeat INTEGER,              -- v4: the generation's repeat within its prompt (not the cluster)
         mode VARCHAR,                -- v4: the generation mode, 'coupled' | 'independent'
         labeller VARCHAR,            -- v4: who gave the label (a person's id, or the judge's name)
         labelled_at TIMESTAMP,       -- v4: when the label was given (UTC)
@@ -156,38 +158,73 @@ SCHEMA: tuple[str, ...] = (
 )
 
 
-_UNIT = r"^(.*):([0-9]+)$"  # '<prompt_id>:<repeat>', the unit id `comparisons from-judge` stored before v4
+_UNIT = (
+    r"^(.*):([0-9]+)$"  # '<prompt_id>:<repeat>', the unit id `comparisons from-judge` stored before v4
+)
 
 # (from_version, statements): the SQL taking a database of ``from_version`` to ``from_version + 1``.
 # Append a step when SCHEMA_VERSION is bumped; steps run in order, all in one transaction.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (1, ("ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMP",
-         "ALTER TABLE runs ADD COLUMN pid INTEGER",
-         "ALTER TABLE runs ADD COLUMN host VARCHAR")),
-    (2, tuple(f"ALTER TABLE judgments ADD COLUMN {col}" for col in (
-        "reported_model VARCHAR", "prompt_tokens INTEGER", "completion_tokens INTEGER", "latency_s DOUBLE",
-        "attempts INTEGER", "error VARCHAR"))),
-    (3, (
-        # comparisons: the provenance of a label (repeat, mode, labeller, labelled_at, presented); see SCHEMA
-        *(f"ALTER TABLE comparisons ADD COLUMN {col}" for col in (
-            "repeat INTEGER", "mode VARCHAR", "labeller VARCHAR", "labelled_at TIMESTAMP", "presented VARCHAR")),
-        # sets made by `comparisons from-judge` before v4 stored '<prompt_id>:<repeat>' as the prompt id:
-        # the prompt is the cluster (docs/METHODS.md 7.2), so split the repeat off into its own column
-        f"UPDATE comparisons SET repeat = CAST(regexp_extract(prompt_id, '{_UNIT}', 2) AS INTEGER), "
-        f"prompt_id = regexp_extract(prompt_id, '{_UNIT}', 1) WHERE regexp_matches(prompt_id, '{_UNIT}') "
-        "AND set_name IN (SELECT name FROM comparison_sets WHERE json_extract_string(meta, '$.format') = 'judgments')",
-        "UPDATE comparisons SET mode = json_extract_string(s.meta, '$.mode'), labeller = json_extract_string("
-        "s.meta, '$.judge') FROM comparison_sets s WHERE s.name = comparisons.set_name AND "
-        "json_extract_string(s.meta, '$.format') = 'judgments'",
-    )),
+    (
+        1,
+        (
+            "ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMP",
+            "ALTER TABLE runs ADD COLUMN pid INTEGER",
+            "ALTER TABLE runs ADD COLUMN host VARCHAR",
+        ),
+    ),
+    (
+        2,
+        tuple(
+            f"ALTER TABLE judgments ADD COLUMN {col}"
+            for col in (
+                "reported_model VARCHAR",
+                "prompt_tokens INTEGER",
+                "completion_tokens INTEGER",
+                "latency_s DOUBLE",
+                "attempts INTEGER",
+                "error VARCHAR",
+            )
+        ),
+    ),
+    (
+        3,
+        (
+            # comparisons: the provenance of a label (repeat, mode, labeller, labelled_at, presented);
+            # see SCHEMA
+            *(
+                f"ALTER TABLE comparisons ADD COLUMN {col}"
+                for col in (
+                    "repeat INTEGER",
+                    "mode VARCHAR",
+                    "labeller VARCHAR",
+                    "labelled_at TIMESTAMP",
+                    "presented VARCHAR",
+                )
+            ),
+            # sets made by `comparisons from-judge` before v4 stored '<prompt_id>:<repeat>' as the prompt
+            # id: the prompt is the cluster (docs/METHODS.md 7.2), so split the repeat off into its own
+            # column
+            f"UPDATE comparisons SET repeat = CAST(regexp_extract(prompt_id, '{_UNIT}', 2) AS INTEGER), "
+            f"prompt_id = regexp_extract(prompt_id, '{_UNIT}', 1) WHERE regexp_matches(prompt_id, "
+            f"'{_UNIT}') AND set_name IN (SELECT name FROM comparison_sets WHERE "
+            "json_extract_string(meta, '$.format') = 'judgments')",
+            "UPDATE comparisons SET mode = json_extract_string(s.meta, '$.mode'), labeller = "
+            "json_extract_string(s.meta, '$.judge') FROM comparison_sets s WHERE s.name = "
+            "comparisons.set_name AND json_extract_string(s.meta, '$.format') = 'judgments'",
+        ),
+    ),
 )
-assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), "one migration step per older version"
+assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), (
+    "one migration step per older version"
+)
 
 
 @dataclass(frozen=True)
 class SchemaState:
     """What a DuckDB file holds: ``kind`` is 'empty' (no tables), 'current', 'older', 'newer' or
     'foreign' (tables that are not ours, or no schema version); ``version`` when known."""
+
     kind: str
     version: int | None
     tables: tuple[str, ...]
@@ -195,9 +232,15 @@ class SchemaState:
 
 def schema_state(con: duckdb.DuckDBPyConnection) -> SchemaState:
     """Read (never write) what the connected database holds."""
-    tables = tuple(sorted(r[0] for r in con.execute(
-        "SELECT table_name FROM information_schema.tables "
-        "WHERE table_catalog = current_database() AND table_schema = 'main'").fetchall()))
+    tables = tuple(
+        sorted(
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_catalog = current_database() AND table_schema = 'main'"
+            ).fetchall()
+        )
+    )
     if not tables:
         return SchemaState("empty", None, tables)
     version = None
@@ -205,7 +248,12 @@ def schema_state(con: duckdb.DuckDBPyConnection) -> SchemaState:
         try:
             row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             version = int(row[0]) if row is not None else None
-        except (duckdb.CatalogException, duckdb.BinderException, ValueError, TypeError):  # a meta that is not ours
+        except (
+            duckdb.CatalogException,
+            duckdb.BinderException,
+            ValueError,
+            TypeError,
+        ):  # a meta that is not ours
             version = None  # (an I/O error - a damaged file - propagates)
     if version is None or version < 1:
         return SchemaState("foreign", None, tables)
@@ -216,15 +264,22 @@ def schema_state(con: duckdb.DuckDBPyConnection) -> SchemaState:
 def schema_problem(state: SchemaState, path: str | os.PathLike) -> str | None:
     """The one-line reason this code must not use the database, or None when it may."""
     if state.kind == "older":
-        return (f"database {path} has schema version {state.version} (this code uses {SCHEMA_VERSION}); nothing was "
-                f"written: run `python -m engine db migrate --db {path}` (it makes a backup copy first)")
+        return (
+            f"database {path} has schema version {state.version} (this code uses {SCHEMA_VERSION}); "
+            f"nothing was written: run `python -m engine db migrate --db {path}` (it makes a backup "
+            "copy first)"
+        )
     if state.kind == "newer":
-        return (f"database {path} has schema version {state.version}, newer than this code's {SCHEMA_VERSION}; "
-                "nothing was written: update Coupled Eval or pass another --db")
+        return (
+            f"database {path} has schema version {state.version}, newer than this code's "
+            f"{SCHEMA_VERSION}; nothing was written: update Coupled Eval or pass another --db"
+        )
     if state.kind == "foreign":
         shown = ", ".join(state.tables[:6]) + (", ..." if len(state.tables) > 6 else "")
-        return (f"{path} is a DuckDB database but not a Coupled Eval one (tables: {shown}; no schema version); "
-                "nothing was written: pass another --db")
+        return (
+            f"{path} is a DuckDB database but not a Coupled Eval one (tables: {shown}; no schema "
+            "version); nothing was written: pass another --db"
+        )
     return None
 
 

@@ -19,7 +19,16 @@ from engine.store.runs import require_run
 
 SCORE_COLUMNS = ["run_id", "model", "prompt_id", "repeat", "mode", "rule", "extracted", "score"]
 GENERATION_COLUMNS = ["run_id", "model", "prompt_id", "repeat", "mode", "seed", "text"]
-PROMPT_COLUMNS = ["dataset_id", "prompt_id", "idx", "subject", "question", "choices", "gold", "user_prompt"]
+PROMPT_COLUMNS = [
+    "dataset_id",
+    "prompt_id",
+    "idx",
+    "subject",
+    "question",
+    "choices",
+    "gold",
+    "user_prompt",
+]
 
 
 def run_dataset(con: duckdb.DuckDBPyConnection, run: str) -> str | None:
@@ -40,8 +49,9 @@ def run_dataset_kind(db: str | os.PathLike, run: str) -> tuple[str | None, str |
 @dataclass(frozen=True)
 class ScoringInput:
     """What scoring a run reads: gold/choices per prompt, the generations, the run's state."""
+
     prompts: dict[str, tuple[Any, Any]]
-    generations: pd.DataFrame          # model, prompt_id, repeat, mode, text
+    generations: pd.DataFrame  # model, prompt_id, repeat, mode, text
     status: str | None
     n_units: int | None
 
@@ -49,17 +59,26 @@ class ScoringInput:
 def scoring_input(db: str | os.PathLike, run: str) -> ScoringInput:
     with reader(db) as con:
         dataset = run_dataset(con, run)
-        prompts = {pid: (gold, choices) for pid, gold, choices in con.execute(
-            "SELECT prompt_id, gold, CAST(choices AS VARCHAR) FROM prompts WHERE dataset_id = ?", [dataset]).fetchall()}
-        gens = con.execute("""SELECT model, prompt_id, repeat, mode, text FROM generations
-                              WHERE run_id = ? ORDER BY model, mode, prompt_id, repeat""", [run]).df()
+        prompts = {
+            pid: (gold, choices)
+            for pid, gold, choices in con.execute(
+                "SELECT prompt_id, gold, CAST(choices AS VARCHAR) FROM prompts WHERE dataset_id = ?",
+                [dataset],
+            ).fetchall()
+        }
+        gens = con.execute(
+            """SELECT model, prompt_id, repeat, mode, text FROM generations
+                              WHERE run_id = ? ORDER BY model, mode, prompt_id, repeat""",
+            [run],
+        ).df()
         state = con.execute("SELECT status, n_units FROM runs WHERE run_id = ?", [run]).fetchone()
     status, n = (state[0], state[1]) if state is not None else (None, None)
     return ScoringInput(prompts, gens, status, None if n is None else int(n))
 
 
 def replace_scores(db: str | os.PathLike, run: str, rule: str, scores: pd.DataFrame) -> None:
-    """The run's scores for ``rule`` replaced by ``scores`` (columns :data:`SCORE_COLUMNS`), atomically."""
+    """The run's scores for ``rule`` replaced by ``scores`` (columns :data:`SCORE_COLUMNS`),
+    atomically."""
     with transaction(db) as con:
         con.execute("DELETE FROM scores WHERE run_id = ? AND rule = ?", [run, rule])
         insert_df(con, "scores", scores, SCORE_COLUMNS)
@@ -68,18 +87,19 @@ def replace_scores(db: str | os.PathLike, run: str, rule: str, scores: pd.DataFr
 @dataclass(frozen=True)
 class ImportRows:
     """One imported run: its dataset's prompts, generations, scores, models and run record."""
+
     run_id: str
     dataset_id: str
     dataset_source: str
     kind: str
-    prompts: pd.DataFrame       # PROMPT_COLUMNS (choices as JSON text or None)
-    generations: pd.DataFrame   # GENERATION_COLUMNS
-    scores: pd.DataFrame        # SCORE_COLUMNS
-    models: pd.DataFrame        # name, source, variant, vocab_id, config
+    prompts: pd.DataFrame  # PROMPT_COLUMNS (choices as JSON text or None)
+    generations: pd.DataFrame  # GENERATION_COLUMNS
+    scores: pd.DataFrame  # SCORE_COLUMNS
+    models: pd.DataFrame  # name, source, variant, vocab_id, config
     config: dict
     code_version: str
     key_mode: str | None = "token_id"
-    replace_run: bool = False   # True: every earlier row of the run goes; False: only these models' rows
+    replace_run: bool = False  # True: every earlier row of the run goes; False: only these models' rows
 
 
 def store_import(db: str | os.PathLike, rows: ImportRows) -> int:
@@ -90,26 +110,50 @@ def store_import(db: str | os.PathLike, rows: ImportRows) -> int:
     pids, names = rows.prompts["prompt_id"].tolist(), rows.models["name"].tolist()
     with transaction(db) as con:
         con.execute("SET enable_progress_bar = false")  # stderr belongs to our own messages
-        con.execute("DELETE FROM prompts WHERE dataset_id = ? AND list_contains(?, prompt_id)", [rows.dataset_id, pids])
+        con.execute(
+            "DELETE FROM prompts WHERE dataset_id = ? AND list_contains(?, prompt_id)",
+            [rows.dataset_id, pids],
+        )
         insert_df(con, "prompts", rows.prompts, PROMPT_COLUMNS, casts={"choices": "JSON"})
         for table in ("generations", "scores"):  # fixed table names
             if rows.replace_run:
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rows.run_id])
             else:
-                con.execute(f"DELETE FROM {table} WHERE run_id = ? AND list_contains(?, model) "
-                            "AND list_contains(?, prompt_id)", [rows.run_id, names, pids])
+                con.execute(
+                    f"DELETE FROM {table} WHERE run_id = ? AND list_contains(?, model) "
+                    "AND list_contains(?, prompt_id)",
+                    [rows.run_id, names, pids],
+                )
         insert_df(con, "generations", rows.generations, GENERATION_COLUMNS)
         insert_df(con, "scores", rows.scores, SCORE_COLUMNS)
-        insert_df(con, "models", rows.models, ["name", "source", "variant", "vocab_id", "config"],
-                  casts={"config": "JSON"}, conflict="OR IGNORE")
+        insert_df(
+            con,
+            "models",
+            rows.models,
+            ["name", "source", "variant", "vocab_id", "config"],
+            casts={"config": "JSON"},
+            conflict="OR IGNORE",
+        )
         n_prompts = scalar(con, "SELECT count(*) FROM prompts WHERE dataset_id = ?", [rows.dataset_id])
-        con.execute("INSERT OR REPLACE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
-                    [rows.dataset_id, rows.dataset_source, rows.kind, n_prompts])
+        con.execute(
+            "INSERT OR REPLACE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
+            [rows.dataset_id, rows.dataset_source, rows.kind, n_prompts],
+        )
         n_units = scalar(con, "SELECT count(*) FROM generations WHERE run_id = ?", [rows.run_id])
-        con.execute("INSERT OR REPLACE INTO runs (run_id, dataset_id, config, code_version, key_mode, "
-                    "warnings, status, n_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [rows.run_id, rows.dataset_id, json.dumps(rows.config), rows.code_version, rows.key_mode,
-                     json.dumps([]), "done", n_units])
+        con.execute(
+            "INSERT OR REPLACE INTO runs (run_id, dataset_id, config, code_version, key_mode, "
+            "warnings, status, n_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                rows.run_id,
+                rows.dataset_id,
+                json.dumps(rows.config),
+                rows.code_version,
+                rows.key_mode,
+                json.dumps([]),
+                "done",
+                n_units,
+            ],
+        )
     return int(n_units)
 
 
@@ -135,18 +179,29 @@ def per_question_scores(db: str | os.PathLike, run: str, rule: str | None = None
     only rule, or 'harness' when imported)."""
     with reader(db) as con:
         require_run(con, run)
-        rules = [r[0] for r in con.execute("SELECT DISTINCT rule FROM scores WHERE run_id = ? ORDER BY 1",
-                                           [run]).fetchall()]
+        rules = [
+            r[0]
+            for r in con.execute(
+                "SELECT DISTINCT rule FROM scores WHERE run_id = ? ORDER BY 1", [run]
+            ).fetchall()
+        ]
         if rule is None:
             rule = "harness" if "harness" in rules else rules[0] if len(rules) == 1 else None
         if rule is None or rule not in rules:
-            raise UserError(f"run {run!r} has scores for rules {rules or '(none)'}; pick one with --rule")
-        return con.execute("""SELECT model, prompt_id, repeat, mode, score FROM scores
+            raise UserError(
+                f"run {run!r} has scores for rules {rules or '(none)'}; pick one with --rule"
+            )
+        return con.execute(
+            """SELECT model, prompt_id, repeat, mode, score FROM scores
                               WHERE run_id = ? AND rule = ? AND score IS NOT NULL
-                              ORDER BY model, mode, prompt_id, repeat""", [run, rule]).df()
+                              ORDER BY model, mode, prompt_id, repeat""",
+            [run, rule],
+        ).df()
 
 
-# ------------------------------------------------------------------ reads of the analyses (rule, summary, data map)
+# ------------------------------------------------------------------ reads of the analyses (rule,
+#   summary, data map)
+
 
 def scored_rules(db: str | os.PathLike, run: str) -> list[str]:
     """The rules ``run`` has scores for, sorted ([] when none)."""
@@ -159,11 +214,15 @@ def newest_scored_run(db: str | os.PathLike, models: list[str] | None = None) ->
     if not os.path.exists(db):
         return None
     models = list(models or [])
-    df = query_df(db, """
+    df = query_df(
+        db,
+        """
         SELECT r.run_id FROM runs r
         WHERE (SELECT count(DISTINCT s.model) FROM scores s
                WHERE s.run_id = r.run_id AND (len(?) = 0 OR list_contains(?, s.model))) >= greatest(len(?), 1)
-        ORDER BY r.created_at DESC, r.run_id LIMIT 1""", [models, models, models])
+        ORDER BY r.created_at DESC, r.run_id LIMIT 1""",
+        [models, models, models],
+    )
     return None if df.empty else str(df.iloc[0, 0])
 
 
@@ -171,13 +230,20 @@ def scored_runs(db: str | os.PathLike) -> list[str]:
     """Every run with scores, newest first (the Home page's run choice)."""
     if not os.path.exists(db):
         return []
-    df = query_df(db, """SELECT r.run_id FROM runs r WHERE EXISTS (SELECT 1 FROM scores s WHERE s.run_id = r.run_id)
-                         ORDER BY r.created_at DESC, r.run_id""")
+    df = query_df(
+        db,
+        """SELECT r.run_id FROM runs r WHERE EXISTS (SELECT 1 FROM scores s WHERE s.run_id = r.run_id)
+                         ORDER BY r.created_at DESC, r.run_id""",
+    )
     return [str(r) for r in df["run_id"]]
 
 
-def run_rule(db: str | os.PathLike, run: str | None = None, models: list[str] | None = None,
-             rule: str | None = None) -> str:
+def run_rule(
+    db: str | os.PathLike,
+    run: str | None = None,
+    models: list[str] | None = None,
+    rule: str | None = None,
+) -> str:
     """The scoring rule a command uses on ``run``: ``rule`` when given; else the rule that fits the
     run's dataset (:func:`engine.config.rule_for_dataset`, what ``score`` uses by default) when the
     run is scored with it, else the only (first) rule the run is scored with. ``run`` None: the
@@ -198,6 +264,7 @@ def run_rule(db: str | os.PathLike, run: str | None = None, models: list[str] | 
 class RunFacts:
     """What a run summary needs besides the scores: dataset and kind, status, creation time, the
     rules it is scored with, generation counts and the prompts' choices and gold answers."""
+
     dataset_id: str | None
     kind: str | None
     status: str | None
@@ -214,34 +281,66 @@ def run_facts(db: str | os.PathLike, run: str) -> RunFacts:
     """:class:`RunFacts` of ``run`` (UserError for an unknown run)."""
     with reader(db) as con:
         require_run(con, run)
-        row = con.execute("""SELECT r.dataset_id, d.kind, r.status, CAST(r.created_at AS VARCHAR)
+        row = con.execute(
+            """SELECT r.dataset_id, d.kind, r.status, CAST(r.created_at AS VARCHAR)
                              FROM runs r LEFT JOIN datasets d USING (dataset_id) WHERE r.run_id = ?""",
-                          [run]).fetchone()
+            [run],
+        ).fetchone()
         dataset_id, kind, status, created = row if row else (None, None, None, None)
-        rules = [r[0] for r in con.execute(
-            "SELECT DISTINCT rule FROM scores WHERE run_id = ? ORDER BY rule", [run]).fetchall()]
-        gen = con.execute("""SELECT count(*), coalesce(sum(n_tokens), 0),
+        rules = [
+            r[0]
+            for r in con.execute(
+                "SELECT DISTINCT rule FROM scores WHERE run_id = ? ORDER BY rule", [run]
+            ).fetchall()
+        ]
+        gen = con.execute(
+            """SELECT count(*), coalesce(sum(n_tokens), 0),
                                     epoch(max(g.created_at)) - epoch(min(r.created_at))
-                             FROM generations g JOIN runs r USING (run_id) WHERE g.run_id = ?""", [run]).fetchone()
+                             FROM generations g JOIN runs r USING (run_id) WHERE g.run_id = ?""",
+            [run],
+        ).fetchone()
         n_gen, n_tok, gen_s = gen if gen else (0, 0, None)
-        prompt_rows = con.execute("""SELECT CAST(p.choices AS VARCHAR), p.gold FROM prompts p
+        prompt_rows = con.execute(
+            """SELECT CAST(p.choices AS VARCHAR), p.gold FROM prompts p
                                      WHERE p.dataset_id = ? AND p.prompt_id IN
                                            (SELECT DISTINCT prompt_id FROM generations WHERE run_id = ?)""",
-                                  [dataset_id, run]).fetchall()
-    return RunFacts(dataset_id, kind, status, created, rules, int(n_gen), int(n_tok),
-                    None if gen_s is None else float(gen_s), [r[0] for r in prompt_rows], [r[1] for r in prompt_rows])
+            [dataset_id, run],
+        ).fetchall()
+    return RunFacts(
+        dataset_id,
+        kind,
+        status,
+        created,
+        rules,
+        int(n_gen),
+        int(n_tok),
+        None if gen_s is None else float(gen_s),
+        [r[0] for r in prompt_rows],
+        [r[1] for r in prompt_rows],
+    )
 
 
 def run_scores(db: str | os.PathLike, run: str, rule: str) -> pd.DataFrame:
     """The scored rows of ``run`` under ``rule``: model, mode, prompt_id, repeat, score, extracted
     (rows without a gold answer, score NULL, left out)."""
-    return query_df(db, """
+    return query_df(
+        db,
+        """
         SELECT model, mode, prompt_id, repeat, score, extracted FROM scores
-        WHERE run_id = ? AND rule = ? AND score IS NOT NULL""", [run, rule])
+        WHERE run_id = ? AND rule = ? AND score IS NOT NULL""",
+        [run, rule],
+    )
 
 
-def model_scores(db: str | os.PathLike, run: str, model: str, mode: str, rule: str, method: str,
-                 subject: str | None = None) -> pd.DataFrame:
+def model_scores(
+    db: str | os.PathLike,
+    run: str,
+    model: str,
+    mode: str,
+    rule: str,
+    method: str,
+    subject: str | None = None,
+) -> pd.DataFrame:
     """One model's scores in one mode of ``run`` under ``rule``, with the prompt's dataset order
     (idx), subject and the stored cluster of ``method``: prompt_id, repeat, score, extracted, idx,
     subject, cluster_id. UserError naming what is available when there are none."""
@@ -260,18 +359,31 @@ def model_scores(db: str | os.PathLike, run: str, model: str, mode: str, rule: s
     with reader(db) as con:
         df = con.execute(sql, params).df()
         if df.empty:
-            avail = con.execute("SELECT DISTINCT run_id, model, mode, rule FROM scores ORDER BY ALL").fetchall()
-            raise UserError(f"no scores for run={run!r} model={model!r} mode={mode!r} rule={rule!r}"
-                            + (f" subject={subject!r}" if subject else "")
-                            + f"; available (run, model, mode, rule): {avail[:20]}")
+            avail = con.execute(
+                "SELECT DISTINCT run_id, model, mode, rule FROM scores ORDER BY ALL"
+            ).fetchall()
+            raise UserError(
+                f"no scores for run={run!r} model={model!r} mode={mode!r} rule={rule!r}"
+                + (f" subject={subject!r}" if subject else "")
+                + f"; available (run, model, mode, rule): {avail[:20]}"
+            )
     return df
 
 
-def scored_generations(db: str | os.PathLike, run: str, model: str, mode: str, prompt_ids: list[str],
-                       rule: str, limit: int = 2000) -> pd.DataFrame:
+def scored_generations(
+    db: str | os.PathLike,
+    run: str,
+    model: str,
+    mode: str,
+    prompt_ids: list[str],
+    rule: str,
+    limit: int = 2000,
+) -> pd.DataFrame:
     """Generations of ``prompt_ids`` (one model and mode) with gold answer, extraction and score:
     prompt_id, question, gold, repeat, extracted, score, text."""
-    return query_df(db, """
+    return query_df(
+        db,
+        """
         SELECT g.prompt_id, p.question, p.gold, g.repeat, s.extracted, s.score, g.text
         FROM generations g
         LEFT JOIN runs r ON r.run_id = g.run_id
@@ -280,17 +392,22 @@ def scored_generations(db: str | os.PathLike, run: str, model: str, mode: str, p
              AND s.repeat = g.repeat AND s.mode = g.mode AND s.rule = ?
         WHERE g.run_id = ? AND g.model = ? AND g.mode = ? AND list_contains(?, g.prompt_id)
         ORDER BY p.idx NULLS LAST, g.prompt_id, g.repeat LIMIT ?""",
-                    [rule, run, model, mode, list(prompt_ids), int(limit)])
+        [rule, run, model, mode, list(prompt_ids), int(limit)],
+    )
 
 
 # ---- the benchmark comparison's reads (engine.analysis.benchmark)
 
+
 def runs_with_scores(db: str | os.PathLike) -> pd.DataFrame:
     """Which (run, model, mode, rule) have scores, with counts and the run's dataset."""
-    return query_df(db, """
+    return query_df(
+        db,
+        """
         SELECT s.run_id, r.dataset_id, s.model, s.mode, s.rule, count(*) AS n
         FROM scores s LEFT JOIN runs r USING (run_id)
-        GROUP BY ALL ORDER BY s.run_id, s.model, s.mode, s.rule""")
+        GROUP BY ALL ORDER BY s.run_id, s.model, s.mode, s.rule""",
+    )
 
 
 def _resolve_run(con, models: list[str], rule: str, run: str | None) -> str:
@@ -300,11 +417,14 @@ def _resolve_run(con, models: list[str], rule: str, run: str | None) -> str:
            FROM scores s LEFT JOIN runs r USING (run_id)
            WHERE s.rule = ? AND list_contains(?, s.model)
            GROUP BY s.run_id ORDER BY t DESC NULLS LAST, s.run_id""",
-        [rule, models]).fetchall()
+        [rule, models],
+    ).fetchall()
     complete = [r[0] for r in rows if r[2] == len(set(models))]
     if run is not None:
         if run not in complete:
-            raise UserError(f"run {run!r} has no '{rule}' scores for all of {models}; runs that do: {complete}")
+            raise UserError(
+                f"run {run!r} has no '{rule}' scores for all of {models}; runs that do: {complete}"
+            )
         return run
     if not complete:
         known = [r[0] for r in con.execute("SELECT DISTINCT model FROM scores ORDER BY 1").fetchall()]
@@ -312,9 +432,11 @@ def _resolve_run(con, models: list[str], rule: str, run: str | None) -> str:
     return complete[0]
 
 
-def pair_scores(db: str | os.PathLike, models: list[str], subject: str | None, run: str | None,
-                rule: str) -> tuple[str, pd.DataFrame]:
-    """The scores of ``models`` in one run (``run``, else the newest run scoring all of them under ``rule``).
+def pair_scores(
+    db: str | os.PathLike, models: list[str], subject: str | None, run: str | None, rule: str
+) -> tuple[str, pd.DataFrame]:
+    """The scores of ``models`` in one run (``run``, else the newest run scoring all of them under
+    ``rule``).
 
     Returns:
         (run_id, DataFrame of mode, model, prompt_id, repeat, score, idx (dataset order), subject).
@@ -335,21 +457,33 @@ def pair_scores(db: str | os.PathLike, models: list[str], subject: str | None, r
             params.append(subject)
         df = con.execute(sql, params).df()
         if df.empty and subject is not None:
-            subjects = [r[0] for r in con.execute(
-                """SELECT DISTINCT p.subject FROM prompts p JOIN runs r ON r.dataset_id = p.dataset_id
-                   WHERE r.run_id = ? AND p.subject IS NOT NULL ORDER BY 1""", [run_id]).fetchall()]
+            subjects = [
+                r[0]
+                for r in con.execute(
+                    """SELECT DISTINCT p.subject FROM prompts p JOIN runs r ON r.dataset_id = p.dataset_id
+                   WHERE r.run_id = ? AND p.subject IS NOT NULL ORDER BY 1""",
+                    [run_id],
+                ).fetchall()
+            ]
             raise UserError(f"unknown subject {subject!r} for run {run_id!r}; allowed: {subjects}")
     return run_id, df
 
 
 def scored_run_choices(db: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per scored run its models, rules and modes (lists), and per run the subjects with prompt counts."""
-    runs = query_df(db, """
+    """Per scored run its models, rules and modes (lists), and per run the subjects with prompt
+    counts."""
+    runs = query_df(
+        db,
+        """
         SELECT s.run_id, list(DISTINCT s.model ORDER BY s.model) AS models,
                list(DISTINCT s.rule ORDER BY s.rule) AS rules, list(DISTINCT s.mode ORDER BY s.mode) AS modes
-        FROM scores s GROUP BY s.run_id ORDER BY s.run_id""")
-    subjects = query_df(db, """
+        FROM scores s GROUP BY s.run_id ORDER BY s.run_id""",
+    )
+    subjects = query_df(
+        db,
+        """
         SELECT r.run_id, p.subject, count(*) AS n FROM runs r JOIN prompts p ON p.dataset_id = r.dataset_id
         WHERE r.run_id IN (SELECT DISTINCT run_id FROM scores) AND p.subject IS NOT NULL
-        GROUP BY ALL ORDER BY r.run_id, p.subject""")
+        GROUP BY ALL ORDER BY r.run_id, p.subject""",
+    )
     return runs, subjects

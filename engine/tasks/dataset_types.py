@@ -12,11 +12,15 @@ from engine.errors import UserError
 KINDS = ("multiple_choice", "numeric", "prompts")
 LETTERS = ("A", "B", "C", "D")
 
-MMLU_SYSTEM_PROMPT = ("You will be given multiple choice questions. Please reply with a single "
-                      "character 'A', 'B', 'C', or 'D' only. DO NOT explain your reply.")
+MMLU_SYSTEM_PROMPT = (
+    "You will be given multiple choice questions. Please reply with a single "
+    "character 'A', 'B', 'C', or 'D' only. DO NOT explain your reply."
+)
 CHAT_SYSTEM_PROMPT = "Keep your responses short and to the point."
-NUMERIC_SYSTEM_PROMPT = ("Solve the problem. Keep your working short and end your reply with "
-                         "'#### ' followed by the final number.")
+NUMERIC_SYSTEM_PROMPT = (
+    "Solve the problem. Keep your working short and end your reply with "
+    "'#### ' followed by the final number."
+)
 
 
 @dataclass(frozen=True)
@@ -46,17 +50,29 @@ class Dataset:
 
     def records(self) -> list[dict]:
         """Rows for the store's ``prompts`` table (choices as a JSON string)."""
-        return [{"dataset_id": self.dataset_id, "prompt_id": p.prompt_id, "idx": i,
-                 "subject": p.subject, "question": p.question,
-                 "choices": json.dumps(p.choices) if p.choices is not None else None,
-                 "gold": p.gold, "user_prompt": p.user_prompt} for i, p in enumerate(self.prompts)]
+        return [
+            {
+                "dataset_id": self.dataset_id,
+                "prompt_id": p.prompt_id,
+                "idx": i,
+                "subject": p.subject,
+                "question": p.question,
+                "choices": json.dumps(p.choices) if p.choices is not None else None,
+                "gold": p.gold,
+                "user_prompt": p.user_prompt,
+            }
+            for i, p in enumerate(self.prompts)
+        ]
 
 
 def format_mc_prompt(question: str, choices: dict) -> str:
-    """The paper's 0-shot user prompt: ``question\\nA. a\\nB. b\\nC. c\\nD. d\\nAnswer:`` (docs/METHODS.md 1.4)."""
+    """The paper's 0-shot user prompt: ``question\\nA. a\\nB. b\\nC. c\\nD. d\\nAnswer:``
+    (docs/METHODS.md 1.4)."""
     missing = [k for k in LETTERS if k not in choices]
     if missing:
-        raise UserError(f"choices lack {', '.join(missing)}; multiple-choice questions need A, B, C and D")
+        raise UserError(
+            f"choices lack {', '.join(missing)}; multiple-choice questions need A, B, C and D"
+        )
     # No stripping: the paper's prompts use the MMLU strings verbatim (a changed space changes tokens).
     lines = [str(question)] + [f"{k}. {choices[k]}" for k in LETTERS]
     return "\n".join(lines) + "\nAnswer:"

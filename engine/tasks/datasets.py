@@ -46,17 +46,33 @@ from engine.tasks.dataset_types import (  # re-exported: the types' home is the 
 )
 from engine.tasks.numbers import extract_numeric
 
-__all__ = ["CHAT_SYSTEM_PROMPT", "KINDS", "LETTERS", "MMLU_SYSTEM_PROMPT", "NUMERIC_SYSTEM_PROMPT", "Dataset", "Prompt",
-           "format_mc_prompt", "DATA_DIR", "ARITH_SYSTEM_PROMPT", "list_datasets", "load_dataset"]
+__all__ = [
+    "CHAT_SYSTEM_PROMPT",
+    "KINDS",
+    "LETTERS",
+    "MMLU_SYSTEM_PROMPT",
+    "NUMERIC_SYSTEM_PROMPT",
+    "Dataset",
+    "Prompt",
+    "format_mc_prompt",
+    "DATA_DIR",
+    "ARITH_SYSTEM_PROMPT",
+    "list_datasets",
+    "load_dataset",
+]
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 # ---------------------------------------------------------------------------------------------
 # Built-ins
 
-_BUILTINS = {"demo": "demo_mcq.jsonl", "demo-chat": "demo_chat.txt", "demo-gsm": "demo_gsm.jsonl",
-             "demo-numbers": "demo_numbers.jsonl"}
-# Built-ins whose system prompt is not their kind's default: the one-click demo's everyday-numbers set asks
-# for the bare number, so a few new tokens hold the answer (the numeric rule reads the last number).
+_BUILTINS = {
+    "demo": "demo_mcq.jsonl",
+    "demo-chat": "demo_chat.txt",
+    "demo-gsm": "demo_gsm.jsonl",
+    "demo-numbers": "demo_numbers.jsonl",
+}
+# Built-ins whose system prompt is not their kind's default: the one-click demo's everyday-numbers set
+# asks for the bare number, so a few new tokens hold the answer (the numeric rule reads the last number).
 ARITH_SYSTEM_PROMPT = "Answer with the number only."
 _BUILTIN_SYSTEM = {"demo-numbers": ARITH_SYSTEM_PROMPT}
 
@@ -66,8 +82,9 @@ def list_datasets() -> list[str]:
     return list(_BUILTINS)
 
 
-def load_dataset(name_or_path: str, *, limit: int | None = None, subject: str | None = None,
-                 columns=None) -> Dataset:
+def load_dataset(
+    name_or_path: str, *, limit: int | None = None, subject: str | None = None, columns=None
+) -> Dataset:
     """A built-in name, a CSV/JSONL/TXT file or a folder of MMLU CSVs, as a :class:`Dataset`.
 
     Args:
@@ -87,6 +104,7 @@ def load_dataset(name_or_path: str, *, limit: int | None = None, subject: str | 
         raise UserError(f"limit must be a positive integer, got {limit!r}")
     if name.startswith("hf:"):
         from engine.tasks.hf_datasets import load_hf
+
         return _select(load_hf(name, columns), subject=subject, limit=limit)
     if subject is None and ":" in name and not Path(name).exists():
         head, _, tail = name.rpartition(":")
@@ -94,7 +112,9 @@ def load_dataset(name_or_path: str, *, limit: int | None = None, subject: str | 
             name, subject = head, tail
     if name in _BUILTINS:
         ds = _load_file(DATA_DIR / _BUILTINS[name], dataset_id=name)
-        ds = Dataset(name, ds.kind, f"builtin:{name}", ds.prompts, _BUILTIN_SYSTEM.get(name, ds.system_prompt))
+        ds = Dataset(
+            name, ds.kind, f"builtin:{name}", ds.prompts, _BUILTIN_SYSTEM.get(name, ds.system_prompt)
+        )
     else:
         path = Path(name).expanduser()
         if path.is_dir():
@@ -102,8 +122,10 @@ def load_dataset(name_or_path: str, *, limit: int | None = None, subject: str | 
         elif path.is_file():
             ds = _load_file(path, dataset_id=path.stem)
         else:
-            raise UserError(f"unknown dataset {name!r}: not a built-in ({', '.join(list_datasets())}) "
-                            "and no such file or folder")
+            raise UserError(
+                f"unknown dataset {name!r}: not a built-in ({', '.join(list_datasets())}) "
+                "and no such file or folder"
+            )
     return _select(ds, subject=subject, limit=limit)
 
 
@@ -113,9 +135,13 @@ def _select(ds: Dataset, *, subject: str | None, limit: int | None) -> Dataset:
     if subject is not None:
         subjects = ds.subjects()
         if not subjects:
-            raise UserError(f"dataset {ds.dataset_id!r} has no subjects; cannot filter by subject {subject!r}")
+            raise UserError(
+                f"dataset {ds.dataset_id!r} has no subjects; cannot filter by subject {subject!r}"
+            )
         if subject not in subjects:
-            raise UserError(f"unknown subject {subject!r} in {ds.dataset_id!r}; available: {', '.join(subjects)}")
+            raise UserError(
+                f"unknown subject {subject!r} in {ds.dataset_id!r}; available: {', '.join(subjects)}"
+            )
         prompts = tuple(p for p in prompts if p.subject == subject)
         dataset_id = f"{ds.dataset_id}:{subject}"
     if limit is not None:
@@ -164,21 +190,28 @@ def _load_file(path: Path, *, dataset_id: str, subject: str | None = None) -> Da
     text = _read_text(path)
     if suffix == ".txt":
         prompts = [line.strip() for line in text.splitlines() if line.strip()]
-        return Dataset(dataset_id, "prompts", str(path.resolve()),
-                       tuple(Prompt(f"{dataset_id}/{i}", p, question=p) for i, p in enumerate(prompts)),
-                       CHAT_SYSTEM_PROMPT)
+        return Dataset(
+            dataset_id,
+            "prompts",
+            str(path.resolve()),
+            tuple(Prompt(f"{dataset_id}/{i}", p, question=p) for i, p in enumerate(prompts)),
+            CHAT_SYSTEM_PROMPT,
+        )
     if suffix == ".csv":
         rows = _csv_rows(text, path)
     elif suffix in (".jsonl", ".json", ".ndjson"):
         rows = _jsonl_rows(text, path)
     else:
-        raise UserError(f"unsupported dataset file type {suffix or '(none)'!r} for {str(path)!r}; "
-                        "use .csv, .jsonl or .txt")
+        raise UserError(
+            f"unsupported dataset file type {suffix or '(none)'!r} for {str(path)!r}; "
+            "use .csv, .jsonl or .txt"
+        )
     return _from_rows(rows, path, dataset_id=dataset_id, subject=subject)
 
 
 def _csv_rows(text: str, path: Path) -> list[tuple[int, dict]]:
-    """(line number, row dict). Without a header the MMLU order question, A, B, C, D, answer is assumed."""
+    """(line number, row dict). Without a header the MMLU order question, A, B, C, D, answer is
+    assumed."""
     try:
         raw = [r for r in csv.reader(io.StringIO(text)) if any(c.strip() for c in r)]
     except csv.Error as exc:
@@ -190,15 +223,19 @@ def _csv_rows(text: str, path: Path) -> list[tuple[int, dict]]:
         header, body, start = [c.strip() for c in raw[0]], raw[1:], 2
     else:
         if len(raw[0]) != 6:
-            raise UserError(f"{str(path)!r} has no header and {len(raw[0])} columns in row 1; "
-                            "expected a header (question, A, B, C, D, answer / prompt) or the 6 MMLU "
-                            "columns question, A, B, C, D, answer")
+            raise UserError(
+                f"{str(path)!r} has no header and {len(raw[0])} columns in row 1; "
+                "expected a header (question, A, B, C, D, answer / prompt) or the 6 MMLU "
+                "columns question, A, B, C, D, answer"
+            )
         header, body, start = ["question", "A", "B", "C", "D", "answer"], raw, 1
     rows = []
     for i, r in enumerate(body):
         if len(r) != len(header):
-            raise UserError(f"{str(path)!r} row {i + start}: {len(r)} columns, expected {len(header)} "
-                            f"({', '.join(header)})")
+            raise UserError(
+                f"{str(path)!r} row {i + start}: {len(r)} columns, expected {len(header)} "
+                f"({', '.join(header)})"
+            )
         rows.append((i + start, dict(zip(header, r))))
     if not rows:
         raise UserError(f"{str(path)!r} has a header but no rows")
@@ -226,15 +263,18 @@ def _norm_keys(row: dict) -> dict:
     return out
 
 
-def _from_rows(rows: list[tuple[int, dict]], path: Path, *, dataset_id: str,
-               subject: str | None) -> Dataset:
+def _from_rows(
+    rows: list[tuple[int, dict]], path: Path, *, dataset_id: str, subject: str | None
+) -> Dataset:
     where = str(path)
     cols = _norm_keys(rows[0][1]).keys()
     partial = [k for k in LETTERS if k in cols]
     if "question" in cols and partial and len(partial) < 4:
-        raise UserError(f"{where!r}: missing choice columns "
-                        f"{', '.join(k for k in LETTERS if k not in cols)}; multiple choice needs "
-                        "question, A, B, C, D, answer")
+        raise UserError(
+            f"{where!r}: missing choice columns "
+            f"{', '.join(k for k in LETTERS if k not in cols)}; multiple choice needs "
+            "question, A, B, C, D, answer"
+        )
     if "prompt" in cols:
         kind = "prompts"
     elif "question" in cols and (all(k in cols for k in LETTERS) or "choices" in cols):
@@ -242,9 +282,11 @@ def _from_rows(rows: list[tuple[int, dict]], path: Path, *, dataset_id: str,
     elif "question" in cols and "answer" in cols:
         kind = "numeric"
     else:
-        raise UserError(f"{where!r}: cannot tell the layout from columns {', '.join(map(str, cols))}; "
-                        "need question, A, B, C, D, answer (multiple choice), question + answer "
-                        "(numeric) or prompt (prompt list)")
+        raise UserError(
+            f"{where!r}: cannot tell the layout from columns {', '.join(map(str, cols))}; "
+            "need question, A, B, C, D, answer (multiple choice), question + answer "
+            "(numeric) or prompt (prompt list)"
+        )
     prompts: list[Prompt] = []
     for idx, (line, raw) in enumerate(rows):
         row = _norm_keys(raw)
@@ -263,18 +305,31 @@ def _from_rows(rows: list[tuple[int, dict]], path: Path, *, dataset_id: str,
         question = _text(row, "question", where, line, strip=False)  # verbatim, as the paper
         if kind == "multiple_choice":
             choices, gold = _choices_and_gold(row, where, line)
-            prompts.append(Prompt(pid, format_mc_prompt(question, choices), subject=sub,
-                                  question=question, choices=choices, gold=gold))
+            prompts.append(
+                Prompt(
+                    pid,
+                    format_mc_prompt(question, choices),
+                    subject=sub,
+                    question=question,
+                    choices=choices,
+                    gold=gold,
+                )
+            )
         else:
             ans = row.get("answer")
             num = extract_numeric(str(ans)) if ans is not None else None
             if num is None:
-                raise UserError(f"{where!r} row {line}: answer {ans!r} is not a number (numeric datasets "
-                                "need a number, or GSM8K-style text ending in '#### N')")
+                raise UserError(
+                    f"{where!r} row {line}: answer {ans!r} is not a number (numeric datasets "
+                    "need a number, or GSM8K-style text ending in '#### N')"
+                )
             prompts.append(Prompt(pid, question, subject=sub, question=question, gold=num))
     _check_unique(prompts, path)
-    system = {"multiple_choice": MMLU_SYSTEM_PROMPT, "numeric": NUMERIC_SYSTEM_PROMPT,
-              "prompts": CHAT_SYSTEM_PROMPT}[kind]
+    system = {
+        "multiple_choice": MMLU_SYSTEM_PROMPT,
+        "numeric": NUMERIC_SYSTEM_PROMPT,
+        "prompts": CHAT_SYSTEM_PROMPT,
+    }[kind]
     return Dataset(dataset_id, kind, str(path.resolve()), tuple(prompts), system)
 
 

@@ -26,20 +26,21 @@ from typing import Any
 
 from engine.errors import UserError
 
-LM_EVAL_VERSIONS = ("0.4",)          # results files this reader knows (lm_eval_version prefix)
-INSPECT_LOG_VERSIONS = (2,)          # Inspect's log format version
+LM_EVAL_VERSIONS = ("0.4",)  # results files this reader knows (lm_eval_version prefix)
+INSPECT_LOG_VERSIONS = (2,)  # Inspect's log format version
 INSPECT_VALUES = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}  # Inspect's CORRECT/INCORRECT/PARTIAL/NOANSWER
 LM_EVAL_METRICS = ("acc", "exact_match", "acc_norm", "mc1", "mc2", "f1")
 _ZSTD = 93
-REL_TOL = 1e-9                       # the equality gate's tolerance where sums of floats may differ in order
+REL_TOL = 1e-9  # the equality gate's tolerance where sums of floats may differ in order
 
 
 def agrees(ours: float, reported: float, exact: bool) -> bool:
     """The import's equality gate between our accuracy and the harness's own number.
 
     ``exact``: 0/1 scores, one per sample, so both sides are an integer count over n, which every order
-    of summation gives to the last bit; anything else (fractional scores, means over epochs, weighted group
-    aggregates) is a floating-point sum whose order changes the last bits: equal within ``REL_TOL``.
+    of summation gives to the last bit; anything else (fractional scores, means over epochs, weighted
+    group aggregates) is a floating-point sum whose order changes the last bits: equal within
+    ``REL_TOL``.
     """
     if exact:
         return ours == reported
@@ -48,10 +49,10 @@ def agrees(ours: float, reported: float, exact: bool) -> bool:
 
 @dataclass(frozen=True)
 class HarnessSample:
-    sample_id: str       # the harness's document / sample id (pairs models)
-    repeat: int          # epoch - 1 (lm-eval: 0)
+    sample_id: str  # the harness's document / sample id (pairs models)
+    repeat: int  # epoch - 1 (lm-eval: 0)
     score: float
-    text: str | None     # the model's answer (lm-eval multiple choice: the highest-likelihood option)
+    text: str | None  # the model's answer (lm-eval multiple choice: the highest-likelihood option)
     prompt: str | None
     target: str | None
     choices: tuple[str, ...] | None = None
@@ -59,26 +60,30 @@ class HarnessSample:
 
 @dataclass(frozen=True)
 class HarnessLog:
-    harness: str         # 'lm-eval' | 'inspect'
+    harness: str  # 'lm-eval' | 'inspect'
     version: str
     model: str
     task: str
     metric: str
-    headline: float      # the harness's own accuracy
+    headline: float  # the harness's own accuracy
     samples: tuple[HarnessSample, ...]
     path: str
     reader: str = "stdlib"
-    model_args: tuple[tuple[str, str], ...] = ()   # the harness's model arguments (what tells checkpoints apart)
-    groups: tuple[GroupResult, ...] = ()           # lm-eval: every group of the results file, checked
+    model_args: tuple[
+        tuple[str, str], ...
+    ] = ()  # the harness's model arguments (what tells checkpoints apart)
+    groups: tuple[GroupResult, ...] = ()  # lm-eval: every group of the results file, checked
 
 
 @dataclass(frozen=True)
 class GroupResult:
-    """An lm-eval group (``mmlu``, ``mmlu_stem``, ...): its reported aggregate and ours from its subtasks' samples."""
+    """An lm-eval group (``mmlu``, ``mmlu_stem``, ...): its reported aggregate and ours from its
+    subtasks' samples."""
+
     name: str
     metric: str
-    headline: float          # as lm-eval reported it
-    ours: float              # lm-eval's aggregation of the leaf tasks' per-sample scores
+    headline: float  # as lm-eval reported it
+    ours: float  # lm-eval's aggregation of the leaf tasks' per-sample scores
     leaves: tuple[str, ...]  # the sample-level tasks under it, at any depth
     weight_by_size: bool
 
@@ -111,14 +116,21 @@ def _lm_eval_metric(task: str, res: dict, path: Path) -> tuple[str, str, float]:
         for key, value in res.items():
             if key.split(",")[0] == metric and "," in key and isinstance(value, (int, float)):
                 return metric, key.split(",", 1)[1], float(value)
-    raise UserError(f"{str(path)!r}: task {task!r} reports none of the metrics {', '.join(LM_EVAL_METRICS)}")
+    raise UserError(
+        f"{str(path)!r}: task {task!r} reports none of the metrics {', '.join(LM_EVAL_METRICS)}"
+    )
 
 
 def _lm_eval_text(line: dict) -> str | None:
     resps = line.get("filtered_resps")
     args = line.get("arguments") or {}
     conts = [a.get("arg_1") for a in args.values()] if isinstance(args, dict) else []
-    if isinstance(resps, list) and resps and all(isinstance(r, list) and r for r in resps) and len(conts) == len(resps):
+    if (
+        isinstance(resps, list)
+        and resps
+        and all(isinstance(r, list) and r for r in resps)
+        and len(conts) == len(resps)
+    ):
         lls = [float(r[0]) for r in resps]  # multiple choice: (loglikelihood, is_greedy) per option
         return str(conts[lls.index(max(lls))]).strip()
     if isinstance(resps, list) and resps:
@@ -142,18 +154,29 @@ def _lm_eval_samples(path: Path, task: str, metric: str, filt: str) -> list[Harn
         if line.get("filter", filt) != filt:
             continue
         if "doc_id" not in line or metric not in line:
-            raise UserError(f"{str(path)!r} line {n}: no 'doc_id' or no {metric!r} (an lm-eval --log_samples file?)")
+            raise UserError(
+                f"{str(path)!r} line {n}: no 'doc_id' or no {metric!r} (an lm-eval --log_samples file?)"
+            )
         args = line.get("arguments") or {}
         first: dict = next(iter(args.values()), {}) if isinstance(args, dict) else {}
         conts = tuple(str(a.get("arg_1", "")).strip() for a in args.values()) if len(args) > 1 else None
-        out.append(HarnessSample(f"{task}/{line['doc_id']}", 0, float(line[metric]), _lm_eval_text(line),
-                                 first.get("arg_0"), None if line.get("target") is None else str(line["target"]),
-                                 conts))
+        out.append(
+            HarnessSample(
+                f"{task}/{line['doc_id']}",
+                0,
+                float(line[metric]),
+                _lm_eval_text(line),
+                first.get("arg_0"),
+                None if line.get("target") is None else str(line["target"]),
+                conts,
+            )
+        )
     return out
 
 
 def _leaves(name: str, tree: dict[str, list[str]]) -> list[str]:
-    """The sample-level tasks under ``name`` at any depth (lm-eval's ``group_subtasks``; a task maps to [])."""
+    """The sample-level tasks under ``name`` at any depth (lm-eval's ``group_subtasks``; a task maps to
+    [])."""
     children = tree.get(name) or []
     return [name] if not children else [leaf for c in children for leaf in _leaves(c, tree)]
 
@@ -165,10 +188,10 @@ def _mean(scores: list[float]) -> float:
 def check_groups(res: dict, logs: list[HarnessLog], path: Path) -> tuple[GroupResult, ...]:
     """Every group aggregate of an lm-eval results file against its leaf tasks' samples.
 
-    lm-eval aggregates a group over all the sample-level tasks below it, at any depth, as the size-weighted
-    mean of their accuracies or (``weight_by_size: false``) their plain mean; the results file does not
-    record which, so both are computed and the one that gives lm-eval's number is recorded. A group entry
-    without a metric (no ``aggregate_metric_list``) is only listed.
+    lm-eval aggregates a group over all the sample-level tasks below it, at any depth, as the
+    size-weighted mean of their accuracies or (``weight_by_size: false``) their plain mean; the results
+    file does not record which, so both are computed and the one that gives lm-eval's number is recorded.
+    A group entry without a metric (no ``aggregate_metric_list``) is only listed.
     """
     tree = {str(k): [str(c) for c in v] for k, v in (res.get("group_subtasks") or {}).items()}
     by_task = {lg.task: lg for lg in logs}
@@ -178,7 +201,9 @@ def check_groups(res: dict, logs: list[HarnessLog], path: Path) -> tuple[GroupRe
         leaves = _leaves(group, tree)
         missing = [t for t in leaves if t not in by_task]
         if missing:
-            raise UserError(f"{str(path)!r}: group {group!r} lists subtasks without results: {', '.join(missing)}")
+            raise UserError(
+                f"{str(path)!r}: group {group!r} lists subtasks without results: {', '.join(missing)}"
+            )
         try:
             metric, _, headline = _lm_eval_metric(group, entry, path)
         except UserError:
@@ -192,29 +217,35 @@ def check_groups(res: dict, logs: list[HarnessLog], path: Path) -> tuple[GroupRe
         elif agrees(plain, headline, False):
             out.append(GroupResult(group, metric, headline, plain, tuple(leaves), False))
         else:
-            raise UserError(f"{str(path)!r}: group {group!r} reports {metric} {headline!r}, its subtasks' samples give "
-                            f"{weighted!r} weighted by size and {plain!r} unweighted; nothing was written")
+            raise UserError(
+                f"{str(path)!r}: group {group!r} reports {metric} {headline!r}, its subtasks' samples "
+                f"give {weighted!r} weighted by size and {plain!r} unweighted; nothing was written"
+            )
     return tuple(out)
 
 
 def read_lm_eval(results_path: Path) -> list[HarnessLog]:
-    """One :class:`HarnessLog` per sample-level task of an lm-eval ``results_*.json`` with its samples files.
+    """One :class:`HarnessLog` per sample-level task of an lm-eval ``results_*.json`` with its samples
+    files.
 
-    Group tasks (``mmlu`` -> ``mmlu_stem`` -> subjects: ``group_subtasks``, any depth) have no samples file of
-    their own: their aggregates are checked against their subtasks' samples (:func:`check_groups`) and kept
-    on every log of the file (``groups``); the subtasks become the run's subjects.
+    Group tasks (``mmlu`` -> ``mmlu_stem`` -> subjects: ``group_subtasks``, any depth) have no samples
+    file of their own: their aggregates are checked against their subtasks' samples
+    (:func:`check_groups`) and kept on every log of the file (``groups``); the subtasks become the run's
+    subjects.
     """
     res = _load_json(results_path)
     if not isinstance(res, dict) or "results" not in res:
         raise UserError(f"{str(results_path)!r} is not an lm-eval results file (no 'results')")
     version = str(res.get("lm_eval_version") or "")
     if not version.startswith(LM_EVAL_VERSIONS):
-        raise UserError(f"{str(results_path)!r}: lm-eval version {version or '(none)'}; this reader knows "
-                        f"{', '.join(v + '.x' for v in LM_EVAL_VERSIONS)}")
+        raise UserError(
+            f"{str(results_path)!r}: lm-eval version {version or '(none)'}; this reader knows "
+            f"{', '.join(v + '.x' for v in LM_EVAL_VERSIONS)}"
+        )
     model = res.get("model_name") or (res.get("config") or {}).get("model")
     if not model:
         raise UserError(f"{str(results_path)!r}: no model name (model_name / config.model)")
-    stamp = results_path.name[len("results_"):-len(".json")]
+    stamp = results_path.name[len("results_") : -len(".json")]
     groups = {str(g) for g, children in (res.get("group_subtasks") or {}).items() if children}
     args = parse_model_args((res.get("config") or {}).get("model_args"))
     logs = []
@@ -224,10 +255,24 @@ def read_lm_eval(results_path: Path) -> list[HarnessLog]:
         metric, filt, headline = _lm_eval_metric(task, entry, results_path)
         samples_path = results_path.with_name(f"samples_{task}_{stamp}.jsonl")
         if not samples_path.is_file():
-            raise UserError(f"{str(results_path)!r}: no {samples_path.name} beside it (run lm-eval with --log_samples)")
+            raise UserError(
+                f"{str(results_path)!r}: no {samples_path.name} beside it (run lm-eval with "
+                "--log_samples)"
+            )
         samples = _lm_eval_samples(samples_path, task, metric, filt)
-        logs.append(HarnessLog("lm-eval", version, str(model), task, metric, headline, tuple(samples),
-                               str(samples_path), model_args=args))
+        logs.append(
+            HarnessLog(
+                "lm-eval",
+                version,
+                str(model),
+                task,
+                metric,
+                headline,
+                tuple(samples),
+                str(samples_path),
+                model_args=args,
+            )
+        )
     checked = check_groups(res, logs, results_path)
     return [replace(lg, groups=checked) for lg in logs]
 
@@ -243,7 +288,9 @@ def _inspect_value(value: Any, where: str) -> float:
         return float(value)
     if isinstance(value, str) and value in INSPECT_VALUES:
         return INSPECT_VALUES[value]
-    raise UserError(f"{where}: score value {value!r} is not a number or one of {', '.join(INSPECT_VALUES)}")
+    raise UserError(
+        f"{where}: score value {value!r} is not a number or one of {', '.join(INSPECT_VALUES)}"
+    )
 
 
 def _inspect_text(output: Any) -> str | None:
@@ -255,16 +302,24 @@ def _inspect_text(output: Any) -> str | None:
 def _inspect_log(header: dict, samples: Iterable[dict], path: Path, reader: str) -> HarnessLog:
     version = header.get("version")
     if version not in INSPECT_LOG_VERSIONS:
-        raise UserError(f"{str(path)!r}: Inspect log format version {version!r}; this reader knows "
-                        f"{', '.join(map(str, INSPECT_LOG_VERSIONS))}")
+        raise UserError(
+            f"{str(path)!r}: Inspect log format version {version!r}; this reader knows "
+            f"{', '.join(map(str, INSPECT_LOG_VERSIONS))}"
+        )
     if header.get("status") != "success":
-        raise UserError(f"{str(path)!r}: the Inspect run did not succeed (status {header.get('status')!r})")
+        raise UserError(
+            f"{str(path)!r}: the Inspect run did not succeed (status {header.get('status')!r})"
+        )
     ev, results = header.get("eval") or {}, header.get("results") or {}
     scores = results.get("scores") or []
     if not scores:
         raise UserError(f"{str(path)!r}: no scores in the log's results")
     scorer = scores[0]
-    metric = "accuracy" if "accuracy" in (scorer.get("metrics") or {}) else next(iter(scorer.get("metrics") or {}), None)
+    metric = (
+        "accuracy"
+        if "accuracy" in (scorer.get("metrics") or {})
+        else next(iter(scorer.get("metrics") or {}), None)
+    )
     if metric is None:
         raise UserError(f"{str(path)!r}: scorer {scorer.get('name')!r} reports no metric")
     out = []
@@ -275,12 +330,28 @@ def _inspect_log(header: dict, samples: Iterable[dict], path: Path, reader: str)
             raise UserError(f"{str(path)!r}: a sample without id, epoch or a {scorer['name']!r} score")
         value = sc.get("value") if isinstance(sc, dict) else getattr(sc, "value", None)
         inp = s.get("input")
-        out.append(HarnessSample(f"{ev.get('task')}/{sid}", int(epoch) - 1, _inspect_value(value, str(path)),
-                                 _inspect_text(s.get("output")), inp if isinstance(inp, str) else None,
-                                 None if s.get("target") is None else str(s.get("target"))))
-    return HarnessLog("inspect", str((ev.get("packages") or {}).get("inspect_ai", "")), str(ev.get("model")),
-                      str(ev.get("task")), metric, float(scorer["metrics"][metric]["value"]), tuple(out), str(path),
-                      reader, model_args=parse_model_args(ev.get("model_args")))
+        out.append(
+            HarnessSample(
+                f"{ev.get('task')}/{sid}",
+                int(epoch) - 1,
+                _inspect_value(value, str(path)),
+                _inspect_text(s.get("output")),
+                inp if isinstance(inp, str) else None,
+                None if s.get("target") is None else str(s.get("target")),
+            )
+        )
+    return HarnessLog(
+        "inspect",
+        str((ev.get("packages") or {}).get("inspect_ai", "")),
+        str(ev.get("model")),
+        str(ev.get("task")),
+        metric,
+        float(scorer["metrics"][metric]["value"]),
+        tuple(out),
+        str(path),
+        reader,
+        model_args=parse_model_args(ev.get("model_args")),
+    )
 
 
 def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> dict:
@@ -288,8 +359,10 @@ def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> dict:
         try:
             import zstandard
         except ImportError:
-            raise UserError(f"{str(path)!r} has zstd-compressed members: install zstandard (requirements.txt) or "
-                            "inspect-ai") from None
+            raise UserError(
+                f"{str(path)!r} has zstd-compressed members: install zstandard (requirements.txt) or "
+                "inspect-ai"
+            ) from None
         raw = _raw_member(zf, info)
         if len(raw) != info.compress_size:
             raise EOFError(f"member {info.filename} is cut short")
@@ -318,7 +391,9 @@ def _read_eval_zip(path: Path) -> HarnessLog:
         with zipfile.ZipFile(path) as zf:
             infos = {i.filename: i for i in zf.infolist()}
             if "header.json" not in infos:
-                raise UserError(f"{str(path)!r}: no header.json in the .eval zip (an unfinished Inspect run?)")
+                raise UserError(
+                    f"{str(path)!r}: no header.json in the .eval zip (an unfinished Inspect run?)"
+                )
             header = _zip_member(zf, infos["header.json"], path)
             names = sorted(n for n in infos if re.fullmatch(r"samples/.+_epoch_\d+\.json", n))
             samples = [_zip_member(zf, infos[n], path) for n in names]
@@ -337,13 +412,16 @@ def _read_with_inspect(path: Path) -> HarnessLog | None:
     except Exception as exc:  # noqa: BLE001  (Inspect raises many types; one line for the user)
         raise UserError(f"cannot read Inspect log {str(path)!r}: {type(exc).__name__}: {exc}") from None
     header = json.loads(log.model_dump_json(exclude={"samples", "reductions"}))
-    samples = [json.loads(s.model_dump_json(include={"id", "epoch", "scores", "output", "input", "target"}))
-               for s in (log.samples or [])]
+    samples = [
+        json.loads(s.model_dump_json(include={"id", "epoch", "scores", "output", "input", "target"}))
+        for s in (log.samples or [])
+    ]
     return _inspect_log(header, samples, path, "inspect_ai")
 
 
 def read_inspect(path: Path, use_inspect: bool = True) -> HarnessLog:
-    """An Inspect log (``.eval`` or ``.json``): with inspect-ai when installed, else the standard library."""
+    """An Inspect log (``.eval`` or ``.json``): with inspect-ai when installed, else the standard
+    library."""
     got = _read_with_inspect(path) if use_inspect else None
     if got is not None:
         return got
@@ -386,5 +464,7 @@ def read_harness(path: str | Path, use_inspect: bool = True) -> list[HarnessLog]
         elif f.suffix == ".json" and '"eval"' in f.read_text(encoding="utf-8", errors="replace")[:2000]:
             logs.append(read_inspect(f, use_inspect))
     if not logs:
-        raise UserError(f"no lm-eval (results_*.json + samples_*.jsonl) or Inspect (.eval / .json) log in {str(p)!r}")
+        raise UserError(
+            f"no lm-eval (results_*.json + samples_*.jsonl) or Inspect (.eval / .json) log in {str(p)!r}"
+        )
     return logs

@@ -36,13 +36,16 @@ from engine.tasks.dataset_types import (
 from engine.tasks.numbers import extract_numeric
 
 PREFIX = "hf:"
-OPTION_SYSTEM_PROMPT = ("You will be given multiple choice questions. Please reply with the letter of the "
-                        "correct option only. DO NOT explain your reply.")
+OPTION_SYSTEM_PROMPT = (
+    "You will be given multiple choice questions. Please reply with the letter of the "
+    "correct option only. DO NOT explain your reply."
+)
 
 
 @dataclass(frozen=True)
 class Columns:
     """Column names for a layout the registry does not know (``--prompt-column`` ...)."""
+
     prompt: str | None = None
     answer: str | None = None
     choices: str | None = None
@@ -55,26 +58,52 @@ class Columns:
 @dataclass(frozen=True)
 class Layout:
     """A known dataset layout: the task kind, the scoring rule that fits it, the columns it needs."""
+
     name: str
-    kind: str           # one of engine.tasks.datasets.KINDS
-    rule: str | None    # the default scoring rule (None: open-ended, judged)
+    kind: str  # one of engine.tasks.datasets.KINDS
+    rule: str | None  # the default scoring rule (None: open-ended, judged)
     repos: tuple[str, ...]
     columns: tuple[str, ...]
 
 
 LAYOUTS: tuple[Layout, ...] = (
-    Layout("mmlu", "multiple_choice", "paper", ("cais/mmlu", "hails/mmlu_no_train"),
-           ("question", "subject", "choices", "answer")),
-    Layout("arc", "multiple_choice", "lenient", ("allenai/ai2_arc", "ai2_arc"),
-           ("question", "choices", "answerKey")),
-    Layout("hellaswag", "multiple_choice", "lenient", ("Rowan/hellaswag", "hellaswag"),
-           ("ctx", "endings", "label")),
-    Layout("truthfulqa-mc", "multiple_choice", "lenient", ("truthfulqa/truthful_qa", "truthful_qa"),
-           ("question", "mc1_targets")),
+    Layout(
+        "mmlu",
+        "multiple_choice",
+        "paper",
+        ("cais/mmlu", "hails/mmlu_no_train"),
+        ("question", "subject", "choices", "answer"),
+    ),
+    Layout(
+        "arc",
+        "multiple_choice",
+        "lenient",
+        ("allenai/ai2_arc", "ai2_arc"),
+        ("question", "choices", "answerKey"),
+    ),
+    Layout(
+        "hellaswag",
+        "multiple_choice",
+        "lenient",
+        ("Rowan/hellaswag", "hellaswag"),
+        ("ctx", "endings", "label"),
+    ),
+    Layout(
+        "truthfulqa-mc",
+        "multiple_choice",
+        "lenient",
+        ("truthfulqa/truthful_qa", "truthful_qa"),
+        ("question", "mc1_targets"),
+    ),
     Layout("gsm8k", "numeric", "numeric", ("openai/gsm8k", "gsm8k"), ("question", "answer")),
     Layout("mt-bench", "prompts", None, ("HuggingFaceH4/mt_bench_prompts",), ("prompt", "category")),
-    Layout("arena-hard", "prompts", None, ("lmarena-ai/arena-hard-auto-v0.1", "lmarena-ai/arena-hard-auto"),
-           ("question_id", "turns")),
+    Layout(
+        "arena-hard",
+        "prompts",
+        None,
+        ("lmarena-ai/arena-hard-auto-v0.1", "lmarena-ai/arena-hard-auto"),
+        ("question_id", "turns"),
+    ),
     Layout("alpacaeval", "prompts", None, ("tatsu-lab/alpaca_eval",), ("instruction", "output")),
 )
 
@@ -92,10 +121,12 @@ def is_hf(name: str) -> bool:
 
 def parse_spec(name: str) -> Spec:
     """``hf:REPO[:CONFIG][:SPLIT]`` -> :class:`Spec` (UserError for an empty REPO or extra parts)."""
-    parts = str(name)[len(PREFIX):].split(":")
+    parts = str(name)[len(PREFIX) :].split(":")
     if not parts[0].strip() or len(parts) > 3:
-        raise UserError(f"bad dataset {name!r}; expected hf:REPO[:CONFIG][:SPLIT], e.g. "
-                        "hf:cais/mmlu:college_computer_science:test")
+        raise UserError(
+            f"bad dataset {name!r}; expected hf:REPO[:CONFIG][:SPLIT], e.g. "
+            "hf:cais/mmlu:college_computer_science:test"
+        )
     parts += [""] * (3 - len(parts))
     return Spec(parts[0].strip(), parts[1].strip() or None, parts[2].strip() or None)
 
@@ -128,14 +159,19 @@ def default_rule_of(dataset_id: str) -> str | None:
 def _where(repo: str) -> str:
     import datasets
     import huggingface_hub.constants as hc
-    return (f"looked in the local folder {str(Path(repo).expanduser().resolve())!r} (absent), the datasets cache "
-            f"{datasets.config.HF_DATASETS_CACHE} and the hub cache {hc.HF_HUB_CACHE}")
+
+    return (
+        f"looked in the local folder {str(Path(repo).expanduser().resolve())!r} (absent), the datasets "
+        f"cache {datasets.config.HF_DATASETS_CACHE} and the hub cache {hc.HF_HUB_CACHE}"
+    )
 
 
 def cached_configs(repo: str, cache_dir: str | None = None) -> dict[str, list[str]]:
-    """{config: splits} of a hub dataset in the ``datasets`` cache (``<owner>___<name>/<config>/<version>/<hash>/
-    dataset_info.json``), what ``load_dataset`` falls back to offline; {} when it is not there."""
+    """{config: splits} of a hub dataset in the ``datasets`` cache
+    (``<owner>___<name>/<config>/<version>/<hash>/ dataset_info.json``), what ``load_dataset`` falls back
+    to offline; {} when it is not there."""
     import datasets
+
     root = Path(cache_dir or datasets.config.HF_DATASETS_CACHE) / repo.replace("/", "___")
     out: dict[str, list[str]] = {}
     for info in sorted(root.glob("*/*/*/dataset_info.json")) if root.is_dir() else []:
@@ -144,7 +180,9 @@ def cached_configs(repo: str, cache_dir: str | None = None) -> dict[str, list[st
         except (OSError, json.JSONDecodeError):
             continue
         out.setdefault(info.relative_to(root).parts[0], [])
-        out[info.relative_to(root).parts[0]] = sorted(set(out[info.relative_to(root).parts[0]]) | set(splits))
+        out[info.relative_to(root).parts[0]] = sorted(
+            set(out[info.relative_to(root).parts[0]]) | set(splits)
+        )
     return out
 
 
@@ -153,15 +191,18 @@ def _is_path(repo: str) -> bool:
 
 
 def hub_reachable(endpoint: str | None = None, timeout_s: float = 2.0) -> bool:
-    """Whether the hub's host answers a TCP connection within ``timeout_s`` (one quick probe, no retries)."""
+    """Whether the hub's host answers a TCP connection within ``timeout_s`` (one quick probe, no
+    retries)."""
     import socket
     from urllib.parse import urlsplit
 
     import huggingface_hub.constants as hc
+
     url = urlsplit(endpoint or hc.ENDPOINT)
     try:
-        socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)),
-                                 timeout=timeout_s).close()
+        socket.create_connection(
+            (url.hostname or "", url.port or (443 if url.scheme == "https" else 80)), timeout=timeout_s
+        ).close()
     except (OSError, ValueError):
         return False
     return True
@@ -173,6 +214,7 @@ def _offline_if_unreachable(repo: str) -> Iterator[bool]:
     for ~24 s before failing); yields whether offline mode was switched on here."""
     import datasets
     import huggingface_hub.constants as hc
+
     already = bool(datasets.config.HF_HUB_OFFLINE or hc.HF_HUB_OFFLINE)
     if already or _is_path(repo) or hub_reachable():
         yield False
@@ -192,6 +234,7 @@ def open_split(spec: Spec, cache_dir: str | None = None) -> tuple[Any, str, str]
     ``test``, else the only split, else an error listing them.
     """
     import datasets
+
     datasets.disable_progress_bars()  # stderr belongs to our own messages
     datasets.logging.set_verbosity_error()
     repo = str(Path(spec.repo).expanduser()) if _is_path(spec.repo) else spec.repo
@@ -201,8 +244,11 @@ def open_split(spec: Spec, cache_dir: str | None = None) -> tuple[Any, str, str]
         return _open_split(spec, repo, cache_dir, went_offline)
 
 
-def _open_split(spec: Spec, repo: str, cache_dir: str | None, went_offline: bool) -> tuple[Any, str, str]:
+def _open_split(
+    spec: Spec, repo: str, cache_dir: str | None, went_offline: bool
+) -> tuple[Any, str, str]:
     import datasets
+
     cached: dict[str, list[str]] = {}
     try:
         configs = list(datasets.get_dataset_config_names(repo))
@@ -210,9 +256,15 @@ def _open_split(spec: Spec, repo: str, cache_dir: str | None, went_offline: bool
         # No hub (offline): what an earlier download left in the datasets cache, {config: splits}.
         cached = {} if _is_path(spec.repo) else cached_configs(repo, cache_dir)
         if not cached:
-            why = "the hub is unreachable and the dataset is in no local cache" if went_offline else "offline or unknown"
-            raise UserError(f"cannot open dataset {spec.repo!r} ({why}): {_where(spec.repo)}; "
-                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}") from None
+            why = (
+                "the hub is unreachable and the dataset is in no local cache"
+                if went_offline
+                else "offline or unknown"
+            )
+            raise UserError(
+                f"cannot open dataset {spec.repo!r} ({why}): {_where(spec.repo)}; "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+            ) from None
         configs = sorted(cached)
     if not _is_path(spec.repo) and not cached and set(configs) <= {"default"}:
         # offline with a cached download, the library answers "default": the cache knows the real configs
@@ -222,15 +274,21 @@ def _open_split(spec: Spec, repo: str, cache_dir: str | None, went_offline: bool
     if config is None:
         config = configs[0] if len(configs) == 1 else "all" if "all" in configs else None
         if config is None:
-            raise UserError(f"dataset {spec.repo!r} has several configs; name one (hf:{spec.repo}:CONFIG): "
-                            f"{', '.join(configs)}")
+            raise UserError(
+                f"dataset {spec.repo!r} has several configs; name one (hf:{spec.repo}:CONFIG): "
+                f"{', '.join(configs)}"
+            )
     if config not in configs:
-        raise UserError(f"dataset {spec.repo!r} has no config {config!r}; available: {', '.join(configs)}")
+        raise UserError(
+            f"dataset {spec.repo!r} has no config {config!r}; available: {', '.join(configs)}"
+        )
     splits = cached[config] if cached else list(datasets.get_dataset_split_names(repo, config))
     split = spec.split or ("test" if "test" in splits else splits[0] if len(splits) == 1 else None)
     if split is None or split not in splits:
-        raise UserError(f"dataset {spec.repo!r} config {config!r} has no split {spec.split!r}; available: "
-                        f"{', '.join(splits)}")
+        raise UserError(
+            f"dataset {spec.repo!r} config {config!r} has no split {spec.split!r}; available: "
+            f"{', '.join(splits)}"
+        )
     return datasets.load_dataset(repo, config, split=split, cache_dir=cache_dir), config, split
 
 
@@ -244,7 +302,7 @@ def content_id(prefix: str, text: str) -> str:
 
 
 def _options(question: str, options: list) -> tuple[dict, str]:
-    letters = string.ascii_uppercase[:len(options)]
+    letters = string.ascii_uppercase[: len(options)]
     choices = {k: str(v) for k, v in zip(letters, options)}
     if tuple(choices) == LETTERS:
         return choices, format_mc_prompt(question, choices)
@@ -267,8 +325,14 @@ def _mmlu(row: Mapping, i: int, state: dict) -> Prompt:
     state[subject] = k + 1
     choices, text = _options(str(row["question"]), list(row["choices"]))
     base = state["_base"]
-    return Prompt(f"{base}/{subject}/{k}", text, subject=subject, question=str(row["question"]),
-                  choices=choices, gold=_letter(row["answer"], len(choices), f"row {i}"))
+    return Prompt(
+        f"{base}/{subject}/{k}",
+        text,
+        subject=subject,
+        question=str(row["question"]),
+        choices=choices,
+        gold=_letter(row["answer"], len(choices), f"row {i}"),
+    )
 
 
 def _arc(row: Mapping, i: int, state: dict) -> Prompt:
@@ -277,23 +341,43 @@ def _arc(row: Mapping, i: int, state: dict) -> Prompt:
     if str(row["answerKey"]) not in labels:
         raise UserError(f"row {i}: answerKey {row['answerKey']!r} is not one of the labels {labels}")
     gold = string.ascii_uppercase[labels.index(str(row["answerKey"]))]
-    return Prompt(str(row.get("id") or content_id(state["_base"], text)), text, question=str(row["question"]),
-                  choices=choices, gold=gold)
+    return Prompt(
+        str(row.get("id") or content_id(state["_base"], text)),
+        text,
+        question=str(row["question"]),
+        choices=choices,
+        gold=gold,
+    )
 
 
 def _hellaswag(row: Mapping, i: int, state: dict) -> Prompt:
     q = str(row["ctx"])
     choices, text = _options(q, list(row["endings"]))
-    pid = f"{state['_base']}/{row['ind']}" if row.get("ind") is not None else content_id(state["_base"], text)
-    return Prompt(pid, text, subject=row.get("activity_label"), question=q, choices=choices,
-                  gold=_letter(row["label"], len(choices), f"row {i}"))
+    pid = (
+        f"{state['_base']}/{row['ind']}"
+        if row.get("ind") is not None
+        else content_id(state["_base"], text)
+    )
+    return Prompt(
+        pid,
+        text,
+        subject=row.get("activity_label"),
+        question=q,
+        choices=choices,
+        gold=_letter(row["label"], len(choices), f"row {i}"),
+    )
 
 
 def _truthfulqa(row: Mapping, i: int, state: dict) -> Prompt:
     mc = row["mc1_targets"]
     choices, text = _options(str(row["question"]), list(mc["choices"]))
-    return Prompt(content_id(state["_base"], text), text, question=str(row["question"]), choices=choices,
-                  gold=_letter(list(mc["labels"]).index(1), len(choices), f"row {i}"))
+    return Prompt(
+        content_id(state["_base"], text),
+        text,
+        question=str(row["question"]),
+        choices=choices,
+        gold=_letter(list(mc["labels"]).index(1), len(choices), f"row {i}"),
+    )
 
 
 def _gsm8k(row: Mapping, i: int, state: dict) -> Prompt:
@@ -313,17 +397,30 @@ def _first_turn(turns: Any) -> str:
 
 def _open_ended(row: Mapping, i: int, state: dict) -> Prompt:
     turns = row.get("prompt", row.get("turns", row.get("instruction")))
-    if isinstance(turns, list) and len(turns) > 1:  # MT-Bench's second turn: not generated (docs/JUDGES.md)
+    if (
+        isinstance(turns, list) and len(turns) > 1
+    ):  # MT-Bench's second turn: not generated (docs/JUDGES.md)
         state["_multi_turn"] = state.get("_multi_turn", 0) + 1
     text = _first_turn(turns)
     own = row.get("prompt_id", row.get("question_id"))
-    return Prompt(f"{state['_base']}/{own}" if own is not None else content_id(state["_base"], text), text,
-                  subject=row.get("category") or row.get("cluster") or row.get("dataset"), question=text)
+    return Prompt(
+        f"{state['_base']}/{own}" if own is not None else content_id(state["_base"], text),
+        text,
+        subject=row.get("category") or row.get("cluster") or row.get("dataset"),
+        question=text,
+    )
 
 
 _ROWS: dict[str, Callable[[Mapping, int, dict], Prompt]] = {
-    "mmlu": _mmlu, "arc": _arc, "hellaswag": _hellaswag, "truthfulqa-mc": _truthfulqa, "gsm8k": _gsm8k,
-    "mt-bench": _open_ended, "arena-hard": _open_ended, "alpacaeval": _open_ended}
+    "mmlu": _mmlu,
+    "arc": _arc,
+    "hellaswag": _hellaswag,
+    "truthfulqa-mc": _truthfulqa,
+    "gsm8k": _gsm8k,
+    "mt-bench": _open_ended,
+    "arena-hard": _open_ended,
+    "alpacaeval": _open_ended,
+}
 
 
 def _custom(cols: Columns, names: list[str]) -> tuple[str, Callable[[Mapping, int, dict], Prompt]]:
@@ -333,7 +430,9 @@ def _custom(cols: Columns, names: list[str]) -> tuple[str, Callable[[Mapping, in
     if cols.prompt is None:
         missing.insert(0, "--prompt-column (required for a layout the registry does not know)")
     if missing:
-        raise UserError(f"column(s) not in the dataset: {'; '.join(missing)}; its columns: {', '.join(names)}")
+        raise UserError(
+            f"column(s) not in the dataset: {'; '.join(missing)}; its columns: {', '.join(names)}"
+        )
     kind = "multiple_choice" if cols.choices else "numeric" if cols.answer else "prompts"
 
     def read(row: Mapping, i: int, state: dict) -> Prompt:
@@ -342,8 +441,15 @@ def _custom(cols: Columns, names: list[str]) -> tuple[str, Callable[[Mapping, in
         if kind == "multiple_choice":
             choices, text = _options(q, list(row[cols.choices]))
             ans = row[cols.answer] if cols.answer else None
-            gold = None if ans is None else (str(ans).strip().upper() if str(ans).strip().upper() in choices
-                                             else _letter(ans, len(choices), f"row {i}"))
+            gold = (
+                None
+                if ans is None
+                else (
+                    str(ans).strip().upper()
+                    if str(ans).strip().upper() in choices
+                    else _letter(ans, len(choices), f"row {i}")
+                )
+            )
         else:
             text, choices = q, None
             gold = None if kind == "prompts" else extract_numeric(str(row[cols.answer]))
@@ -351,6 +457,7 @@ def _custom(cols: Columns, names: list[str]) -> tuple[str, Callable[[Mapping, in
                 raise UserError(f"row {i}: answer {str(row[cols.answer])[-40:]!r} is not a number")
         pid = f"{state['_base']}/{own}" if own is not None else content_id(state["_base"], text)
         return Prompt(pid, text, question=q, choices=choices, gold=gold)
+
     return kind, read
 
 
@@ -360,8 +467,11 @@ def _unique(prompts: list[Prompt]) -> list[Prompt]:
     out = []
     for p in prompts:
         n = seen[p.prompt_id] = seen.get(p.prompt_id, 0) + 1
-        out.append(p if n == 1 else Prompt(f"{p.prompt_id}#{n}", p.user_prompt, p.subject, p.question,
-                                           p.choices, p.gold))
+        out.append(
+            p
+            if n == 1
+            else Prompt(f"{p.prompt_id}#{n}", p.user_prompt, p.subject, p.question, p.choices, p.gold)
+        )
     return out
 
 
@@ -377,10 +487,14 @@ def load_hf(name: str, columns: Columns | None = None, cache_dir: str | None = N
     elif cols.given():
         (kind, read), tag = _custom(cols, names), "custom"
     else:
-        raise UserError(f"unknown layout of {spec.repo!r} (columns: {', '.join(names)}); known: "
-                        f"{', '.join(la.name for la in LAYOUTS)}; name the columns with --prompt-column "
-                        "[--answer-column] [--choices-column] [--id-column]")
-    if tag == "mmlu":  # the paper's ids and dataset id (test split), as import paper-mmlu and the CSV folder
+        raise UserError(
+            f"unknown layout of {spec.repo!r} (columns: {', '.join(names)}); known: "
+            f"{', '.join(la.name for la in LAYOUTS)}; name the columns with --prompt-column "
+            "[--answer-column] [--choices-column] [--id-column]"
+        )
+    if (
+        tag == "mmlu"
+    ):  # the paper's ids and dataset id (test split), as import paper-mmlu and the CSV folder
         base = "mmlu" if split == "test" else f"mmlu-{split}"
         dataset_id = base if config == "all" else f"{base}:{config}"
     else:
@@ -389,12 +503,19 @@ def load_hf(name: str, columns: Columns | None = None, cache_dir: str | None = N
     try:
         prompts = _unique([read(row, i, state) for i, row in enumerate(table)])
     except KeyError as exc:
-        raise UserError(f"dataset {spec.repo!r} ({tag} layout) lacks column {exc.args[0]!r}; its columns: "
-                        f"{', '.join(names)}") from None
+        raise UserError(
+            f"dataset {spec.repo!r} ({tag} layout) lacks column {exc.args[0]!r}; its columns: "
+            f"{', '.join(names)}"
+        ) from None
     if not prompts:
         raise UserError(f"dataset {spec.repo!r} config {config!r} split {split!r} is empty")
-    system = {"multiple_choice": MMLU_SYSTEM_PROMPT if all(tuple(p.choices or ()) == LETTERS for p in prompts)
-              else OPTION_SYSTEM_PROMPT, "numeric": NUMERIC_SYSTEM_PROMPT, "prompts": CHAT_SYSTEM_PROMPT}[kind]
+    system = {
+        "multiple_choice": MMLU_SYSTEM_PROMPT
+        if all(tuple(p.choices or ()) == LETTERS for p in prompts)
+        else OPTION_SYSTEM_PROMPT,
+        "numeric": NUMERIC_SYSTEM_PROMPT,
+        "prompts": CHAT_SYSTEM_PROMPT,
+    }[kind]
     source: dict[str, Any] = {"repo": spec.repo, "config": config, "split": split, "layout": tag}
     if state.get("_multi_turn"):  # recorded with the dataset (and so with every run on it): turn 1 only
         source["turns_used"] = 1

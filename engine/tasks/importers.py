@@ -39,7 +39,7 @@ _SEED_RE = re.compile(r"seed(\d+)\.csv$")
 @dataclass(frozen=True)
 class ResponseFile:
     model: str
-    mode: str        # 'coupled' | 'independent'
+    mode: str  # 'coupled' | 'independent'
     seed: int
     path: Path
 
@@ -69,13 +69,17 @@ def read_mmlu_questions(questions_dir: str | os.PathLike) -> pd.DataFrame:
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise UserError(f"cannot read questions file {path}: {exc}") from None
         if q.shape[1] != 6:
-            raise UserError(f"{path}: expected 6 columns (question, A, B, C, D, answer), got {q.shape[1]}")
+            raise UserError(
+                f"{path}: expected 6 columns (question, A, B, C, D, answer), got {q.shape[1]}"
+            )
         q.columns = ["question", "A", "B", "C", "D", "gold"]
         q["gold"] = q["gold"].str.strip()
         bad = ~q["gold"].isin(["A", "B", "C", "D"])
         if bad.any():
-            raise UserError(f"{path}: answer column must be A-D, got {q['gold'][bad].iloc[0]!r} "
-                            f"in row {int(np.nonzero(bad.to_numpy())[0][0])}")
+            raise UserError(
+                f"{path}: answer column must be A-D, got {q['gold'][bad].iloc[0]!r} "
+                f"in row {int(np.nonzero(bad.to_numpy())[0][0])}"
+            )
         q.insert(0, "row", np.arange(len(q)))
         q.insert(0, "subject", subject)
         frames.append(q)
@@ -85,8 +89,9 @@ def read_mmlu_questions(questions_dir: str | os.PathLike) -> pd.DataFrame:
     return out
 
 
-def find_response_files(responses_dir: str | os.PathLike, models=None,
-                        coupled_seed: int = PAPER_COUPLED_SEED) -> list[ResponseFile]:
+def find_response_files(
+    responses_dir: str | os.PathLike, models=None, coupled_seed: int = PAPER_COUPLED_SEED
+) -> list[ResponseFile]:
     """The response files per model: the coupled-seed file and (at most one) independent file."""
     root = Path(responses_dir)
     if not root.is_dir():
@@ -112,8 +117,10 @@ def find_response_files(responses_dir: str | os.PathLike, models=None,
             continue  # a stray folder without responses
         others = [s for s in seeds if s != coupled_seed]
         if len(others) > 1:
-            raise UserError(f"model {model} has several independent seeds {sorted(others)}; "
-                            f"expected one besides the coupled seed {coupled_seed}")
+            raise UserError(
+                f"model {model} has several independent seeds {sorted(others)}; "
+                f"expected one besides the coupled seed {coupled_seed}"
+            )
         if coupled_seed in seeds:
             out.append(ResponseFile(model, "coupled", coupled_seed, seeds[coupled_seed]))
         for s in others:
@@ -146,19 +153,39 @@ def _subject_mask(questions: pd.DataFrame, subjects) -> np.ndarray:
 
 def _paper_prompts(qk: pd.DataFrame) -> pd.DataFrame:
     """Rows of the prompts table (the user message as in docs/METHODS.md 1.4)."""
-    choices = [json.dumps({"A": a, "B": b, "C": c, "D": d}) for a, b, c, d in
-               zip(qk["A"], qk["B"], qk["C"], qk["D"])]
-    user_prompt = (qk["question"] + "\nA. " + qk["A"] + "\nB. " + qk["B"] + "\nC. " + qk["C"]
-                   + "\nD. " + qk["D"] + "\nAnswer:")
-    return pd.DataFrame({
-        "dataset_id": PAPER_DATASET_ID, "prompt_id": qk["prompt_id"].to_numpy(),
-        "idx": qk["idx"].to_numpy().astype(np.int32), "subject": qk["subject"].to_numpy(),
-        "question": qk["question"].to_numpy(), "choices": choices, "gold": qk["gold"].to_numpy(),
-        "user_prompt": user_prompt.to_numpy()})
+    choices = [
+        json.dumps({"A": a, "B": b, "C": c, "D": d})
+        for a, b, c, d in zip(qk["A"], qk["B"], qk["C"], qk["D"])
+    ]
+    user_prompt = (
+        qk["question"]
+        + "\nA. "
+        + qk["A"]
+        + "\nB. "
+        + qk["B"]
+        + "\nC. "
+        + qk["C"]
+        + "\nD. "
+        + qk["D"]
+        + "\nAnswer:"
+    )
+    return pd.DataFrame(
+        {
+            "dataset_id": PAPER_DATASET_ID,
+            "prompt_id": qk["prompt_id"].to_numpy(),
+            "idx": qk["idx"].to_numpy().astype(np.int32),
+            "subject": qk["subject"].to_numpy(),
+            "question": qk["question"].to_numpy(),
+            "choices": choices,
+            "gold": qk["gold"].to_numpy(),
+            "user_prompt": user_prompt.to_numpy(),
+        }
+    )
 
 
-def _paper_file_rows(f: ResponseFile, run_id: str, questions: pd.DataFrame, keep: np.ndarray,
-                     repeats: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _paper_file_rows(
+    f: ResponseFile, run_id: str, questions: pd.DataFrame, keep: np.ndarray, repeats: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(generations, scores) of one response file; row r = question r // repeats, repeat r % repeats."""
     n_q = len(questions)
     q_of_row = np.repeat(np.arange(n_q), repeats)  # (n_q * repeats,)
@@ -168,25 +195,51 @@ def _paper_file_rows(f: ResponseFile, run_id: str, questions: pd.DataFrame, keep
     rep_rows = np.tile(np.arange(repeats, dtype=np.int32), n_q)[keep_rows]
     text = _read_responses(f.path)
     if len(text) != n_q * repeats:
-        raise UserError(f"{f.path}: {len(text)} responses, expected {n_q * repeats} "
-                        f"({n_q} questions x {repeats} repeats)")
+        raise UserError(
+            f"{f.path}: {len(text)} responses, expected {n_q * repeats} "
+            f"({n_q} questions x {repeats} repeats)"
+        )
     text = text.to_numpy(dtype=object)[keep_rows]
     # extract_paper on the distinct texts only (most responses are a bare letter).
     uniq, inv = np.unique(text.astype(str), return_inverse=True)
     extracted = np.array([extract_paper(t if t != "" else None) for t in uniq], dtype=object)[inv]
     text_col = pd.Series(text, dtype=object).where(lambda s: s != "", None)
-    gens = pd.DataFrame({"run_id": run_id, "model": f.model, "prompt_id": pid_rows, "repeat": rep_rows,
-                         "mode": f.mode, "seed": np.uint64(f.seed), "text": text_col.to_numpy()})
-    scores = pd.DataFrame({"run_id": run_id, "model": f.model, "prompt_id": pid_rows, "repeat": rep_rows,
-                           "mode": f.mode, "rule": "paper", "extracted": extracted,
-                           "score": (extracted == gold_rows).astype(np.float64)})
+    gens = pd.DataFrame(
+        {
+            "run_id": run_id,
+            "model": f.model,
+            "prompt_id": pid_rows,
+            "repeat": rep_rows,
+            "mode": f.mode,
+            "seed": np.uint64(f.seed),
+            "text": text_col.to_numpy(),
+        }
+    )
+    scores = pd.DataFrame(
+        {
+            "run_id": run_id,
+            "model": f.model,
+            "prompt_id": pid_rows,
+            "repeat": rep_rows,
+            "mode": f.mode,
+            "rule": "paper",
+            "extracted": extracted,
+            "score": (extracted == gold_rows).astype(np.float64),
+        }
+    )
     return gens, scores
 
 
-def import_paper_mmlu(db: str | os.PathLike, responses_dir: str | os.PathLike,
-                      questions_dir: str | os.PathLike, models=None, subjects=None,
-                      run_id: str = PAPER_RUN_ID, repeats: int = PAPER_REPEATS,
-                      coupled_seed: int = PAPER_COUPLED_SEED) -> dict:
+def import_paper_mmlu(
+    db: str | os.PathLike,
+    responses_dir: str | os.PathLike,
+    questions_dir: str | os.PathLike,
+    models=None,
+    subjects=None,
+    run_id: str = PAPER_RUN_ID,
+    repeats: int = PAPER_REPEATS,
+    coupled_seed: int = PAPER_COUPLED_SEED,
+) -> dict:
     """Import the paper's MMLU responses into ``db`` as run ``run_id`` (dataset 'mmlu').
 
     Stores prompts (all questions of the imported subjects), generations (text = raw response;
@@ -213,19 +266,50 @@ def import_paper_mmlu(db: str | os.PathLike, responses_dir: str | os.PathLike,
     rows = [_paper_file_rows(f, run_id, questions, keep, repeats) for f in files]
     gen_df = pd.concat([g for g, _ in rows], ignore_index=True)
     model_names = sorted({f.model for f in files})
-    config = {"source": "coupled-generation paper data release (Benz et al.)",
-              "responses_dir": str(Path(responses_dir).resolve()),
-              "questions_dir": str(Path(questions_dir).resolve()),
-              "models": model_names, "repeats": repeats, "coupled_seed": coupled_seed,
-              "seeds": {f"{f.model}/{f.mode}": f.seed for f in files},
-              "temperature": 0.7, "max_new_tokens": 20, "scoring_rule": "paper"}
-    models_df = pd.DataFrame({"name": model_names,
-                              "source": [str(Path(responses_dir) / m) for m in model_names],
-                              "variant": "base", "vocab_id": "llama-3", "config": None})
-    store_import(db, ImportRows(run_id, PAPER_DATASET_ID, str(Path(questions_dir).resolve()), "multiple_choice",
-                                prompts, gen_df, pd.concat([s for _, s in rows], ignore_index=True), models_df,
-                                config, "import:paper-mmlu"))
-    return {"run_id": run_id, "dataset_id": PAPER_DATASET_ID, "models": model_names,
-            "subjects": sorted(qk["subject"].unique()), "n_prompts": int(len(prompts)),
-            "n_generations": int(len(gen_df)),
-            "files": [{"model": f.model, "mode": f.mode, "seed": f.seed, "path": str(f.path)} for f in files]}
+    config = {
+        "source": "coupled-generation paper data release (Benz et al.)",
+        "responses_dir": str(Path(responses_dir).resolve()),
+        "questions_dir": str(Path(questions_dir).resolve()),
+        "models": model_names,
+        "repeats": repeats,
+        "coupled_seed": coupled_seed,
+        "seeds": {f"{f.model}/{f.mode}": f.seed for f in files},
+        "temperature": 0.7,
+        "max_new_tokens": 20,
+        "scoring_rule": "paper",
+    }
+    models_df = pd.DataFrame(
+        {
+            "name": model_names,
+            "source": [str(Path(responses_dir) / m) for m in model_names],
+            "variant": "base",
+            "vocab_id": "llama-3",
+            "config": None,
+        }
+    )
+    store_import(
+        db,
+        ImportRows(
+            run_id,
+            PAPER_DATASET_ID,
+            str(Path(questions_dir).resolve()),
+            "multiple_choice",
+            prompts,
+            gen_df,
+            pd.concat([s for _, s in rows], ignore_index=True),
+            models_df,
+            config,
+            "import:paper-mmlu",
+        ),
+    )
+    return {
+        "run_id": run_id,
+        "dataset_id": PAPER_DATASET_ID,
+        "models": model_names,
+        "subjects": sorted(qk["subject"].unique()),
+        "n_prompts": int(len(prompts)),
+        "n_generations": int(len(gen_df)),
+        "files": [
+            {"model": f.model, "mode": f.mode, "seed": f.seed, "path": str(f.path)} for f in files
+        ],
+    }

@@ -42,13 +42,34 @@ from engine.store import verdicts as vstore
 from engine.store.runlock import judge_lock
 from engine.store.verdicts import VerdictRow
 from engine.tasks.judge_api import ApiJudge, Reply
-from engine.tasks.judge_parse import ARENA_HARD_HELP, ARENA_HARD_LABELS, FORMATS, parse_arena_hard, parse_verdict
+from engine.tasks.judge_parse import (
+    ARENA_HARD_HELP,
+    ARENA_HARD_LABELS,
+    FORMATS,
+    parse_arena_hard,
+    parse_verdict,
+)
 from engine.tasks.judge_prompts import ARENA_HARD_PROMPT, JUDGE_USER_TEMPLATE, PAPER_JUDGE_PROMPT
 from engine.tasks.judge_summary import JudgeSummary, StoredUsage
 
-__all__ = ["ARENA_HARD_HELP", "ARENA_HARD_LABELS", "FORMATS", "parse_arena_hard", "parse_verdict", "JudgeConfig",
-           "judge_run", "plan_tasks", "build_messages", "winner_from_verdict", "random_order", "command_complete_fn",
-           "judgments_to_comparisons", "judgments_to_set", "ARENA_HARD_PROMPT", "PAPER_JUDGE_PROMPT"]
+__all__ = [
+    "ARENA_HARD_HELP",
+    "ARENA_HARD_LABELS",
+    "FORMATS",
+    "parse_arena_hard",
+    "parse_verdict",
+    "JudgeConfig",
+    "judge_run",
+    "plan_tasks",
+    "build_messages",
+    "winner_from_verdict",
+    "random_order",
+    "command_complete_fn",
+    "judgments_to_comparisons",
+    "judgments_to_set",
+    "ARENA_HARD_PROMPT",
+    "PAPER_JUDGE_PROMPT",
+]
 
 CompleteFn = Callable[[list[list[dict]]], list[str]]
 
@@ -88,11 +109,15 @@ class JudgeConfig:
         try:
             fields = {f for _, f, _, _ in string.Formatter().parse(self.user_template) if f is not None}
         except ValueError as exc:
-            raise UserError(f"the judge user template is not a valid template ({exc}); "
-                            "write literal braces as {{ and }}") from None
+            raise UserError(
+                f"the judge user template is not a valid template ({exc}); "
+                "write literal braces as {{ and }}"
+            ) from None
         if fields != set(USER_FIELDS):
-            raise UserError(f"the judge user template must use exactly the fields {{question}}, {{answer_a}}, "
-                            f"{{answer_b}}; it uses {sorted(fields)}")
+            raise UserError(
+                f"the judge user template must use exactly the fields {{question}}, {{answer_a}}, "
+                f"{{answer_b}}; it uses {sorted(fields)}"
+            )
 
     @property
     def prompt_hash(self) -> str:
@@ -101,10 +126,13 @@ class JudgeConfig:
         The verdict format enters (a reply is read differently under another format) except for
         the default ``paper``, whose hash stays what verdicts stored before the format entered have."""
         fmt = "" if self.judge_format == "paper" else "\x00" + self.judge_format
-        return hashlib.sha256((self.prompt_template + "\x00" + self.user_template + fmt).encode()).hexdigest()[:16]
+        return hashlib.sha256(
+            (self.prompt_template + "\x00" + self.user_template + fmt).encode()
+        ).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------- parsing ---
+
 
 def winner_from_verdict(parsed: str | None, presented: str) -> str | None:
     """Map a verdict in presentation terms to model terms: with 'ba' (model_b shown first as
@@ -122,6 +150,7 @@ def winner_from_verdict(parsed: str | None, presented: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------- planning -------
+
 
 @dataclass(frozen=True)
 class JudgeTask:
@@ -152,7 +181,9 @@ def _run_models(db, run: str, present: list[str]) -> list[str]:
     return ranked + sorted(m for m in present if m not in ranked)
 
 
-def plan_tasks(generations: pd.DataFrame, models: Sequence[str], orders: str, seed: int) -> tuple[list[JudgeTask], int]:
+def plan_tasks(
+    generations: pd.DataFrame, models: Sequence[str], orders: str, seed: int
+) -> tuple[list[JudgeTask], int]:
     """Every (unit, mode, model pair, order) to judge, and the number of pairs skipped because a
     generation of one of the two models is missing.
 
@@ -160,7 +191,14 @@ def plan_tasks(generations: pd.DataFrame, models: Sequence[str], orders: str, se
         generations: columns model, prompt_id, repeat, mode (one row per stored generation).
         models: the run's models in order; pairs are (models[i], models[j]) with i < j.
     """
-    have = set(zip(generations["model"], generations["prompt_id"], generations["repeat"].astype(int), generations["mode"]))
+    have = set(
+        zip(
+            generations["model"],
+            generations["prompt_id"],
+            generations["repeat"].astype(int),
+            generations["mode"],
+        )
+    )
     units = sorted({(p, int(r), mo) for _, p, r, mo in have}, key=lambda u: (u[2], u[0], u[1]))
     tasks: list[JudgeTask] = []
     missing = 0
@@ -174,7 +212,9 @@ def plan_tasks(generations: pd.DataFrame, models: Sequence[str], orders: str, se
     return tasks, missing
 
 
-def build_messages(cfg: JudgeConfig, question: str, response_a: str, response_b: str, presented: str) -> list[dict]:
+def build_messages(
+    cfg: JudgeConfig, question: str, response_a: str, response_b: str, presented: str
+) -> list[dict]:
     """The chat messages for one judgement; ``presented='ba'`` shows model_b's response first."""
     first, second = (response_a, response_b) if presented == "ab" else (response_b, response_a)
     user = cfg.user_template.format(question=question or "", answer_a=first or "", answer_b=second or "")
@@ -182,6 +222,7 @@ def build_messages(cfg: JudgeConfig, question: str, response_a: str, response_b:
 
 
 # ------------------------------------------------------------------------------ judges -------
+
 
 def command_complete_fn(command: str, timeout_s: float = 600.0) -> CompleteFn:
     """Optional hook for an external judge: run ``command`` (no shell) once per batch, writing one
@@ -194,13 +235,19 @@ def command_complete_fn(command: str, timeout_s: float = 600.0) -> CompleteFn:
     def complete(messages_list: list[list[dict]]) -> list[str]:
         payload = "".join(json.dumps(m) + "\n" for m in messages_list)
         try:
-            res = subprocess.run(argv, input=payload, capture_output=True, text=True, timeout=timeout_s, check=False)
+            res = subprocess.run(
+                argv, input=payload, capture_output=True, text=True, timeout=timeout_s, check=False
+            )
         except FileNotFoundError:
             raise UserError(f"external judge command not found: {argv[0]!r}") from None
         except subprocess.TimeoutExpired:
-            raise UserError(f"external judge command timed out after {timeout_s:.0f} s: {command!r}") from None
+            raise UserError(
+                f"external judge command timed out after {timeout_s:.0f} s: {command!r}"
+            ) from None
         if res.returncode != 0:
-            raise UserError(f"external judge command failed (exit {res.returncode}): {res.stderr.strip()[:500]}")
+            raise UserError(
+                f"external judge command failed (exit {res.returncode}): {res.stderr.strip()[:500]}"
+            )
         lines = res.stdout.splitlines()
         out = []
         for line in lines:
@@ -216,6 +263,7 @@ def command_complete_fn(command: str, timeout_s: float = 600.0) -> CompleteFn:
 
 # --------------------------------------------------------------------------------- run -------
 
+
 @dataclass(frozen=True)
 class JudgePlan:
     """What a judge run will do: every task, those still to send (after resume and --max-requests)."""
@@ -227,16 +275,24 @@ class JudgePlan:
     tasks: list[JudgeTask]
     pending: list[JudgeTask]
     n_missing_generation: int
-    n_capped: int                 # pending tasks left for a later run by --max-requests
-    n_retry_failed: int = 0       # pending tasks whose earlier request failed for good (sent again)
+    n_capped: int  # pending tasks left for a later run by --max-requests
+    n_retry_failed: int = 0  # pending tasks whose earlier request failed for good (sent again)
 
     @property
     def n_stored(self) -> int:
         return len(self.tasks) - len(self.pending) - self.n_capped
 
 
-def plan_judging(db, run: str, judge: str, cfg: JudgeConfig, *, replace: bool = False,
-                 max_requests: int | None = None, retry_failed: bool = True) -> JudgePlan:
+def plan_judging(
+    db,
+    run: str,
+    judge: str,
+    cfg: JudgeConfig,
+    *,
+    replace: bool = False,
+    max_requests: int | None = None,
+    retry_failed: bool = True,
+) -> JudgePlan:
     """Phases 1-2: plan every (unit, mode, pair, order) with both generations present, then drop
     what is stored (all is to redo with ``replace``) and cap at ``max_requests``. Reads only.
     ``retry_failed``: a stored verdict whose request failed for good (``error`` set) is sent
@@ -248,16 +304,20 @@ def plan_judging(db, run: str, judge: str, cfg: JudgeConfig, *, replace: bool = 
         raise UserError(f"run {run!r} has no generations; known runs: {', '.join(known) or '(none)'}")
     models = _run_models(db, run, sorted(set(gens["model"])))
     if len(models) < 2:
-        raise UserError(f"run {run!r} has generations of one model only ({models[0]}); judging needs two or more")
+        raise UserError(
+            f"run {run!r} has generations of one model only ({models[0]}); judging needs two or more"
+        )
     if vstore.prompt_hashes(db, run, judge) - {cfg.prompt_hash} and not replace:
-        raise UserError(f"run {run!r} already has judgments by {judge!r} made with a different judge prompt or "
-                        "--judge-format; pass --replace to redo them, or judge under another --judge-name")
+        raise UserError(
+            f"run {run!r} already has judgments by {judge!r} made with a different judge prompt or "
+            "--judge-format; pass --replace to redo them, or judge under another --judge-name"
+        )
     if max_requests is not None and int(max_requests) < 0:
         raise UserError(f"--max-requests must be >= 0, got {max_requests}")
     tasks, missing = plan_tasks(gens, models, cfg.orders, cfg.seed)
     done = set() if replace else vstore.stored_keys(db, run, judge, failed=not retry_failed)
     todo = [t for t in tasks if t.key not in done]
-    pending = todo if max_requests is None else todo[:int(max_requests)]
+    pending = todo if max_requests is None else todo[: int(max_requests)]
     retried = 0
     if retry_failed and not replace and pending:
         stored = vstore.stored_keys(db, run, judge)
@@ -265,19 +325,28 @@ def plan_judging(db, run: str, judge: str, cfg: JudgeConfig, *, replace: bool = 
     return JudgePlan(run, judge, cfg, models, tasks, pending, missing, len(todo) - len(pending), retried)
 
 
-def message_stream(db, plan: JudgePlan, chunk: int = 256,
-                   db_lock: threading.Lock | None = None) -> Iterator[tuple[JudgeTask, list[dict]]]:
+def message_stream(
+    db, plan: JudgePlan, chunk: int = 256, db_lock: threading.Lock | None = None
+) -> Iterator[tuple[JudgeTask, list[dict]]]:
     """Phase 3: (task, chat messages) for every pending task, texts read a chunk at a time (a long
     run never sits in memory; an API judge pulls only as fast as it sends). ``db_lock``: held while
     reading (DuckDB refuses a read connection while this process's writer thread holds one)."""
     for start in range(0, len(plan.pending), chunk):
-        part = plan.pending[start:start + chunk]
+        part = plan.pending[start : start + chunk]
         keys = {(m, t.prompt_id, t.repeat, t.mode) for t in part for m in (t.model_a, t.model_b)}
         with db_lock or contextlib.nullcontext():
             texts, questions = vstore.texts_for(db, plan.run, keys, sorted({t.prompt_id for t in part}))
         for t in part:
-            yield t, build_messages(plan.cfg, questions.get(t.prompt_id, ""), texts[(t.model_a, t.prompt_id, t.repeat, t.mode)],
-                                    texts[(t.model_b, t.prompt_id, t.repeat, t.mode)], t.presented)
+            yield (
+                t,
+                build_messages(
+                    plan.cfg,
+                    questions.get(t.prompt_id, ""),
+                    texts[(t.model_a, t.prompt_id, t.repeat, t.mode)],
+                    texts[(t.model_b, t.prompt_id, t.repeat, t.mode)],
+                    t.presented,
+                ),
+            )
 
 
 class _Writer:
@@ -296,16 +365,35 @@ class _Writer:
     def add(self, t: JudgeTask, r: Reply) -> None:
         p = self.plan
         parsed = parse_verdict(r.text, p.cfg.judge_format) if r.error is None else None
-        row = VerdictRow(p.run, p.judge, t.prompt_id, t.repeat, t.mode, t.model_a, t.model_b, t.presented,
-                         p.cfg.prompt_hash, r.text, parsed, winner_from_verdict(parsed, t.presented),
-                         r.model, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, r.error)
+        row = VerdictRow(
+            p.run,
+            p.judge,
+            t.prompt_id,
+            t.repeat,
+            t.mode,
+            t.model_a,
+            t.model_b,
+            t.presented,
+            p.cfg.prompt_hash,
+            r.text,
+            parsed,
+            winner_from_verdict(parsed, t.presented),
+            r.model,
+            r.prompt_tokens,
+            r.completion_tokens,
+            r.latency_s,
+            r.attempts,
+            r.error,
+        )
         with self._buf_lock:
             self.verdicts[parsed] += 1
             self.errors += r.error is not None
             self.buf.append(row)
 
     def flush(self) -> None:
-        with self.db_lock:  # one connection at a time (the ticker's last flush may overlap the final one)
+        with (
+            self.db_lock
+        ):  # one connection at a time (the ticker's last flush may overlap the final one)
             with self._buf_lock:
                 rows, self.buf = self.buf, []
             if not rows:
@@ -317,9 +405,14 @@ class _Writer:
             self.progress.update(len(rows), tokens=sum((v.completion_tokens or 0) for v in rows))
 
 
-def _judge_batches(complete_fn: CompleteFn, items: Iterator[tuple[JudgeTask, list[dict]]], batch_size: int,
-                   writer: _Writer) -> None:
-    """Phase 4 for a batch judge: one call per ``batch_size`` prompts, each batch stored in one transaction.
+def _judge_batches(
+    complete_fn: CompleteFn,
+    items: Iterator[tuple[JudgeTask, list[dict]]],
+    batch_size: int,
+    writer: _Writer,
+) -> None:
+    """Phase 4 for a batch judge: one call per ``batch_size`` prompts, each batch stored in one
+    transaction.
 
     Each verdict's ``latency_s`` is the wall time of the call that returned its batch (every reply
     of a batch arrives at its end, so that is the time from asking to the answer, as for an API
@@ -338,10 +431,20 @@ def _judge_batches(complete_fn: CompleteFn, items: Iterator[tuple[JudgeTask, lis
         writer.flush()
 
 
-def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | None = None,
-              complete_fn: CompleteFn | None = None, *, api: ApiJudge | None = None, progress_file=None,
-              replace: bool = False, show_bar: bool = True, max_requests: int | None = None,
-              retry_failed: bool = True) -> JudgeSummary:
+def judge_run(
+    db,
+    run: str,
+    judge_model: str | None = None,
+    cfg: JudgeConfig | None = None,
+    complete_fn: CompleteFn | None = None,
+    *,
+    api: ApiJudge | None = None,
+    progress_file=None,
+    replace: bool = False,
+    show_bar: bool = True,
+    max_requests: int | None = None,
+    retry_failed: bool = True,
+) -> JudgeSummary:
     """Judge every pair of models on every unit and mode of ``run``; resumable. One process per
     (database, run, judge): a second one is a UserError naming the first's pid (:func:`judge_lock`).
 
@@ -370,19 +473,39 @@ def judge_run(db, run: str, judge_model: str | None = None, cfg: JudgeConfig | N
         cfg = JudgeConfig(judge_model=judge_model)
     judge = judge_model or cfg.judge_model
     with judge_lock(db, run, judge):
-        return _judge_locked(db, run, judge, cfg, complete_fn, api, progress_file, replace, show_bar,
-                             max_requests, retry_failed)
+        return _judge_locked(
+            db,
+            run,
+            judge,
+            cfg,
+            complete_fn,
+            api,
+            progress_file,
+            replace,
+            show_bar,
+            max_requests,
+            retry_failed,
+        )
 
 
-def _judge_locked(db, run, judge, cfg, complete_fn, api, progress_file, replace, show_bar, max_requests,
-                  retry_failed) -> JudgeSummary:
-    plan = plan_judging(db, run, judge, cfg, replace=replace, max_requests=max_requests, retry_failed=retry_failed)
+def _judge_locked(
+    db, run, judge, cfg, complete_fn, api, progress_file, replace, show_bar, max_requests, retry_failed
+) -> JudgeSummary:
+    plan = plan_judging(
+        db, run, judge, cfg, replace=replace, max_requests=max_requests, retry_failed=retry_failed
+    )
     if plan.pending and complete_fn is None and api is None:
         raise UserError("no judge to call: pass a completion function or an API judge")
     if replace:
         vstore.delete_verdicts(db, run, judge)
-    progress = Progress(len(plan.tasks), kind="judge", job=f"{run}:{judge}", path=progress_file,
-                        done=plan.n_stored, show_bar=show_bar)
+    progress = Progress(
+        len(plan.tasks),
+        kind="judge",
+        job=f"{run}:{judge}",
+        path=progress_file,
+        done=plan.n_stored,
+        show_bar=show_bar,
+    )
     writer = _Writer(db, plan, progress, api)
     items = message_stream(db, plan, db_lock=writer.db_lock)
     with progress.track("interrupted; the verdicts received are stored"):
@@ -399,22 +522,40 @@ def _judge_locked(db, run, judge, cfg, complete_fn, api, progress_file, replace,
 def _summary(db, plan: JudgePlan, writer: _Writer) -> JudgeSummary:
     tot = vstore.verdict_totals(db, plan.run, plan.judge)
     return JudgeSummary(
-        run=plan.run, judge=plan.judge, orders=plan.cfg.orders, judge_format=plan.cfg.judge_format,
-        prompt_hash=plan.cfg.prompt_hash, models=plan.models, n_tasks=len(plan.tasks),
-        n_judged_now=writer.judged, n_skipped_existing=plan.n_stored, n_capped=plan.n_capped,
-        n_pairs_missing_generation=plan.n_missing_generation, n_unparseable_now=writer.verdicts[None],
-        n_failed_now=writer.errors, stored_verdicts=tot.counts, stored_verdicts_by_mode=tot.by_mode,
+        run=plan.run,
+        judge=plan.judge,
+        orders=plan.cfg.orders,
+        judge_format=plan.cfg.judge_format,
+        prompt_hash=plan.cfg.prompt_hash,
+        models=plan.models,
+        n_tasks=len(plan.tasks),
+        n_judged_now=writer.judged,
+        n_skipped_existing=plan.n_stored,
+        n_capped=plan.n_capped,
+        n_pairs_missing_generation=plan.n_missing_generation,
+        n_unparseable_now=writer.verdicts[None],
+        n_failed_now=writer.errors,
+        stored_verdicts=tot.counts,
+        stored_verdicts_by_mode=tot.by_mode,
         n_unparseable=tot.counts["unparseable"],
-        stored_usage=StoredUsage(prompt_tokens=tot.prompt_tokens, completion_tokens=tot.completion_tokens,
-                                 attempts=tot.attempts, n_failed_requests=tot.n_errors,
-                                 mean_latency_s=tot.mean_latency_s),
+        stored_usage=StoredUsage(
+            prompt_tokens=tot.prompt_tokens,
+            completion_tokens=tot.completion_tokens,
+            attempts=tot.attempts,
+            n_failed_requests=tot.n_errors,
+            mean_latency_s=tot.mean_latency_s,
+        ),
         requests_now=writer.api.stats.as_dict() if writer.api is not None else None,
-        n_retried_failed=plan.n_retry_failed)
+        n_retried_failed=plan.n_retry_failed,
+    )
+
 
 # ------------------------------------------------------------------------ comparisons --------
 
-def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
-                             combine: str = "separate") -> pd.DataFrame:
+
+def judgments_to_comparisons(
+    db, run: str, judge: str, mode: str | None = None, combine: str = "separate"
+) -> pd.DataFrame:
     """Judge verdicts as normalised pairwise comparisons for win-rates.
 
     ``combine="separate"``: each judged order is its own comparison row (with both orders, every
@@ -425,9 +566,9 @@ def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
     parsed. Unparseable verdicts stay as winner NULL rows (count them; win-rates drop them).
 
     Returns:
-        DataFrame: prompt_id, repeat, mode, model_a, model_b, presented ('ab'|'ba'|'ab+ba'),
-        winner ('a'|'b'|'tie'|None), plus human_winner (None) and judge_winner (= winner), so it
-        is also in the normalised comparisons form of engine.tasks.comparisons / engine.analysis.comparisons.
+        DataFrame: prompt_id, repeat, mode, model_a, model_b, presented ('ab'|'ba'|'ab+ba'), winner
+        ('a'|'b'|'tie'|None), plus human_winner (None) and judge_winner (= winner), so it is also in the
+        normalised comparisons form of engine.tasks.comparisons / engine.analysis.comparisons.
     """
     if combine not in COMBINE:
         raise UserError(f"unknown combine {combine!r}; allowed: {', '.join(COMBINE)}")
@@ -446,18 +587,26 @@ def judgments_to_comparisons(db, run: str, judge: str, mode: str | None = None,
             w = ws[0]
         else:
             w = "tie"
-        rows.append(dict(zip(["prompt_id", "repeat", "mode", "model_a", "model_b"], key),
-                         presented="+".join(sorted(g["presented"])), winner=w))
+        rows.append(
+            dict(
+                zip(["prompt_id", "repeat", "mode", "model_a", "model_b"], key),
+                presented="+".join(sorted(g["presented"])),
+                winner=w,
+            )
+        )
     return _with_label_columns(pd.DataFrame(rows, columns=list(df.columns)).astype({"winner": object}))
 
 
 def _with_label_columns(df: pd.DataFrame) -> pd.DataFrame:
-    return df.assign(human_winner=pd.Series([None] * len(df), index=df.index, dtype=object),
-                     judge_winner=df["winner"].astype(object))
+    return df.assign(
+        human_winner=pd.Series([None] * len(df), index=df.index, dtype=object),
+        judge_winner=df["winner"].astype(object),
+    )
 
 
-def judgments_to_set(db, run: str, judge: str, mode: str, name: str, combine: str = "separate",
-                     replace: bool = False) -> dict:
+def judgments_to_set(
+    db, run: str, judge: str, mode: str, name: str, combine: str = "separate", replace: bool = False
+) -> dict:
     """Store a run's judge verdicts (one mode) as comparison set ``name`` (judge labels only).
 
     prompt_id in the set is the prompt (the cluster of docs/METHODS.md 7.2: a prompt's repeats share
@@ -471,13 +620,32 @@ def judgments_to_set(db, run: str, judge: str, mode: str, name: str, combine: st
         raise UserError(f"unknown mode {mode!r}; allowed: {', '.join(store.MODES)}")
     df = judgments_to_comparisons(db, run, judge, mode, combine)
     if df.empty:
-        raise UserError(f"no judgments by {judge!r} on run {run!r} in mode {mode!r}; run `python -m engine judge` first")
-    rows = pd.DataFrame({"prompt_id": df.prompt_id.astype(str), "model_a": df.model_a, "model_b": df.model_b,
-                         "human_winner": None, "judge_winner": df.winner,
-                         "repeat": [int(r) for r in df.repeat], "mode": df["mode"], "labeller": judge,
-                         "labelled_at": None, "presented": df.presented.where(df.presented.isin(("ab", "ba")), None)
-                         }).astype(object)
+        raise UserError(
+            f"no judgments by {judge!r} on run {run!r} in mode {mode!r}; run `python -m engine judge` "
+            "first"
+        )
+    rows = pd.DataFrame(
+        {
+            "prompt_id": df.prompt_id.astype(str),
+            "model_a": df.model_a,
+            "model_b": df.model_b,
+            "human_winner": None,
+            "judge_winner": df.winner,
+            "repeat": [int(r) for r in df.repeat],
+            "mode": df["mode"],
+            "labeller": judge,
+            "labelled_at": None,
+            "presented": df.presented.where(df.presented.isin(("ab", "ba")), None),
+        }
+    ).astype(object)
     meta = {"format": "judgments", "run": run, "judge": judge, "mode": mode, "combine": combine}
-    replaced = store_comparison_set(db, rows, name, f"judgments:{run}:{judge}:{mode}", meta, replace=replace)
-    return {"name": name, "n_rows": int(len(rows)), "n_unlabelled": int(rows.judge_winner.isna().sum()),
-            "replaced": replaced, **meta}
+    replaced = store_comparison_set(
+        db, rows, name, f"judgments:{run}:{judge}:{mode}", meta, replace=replace
+    )
+    return {
+        "name": name,
+        "n_rows": int(len(rows)),
+        "n_unlabelled": int(rows.judge_winner.isna().sum()),
+        "replaced": replaced,
+        **meta,
+    }

@@ -38,8 +38,23 @@ from engine.errors import UserError
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_BASE_URL_ENV = "OPENAI_BASE_URL"
 HARD_STATUS = (401, 403, 404)  # a wrong key, no access, no such model: retrying cannot help
-# prefixes of common provider keys (OpenAI, Anthropic, Hugging Face, Groq, xAI, Google, GitHub, Replicate, JWTs)
-KEY_PREFIXES = ("sk-", "sk_", "pk-", "rk-", "hf_", "gsk_", "xai-", "AIza", "ghp_", "github_pat_", "r8_", "eyJ", "key-")
+# prefixes of common provider keys (OpenAI, Anthropic, Hugging Face, Groq, xAI, Google, GitHub,
+# Replicate, JWTs)
+KEY_PREFIXES = (
+    "sk-",
+    "sk_",
+    "pk-",
+    "rk-",
+    "hf_",
+    "gsk_",
+    "xai-",
+    "AIza",
+    "ghp_",
+    "github_pat_",
+    "r8_",
+    "eyJ",
+    "key-",
+)
 
 
 class JudgeStopped(UserError):
@@ -59,21 +74,28 @@ def looks_like_key(value: str) -> bool:
 
 def shown_key_env(name: str) -> str:
     """``$NAME`` for a message, or a description when the name may be a key (never echoed)."""
-    return "the API key variable given (its name is not shown: it looks like a key)" if looks_like_key(name) \
+    return (
+        "the API key variable given (its name is not shown: it looks like a key)"
+        if looks_like_key(name)
         else f"${name}"
+    )
 
 
 def key_env_problem(name: str, environ: Any = None) -> str | None:
     """Why ``name`` cannot supply the API key (never echoing a value that looks like a key), or None."""
     environ = os.environ if environ is None else environ
     if looks_like_key(name):
-        return ("the API key variable must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not "
-                "the key; the value given looks like a key and is not shown")
+        return (
+            "the API key variable must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
+            "not the key; the value given looks like a key and is not shown"
+        )
     if not str(name or "").isidentifier():
         return "the API key variable must be a variable name (letters, digits, _)"
     if not environ.get(name):
-        return (f"{shown_key_env(name)} is not set; export it (the key is read from the environment only) "
-                "or name another variable")
+        return (
+            f"{shown_key_env(name)} is not set; export it (the key is read from the environment only) "
+            "or name another variable"
+        )
     return None
 
 
@@ -83,7 +105,9 @@ def check_base_url(url: str | None, where: str = "--base-url") -> str | None:
         return None
     url = str(url).strip()
     if not url.lower().startswith(("http://", "https://")):
-        raise UserError(f"{where} {url!r} has no scheme: http:// is missing (e.g. http://{url.split('://')[-1]})")
+        raise UserError(
+            f"{where} {url!r} has no scheme: http:// is missing (e.g. http://{url.split('://')[-1]})"
+        )
     return url
 
 
@@ -103,9 +127,9 @@ class Reply:
 @dataclass(frozen=True)
 class ApiJudgeConfig:
     """How to reach the judge. ``base_url`` None: the client's default (``$OPENAI_BASE_URL``, else
-    OpenAI's). Backoff before retry k (1, 2, ...): uniform(0, min(backoff_max_s, backoff_base_s * 2**(k-1))),
-    and never less than the server's Retry-After capped at ``max_retry_wait_s``. ``breaker_after``:
-    consecutive hard failures that stop the run (0: never)."""
+    OpenAI's). Backoff before retry k (1, 2, ...): uniform(0, min(backoff_max_s, backoff_base_s *
+    2**(k-1))), and never less than the server's Retry-After capped at ``max_retry_wait_s``.
+    ``breaker_after``: consecutive hard failures that stop the run (0: never)."""
 
     model: str
     base_url: str | None = None
@@ -122,7 +146,12 @@ class ApiJudgeConfig:
     def __post_init__(self):
         if not self.model.strip():
             raise UserError("an API judge needs a model name: --judge openai:MODEL")
-        for name, lo in (("concurrency", 1), ("max_retries", 0), ("max_tokens", 1), ("breaker_after", 0)):
+        for name, lo in (
+            ("concurrency", 1),
+            ("max_retries", 0),
+            ("max_tokens", 1),
+            ("breaker_after", 0),
+        ):
             if int(getattr(self, name)) < lo:
                 raise UserError(f"--{name.replace('_', '-')} must be >= {lo}, got {getattr(self, name)}")
         if not self.timeout_s > 0:
@@ -130,7 +159,9 @@ class ApiJudgeConfig:
         if not self.max_retry_wait_s >= 0:
             raise UserError(f"--max-retry-wait must be >= 0 seconds, got {self.max_retry_wait_s}")
         if looks_like_key(self.api_key_env) or not self.api_key_env.isidentifier():
-            raise UserError(f"--api-key-env: {key_env_problem(self.api_key_env, {self.api_key_env: 'x'})}")
+            raise UserError(
+                f"--api-key-env: {key_env_problem(self.api_key_env, {self.api_key_env: 'x'})}"
+            )
         check_base_url(self.base_url)
 
 
@@ -147,9 +178,14 @@ class ApiStats:
 
     def as_dict(self) -> dict[str, Any]:
         dt = max(time.time() - self.started, 1e-9)
-        return {"requests": self.requests, "retries": self.retries, "failed": self.failed,
-                "requests_per_s": self.requests / dt, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens}
+        return {
+            "requests": self.requests,
+            "retries": self.retries,
+            "failed": self.failed,
+            "requests_per_s": self.requests / dt,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
 
 
 def _seconds(text: Any, scale: float = 1.0) -> float | None:
@@ -193,8 +229,14 @@ class ApiJudge:
     """An OpenAI-compatible judge. Call :meth:`preflight` first (one cheap request), then
     :meth:`run` over (key, messages) items."""
 
-    def __init__(self, cfg: ApiJudgeConfig, *, seed: int = 0,
-                 sleep: Callable[[float], Awaitable[Any]] | None = None, require_key: bool = True):
+    def __init__(
+        self,
+        cfg: ApiJudgeConfig,
+        *,
+        seed: int = 0,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        require_key: bool = True,
+    ):
         """``sleep``: the coroutine that waits between retries (tests pass one that records the
         schedule without waiting). ``require_key=False``: a missing key is not an error (a dry
         run's model check, which then asks without one)."""
@@ -205,8 +247,10 @@ class ApiJudge:
         if not key and require_key:
             raise UserError(f"{key_env_problem(cfg.api_key_env)} or name another with --api-key-env")
         self._key = key or ""
-        self.base_url = check_base_url(cfg.base_url or os.environ.get(DEFAULT_BASE_URL_ENV) or None,
-                                       "--base-url" if cfg.base_url else f"${DEFAULT_BASE_URL_ENV}")
+        self.base_url = check_base_url(
+            cfg.base_url or os.environ.get(DEFAULT_BASE_URL_ENV) or None,
+            "--base-url" if cfg.base_url else f"${DEFAULT_BASE_URL_ENV}",
+        )
         self.stats = ApiStats()
         self._rng = random.Random(seed)
         self._sleep = sleep or asyncio.sleep
@@ -214,7 +258,12 @@ class ApiJudge:
 
     def _client(self, async_: bool):
         kind = self._openai.AsyncOpenAI if async_ else self._openai.OpenAI
-        return kind(api_key=self._key or "no-key", base_url=self.base_url, max_retries=0, timeout=self.cfg.timeout_s)
+        return kind(
+            api_key=self._key or "no-key",
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=self.cfg.timeout_s,
+        )
 
     def scrub(self, text: str) -> str:
         """``text`` on one line, without the key (a server may echo what it received)."""
@@ -235,8 +284,10 @@ class ApiJudge:
 
     def not_listed(self, listed: list[str]) -> str:
         shown = ", ".join(listed[:10]) + (", ..." if len(listed) > 10 else "")
-        return (f"the judge server at {self.where} does not list model {self.cfg.model!r}; "
-                f"it serves: {shown or '(none)'}")
+        return (
+            f"the judge server at {self.where} does not list model {self.cfg.model!r}; "
+            f"it serves: {shown or '(none)'}"
+        )
 
     @property
     def where(self) -> str:
@@ -251,54 +302,95 @@ class ApiJudge:
             with self._client(False) as client:
                 try:
                     return [m.id for m in client.models.list()]
-                except o.NotFoundError:  # a gateway without GET /models: one 1-token chat request instead
+                except (
+                    o.NotFoundError
+                ):  # a gateway without GET /models: one 1-token chat request instead
                     if not chat_fallback:
                         return None
-                    client.post("/chat/completions", cast_to=o.types.chat.ChatCompletion,
-                                body={"model": self.cfg.model, "max_tokens": 1,
-                                      "messages": [{"role": "user", "content": "Reply with OK."}]})
+                    client.post(
+                        "/chat/completions",
+                        cast_to=o.types.chat.ChatCompletion,
+                        body={
+                            "model": self.cfg.model,
+                            "max_tokens": 1,
+                            "messages": [{"role": "user", "content": "Reply with OK."}],
+                        },
+                    )
                     return [self.cfg.model]
         except o.NotFoundError as exc:
-            raise UserError(f"the judge server at {where} does not serve model {self.cfg.model!r} (404): "
-                            f"{self.scrub(_message(exc))}") from None
+            raise UserError(
+                f"the judge server at {where} does not serve model {self.cfg.model!r} (404): "
+                f"{self.scrub(_message(exc))}"
+            ) from None
         except o.AuthenticationError as exc:
-            raise UserError(f"the judge server at {where} refused the key in {shown_key_env(self.cfg.api_key_env)} "
-                            f"(401): {self.scrub(_message(exc))}") from None
+            raise UserError(
+                f"the judge server at {where} refused the key in {shown_key_env(self.cfg.api_key_env)} "
+                f"(401): {self.scrub(_message(exc))}"
+            ) from None
         except o.PermissionDeniedError as exc:
-            raise UserError(f"the judge server at {where} denied access (403): {self.scrub(_message(exc))}") from None
+            raise UserError(
+                f"the judge server at {where} denied access (403): {self.scrub(_message(exc))}"
+            ) from None
         except (o.APIConnectionError, o.APITimeoutError) as exc:
-            raise UserError(f"cannot reach the judge server at {where}: {self.scrub(str(exc))}; check --base-url") from None
+            raise UserError(
+                f"cannot reach the judge server at {where}: {self.scrub(str(exc))}; check --base-url"
+            ) from None
         except o.APIStatusError as exc:
-            raise UserError(f"the judge server at {where} answered {exc.status_code} to GET /models: "
-                            f"{self.scrub(_message(exc))}") from None
+            raise UserError(
+                f"the judge server at {where} answered {exc.status_code} to GET /models: "
+                f"{self.scrub(_message(exc))}"
+            ) from None
 
     def model_check(self) -> str:
         """A dry run's check (no chat request): one line saying whether the server lists the model."""
         try:
             listed = self.served_models(chat_fallback=False)
         except UserError as exc:
-            return f"not checked ({shown_key_env(self.cfg.api_key_env)} is not set): {exc}" if not self._key \
+            return (
+                f"not checked ({shown_key_env(self.cfg.api_key_env)} is not set): {exc}"
+                if not self._key
                 else f"not checked: {exc}"
+            )
         if listed is None:
-            return f"not checked: the judge server at {self.where} has no model list (GET /models is 404)"
-        return f"the server lists model {self.cfg.model!r}" if self.cfg.model in listed else self.not_listed(listed)
+            return (
+                f"not checked: the judge server at {self.where} has no model list (GET /models is 404)"
+            )
+        return (
+            f"the server lists model {self.cfg.model!r}"
+            if self.cfg.model in listed
+            else self.not_listed(listed)
+        )
 
     async def _once(self, client, messages: list[dict]) -> Reply:
         # the client's documented low-level call for POST /chat/completions (same errors, same typed
         # ChatCompletion): ``chat.completions.create`` first walks the params through its TypedDict
         # transform, a quarter of the judge's CPU at 600 requests/s (bench/bench_judge.py)
-        resp = await client.post("/chat/completions", cast_to=self._openai.types.chat.ChatCompletion,
-                                 body={"model": self.cfg.model, "messages": messages, "temperature": 0.0,
-                                       "max_tokens": self.cfg.max_tokens})
+        resp = await client.post(
+            "/chat/completions",
+            cast_to=self._openai.types.chat.ChatCompletion,
+            body={
+                "model": self.cfg.model,
+                "messages": messages,
+                "temperature": 0.0,
+                "max_tokens": self.cfg.max_tokens,
+            },
+        )
         usage = getattr(resp, "usage", None)
         pt = getattr(usage, "prompt_tokens", None) if usage is not None else None
         ct = getattr(usage, "completion_tokens", None) if usage is not None else None
         choices = getattr(resp, "choices", None) or []
         if not choices:
-            return Reply(None, getattr(resp, "model", None), pt, ct, error="the server returned no choices")
+            return Reply(
+                None, getattr(resp, "model", None), pt, ct, error="the server returned no choices"
+            )
         text = getattr(choices[0].message, "content", None)
-        return Reply(text, getattr(resp, "model", None), pt, ct,
-                     error=None if isinstance(text, str) else "the reply has no text content")
+        return Reply(
+            text,
+            getattr(resp, "model", None),
+            pt,
+            ct,
+            error=None if isinstance(text, str) else "the reply has no text content",
+        )
 
     async def complete(self, client, messages: list[dict]) -> Reply:
         """One judgement with retries; never raises for a request's failure (it is in ``error``),
@@ -312,18 +404,33 @@ class ApiJudge:
                 self._hard_in_a_row = 0
                 self.stats.prompt_tokens += r.prompt_tokens or 0
                 self.stats.completion_tokens += r.completion_tokens or 0
-                return Reply(r.text, r.model, r.prompt_tokens, r.completion_tokens,
-                             time.perf_counter() - t0, attempt, r.error)
+                return Reply(
+                    r.text,
+                    r.model,
+                    r.prompt_tokens,
+                    r.completion_tokens,
+                    time.perf_counter() - t0,
+                    attempt,
+                    r.error,
+                )
             except o.APIStatusError as exc:
                 code = exc.status_code
                 retryable = code == 429 or code >= 500 or code in (408, 409)
-                err, wait = f"HTTP {code}: {self.scrub(_message(exc))}", retry_after_s(exc.response.headers)
+                err, wait = (
+                    f"HTTP {code}: {self.scrub(_message(exc))}",
+                    retry_after_s(exc.response.headers),
+                )
                 hard = code in HARD_STATUS
             except (o.APITimeoutError, o.APIConnectionError) as exc:
                 retryable, err, wait = True, f"{type(exc).__name__}: {self.scrub(str(exc))}", None
                 hard = True  # only once the retries are spent: the server stayed unreachable
             except (o.APIResponseValidationError, ValueError) as exc:  # a malformed body (bad JSON)
-                retryable, err, wait, hard = True, f"malformed reply: {self.scrub(str(exc))}", None, False
+                retryable, err, wait, hard = (
+                    True,
+                    f"malformed reply: {self.scrub(str(exc))}",
+                    None,
+                    False,
+                )
             if not retryable or attempt > self.cfg.max_retries:
                 self._count_failure(hard, err)
                 self.stats.failed += 1
@@ -338,12 +445,19 @@ class ApiJudge:
         n = int(self.cfg.breaker_after)
         if hard and n and self._hard_in_a_row >= n:
             where = self.base_url or "the default OpenAI endpoint"
-            raise JudgeStopped(f"stopped after {n} failed requests in a row at {where}: {err}; fix the cause "
-                               "(key, model name, --base-url) and rerun the same command: it sends only the "
-                               "requests not answered yet")
+            raise JudgeStopped(
+                f"stopped after {n} failed requests in a row at {where}: {err}; fix the cause "
+                "(key, model name, --base-url) and rerun the same command: it sends only the "
+                "requests not answered yet"
+            )
 
-    def run(self, items: Iterable[tuple[Any, list[dict]]], on_reply: Callable[[Any, Reply], None],
-            flush: Callable[[], None] | None = None, flush_every_s: float = 0.25) -> None:
+    def run(
+        self,
+        items: Iterable[tuple[Any, list[dict]]],
+        on_reply: Callable[[Any, Reply], None],
+        flush: Callable[[], None] | None = None,
+        flush_every_s: float = 0.25,
+    ) -> None:
         """Judge every (key, messages) of ``items`` with ``concurrency`` requests in flight, calling
         ``on_reply(key, reply)`` (in this thread) as each finishes, and ``flush()`` in a worker thread
         every ``flush_every_s`` seconds (the store's writes never stall the requests). Ctrl-C cancels
@@ -370,7 +484,9 @@ class ApiJudge:
                 await asyncio.to_thread(flush)
 
         async with self._client(True) as client:
-            tasks = [asyncio.create_task(produce())] + [asyncio.create_task(work(client)) for _ in range(n)]
+            tasks = [asyncio.create_task(produce())] + [
+                asyncio.create_task(work(client)) for _ in range(n)
+            ]
             ticker = asyncio.create_task(tick())
             try:
                 await _until_done(tasks, ticker)

@@ -34,7 +34,9 @@ class CostEstimate:
         """Estimated input cost plus the output cost at the bound (an upper estimate)."""
         if self.price_in is None and self.price_out is None:
             return None
-        return (self.input_tokens * (self.price_in or 0.0) + self.max_output_tokens * (self.price_out or 0.0)) / 1e6
+        return (
+            self.input_tokens * (self.price_in or 0.0) + self.max_output_tokens * (self.price_out or 0.0)
+        ) / 1e6
 
     def to_dict(self) -> dict:
         return {**asdict(self), "cost": self.cost}
@@ -54,7 +56,9 @@ def _offline_encoding(name: str):
     def refuse(blobpath: str) -> bytes:
         raise OSError(f"not cached: {blobpath}")
 
-    tl.read_file = refuse  # the cache is read by read_file_cached; a miss would call read_file (the network)
+    tl.read_file = (
+        refuse  # the cache is read by read_file_cached; a miss would call read_file (the network)
+    )
     try:
         return tiktoken.get_encoding(name)
     except Exception:  # noqa: BLE001 - any failure means: not available offline
@@ -68,7 +72,9 @@ def token_counter(model: str, encoding: Any = None) -> tuple[Callable[[str], int
     ``encoding``: a ``tiktoken.Encoding`` to count with instead of the model's cached one (tests:
     no encoding file is on a machine without internet)."""
     if encoding is not None:
-        return (lambda text: len(encoding.encode(text, disallowed_special=()))), f"tiktoken {encoding.name}"
+        return (
+            lambda text: len(encoding.encode(text, disallowed_special=()))
+        ), f"tiktoken {encoding.name}"
     try:
         import tiktoken.model
     except ImportError:
@@ -79,18 +85,27 @@ def token_counter(model: str, encoding: Any = None) -> tuple[Callable[[str], int
         return _chars, f"characters/4 estimate (tiktoken does not know model {model!r})"
     enc = _offline_encoding(name)
     if enc is None:
-        return _chars, (f"characters/4 estimate (tiktoken's {name} encoding is not on this machine and is "
-                        "not downloaded)")
+        return _chars, (
+            f"characters/4 estimate (tiktoken's {name} encoding is not on this machine and is "
+            "not downloaded)"
+        )
     return (lambda text: len(enc.encode(text, disallowed_special=()))), f"tiktoken {name}"
 
 
-def estimate_cost(chats: Iterable[list[dict]], model: str, max_tokens: int, *, price_in: float | None = None,
-                  price_out: float | None = None,
-                  counter: tuple[Callable[[str], int], str] | None = None) -> CostEstimate:
+def estimate_cost(
+    chats: Iterable[list[dict]],
+    model: str,
+    max_tokens: int,
+    *,
+    price_in: float | None = None,
+    price_out: float | None = None,
+    counter: tuple[Callable[[str], int], str] | None = None,
+) -> CostEstimate:
     """Count the requests and their input tokens; ``max_tokens`` bounds each reply."""
     for name, p in (("--price-in", price_in), ("--price-out", price_out)):
         if p is not None and not (p >= 0 and math.isfinite(p)):
             from engine.errors import UserError
+
             raise UserError(f"{name} must be a finite price >= 0 (per million tokens), got {p}")
     count, how = counter or token_counter(model)
     n = tokens = 0

@@ -24,14 +24,26 @@ from engine.errors import UserError
 FORMATS = ("paper", "arena-hard")
 
 # the arena-hard label -> verdict map (documented in the module docstring, the README and --help)
-ARENA_HARD_LABELS = {"A>>B": "A", "A>B": "A", "A=B": "tie", "B>A": "B", "B>>A": "B",
-                     "B<<A": "A", "B<A": "A", "B=A": "tie", "A<B": "B", "A<<B": "B"}
+ARENA_HARD_LABELS = {
+    "A>>B": "A",
+    "A>B": "A",
+    "A=B": "tie",
+    "B>A": "B",
+    "B>>A": "B",
+    "B<<A": "A",
+    "B<A": "A",
+    "B=A": "tie",
+    "A<B": "B",
+    "A<<B": "B",
+}
 ARENA_HARD_HELP = "A>>B, A>B -> A wins; A=B -> tie; B>A, B>>A -> B wins"
 
 _LABEL = re.compile(r"\[\[\s*([AB])\s*(>>|>|=|<<|<)\s*([AB])\s*\]\]")
 _BRACKET = re.compile(r"\[\[\s*(A|B|(?i:tie))\s*\]\]")
-_VERDICT_IS = re.compile(r"(?i:verdict|winner|answer|better|choice)\s*(?i:is)?\s*[:\-]?\s*[\"'‘“\[(*]*\s*"
-                         r"(?:(?i:assistant)\s+)?(A|B|(?i:tie))(?![A-Za-z])")
+_VERDICT_IS = re.compile(
+    r"(?i:verdict|winner|answer|better|choice)\s*(?i:is)?\s*[:\-]?\s*[\"'‘“\[(*]*\s*"
+    r"(?:(?i:assistant)\s+)?(A|B|(?i:tie))(?![A-Za-z])"
+)
 _LINE = re.compile(r"^(?:(?i:assistant|response|answer)\s+)?(A|B|(?i:tie|tied))$")
 _ASSISTANT = re.compile(r"(?i:assistant)\s+([AB])(?![A-Za-z])")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9'’])(A|B)(?![A-Za-z0-9'’])")
@@ -43,13 +55,17 @@ _WHO = r"(?:(?i:assistant|response|answer|output|model)\s*)?\(?\b([AB])\b\)?(?:[
 _POS = r"(?:better|superior|stronger|preferable|preferred|more\s+[a-z]+)"
 _NEG = r"(?:worse|inferior|weaker|less\s+[a-z]+)"
 _THAN = re.compile(_WHO + r"[^.\n]{0,60}?\b(?i:(" + _POS + r")|" + _NEG + r")\s+than\s+" + _WHO)
-_IS_BETTER = re.compile(_WHO + r"(?:\s+(?i:answer|response|reply))?\s+(?i:is|was|provides|gives|offers|has|wins)"
-                        r"(?:\s+(?i:the|a|an|clearly|slightly|much|far|overall|significantly))*"
-                        r"(?:\s+(?i:" + _POS + r"|winner|wins)\b|$|\s*[.!])")
+_IS_BETTER = re.compile(
+    _WHO + r"(?:\s+(?i:answer|response|reply))?\s+(?i:is|was|provides|gives|offers|has|wins)"
+    r"(?:\s+(?i:the|a|an|clearly|slightly|much|far|overall|significantly))*"
+    r"(?:\s+(?i:" + _POS + r"|winner|wins)\b|$|\s*[.!])"
+)
 _PREFER = re.compile(r"(?i:prefer|choose|chose|pick|select|go\s+with|favou?r)\s+" + _WHO)
 _OUTPUT = re.compile(r"(?i:output)\s*\(([abAB])\)")
 _ARROW = re.compile(r"(?<![\[A-Za-z])([AB])\s*(>>|>|=|<<|<)\s*([AB])(?![\]A-Za-z])")
-_NEITHER = re.compile(r"(?i)\bneither\b[^.\n]{0,40}\bbetter\b|\b(?:about|roughly|essentially)\s+(?:the\s+same|equal)")
+_NEITHER = re.compile(
+    r"(?i)\bneither\b[^.\n]{0,40}\bbetter\b|\b(?:about|roughly|essentially)\s+(?:the\s+same|equal)"
+)
 
 
 def _norm(v: str) -> str:
@@ -62,7 +78,8 @@ def _label_verdict(m: re.Match) -> str | None:
 
 
 def parse_arena_hard(raw: str | None) -> str | None:
-    """The last ``[[A>B]]``-style label of ``raw`` as 'A' | 'B' | 'tie' (:data:`ARENA_HARD_LABELS`), else None."""
+    """The last ``[[A>B]]``-style label of ``raw`` as 'A' | 'B' | 'tie' (:data:`ARENA_HARD_LABELS`), else
+    None."""
     if not isinstance(raw, str):
         return None
     labels = list(_LABEL.finditer(raw))
@@ -107,7 +124,9 @@ def parse_verdict(raw: str | None, fmt: str = "paper") -> str | None:
     whole = text.strip(_STRIP)
     if whole.lower() in ("a", "b", "tie", "tied", "draw"):
         return _norm(whole)
-    marks: list[tuple[int, str | None]] = [(m.start(), _norm(m.group(1))) for m in _BRACKET.finditer(text)]
+    marks: list[tuple[int, str | None]] = [
+        (m.start(), _norm(m.group(1))) for m in _BRACKET.finditer(text)
+    ]
     marks += [(m.start(), _label_verdict(m)) for m in _LABEL.finditer(text)]
     if marks:
         return max(marks, key=lambda sv: sv[0])[1]

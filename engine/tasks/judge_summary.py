@@ -42,7 +42,7 @@ class JudgeSummary:
     n_unparseable: int
     stored_usage: StoredUsage
     requests_now: dict[str, Any] | None = None
-    n_retried_failed: int = 0    # of the tasks sent now: earlier requests that had failed for good
+    n_retried_failed: int = 0  # of the tasks sent now: earlier requests that had failed for good
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -33,6 +33,7 @@ SAMPLE_CSV_COLUMNS = ("prompt_id", "model_a", "model_b", "repeat", "mode", "winn
 @dataclass(frozen=True)
 class SampleStatus:
     """Progress of one sample: units labelled (a winner), skipped (answered, no winner), remaining."""
+
     sample_id: str
     run: str
     mode: str
@@ -49,8 +50,10 @@ class SampleStatus:
 
     @property
     def line(self) -> str:
-        return (f"{self.labelled} labelled, {self.skipped} skipped, of a sample of {self.n} "
-                f"({self.remaining} remaining)")
+        return (
+            f"{self.labelled} labelled, {self.skipped} skipped, of a sample of {self.n} "
+            f"({self.remaining} remaining)"
+        )
 
 
 def sample_status(db, sample: dict[str, Any]) -> SampleStatus:
@@ -58,18 +61,28 @@ def sample_status(db, sample: dict[str, Any]) -> SampleStatus:
     st = fold(LL.read_events(db, sample["sample_id"]))
     labelled = sum(1 for rs in st.responses.values() if any(r["winner"] is not None for r in rs))
     answered = len(st.responses)
-    return SampleStatus(sample["sample_id"], sample["run"], sample["mode"], sample["seed"], sample["n"],
-                        labelled, answered - labelled, sample["n"] - answered,
-                        sum(1 for rs in st.responses.values() if len(rs) > 1),
-                        tuple(sorted({r["labeller"] for rs in st.responses.values() for r in rs})))
+    return SampleStatus(
+        sample["sample_id"],
+        sample["run"],
+        sample["mode"],
+        sample["seed"],
+        sample["n"],
+        labelled,
+        answered - labelled,
+        sample["n"] - answered,
+        sum(1 for rs in st.responses.values() if len(rs) > 1),
+        tuple(sorted({r["labeller"] for rs in st.responses.values() for r in rs})),
+    )
 
 
 def label_status(db, run: str) -> list[SampleStatus]:
     """Progress of every recorded sample of ``run`` (UserError when the run has none)."""
     samples = run_samples(db, run)
     if not samples:
-        raise UserError(f"run {run!r} has no label sample; draw one with `python -m engine label sample --run {run} "
-                        "--mode coupled --n 200 --seed 0`")
+        raise UserError(
+            f"run {run!r} has no label sample; draw one with `python -m engine label sample --run {run} "
+            "--mode coupled --n 200 --seed 0`"
+        )
     return [sample_status(db, s) for s in samples]
 
 
@@ -81,9 +94,18 @@ def skipped_positions(db, sample_id: str) -> list[int]:
 
 def sample_meta(sample: dict[str, Any]) -> dict[str, Any]:
     """What the comparison set's meta records: run, mode, seed, size, share and the drawn order."""
-    return {"format": "labels", "sample_id": sample["sample_id"], "run": sample["run"], "mode": sample["mode"],
-            "seed": sample["seed"], "n": sample["n"], "share": sample["share"], "n_units": sample["n_units"],
-            "models": sample["models"], "order": sample["units"]}
+    return {
+        "format": "labels",
+        "sample_id": sample["sample_id"],
+        "run": sample["run"],
+        "mode": sample["mode"],
+        "seed": sample["seed"],
+        "n": sample["n"],
+        "share": sample["share"],
+        "n_units": sample["n_units"],
+        "models": sample["models"],
+        "order": sample["units"],
+    }
 
 
 def sync_labels(db, run: str) -> list[dict[str, Any]]:
@@ -93,7 +115,11 @@ def sync_labels(db, run: str) -> list[dict[str, Any]]:
     for status in label_status(db, run):
         sample = get_sample(db, status.sample_id)
         rows = label_rows(db, status.sample_id)
-        meta = {**sample_meta(sample), **status.to_dict(), "skipped_positions": skipped_positions(db, status.sample_id)}
+        meta = {
+            **sample_meta(sample),
+            **status.to_dict(),
+            "skipped_positions": skipped_positions(db, status.sample_id),
+        }
         store_comparison_set(db, rows, status.sample_id, f"labels:{run}", meta, replace=True)
         out.append({"set": status.sample_id, "n_rows": int(len(rows)), **status.to_dict()})
     return out
@@ -102,43 +128,68 @@ def sync_labels(db, run: str) -> list[dict[str, Any]]:
 def sample_csv(sample: dict[str, Any]) -> str:
     """The sample as the standard comparison CSV to label elsewhere: SAMPLE_CSV_COLUMNS, drawn order,
     model_a = the model shown first, ``winner`` empty (fill with a, b, tie or skip)."""
-    rows = [{"prompt_id": p, "model_a": ma if pres == "ab" else mb, "model_b": mb if pres == "ab" else ma,
-             "repeat": int(r), "mode": sample["mode"], "winner": ""}
-            for p, r, ma, mb, pres, _ in sample["units"]]
+    rows = [
+        {
+            "prompt_id": p,
+            "model_a": ma if pres == "ab" else mb,
+            "model_b": mb if pres == "ab" else ma,
+            "repeat": int(r),
+            "mode": sample["mode"],
+            "winner": "",
+        }
+        for p, r, ma, mb, pres, _ in sample["units"]
+    ]
     return pd.DataFrame(rows, columns=list(SAMPLE_CSV_COLUMNS)).to_csv(index=False)
 
 
 def _read_filled(source) -> pd.DataFrame:
     try:
-        text = Path(source).read_text(encoding="utf-8") if not isinstance(source, bytes) else source.decode("utf-8")
+        text = (
+            Path(source).read_text(encoding="utf-8")
+            if not isinstance(source, bytes)
+            else source.decode("utf-8")
+        )
         df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise UserError(f"cannot read label file {source!s}: {exc}") from None
     missing = [c for c in SAMPLE_CSV_COLUMNS if c not in df.columns]
     if missing:
-        raise UserError(f"label file {source!s} lacks column(s) {', '.join(missing)}; "
-                        f"expected {', '.join(SAMPLE_CSV_COLUMNS)} (as `engine label sample --out` writes)")
+        raise UserError(
+            f"label file {source!s} lacks column(s) {', '.join(missing)}; "
+            f"expected {', '.join(SAMPLE_CSV_COLUMNS)} (as `engine label sample --out` writes)"
+        )
     return df
 
 
-def _match_sample(df: pd.DataFrame, samples: list[dict[str, Any]], run: str, source) -> tuple[dict, list[int]]:
+def _match_sample(
+    df: pd.DataFrame, samples: list[dict[str, Any]], run: str, source
+) -> tuple[dict, list[int]]:
     """The one sample of ``run`` containing every row of ``df``, and each row's unit position."""
     models = {m for s in samples for m in s["models"]}
     for _j, m in enumerate(list(df.model_a) + list(df.model_b)):
         if m not in models:
-            raise UserError(f"label file {source!s} names model {m!r}, which is not in run {run!r} "
-                            f"(models: {', '.join(sorted(models))}); nothing was written")
+            raise UserError(
+                f"label file {source!s} names model {m!r}, which is not in run {run!r} "
+                f"(models: {', '.join(sorted(models))}); nothing was written"
+            )
     for s in samples:
-        where = {(p, int(r), frozenset((ma, mb))): i for i, (p, r, ma, mb, _, _) in enumerate(s["units"])}
+        where = {
+            (p, int(r), frozenset((ma, mb))): i for i, (p, r, ma, mb, _, _) in enumerate(s["units"])
+        }
         try:
-            pos = [where[(p, int(r), frozenset((a, b)))] for p, r, a, b, mo in
-                   zip(df.prompt_id, df.repeat, df.model_a, df.model_b, df["mode"]) if mo == s["mode"]]
+            pos = [
+                where[(p, int(r), frozenset((a, b)))]
+                for p, r, a, b, mo in zip(df.prompt_id, df.repeat, df.model_a, df.model_b, df["mode"])
+                if mo == s["mode"]
+            ]
         except (KeyError, ValueError):
             continue
         if len(pos) == len(df):
             return s, pos
-    raise UserError(f"label file {source!s} is not a sample of run {run!r}: its units are in none of the run's samples "
-                    f"({', '.join(s['sample_id'] for s in samples)}); nothing was written")
+    raise UserError(
+        f"label file {source!s} is not a sample of run {run!r}: its units are in none of the run's "
+        f"samples ({', '.join(s['sample_id'] for s in samples)}); nothing was written"
+    )
 
 
 _FILE_WINNERS = {"a": "a", "b": "b", "tie": "tie", "skip": None}
@@ -155,12 +206,19 @@ def import_labels(db, source, run: str, labeller: str | None = None) -> dict[str
     """
     samples = run_samples(db, run)
     if not samples:
-        raise UserError(f"run {run!r} has no label sample; draw one with `python -m engine label sample --run {run} ...`")
+        raise UserError(
+            f"run {run!r} has no label sample; draw one with `python -m engine label sample --run {run} "
+            "...`"
+        )
     df = _read_filled(source)
-    bad = [(j, w) for j, w in enumerate(df.winner.str.strip().str.lower()) if w and w not in _FILE_WINNERS]
+    bad = [
+        (j, w) for j, w in enumerate(df.winner.str.strip().str.lower()) if w and w not in _FILE_WINNERS
+    ]
     if bad:
-        raise UserError(f"label file {source!s} row {bad[0][0] + 1}: winner {bad[0][1]!r} is not one of "
-                        "a, b, tie, skip or empty; nothing was written")
+        raise UserError(
+            f"label file {source!s} row {bad[0][0] + 1}: winner {bad[0][1]!r} is not one of "
+            "a, b, tie, skip or empty; nothing was written"
+        )
     sample, pos = _match_sample(df, samples, run, source)
     names = df["labeller"] if "labeller" in df.columns else pd.Series([""] * len(df))
     events: list[dict[str, Any]] = []
@@ -173,9 +231,18 @@ def import_labels(db, source, run: str, labeller: str | None = None) -> dict[str
         flipped = a != unit[2]
         if flipped and winner in ("a", "b"):
             winner = "b" if winner == "a" else "a"
-        events.append({"event": "label", "id": uuid.uuid4().hex, "idx": i, "winner": winner,
-                       "presented": "ba" if flipped else "ab", "labeller": name, "session": f"import:{Path(str(source)).name}",
-                       "at": _now_iso()})
+        events.append(
+            {
+                "event": "label",
+                "id": uuid.uuid4().hex,
+                "idx": i,
+                "winner": winner,
+                "presented": "ba" if flipped else "ab",
+                "labeller": name,
+                "session": f"import:{Path(str(source)).name}",
+                "at": _now_iso(),
+            }
+        )
 
     def decide(log):
         st = fold(log)
@@ -189,5 +256,10 @@ def import_labels(db, source, run: str, labeller: str | None = None) -> dict[str
         return new
 
     new = LL.append_decided(db, sample["sample_id"], decide)
-    return {"sample_id": sample["sample_id"], "rows": int(len(df)), "answers": len(events), "written": len(new),
-            "already_there": len(events) - len(new)}
+    return {
+        "sample_id": sample["sample_id"],
+        "rows": int(len(df)),
+        "answers": len(events),
+        "written": len(new),
+        "already_there": len(events) - len(new),
+    }

@@ -27,7 +27,7 @@ from engine.store.generations import run_contents
 from engine.store.label_log import LogState, fold, get_sample
 from engine.store.runs import some_runs
 
-CLAIM_TTL_S = 900.0   # a unit shown to a session and not answered is free for others after this
+CLAIM_TTL_S = 900.0  # a unit shown to a session and not answered is free for others after this
 CHOICES = ("first", "second", "tie", "skip")  # what a labeller answers, in presentation terms
 
 
@@ -38,8 +38,10 @@ def check_labeller(name: str) -> str:
     name = name.strip()
     bad = sorted({c for c in name if ord(c) < 32 or 127 <= ord(c) < 160})
     if bad:
-        raise UserError(f"labeller name {name!r} contains control characters ({', '.join(repr(c) for c in bad)}); "
-                        "use letters, digits, spaces and punctuation")
+        raise UserError(
+            f"labeller name {name!r} contains control characters ({', '.join(repr(c) for c in bad)}); "
+            "use letters, digits, spaces and punctuation"
+        )
     if len(name) > 100:
         raise UserError(f"labeller name is {len(name)} characters; at most 100 allowed")
     return name
@@ -59,35 +61,46 @@ def run_units(db, run: str, mode: str) -> tuple[list[str], list[tuple[str, int, 
     ranked = [m for m in vstore.configured_models(db, run) if m in present]
     models = ranked + [m for m in present if m not in ranked]
     if len(models) < 2:
-        raise UserError(f"run {run!r} has {len(models)} model(s) with {mode} generations "
-                        f"({', '.join(models) or 'none'}); labelling compares two models, so it needs at least 2")
+        raise UserError(
+            f"run {run!r} has {len(models)} model(s) with {mode} generations "
+            f"({', '.join(models) or 'none'}); labelling compares two models, so it needs at least 2"
+        )
     have = set(zip(keys["model"], keys["prompt_id"].astype(str), keys["repeat"].astype(int)))
-    units = [(p, r, ma, mb) for p, r in sorted({(p, r) for _, p, r in have})
-             for ma, mb in combinations(models, 2) if (ma, p, r) in have and (mb, p, r) in have]
+    units = [
+        (p, r, ma, mb)
+        for p, r in sorted({(p, r) for _, p, r in have})
+        for ma, mb in combinations(models, 2)
+        if (ma, p, r) in have and (mb, p, r) in have
+    ]
     return models, units
 
 
 def set_units(db, set_name: str) -> tuple[str, str, list[str], list[tuple[str, int, str, str]]]:
     """A stored comparison set's units to label: (run, mode, models, units). The set must come from a run
-    whose generations hold the responses to show (its meta names the run: ``comparisons from-judge`` sets,
-    label sets) and be of one mode; its units are its distinct (prompt, repeat, pair) rows, in the run's
-    canonical order, each of which the run must have generated."""
+    whose generations hold the responses to show (its meta names the run: ``comparisons from-judge``
+    sets, label sets) and be of one mode; its units are its distinct (prompt, repeat, pair) rows, in the
+    run's canonical order, each of which the run must have generated."""
     import json
 
     from engine.store.comparisons import list_sets, read_set
+
     rows = read_set(db, set_name)  # UserError for an unknown set
     metas = list_sets(db).set_index("name")["meta"]
     meta = json.loads(metas.get(set_name) or "{}") if set_name in metas.index else {}
     run = (meta.get("run") or meta.get("run_id")) if isinstance(meta, dict) else None
     if not run:
-        raise UserError(f"comparison set {set_name!r} does not come from a run (no run in its meta: an upload or "
-                        "an Arena import), so there are no responses to show; label a run, or a set made by "
-                        "`comparisons from-judge`")
+        raise UserError(
+            f"comparison set {set_name!r} does not come from a run (no run in its meta: an upload or "
+            "an Arena import), so there are no responses to show; label a run, or a set made by "
+            "`comparisons from-judge`"
+        )
     modes = {m for m in rows["mode"] if m is not None} | ({meta["mode"]} if meta.get("mode") else set())
     if len(modes) != 1:
         shown = ", ".join(sorted(modes)) or "none recorded"
-        raise UserError(f"comparison set {set_name!r} has rows of {len(modes)} modes ({shown}); a sample is of one "
-                        "mode: label its run with --run and --mode")
+        raise UserError(
+            f"comparison set {set_name!r} has rows of {len(modes)} modes ({shown}); a sample is of one "
+            "mode: label its run with --run and --mode"
+        )
     mode = modes.pop()
     models, run_all = run_units(db, run, mode)
     order = {m: i for i, m in enumerate(models)}
@@ -98,8 +111,10 @@ def set_units(db, set_name: str) -> tuple[str, str, list[str], list[tuple[str, i
         u = (str(p), int(r or 0), ma, mb)
         (units.add(u) if u in have else missing.append(u))
     if missing:
-        raise UserError(f"comparison set {set_name!r} has {len(missing)} row(s) that run {run!r} did not generate in "
-                        f"mode {mode} (e.g. {missing[0]}); nothing was written")
+        raise UserError(
+            f"comparison set {set_name!r} has {len(missing)} row(s) that run {run!r} did not generate "
+            f"in mode {mode} (e.g. {missing[0]}); nothing was written"
+        )
     return run, mode, models, sorted(units, key=run_all.index)
 
 
@@ -107,12 +122,19 @@ def sample_id_for(run: str, mode: str, seed: int, n: int, share: float) -> str:
     return f"labels-{run}-{mode}-s{seed}-n{n}" + (f"-x{share:g}" if share else "")
 
 
-def make_sample(db, run: str | None, mode: str | None, n: int, seed: int, share: float = 0.0,
-                set_name: str | None = None) -> dict[str, Any]:
+def make_sample(
+    db,
+    run: str | None,
+    mode: str | None,
+    n: int,
+    seed: int,
+    share: float = 0.0,
+    set_name: str | None = None,
+) -> dict[str, Any]:
     """Draw (or reuse) the sample of ``n`` units of ``run`` in ``mode`` (or of the stored comparison set
-    ``set_name``: :func:`set_units`) from ``seed`` and record it in its sample file (the dashboard may call
-    this: it never writes the database)."""
-    if not 0 <= int(seed) < 2 ** 63:
+    ``set_name``: :func:`set_units`) from ``seed`` and record it in its sample file (the dashboard may
+    call this: it never writes the database)."""
+    if not 0 <= int(seed) < 2**63:
         raise UserError(f"seed {seed} is outside [0, 2^63)")
     if set_name is not None:
         run, mode, models, units = set_units(db, set_name)
@@ -128,14 +150,28 @@ def make_sample(db, run: str | None, mode: str | None, n: int, seed: int, share:
         models, units = run_units(db, run, mode)
     where = f"comparison set {set_name!r}'s" if set_name is not None else f"run {run!r}'s"
     if n > len(units):
-        raise UserError(f"a sample of {n} is larger than {where} {len(units)} comparison units in mode {mode}; "
-                        f"use --n at most {len(units)}")
+        raise UserError(
+            f"a sample of {n} is larger than {where} {len(units)} comparison units in mode {mode}; "
+            f"use --n at most {len(units)}"
+        )
     idx, swap, overlap = draw_label_sample(len(units), int(n), int(seed), float(share))
-    drawn = [[units[i][0], units[i][1], units[i][2], units[i][3], "ba" if s else "ab", bool(o)]
-             for i, s, o in zip(idx.tolist(), swap.tolist(), overlap.tolist())]
-    sample = {"sample_id": sid, "run": run, "mode": mode, "seed": int(seed), "n": int(n), "share": float(share),
-              "n_units": len(units), "models": models, "created_at": _now_iso(), "units": drawn,
-              **({"source_set": set_name} if set_name is not None else {})}
+    drawn = [
+        [units[i][0], units[i][1], units[i][2], units[i][3], "ba" if s else "ab", bool(o)]
+        for i, s, o in zip(idx.tolist(), swap.tolist(), overlap.tolist())
+    ]
+    sample = {
+        "sample_id": sid,
+        "run": run,
+        "mode": mode,
+        "seed": int(seed),
+        "n": int(n),
+        "share": float(share),
+        "n_units": len(units),
+        "models": models,
+        "created_at": _now_iso(),
+        "units": drawn,
+        **({"source_set": set_name} if set_name is not None else {}),
+    }
     LL.write_sample(db, sample)
     return LL.read_sample(path)
 
@@ -151,19 +187,28 @@ def _now_iso() -> str:
 
 # ------------------------------------------------------------------------------- the log, folded
 
+
 def _pick(sample: dict, st: LogState, labeller: str, session: str, now: float) -> int | None:
-    """The unit this session should label next (its unanswered claim first), or None when none is left."""
+    """The unit this session should label next (its unanswered claim first), or None when none is
+    left."""
     units = sample["units"]
     mine = st.claims.get(session)
     fresh: dict[int, list[str]] = {}  # idx -> labellers of other sessions' fresh, unanswered claims
     for sess, ev in st.claims.items():
         i = int(ev["idx"])
-        if sess != session and now - float(ev["t"]) < CLAIM_TTL_S and ev["labeller"] not in st.responders(i):
+        if (
+            sess != session
+            and now - float(ev["t"]) < CLAIM_TTL_S
+            and ev["labeller"] not in st.responders(i)
+        ):
             fresh.setdefault(i, []).append(ev["labeller"])
     if mine is not None:
         i = int(mine["idx"])
         cap = 2 if units[i][5] else 1  # (another session may have taken it after this claim expired)
-        if labeller not in st.responders(i) and len(st.responses.get(i, ())) + len(fresh.get(i, ())) < cap:
+        if (
+            labeller not in st.responders(i)
+            and len(st.responses.get(i, ())) + len(fresh.get(i, ())) < cap
+        ):
             return i
     for i, u in enumerate(units):
         resp = st.responders(i)
@@ -189,7 +234,9 @@ def next_unit(db, sample_id: str, labeller: str, session: str, now: float | None
         i = _pick(sample, st, labeller, session, t)
         out[0] = i
         mine = st.claims.get(session)
-        if i is None or (mine is not None and int(mine["idx"]) == i and t - float(mine["t"]) < CLAIM_TTL_S / 2):
+        if i is None or (
+            mine is not None and int(mine["idx"]) == i and t - float(mine["t"]) < CLAIM_TTL_S / 2
+        ):
             return []
         return [{"event": "claim", "idx": i, "session": session, "labeller": labeller, "t": t}]
 
@@ -197,7 +244,9 @@ def next_unit(db, sample_id: str, labeller: str, session: str, now: float | None
     return out[0]
 
 
-def record(db, sample_id: str, idx: int, choice: str, labeller: str, session: str = "cli") -> dict[str, Any] | None:
+def record(
+    db, sample_id: str, idx: int, choice: str, labeller: str, session: str = "cli"
+) -> dict[str, Any] | None:
     """Record ``labeller``'s answer to unit ``idx`` (``choice`` in presentation terms: first / second /
     tie / skip), durably before returning. A second answer by the same labeller to the same unit is
     not written (returns None): labels are never duplicated."""
@@ -211,9 +260,19 @@ def record(db, sample_id: str, idx: int, choice: str, labeller: str, session: st
     winner = {"first": "a", "second": "b", "tie": "tie", "skip": None}[choice]
     if presented == "ba" and winner in ("a", "b"):
         winner = "b" if winner == "a" else "a"
-    ev = {"event": "label", "id": uuid.uuid4().hex, "idx": int(idx), "winner": winner, "presented": presented,
-          "labeller": labeller, "session": session, "at": _now_iso()}
-    new = LL.append_decided(db, sample_id, lambda events: [] if labeller in fold(events).responders(int(idx)) else [ev])
+    ev = {
+        "event": "label",
+        "id": uuid.uuid4().hex,
+        "idx": int(idx),
+        "winner": winner,
+        "presented": presented,
+        "labeller": labeller,
+        "session": session,
+        "at": _now_iso(),
+    }
+    new = LL.append_decided(
+        db, sample_id, lambda events: [] if labeller in fold(events).responders(int(idx)) else [ev]
+    )
     return new[0] if new else None
 
 
@@ -226,12 +285,22 @@ def undo_last(db, sample_id: str, labeller: str, session: str = "cli") -> int | 
     def decide(events):
         st = fold(events)
         live = {ev["id"] for rs in st.responses.values() for ev in rs if ev["labeller"] == labeller}
-        last = next((ev for ev in reversed(events) if ev.get("event") == "label" and ev.get("id") in live), None)
+        last = next(
+            (ev for ev in reversed(events) if ev.get("event") == "label" and ev.get("id") in live), None
+        )
         if last is None:
             return []
         out[0] = int(last["idx"])
-        return [{"event": "undo", "target": last["id"], "labeller": labeller, "at": _now_iso()},
-                {"event": "claim", "idx": int(last["idx"]), "session": session, "labeller": labeller, "t": time.time()}]
+        return [
+            {"event": "undo", "target": last["id"], "labeller": labeller, "at": _now_iso()},
+            {
+                "event": "claim",
+                "idx": int(last["idx"]),
+                "session": session,
+                "labeller": labeller,
+                "t": time.time(),
+            },
+        ]
 
     LL.append_decided(db, sample_id, decide)
     return out[0]
@@ -239,10 +308,12 @@ def undo_last(db, sample_id: str, labeller: str, session: str = "cli") -> int | 
 
 # ------------------------------------------------------------------------- what the page shows
 
+
 @dataclass(frozen=True)
 class LabelUnit:
     """One unit as a labeller sees it: the prompt and the two responses in presentation order
     (the model names are for after the vote)."""
+
     idx: int
     prompt_id: str
     repeat: int
@@ -253,7 +324,7 @@ class LabelUnit:
     second_model: str
 
 
-BLOCK = 50   # units whose texts are read together: one read-only connection serves 50 votes
+BLOCK = 50  # units whose texts are read together: one read-only connection serves 50 votes
 
 
 def unit_view(db, sample_id: str, idx: int) -> LabelUnit:
@@ -266,14 +337,23 @@ def block_view(db, sample_id: str, block: int) -> dict[int, LabelUnit]:
     texts, read in one connection (opening one costs ~0.1 s on a busy machine; a vote must not)."""
     sample = get_sample(db, sample_id)
     mode = sample["mode"]
-    rows = list(enumerate(sample["units"]))[block * BLOCK:(block + 1) * BLOCK]
+    rows = list(enumerate(sample["units"]))[block * BLOCK : (block + 1) * BLOCK]
     shown = {i: ((ma, mb) if pres == "ab" else (mb, ma)) for i, (_p, _r, ma, mb, pres, _) in rows}
     keys = {(m, u[0], int(u[1]), mode) for i, u in rows for m in shown[i]}
     texts, questions = vstore.texts_for(db, sample["run"], sorted(keys), sorted({u[0] for _, u in rows}))
-    return {i: LabelUnit(i, u[0], int(u[1]), questions.get(u[0]) or "",
-                         texts.get((shown[i][0], u[0], int(u[1]), mode)) or "",
-                         texts.get((shown[i][1], u[0], int(u[1]), mode)) or "", shown[i][0], shown[i][1])
-            for i, u in rows}
+    return {
+        i: LabelUnit(
+            i,
+            u[0],
+            int(u[1]),
+            questions.get(u[0]) or "",
+            texts.get((shown[i][0], u[0], int(u[1]), mode)) or "",
+            texts.get((shown[i][1], u[0], int(u[1]), mode)) or "",
+            shown[i][0],
+            shown[i][1],
+        )
+        for i, u in rows
+    }
 
 
 def label_choices(db) -> dict[str, dict[str, int]]:
@@ -301,6 +381,7 @@ def label_set_choices(db) -> dict[str, int]:
     import json
 
     from engine.store.comparisons import list_sets
+
     out: dict[str, int] = {}
     if not Path(db).is_file():
         return out

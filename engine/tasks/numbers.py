@@ -10,7 +10,8 @@ _NUMBER = re.compile(r"[-−]?\$?\s?\d[\d,]*(?:\.\d+)?|[-−]?\$?\.\d+")
 
 
 def normalise_number(token: str | None) -> str | None:
-    """A number's canonical string: no "$", commas or spaces; unicode minus -> "-"; "12.50" -> "12.5", "3.0" -> "3"."""
+    """A number's canonical string: no "$", commas or spaces; unicode minus -> "-"; "12.50" -> "12.5",
+    "3.0" -> "3"."""
     if token is None:
         return None
     t = str(token).strip().replace("$", "").replace(",", "").replace(" ", "").replace("−", "-")

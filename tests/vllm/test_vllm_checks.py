@@ -34,11 +34,18 @@ def _apply(logits, rows, args, steps, write_traces=True):
     """apply_rows with one slot per row argument (slot j = args[j]), records flushed into TRACES
     (this process's records) or written to the sink (another process's: the writer thread drained)."""
     import numpy as np
+
     table = SlotTable()
     for j, a in enumerate(args):
         table.set(j, a)
-    apply_rows(logits, table, np.asarray(rows, dtype=np.int64), np.arange(len(args), dtype=np.int64),
-               np.asarray(steps, dtype=np.int64), write_traces=write_traces)
+    apply_rows(
+        logits,
+        table,
+        np.asarray(rows, dtype=np.int64),
+        np.arange(len(args), dtype=np.int64),
+        np.asarray(steps, dtype=np.int64),
+        write_traces=write_traces,
+    )
     flush_pending()
     assert drain_writes()
     for a in args:  # tests reuse key ids with other keys; a backend's ids are unique per call
@@ -47,9 +54,20 @@ def _apply(logits, rows, args, steps, write_traces=True):
 
 
 def _params(**kw):
-    base = dict(n=1, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, presence_penalty=0.0,
-                frequency_penalty=0.0, repetition_penalty=1.0, logit_bias=None, bad_words=None,
-                allowed_token_ids=None, min_tokens=0)
+    base = dict(
+        n=1,
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        min_p=0.0,
+        presence_penalty=0.0,
+        frequency_penalty=0.0,
+        repetition_penalty=1.0,
+        logit_bias=None,
+        bad_words=None,
+        allowed_token_ids=None,
+        min_tokens=0,
+    )
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -58,10 +76,22 @@ def test_neutral_params_pass():
     check_sampling_params(_params(top_k=-1))
 
 
-@pytest.mark.parametrize("name, value", [("presence_penalty", 0.5), ("frequency_penalty", 0.1),
-                                         ("repetition_penalty", 1.1), ("n", 2), ("temperature", 0.7),
-                                         ("top_k", 5), ("top_p", 0.9), ("min_p", 0.05),
-                                         ("logit_bias", {3: 1.0}), ("bad_words", ["x"]), ("min_tokens", 2)])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("presence_penalty", 0.5),
+        ("frequency_penalty", 0.1),
+        ("repetition_penalty", 1.1),
+        ("n", 2),
+        ("temperature", 0.7),
+        ("top_k", 5),
+        ("top_p", 0.9),
+        ("min_p", 0.05),
+        ("logit_bias", {3: 1.0}),
+        ("bad_words", ["x"]),
+        ("min_tokens", 2),
+    ],
+)
 def test_coupling_breaking_params_refused(name, value):
     with pytest.raises(UserError) as e:
         check_sampling_params(_params(**{name: value}))
@@ -69,9 +99,16 @@ def test_coupling_breaking_params_refused(name, value):
     assert "\n" not in msg and name in msg and repr(value) in msg
 
 
-@pytest.mark.parametrize("kw", [{"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}},
-                                {"pipeline_parallel_size": 2}, {"logits_processors": ["x:Y"]},
-                                {"enable_batch_sharded_sampling": True}, {"watermark_config": {"key": 1}}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}},
+        {"pipeline_parallel_size": 2},
+        {"logits_processors": ["x:Y"]},
+        {"enable_batch_sharded_sampling": True},
+        {"watermark_config": {"key": 1}},
+    ],
+)
 def test_engine_kwargs_refused(kw):
     with pytest.raises(UserError) as e:
         check_engine_kwargs(kw)
@@ -80,12 +117,23 @@ def test_engine_kwargs_refused(kw):
 
 def test_engine_kwargs_allowed():
     assert check_engine_kwargs({"enforce_eager": True, "tensor_parallel_size": 1}) == {
-        "enforce_eager": True, "tensor_parallel_size": 1}
+        "enforce_eager": True,
+        "tensor_parallel_size": 1,
+    }
 
 
-@pytest.mark.parametrize("version, ok", [("0.32.0", True), ("0.32.3+cpu", True), ("0.31.2", False),
-                                         ("0.33.0", True), ("0.33.2+cu129", True), ("0.34.0", False),
-                                         ("1.0.0", False)])
+@pytest.mark.parametrize(
+    "version, ok",
+    [
+        ("0.32.0", True),
+        ("0.32.3+cpu", True),
+        ("0.31.2", False),
+        ("0.33.0", True),
+        ("0.33.2+cu129", True),
+        ("0.34.0", False),
+        ("1.0.0", False),
+    ],
+)
 def test_version_range(version, ok):
     if ok:
         assert check_vllm_version(version) == version
@@ -96,6 +144,7 @@ def test_version_range(version, ok):
 
 def test_missing_vllm_says_what_to_install(monkeypatch):
     import engine.generation.vllm_checks as vb
+
     monkeypatch.setattr(vb, "installed_vllm_version", lambda: None)
     with pytest.raises(UserError, match="not installed; install it with scripts/install_vllm.sh"):
         require_vllm()
@@ -117,8 +166,10 @@ def test_unknown_model_refused(tmp_path):
         resolve_model(str(tmp_path))
 
 
-@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 5, 1.0), (0.7, 0, 0.8),
-                                                       (1.3, 7, 0.9), (0.0, 0, 1.0), (0.0, 3, 0.5)])
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p",
+    [(1.0, 0, 1.0), (0.7, 5, 1.0), (0.7, 0, 0.8), (1.3, 7, 0.9), (0.0, 0, 1.0), (0.0, 3, 0.5)],
+)
 def test_keyed_scores_argmax_is_the_gumbel_max_sample(temperature, top_k, top_p):
     """Two implementations that must agree: argmax of the processor's scores = engine.sampling.sample."""
     gen = torch.Generator().manual_seed(3)
@@ -142,8 +193,10 @@ def test_apply_rows_replaces_only_its_rows_and_records_traces():
     try:
         logits = torch.randn(4, V, generator=torch.Generator().manual_seed(0))
         before = logits.clone()
-        args = [RowArgs("a", 7, noise.unit_key("q", 0), 1.0, 0, 1.0, 3, "t"),
-                RowArgs("b", 7, noise.unit_key("q", 1), 1.0, 0, 1.0, 3, "t")]
+        args = [
+            RowArgs("a", 7, noise.unit_key("q", 0), 1.0, 0, 1.0, 3, "t"),
+            RowArgs("b", 7, noise.unit_key("q", 1), 1.0, 0, 1.0, 3, "t"),
+        ]
         _apply(logits, [1, 3], args, [0, 5])
         assert torch.equal(logits[0], before[0]) and torch.equal(logits[2], before[2])
         g = noise.gumbel(7, noise.unit_keys([("q", 0), ("q", 1)]), torch.tensor([0, 5]), torch.arange(V))
@@ -160,25 +213,37 @@ def test_apply_rows_replaces_only_its_rows_and_records_traces():
 def test_row_args_ignore_foreign_requests():
     assert RowArgs.from_params(SimpleNamespace(extra_args=None)) is None
     assert RowArgs.from_params(SimpleNamespace(extra_args={"other": 1})) is None
-    a = RowArgs.from_params(SimpleNamespace(extra_args={EXTRA_KEY: dict(
-        tag="x", seed=-3, unit=9, temperature=0.5, top_k=2, top_p=0.9, trace_k=0, keys="k")}))
+    a = RowArgs.from_params(
+        SimpleNamespace(
+            extra_args={
+                EXTRA_KEY: dict(
+                    tag="x", seed=-3, unit=9, temperature=0.5, top_k=2, top_p=0.9, trace_k=0, keys="k"
+                )
+            }
+        )
+    )
     assert a == RowArgs("x", -3, 9, 0.5, 2, 0.9, 0, "k")
 
 
 # --------------------------------------------------------------------------- traces from vLLM's worker processes
 
+
 def _sink_rows(sink, V, n_rows=3, seed=5):
     logits = torch.randn(n_rows, V, generator=torch.Generator().manual_seed(seed))
-    args = [RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", str(sink.path), -1)
-            for i in range(n_rows)]
+    args = [
+        RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", str(sink.path), -1)
+        for i in range(n_rows)
+    ]
     return logits, args
 
 
 def _worker_apply(sink_path: str, seed: int, steps: list[int], V: int) -> None:
     """What a tensor-parallel rank-0 worker does: keys from the sink, records into it."""
     logits = torch.randn(len(steps), V, generator=torch.Generator().manual_seed(seed))
-    args = [RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", sink_path, -1)
-            for i in range(len(steps))]
+    args = [
+        RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", sink_path, -1)
+        for i in range(len(steps))
+    ]
     _apply(logits, list(range(len(steps))), args, steps)
 
 
@@ -188,6 +253,7 @@ def test_trace_sink_carries_records_from_another_process():
     import multiprocessing
 
     from engine.generation.vllm_traces import TraceSink
+
     V = 50
     sink = TraceSink()
     try:
@@ -203,8 +269,11 @@ def test_trace_sink_carries_records_from_another_process():
         TOKEN_KEYS["k"] = torch.arange(V) * 3
         logits = torch.randn(3, V, generator=torch.Generator().manual_seed(5))
         import os
-        args = [RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", str(sink.path), os.getpid())
-                for i in range(3)]
+
+        args = [
+            RowArgs(f"r{i}", 7, noise.unit_key("q", i), 0.8, 0, 1.0, 4, "k", str(sink.path), os.getpid())
+            for i in range(3)
+        ]
         _apply(logits, [0, 1, 2], args, [0, 4, 9])
         assert {t: TRACES.pop(t) for t in ("r0", "r1", "r2")} == got
         assert got["r1"][4].top_gumbels and len(got["r1"][4].top_ids) == 4
@@ -219,6 +288,7 @@ def test_trace_sink_frames_segments_and_non_writers(monkeypatch):
     """Half-written frames wait for the next poll; full segments are deleted once the worker moved
     on; the last record of a step wins; a non-writer rank (write_traces=False) records nothing."""
     from engine.generation import vllm_traces as vb
+
     V = 20
     monkeypatch.setattr(vb, "SEGMENT_BYTES", 600)  # a few frames per segment
     monkeypatch.setattr(vb, "_WRITERS", {})
@@ -230,8 +300,12 @@ def test_trace_sink_frames_segments_and_non_writers(monkeypatch):
         _apply(logits.clone(), [0, 1, 2], args, [0, 0, 0], write_traces=False)
         assert sink.poll() == 0 and not TRACES
         for step in range(12):
-            _apply(torch.randn(3, V, generator=torch.Generator().manual_seed(step)), [0, 1, 2], args,
-                       [step] * 3)
+            _apply(
+                torch.randn(3, V, generator=torch.Generator().manual_seed(step)),
+                [0, 1, 2],
+                args,
+                [step] * 3,
+            )
         n_files = len(list(sink.path.glob("*.trace")))
         assert n_files > 2  # rotated
         assert sink.poll() == 12
@@ -245,6 +319,7 @@ def test_trace_sink_frames_segments_and_non_writers(monkeypatch):
         seg = sorted(sink.path.glob("*.trace"))[-1]
         import pickle
         import struct
+
         payload = pickle.dumps([("r9", 0, 3, 0.5, (), (), ())])
         frame = struct.pack("<Q", len(payload)) + payload
         with open(seg, "ab") as f:
@@ -260,8 +335,12 @@ def test_trace_sink_frames_segments_and_non_writers(monkeypatch):
 
 def test_engine_kwargs_tensor_parallel_and_executor():
     assert check_engine_kwargs({"tensor_parallel_size": 2}) == {"tensor_parallel_size": 2}
-    for bad in ({"tensor_parallel_size": 0}, {"tensor_parallel_size": "2"},
-                {"distributed_executor_backend": "ray"}, {"pipeline_parallel_size": 2}):
+    for bad in (
+        {"tensor_parallel_size": 0},
+        {"tensor_parallel_size": "2"},
+        {"distributed_executor_backend": "ray"},
+        {"pipeline_parallel_size": 2},
+    ):
         with pytest.raises(UserError):
             check_engine_kwargs(bad)
     assert check_engine_kwargs({"distributed_executor_backend": "mp"})
@@ -269,6 +348,7 @@ def test_engine_kwargs_tensor_parallel_and_executor():
 
 def test_cpu_threads_bind_splits_the_allowed_cpus():
     from engine.generation.vllm_backend import cpu_threads_bind
+
     assert cpu_threads_bind(1, [0, 1], 1) is None
     assert cpu_threads_bind(2, [0, 1, 2, 3], 2) is None  # one NUMA node per rank: vLLM's auto binding
     assert cpu_threads_bind(2, [0, 1], 1) == "0|1"
@@ -282,13 +362,21 @@ def test_cpu_threads_bind_splits_the_allowed_cpus():
 def test_vllm_engine_args_from_the_environment(monkeypatch):
     """$COUPLED_EVAL_VLLM_ARGS: a JSON object of vllm.LLM arguments, checked like the others."""
     from engine.generation.backends import VLLM_ARGS_ENV, vllm_engine_args
+
     monkeypatch.delenv(VLLM_ARGS_ENV, raising=False)
     assert vllm_engine_args() == {} and vllm_engine_args(2) == {"tensor_parallel_size": 2}
     monkeypatch.setenv(VLLM_ARGS_ENV, '{"enforce_eager": true, "gpu_memory_utilization": 0.8}')
-    assert vllm_engine_args(4) == {"enforce_eager": True, "gpu_memory_utilization": 0.8, "tensor_parallel_size": 4}
-    for raw, words in (("{nope", "not valid JSON"), ("[1, 2]", "must be a JSON object"),
-                       ('{"tensor_parallel_size": 2}', "--tensor-parallel"),
-                       ('{"speculative_config": {}}', "speculative_config")):
+    assert vllm_engine_args(4) == {
+        "enforce_eager": True,
+        "gpu_memory_utilization": 0.8,
+        "tensor_parallel_size": 4,
+    }
+    for raw, words in (
+        ("{nope", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"tensor_parallel_size": 2}', "--tensor-parallel"),
+        ('{"speculative_config": {}}', "speculative_config"),
+    ):
         monkeypatch.setenv(VLLM_ARGS_ENV, raw)
         with pytest.raises(UserError) as e:
             vllm_engine_args()
@@ -300,12 +388,15 @@ def test_tensor_parallel_needs_vllm_before_anything_is_written(tmp_path):
     from engine.generation import GenConfig, run_generation
     from engine.tasks.datasets import load_dataset
     from engine.testing import tiny_lm
+
     db = tmp_path / "x.duckdb"
     lm = models.from_objects("tiny", *tiny_lm(0))
     demo = load_dataset("demo")  # run_generation takes a loaded dataset (generation never imports tasks)
     for tp, words in ((2, "needs a backend with tensor parallelism"), (0, "integer >= 1")):
         with pytest.raises(UserError) as e:
-            run_generation(db, [lm], demo, 1, cfg=GenConfig(max_new_tokens=2), tensor_parallel=tp, show_bar=False)
+            run_generation(
+                db, [lm], demo, 1, cfg=GenConfig(max_new_tokens=2), tensor_parallel=tp, show_bar=False
+            )
         assert words in str(e.value)
     assert not db.exists()
 
@@ -317,7 +408,10 @@ def test_orphan_trace_directories_are_removed(tmp_path):
     import sys
 
     from engine.generation.vllm_traces import SINK_PREFIX, TraceSink
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     orphan = tmp_path / f"{SINK_PREFIX}{int(dead.stdout)}-abc"
     orphan.mkdir()
     (orphan / "keys-x.pt").write_bytes(b"0" * 100)
@@ -335,6 +429,7 @@ def test_scoped_env_restores_what_was_there(monkeypatch):
     import os
 
     from engine.generation.vllm_backend import _scoped_env
+
     monkeypatch.setenv("CE_TEST_A", "user")
     monkeypatch.delenv("CE_TEST_B", raising=False)
     with pytest.raises(RuntimeError):

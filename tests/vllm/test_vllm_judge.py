@@ -26,7 +26,9 @@ def test_vllm_judge_equals_transformers_judge_and_stores_every_verdict(tmp_path,
     m.save_pretrained(folder)
     t.save_pretrained(folder)
     db = tmp_path / "j.duckdb"
-    make_judge_run(db, n_prompts=3, repeats=1, models=("m1", "m2", "m3"), modes=("coupled",))  # 18 comparisons
+    make_judge_run(
+        db, n_prompts=3, repeats=1, models=("m1", "m2", "m3"), modes=("coupled",)
+    )  # 18 comparisons
     cfg = J.JudgeConfig(str(folder), prompt_template="Say A, B or tie.", max_new_tokens=4)
     plan = J.plan_judging(db, "r1", "x", cfg)
     chats = [c for _, c in J.message_stream(db, plan)]
@@ -41,11 +43,32 @@ def test_vllm_judge_equals_transformers_judge_and_stores_every_verdict(tmp_path,
     monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
     pf = tmp_path / "prompt.txt"
     pf.write_text("Say A, B or tie.")
-    assert main(["judge", "--db", str(db), "--run", "r1", "--judge", f"vllm:{folder}", "--prompt-file", str(pf),
-                 "--max-new-tokens", "4", "--out", str(tmp_path / "res.json")]) == 0
+    assert (
+        main(
+            [
+                "judge",
+                "--db",
+                str(db),
+                "--run",
+                "r1",
+                "--judge",
+                f"vllm:{folder}",
+                "--prompt-file",
+                str(pf),
+                "--max-new-tokens",
+                "4",
+                "--out",
+                str(tmp_path / "res.json"),
+            ]
+        )
+        == 0
+    )
     res = json.loads((tmp_path / "res.json").read_text())  # (vLLM logs to stdout)
-    df = store.query_df(db, "SELECT raw, parsed, reported_model, latency_s FROM judgments "
-                            "ORDER BY prompt_id, model_a, model_b, presented")
+    df = store.query_df(
+        db,
+        "SELECT raw, parsed, reported_model, latency_s FROM judgments "
+        "ORDER BY prompt_id, model_a, model_b, presented",
+    )
     assert res["n_judged_now"] == 18 == len(df) and sorted(df.raw) == sorted(got)
     assert vl.reported_model == str(folder.resolve()) and (df.reported_model == vl.reported_model).all()
     assert (df.latency_s > 0).all()

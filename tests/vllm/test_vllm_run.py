@@ -20,8 +20,10 @@ pytestmark = [pytest.mark.vllm, needs_vllm]
 
 
 def _dataset():
-    ps = tuple(datasets.Prompt(prompt_id=f"toy/{i}", user_prompt=f"Question {i}: " + "ab" * i + "?")
-               for i in range(3))
+    ps = tuple(
+        datasets.Prompt(prompt_id=f"toy/{i}", user_prompt=f"Question {i}: " + "ab" * i + "?")
+        for i in range(3)
+    )
     return datasets.Dataset("toy", "prompts", "memory", ps, "Be brief.")
 
 
@@ -30,8 +32,13 @@ def test_vllm_run_records_backend_and_equals_hf(tmp_path, monkeypatch):
     from engine.generation.vllm_backend import VllmBackend
 
     # eager mode, as the other vLLM tests (no torch.compile warm-up); the factory is otherwise the real one
-    monkeypatch.setitem(backends.FACTORIES, "vllm", lambda model, device=None, tensor_parallel=1, dtype=None:
-                        VllmBackend(model, engine_kwargs=ENGINE_KWARGS))
+    monkeypatch.setitem(
+        backends.FACTORIES,
+        "vllm",
+        lambda model, device=None, tensor_parallel=1, dtype=None: VllmBackend(
+            model, engine_kwargs=ENGINE_KWARGS
+        ),
+    )
     folder = tmp_path / "tiny-llama"
     m, t = tiny_lm(seed=0, hidden=128)
     m.save_pretrained(folder)
@@ -57,10 +64,15 @@ def test_vllm_run_records_backend_and_equals_hf(tmp_path, monkeypatch):
 
 def test_model_vllm_cannot_load_is_refused_before_the_run(tmp_path):
     tiny_tokenizer().save_pretrained(tmp_path / "m")
-    (tmp_path / "m" / "config.json").write_text(json.dumps({"architectures": ["NoSuchForCausalLM"],
-                                                            "model_type": "no_such_model"}))
+    (tmp_path / "m" / "config.json").write_text(
+        json.dumps({"architectures": ["NoSuchForCausalLM"], "model_type": "no_such_model"})
+    )
     db = tmp_path / "run.duckdb"
     with pytest.raises(UserError) as e:
         run_generation(db, [str(tmp_path / "m")], _dataset(), 1, backend="vllm", show_bar=False)
-    assert "\n" not in str(e.value) and "NoSuchForCausalLM" in str(e.value) and "--backend hf" in str(e.value)
+    assert (
+        "\n" not in str(e.value)
+        and "NoSuchForCausalLM" in str(e.value)
+        and "--backend hf" in str(e.value)
+    )
     assert not db.exists() or store.table_counts(db).get("runs", 0) == 0

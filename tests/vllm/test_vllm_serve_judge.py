@@ -46,6 +46,7 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 420) -> Non
 
 def test_vllm_serve_is_an_api_judge_endpoint(tmp_path, monkeypatch):
     from tests.test_judge import make_judge_run
+
     folder = tmp_path / "tiny"
     m, t = tiny_lm(seed=3, hidden=128)
     m.save_pretrained(folder)
@@ -53,24 +54,66 @@ def test_vllm_serve_is_an_api_judge_endpoint(tmp_path, monkeypatch):
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
     log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-                             "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--api-key", KEY,
-                             "--served-model-name", "tiny-judge"], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, start_new_session=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(folder),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--enforce-eager",
+            "--api-key",
+            KEY,
+            "--served-model-name",
+            "tiny-judge",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
+        start_new_session=True,
+        cwd=tmp_path,
+    )
     try:
         _wait_ready(url, proc)
         db = tmp_path / "j.duckdb"
-        make_judge_run(db, n_prompts=2, repeats=1, models=("m1", "m2"), modes=("coupled",))  # 4 comparisons
+        make_judge_run(
+            db, n_prompts=2, repeats=1, models=("m1", "m2"), modes=("coupled",)
+        )  # 4 comparisons
         pf = tmp_path / "prompt.txt"
         pf.write_text("Say A, B or tie.")  # the char-level tiny model has 512 positions
         monkeypatch.setenv("VLLM_JUDGE_KEY", KEY)
-        args = ["judge", "--db", str(db), "--run", "r1", "--judge", "openai:tiny-judge", "--base-url", url,
-                "--api-key-env", "VLLM_JUDGE_KEY", "--max-new-tokens", "4", "--prompt-file", str(pf),
-                "--concurrency", "4", "--out", str(tmp_path / "res.json")]
+        args = [
+            "judge",
+            "--db",
+            str(db),
+            "--run",
+            "r1",
+            "--judge",
+            "openai:tiny-judge",
+            "--base-url",
+            url,
+            "--api-key-env",
+            "VLLM_JUDGE_KEY",
+            "--max-new-tokens",
+            "4",
+            "--prompt-file",
+            str(pf),
+            "--concurrency",
+            "4",
+            "--out",
+            str(tmp_path / "res.json"),
+        ]
         assert main(args) == 0
         res = json.loads((tmp_path / "res.json").read_text())
-        df = store.query_df(db, "SELECT raw, reported_model, prompt_tokens, completion_tokens, attempts, error "
-                                "FROM judgments")
+        df = store.query_df(
+            db,
+            "SELECT raw, reported_model, prompt_tokens, completion_tokens, attempts, error "
+            "FROM judgments",
+        )
         assert res["n_judged_now"] == 4 == len(df) and df.error.isna().all() and (df.attempts == 1).all()
         assert (df.reported_model == "tiny-judge").all() and (df.prompt_tokens > 0).all()
         assert (df.completion_tokens <= 4).all() and df.raw.notna().all()

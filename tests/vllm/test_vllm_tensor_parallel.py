@@ -28,7 +28,9 @@ from engine.testing import tiny_lm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]
 
-PROMPTS = {f"t{i}": "Hello there! " * (i + 1) + "What is " + str(i) * (i % 3 + 1) + "?" for i in range(6)}
+PROMPTS = {
+    f"t{i}": "Hello there! " * (i + 1) + "What is " + str(i) * (i % 3 + 1) + "?" for i in range(6)
+}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,9 @@ def folder(tmp_path_factory):
 
 
 @pytest.mark.parametrize("tp, engine_core_process", [(2, "0"), (1, "1")])
-def test_out_of_process_processor_equals_the_transformers_loop(folder, monkeypatch, tp, engine_core_process):
+def test_out_of_process_processor_equals_the_transformers_loop(
+    folder, monkeypatch, tp, engine_core_process
+):
     from engine.generation.vllm_backend import VllmBackend
 
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", engine_core_process)
@@ -50,8 +54,12 @@ def test_out_of_process_processor_equals_the_transformers_loop(folder, monkeypat
     base = [(p, r) for p in PROMPTS for r in range(2)]
     units, seeds = base + base, [77] * len(base) + [noise.independent_seed(77, lm.name)] * len(base)
     hf = generate_units(lm, PROMPTS, units, seeds, cfg)
-    be = VllmBackend(str(folder), dtype="float32", max_model_len=512,
-                     engine_kwargs={**ENGINE_KWARGS, "tensor_parallel_size": tp})
+    be = VllmBackend(
+        str(folder),
+        dtype="float32",
+        max_model_len=512,
+        engine_kwargs={**ENGINE_KWARGS, "tensor_parallel_size": tp},
+    )
     sink = be.sink.path
     try:
         assert be.describe()["tensor_parallel"] == tp
@@ -62,7 +70,9 @@ def test_out_of_process_processor_equals_the_transformers_loop(folder, monkeypat
     finally:
         be.close()
     assert not sink.exists()  # the trace directory goes with the backend
-    assert len(writers) == 1  # one process wrote (with TP = 2 both ranks run the processor: rank 0 writes)
+    assert (
+        len(writers) == 1
+    )  # one process wrote (with TP = 2 both ranks run the processor: rank 0 writes)
     assert len(got) == len(units)
     for h in hf:
         v = got[(h.prompt_id, h.repeat, h.seed)]
@@ -73,13 +83,18 @@ def test_out_of_process_processor_equals_the_transformers_loop(folder, monkeypat
         np.testing.assert_allclose(np.array(v.top_probs), np.array(h.top_probs), rtol=1e-4, atol=1e-6)
 
 
-def test_run_on_a_ray_replica_with_tensor_parallel_2_equals_single_process(folder, tmp_path, monkeypatch):
+def test_run_on_a_ray_replica_with_tensor_parallel_2_equals_single_process(
+    folder, tmp_path, monkeypatch
+):
     pytest.importorskip("ray", reason="needs ray in the vLLM venv (scripts/install_vllm.sh installs it)")
     from engine.generation.distributed import RayConfig, RayExecutor
 
     # eager engines in the replica too ($COUPLED_EVAL_VLLM_ARGS is forwarded to Ray replicas)
     monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
-    ps = tuple(datasets.Prompt(prompt_id=f"toy/{i}", user_prompt=f"Question {i}: " + "ab" * i + "?") for i in range(4))
+    ps = tuple(
+        datasets.Prompt(prompt_id=f"toy/{i}", user_prompt=f"Question {i}: " + "ab" * i + "?")
+        for i in range(4)
+    )
     ds = datasets.Dataset("toy", "prompts", "memory", ps, "Be brief.")
     db = tmp_path / "tp.duckdb"
     cfg = GenConfig(temperature=1.0, max_new_tokens=6, batch_size=8, trace_top_k=3)
@@ -93,17 +108,20 @@ def test_run_on_a_ray_replica_with_tensor_parallel_2_equals_single_process(folde
     from pathlib import Path
 
     from engine.generation.vllm_traces import SINK_PREFIX
+
     assert not list(Path(tempfile.gettempdir()).glob(f"{SINK_PREFIX}{replica_pid}-*"))
     runs = store.query_df(db, "SELECT run_id, config, status FROM runs").set_index("run_id")
     assert runs.loc[vl, "status"] == "done"
     c = json.loads(runs.loc[vl, "config"])
     assert c["tensor_parallel"] == 2 and c["backends"][str(folder)]["tensor_parallel"] == 2
-    q = ("SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3")
+    q = "SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3"
     a, b = store.query_df(db, q, [hf]), store.query_df(db, q, [vl])
     assert len(a) == len(b) == 16
     assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
     assert list(a["text"]) == list(b["text"])
-    t = store.query_df(db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY run_id").set_index("run_id")
+    t = store.query_df(db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY run_id").set_index(
+        "run_id"
+    )
     assert t.loc[vl, "n"] == t.loc[hf, "n"] > 0
 
 
@@ -115,7 +133,9 @@ def _run_with_a_kill(folder, tmp_path, monkeypatch, kill) -> tuple[dict, set[int
     from engine.generation.distributed import RayConfig, RayExecutor
 
     monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
-    ps = tuple(datasets.Prompt(prompt_id=f"k/{i}", user_prompt=f"Item {i}: " + "xy" * i + "?") for i in range(6))
+    ps = tuple(
+        datasets.Prompt(prompt_id=f"k/{i}", user_prompt=f"Item {i}: " + "xy" * i + "?") for i in range(6)
+    )
     ds = datasets.Dataset("kill", "prompts", "memory", ps, None)
     db = tmp_path / "kill.duckdb"
     cfg = GenConfig(temperature=1.0, max_new_tokens=5, batch_size=4, trace_top_k=2)
@@ -130,11 +150,21 @@ def _run_with_a_kill(folder, tmp_path, monkeypatch, kill) -> tuple[dict, set[int
             kill(ex, killed)
 
     with ex:
-        vl = run_generation(db, [str(folder)], ds, backend="vllm", tensor_parallel=2, executor=ex,
-                            _after_chunk=kill_once, **kw)
+        vl = run_generation(
+            db,
+            [str(folder)],
+            ds,
+            backend="vllm",
+            tensor_parallel=2,
+            executor=ex,
+            _after_chunk=kill_once,
+            **kw,
+        )
         after = {w["pid"] for w in ex.worker_info.values()}
-    assert killed and 0 < killed["stored"] - 24 < 24  # vLLM rows stored at the kill: after the first shard, before the last
-    q = ("SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3")
+    assert (
+        killed and 0 < killed["stored"] - 24 < 24
+    )  # vLLM rows stored at the kill: after the first shard, before the last
+    q = "SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3"
     a, b = store.query_df(db, q, [hf]), store.query_df(db, q, [vl])
     assert len(a) == len(b) == 24  # nothing lost, nothing twice
     assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]

@@ -53,7 +53,9 @@ def sink():
 def _table(n: int, sink_path: str, origin: int, kid: str = "wk") -> SlotTable:
     table = SlotTable()
     for j in range(n):
-        table.set(j, RowArgs(f"q{j}", 13, noise.unit_key("w", j), 0.9, 0, 1.0, 3, kid, sink_path, origin))
+        table.set(
+            j, RowArgs(f"q{j}", 13, noise.unit_key("w", j), 0.9, 0, 1.0, 3, kid, sink_path, origin)
+        )
     return table
 
 
@@ -150,8 +152,10 @@ def test_a_stale_record_waits_for_the_later_frame_then_raises_the_mismatch(sink)
     """Step 1 first recorded with another token (a step recomputed later): the request waits; the
     later frame overwrites it (last wins) and the request is ready. Without one: the mismatch."""
     tokens = [5, 6, 7]
-    write_records(str(sink.path), [("r", 0, 5, 0.5, (), (), ()), ("r", 1, 99, 0.1, (), (), ()),
-                                   ("r", 2, 7, 0.5, (), (), ())])
+    write_records(
+        str(sink.path),
+        [("r", 0, 5, 0.5, (), (), ()), ("r", 1, 99, 0.1, (), (), ()), ("r", 2, 7, 0.5, (), (), ())],
+    )
     done = FinishedRequests(sink, timeout_s=30)
     done.add("r", ("p", 0, 1), tokens)
     assert done.ready() == []
@@ -161,7 +165,9 @@ def test_a_stale_record_waits_for_the_later_frame_then_raises_the_mismatch(sink)
     write_records(str(sink.path), [("s", 0, 5, 0.5, (), (), ()), ("s", 1, 99, 0.1, (), (), ())])
     done = FinishedRequests(sink, timeout_s=0.2)
     done.add("s", ("p", 0, 2), [5, 6])
-    with pytest.raises(MissingRecords, match="vLLM chose token 6 at step 1 of .* recorded StepTrace.*token=99"):
+    with pytest.raises(
+        MissingRecords, match="vLLM chose token 6 at step 1 of .* recorded StepTrace.*token=99"
+    ):
         done.ready(block=True)
 
 

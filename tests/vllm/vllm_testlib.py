@@ -13,7 +13,8 @@ from engine.generation.vllm_backend import installed_vllm_version
 VLLM_VERSION = installed_vllm_version()
 needs_vllm = pytest.mark.skipif(
     VLLM_VERSION is None,
-    reason="vLLM is not installed here: run scripts/install_vllm.sh, then $VLLM_VENV/bin/python -m pytest tests/vllm")
+    reason="vLLM is not installed here: run scripts/install_vllm.sh, then $VLLM_VENV/bin/python -m pytest tests/vllm",
+)
 
 # small CPU footprint: 1 GiB of KV cache, engine core in this process (set before vLLM is built)
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
