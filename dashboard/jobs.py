@@ -52,8 +52,8 @@ class JobStatus:
 
     job_id: str
     kind: str
-    status: str                  # one of STATUSES
-    args: tuple[str, ...]        # the engine CLI arguments (without --progress-file)
+    status: str  # one of STATUSES
+    args: tuple[str, ...]  # the engine CLI arguments (without --progress-file)
     pid: int
     started_at: float
     done: int = 0
@@ -83,8 +83,12 @@ def jobs_dir(db: str | os.PathLike | None = None) -> Path:
 
 
 def _paths(job_id: str, jdir: Path) -> dict[str, Path]:
-    return {"meta": jdir / f"{job_id}.meta.json", "progress": jdir / f"{job_id}.json",
-            "log": jdir / f"{job_id}.log", "rc": jdir / f"{job_id}.rc"}
+    return {
+        "meta": jdir / f"{job_id}.meta.json",
+        "progress": jdir / f"{job_id}.json",
+        "log": jdir / f"{job_id}.log",
+        "rc": jdir / f"{job_id}.rc",
+    }
 
 
 def _check_job_id(job_id: str) -> str:
@@ -122,10 +126,12 @@ def _pid_alive(pid: int) -> bool:
 # $4 = the database ("" = default), then the command. The wrapper records the exit code, then (exit 0
 # only) starts the job's follow-ups itself through `python -m dashboard.jobs followup`, so chained
 # work (score after generate) never waits for a page to be opened. It exits with the command's code.
-_WRAPPER = ('rc_file="$1"; py="$2"; job="$3"; db="$4"; shift 4; "$@"; rc=$?; '
-            'echo "$rc" > "$rc_file.tmp" && mv "$rc_file.tmp" "$rc_file"; '
-            'if [ "$rc" -eq 0 ] && [ -n "$job" ]; then "$py" -m dashboard.jobs followup "$job" --db "$db"; fi; '
-            'exit "$rc"')
+_WRAPPER = (
+    'rc_file="$1"; py="$2"; job="$3"; db="$4"; shift 4; "$@"; rc=$?; '
+    'echo "$rc" > "$rc_file.tmp" && mv "$rc_file.tmp" "$rc_file"; '
+    'if [ "$rc" -eq 0 ] && [ -n "$job" ]; then "$py" -m dashboard.jobs followup "$job" --db "$db"; fi; '
+    'exit "$rc"'
+)
 
 
 def _reap(proc: subprocess.Popen, rc_path: Path) -> None:
@@ -141,9 +147,17 @@ def _reap(proc: subprocess.Popen, rc_path: Path) -> None:
         pass
 
 
-def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None,
-              progress: bool = True, python: str | None = None, env: dict | None = None,
-              resumed_from: str | None = None, then: list[list[str]] | None = None) -> str:
+def start_job(
+    args: list[str],
+    *,
+    kind: str,
+    db: str | os.PathLike | None = None,
+    progress: bool = True,
+    python: str | None = None,
+    env: dict | None = None,
+    resumed_from: str | None = None,
+    then: list[list[str]] | None = None,
+) -> str:
     """Start ``python -m engine ARGS`` as a detached background job and return its job id.
 
     Args:
@@ -165,10 +179,14 @@ def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None
     if not kind or not set(kind) <= _KIND_CHARS or len(kind) > 40:
         raise UserError(f"job kind {kind!r} must be 1-40 lowercase letters, digits or '-'")
     if not args or not all(isinstance(a, str) for a in args):
-        raise UserError("job arguments must be a non-empty list of strings")  # never echoed: may hold a key
+        raise UserError(
+            "job arguments must be a non-empty list of strings"
+        )  # never echoed: may hold a key
     if args[0] == "judge":  # before anything is written: key variable set, no second job on (run, judge)
         from dashboard.judge_jobs import judge_job_problem
-        if problem := judge_job_problem(args, db, {**os.environ, **(env or {})}):
+
+        running = [(j.job_id, j.args) for j in list_jobs(db, kind="judge") if j.status == "running"]
+        if problem := judge_job_problem(args, running, {**os.environ, **(env or {})}):
             raise UserError(problem)
     jdir = jobs_dir(db)
     jdir.mkdir(parents=True, exist_ok=True)
@@ -182,16 +200,44 @@ def start_job(args: list[str], *, kind: str, db: str | os.PathLike | None = None
     child_env.update(env or {})
     # A tiny sh wrapper records the exit code next to the job files, so the status survives a
     # restart of the process that started the job (its reaper thread would be gone).
-    wrapped = (["/bin/sh", "-c", _WRAPPER, "job", str(paths["rc"]), sys.executable, job_id if then else "",
-                "" if db is None else str(db), *command] if os.path.exists("/bin/sh") else command)
+    wrapped = (
+        [
+            "/bin/sh",
+            "-c",
+            _WRAPPER,
+            "job",
+            str(paths["rc"]),
+            sys.executable,
+            job_id if then else "",
+            "" if db is None else str(db),
+            *command,
+        ]
+        if os.path.exists("/bin/sh")
+        else command
+    )
     with open(paths["log"], "ab") as log:
-        proc = subprocess.Popen(wrapped, cwd=str(config.PROJECT_ROOT), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, env=child_env,
-                                start_new_session=True)  # own process group: survives the page
-    meta = {"job_id": job_id, "kind": kind, "args": list(args), "command": command,
-            "pid": proc.pid, "started_at": time.time(), "progress": progress,
-            "db": str(db) if db is not None else None, "resumed_from": resumed_from,
-            "then": [list(a) for a in (then or [])], "env": dict(env or {})}
+        proc = subprocess.Popen(
+            wrapped,
+            cwd=str(config.PROJECT_ROOT),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child_env,
+            start_new_session=True,
+        )  # own process group: survives the page
+    meta = {
+        "job_id": job_id,
+        "kind": kind,
+        "args": list(args),
+        "command": command,
+        "pid": proc.pid,
+        "started_at": time.time(),
+        "progress": progress,
+        "db": str(db) if db is not None else None,
+        "resumed_from": resumed_from,
+        "then": [list(a) for a in (then or [])],
+        "env": dict(env or {}),
+    }
     write_json_atomic(paths["meta"], meta)
     threading.Thread(target=_reap, args=(proc, paths["rc"]), daemon=True).start()
     return job_id
@@ -214,8 +260,13 @@ def _eta(prog: dict, meta: dict) -> float | None:
     """:func:`smoothed_eta` of a job from its progress file and metadata."""
     now = time.time()
     updated = float(prog.get("updated_at") or now)
-    return smoothed_eta(int(prog.get("done", 0) or 0), int(prog.get("total", 0) or 0),
-                        now - float(meta.get("started_at", now)), prog.get("eta_s"), since_update_s=now - updated)
+    return smoothed_eta(
+        int(prog.get("done", 0) or 0),
+        int(prog.get("total", 0) or 0),
+        now - float(meta.get("started_at", now)),
+        prog.get("eta_s"),
+        since_update_s=now - updated,
+    )
 
 
 def ray_unavailable() -> str:
@@ -223,7 +274,10 @@ def ray_unavailable() -> str:
     from engine.generation.ray_cluster import ray_installed
 
     if not ray_installed():
-        return "Ray workers need the `ray` package, which is not installed here (pip install ray); use 0 workers"
+        return (
+            "Ray workers need the `ray` package, which is not installed here (pip install ray); "
+            "use 0 workers"
+        )
     return ""
 
 
@@ -243,7 +297,9 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
     elif meta.get("cancel_requested_at"):
         status = "cancelled" if returncode != 0 else "done"
     elif _work_finished(prog) and (returncode is None or _by_signal(returncode)):
-        status = "done"  # every unit committed: killed (e.g. SIGKILL) after its last commit is still done
+        status = (
+            "done"  # every unit committed: killed (e.g. SIGKILL) after its last commit is still done
+        )
     elif returncode is not None:
         status = "done" if returncode == 0 else "failed"
     elif prog.get("status") in ("done", "failed", "cancelled"):
@@ -253,18 +309,32 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
     followup = None
     if status == "done" and meta.get("then"):
         marker = paths["meta"].with_name(f"{job_id}.then")
-        followup = _read_followup(marker) if marker.exists() else _start_followup(job_id, meta, paths["meta"].parent, db)
+        followup = (
+            _read_followup(marker)
+            if marker.exists()
+            else _start_followup(job_id, meta, paths["meta"].parent, db)
+        )
     return JobStatus(
-        job_id=job_id, kind=meta.get("kind", ""), status=status, args=tuple(meta.get("args", ())),
-        pid=pid, started_at=float(meta.get("started_at", 0.0)), done=int(prog.get("done", 0) or 0),
-        total=int(prog.get("total", 0) or 0), tokens=int(prog.get("tokens", 0) or 0),
+        job_id=job_id,
+        kind=meta.get("kind", ""),
+        status=status,
+        args=tuple(meta.get("args", ())),
+        pid=pid,
+        started_at=float(meta.get("started_at", 0.0)),
+        done=int(prog.get("done", 0) or 0),
+        total=int(prog.get("total", 0) or 0),
+        tokens=int(prog.get("tokens", 0) or 0),
         tokens_per_s=float(prog.get("tokens_per_s", 0.0) or 0.0),
         eta_s=_eta(prog, meta),
-        message=str(prog.get("message", "") or ""), returncode=returncode,
-        resumed_from=meta.get("resumed_from"), log_tail=_log_tail(paths["log"]) if status != "running" else "",
-        extra={**({"followup": followup} if followup else {}),
-               **({"workers": prog["workers"]} if isinstance(prog.get("workers"), dict) else {}),
-               **({"stats": prog["stats"]} if isinstance(prog.get("stats"), dict) else {})},
+        message=str(prog.get("message", "") or ""),
+        returncode=returncode,
+        resumed_from=meta.get("resumed_from"),
+        log_tail=_log_tail(paths["log"]) if status != "running" else "",
+        extra={
+            **({"followup": followup} if followup else {}),
+            **({"workers": prog["workers"]} if isinstance(prog.get("workers"), dict) else {}),
+            **({"stats": prog["stats"]} if isinstance(prog.get("stats"), dict) else {}),
+        },
     )
 
 
@@ -298,8 +368,9 @@ def resumable(st: JobStatus) -> bool:
     return not (st.status == "failed" and st.returncode == 2)
 
 
-def smoothed_eta(done: int, total: int, elapsed_s: float, raw_eta_s: float | None = None,
-                 since_update_s: float = 0.0) -> float | None:
+def smoothed_eta(
+    done: int, total: int, elapsed_s: float, raw_eta_s: float | None = None, since_update_s: float = 0.0
+) -> float | None:
     """A stable ETA: remaining units at the job's average pace as of its last progress update,
     counted down since that update: (total - done) * t_u / done - (now - t_u) with t_u = the job's
     age at the update, never below 0.
@@ -359,9 +430,16 @@ def resume_job(job_id: str, db: str | os.PathLike | None = None) -> str:
         raise UserError(f"job {job_id} is still running; cancel it before resuming")
     meta = _read_json(_paths(job_id, jobs_dir(db))["meta"]) or {}
     python = (meta.get("command") or [None])[0]
-    return start_job(list(st.args), kind=st.kind, db=db, progress=bool(meta.get("progress", True)),
-                     python=python, resumed_from=job_id, then=meta.get("then") or None,
-                     env=meta.get("env") or None)
+    return start_job(
+        list(st.args),
+        kind=st.kind,
+        db=db,
+        progress=bool(meta.get("progress", True)),
+        python=python,
+        resumed_from=job_id,
+        then=meta.get("then") or None,
+        env=meta.get("env") or None,
+    )
 
 
 # The one-click demo (Home): the packaged default pair on a task it can partly do (everyday numeric
@@ -369,9 +447,23 @@ def resume_job(job_id: str, db: str | os.PathLike | None = None) -> str:
 # a short sentence ending in it). Under 3 minutes on 2 CPU cores from a cold model cache
 # (docs/BENCHMARKS.md, "One-click demo").
 DEMO_RUN = "demo-smollm2"
-DEMO_ARGS = ["generate", "--models", "smollm2-135m", "smollm2-135m-int8", "--dataset", "demo-numbers",
-             "--repeats", "3", "--max-new-tokens", "12", "--modes", "coupled", "independent",
-             "--run-id", DEMO_RUN]
+DEMO_ARGS = [
+    "generate",
+    "--models",
+    "smollm2-135m",
+    "smollm2-135m-int8",
+    "--dataset",
+    "demo-numbers",
+    "--repeats",
+    "3",
+    "--max-new-tokens",
+    "12",
+    "--modes",
+    "coupled",
+    "independent",
+    "--run-id",
+    DEMO_RUN,
+]
 
 
 def score_args(run_id: str, db: str | os.PathLike, rule: str | None = None) -> list[str]:
@@ -380,9 +472,16 @@ def score_args(run_id: str, db: str | os.PathLike, rule: str | None = None) -> l
 
 
 def start_demo(db: str | os.PathLike, python: str | None = None) -> str:
-    """Start the demo chain (generate, then score, started by the job itself); return the generate job id."""
-    return start_job(DEMO_ARGS + ["--db", str(db)], kind="generate", db=db, python=python,
-                     env={"COUPLED_EVAL_DB": str(db)}, then=[score_args(DEMO_RUN, db)])
+    """Start the demo chain (generate, then score, started by the job itself); return the generate job
+    id."""
+    return start_job(
+        DEMO_ARGS + ["--db", str(db)],
+        kind="generate",
+        db=db,
+        python=python,
+        env={"COUPLED_EVAL_DB": str(db)},
+        then=[score_args(DEMO_RUN, db)],
+    )
 
 
 def demo_running(db: str | os.PathLike | None = None) -> bool:
@@ -422,8 +521,15 @@ def _start_followup(job_id: str, meta: dict, jdir: Path, db) -> str | None:
     first, *rest = meta["then"]
     kind = first[0] if first and set(first[0]) <= _KIND_CHARS else "job"
     python = (meta.get("command") or [None])[0]
-    nxt = start_job(list(first), kind=kind, db=db, python=python, then=rest or None,
-                    env=meta.get("env") or None, progress=kind in PROGRESS_COMMANDS)
+    nxt = start_job(
+        list(first),
+        kind=kind,
+        db=db,
+        python=python,
+        then=rest or None,
+        env=meta.get("env") or None,
+        progress=kind in PROGRESS_COMMANDS,
+    )
     os.write(fd, nxt.encode())
     os.close(fd)
     return nxt
@@ -440,8 +546,9 @@ def _read_followup(marker: Path, timeout_s: float = 10.0) -> str | None:
         time.sleep(0.05)
 
 
-def wait_job(job_id: str, db: str | os.PathLike | None = None, timeout_s: float = 600.0,
-             poll_s: float = 0.2) -> JobStatus:
+def wait_job(
+    job_id: str, db: str | os.PathLike | None = None, timeout_s: float = 600.0, poll_s: float = 0.2
+) -> JobStatus:
     """Block until the job is no longer running (or the timeout passes); return its status."""
     deadline = time.monotonic() + timeout_s
     st = job_status(job_id, db)
@@ -455,12 +562,15 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m dashboard.jobs followup JOB_ID [--db DB]``: start a finished job's follow-up;
     ``python -m dashboard.jobs demo [--db DB]``: start the demo chain (prints the job id)."""
     import argparse
+
     p = argparse.ArgumentParser(prog="python -m dashboard.jobs")
     sub = p.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("followup", help="start the follow-up of a job that exited 0 (exactly once)")
     f.add_argument("job_id")
     f.add_argument("--db", default="")
-    d = sub.add_parser("demo", help="start the one-click demo chain (generate, then score) in the background")
+    d = sub.add_parser(
+        "demo", help="start the one-click demo chain (generate, then score) in the background"
+    )
     d.add_argument("--db", default=str(config.DEFAULT_DB))
     args = p.parse_args(argv)
     try:

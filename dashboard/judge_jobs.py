@@ -7,7 +7,7 @@ one judge job per (database, run, judge) at a time, as the CLI's own lock enforc
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from engine.tasks.judge_api import DEFAULT_KEY_ENV, key_env_problem
 
@@ -21,10 +21,19 @@ def judge_identity(args: Sequence[str]) -> tuple[str | None, str | None]:
     return _value(args, "--run"), _value(args, "--judge-name") or _value(args, "--judge")
 
 
-def judge_job_problem(args: Sequence[str], db, environ: Mapping[str, str] | None = None) -> str | None:
-    """Why this judge job must not start (one line, never echoing a key), or None."""
-    from dashboard import jobs
+def judge_job_problem(
+    args: Sequence[str],
+    running: Iterable[tuple[str, Sequence[str]]] = (),
+    environ: Mapping[str, str] | None = None,
+) -> str | None:
+    """Why this judge job must not start (one line, never echoing a key), or None.
 
+    Args:
+        args: the ``judge`` command line the dashboard would start.
+        running: (job id, command line) of each judge job running on the same database
+            (:func:`dashboard.jobs.start_job` passes them; this module never reads the job files).
+        environ: the environment the job would inherit (default: this process's).
+    """
     environ = os.environ if environ is None else environ
     judge = _value(args, "--judge") or ""
     if judge.startswith("openai:") and "--judge-command" not in args and "--dry-run" not in args:
@@ -32,8 +41,10 @@ def judge_job_problem(args: Sequence[str], db, environ: Mapping[str, str] | None
         if problem:
             return f"{problem} in the dashboard's environment (the job would inherit it)"
     ident = judge_identity(args)
-    for j in jobs.list_jobs(db, kind="judge"):
-        if j.status == "running" and judge_identity(j.args) == ident:
-            return (f"judge job {j.job_id} is already judging run {ident[0]!r} with {ident[1]!r}; "
-                    "wait for it or cancel it")
+    for job_id, job_args in running:
+        if judge_identity(job_args) == ident:
+            return (
+                f"judge job {job_id} is already judging run {ident[0]!r} with {ident[1]!r}; "
+                "wait for it or cancel it"
+            )
     return None

@@ -17,6 +17,8 @@ from engine.cli import main
 from engine.errors import UserError
 from engine.stats import benchmark as bm
 from engine.stats import multigen as mg
+from engine.stats import paired_difference as pdiff
+from engine.stats import saving
 from engine.tasks.importers import PAPER_COUPLED_SEED, import_paper_mmlu
 from engine.tasks.scoring import extract_paper
 from tests.conftest import shared_path
@@ -36,7 +38,16 @@ def _write_layout(root, rng, n_rows_override=None):
         for i in range(SUBJECTS[subject]):
             gold = "ABCD"[rng.integers(4)]
             golds.append(gold)
-            rows.append([f"{subject} question {i}, with a comma\nand a newline?", "one", "two", "three", "four", gold])
+            rows.append(
+                [
+                    f"{subject} question {i}, with a comma\nand a newline?",
+                    "one",
+                    "two",
+                    "three",
+                    "four",
+                    gold,
+                ]
+            )
         with open(qdir / f"{subject}_test.csv", "w", newline="") as fh:
             csv.writer(fh).writerows(rows)
     n = len(golds) * REPEATS if n_rows_override is None else n_rows_override
@@ -45,7 +56,9 @@ def _write_layout(root, rng, n_rows_override=None):
         (rdir / model).mkdir(parents=True)
         for s in (PAPER_COUPLED_SEED, seed):
             texts = [pool[j] for j in rng.integers(0, len(pool), n)]
-            pd.DataFrame({"0": texts}).to_csv(rdir / model / f"responses_0_{len(golds)}_seed{s}.csv", index=False)
+            pd.DataFrame({"0": texts}).to_csv(
+                rdir / model / f"responses_0_{len(golds)}_seed{s}.csv", index=False
+            )
     return rdir, qdir, golds
 
 
@@ -62,18 +75,28 @@ def test_import_synthetic_layout(layout, tmp_db):
     assert out["subjects"] == sorted(SUBJECTS)
     prompts = store.query_df(tmp_db, "SELECT * FROM prompts ORDER BY idx")
     # question order: subjects alphabetically, rows in file order
-    assert prompts["prompt_id"].tolist() == ["mmlu/aaa_subject/0", "mmlu/aaa_subject/1", "mmlu/aaa_subject/2",
-                                             "mmlu/bbb_subject/0", "mmlu/bbb_subject/1"]
+    assert prompts["prompt_id"].tolist() == [
+        "mmlu/aaa_subject/0",
+        "mmlu/aaa_subject/1",
+        "mmlu/aaa_subject/2",
+        "mmlu/bbb_subject/0",
+        "mmlu/bbb_subject/1",
+    ]
     assert prompts["gold"].tolist() == golds
     assert json.loads(prompts["choices"][0]) == {"A": "one", "B": "two", "C": "three", "D": "four"}
     assert "with a comma\nand a newline?" in prompts["question"][0]
     # row r = question r // 10, repeat r % 10, text verbatim, scores by the paper's rule
-    raw = pd.read_csv(rdir / "Model-Y" / "responses_0_5_seed222.csv", dtype=str, keep_default_na=False)["0"]
-    g = store.query_df(tmp_db, """SELECT g.prompt_id, g.repeat, g.text, g.seed, s.extracted, s.score, p.idx
+    raw = pd.read_csv(rdir / "Model-Y" / "responses_0_5_seed222.csv", dtype=str, keep_default_na=False)[
+        "0"
+    ]
+    g = store.query_df(
+        tmp_db,
+        """SELECT g.prompt_id, g.repeat, g.text, g.seed, s.extracted, s.score, p.idx
                                  FROM generations g JOIN scores s USING (run_id, model, prompt_id, repeat, mode)
                                  JOIN prompts p USING (prompt_id)
                                  WHERE g.model = 'Model-Y' AND g.mode = 'independent' AND s.rule = 'paper'
-                                 ORDER BY p.idx, g.repeat""")
+                                 ORDER BY p.idx, g.repeat""",
+    )
     assert len(g) == n_q * REPEATS and (g["seed"] == 222).all()
     for r in range(len(raw)):
         row = g.iloc[r]
@@ -84,7 +107,9 @@ def test_import_synthetic_layout(layout, tmp_db):
         assert row["extracted"] == ext
         assert row["score"] == float(ext == golds[r // REPEATS])
     assert (g.loc[g["text"].isna(), "extracted"] == "E").all()
-    coupled_seeds = store.query_df(tmp_db, "SELECT DISTINCT seed FROM generations WHERE mode = 'coupled'")
+    coupled_seeds = store.query_df(
+        tmp_db, "SELECT DISTINCT seed FROM generations WHERE mode = 'coupled'"
+    )
     assert coupled_seeds["seed"].tolist() == [PAPER_COUPLED_SEED]
 
 
@@ -95,15 +120,22 @@ def test_import_is_idempotent_and_subset(layout, tmp_db):
     scores_before = store.query_df(tmp_db, "SELECT * FROM scores ORDER BY ALL")
     import_paper_mmlu(tmp_db, rdir, qdir)
     assert store.table_counts(tmp_db) == before
-    pd.testing.assert_frame_equal(store.query_df(tmp_db, "SELECT * FROM scores ORDER BY ALL"), scores_before)
+    pd.testing.assert_frame_equal(
+        store.query_df(tmp_db, "SELECT * FROM scores ORDER BY ALL"), scores_before
+    )
     # a subject / model subset into a fresh run
-    out = import_paper_mmlu(tmp_db, rdir, qdir, models=["Model-X"], subjects=["bbb_subject"], run_id="sub")
+    out = import_paper_mmlu(
+        tmp_db, rdir, qdir, models=["Model-X"], subjects=["bbb_subject"], run_id="sub"
+    )
     assert out["n_generations"] == 2 * 2 * REPEATS
     sub = store.query_df(tmp_db, "SELECT DISTINCT prompt_id FROM scores WHERE run_id = 'sub' ORDER BY 1")
     assert sub["prompt_id"].tolist() == ["mmlu/bbb_subject/0", "mmlu/bbb_subject/1"]
     # same rows in both runs for the same (model, prompt, repeat, mode)
-    both = store.query_df(tmp_db, """SELECT a.score AS a, b.score AS b FROM scores a JOIN scores b
-        USING (model, prompt_id, repeat, mode, rule) WHERE a.run_id = 'paper-mmlu' AND b.run_id = 'sub'""")
+    both = store.query_df(
+        tmp_db,
+        """SELECT a.score AS a, b.score AS b FROM scores a JOIN scores b
+        USING (model, prompt_id, repeat, mode, rule) WHERE a.run_id = 'paper-mmlu' AND b.run_id = 'sub'""",
+    )
     assert len(both) == 40 and (both["a"] == both["b"]).all()
 
 
@@ -124,14 +156,40 @@ def test_import_bad_input(layout, tmp_path, tmp_db):
         import_paper_mmlu(tmp_db, brdir, bqdir)
     assert not tmp_db.exists() or store.table_counts(tmp_db)["generations"] == 0  # nothing half-written
     # the CLI turns it into one line on stderr and exit code 2
-    assert main(["import", "paper-mmlu", "--responses", str(brdir), "--questions", str(bqdir),
-                 "--db", str(tmp_db)]) == 2
+    assert (
+        main(
+            [
+                "import",
+                "paper-mmlu",
+                "--responses",
+                str(brdir),
+                "--questions",
+                str(bqdir),
+                "--db",
+                str(tmp_db),
+            ]
+        )
+        == 2
+    )
 
 
 def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     rdir, qdir, _ = layout
-    assert main(["import", "paper-mmlu", "--responses", str(rdir), "--questions", str(qdir),
-                 "--db", str(tmp_db)]) == 0
+    assert (
+        main(
+            [
+                "import",
+                "paper-mmlu",
+                "--responses",
+                str(rdir),
+                "--questions",
+                str(qdir),
+                "--db",
+                str(tmp_db),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     mats = score_matrices(tmp_db, "Model-X", "Model-Y")
     assert set(mats) == {"coupled", "independent"}
@@ -139,62 +197,116 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     assert A.shape == B.shape == (5, REPEATS)
     # two implementations agree: matrices from the store vs straight from the CSV + extract_paper
     golds = store.query_df(tmp_db, "SELECT gold FROM prompts ORDER BY idx")["gold"].to_numpy()
-    raw = pd.read_csv(rdir / "Model-X" / f"responses_0_5_seed{PAPER_COUPLED_SEED}.csv", dtype=str,
-                      keep_default_na=False)["0"]
-    direct = np.array([extract_paper(t or None) == golds[r // REPEATS] for r, t in enumerate(raw)], float)
+    raw = pd.read_csv(
+        rdir / "Model-X" / f"responses_0_5_seed{PAPER_COUPLED_SEED}.csv",
+        dtype=str,
+        keep_default_na=False,
+    )["0"]
+    direct = np.array(
+        [extract_paper(t or None) == golds[r // REPEATS] for r, t in enumerate(raw)], float
+    )
     np.testing.assert_array_equal(A.ravel(), direct)
     a_sub, _ = score_matrices(tmp_db, "Model-X", "Model-Y", subject="bbb_subject")["coupled"]
     np.testing.assert_array_equal(a_sub, A[3:])
 
-    cmd = ["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
-           "--resamples", "50", "--target-error", "0.05"]
+    cmd = [
+        "benchmark-compare",
+        "--db",
+        str(tmp_db),
+        "--model-a",
+        "Model-X",
+        "--model-b",
+        "Model-Y",
+        "--resamples",
+        "50",
+        "--target-error",
+        "0.05",
+    ]
     assert main(cmd) == 0  # default: the human summary, not JSON
     text = capsys.readouterr().out
     assert text.startswith("benchmark-compare  Model-X − Model-Y") and "Paired difference" in text
-    assert "at error 0.0500 (target_error), rule paper" in text and "(full result: --json or --out FILE)" in text
+    assert (
+        "at error 0.0500 (target_error), rule paper" in text
+        and "(full result: --json or --out FILE)" in text
+    )
     out_file = tmp_db.parent / "bc.json"
     assert main(cmd + ["--json", "--out", str(out_file)]) == 0
     res = json.loads(capsys.readouterr().out)
     assert json.loads(out_file.read_text()) == res
-    for key in ("mean_covariance_coupled", "median_var_diff_coupled", "median_var_diff_independent",
-                "accuracy", "error_curve", "saving", "saving_ci", "paired", "mcnemar_majority", "planner"):
+    for key in (
+        "mean_covariance_coupled",
+        "median_var_diff_coupled",
+        "median_var_diff_independent",
+        "accuracy",
+        "error_curve",
+        "saving",
+        "saving_ci",
+        "paired",
+        "mcnemar_majority",
+        "planner",
+    ):
         assert key in res
-    assert "mcnemar" not in res and "difference" not in res  # McNemar over (question, repeat) pairs is gone
+    assert (
+        "mcnemar" not in res and "difference" not in res
+    )  # McNemar over (question, repeat) pairs is gone
     # the paired comparison per mode is paired_diff_ci on the stored matrices (questions as the unit)
     for mode, (Am, Bm) in mats.items():
-        ref = bm.paired_diff_ci(Am, Bm)
+        ref = pdiff.paired_diff_ci(Am, Bm)
         got = res["paired"][mode]
-        for k in ("diff", "se", "ci_low", "ci_high", "p_value", "mde", "sigma2_between", "sigma2_within"):
+        for k in (
+            "diff",
+            "se",
+            "ci_low",
+            "ci_high",
+            "p_value",
+            "mde",
+            "sigma2_between",
+            "sigma2_within",
+        ):
             assert got[k] == pytest.approx(ref[k]), (mode, k)
         assert got["bootstrap"]["n_resamples"] == 200
-        assert res["mcnemar_majority"][mode] == bm.mcnemar_majority(Am, Bm)
+        assert res["mcnemar_majority"][mode] == pdiff.mcnemar_majority(Am, Bm)
         assert res["mcnemar_majority"][mode]["outcome"] == "majority vote per question"
     # the saving's interval is saving_predicted at the same error; the planner's components are exact
     Dc, Di = (mats[m][0] - mats[m][1] for m in ("coupled", "independent"))
     sci = res["saving_ci"]
-    assert sci["error"] == 0.05 and sci["saving"] == pytest.approx(bm.saving_predicted(Dc, Di, 0.05)["saving"])
+    assert sci["error"] == 0.05 and sci["saving"] == pytest.approx(
+        saving.saving_predicted(Dc, Di, 0.05)["saving"]
+    )
     assert sci["ci_low"] <= sci["saving"] <= sci["ci_high"]
     pl = res["planner"]
-    assert pl["components"]["coupled"] == bm.variance_components_diff(A, B)
+    assert pl["components"]["coupled"] == pdiff.variance_components_diff(A, B)
     assert pl["components"]["independent (predicted from coupled)"] == bm.independent_components(A, B)
-    assert pl["target_mde"] == 0.05 and pl["target_se"] == pytest.approx(0.05 / bm.MAE_PER_SE)
-    assert {r["mode"] for r in pl["mde_plans"]} == {"coupled", "independent", "independent (predicted from coupled)"}
+    assert pl["target_mde"] == 0.05 and pl["target_se"] == pytest.approx(0.05 / saving.MAE_PER_SE)
+    assert {r["mode"] for r in pl["mde_plans"]} == {
+        "coupled",
+        "independent",
+        "independent (predicted from coupled)",
+    }
     assert all(r["fits"] == (r["questions"] <= 5) for r in pl["mde_plans"] + pl["se_plans"])
-    assert all(r["note"] == f"needs {r['questions']:,} questions; this dataset has 5"
-               for r in pl["mde_plans"] if not r["fits"])
+    assert all(
+        r["note"] == f"needs {r['questions']:,} questions; this dataset has 5"
+        for r in pl["mde_plans"]
+        if not r["fits"]
+    )
     assert pl["headline"].endswith("this dataset has 5") and not pl["headline_fits"]
     # the variance KDEs are reflected at 0: nothing below 0
     for mode in ("coupled", "independent"):
         k = res["kde"][f"var_diff_{mode}"]
         assert k["lower"] == 0 and min(k["x"]) == 0
     assert res["mean_covariance_coupled"] == pytest.approx(bm.per_question_covariance(A, B).mean())
-    assert res["accuracy"]["Model-X"] == pytest.approx(
-        (A.mean() + mats["independent"][0].mean()) / 2)
+    assert res["accuracy"]["Model-X"] == pytest.approx((A.mean() + mats["independent"][0].mean()) / 2)
     assert res["saving_detail"]["error"] == 0.05
     # a 50-sample pool is too small for the default n = 120 (the error would be 0 there): n = 50 // 8
-    assert res["saving_at_n"]["error_source"] == "coupled error at n=6 (the pool has only 50 samples, too few for n=120)"
+    assert (
+        res["saving_at_n"]["error_source"]
+        == "coupled error at n=6 (the pool has only 50 samples, too few for n=120)"
+    )
     curve = {row["n"]: row["coupled"] for row in res["error_curve"]}
-    assert res["saving_at_n"]["error"] == pytest.approx(curve[5] + (curve[10] - curve[5]) / 5) and curve[5] > 0
+    assert (
+        res["saving_at_n"]["error"] == pytest.approx(curve[5] + (curve[10] - curve[5]) / 5)
+        and curve[5] > 0
+    )
     assert [row["n"] for row in res["error_curve"]] == list(range(5, 51, 5))  # 50 samples: step 50 // 10
     # same seed -> same JSON; the library call equals the CLI
     again = benchmark_compare(tmp_db, "Model-X", "Model-Y", target_error=0.05, n_resamples=50, seed=0)
@@ -204,7 +316,10 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     text = capsys.readouterr().out
     assert text.startswith("multigen  Model-X") and "5 prompts × 10 generations" in text
     assert "within-prompt" in text and "between-prompt" in text and "95% CI" in text
-    assert main(["multigen", "--db", str(tmp_db), "--run", "paper-mmlu", "--model", "Model-X", "--json"]) == 0
+    assert (
+        main(["multigen", "--db", str(tmp_db), "--run", "paper-mmlu", "--model", "Model-X", "--json"])
+        == 0
+    )
     mgr = json.loads(capsys.readouterr().out)
     assert mgr["score"] == mg.score_variance(A)  # the fixed CI (σ̂²/n, t) and unbiased components
     assert mgr["n"] == 5 and mgr["k"] == REPEATS and len(mgr["prompts"]) == 5
@@ -212,6 +327,7 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     # consistency from identical extracted answers
     ext = [extract_paper(t or None) for t in raw]
     from collections import Counter
+
     # (a generation without an answer, "E", is its own category)
     counts = list(Counter(e for e in ext[:10] if e != "E").values()) + [1] * ext[:10].count("E")
     s0 = sum(c / 10 * np.log(c / 10) for c in counts)
@@ -229,21 +345,69 @@ def test_stats_io_and_cli_on_imported_data(layout, tmp_db, capsys):
     assert emb.n_flagged == sum(p.p_correct <= 0.1 and p.no_answer < 0.8 for p in emb.prompts)
 
     # bad input through the CLI: clear error, exit 2
-    assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Nope"]) == 2
-    assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
-                 "--subject", "zzz"]) == 2
-    assert main(["multigen", "--db", str(tmp_db), "--run", "paper-mmlu", "--model", "Model-X",
-                 "--method", "llm"]) == 2
-    assert main(["benchmark-compare", "--db", str(tmp_db / "missing.duckdb"), "--model-a", "a",
-                 "--model-b", "b"]) == 2
+    assert (
+        main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Nope"])
+        == 2
+    )
+    assert (
+        main(
+            [
+                "benchmark-compare",
+                "--db",
+                str(tmp_db),
+                "--model-a",
+                "Model-X",
+                "--model-b",
+                "Model-Y",
+                "--subject",
+                "zzz",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "multigen",
+                "--db",
+                str(tmp_db),
+                "--run",
+                "paper-mmlu",
+                "--model",
+                "Model-X",
+                "--method",
+                "llm",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "benchmark-compare",
+                "--db",
+                str(tmp_db / "missing.duckdb"),
+                "--model-a",
+                "a",
+                "--model-b",
+                "b",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "Nope" in err and "zzz" in err and "llm" in err
 
 
 # ---- reproduction on the real data (../shared) -------------------------------------------------
 
-PAPER_SUBJECTS = ["college_computer_science", "college_chemistry", "professional_accounting",
-                  "professional_law", "professional_medicine"]
+PAPER_SUBJECTS = [
+    "college_computer_science",
+    "college_chemistry",
+    "professional_accounting",
+    "professional_law",
+    "professional_medicine",
+]
 L8, L3, L1 = "Llama-3.1-8B-Instruct", "Llama-3.2-3B-Instruct", "Llama-3.2-1B-Instruct"
 
 
@@ -286,19 +450,31 @@ def test_reproduce_paper_other_subjects_all_pairs(paper_db):
 
 def test_benchmark_planner_exact_tiny():
     from engine.analysis.benchmark import _planner
+
     # D = A − B = [[1, 0], [1, 0]]: d_i = (0.5, 0.5), var(d_i) = 0; σ²_w = mean var_r(D) = 0.5;
     # σ²_b = max(0, 0 − 0.5/2) = 0. Target SE 0.1: n(k) = ceil(0.5/k / 0.01) = 50, 25, 10, 5.
     A = np.array([[1, 0], [1, 1]], float)
     B = np.array([[0, 0], [0, 1]], float)
     pl = _planner({"coupled": (A, B)}, 0.05, 0.5, 0.1, 0.05, 0.8, 2, 2, [])
-    assert pl.components["coupled"].to_dict() == {"sigma2_between": 0.0, "sigma2_within": 0.5, "Q": 2, "R": 2}
+    assert pl.components["coupled"].to_dict() == {
+        "sigma2_between": 0.0,
+        "sigma2_within": 0.5,
+        "Q": 2,
+        "R": 2,
+    }
     # independent, predicted: mean_i (var A_i + var B_i) = mean(0.5 + 0, 0 + 0.5) = 0.5
     assert pl.components["independent (predicted from coupled)"].sigma2_within == 0.5
-    coupled = [(r["repeats"], r["questions"], r["fits"], r["note"]) for r in pl.se_plans if r["mode"] == "coupled"]
-    assert coupled == [(1, 50, False, "needs 50 questions; this dataset has 2"),
-                       (2, 25, False, "needs 25 questions; this dataset has 2"),
-                       (5, 10, False, "needs 10 questions; this dataset has 2"),
-                       (10, 5, False, "needs 5 questions; this dataset has 2")]
+    coupled = [
+        (r["repeats"], r["questions"], r["fits"], r["note"])
+        for r in pl.se_plans
+        if r["mode"] == "coupled"
+    ]
+    assert coupled == [
+        (1, 50, False, "needs 50 questions; this dataset has 2"),
+        (2, 25, False, "needs 25 questions; this dataset has 2"),
+        (5, 10, False, "needs 10 questions; this dataset has 2"),
+        (10, 5, False, "needs 5 questions; this dataset has 2"),
+    ]
     assert pl.target_se_source == "given"
     # MDE 0.5 with Var(d̄) = 0.5/(n k): k = 10 reaches 80% power with a handful of questions
     k10 = next(r for r in pl.mde_plans if r["mode"] == "coupled" and r["repeats"] == 10)
@@ -317,7 +493,28 @@ def test_benchmark_compare_without_an_independent_run(layout, tmp_db, capsys):
     assert set(res.paired) == set(res.mcnemar_majority) == {"coupled"}
     assert res.saving is None and res.saving_ci is None  # nothing to save against
     # the planner still predicts the independent design from the coupled run
-    assert res.planner.components["independent (predicted from coupled)"].to_dict() == bm.independent_components(A, B)
-    assert main(["benchmark-compare", "--db", str(tmp_db), "--model-a", "Model-X", "--model-b", "Model-Y",
-                 "--resamples", "50", "--target-error", "0.05"]) == 0
-    assert "resampling curves: - (a curve never reaches this error, or no independent run)" in capsys.readouterr().out
+    assert res.planner.components[
+        "independent (predicted from coupled)"
+    ].to_dict() == bm.independent_components(A, B)
+    assert (
+        main(
+            [
+                "benchmark-compare",
+                "--db",
+                str(tmp_db),
+                "--model-a",
+                "Model-X",
+                "--model-b",
+                "Model-Y",
+                "--resamples",
+                "50",
+                "--target-error",
+                "0.05",
+            ]
+        )
+        == 0
+    )
+    assert (
+        "resampling curves: - (a curve never reaches this error, or no independent run)"
+        in capsys.readouterr().out
+    )

@@ -23,11 +23,15 @@ ALLOWED: dict[str, set[str]] = {
     "tasks": {"store", "stats", "models", "sampling"},
     "generation": {"sampling", "models", "store"},
     "analysis": {"store", "stats", "sampling", "figures"},
-    "report": {"analysis", "figures", "figures_sequential"},  # the shareable report: analysis results -> HTML / paper tables
+    "figures": set(),  # presentation: plain data in, Plotly figures out
+    # the shareable report: analysis results -> HTML / paper tables
+    "report": {"analysis", "figures"},
 }
 FORBIDDEN_EVERYWHERE = ("dashboard", "app_pages", "streamlit")
-MAX_FUNCTION_LINES = 80
-MAX_MODULE_LINES = 500
+# measured on code as `ruff format` writes it (line length 105): let a function or a file grow or
+# split, never pack lines to fit
+MAX_FUNCTION_LINES = 120
+MAX_MODULE_LINES = 800
 LIMITED = ("engine", "dashboard", "app_pages")
 
 
@@ -106,11 +110,13 @@ def _too_long() -> tuple[list[str], list[str]]:
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     length = node.end_lineno - node.lineno + 1
                     if length > MAX_FUNCTION_LINES:
-                        funcs.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
+                        funcs.append(
+                            f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines"
+                        )
     return funcs, mods
 
 
-def test_no_function_over_80_lines_and_no_module_over_500():
+def test_no_function_over_120_lines_and_no_module_over_800():
     funcs, mods = _too_long()
     assert not funcs and not mods, "\n".join(funcs + mods)
 
@@ -121,17 +127,20 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _engine_cycles() -> list[list[str]]:
-    """Strongly connected components (> 1 module) of the engine's module import graph."""
-    names = {_module_name(p): p for p in _engine_files()}
+def _engine_cycles(package: str = "engine") -> list[list[str]]:
+    """Strongly connected components (> 1 module) of a package's module import graph (``engine`` or
+    ``dashboard``)."""
+    names = {_module_name(p): p for p in sorted((ROOT / package).rglob("*.py"))}
     graph: dict[str, set[str]] = {n: set() for n in names}
     for name, path in names.items():
-        for _, mod in _imports(path, members=True):   # `from engine.store import runs` imports engine.store.runs
-            while mod and mod not in names:       # `from engine.x.y import f`: f is not a module
+        for _, mod in _imports(
+            path, members=True
+        ):  # `from engine.store import runs` imports engine.store.runs
+            while mod and mod not in names:  # `from engine.x.y import f`: f is not a module
                 mod = mod.rpartition(".")[0]
             # a module importing its own package (`from engine.generation import lengths` inside
             # engine.generation) goes through the package face, which imports the module back
-            if mod and mod != name and mod != "engine":
+            if mod and mod != name and mod != package:
                 graph[name].add(mod)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -139,7 +148,7 @@ def _engine_cycles() -> list[list[str]]:
     on: set[str] = set()
     out: list[list[str]] = []
 
-    def visit(v: str) -> None:   # Tarjan's algorithm
+    def visit(v: str) -> None:  # Tarjan's algorithm
         index[v] = low[v] = len(index)
         stack.append(v)
         on.add(v)
@@ -166,8 +175,9 @@ def _engine_cycles() -> list[list[str]]:
     return out
 
 
-def test_no_import_circle_in_the_engine():
-    cycles = _engine_cycles()
+@pytest.mark.parametrize("package", ["engine", "dashboard"])
+def test_no_import_circle(package):
+    cycles = _engine_cycles(package)
     assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
@@ -206,9 +216,16 @@ def _unused_private_constants() -> list[str]:
     out = []
     for path in _engine_files():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        defined = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                   if isinstance(t, ast.Name) and t.id.startswith("_") and t.id[1:2].isupper() and t.id.isupper()}
+        defined = {
+            t.id
+            for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Name)
+            and t.id.startswith("_")
+            and t.id[1:2].isupper()
+            and t.id.isupper()
+        }
         read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         out += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(defined - read)]
     return out

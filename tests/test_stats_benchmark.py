@@ -10,6 +10,8 @@ import pytest
 
 from engine.errors import UserError
 from engine.stats import benchmark as bm
+from engine.stats import paired_difference as pdiff
+from engine.stats import planning, saving
 
 # 2 questions x 3 repeats, hand-computed below.
 A = np.array([[1, 0, 1], [1, 1, 1]], dtype=float)
@@ -33,7 +35,9 @@ def test_var_diff_identity_on_same_data():
     rhs = X.var(axis=1, ddof=1) + Y.var(axis=1, ddof=1) - 2 * bm.per_question_covariance(X, Y)
     np.testing.assert_allclose(lhs, rhs, atol=1e-12)
     # and the covariance matches numpy's per row
-    np.testing.assert_allclose(bm.per_question_covariance(X, Y)[:5], [np.cov(X[i], Y[i])[0, 1] for i in range(5)])
+    np.testing.assert_allclose(
+        bm.per_question_covariance(X, Y)[:5], [np.cov(X[i], Y[i])[0, 1] for i in range(5)]
+    )
 
 
 def _simulate(rng, Q, R, coupled):
@@ -106,7 +110,7 @@ def test_error_curve_matches_sampling_theory():
     s2 = diff.var()
     for n, e in zip(sizes, curve["mean"]):
         sd = math.sqrt(s2 / n * (N - n) / (N - 1))
-        assert e == pytest.approx(sd * bm.MAE_PER_SE, rel=0.05)
+        assert e == pytest.approx(sd * saving.MAE_PER_SE, rel=0.05)
 
 
 def test_default_sizes():
@@ -121,31 +125,33 @@ def test_samples_for_error_and_saving_exact():
     err_c = [0.10, 0.06, 0.04, 0.03]
     err_i = [0.14, 0.10, 0.08, 0.05]
     # coupled reaches 0.05 between 40 (0.06) and 60 (0.04): 40 + 0.01/0.02*20 = 50
-    assert bm.samples_for_error(sizes, err_c, 0.05) == pytest.approx(50.0)
-    assert bm.samples_for_error(sizes, err_i, 0.05) == pytest.approx(80.0)
-    s = bm.sample_saving(sizes, err_c, err_i, 0.05)
+    assert saving.samples_for_error(sizes, err_c, 0.05) == pytest.approx(50.0)
+    assert saving.samples_for_error(sizes, err_i, 0.05) == pytest.approx(80.0)
+    s = saving.sample_saving(sizes, err_c, err_i, 0.05)
     assert s["saving"] == pytest.approx(1 - 50 / 80)
-    assert not s["at_smallest_size"] and bm.sample_saving(sizes, err_c, err_i, 0.12)["at_smallest_size"]
-    assert bm.samples_for_error(sizes, err_c, 0.001) is None
-    assert bm.sample_saving(sizes, err_c, err_i, 0.001)["saving"] is None
-    assert bm.error_at(sizes, err_c, 50) == pytest.approx(0.05)
+    assert (
+        not s["at_smallest_size"] and saving.sample_saving(sizes, err_c, err_i, 0.12)["at_smallest_size"]
+    )
+    assert saving.samples_for_error(sizes, err_c, 0.001) is None
+    assert saving.sample_saving(sizes, err_c, err_i, 0.001)["saving"] is None
+    assert saving.error_at(sizes, err_c, 50) == pytest.approx(0.05)
 
 
 def test_mcnemar_exact_and_chi2():
     a = np.array([1, 1, 1, 0, 1, 0])
     b = np.array([0, 0, 0, 0, 1, 0])
-    r = bm.mcnemar(a, b)
+    r = pdiff.mcnemar(a, b)
     assert (r["n10"], r["n01"], r["method"]) == (3, 0, "exact")
-    assert r["p_value"] == pytest.approx(2 * 0.5 ** 3)
+    assert r["p_value"] == pytest.approx(2 * 0.5**3)
     # large discordant counts: chi2 with continuity correction agrees with the exact binomial
     rng = np.random.default_rng(2)
     x = rng.random(3000) < 0.6
     y = rng.random(3000) < 0.55
-    chi = bm.mcnemar(x, y)
-    exact = bm.mcnemar(x, y, exact_below=10 ** 9)
+    chi = pdiff.mcnemar(x, y)
+    exact = pdiff.mcnemar(x, y, exact_below=10**9)
     assert chi["method"] == "chi2" and exact["method"] == "exact"
     assert chi["p_value"] == pytest.approx(exact["p_value"], rel=0.1, abs=1e-4)
-    assert bm.mcnemar(a, a)["p_value"] == 1.0
+    assert pdiff.mcnemar(a, a)["p_value"] == 1.0
 
 
 def test_mcnemar_level_under_null():
@@ -156,14 +162,14 @@ def test_mcnemar_level_under_null():
         p = rng.random(60)
         x = rng.random(60) < p
         y = rng.random(60) < p
-        rejections += bm.mcnemar(x, y)["p_value"] < 0.05
+        rejections += pdiff.mcnemar(x, y)["p_value"] < 0.05
     assert rejections / 400 <= 0.07
 
 
 def test_paired_bootstrap_diff():
     rng = np.random.default_rng(0)
     Ac, Bc, pa, pb = _simulate(rng, 300, 10, coupled=True)
-    r = bm.paired_bootstrap_diff(Ac, Bc, np.random.default_rng(1), n_resamples=2000)
+    r = pdiff.paired_bootstrap_diff(Ac, Bc, np.random.default_rng(1), n_resamples=2000)
     assert r["diff"] == pytest.approx((Ac - Bc).mean())
     assert r["ci_low"] < r["diff"] < r["ci_high"]
     # the bootstrap se agrees with the cluster (per-question) standard error
@@ -176,7 +182,7 @@ def test_variance_components_and_planner_match_simulation():
     # simulated benchmark predict the variance of the mean over fresh benchmarks of another shape.
     rng = np.random.default_rng(9)
     Ac, Bc, _, _ = _simulate(rng, 2000, 10, coupled=True)
-    comp = bm.variance_components_diff(Ac, Bc)
+    comp = pdiff.variance_components_diff(Ac, Bc)
     n, k, M = 100, 4, 3000
     pa = rng.beta(2, 2, (M, n, 1))
     pb = np.clip(pa - 0.15 + 0.1 * rng.standard_normal((M, n, 1)), 0, 1)
@@ -184,16 +190,22 @@ def test_variance_components_and_planner_match_simulation():
     means = ((u < pa).astype(float) - (u < pb)).mean(axis=(1, 2))  # (M,)
     predicted = comp["sigma2_between"] / n + comp["sigma2_within"] / (n * k)
     assert np.var(means, ddof=1) == pytest.approx(predicted, rel=0.1)
-    plan = bm.plan_sample_size(comp["sigma2_between"], comp["sigma2_within"], target_se=0.02, repeats=(1, 4))
+    plan = planning.plan_sample_size(
+        comp["sigma2_between"], comp["sigma2_within"], target_se=0.02, repeats=(1, 4)
+    )
     for row in plan:
-        se = math.sqrt((comp["sigma2_between"] + comp["sigma2_within"] / row["repeats"]) / row["questions"])
+        se = math.sqrt(
+            (comp["sigma2_between"] + comp["sigma2_within"] / row["repeats"]) / row["questions"]
+        )
         assert se <= 0.02
-        se_one_less = math.sqrt((comp["sigma2_between"] + comp["sigma2_within"] / row["repeats"])
-                                / max(row["questions"] - 1, 1))
+        se_one_less = math.sqrt(
+            (comp["sigma2_between"] + comp["sigma2_within"] / row["repeats"])
+            / max(row["questions"] - 1, 1)
+        )
         assert row["questions"] == 1 or se_one_less > 0.02
     # target error -> target se = error / sqrt(2/pi)
-    by_err = bm.plan_sample_size(0.1, 0.2, target_error=0.02 * bm.MAE_PER_SE, repeats=(1,))
-    assert by_err == bm.plan_sample_size(0.1, 0.2, target_se=0.02, repeats=(1,))
+    by_err = planning.plan_sample_size(0.1, 0.2, target_error=0.02 * saving.MAE_PER_SE, repeats=(1,))
+    assert by_err == planning.plan_sample_size(0.1, 0.2, target_se=0.02, repeats=(1,))
 
 
 def test_kde_curve_regular_and_degenerate():
@@ -219,14 +231,15 @@ def test_bad_input_errors():
     with pytest.raises(UserError, match="sample sizes"):
         bm.error_curve(np.zeros(10), [5, 20], bm.resample_permutations(10, 3, np.random.default_rng(0)))
     with pytest.raises(UserError, match="exactly one"):
-        bm.plan_sample_size(0.1, 0.1)
+        planning.plan_sample_size(0.1, 0.1)
     with pytest.raises(UserError, match="> 0"):
-        bm.plan_sample_size(0.1, 0.1, target_error=-1)
+        planning.plan_sample_size(0.1, 0.1, target_error=-1)
     with pytest.raises(UserError, match="no values"):
         bm.kde_curve([])
 
 
 # ---- boundary-corrected KDE (a variance is never negative) -------------------------------------
+
 
 def test_kde_reflected_at_zero_integrates_to_one_and_is_zero_below():
     rng = np.random.default_rng(3)
@@ -240,7 +253,9 @@ def test_kde_reflected_at_zero_integrates_to_one_and_is_zero_below():
     plain = np.array(bm.kde_curve(x, grid=grid)["density"])
     assert np.trapezoid(plain[g < 0], g[g < 0]) > 0.05
     above = g >= 2 * c["bandwidth"] * 4
-    np.testing.assert_allclose(f[above], plain[above], atol=1e-6)  # far from 0 the reflection adds ~nothing
+    np.testing.assert_allclose(
+        f[above], plain[above], atol=1e-6
+    )  # far from 0 the reflection adds ~nothing
     # default grid starts at the bound; degenerate data (all 0) too
     assert bm.kde_curve(x, lower=0.0)["x"][0] == 0.0
     d = bm.kde_curve(np.zeros(10), grid=grid, lower=0.0)
@@ -253,11 +268,12 @@ def test_kde_reflected_at_zero_integrates_to_one_and_is_zero_below():
 
 # ---- sample saving predicted from the variances, with its bootstrap interval -------------------
 
+
 def test_saving_predicted_exact_tiny():
-    Dc = np.array([[0, 0], [1, 0]], float)   # S² = var([0, 0, 1, 0], ddof 1) = 0.25
+    Dc = np.array([[0, 0], [1, 0]], float)  # S² = var([0, 0, 1, 0], ddof 1) = 0.25
     Di = np.array([[1, -1], [1, 0]], float)  # S² = var([1, -1, 1, 0], ddof 1) = 11/12
     eps = 0.1
-    r = bm.saving_predicted(Dc, Di, eps)
+    r = saving.saving_predicted(Dc, Di, eps)
     s2 = (eps / math.sqrt(2 / math.pi)) ** 2
     nc, ni = 0.25 * 4 / (s2 * 4 + 0.25), (11 / 12) * 4 / (s2 * 4 + 11 / 12)
     assert (r["s2_coupled"], r["N"]) == (pytest.approx(0.25), 4)
@@ -266,9 +282,9 @@ def test_saving_predicted_exact_tiny():
     assert r["saving"] == pytest.approx(1 - nc / ni)
     assert r["ci_low"] is None and r["n_resamples"] == 0  # no rng: no interval
     with pytest.raises(UserError, match="must be > 0"):
-        bm.saving_predicted(Dc, Di, 0.0)
+        saving.saving_predicted(Dc, Di, 0.0)
     with pytest.raises(UserError, match="one shape"):
-        bm.saving_predicted(Dc, Di[:1], 0.1)
+        saving.saving_predicted(Dc, Di[:1], 0.1)
 
 
 def _coupled_pair(rng, Q, R):
@@ -288,10 +304,15 @@ def test_saving_predicted_agrees_with_the_resampling_curves():
     sizes = bm.default_sizes(N)
     perms = bm.resample_permutations(N, 4000, rng, length=int(sizes.max()))
     ec, ei = (bm.error_curve(D.ravel(), sizes, perms)["mean"] for D in (Dc, Di))
-    for n in (60, 200, 600, 1500):  # measured: n within 3%, saving within 0.013 (Monte Carlo noise of the curves)
-        eps = bm.error_at(sizes, ec, n)
-        curve = bm.sample_saving(sizes, ec, ei, eps)
-        pred = bm.saving_predicted(Dc, Di, eps)
+    for n in (
+        60,
+        200,
+        600,
+        1500,
+    ):  # measured: n within 3%, saving within 0.013 (Monte Carlo noise of the curves)
+        eps = saving.error_at(sizes, ec, n)
+        curve = saving.sample_saving(sizes, ec, ei, eps)
+        pred = saving.saving_predicted(Dc, Di, eps)
         assert pred["n_coupled"] == pytest.approx(curve["n_coupled"], rel=0.05)
         assert pred["n_independent"] == pytest.approx(curve["n_independent"], rel=0.05)
         assert pred["saving"] == pytest.approx(curve["saving"], abs=0.03)
@@ -305,11 +326,11 @@ def test_saving_predicted_interval_covers_the_population_saving():
     pa, pb = rng.beta(2, 2, 2_000_000), rng.beta(2, 3, 2_000_000)
     s2c = np.mean(np.abs(pa - pb)) - np.mean(pa - pb) ** 2
     s2i = np.mean(pa * (1 - pb) + pb * (1 - pa)) - np.mean(pa - pb) ** 2
-    nc, ni = bm.samples_for_error_fpc(np.array([s2c, s2i]), Q * R, eps)
+    nc, ni = saving.samples_for_error_fpc(np.array([s2c, s2i]), Q * R, eps)
     truth = 1 - nc / ni
     hits = []
     for _ in range(200):
-        r = bm.saving_predicted(*_coupled_pair(rng, Q, R), eps, rng=rng, n_resamples=400)
+        r = saving.saving_predicted(*_coupled_pair(rng, Q, R), eps, rng=rng, n_resamples=400)
         hits.append(r["ci_low"] <= truth <= r["ci_high"])
     assert 0.89 <= np.mean(hits) <= 0.99, np.mean(hits)
 
@@ -319,24 +340,34 @@ def test_stats_records_give_back_the_stats_dicts():
     dicts: to_dict() is the dict itself, key order included, optional keys absent as before."""
     from engine.analysis import stats_records as SR
     from engine.stats import multigen as mg
+
     rng = np.random.default_rng(5)
     A = (rng.random((30, 4)) < 0.6).astype(float)
     B = np.clip(A + (rng.random((30, 4)) < 0.2), 0, 1) * (rng.random((30, 4)) < 0.9)
     Ai, Bi = (rng.random((30, 4)) < 0.6).astype(float), (rng.random((30, 4)) < 0.55).astype(float)
-    cases = [(SR.PairedDiff, bm.paired_diff_ci(A, B, rng=np.random.default_rng(1), n_resamples=200)),
-             (SR.PairedDiff, bm.paired_diff_ci(A, B)),  # no bootstrap: None
-             (SR.McNemar, bm.mcnemar_majority(A, B)),
-             (SR.ScoreVariance, mg.score_variance(A)),
-             (SR.VarianceSaving, bm.variance_saving(A - B, Ai - Bi)),
-             (SR.PredictedSaving, bm.saving_predicted(A - B, Ai - Bi, 0.05, rng=np.random.default_rng(2),
-                                                      n_resamples=200)),
-             (SR.PredictedSaving, bm.saving_predicted(A - B, Ai - Bi, 0.05)),  # no interval: no ci_method key
-             (SR.VarianceComponents, bm.variance_components_diff(A, B)),
-             (SR.VarianceComponents, bm.independent_components(A, B)),
-             (SR.KdeCurve, bm.kde_curve(A.mean(axis=1), n_grid=20)),
-             (SR.KdeCurve, bm.kde_curve(A.var(axis=1, ddof=1), n_grid=20, lower=0.0))]
+    cases = [
+        (SR.PairedDiff, pdiff.paired_diff_ci(A, B, rng=np.random.default_rng(1), n_resamples=200)),
+        (SR.PairedDiff, pdiff.paired_diff_ci(A, B)),  # no bootstrap: None
+        (SR.McNemar, pdiff.mcnemar_majority(A, B)),
+        (SR.ScoreVariance, mg.score_variance(A)),
+        (SR.VarianceSaving, saving.variance_saving(A - B, Ai - Bi)),
+        (
+            SR.PredictedSaving,
+            saving.saving_predicted(A - B, Ai - Bi, 0.05, rng=np.random.default_rng(2), n_resamples=200),
+        ),
+        (
+            SR.PredictedSaving,
+            saving.saving_predicted(A - B, Ai - Bi, 0.05),
+        ),  # no interval: no ci_method key
+        (SR.VarianceComponents, pdiff.variance_components_diff(A, B)),
+        (SR.VarianceComponents, bm.independent_components(A, B)),
+        (SR.KdeCurve, bm.kde_curve(A.mean(axis=1), n_grid=20)),
+        (SR.KdeCurve, bm.kde_curve(A.var(axis=1, ddof=1), n_grid=20, lower=0.0)),
+    ]
     for cls, d in cases:
-        assert json.dumps(cls.of(d).to_dict()) == json.dumps(d), cls  # same keys, order and values (NaN too)
+        assert json.dumps(cls.of(d).to_dict()) == json.dumps(d), (
+            cls
+        )  # same keys, order and values (NaN too)
     assert "ci_method" in cases[5][1] and "ci_method" not in SR.PredictedSaving.of(cases[6][1]).to_dict()
     assert SR.PairedDiff.of(cases[0][1]).to_dict()["bootstrap"] == cases[0][1]["bootstrap"]
     assert SR.PairedDiff.of(cases[0][1]).bootstrap.n_resamples == 200

@@ -27,17 +27,20 @@ def test_score_variance_exact_tiny():
     assert r["sigma2_between"] == pytest.approx(max(0.0, sigma2 - pq / 2))
     assert r["var_within"] + r["var_between"] == pytest.approx(r["var"])  # not clipped here
     t = 12.706204736174698  # t_{1, 0.975}
-    assert mu - t * math.sqrt(r["var"]) < 0 < 1 < mu + t * math.sqrt(r["var"])  # the t interval leaves [0, 1] ...
+    assert (
+        mu - t * math.sqrt(r["var"]) < 0 < 1 < mu + t * math.sqrt(r["var"])
+    )  # the t interval leaves [0, 1] ...
     assert (r["ci_low"], r["ci_high"]) == (0.0, 1.0)  # ... and is intersected with it
     assert (r["n"], r["k"], r["df"]) == (2, 3, 1)
 
 
 def test_score_variance_agrees_with_variance_components_diff():
-    from engine.stats import benchmark as bm
+    from engine.stats import paired_difference as pdiff
+
     rng = np.random.default_rng(3)
     Y = (rng.random((200, 6)) < rng.beta(1, 1, (200, 1))).astype(float)
     r = mg.score_variance(Y)
-    c = bm.variance_components_diff(Y, np.zeros_like(Y))
+    c = pdiff.variance_components_diff(Y, np.zeros_like(Y))
     assert r["within"] == pytest.approx(c["sigma2_within"])
     assert r["sigma2_between"] == pytest.approx(c["sigma2_between"])
 
@@ -68,7 +71,10 @@ def test_ci_coverage_hierarchical_simulation():
     reps, n, k = 1000, 150, 5
     p = rng.beta(2, 3, (reps, n, 1))
     Y = (rng.random((reps, n, k)) < p).astype(float)
-    cover = [mg.score_variance(Y[r])["ci_low"] <= mu <= mg.score_variance(Y[r])["ci_high"] for r in range(reps)]
+    cover = [
+        mg.score_variance(Y[r])["ci_low"] <= mu <= mg.score_variance(Y[r])["ci_high"]
+        for r in range(reps)
+    ]
     # binomial sd at 0.95 over 1000 runs is 0.007: allow 3 sd below nominal
     assert np.mean(cover) >= 0.93
 
@@ -133,7 +139,7 @@ def test_lemma_2_1_variance_matches_simulation():
     n, k, reps = 80, 4, 20000
     p = rng.beta(a, b, (reps, n, 1))
     mus = (rng.random((reps, n, k)) < p).mean(axis=(1, 2))
-    theory = (mu - mu ** 2 - sigma2) / (n * k) + sigma2 / n
+    theory = (mu - mu**2 - sigma2) / (n * k) + sigma2 / n
     assert mus.var(ddof=1) == pytest.approx(theory, rel=0.05)
 
 
@@ -167,9 +173,11 @@ def _consistency_naive(C) -> np.ndarray:
 
 def test_semantic_consistency_exact_and_vs_naive():
     C = np.array([[3, 3, 3, 3], [0, 1, 2, 3], [5, 5, 7, 7], [9, 1, 9, 9]])
-    np.testing.assert_allclose(mg.semantic_consistency(C),
-                               [0.0, -math.log(4), math.log(0.5), 0.75 * math.log(0.75) + 0.25 * math.log(0.25)],
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        mg.semantic_consistency(C),
+        [0.0, -math.log(4), math.log(0.5), 0.75 * math.log(0.75) + 0.25 * math.log(0.25)],
+        atol=1e-12,
+    )
     rng = np.random.default_rng(0)
     C = rng.integers(-3, 4, (500, 10))  # arbitrary ids, negative too
     np.testing.assert_allclose(mg.semantic_consistency(C), _consistency_naive(C), atol=1e-12)
@@ -179,7 +187,9 @@ def test_data_map_flags():
     p = np.array([0.0, 0.1, 0.1, 0.5, 0.05])
     S = np.array([0.0, -0.8, -0.9, 0.0, -0.5])
     np.testing.assert_array_equal(mg.data_map_flags(p, S), [True, True, False, False, True])
-    np.testing.assert_array_equal(mg.data_map_flags(p, S, p_max=0.0, s_min=-1.0), [True, False, False, False, False])
+    np.testing.assert_array_equal(
+        mg.data_map_flags(p, S, p_max=0.0, s_min=-1.0), [True, False, False, False, False]
+    )
 
 
 def test_bad_input_errors():
@@ -199,9 +209,13 @@ def test_bad_input_errors():
 
 def test_largest_answer_cluster_vectorised_vs_loop():
     from engine.stats.multigen import largest_answer_cluster
+
     rng = np.random.default_rng(3)
     C = rng.integers(0, 4, size=(200, 7))
     A = rng.random((200, 7)) < 0.6
-    naive = [max([sum(1 for j in range(7) if C[i, j] == c and A[i, j]) for c in set(C[i])] + [0]) for i in range(200)]
+    naive = [
+        max([sum(1 for j in range(7) if C[i, j] == c and A[i, j]) for c in set(C[i])] + [0])
+        for i in range(200)
+    ]
     assert largest_answer_cluster(C, A).tolist() == naive
     assert largest_answer_cluster([[1, 1, 2]], [[False, False, True]]).tolist() == [1]

@@ -23,7 +23,7 @@ from engine.stats import ranking as R
 from engine.stats import saving as SV
 from engine.stats import simulate as S
 from engine.stats import winrates as WR
-from engine.stats.benchmark import paired_diff_ci
+from engine.stats.paired_difference import paired_diff_ci
 
 
 def _mc_tol(p: float, reps: int) -> float:
@@ -31,6 +31,7 @@ def _mc_tol(p: float, reps: int) -> float:
 
 
 # ----------------------------------------------------------------------------- wild bootstrap-t
+
 
 def _naive_wild(first, second, w, w2, k, cluster, v):
     """Re-estimate theta and the clustered Sigma on Y*_c = theta N_c + v_c u_c with explicit loops."""
@@ -61,7 +62,9 @@ def test_wild_draws_match_a_naive_reestimation_loop():
     d = S.JudgeDesign(n_prompts=12, n_repeats=2, quality=(0.2, 0.0, -0.1), modes=("coupled",))
     r = S.simulate_judge_design(d, np.random.default_rng(0), shuffle=False)
     w, w2 = (r["outcome"] == 0).astype(float), (r["outcome"] == 1).astype(float)
-    got = R.wild_draws_onesource(r["a"], r["b"], w, w2, 3, r["prompt"], np.random.default_rng(5), n_draws=40)
+    got = R.wild_draws_onesource(
+        r["a"], r["b"], w, w2, 3, r["prompt"], np.random.default_rng(5), n_draws=40
+    )
     v = np.random.default_rng(5).integers(0, 2, size=(40, 12)) * 2.0 - 1.0  # the same Rademacher draws
     codes = CL.cluster_codes(r["prompt"], r["a"].size)[0]  # the prompt order the engine uses
     np.testing.assert_allclose(got, _naive_wild(r["a"], r["b"], w, w2, 3, codes, v), atol=1e-10)
@@ -93,6 +96,7 @@ def test_wild_draws_of_column_means_match_a_naive_loop():
     """maxt.wild_draws_means: each draw re-weights the questions (M*_c = theta + v_c (M_c - theta)),
     re-estimates theta* and Cov(M*)/C with ddof 1, as the observed statistic is computed."""
     from engine.stats.maxt import wild_draws_means
+
     M = np.random.default_rng(4).integers(0, 3, size=(9, 3)) / 2.0  # (C, k) question means of 2 repeats
     got = wild_draws_means(M, np.random.default_rng(8), n_draws=25)
     v = np.random.default_rng(8).integers(0, 2, size=(25, 9)) * 2.0 - 1.0  # the same Rademacher weights
@@ -116,6 +120,7 @@ def test_accuracy_ranks_with_wild_calibration_cover_at_40_questions():
     from scipy import stats
 
     from engine.analysis.accuracy_ranks import rank_accuracies
+
     k, Q, reps, alpha = 4, 40, 300, 0.1
     rng = np.random.default_rng(2027)
     tl, tu = R.true_ranksets(np.zeros(k))
@@ -136,12 +141,20 @@ def test_ranksets_for_reports_the_wild_calibration_on_few_prompts():
     import pandas as pd
 
     from engine.analysis.ranksets import ranksets_for
+
     d = S.JudgeDesign(n_prompts=20, n_repeats=1, quality=(0.3, 0.0, -0.3), modes=("coupled",))
     r = S.simulate_judge_design(d, np.random.default_rng(1))
     names = np.array(["m0", "m1", "m2"])
     win = np.where(r["outcome"] == 0, "a", np.where(r["outcome"] == 1, "b", "tie"))
-    df = pd.DataFrame({"prompt_id": [f"p{x}" for x in r["prompt"]], "model_a": names[r["a"]],
-                       "model_b": names[r["b"]], "human_winner": win, "judge_winner": None})
+    df = pd.DataFrame(
+        {
+            "prompt_id": [f"p{x}" for x in r["prompt"]],
+            "model_a": names[r["a"]],
+            "model_b": names[r["b"]],
+            "human_winner": win,
+            "judge_winner": None,
+        }
+    )
     res = ranksets_for(df, "human", 0.1, n_draws=2000)
     assert res.calibration == "wild" and any(w.kind is Notice.SMALL_SAMPLE for w in res.warnings)
     assert res.to_dict()["calibration"] == "wild" and "lam" not in res.to_dict()
@@ -151,6 +164,7 @@ def test_ranksets_for_reports_the_wild_calibration_on_few_prompts():
 
 
 # ----------------------------------------------------------------------------- Westfall-Young
+
 
 def _naive_maxt_adjust(d, mult):
     C, H = d.shape
@@ -166,6 +180,7 @@ def _naive_maxt_adjust(d, mult):
             se = np.sqrt(max(var, 0) / n)
             out.append((m - centre[h]) / se if se > 0 else 0.0)
         return np.array(out)
+
     t = np.abs(tstat(np.ones(C), np.zeros(H)))
     centre = np.nanmean(d, axis=0)
     tb = np.array([np.abs(tstat(m, centre)) for m in mult])
@@ -181,7 +196,9 @@ def test_maxt_adjust_matches_a_naive_loop():
     rng = np.random.default_rng(3)
     C = 15
     common = rng.normal(size=(C, 1))
-    d = 0.6 * common + rng.normal(size=(C, 4)) + np.array([0.9, 0.7, 0.0, 0.2])  # positively dependent cells
+    d = (
+        0.6 * common + rng.normal(size=(C, 4)) + np.array([0.9, 0.7, 0.0, 0.2])
+    )  # positively dependent cells
     d[2, 3] = np.nan
     got = PT.maxt_adjust(d, np.random.default_rng(9), n_resamples=300)
     mult = CL.cluster_multiplicities(C, 300, np.random.default_rng(9)).astype(float)
@@ -198,14 +215,20 @@ def test_westfall_young_keeps_the_family_wise_error_and_beats_holm():
     fwer = []
     for _ in range(reps):
         r = S.simulate_judge_design(null, rng)
-        t = PT.mode_diff_paired_test(r["a"], r["b"], r["outcome"], r["mode"], r["prompt"], k, rng=rng, n_resamples=300)
+        t = PT.mode_diff_paired_test(
+            r["a"], r["b"], r["outcome"], r["mode"], r["prompt"], k, rng=rng, n_resamples=300
+        )
         fwer.append(bool(np.any(np.nan_to_num(t["p_maxt"][off], nan=1) < 0.05)))
     assert np.mean(fwer) <= 0.05 + _mc_tol(0.05, reps), np.mean(fwer)
-    alt = S.JudgeDesign(n_prompts=40, n_repeats=3, coupling=0.9, gen_sd=1.0, quality=(0.6, 0.2, 0.0, -0.4))
+    alt = S.JudgeDesign(
+        n_prompts=40, n_repeats=3, coupling=0.9, gen_sd=1.0, quality=(0.6, 0.2, 0.0, -0.4)
+    )
     n_maxt = n_holm = 0
     for _ in range(40):
         r = S.simulate_judge_design(alt, rng)
-        t = PT.mode_diff_paired_test(r["a"], r["b"], r["outcome"], r["mode"], r["prompt"], k, rng=rng, n_resamples=300)
+        t = PT.mode_diff_paired_test(
+            r["a"], r["b"], r["outcome"], r["mode"], r["prompt"], k, rng=rng, n_resamples=300
+        )
         n_maxt += int(np.sum(np.nan_to_num(t["p_maxt"][off], nan=1) < 0.05))
         n_holm += int(np.sum(np.nan_to_num(t["p_holm"][off], nan=1) < 0.05))
     assert n_maxt >= n_holm > 0, (n_maxt, n_holm)
@@ -213,25 +236,33 @@ def test_westfall_young_keeps_the_family_wise_error_and_beats_holm():
 
 # ----------------------------------------------------------------------------- Elo
 
+
 def test_elo_fit_counts_is_the_fixed_point_batched_and_single():
-    r = S.simulate_judge_design(S.JudgeDesign(n_prompts=25, n_repeats=1, modes=("coupled",)), np.random.default_rng(4))
+    r = S.simulate_judge_design(
+        S.JudgeDesign(n_prompts=25, n_repeats=1, modes=("coupled",)), np.random.default_rng(4)
+    )
     codes, C, _ = CL.cluster_codes(r["prompt"], r["a"].size)
     X = CL.cluster_pair_counts(r["a"], r["b"], r["outcome"], codes, C, 4)
-    wins, ties = CL.resampled_pair_counts(X, CL.cluster_multiplicities(C, 3, np.random.default_rng(0)), 4)  # 3 resamples
+    wins, ties = CL.resampled_pair_counts(
+        X, CL.cluster_multiplicities(C, 3, np.random.default_rng(0)), 4
+    )  # 3 resamples
     got = CL.elo_fit_counts(wins, ties)
     for b in range(3):
         n = wins[b] + wins[b].T + ties[b]
         with np.errstate(invalid="ignore", divide="ignore"):
             W, T = wins[b] / n, ties[b] / n
-        np.testing.assert_allclose(got[b], CL.elo_fixed_point(W, T, n), atol=1e-2)  # the 1e-4-comparison ridge
+        np.testing.assert_allclose(
+            got[b], CL.elo_fixed_point(W, T, n), atol=1e-2
+        )  # the 1e-4-comparison ridge
         np.testing.assert_allclose(CL.elo_fit_counts(wins[b], ties[b]), got[b], atol=1e-9)
 
 
 def test_elo_interval_is_for_the_mle_and_reports_the_online_rating():
     d = S.JudgeDesign(n_prompts=30, n_repeats=2, modes=("coupled",))
     r = S.simulate_judge_design(d, np.random.default_rng(6))
-    res = CL.elo_cluster_bootstrap(r["a"], r["b"], r["outcome"], 4, np.random.default_rng(1), cluster=r["prompt"],
-                                   n_resamples=200)
+    res = CL.elo_cluster_bootstrap(
+        r["a"], r["b"], r["outcome"], 4, np.random.default_rng(1), cluster=r["prompt"], n_resamples=200
+    )
     W, T, n = WR.winrate_matrix(r["a"], r["b"], r["outcome"], 4)
     np.testing.assert_allclose(res["elo"], CL.elo_fixed_point(W, T, n), atol=1e-2)
     np.testing.assert_allclose(res["online"], WR.elo_ratings(r["a"], r["b"], r["outcome"], 4), atol=1e-9)
@@ -240,14 +271,15 @@ def test_elo_interval_is_for_the_mle_and_reports_the_online_rating():
 
 # ----------------------------------------------------------------------------- the saving
 
+
 def test_headline_saving_is_one_minus_the_se_ratio_of_the_paired_difference():
     rng = np.random.default_rng(8)
     Ac, Bc = S.simulate_benchmark(S.BenchmarkDesign(n_questions=30, coupled=True), rng)
     Ai, Bi = S.simulate_benchmark(S.BenchmarkDesign(n_questions=30, coupled=False), rng)
     vs = SV.variance_saving(Ac - Bc, Ai - Bi)
     se_c, se_i = paired_diff_ci(Ac, Bc)["se"], paired_diff_ci(Ai, Bi)["se"]
-    assert vs["saving"] == pytest.approx(1 - se_c ** 2 / se_i ** 2)
-    assert vs["questions_factor"] == pytest.approx(se_i ** 2 / se_c ** 2)
+    assert vs["saving"] == pytest.approx(1 - se_c**2 / se_i**2)
+    assert vs["questions_factor"] == pytest.approx(se_i**2 / se_c**2)
     assert vs["ci_low"] < vs["saving"] < vs["ci_high"]
 
 
@@ -256,16 +288,24 @@ def test_saving_intervals_cover_at_40_questions():
     within 3 MC SE of 0.95 (the percentile bootstrap covered 0.887 here)."""
     base = S.BenchmarkDesign(n_questions=40, n_repeats=5, a=(0.3, 0.0))
     rng = np.random.default_rng(21)
-    big = [S.simulate_benchmark(S.BenchmarkDesign(n_questions=100_000, n_repeats=5, a=(0.3, 0.0), coupled=c), rng)
-           for c in (True, False)]
+    big = [
+        S.simulate_benchmark(
+            S.BenchmarkDesign(n_questions=100_000, n_repeats=5, a=(0.3, 0.0), coupled=c), rng
+        )
+        for c in (True, False)
+    ]
     Dc, Di = (A - B for A, B in big)
     truth_v = 1 - Dc.mean(1).var() / Di.mean(1).var()
     eps, N = 0.05, 200
     truth_p = 1 - SV.samples_for_error_fpc(Dc.var(), N, eps) / SV.samples_for_error_fpc(Di.var(), N, eps)
     reps, cv, cp = 300, [], []
     for _ in range(reps):
-        (Ac, Bc), (Ai, Bi) = (S.simulate_benchmark(S.BenchmarkDesign(n_questions=40, n_repeats=5, a=base.a,
-                                                                     coupled=c), rng) for c in (True, False))
+        (Ac, Bc), (Ai, Bi) = (
+            S.simulate_benchmark(
+                S.BenchmarkDesign(n_questions=40, n_repeats=5, a=base.a, coupled=c), rng
+            )
+            for c in (True, False)
+        )
         v = SV.variance_saving(Ac - Bc, Ai - Bi)
         p = SV.saving_predicted(Ac - Bc, Ai - Bi, eps, rng=rng, n_resamples=50)
         cv.append(v["ci_low"] <= truth_v <= v["ci_high"])
@@ -276,14 +316,21 @@ def test_saving_intervals_cover_at_40_questions():
 
 # ----------------------------------------------------------------------------- ranges, degenerate, warnings
 
+
 def test_zero_of_twelve_win_rate_does_not_collapse():
     a, b, o = np.zeros(12, int), np.ones(12, int), np.ones(12, int)  # y beats x on 12 prompts
-    r = CL.winrate_cluster_bootstrap(a, b, o, 2, np.random.default_rng(0), cluster=np.arange(12), n_resamples=200)
+    r = CL.winrate_cluster_bootstrap(
+        a, b, o, 2, np.random.default_rng(0), cluster=np.arange(12), n_resamples=200
+    )
     lo, hi = WR.wilson_interval(0, 12)
-    assert r["W"][0, 1] == 0 and r["W_low"][0, 1] == 0.0 and r["W_high"][0, 1] == pytest.approx(float(hi))
+    assert (
+        r["W"][0, 1] == 0 and r["W_low"][0, 1] == 0.0 and r["W_high"][0, 1] == pytest.approx(float(hi))
+    )
     assert r["W_fallback"][0, 1] and r["W_high"][0, 1] > 0.2
     # 12 rows from 3 prompts: one observation per prompt, a wider interval
-    r3 = CL.winrate_cluster_bootstrap(a, b, o, 2, np.random.default_rng(0), cluster=np.arange(12) % 3, n_resamples=200)
+    r3 = CL.winrate_cluster_bootstrap(
+        a, b, o, 2, np.random.default_rng(0), cluster=np.arange(12) % 3, n_resamples=200
+    )
     assert r3["W_high"][0, 1] == pytest.approx(float(WR.wilson_interval(0, 3)[1]))
     se = CL.winrate_cluster_se(a, b, o, 2, cluster=np.arange(12))
     assert se["low"][0, 1] == 0.0 and se["high"][0, 1] > 0.2
@@ -297,7 +344,9 @@ def test_position_bias_interval_stays_in_the_unit_interval():
     res = CL.position_bias(a, b, o, unit=np.repeat(np.arange(6), 2), cluster=np.repeat(np.arange(6), 2))
     assert 0.0 <= res["first_win_low"] <= res["first_win_share"] <= res["first_win_high"] <= 1.0
     allfirst = CL.position_bias(a, b, np.zeros(12, int), unit=np.repeat(np.arange(6), 2))
-    assert allfirst["first_win_high"] == 1.0 and allfirst["first_win_low"] < 1.0  # degenerate: no collapse
+    assert (
+        allfirst["first_win_high"] == 1.0 and allfirst["first_win_low"] < 1.0
+    )  # degenerate: no collapse
 
 
 def test_typed_warnings_survive_json_and_pickle():
@@ -314,4 +363,6 @@ def test_prompt_draws_keep_a_prompts_rows_together():
         drawn = np.unique(codes[idx])
         assert sorted(idx.tolist()) == sorted(np.flatnonzero(np.isin(codes, drawn)).tolist())
         assert len(idx) >= 12 and lab.sum() >= 4 and (~lab).sum() > 0
-        assert not set(codes[idx][lab]) & set(codes[idx][~lab])  # a prompt is labelled whole or not at all
+        assert not set(codes[idx][lab]) & set(
+            codes[idx][~lab]
+        )  # a prompt is labelled whole or not at all

@@ -37,10 +37,10 @@ LEVEL = 0.95
 class ModelAccuracy:
     model: str
     accuracy: float
-    ci_low: float         # t interval over questions (questions as clusters), clipped to [0, 1]
+    ci_low: float  # t interval over questions (questions as clusters), clipped to [0, 1]
     ci_high: float
     se: float
-    rank_low: int         # rank-set [rank_low, rank_high], 1 = best
+    rank_low: int  # rank-set [rank_low, rank_high], 1 = best
     rank_high: int
     harness_accuracy: float | None  # what the harness reported (imported runs), else None
 
@@ -55,32 +55,55 @@ class AccuracyRankSets:
     n_draws: int
     seed: int
     critical_values: tuple[float, ...]
-    models: tuple[ModelAccuracy, ...]   # sorted by accuracy, best first
+    models: tuple[ModelAccuracy, ...]  # sorted by accuracy, best first
     imported: bool
-    calibration: str = "wild"           # max-t critical value: "wild" (bootstrap-t over questions) | "normal"
+    calibration: str = "wild"  # max-t critical value: "wild" (bootstrap-t over questions) | "normal"
 
     def to_dict(self) -> dict:
-        return {"run": self.run, "mode": self.mode, "alpha": self.alpha, "n_questions": self.n_questions,
-                "n_repeats": self.n_repeats, "n_draws": self.n_draws, "seed": self.seed,
-                "critical_values": list(self.critical_values), "calibration": self.calibration,
-                "imported": self.imported,
-                "models": [vars(m).copy() for m in self.models]}
+        return {
+            "run": self.run,
+            "mode": self.mode,
+            "alpha": self.alpha,
+            "n_questions": self.n_questions,
+            "n_repeats": self.n_repeats,
+            "n_draws": self.n_draws,
+            "seed": self.seed,
+            "critical_values": list(self.critical_values),
+            "calibration": self.calibration,
+            "imported": self.imported,
+            "models": [vars(m).copy() for m in self.models],
+        }
 
     def frame(self):
-        """One row per model (best first): accuracy, CI, rank-set and the harness's number when imported."""
+        """One row per model (best first): accuracy, CI, rank-set and the harness's number when
+        imported."""
         import pandas as pd
-        return pd.DataFrame([{"model": m.model, "accuracy": m.accuracy, "ci_low": m.ci_low, "ci_high": m.ci_high,
-                              "rank-set": f"[{m.rank_low}, {m.rank_high}]",
-                              **({"harness reported": m.harness_accuracy} if self.imported else {})}
-                             for m in self.models])
+
+        return pd.DataFrame(
+            [
+                {
+                    "model": m.model,
+                    "accuracy": m.accuracy,
+                    "ci_low": m.ci_low,
+                    "ci_high": m.ci_high,
+                    "rank-set": f"[{m.rank_low}, {m.rank_high}]",
+                    **({"harness reported": m.harness_accuracy} if self.imported else {}),
+                }
+                for m in self.models
+            ]
+        )
 
     def figure_frame(self):
-        """:meth:`frame` with each rank-set's ends as numbers (lower, upper), as the rank-set figures read them."""
-        return self.frame().assign(lower=[m.rank_low for m in self.models], upper=[m.rank_high for m in self.models])
+        """:meth:`frame` with each rank-set's ends as numbers (lower, upper), as the rank-set figures
+        read them."""
+        return self.frame().assign(
+            lower=[m.rank_low for m in self.models], upper=[m.rank_high for m in self.models]
+        )
 
 
-def per_question_matrix(db: str | os.PathLike, run: str, mode: str | None = None,
-                        rule: str | None = None) -> tuple[list[str], np.ndarray, int, str]:
+def per_question_matrix(
+    db: str | os.PathLike, run: str, mode: str | None = None, rule: str | None = None
+) -> tuple[list[str], np.ndarray, int, str]:
     """(models, M (Q, k) per-question mean scores on the questions every model has, repeats, mode)."""
     df = per_question_scores(db, run, rule)
     if df.empty:
@@ -97,14 +120,20 @@ def per_question_matrix(db: str | os.PathLike, run: str, mode: str | None = None
 def accuracy_interval(y: np.ndarray, tq: float, level: float = LEVEL) -> tuple[float, float]:
     """The per-model accuracy interval of the per-question scores ``y``: the t interval over questions
     clipped to [0, 1], or at an all-0 / all-1 score the exact Clopper-Pearson interval for Q questions
-    (:func:`engine.stats.multigen.proportion_interval`, the one rule of summary and the Benchmark page)."""
+    (:func:`engine.stats.multigen.proportion_interval`, the one rule of summary and the Benchmark
+    page)."""
     Q, mu = len(y), float(np.mean(y))
     se = float(np.std(y, ddof=1) / np.sqrt(Q))
     return proportion_interval(mu, se, tq, Q, level)
 
 
-def rank_accuracies(M: np.ndarray, alpha: float, rng: np.random.Generator, n_draws: int = 10_000,
-                    calibration: str | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+def rank_accuracies(
+    M: np.ndarray,
+    alpha: float,
+    rng: np.random.Generator,
+    n_draws: int = 10_000,
+    calibration: str | None = None,
+) -> tuple[np.ndarray, np.ndarray, dict]:
     """theta = column means of M (Q, k); Sigma = Cov(M) / Q (questions as clusters); max-t rank-sets.
 
     ``calibration``: "wild" (the wild cluster bootstrap-t over questions, Sigma re-estimated per
@@ -117,8 +146,8 @@ def rank_accuracies(M: np.ndarray, alpha: float, rng: np.random.Generator, n_dra
         critical_values, calibration, ...).
     """
     Q, k = M.shape
-    theta = M.mean(axis=0)                                          # (k,)
-    sigma = np.atleast_2d(np.cov(M, rowvar=False, ddof=1)) / Q     # (k, k)
+    theta = M.mean(axis=0)  # (k,)
+    sigma = np.atleast_2d(np.cov(M, rowvar=False, ddof=1)) / Q  # (k, k)
     if calibration is None:
         calibration = "wild" if Q <= WILD_MAX_CLUSTERS and k <= WILD_MAX_MODELS else "normal"
     if calibration not in CALIBRATIONS:
@@ -127,8 +156,15 @@ def rank_accuracies(M: np.ndarray, alpha: float, rng: np.random.Generator, n_dra
     return theta, sigma, ranksets_maxt(theta, sigma, alpha, rng=rng, n_draws=n_draws, null_draws=null)
 
 
-def accuracy_ranksets(db: str | os.PathLike, run: str, alpha: float = 1 - LEVEL, mode: str | None = None,
-                      rule: str | None = None, n_draws: int = 10_000, seed: int = 0) -> AccuracyRankSets:
+def accuracy_ranksets(
+    db: str | os.PathLike,
+    run: str,
+    alpha: float = 1 - LEVEL,
+    mode: str | None = None,
+    rule: str | None = None,
+    n_draws: int = 10_000,
+    seed: int = 0,
+) -> AccuracyRankSets:
     """Accuracy per model with a question-clustered t interval, and max-t rank-sets over the models.
 
     Args:
@@ -154,27 +190,50 @@ def accuracy_ranksets(db: str | os.PathLike, run: str, alpha: float = 1 - LEVEL,
     rows = []
     for i, m in enumerate(models):
         lo, hi = accuracy_interval(M[:, i], tq)
-        rows.append(ModelAccuracy(m, float(theta[i]), lo, hi, float(se[i]), int(rs["lower"][i]), int(rs["upper"][i]),
-                                  None if m not in headline else float(headline[m])))
+        rows.append(
+            ModelAccuracy(
+                m,
+                float(theta[i]),
+                lo,
+                hi,
+                float(se[i]),
+                int(rs["lower"][i]),
+                int(rs["upper"][i]),
+                None if m not in headline else float(headline[m]),
+            )
+        )
     rows.sort(key=lambda r: (-r.accuracy, r.model))
-    return AccuracyRankSets(run, mode, float(alpha), int(Q), repeats, int(n_draws), int(seed),
-                            tuple(float(c) for c in rs["critical_values"]), tuple(rows), bool(facts.get("harness")),
-                            str(rs["calibration"]))
+    return AccuracyRankSets(
+        run,
+        mode,
+        float(alpha),
+        int(Q),
+        repeats,
+        int(n_draws),
+        int(seed),
+        tuple(float(c) for c in rs["critical_values"]),
+        tuple(rows),
+        bool(facts.get("harness")),
+        str(rs["calibration"]),
+    )
 
 
 def two_models(db: str | os.PathLike, run: str) -> tuple[str, str]:
     """The two scored models of a run (UserError naming them when there are not exactly two)."""
     models = sorted(per_question_scores(db, run)["model"].unique())
     if len(models) != 2:
-        raise UserError(f"run {run!r} has {len(models)} scored models ({', '.join(models)}); name two with "
-                        "--model-a/--model-b")
+        raise UserError(
+            f"run {run!r} has {len(models)} scored models ({', '.join(models)}); name two with "
+            "--model-a/--model-b"
+        )
     return str(models[0]), str(models[1])
 
 
 @dataclass(frozen=True)
 class PairedAccuracy:
-    """Two models on one run without coupling (e.g. imported): the paired t over questions (docs/METHODS.md
-    7.1) and the questions a target difference needs."""
+    """Two models on one run without coupling (e.g. imported): the paired t over questions
+    (docs/METHODS.md 7.1) and the questions a target difference needs."""
+
     run: str
     mode: str
     models: tuple[str, str]
@@ -182,42 +241,82 @@ class PairedAccuracy:
     harness_accuracy: tuple[float | None, float | None]
     n_questions: int
     n_repeats: int
-    paired: PairedDiff      # engine.stats.benchmark.paired_diff_ci (diff, se, ci, p, corr, mde, bootstrap)
+    paired: PairedDiff  # engine.stats.paired_difference.paired_diff_ci (diff, se, ci, p, corr, mde, bootstrap)
     target_mde: float
-    plan: tuple[dict, ...]  # engine.stats.benchmark.plan_sample_size rows at se = mde / (z_{1-a/2} + z_power)
+    plan: tuple[
+        dict, ...
+    ]  # engine.stats.planning.plan_sample_size rows at se = mde / (z_{1-a/2} + z_power)
     imported: bool
 
     def to_dict(self) -> dict:
-        return {"run": self.run, "mode": self.mode, "models": list(self.models), "accuracy": list(self.accuracy),
-                "harness_accuracy": list(self.harness_accuracy), "n_questions": self.n_questions,
-                "n_repeats": self.n_repeats, "paired": self.paired.to_dict(), "target_mde": self.target_mde,
-                "plan": list(self.plan), "imported": self.imported}
+        return {
+            "run": self.run,
+            "mode": self.mode,
+            "models": list(self.models),
+            "accuracy": list(self.accuracy),
+            "harness_accuracy": list(self.harness_accuracy),
+            "n_questions": self.n_questions,
+            "n_repeats": self.n_repeats,
+            "paired": self.paired.to_dict(),
+            "target_mde": self.target_mde,
+            "plan": list(self.plan),
+            "imported": self.imported,
+        }
 
 
-def paired_accuracy(db: str | os.PathLike, run: str, model_a: str, model_b: str, rule: str | None = None,
-                    target_mde: float = 0.05, alpha: float = 0.05, power: float = 0.8, seed: int = 0,
-                    n_resamples: int = 2000) -> PairedAccuracy:
+def paired_accuracy(
+    db: str | os.PathLike,
+    run: str,
+    model_a: str,
+    model_b: str,
+    rule: str | None = None,
+    target_mde: float = 0.05,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    seed: int = 0,
+    n_resamples: int = 2000,
+) -> PairedAccuracy:
     """Paired comparison A − B on the questions both models have (questions as the unit)."""
-    from engine.stats import benchmark as bm
+    from engine.stats import paired_difference as pdiff
+    from engine.stats import planning
+
     df = per_question_scores(db, run, rule)
     mode = "coupled" if "coupled" in set(df["mode"]) else "independent"
     df = df[(df["mode"] == mode) & df["model"].isin([model_a, model_b])]
     missing = [m for m in (model_a, model_b) if m not in set(df["model"])]
     if missing or model_a == model_b:
-        raise UserError(f"run {run!r} has no scores of {missing or [model_a]} to pair; models: "
-                        f"{', '.join(sorted(per_question_scores(db, run, rule)['model'].unique()))}")
-    wide = df.pivot_table(index="prompt_id", columns=["model", "repeat"], values="score", aggfunc="first").dropna()
+        raise UserError(
+            f"run {run!r} has no scores of {missing or [model_a]} to pair; models: "
+            f"{', '.join(sorted(per_question_scores(db, run, rule)['model'].unique()))}"
+        )
+    wide = df.pivot_table(
+        index="prompt_id", columns=["model", "repeat"], values="score", aggfunc="first"
+    ).dropna()
     A, B = wide[model_a].to_numpy(float), wide[model_b].to_numpy(float)  # (Q, R) each
-    paired = PairedDiff.of(bm.paired_diff_ci(A, B, rng=np.random.default_rng(seed), alpha=alpha, power=power,
-                                             n_resamples=n_resamples))
-    comp = bm.variance_components_diff(A, B)
+    paired = PairedDiff.of(
+        pdiff.paired_diff_ci(
+            A, B, rng=np.random.default_rng(seed), alpha=alpha, power=power, n_resamples=n_resamples
+        )
+    )
+    comp = pdiff.variance_components_diff(A, B)
     se = target_mde / float(_st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power))
-    plan = bm.plan_sample_size(comp["sigma2_between"], comp["sigma2_within"], target_se=se,
-                               repeats=sorted({1, A.shape[1]}))
+    plan = planning.plan_sample_size(
+        comp["sigma2_between"], comp["sigma2_within"], target_se=se, repeats=sorted({1, A.shape[1]})
+    )
     head = (imported_facts(db, run) or {}).get("headline") or {}
-    return PairedAccuracy(run, mode, (model_a, model_b), (float(A.mean()), float(B.mean())),
-                          (head.get(model_a), head.get(model_b)), int(A.shape[0]), int(A.shape[1]), paired,
-                          float(target_mde), tuple(plan), bool(head))
+    return PairedAccuracy(
+        run,
+        mode,
+        (model_a, model_b),
+        (float(A.mean()), float(B.mean())),
+        (head.get(model_a), head.get(model_b)),
+        int(A.shape[0]),
+        int(A.shape[1]),
+        paired,
+        float(target_mde),
+        tuple(plan),
+        bool(head),
+    )
 
 
 def imported_pair(args) -> PairedAccuracy | None:
@@ -229,5 +328,13 @@ def imported_pair(args) -> PairedAccuracy | None:
         args.model_a, args.model_b = two_models(args.db, args.run)
     if args.run is None or not (imported_facts(args.db, args.run) or {}).get("harness"):
         return None
-    return paired_accuracy(args.db, args.run, args.model_a, args.model_b, target_mde=args.target_mde,
-                           power=args.power, seed=args.seed, n_resamples=max(args.resamples, 200))
+    return paired_accuracy(
+        args.db,
+        args.run,
+        args.model_a,
+        args.model_b,
+        target_mde=args.target_mde,
+        power=args.power,
+        seed=args.seed,
+        n_resamples=max(args.resamples, 200),
+    )

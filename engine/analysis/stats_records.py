@@ -20,8 +20,10 @@ def _check_keys(cls: type, d: dict[str, Any], optional: tuple[str, ...] = ()) ->
     names = {f.name for f in fields(cls)}
     extra, missing = set(d) - names, names - set(d) - set(optional)
     if extra or missing:
-        raise ValueError(f"{cls.__name__}: unexpected keys {sorted(extra)}, missing keys {sorted(missing)}; "
-                         f"allowed: {sorted(names)}")
+        raise ValueError(
+            f"{cls.__name__}: unexpected keys {sorted(extra)}, missing keys {sorted(missing)}; "
+            f"allowed: {sorted(names)}"
+        )
 
 
 class StatsRecord(ToDict):
@@ -48,7 +50,7 @@ class PairedBootstrap(ToDict):
 
 @dataclass(frozen=True)
 class PairedDiff(StatsRecord):
-    """Paired difference A − B over questions (:func:`engine.stats.benchmark.paired_diff_ci`,
+    """Paired difference A − B over questions (:func:`engine.stats.paired_difference.paired_diff_ci`,
     docs/METHODS.md 7.1): t interval, p-value, MDE and the variance components of the difference."""
 
     diff: float
@@ -77,7 +79,7 @@ class PairedDiff(StatsRecord):
 
 @dataclass(frozen=True)
 class McNemar(StatsRecord):
-    """McNemar's test on one outcome per question (:func:`engine.stats.benchmark.mcnemar_majority`)."""
+    """McNemar's test on one outcome per question (:func:`engine.stats.paired_difference.mcnemar_majority`)."""
 
     n: int
     n10: int
@@ -156,7 +158,8 @@ class PredictedSaving(StatsRecord):
 
 @dataclass(frozen=True)
 class BootstrapCI(StatsRecord):
-    """Percentile bootstrap interval of a score over prompts (:func:`engine.stats.multigen.bootstrap_score_ci`)."""
+    """Percentile bootstrap interval of a score over prompts
+    (:func:`engine.stats.multigen.bootstrap_score_ci`)."""
 
     se: float
     ci_low: float
@@ -183,7 +186,9 @@ class PositionBias(StatsRecord):
     n_unpaired: int
     flip_rate: float | None  # share whose verdict flips with the order
     consistency: float | None
-    first_win_share: float | None  # share of decisive verdicts won by the first-shown output (0.5 = no bias)
+    first_win_share: (
+        float | None
+    )  # share of decisive verdicts won by the first-shown output (0.5 = no bias)
     first_win_se: float | None
     first_win_low: float | None
     first_win_high: float | None
@@ -206,7 +211,8 @@ class KdeCurve(StatsRecord):
 @dataclass(frozen=True)
 class VarianceComponents(StatsRecord):
     """Between- and within-question variance of the score difference A − B of a Q × R design
-    (:func:`engine.stats.benchmark.variance_components_diff`, ``independent_components``)."""
+    (:func:`engine.stats.paired_difference.variance_components_diff`,
+    :func:`engine.stats.benchmark.independent_components`)."""
 
     sigma2_between: float
     sigma2_within: float

@@ -9,9 +9,9 @@ with the variance saving of coupling, 1 - SE_coupled^2 / SE_independent^2 (the s
 the coupled design saves for the same precision of the difference).
 
 Numbers that cannot carry their usual meaning say so in typed warnings
-(:class:`engine.analysis.notices.AnalysisWarning`, kinds SMALL_SAMPLE, DEGENERATE_INTERVAL, DEGENERATE_SAVING): a small
-sample, an interval that collapsed to a point (no variation across questions), a saving computed
-from a zero standard error.
+(:class:`engine.analysis.notices.AnalysisWarning`, kinds SMALL_SAMPLE, DEGENERATE_INTERVAL,
+DEGENERATE_SAVING): a small sample, an interval that collapsed to a point (no variation across
+questions), a saving computed from a zero standard error.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import pandas as pd
 
 from engine.analysis.notices import ACCURACY_FEW_QUESTIONS, AnalysisWarning, Notice
 from engine.errors import UserError
-from engine.stats.benchmark import paired_diff_ci
 from engine.stats.multigen import score_variance
+from engine.stats.paired_difference import paired_diff_ci
 from engine.stats.saving import variance_saving
 from engine.store import scores as score_store
 
@@ -51,6 +51,7 @@ class Accuracy:
 @dataclass(frozen=True)
 class Diff:
     """Paired per-question accuracy difference A - B of one mode (``paired_diff_ci``)."""
+
     diff: float
     se: float
     ci_low: float
@@ -61,6 +62,7 @@ class Diff:
 @dataclass(frozen=True)
 class Agreement:
     """Share of units where both models give the same answer, with its t interval."""
+
     mean: float
     ci_low: float
     ci_high: float
@@ -71,7 +73,7 @@ class PairSummary:
     model_a: str
     model_b: str
     agreement: dict[str, Agreement] = field(default_factory=dict)  # mode -> agreement
-    diff: dict[str, Diff] = field(default_factory=dict)            # mode -> paired difference
+    diff: dict[str, Diff] = field(default_factory=dict)  # mode -> paired difference
     variance_saving: float | None = None
     questions_factor: float | None = None
     variance_saving_ci: tuple[float, float] | None = None  # when the saving's analysis gives one
@@ -82,8 +84,13 @@ class PairSummary:
         for mode in MODES:
             if mode in self.agreement:
                 ag = self.agreement[mode]
-                out.update({f"agreement_{mode}": ag.mean, f"agreement_{mode}_ci_low": ag.ci_low,
-                            f"agreement_{mode}_ci_high": ag.ci_high})
+                out.update(
+                    {
+                        f"agreement_{mode}": ag.mean,
+                        f"agreement_{mode}_ci_low": ag.ci_low,
+                        f"agreement_{mode}_ci_high": ag.ci_high,
+                    }
+                )
             if mode in self.diff:
                 out[f"diff_{mode}"] = asdict(self.diff[mode])
         if self.variance_saving is not None:
@@ -124,12 +131,34 @@ class RunSummary:
         return any(w.kind is Notice.SMALL_SAMPLE for w in self.warnings)
 
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("run", "dataset_id", "kind", "status", "created_at", "rule", "rules",
-                                           "models", "modes", "n_questions", "n_repeats", "n_generations",
-                                           "n_tokens", "generation_s", "chance", "level")}
-        return {**d, "accuracy": [asdict(a) for a in self.accuracy], "pairs": [p.to_dict() for p in self.pairs],
-                "warnings": [{"kind": w.kind.value, "message": w.message} for w in self.warnings],
-                **({"imported": self.imported} if self.imported else {})}
+        d = {
+            k: getattr(self, k)
+            for k in (
+                "run",
+                "dataset_id",
+                "kind",
+                "status",
+                "created_at",
+                "rule",
+                "rules",
+                "models",
+                "modes",
+                "n_questions",
+                "n_repeats",
+                "n_generations",
+                "n_tokens",
+                "generation_s",
+                "chance",
+                "level",
+            )
+        }
+        return {
+            **d,
+            "accuracy": [asdict(a) for a in self.accuracy],
+            "pairs": [p.to_dict() for p in self.pairs],
+            "warnings": [{"kind": w.kind.value, "message": w.message} for w in self.warnings],
+            **({"imported": self.imported} if self.imported else {}),
+        }
 
 
 def _matrix(df: pd.DataFrame, col: str, prompts: list[str], repeats: list[int]) -> np.ndarray:
@@ -167,11 +196,21 @@ def _accuracy(model: str, mode: str, Y: np.ndarray) -> Accuracy | None:
         return None
     sv = score_variance(Yc, conf=LEVEL)
     # the t interval clipped to [0, 1] (an accuracy cannot leave it; coverage is unchanged)
-    return Accuracy(model, mode, sv["mu"], max(sv["ci_low"], 0.0), min(sv["ci_high"], 1.0), sv["se"],
-                    sv["n"], sv["k"])
+    return Accuracy(
+        model,
+        mode,
+        sv["mu"],
+        max(sv["ci_low"], 0.0),
+        min(sv["ci_high"], 1.0),
+        sv["se"],
+        sv["n"],
+        sv["k"],
+    )
 
 
-def _agreement(pa: pd.DataFrame, pb: pd.DataFrame, prompts: list[str], repeats: list[int]) -> Agreement | None:
+def _agreement(
+    pa: pd.DataFrame, pb: pd.DataFrame, prompts: list[str], repeats: list[int]
+) -> Agreement | None:
     """Same answer on the same unit (prompt, repeat): the extracted answers agree."""
     ea = pa.assign(x=pa["extracted"].astype("string")).set_index(["prompt_id", "repeat"])["x"]
     eb = pb.assign(x=pb["extracted"].astype("string")).set_index(["prompt_id", "repeat"])["x"]
@@ -185,7 +224,9 @@ def _agreement(pa: pd.DataFrame, pb: pd.DataFrame, prompts: list[str], repeats: 
     return Agreement(ag["mu"], ag["ci_low"], ag["ci_high"])
 
 
-def _pair(a: str, b: str, modes: list[str], mats: dict, prompts: list[str], repeats: list[int]) -> PairSummary:
+def _pair(
+    a: str, b: str, modes: list[str], mats: dict, prompts: list[str], repeats: list[int]
+) -> PairSummary:
     agreement, diffs = {}, {}
     for mode in modes:
         (A, pa), (B, pb) = mats[(a, mode)], mats[(b, mode)]
@@ -200,33 +241,56 @@ def _pair(a: str, b: str, modes: list[str], mats: dict, prompts: list[str], repe
     if not ("coupled" in diffs and "independent" in diffs and diffs["independent"].se > 0):
         return PairSummary(a, b, agreement, diffs)
     # the one headline saving (engine.stats.saving.variance_saving), on the questions of both modes
-    (Ac, _), (Bc, _), (Ai, _), (Bi, _) = (mats[(m, mo)] for mo in ("coupled", "independent") for m in (a, b))
+    (Ac, _), (Bc, _), (Ai, _), (Bi, _) = (
+        mats[(m, mo)] for mo in ("coupled", "independent") for m in (a, b)
+    )
     both_q = _complete_rows(Ac, Bc, Ai, Bi)
     if both_q.sum() < 2:
         return PairSummary(a, b, agreement, diffs)
     vs = variance_saving(Ac[both_q] - Bc[both_q], Ai[both_q] - Bi[both_q], level=LEVEL)
     ci = None if vs["ci_low"] is None else (vs["ci_low"], vs["ci_high"])
-    return PairSummary(a, b, agreement, diffs, vs["saving"], vs["questions_factor"], ci, vs["definition"])
+    return PairSummary(
+        a, b, agreement, diffs, vs["saving"], vs["questions_factor"], ci, vs["definition"]
+    )
 
 
 def _warnings(n_questions: int, pairs: list[PairSummary]) -> list[AnalysisWarning]:
     out = []
     if n_questions < SMALL_SAMPLE:
-        out.append(AnalysisWarning(Notice.SMALL_SAMPLE, (
-            f"small sample: {n_questions} questions (fewer than {SMALL_SAMPLE}); the intervals and the variance "
-            f"saving are rough, and a difference the questions happen not to show reads as exactly 0; "
-            f"{ACCURACY_FEW_QUESTIONS}")))
+        out.append(
+            AnalysisWarning(
+                Notice.SMALL_SAMPLE,
+                (
+                    f"small sample: {n_questions} questions (fewer than {SMALL_SAMPLE}); the intervals "
+                    "and the variance saving are rough, and a difference the questions happen not to "
+                    f"show reads as exactly 0; {ACCURACY_FEW_QUESTIONS}"
+                ),
+            )
+        )
     for p in pairs:
         for mode, d in p.diff.items():
             if d.se == 0:
-                out.append(AnalysisWarning(Notice.DEGENERATE_INTERVAL, (
-                    f"{p.model_a} vs {p.model_b}, {mode}: the per-question difference never varies, so its "
-                    f"interval [{d.ci_low:+.3f}, {d.ci_high:+.3f}] (SE 0) is a single point, not a measure of "
-                    "uncertainty")))
+                out.append(
+                    AnalysisWarning(
+                        Notice.DEGENERATE_INTERVAL,
+                        (
+                            f"{p.model_a} vs {p.model_b}, {mode}: the per-question difference never "
+                            f"varies, so its interval [{d.ci_low:+.3f}, {d.ci_high:+.3f}] (SE 0) is a "
+                            "single point, not a measure of uncertainty"
+                        ),
+                    )
+                )
         if p.variance_saving is not None and p.questions_factor is None:
-            out.append(AnalysisWarning(Notice.DEGENERATE_SAVING, (
-                f"{p.model_a} vs {p.model_b}: the coupled SE is 0, so the variance saving reads 100%; that "
-                "says the sample showed no variation, not that coupling removes all of it")))
+            out.append(
+                AnalysisWarning(
+                    Notice.DEGENERATE_SAVING,
+                    (
+                        f"{p.model_a} vs {p.model_b}: the coupled SE is 0, so the variance saving reads "
+                        "100%; that says the sample showed no variation, not that coupling removes all "
+                        "of it"
+                    ),
+                )
+            )
     return out
 
 
@@ -242,10 +306,14 @@ def run_summary(db: str | os.PathLike, run: str, rule: str | None = None) -> Run
     """
     facts = score_store.run_facts(db, run)
     if not facts.rules:
-        raise UserError(f"run {run!r} has no scores yet: score it first (python -m engine score --run {run})")
+        raise UserError(
+            f"run {run!r} has no scores yet: score it first (python -m engine score --run {run})"
+        )
     rule = score_store.run_rule(db, run, rule=rule)
     if rule not in facts.rules:
-        raise UserError(f"run {run!r} has no scores for rule {rule!r}; scored rules: {', '.join(facts.rules)}")
+        raise UserError(
+            f"run {run!r} has no scores for rule {rule!r}; scored rules: {', '.join(facts.rules)}"
+        )
     df = score_store.run_scores(db, run, rule)
     if df.empty:
         raise UserError(f"run {run!r} has no gold answers to score under rule {rule!r}")
@@ -261,13 +329,30 @@ def run_summary(db: str | os.PathLike, run: str, rule: str | None = None) -> Run
             acc = _accuracy(model, mode, mats[(model, mode)][0])
             if acc is not None:
                 accuracy.append(acc)
-    pairs = [_pair(a, b, modes, mats, prompts, repeats) for i, a in enumerate(models) for b in models[i + 1:]]
-    return RunSummary(run=run, dataset_id=facts.dataset_id, kind=facts.kind, status=facts.status,
-                      created_at=facts.created_at, rule=rule, rules=facts.rules, models=models, modes=modes,
-                      n_questions=len(prompts), n_repeats=len(repeats), n_generations=facts.n_generations,
-                      n_tokens=facts.n_tokens, generation_s=None if _imported(db, run) else facts.generation_s,
-                      chance=_chance(facts.kind, facts.choices, facts.golds), level=LEVEL, accuracy=accuracy,
-                      pairs=pairs, warnings=_warnings(len(prompts), pairs))
+    pairs = [
+        _pair(a, b, modes, mats, prompts, repeats) for i, a in enumerate(models) for b in models[i + 1 :]
+    ]
+    return RunSummary(
+        run=run,
+        dataset_id=facts.dataset_id,
+        kind=facts.kind,
+        status=facts.status,
+        created_at=facts.created_at,
+        rule=rule,
+        rules=facts.rules,
+        models=models,
+        modes=modes,
+        n_questions=len(prompts),
+        n_repeats=len(repeats),
+        n_generations=facts.n_generations,
+        n_tokens=facts.n_tokens,
+        generation_s=None if _imported(db, run) else facts.generation_s,
+        chance=_chance(facts.kind, facts.choices, facts.golds),
+        level=LEVEL,
+        accuracy=accuracy,
+        pairs=pairs,
+        warnings=_warnings(len(prompts), pairs),
+    )
 
 
 def _imported(db: str | os.PathLike, run: str) -> bool:

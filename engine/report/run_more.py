@@ -8,7 +8,9 @@ import shlex
 
 import pandas as pd
 
-from engine import figures
+from engine.figures.benchmark import error_curve_figure, kde_figure
+from engine.figures.multigen import datamap_figure
+from engine.figures.winrates import heatmap_figure, pair_bars_figure
 from engine.report import references as ref
 from engine.report.context import RunContext, frame_table
 from engine.report.model import Figure, Section, Table, cell, num, pct, text_row, with_ci
@@ -24,34 +26,85 @@ def design_section(ctx: RunContext) -> Section:
     d = ctx.design
     ds = d.dataset
     facts = [
-        ("run", d.run), ("status", _v(d.status)), ("created", _v(d.created_at)),
-        ("generated here or imported", f"imported from {d.imported_from}" if d.imported_from else "generated here"),
+        ("run", d.run),
+        ("status", _v(d.status)),
+        ("created", _v(d.created_at)),
+        (
+            "generated here or imported",
+            f"imported from {d.imported_from}" if d.imported_from else "generated here",
+        ),
         ("dataset", "-" if ds is None else f"{ds.dataset_id} ({_v(ds.kind)}; source {_v(ds.source)})"),
-        ("dataset size", "-" if ds is None else f"{ds.n_prompts_used:,} prompts asked (of {_v(ds.n_prompts)} stored)"),
+        (
+            "dataset size",
+            "-" if ds is None else f"{ds.n_prompts_used:,} prompts asked (of {_v(ds.n_prompts)} stored)",
+        ),
         ("dataset sha256 (the prompts asked)", "-" if ds is None else ds.sha256),
-        ("seed", _v(d.seed) + ("" if not d.seeds else " (per model and mode: " + ", ".join(
-            f"{k} {v}" for k, v in d.seeds.items()) + ")")),
-        ("temperature", _v(d.temperature)), ("top-k / top-p", f"{_v(d.top_k)} / {_v(d.top_p)}"),
-        ("max new tokens", _v(d.max_new_tokens)), ("repeats", _v(d.repeats)), ("modes", ", ".join(d.modes) or NR),
-        ("noise key", _v(d.key_mode)), ("system prompt", _v(d.system_prompt)),
-        ("engine version / git commit", f"{_v(d.engine_version)} / {_v(d.git_commit)}"
-         if not d.imported_from else f"{_v(d.code_version)} (an import)"),
+        (
+            "seed",
+            _v(d.seed)
+            + (
+                ""
+                if not d.seeds
+                else " (per model and mode: " + ", ".join(f"{k} {v}" for k, v in d.seeds.items()) + ")"
+            ),
+        ),
+        ("temperature", _v(d.temperature)),
+        ("top-k / top-p", f"{_v(d.top_k)} / {_v(d.top_p)}"),
+        ("max new tokens", _v(d.max_new_tokens)),
+        ("repeats", _v(d.repeats)),
+        ("modes", ", ".join(d.modes) or NR),
+        ("noise key", _v(d.key_mode)),
+        ("system prompt", _v(d.system_prompt)),
+        (
+            "engine version / git commit",
+            f"{_v(d.engine_version)} / {_v(d.git_commit)}"
+            if not d.imported_from
+            else f"{_v(d.code_version)} (an import)",
+        ),
         ("machine", f"host {_v(d.host)}, device {_v(d.device)}"),
         ("generations / tokens", f"{d.n_generations:,} / {d.n_tokens:,}"),
-        ("wall time", NR if d.wall_s is None else f"{d.wall_s:,.0f} s (first record to last generation)"),
+        (
+            "wall time",
+            NR if d.wall_s is None else f"{d.wall_s:,.0f} s (first record to last generation)",
+        ),
     ]
-    models = [[cell(m.name), cell(_v(m.source)), cell(_v(m.variant)), cell(_v(m.dtype)), cell(_v(m.device)),
-               cell(_v(m.backend) + ("" if not m.backend_version else f" {m.backend_version}")),
-               cell(_v(m.weights_sha256)), cell(num(m.num_parameters) if m.num_parameters else NR)] for m in d.models]
-    tables = [Table("Run", ["setting", "value"], [text_row(k, v) for k, v in facts]),
-              Table("Models", ["model", "source", "variant", "dtype", "device", "backend", "weights sha256",
-                               "parameters"], models,
-                    "weights sha256: the digest of the weight files when the run recorded one")]
-    return Section("design", "Design: how the run was made", [], tables=tables, warnings=list(d.warnings),
-                   methods=("Coupled mode: every model decodes with the same Gumbel noise, keyed by (seed, prompt, "
-                            "repeat, step, token), so the models' samples are coupled through the Gumbel-max "
-                            "structural causal model; independent mode: each model has its own seed.")
-                   if "coupled" in d.modes else "", references=[ref.COUPLED] if "coupled" in d.modes else [])
+    models = [
+        [
+            cell(m.name),
+            cell(_v(m.source)),
+            cell(_v(m.variant)),
+            cell(_v(m.dtype)),
+            cell(_v(m.device)),
+            cell(_v(m.backend) + ("" if not m.backend_version else f" {m.backend_version}")),
+            cell(_v(m.weights_sha256)),
+            cell(num(m.num_parameters) if m.num_parameters else NR),
+        ]
+        for m in d.models
+    ]
+    tables = [
+        Table("Run", ["setting", "value"], [text_row(k, v) for k, v in facts]),
+        Table(
+            "Models",
+            ["model", "source", "variant", "dtype", "device", "backend", "weights sha256", "parameters"],
+            models,
+            "weights sha256: the digest of the weight files when the run recorded one",
+        ),
+    ]
+    return Section(
+        "design",
+        "Design: how the run was made",
+        [],
+        tables=tables,
+        warnings=list(d.warnings),
+        methods=(
+            "Coupled mode: every model decodes with the same Gumbel noise, keyed by (seed, prompt, "
+            "repeat, step, token), so the models' samples are coupled through the Gumbel-max "
+            "structural causal model; independent mode: each model has its own seed."
+        )
+        if "coupled" in d.modes
+        else "",
+        references=[ref.COUPLED] if "coupled" in d.modes else [],
+    )
 
 
 def harness_paired_section(ctx: RunContext) -> Section | None:
@@ -62,45 +115,78 @@ def harness_paired_section(ctx: RunContext) -> Section | None:
     p = pa.paired
     (a, b) = pa.models
     decided = p.ci_low > 0 or p.ci_high < 0
-    rows = [text_row("difference A − B", with_ci(p.diff, p.ci_low, p.ci_high, signed=True) + ("*" if decided else "")),
-            text_row("p-value (paired t over questions)", f"{p.p_value:.3g}"),
-            text_row("questions × repeats", f"{p.n_questions:,} × {p.n_repeats}"),
-            text_row("correlation of the per-question scores", num(p.corr)),
-            text_row(f"minimum detectable effect ({p.power:.0%} power, α {1 - p.level:.2f})",
-                     num(p.mde, 4))]
+    rows = [
+        text_row(
+            "difference A − B",
+            with_ci(p.diff, p.ci_low, p.ci_high, signed=True) + ("*" if decided else ""),
+        ),
+        text_row("p-value (paired t over questions)", f"{p.p_value:.3g}"),
+        text_row("questions × repeats", f"{p.n_questions:,} × {p.n_repeats}"),
+        text_row("correlation of the per-question scores", num(p.corr)),
+        text_row(f"minimum detectable effect ({p.power:.0%} power, α {1 - p.level:.2f})", num(p.mde, 4)),
+    ]
     plan = [[cell(num(r.get("repeats"))), cell(num(r.get("questions")))] for r in pa.plan]
     return Section(
-        "harness_paired", f"Paired comparison: {a} vs {b}",
-        [f"{a} − {b} = {p.diff:+.3f}, 95% CI [{p.ci_low:+.3f}, {p.ci_high:+.3f}]: "
-         + ("decided." if decided else "not decided (the interval includes 0).")
-         + f" With these questions the smallest difference this comparison detects at {p.power:.0%} power is "
-           f"{p.mde:.3f}."],
-        tables=[Table("Paired test", ["quantity", "value"], rows, "* the 95% interval excludes 0"),
-                Table(f"Questions needed to detect a difference of {pa.target_mde:g}", ["repeats", "questions"], plan)],
-        methods=("Both models answered the same questions, so the comparison pairs them by question: the mean of the "
-                 "per-question differences with a t interval over questions (METHODS 7.1), and the planner's "
-                 "minimum detectable effect from its standard error and power."),
-        references=[ref.METHODS_CLUSTERED])
+        "harness_paired",
+        f"Paired comparison: {a} vs {b}",
+        [
+            f"{a} − {b} = {p.diff:+.3f}, 95% CI [{p.ci_low:+.3f}, {p.ci_high:+.3f}]: "
+            + ("decided." if decided else "not decided (the interval includes 0).")
+            + " With these questions the smallest difference this comparison detects at "
+            f"{p.power:.0%} power is {p.mde:.3f}."
+        ],
+        tables=[
+            Table("Paired test", ["quantity", "value"], rows, "* the 95% interval excludes 0"),
+            Table(
+                f"Questions needed to detect a difference of {pa.target_mde:g}",
+                ["repeats", "questions"],
+                plan,
+            ),
+        ],
+        methods=(
+            "Both models answered the same questions, so the comparison pairs them by question: the "
+            "mean of the per-question differences with a t interval over questions (METHODS 7.1), and "
+            "the planner's minimum detectable effect from its standard error and power."
+        ),
+        references=[ref.METHODS_CLUSTERED],
+    )
 
 
 def _benchmark_tables(b) -> list[Table]:
     vs, sd = b.variance_saving, b.saving_detail
-    rows = [text_row("mean per-question covariance (coupled)", num(b.mean_covariance_coupled, 4)),
-            text_row("median Var(A − B) coupled / independent",
-                     f"{num(b.median_var_diff_coupled, 4)} / {num(b.median_var_diff_independent, 4)}")]
+    rows = [
+        text_row("mean per-question covariance (coupled)", num(b.mean_covariance_coupled, 4)),
+        text_row(
+            "median Var(A − B) coupled / independent",
+            f"{num(b.median_var_diff_coupled, 4)} / {num(b.median_var_diff_independent, 4)}",
+        ),
+    ]
     if vs is not None:
-        rows.append(text_row("variance saving (headline)", f"{pct(vs.saving)} [{pct(vs.ci_low)}, {pct(vs.ci_high)}]"))
+        rows.append(
+            text_row(
+                "variance saving (headline)", f"{pct(vs.saving)} [{pct(vs.ci_low)}, {pct(vs.ci_high)}]"
+            )
+        )
     rows.append(text_row(f"paper's curve saving at error {sd.error:.4f}", pct(sd.saving)))
     for mode, pdiff in b.paired.items():
-        rows.append(text_row(f"paired difference ({mode})", with_ci(pdiff.diff, pdiff.ci_low, pdiff.ci_high,
-                                                                   signed=True) + f", p = {pdiff.p_value:.3g}"))
+        rows.append(
+            text_row(
+                f"paired difference ({mode})",
+                with_ci(pdiff.diff, pdiff.ci_low, pdiff.ci_high, signed=True)
+                + f", p = {pdiff.p_value:.3g}",
+            )
+        )
     pl = b.planner
     plan = pd.DataFrame([r for r in pl.mde_plans if r.get("mode") in ("coupled", "independent")])
     out = [Table("Coupled vs independent", ["quantity", "value"], rows)]
     if not plan.empty:
-        out.append(frame_table(plan[[c for c in ("mode", "repeats", "questions", "fits") if c in plan]],
-                               f"Planner: questions to detect a difference of {pl.target_mde:g} at {pl.power:.0%} power",
-                               footnote=pl.headline))
+        out.append(
+            frame_table(
+                plan[[c for c in ("mode", "repeats", "questions", "fits") if c in plan]],
+                f"Planner: questions to detect a difference of {pl.target_mde:g} at {pl.power:.0%} power",
+                footnote=pl.headline,
+            )
+        )
     return out
 
 
@@ -110,34 +196,66 @@ def benchmark_section(ctx: RunContext) -> Section | None:
         return None
     a, c = b.models
     med = {"coupled": b.median_var_diff_coupled, "independent": b.median_var_diff_independent}
-    var_curves = {m: k for m, k in (("coupled", b.kde.var_diff_coupled), ("independent", b.kde.var_diff_independent))
-                  if k is not None}
+    var_curves = {
+        m: k
+        for m, k in (("coupled", b.kde.var_diff_coupled), ("independent", b.kde.var_diff_independent))
+        if k is not None
+    }
     curve = pd.DataFrame(b.error_curve)
     step = max(1, len(curve) // 12)
     figs = [
-        Figure("covariance", figures.kde_figure({"coupled": b.kde.covariance_coupled},
-                                                {"coupled": b.mean_covariance_coupled},
-                                                title="Per-question covariance of the two models' scores (coupled)",
-                                                xaxis="covariance", marker_label="mean")),
-        Figure("var_diff", figures.kde_figure(var_curves, med, title="Per-question variance of the difference",
-                                              xaxis="Var(A − B)", marker_label="median")),
-        Figure("error_curve", figures.error_curve_figure(b.error_curve, b.saving_detail.error, b.saving_detail),
-               frame_table(curve.iloc[::step][[c for c in ("n", "coupled", "independent") if c in curve]],
-                           "Mean absolute error of the estimated difference vs samples (every "
-                           f"{step}th size)", digits=4)),
+        Figure(
+            "covariance",
+            kde_figure(
+                {"coupled": b.kde.covariance_coupled},
+                {"coupled": b.mean_covariance_coupled},
+                title="Per-question covariance of the two models' scores (coupled)",
+                xaxis="covariance",
+                marker_label="mean",
+            ),
+        ),
+        Figure(
+            "var_diff",
+            kde_figure(
+                var_curves,
+                med,
+                title="Per-question variance of the difference",
+                xaxis="Var(A − B)",
+                marker_label="median",
+            ),
+        ),
+        Figure(
+            "error_curve",
+            error_curve_figure(b.error_curve, b.saving_detail.error, b.saving_detail),
+            frame_table(
+                curve.iloc[::step][[c for c in ("n", "coupled", "independent") if c in curve]],
+                f"Mean absolute error of the estimated difference vs samples (every {step}th size)",
+                digits=4,
+            ),
+        ),
     ]
     return Section(
-        "benchmark", f"Coupled vs independent: {a} vs {c}",
-        [f"{b.n_questions:,} questions × {b.n_repeats} repeats; {b.n_resamples:,} resamples per size, seed {b.seed}."],
-        figures=figs, tables=_benchmark_tables(b), warnings=[str(w) for w in b.warnings],
-        methods=("Per question, the covariance of the two models' scores over repeats and the variance of their "
-                 "difference in each mode (kernel density estimates; variances reflected at 0). The error curve "
-                 "resamples n (question, repeat) samples without replacement and measures the mean absolute error of "
-                 "the estimated difference, the same permutations for both modes; the paper's saving reads both "
-                 "curves at one error level. The headline saving is 1 − SE²_coupled / SE²_independent of the paired "
-                 "difference over questions with a studentised interval; the planner predicts the questions a target "
-                 "difference needs from the variance components (METHODS 7.1)."),
-        references=[ref.COUPLED, ref.METHODS_CLUSTERED])
+        "benchmark",
+        f"Coupled vs independent: {a} vs {c}",
+        [
+            f"{b.n_questions:,} questions × {b.n_repeats} repeats; {b.n_resamples:,} resamples per "
+            f"size, seed {b.seed}."
+        ],
+        figures=figs,
+        tables=_benchmark_tables(b),
+        warnings=[str(w) for w in b.warnings],
+        methods=(
+            "Per question, the covariance of the two models' scores over repeats and the variance of "
+            "their difference in each mode (kernel density estimates; variances reflected at 0). The "
+            "error curve resamples n (question, repeat) samples without replacement and measures the "
+            "mean absolute error of the estimated difference, the same permutations for both modes; the "
+            "paper's saving reads both curves at one error level. The headline saving is 1 − "
+            "SE²_coupled / SE²_independent of the paired difference over questions with a studentised "
+            "interval; the planner predicts the questions a target difference needs from the variance "
+            "components (METHODS 7.1)."
+        ),
+        references=[ref.COUPLED, ref.METHODS_CLUSTERED],
+    )
 
 
 def winrates_section(ctx: RunContext) -> Section | None:
@@ -147,22 +265,42 @@ def winrates_section(ctx: RunContext) -> Section | None:
     g0 = v.groups[0]
     res = v.results[g0]
     from engine.analysis.winrates import matrix_of
+
     models, M = matrix_of(res)
-    figs = [Figure("winrate_matrix", figures.heatmap_figure(M, models, title=f"Win-rate of row over column ({g0})")),
-            Figure("winrate_pairs", figures.pair_bars_figure(v.pairs, groups=v.groups),
-                   frame_table(v.pairs[[c for c in ["pair", *v.groups, "stars"] if c in v.pairs]],
-                               "Per-pair win-rates (the figure's numbers)"))]
+    figs = [
+        Figure(
+            "winrate_matrix",
+            heatmap_figure(M, models, title=f"Win-rate of row over column ({g0})"),
+        ),
+        Figure(
+            "winrate_pairs",
+            pair_bars_figure(v.pairs, groups=v.groups),
+            frame_table(
+                v.pairs[[c for c in ["pair", *v.groups, "stars"] if c in v.pairs]],
+                "Per-pair win-rates (the figure's numbers)",
+            ),
+        ),
+    ]
     tables = [frame_table(v.table, "Average win-rate with 95% CI and rank-set per group")]
-    tables += [frame_table(df, f"Bradley-Terry (Davidson ties) and Elo, {g}") for g, df in v.ratings.items()]
+    tables += [
+        frame_table(df, f"Bradley-Terry (Davidson ties) and Elo, {g}") for g, df in v.ratings.items()
+    ]
     warns = [str(w) for r in v.results.values() for w in r.warnings]
     return Section(
-        "winrates", "Win-rates and Bradley-Terry (LLM-judge verdicts)", [v.source_note],
-        figures=figs, tables=tables, warnings=list(dict.fromkeys(warns)),
-        methods=(f"{res.ci_method}. Average win-rate: mean over opponents ({res.average_ci_method}). Bradley-Terry "
-                 f"strengths with Davidson ties and Elo-scale ratings, each with a prompt-cluster bootstrap interval; "
-                 f"ranks from {res.rank_method}. Coupled vs independent per pair: a t test paired by prompt with "
-                 "Westfall-Young max-T adjusted p-values."),
-        references=[ref.COUPLED, ref.METHODS_WINRATES, ref.DAVIDSON, ref.WESTFALL_YOUNG])
+        "winrates",
+        "Win-rates and Bradley-Terry (LLM-judge verdicts)",
+        [v.source_note],
+        figures=figs,
+        tables=tables,
+        warnings=list(dict.fromkeys(warns)),
+        methods=(
+            f"{res.ci_method}. Average win-rate: mean over opponents ({res.average_ci_method}). "
+            "Bradley-Terry strengths with Davidson ties and Elo-scale ratings, each with a "
+            f"prompt-cluster bootstrap interval; ranks from {res.rank_method}. Coupled vs independent "
+            "per pair: a t test paired by prompt with Westfall-Young max-T adjusted p-values."
+        ),
+        references=[ref.COUPLED, ref.METHODS_WINRATES, ref.DAVIDSON, ref.WESTFALL_YOUNG],
+    )
 
 
 def multigen_section(ctx: RunContext) -> Section | None:
@@ -173,30 +311,75 @@ def multigen_section(ctx: RunContext) -> Section | None:
     rows = []
     for m, r in mgs.items():
         pts = pd.DataFrame([vars(p) for p in r.prompts])
-        figs.append(Figure(f"datamap_{m}", figures.datamap_figure(pts, r.thresholds.p_max, r.thresholds.s_min,
-                                                                 title=f"Data map: {m} ({r.mode}, k = {r.k})")))
-        rows.append([cell(m), cell(with_ci(r.score.mu, r.score.ci_low, r.score.ci_high), r.score.mu),
-                     cell(f"[{r.bootstrap.ci_low:.3f}, {r.bootstrap.ci_high:.3f}]"),
-                     cell(f"{r.score.var_within:.2e} / {r.score.var_between:.2e}"),
-                     cell(num(r.consistency_mean), r.consistency_mean), cell(num(r.n_flagged), r.n_flagged)])
-        flagged += [[cell(m), cell(p.prompt_id), cell(p.subject or "-"), cell(num(p.p_correct, 2), p.p_correct),
-                     cell(num(p.consistency), p.consistency)] for p in r.prompts if p.flagged][:15]
+        figs.append(
+            Figure(
+                f"datamap_{m}",
+                datamap_figure(
+                    pts,
+                    r.thresholds.p_max,
+                    r.thresholds.s_min,
+                    title=f"Data map: {m} ({r.mode}, k = {r.k})",
+                ),
+            )
+        )
+        rows.append(
+            [
+                cell(m),
+                cell(with_ci(r.score.mu, r.score.ci_low, r.score.ci_high), r.score.mu),
+                cell(f"[{r.bootstrap.ci_low:.3f}, {r.bootstrap.ci_high:.3f}]"),
+                cell(f"{r.score.var_within:.2e} / {r.score.var_between:.2e}"),
+                cell(num(r.consistency_mean), r.consistency_mean),
+                cell(num(r.n_flagged), r.n_flagged),
+            ]
+        )
+        flagged += [
+            [
+                cell(m),
+                cell(p.prompt_id),
+                cell(p.subject or "-"),
+                cell(num(p.p_correct, 2), p.p_correct),
+                cell(num(p.consistency), p.consistency),
+            ]
+            for p in r.prompts
+            if p.flagged
+        ][:15]
     first = next(iter(mgs.values()))
-    tables = [Table("Score with k generations per prompt", ["model", "score [95% t CI]", "bootstrap 95% CI",
-                                                            "variance within / between", "mean consistency S",
-                                                            "flagged prompts"], rows),
-              Table("Flagged prompts (first 15 per model): rarely correct yet consistent", ["model", "prompt",
-                    "subject", "P(correct)", "S"], flagged,
-                    f"flagged: P(correct) <= {first.thresholds.p_max} and S >= {first.thresholds.s_min} with an actual "
-                    "answer repeated: candidates for a wrong gold label or an ambiguous question")]
+    tables = [
+        Table(
+            "Score with k generations per prompt",
+            [
+                "model",
+                "score [95% t CI]",
+                "bootstrap 95% CI",
+                "variance within / between",
+                "mean consistency S",
+                "flagged prompts",
+            ],
+            rows,
+        ),
+        Table(
+            "Flagged prompts (first 15 per model): rarely correct yet consistent",
+            ["model", "prompt", "subject", "P(correct)", "S"],
+            flagged,
+            f"flagged: P(correct) <= {first.thresholds.p_max} and S >= {first.thresholds.s_min} with an "
+            "actual answer repeated: candidates for a wrong gold label or an ambiguous question",
+        ),
+    ]
     return Section(
-        "multigen", "Multiple generations and the data map", [f"Clusters: {first.clusters_source}."],
-        figures=figs, tables=tables,
-        methods=("P(correct) per prompt is the share of its k generations scored correct; the score's variance splits "
-                 "into within-prompt (sampling) and between-prompt parts, unbiased, and its interval is a t interval "
-                 "with Var(mu) = sigma²/n (a prompt bootstrap beside it). Semantic consistency S = Σ Prop log Prop over "
-                 "the prompt's answer clusters; the data map plots P(correct) against S."),
-        references=[ref.MULTIGEN])
+        "multigen",
+        "Multiple generations and the data map",
+        [f"Clusters: {first.clusters_source}."],
+        figures=figs,
+        tables=tables,
+        methods=(
+            "P(correct) per prompt is the share of its k generations scored correct; the score's "
+            "variance splits into within-prompt (sampling) and between-prompt parts, unbiased, and its "
+            "interval is a t interval with Var(mu) = sigma²/n (a prompt bootstrap beside it). Semantic "
+            "consistency S = Σ Prop log Prop over the prompt's answer clusters; the data map plots "
+            "P(correct) against S."
+        ),
+        references=[ref.MULTIGEN],
+    )
 
 
 def reproduce_section(ctx: RunContext) -> Section:
@@ -205,20 +388,39 @@ def reproduce_section(ctx: RunContext) -> Section:
     cmds = []
     if d.command:  # as stored by generate: ["python", "-m", "engine", "generate", ...]
         cmd = " ".join(shlex.quote(c) for c in d.command)
-        cmds.append(cmd if d.command[0].startswith(("python", "coupled-eval")) else f"python -m engine {cmd}")
+        cmds.append(
+            cmd if d.command[0].startswith(("python", "coupled-eval")) else f"python -m engine {cmd}"
+        )
     elif not d.imported_from and d.repeats:
-        cmds.append(f"python -m engine generate --models {' '.join(shlex.quote(m.name) for m in d.models)} "
-                    f"--dataset {shlex.quote(d.dataset.dataset_id if d.dataset else 'DATASET')} --repeats {d.repeats} "
-                    f"--temperature {d.temperature} --max-new-tokens {d.max_new_tokens} --modes {' '.join(d.modes)} "
-                    f"--seed {d.seed} --run-id {shlex.quote(d.run)} --db {db}")
+        cmds.append(
+            f"python -m engine generate --models {' '.join(shlex.quote(m.name) for m in d.models)} "
+            f"--dataset {shlex.quote(d.dataset.dataset_id if d.dataset else 'DATASET')} --repeats "
+            f"{d.repeats} --temperature {d.temperature} --max-new-tokens {d.max_new_tokens} --modes "
+            f"{' '.join(d.modes)} --seed {d.seed} --run-id {shlex.quote(d.run)} --db {db}"
+        )
     if not d.imported_from:
-        cmds.append(f"python -m engine score --run {shlex.quote(d.run)} --rule {ctx.summary.rule} --db {db}")
+        cmds.append(
+            f"python -m engine score --run {shlex.quote(d.run)} --rule {ctx.summary.rule} --db {db}"
+        )
     else:
-        cmds.append(f"# imported from {d.imported_from}: re-import the same files with python -m engine import")
-    opts = (f" --models {','.join(ctx._models)}" if ctx._models else "") + \
-        (f" --alpha {ctx.alpha:g}" if ctx.alpha != 0.05 else "") + (f" --seed {ctx.seed}" if ctx.seed else "")
-    cmds += [f"python -m engine summary --run {shlex.quote(d.run)} --db {db}",
-             f"python -m engine report --run {shlex.quote(d.run)} --db {db}{opts} --out report.html"]
-    return Section("reproduce", "Reproduce the run and this report", [
-        "The run's settings are stored with it; these commands regenerate, rescore and re-report it (the same "
-        "seed gives the same tokens on the same backend, dtype and device)."], code=cmds)
+        cmds.append(
+            f"# imported from {d.imported_from}: re-import the same files with python -m engine import"
+        )
+    opts = (
+        (f" --models {','.join(ctx._models)}" if ctx._models else "")
+        + (f" --alpha {ctx.alpha:g}" if ctx.alpha != 0.05 else "")
+        + (f" --seed {ctx.seed}" if ctx.seed else "")
+    )
+    cmds += [
+        f"python -m engine summary --run {shlex.quote(d.run)} --db {db}",
+        f"python -m engine report --run {shlex.quote(d.run)} --db {db}{opts} --out report.html",
+    ]
+    return Section(
+        "reproduce",
+        "Reproduce the run and this report",
+        [
+            "The run's settings are stored with it; these commands regenerate, rescore and re-report it "
+            "(the same seed gives the same tokens on the same backend, dtype and device)."
+        ],
+        code=cmds,
+    )

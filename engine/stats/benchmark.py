@@ -1,28 +1,23 @@
-"""Benchmark comparison of two models, coupled vs independent generation (docs/METHODS.md section 2).
+"""Coupled vs independent generation of two models (docs/METHODS.md section 2): the coupled-generation
+paper's comparison. Benz et al. 2025, Proposition 1, Fig. 2 and Appendix D.
 
 Pure, vectorised functions over ``(Q, R)`` score matrices (``Q`` questions, ``R`` repeats) of two models
-``A``, ``B`` in one noise mode. Paper: Benz et al. 2025, Proposition 1, Fig. 2 and Appendix D.
+``A``, ``B`` in one noise mode.
 
 Family:
 
 * :func:`per_question_covariance`  Cov_i = sample cov (ddof 1) of (A_ir, B_ir) over r
 * :func:`per_question_var_diff`    V_i  = sample var (ddof 1) of A_ir − B_ir over r
-* :func:`kde_curve`                Gaussian KDE on a grid (degenerate data handled; reflection at a bound)
+* :func:`kde_curve`                Gaussian KDE on a grid (degenerate data handled; reflection at a
+  bound)
 * :func:`resample_permutations`    the random permutations the error curves share
 * :func:`error_curve`              mean |truth − mean of n samples| + 2.5/97.5 percentile band
 * :func:`error_curve_naive`        the same with explicit loops (the test oracle)
-* the savings (:mod:`engine.stats.saving`, re-exported): the headline variance saving, the paper's
-  resampling-curve saving, the saving predicted from the per-sample variances
-* :func:`paired_diff_ci`           Δ̂ = mean_i d_i, t CI/test over questions, correlation, bootstrap check, MDE
-* :func:`mcnemar_majority`         McNemar on ONE outcome per question (majority vote), labelled as such
-* :func:`mcnemar`                  McNemar on independent paired binary outcomes (never (question, repeat) pairs)
-* :func:`paired_bootstrap_diff`    percentile CI of the accuracy difference, questions resampled
-* :func:`variance_components_diff` between/within variance of the difference (docs/METHODS.md 5 on A − B)
 * :func:`independent_components`   σ²_b, σ²_w of independent generation predicted from a coupled run
-* :func:`predict_se`               SE(n, k) = sqrt(σ²_b/n + σ²_w/(n k))
-* :func:`paired_power`             power of the paired t test at effect Δ for an n × k design
-* :func:`plan_mde`                 questions × repeats (coupled vs independent) for MDE = x at power 1 − β
-* :func:`plan_sample_size`         questions × repeats for a target standard error / error
+
+The savings (headline variance saving, the paper's resampling-curve saving, the saving predicted
+from the per-sample variances) are :mod:`engine.stats.saving`; the paired difference over questions
+is :mod:`engine.stats.paired_difference`; the planner is :mod:`engine.stats.planning`.
 """
 
 from __future__ import annotations
@@ -33,29 +28,7 @@ import numpy as np
 from scipy import stats as _st
 
 from engine.errors import UserError
-from engine.stats.saving import (  # noqa: F401  (re-exported: the saving family lives in saving.py)
-    HEADLINE_SAVING,
-    MAE_PER_SE,
-    error_at,
-    log_ratio_interval,
-    sample_saving,
-    samples_for_error,
-    samples_for_error_fpc,
-    saving_predicted,
-    variance_saving,
-)
-
-
-def _pair(A, B) -> tuple[np.ndarray, np.ndarray]:
-    A = np.asarray(A, dtype=np.float64)
-    B = np.asarray(B, dtype=np.float64)
-    if A.ndim != 2 or A.shape != B.shape:
-        raise UserError(f"score matrices must both be (questions, repeats) of one shape, got {A.shape} and {B.shape}")
-    if A.shape[0] < 1:
-        raise UserError("score matrices are empty (no question scored by both models)")
-    if np.isnan(A).any() or np.isnan(B).any():
-        raise UserError("score matrices contain missing scores (NaN)")
-    return A, B
+from engine.stats.paired_difference import check_pair, variance_components_diff
 
 
 def per_question_covariance(A, B) -> np.ndarray:
@@ -69,11 +42,13 @@ def per_question_covariance(A, B) -> np.ndarray:
         (Q,) covariances.
     Paper: Benz et al., Fig. 2(a) (its mean is marked).
     """
-    A, B = _pair(A, B)
+    A, B = check_pair(A, B)
     R = A.shape[1]
     if R < 2:
         raise UserError(f"need at least 2 repeats per question for a covariance, got {R}")
-    return ((A - A.mean(axis=1, keepdims=True)) * (B - B.mean(axis=1, keepdims=True))).sum(axis=1) / (R - 1)
+    return ((A - A.mean(axis=1, keepdims=True)) * (B - B.mean(axis=1, keepdims=True))).sum(axis=1) / (
+        R - 1
+    )
 
 
 def per_question_var_diff(A, B) -> np.ndarray:
@@ -87,13 +62,15 @@ def per_question_var_diff(A, B) -> np.ndarray:
         (Q,) variances.
     Paper: Benz et al., Fig. 2(b) (the median is marked).
     """
-    A, B = _pair(A, B)
+    A, B = check_pair(A, B)
     if A.shape[1] < 2:
         raise UserError(f"need at least 2 repeats per question for a variance, got {A.shape[1]}")
     return (A - B).var(axis=1, ddof=1)
 
 
-def kde_curve(x, grid=None, n_grid: int = 200, fallback_bw: float = 0.02, lower: float | None = None) -> dict:
+def kde_curve(
+    x, grid=None, n_grid: int = 200, fallback_bw: float = 0.02, lower: float | None = None
+) -> dict:
     """Gaussian kernel density estimate of ``x`` on a grid (scipy, Scott's rule), optionally
     boundary-corrected by reflection for a quantity that cannot fall below ``lower``.
 
@@ -139,9 +116,16 @@ def kde_curve(x, grid=None, n_grid: int = 200, fallback_bw: float = 0.02, lower:
     if lower is None:
         dens = f(grid)
     else:
-        dens = np.where(grid >= lower, f(grid) + f(2 * lower - grid), 0.0)  # reflect the mass below L back
-    return {"x": grid.tolist(), "density": dens.tolist(), "bandwidth": h, "degenerate": bool(degenerate),
-            "lower": lower}
+        dens = np.where(
+            grid >= lower, f(grid) + f(2 * lower - grid), 0.0
+        )  # reflect the mass below L back
+    return {
+        "x": grid.tolist(),
+        "density": dens.tolist(),
+        "bandwidth": h,
+        "degenerate": bool(degenerate),
+        "lower": lower,
+    }
 
 
 def default_sizes(N: int, step: int = 20, max_points: int = 500) -> np.ndarray:
@@ -160,7 +144,9 @@ def default_sizes(N: int, step: int = 20, max_points: int = 500) -> np.ndarray:
     return sizes
 
 
-def resample_permutations(N: int, n_resamples: int, rng: np.random.Generator, length: int | None = None) -> np.ndarray:
+def resample_permutations(
+    N: int, n_resamples: int, rng: np.random.Generator, length: int | None = None
+) -> np.ndarray:
     """``n_resamples`` independent uniform random permutations of range(N), truncated to ``length``.
 
     The first n entries of a uniform permutation are a uniform draw of n items without
@@ -174,7 +160,9 @@ def resample_permutations(N: int, n_resamples: int, rng: np.random.Generator, le
     if length is not None and length * 4 < N:
         # Short prefixes of a big pool: an ordered draw without replacement per row costs O(length)
         # instead of shuffling all N items (same distribution as a permutation's prefix).
-        return np.stack([rng.choice(N, size=length, replace=False, shuffle=True) for _ in range(n_resamples)])
+        return np.stack(
+            [rng.choice(N, size=length, replace=False, shuffle=True) for _ in range(n_resamples)]
+        )
     base = np.broadcast_to(np.arange(N, dtype=np.int64), (n_resamples, N))
     perms = rng.permuted(base, axis=1)  # (M, N): each row shuffled independently
     return perms if length is None else perms[:, :length]
@@ -200,7 +188,9 @@ def error_curve(diff, sizes, perms: np.ndarray, level: float = 0.95) -> dict:
     sizes = np.asarray(sizes, dtype=np.int64)
     L = int(sizes.max())
     if sizes.min() < 1 or L > diff.size or L > perms.shape[1]:
-        raise UserError(f"sample sizes must lie in 1..{min(diff.size, perms.shape[1])}, got {sizes.min()}..{L}")
+        raise UserError(
+            f"sample sizes must lie in 1..{min(diff.size, perms.shape[1])}, got {sizes.min()}..{L}"
+        )
     truth = float(diff.mean())
     M = perms.shape[0]
     a = (1 - level) / 2 * 100
@@ -208,11 +198,16 @@ def error_curve(diff, sizes, perms: np.ndarray, level: float = 0.95) -> dict:
     # Chunk the permutations so the (chunk, L) gather + cumsum stays small on big pools.
     chunk = max(1, int(4_000_000 // L))
     for s in range(0, M, chunk):
-        csum = np.cumsum(diff[perms[s:s + chunk, :L]], axis=1)  # (c, L)
-        errs[s:s + chunk] = np.abs(truth - csum[:, sizes - 1] / sizes)  # (c, S)
+        csum = np.cumsum(diff[perms[s : s + chunk, :L]], axis=1)  # (c, L)
+        errs[s : s + chunk] = np.abs(truth - csum[:, sizes - 1] / sizes)  # (c, S)
     lo, hi = np.percentile(errs, [a, 100 - a], axis=0)
-    return {"n": sizes.tolist(), "mean": errs.mean(axis=0).tolist(), "low": lo.tolist(),
-            "high": hi.tolist(), "truth": truth}
+    return {
+        "n": sizes.tolist(),
+        "mean": errs.mean(axis=0).tolist(),
+        "low": lo.tolist(),
+        "high": hi.tolist(),
+        "truth": truth,
+    }
 
 
 def error_curve_naive(diff, sizes, perms: np.ndarray, level: float = 0.95) -> dict:
@@ -229,194 +224,6 @@ def error_curve_naive(diff, sizes, perms: np.ndarray, level: float = 0.95) -> di
     return {"n": [int(n) for n in sizes], "mean": means, "low": lows, "high": highs, "truth": truth}
 
 
-def mcnemar(a, b, exact_below: int = 25) -> dict:
-    """McNemar's test of equal accuracy on paired binary outcomes.
-
-    n10 = #(a=1, b=0), n01 = #(a=0, b=1); H0: P(n10) = P(n01).  Exact two-sided binomial test
-    (n10 ~ Bin(n10 + n01, 1/2)) when n10 + n01 < ``exact_below``, else χ²₁ = (|n10 − n01| − 1)² / (n10 + n01)
-    (continuity-corrected).
-
-    Guarantee: level-α test under H0 for independent pairs (the exact version at any size).
-    NOT valid on (question, repeat) pairs: repeats of a question are dependent (size ~40% at 5%,
-    docs/METHODS.md 7.1). Use :func:`paired_diff_ci`, or :func:`mcnemar_majority` for one outcome per
-    question.
-
-    Args:
-        a, b: (P,) binary outcomes of the two models on the same P items.
-    Returns:
-        dict with n, n10, n01, statistic (χ² or None), p_value, method ('exact' | 'chi2').
-    """
-    a = np.asarray(a).astype(bool).ravel()
-    b = np.asarray(b).astype(bool).ravel()
-    if a.shape != b.shape:
-        raise UserError(f"paired outcomes must have the same length, got {a.size} and {b.size}")
-    n10 = int((a & ~b).sum())
-    n01 = int((~a & b).sum())
-    m = n10 + n01
-    if m == 0:
-        return {"n": int(a.size), "n10": 0, "n01": 0, "statistic": None, "p_value": 1.0, "method": "exact"}
-    if m < exact_below:
-        p = float(_st.binomtest(n10, m, 0.5, alternative="two-sided").pvalue)
-        return {"n": int(a.size), "n10": n10, "n01": n01, "statistic": None, "p_value": min(p, 1.0), "method": "exact"}
-    stat = (abs(n10 - n01) - 1) ** 2 / m
-    return {"n": int(a.size), "n10": n10, "n01": n01, "statistic": float(stat),
-            "p_value": float(_st.chi2.sf(stat, 1)), "method": "chi2"}
-
-
-def paired_bootstrap_diff(A, B, rng: np.random.Generator, n_resamples: int = 2000, level: float = 0.95) -> dict:
-    """Paired bootstrap CI of the accuracy difference, resampling questions (clusters of repeats).
-
-    Δ̂ = mean(A − B);  Δ*_b = (1/Q) Σ_i d̄_{I_bi},  I_bi ~ Uniform{1..Q} with replacement;
-    CI = percentiles (1−level)/2, (1+level)/2 of Δ*.
-
-    Guarantee: asymptotically valid as Q → ∞ for independent questions; repeats of one question
-    stay together, so their dependence (and the coupling between A and B) is kept.
-
-    Args:
-        A, B: (Q, R) scores.  rng: random generator.
-    Returns:
-        dict with diff, se, ci_low, ci_high, n_resamples.
-    """
-    A, B = _pair(A, B)
-    d = (A - B).mean(axis=1)  # (Q,)
-    Q = d.size
-    idx = rng.integers(0, Q, size=(n_resamples, Q))  # (M, Q)
-    reps = d[idx].mean(axis=1)  # (M,)
-    a = (1 - level) / 2
-    lo, hi = np.quantile(reps, [a, 1 - a])
-    return {"diff": float(d.mean()), "se": float(reps.std(ddof=1)), "ci_low": float(lo),
-            "ci_high": float(hi), "n_resamples": int(n_resamples)}
-
-
-def variance_components_diff(A, B) -> dict:
-    """Between- and within-question variance of the score difference D = A − B.
-
-    σ²_w = mean_i V_i (V_i = per-question var of D over repeats, ddof 1);
-    σ²_b = (sample var over questions of D̄_i, ddof 1) − σ²_w / R, clipped at 0
-    (an unbiased estimate of the variance of the true per-question mean difference).
-
-    Args:
-        A, B: (Q, R) scores, R >= 2.
-    Returns:
-        dict with sigma2_between, sigma2_within, Q, R.
-    """
-    A, B = _pair(A, B)
-    Q, R = A.shape
-    D = A - B
-    s2w = float(D.var(axis=1, ddof=1).mean()) if R > 1 else 0.0
-    s2_means = float(D.mean(axis=1).var(ddof=1)) if Q > 1 else 0.0
-    s2b = max(s2_means - s2w / R, 0.0)
-    return {"sigma2_between": s2b, "sigma2_within": s2w, "Q": int(Q), "R": int(R)}
-
-
-def plan_sample_size(sigma2_between: float, sigma2_within: float, target_se: float | None = None,
-                     target_error: float | None = None, repeats=(1, 2, 5, 10)) -> list[dict]:
-    """Questions × repeats needed for a target precision of the estimated difference.
-
-    Var(mean diff over n questions × k repeats) = σ²_b / n + σ²_w / (n k)  (docs/METHODS.md 5 on differences), so
-    n(k) = ceil((σ²_b + σ²_w / k) / se²).  A target mean absolute error ε is converted with
-    se = ε / sqrt(2/π) (E|N(0, se²)| = se sqrt(2/π)).
-
-    Args:
-        sigma2_between, sigma2_within: from :func:`variance_components_diff` of one mode.
-        target_se or target_error: exactly one.
-        repeats: the k values to plan for.
-    Returns:
-        list of {repeats, questions, samples} dicts.
-    """
-    if (target_se is None) == (target_error is None):
-        raise UserError("give exactly one of target_se and target_error")
-    if target_se is None:
-        assert target_error is not None  # exactly one of the two is given (checked above)
-        if not target_error > 0:
-            raise UserError(f"target error must be > 0, got {target_error}")
-        target_se = target_error / MAE_PER_SE
-    if not target_se > 0:
-        raise UserError(f"target standard error must be > 0, got {target_se}")
-    out = []
-    for k in repeats:
-        k = int(k)
-        if k < 1:
-            raise UserError(f"repeats must be >= 1, got {k}")
-        n = max(1, math.ceil((sigma2_between + sigma2_within / k) / target_se ** 2))
-        out.append({"repeats": k, "questions": int(n), "samples": int(n * k)})
-    return out
-
-
-# ----------------------------------------------------------------------------- docs/METHODS.md 7.1
-
-def paired_diff_ci(A, B, rng: np.random.Generator | None = None, alpha: float = 0.05, power: float = 0.8,
-                   n_resamples: int = 2000) -> dict:
-    """Paired comparison of two models on one benchmark, questions as the unit (docs/METHODS.md 7.1).
-
-    d_i = (1/k) Σ_r (A_ir − B_ir);  Δ̂ = mean_i d_i;  SE = sd(d; ddof 1)/sqrt(n);
-    CI = Δ̂ ± t_{n−1, 1−α/2} SE;  p = two-sided t test of Δ = 0;  MDE = (z_{1−α/2} + z_{1−β}) SE.
-
-    Guarantee: cluster-robust (questions independent, repeats arbitrarily dependent), valid in
-    both noise modes; exact for normal d_i, asymptotic otherwise. Coupling shrinks SE through
-    the covariance of Proposition 1 (Benz et al.).
-
-    Args:
-        A, B: (n, k) scores of the two models (same questions, same repeat layout), n >= 2.
-        rng: if given, also a paired bootstrap over questions (the check).
-        alpha: test level / 1 − CI level.  power: 1 − β for the MDE.
-    Returns:
-        dict: diff, se, df, t, p_value, ci_low, ci_high, level, corr (Pearson correlation of
-        the two models' per-question means; NaN if one is constant), mde, power, n_questions,
-        n_repeats, sigma2_between, sigma2_within (the components of d, see
-        :func:`variance_components_diff`), bootstrap ({se, ci_low, ci_high, n_resamples} or None).
-    """
-    A, B = _pair(A, B)
-    n, k = A.shape
-    if n < 2:
-        raise UserError(f"a paired t test needs at least 2 questions, got {n}")
-    if not 0 < alpha < 1 or not 0 < power < 1:
-        raise UserError(f"alpha and power must be in (0, 1), got {alpha} and {power}")
-    ma, mb = A.mean(axis=1), B.mean(axis=1)  # (n,)
-    d = ma - mb
-    diff = float(d.mean())
-    se = float(d.std(ddof=1) / math.sqrt(n))
-    tq = float(_st.t.ppf(1 - alpha / 2, n - 1))
-    if se > 0:
-        t = diff / se
-        p = float(2 * _st.t.sf(abs(t), n - 1))
-    else:
-        t = 0.0 if diff == 0 else math.copysign(math.inf, diff)
-        p = 1.0 if diff == 0 else 0.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        corr = float(np.corrcoef(ma, mb)[0, 1]) if ma.std() > 0 and mb.std() > 0 else float("nan")
-    comp = variance_components_diff(A, B) if k > 1 else {"sigma2_between": float(d.var(ddof=1)), "sigma2_within": float("nan")}
-    boot = None
-    if rng is not None:
-        bt = paired_bootstrap_diff(A, B, rng, n_resamples=n_resamples, level=1 - alpha)
-        boot = {key: bt[key] for key in ("se", "ci_low", "ci_high", "n_resamples")}
-    mde = float((_st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power)) * se)
-    return {"diff": diff, "se": se, "df": n - 1, "t": float(t), "p_value": p, "ci_low": diff - tq * se,
-            "ci_high": diff + tq * se, "level": 1 - alpha, "corr": corr, "mde": mde, "power": power,
-            "n_questions": int(n), "n_repeats": int(k), "sigma2_between": comp["sigma2_between"],
-            "sigma2_within": comp["sigma2_within"], "bootstrap": boot}
-
-
-def mcnemar_majority(A, B, exact_below: int = 25) -> dict:
-    """McNemar's test on ONE outcome per question: the majority vote over the repeats.
-
-    a_i = 1{mean_r A_ir > 1/2} (ties at exactly 1/2 count as 0), b_i likewise; then
-    :func:`mcnemar` on the n question-level pairs. Tests equal *majority-vote* accuracy, not equal
-    expected accuracy: a different null from :func:`paired_diff_ci`.
-
-    Guarantee: level-α for independent questions (one outcome each).
-
-    Args:
-        A, B: (n, k) scores.
-    Returns:
-        the :func:`mcnemar` dict plus outcome = "majority vote per question".
-    """
-    A, B = _pair(A, B)
-    out = mcnemar(A.mean(axis=1) > 0.5, B.mean(axis=1) > 0.5, exact_below=exact_below)
-    out["outcome"] = "majority vote per question"
-    return out
-
-
 def independent_components(A, B) -> dict:
     """Variance components of d under INDEPENDENT generation, predicted from a COUPLED run.
 
@@ -428,73 +235,9 @@ def independent_components(A, B) -> dict:
     Returns:
         dict with sigma2_between, sigma2_within, Q, R (like :func:`variance_components_diff`).
     """
-    A, B = _pair(A, B)
+    A, B = check_pair(A, B)
     if A.shape[1] < 2:
         raise UserError(f"need at least 2 repeats per question, got {A.shape[1]}")
     comp = variance_components_diff(A, B)
     comp["sigma2_within"] = float((A.var(axis=1, ddof=1) + B.var(axis=1, ddof=1)).mean())
     return comp
-
-
-def predict_se(sigma2_between, sigma2_within, n, k):
-    """SE of Δ̂ for an n-question × k-repeat design: sqrt(σ²_b/n + σ²_w/(n k)) (broadcasts over n, k)."""
-    n = np.asarray(n, float)
-    k = np.asarray(k, float)
-    return np.sqrt(sigma2_between / n + sigma2_within / (n * k))
-
-
-def paired_power(delta: float, sigma2_between: float, sigma2_within: float, n, k, alpha: float = 0.05):
-    """Power of the two-sided paired t test (:func:`paired_diff_ci`) at true effect Δ.
-
-    power = P(|T| > t_{n−1,1−α/2}), T ~ noncentral t(n − 1, Δ/SE(n, k)); SE from :func:`predict_se`
-    (d_i treated as normal). Broadcasts over n, k.
-    """
-    n = np.asarray(n, float)
-    se = predict_se(sigma2_between, sigma2_within, n, k)
-    df = n - 1
-    tq = _st.t.ppf(1 - alpha / 2, df)
-    ncp = delta / se
-    return _st.nct.sf(tq, df, ncp) + _st.nct.cdf(-tq, df, ncp)
-
-
-def plan_mde(components: dict, mde: float, alpha: float = 0.05, power: float = 0.8,
-             repeats=(1, 2, 5, 10), max_questions: int = 10_000_000) -> list[dict]:
-    """How many questions × repeats reach a minimum detectable effect, per noise mode.
-
-    For each mode and k: the smallest n with paired_power(mde, σ²_b, σ²_w, n, k, α) >= power
-    (starting from the normal solution n = (z_{1−α/2} + z_{1−β})² (σ²_b + σ²_w/k) / mde²).
-
-    Args:
-        components: {mode: {"sigma2_between", "sigma2_within"}} e.g. {"coupled":
-            variance_components_diff(Ac, Bc), "independent": independent_components(Ac, Bc)
-            or variance_components_diff(Ai, Bi)}.
-        mde: the effect (accuracy difference) to detect, > 0.  alpha, power, repeats.
-    Returns:
-        list of {mode, repeats, questions, samples, se, power} rows (questions None if above max_questions).
-    """
-    if not mde > 0:
-        raise UserError(f"the minimum detectable effect must be > 0, got {mde}")
-    if not 0 < alpha < 1 or not 0 < power < 1:
-        raise UserError(f"alpha and power must be in (0, 1), got {alpha} and {power}")
-    zz = _st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power)
-    rows = []
-    for mode, c in components.items():
-        sb, sw = float(c["sigma2_between"]), float(c["sigma2_within"])
-        for k in repeats:
-            k = int(k)
-            if k < 1:
-                raise UserError(f"repeats must be >= 1, got {k}")
-            n = max(2, math.ceil(zz ** 2 * (sb + sw / k) / mde ** 2))
-            if sb + sw / k <= 0:
-                n = 2
-            while n <= max_questions and paired_power(mde, sb, sw, n, k, alpha) < power:
-                n = n + max(1, n // 100)
-            # step back to the smallest n that reaches the power (the coarse steps above overshoot)
-            while n > 2 and paired_power(mde, sb, sw, n - 1, k, alpha) >= power:
-                n -= 1
-            ok = n <= max_questions
-            rows.append({"mode": mode, "repeats": k, "questions": int(n) if ok else None,
-                         "samples": int(n * k) if ok else None,
-                         "se": float(predict_se(sb, sw, n, k)) if ok else None,
-                         "power": float(paired_power(mde, sb, sw, n, k, alpha)) if ok else None})
-    return rows

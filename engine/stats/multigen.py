@@ -13,7 +13,8 @@ Family:
 * :func:`single_generation_scores` column means of Y and their spread (best - worst)
 * :func:`semantic_consistency`    S_i = Σ_c Prop_c log Prop_c from an (n, k) cluster-id matrix
 * :func:`largest_answer_cluster`  size of the biggest cluster of answered generations per prompt
-* :func:`data_map_flags`          p̂_i <= p_max and S_i >= s_min (and an answer shared by >= 2 generations)
+* :func:`data_map_flags`          p̂_i <= p_max and S_i >= s_min (and an answer shared by >= 2
+  generations)
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ Z95 = float(_st.norm.ppf(0.975))
 def _as_matrix(Y, name: str = "Y") -> np.ndarray:
     Y = np.asarray(Y, dtype=np.float64)
     if Y.ndim != 2 or Y.shape[0] < 1 or Y.shape[1] < 1:
-        raise UserError(f"{name} must be a non-empty (n prompts, k generations) matrix, got shape {Y.shape}")
+        raise UserError(
+            f"{name} must be a non-empty (n prompts, k generations) matrix, got shape {Y.shape}"
+        )
     if np.isnan(Y).any():
-        raise UserError(f"{name} contains missing scores (NaN); every prompt needs all k generations scored")
+        raise UserError(
+            f"{name} contains missing scores (NaN); every prompt needs all k generations scored"
+        )
     return Y
 
 
@@ -47,7 +52,9 @@ def p_correct(Y) -> np.ndarray:
     return _as_matrix(Y).mean(axis=1)
 
 
-def proportion_interval(mu: float, se: float, crit: float, n: int, conf: float = 0.95) -> tuple[float, float]:
+def proportion_interval(
+    mu: float, se: float, crit: float, n: int, conf: float = 0.95
+) -> tuple[float, float]:
     """THE per-model accuracy interval (summary, Benchmark page, accuracy-ranks): the t interval
     mu ± crit·se intersected with [0, 1]; when mu is exactly 0 or 1 (every question scored 0, or 1)
     the exact Clopper-Pearson interval for n questions, [0, 1 − (α/2)^(1/n)] or [(α/2)^(1/n), 1].
@@ -68,21 +75,23 @@ def proportion_interval(mu: float, se: float, crit: float, n: int, conf: float =
     if n >= 1 and mu in (0.0, 1.0):
         edge = float(((1 - conf) / 2) ** (1 / n))
         return (0.0, 1 - edge) if mu == 0.0 else (edge, 1.0)
-    return max(mu - crit * se, 0.0), min(mu + crit * se, 1.0)  # (NaN stays NaN: max/min return their first argument)
+    return max(mu - crit * se, 0.0), min(
+        mu + crit * se, 1.0
+    )  # (NaN stays NaN: max/min return their first argument)
 
 
 def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
     """Benchmark score with a t interval and the unbiased within/between-prompt decomposition.
 
-    μ̂ = (1/nk) Σ_ij y_ij;  σ̂² = (1/(n−1)) Σ_i (p̂_i − μ̂)²;  Var̂(μ̂) = σ̂²/n;  CI = μ̂ ± t_{n−1,(1+conf)/2} sqrt(Var̂).
-    Decomposition (Lemma 2.1, each term unbiased): within E[p(1−p)] ≈ w = mean_i p̂_i(1−p̂_i) k/(k−1),
-    between σ² ≈ b = max(0, σ̂² − mean_i p̂_i(1−p̂_i)/(k−1));  var_within = w/(nk), var_between = b/n,
-    so var_within + var_between = Var̂(μ̂) unless b is clipped at 0.
+    μ̂ = (1/nk) Σ_ij y_ij;  σ̂² = (1/(n−1)) Σ_i (p̂_i − μ̂)²;  Var̂(μ̂) = σ̂²/n;  CI = μ̂ ±
+    t_{n−1,(1+conf)/2} sqrt(Var̂). Decomposition (Lemma 2.1, each term unbiased): within E[p(1−p)] ≈ w =
+    mean_i p̂_i(1−p̂_i) k/(k−1), between σ² ≈ b = max(0, σ̂² − mean_i p̂_i(1−p̂_i)/(k−1));  var_within =
+    w/(nk), var_between = b/n, so var_within + var_between = Var̂(μ̂) unless b is clipped at 0.
 
     Guarantee: E[σ̂²] = σ² + E[p(1−p)]/k, so σ̂²/n is unbiased for Var(μ̂) = (μ − μ² − σ²)/(nk) + σ²/n
     (the paper's plug-in adds the within term a second time: up to ~1.3x too wide). The t
     interval is asymptotically exact (n → ∞) for independent prompts. Agrees with
-    :func:`engine.stats.benchmark.variance_components_diff` applied to (Y, 0) for 0/1 scores.
+    :func:`engine.stats.paired_difference.variance_components_diff` applied to (Y, 0) for 0/1 scores.
 
     When every score lies in [0, 1] (0/1 correctness, a rate), μ does too: the interval is
     :func:`proportion_interval` (an all-0 or all-1 score gets the exact Clopper-Pearson bound for n
@@ -115,16 +124,36 @@ def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
         within = between = float("nan")
     var = sigma2 / n
     se = float(np.sqrt(var))
-    crit = float(z) if z is not None else (float(_st.t.ppf(0.5 + conf / 2, n - 1)) if n > 1 else float("nan"))
+    crit = (
+        float(z)
+        if z is not None
+        else (float(_st.t.ppf(0.5 + conf / 2, n - 1)) if n > 1 else float("nan"))
+    )
     lo, hi = mu - crit * se, mu + crit * se
-    if n > 1 and Y.min() >= 0.0 and Y.max() <= 1.0:  # μ is a probability: [0, 1], and the exact bound at 0 or 1
+    if (
+        n > 1 and Y.min() >= 0.0 and Y.max() <= 1.0
+    ):  # μ is a probability: [0, 1], and the exact bound at 0 or 1
         lo, hi = proportion_interval(mu, se, crit, n, conf)
-    return {"mu": mu, "sigma2_hat": sigma2, "within": within, "sigma2_between": between,
-            "var_within": within / (n * k), "var_between": between / n, "var": var, "se": se, "df": n - 1,
-            "ci_low": lo, "ci_high": hi, "n": int(n), "k": int(k)}
+    return {
+        "mu": mu,
+        "sigma2_hat": sigma2,
+        "within": within,
+        "sigma2_between": between,
+        "var_within": within / (n * k),
+        "var_between": between / n,
+        "var": var,
+        "se": se,
+        "df": n - 1,
+        "ci_low": lo,
+        "ci_high": hi,
+        "n": int(n),
+        "k": int(k),
+    }
 
 
-def bootstrap_score_ci(Y, rng: np.random.Generator, n_resamples: int = 2000, level: float = 0.95) -> dict:
+def bootstrap_score_ci(
+    Y, rng: np.random.Generator, n_resamples: int = 2000, level: float = 0.95
+) -> dict:
     """Percentile bootstrap over prompts (clusters) of μ̂: resample rows of Y with replacement.
 
     Guarantee: consistent CI for μ as n → ∞ (no model assumption beyond independent prompts).
@@ -158,8 +187,12 @@ def single_generation_scores(Y) -> dict:
     Paper: Zhang et al., Sec. 3 (instability of single-generation evaluation).
     """
     s = _as_matrix(Y).mean(axis=0)  # (k,)
-    return {"scores": s.tolist(), "best": float(s.max()), "worst": float(s.min()),
-            "spread": float(s.max() - s.min())}
+    return {
+        "scores": s.tolist(),
+        "best": float(s.max()),
+        "worst": float(s.min()),
+        "spread": float(s.max() - s.min()),
+    }
 
 
 def semantic_consistency(C) -> np.ndarray:
@@ -176,13 +209,17 @@ def semantic_consistency(C) -> np.ndarray:
     """
     C = np.asarray(C)
     if C.ndim != 2 or C.shape[0] < 1 or C.shape[1] < 1:
-        raise UserError(f"cluster ids must be a non-empty (n prompts, k generations) matrix, got shape {C.shape}")
+        raise UserError(
+            f"cluster ids must be a non-empty (n prompts, k generations) matrix, got shape {C.shape}"
+        )
     n, k = C.shape
     # Relabel clusters within each row as 0..(distinct-1): sort the row, a new label starts
     # wherever the sorted value changes. Then one bincount over (row, label) keys counts every
     # cluster of every row at once.
     s = np.sort(C, axis=1)  # (n, k)
-    starts = np.concatenate([np.zeros((n, 1), dtype=np.int64), (s[:, 1:] != s[:, :-1]).astype(np.int64)], axis=1)
+    starts = np.concatenate(
+        [np.zeros((n, 1), dtype=np.int64), (s[:, 1:] != s[:, :-1]).astype(np.int64)], axis=1
+    )
     labels = np.cumsum(starts, axis=1)  # (n, k) in 0..k-1
     keys = (np.arange(n)[:, None] * k + labels).ravel()
     counts = np.bincount(keys, minlength=n * k).reshape(n, k)  # (n, k) cluster sizes (0 = unused)
@@ -206,11 +243,15 @@ def largest_answer_cluster(C, answered) -> np.ndarray:
     """
     C, A = np.asarray(C), np.asarray(answered, dtype=bool)
     if C.shape != A.shape or C.ndim != 2:
-        raise UserError(f"cluster ids and the answered mask must be (n, k) of one shape, got {C.shape} and {A.shape}")
+        raise UserError(
+            f"cluster ids and the answered mask must be (n, k) of one shape, got {C.shape} and {A.shape}"
+        )
     n, k = C.shape
     order = np.argsort(C, axis=1, kind="stable")
     s, a = np.take_along_axis(C, order, axis=1), np.take_along_axis(A, order, axis=1)  # (n, k)
-    starts = np.concatenate([np.zeros((n, 1), dtype=np.int64), (s[:, 1:] != s[:, :-1]).astype(np.int64)], axis=1)
+    starts = np.concatenate(
+        [np.zeros((n, 1), dtype=np.int64), (s[:, 1:] != s[:, :-1]).astype(np.int64)], axis=1
+    )
     keys = (np.arange(n)[:, None] * k + np.cumsum(starts, axis=1)).ravel()
     counts = np.bincount(keys, weights=a.ravel().astype(np.float64), minlength=n * k).reshape(n, k)
     return counts.max(axis=1).astype(np.int64)
@@ -235,7 +276,9 @@ def data_map_flags(p, S, p_max: float = 0.1, s_min: float = -0.8, largest_answer
     p = np.asarray(p, dtype=np.float64)
     S = np.asarray(S, dtype=np.float64)
     if p.shape != S.shape:
-        raise UserError(f"P(correct) and consistency must have the same shape, got {p.shape} and {S.shape}")
+        raise UserError(
+            f"P(correct) and consistency must have the same shape, got {p.shape} and {S.shape}"
+        )
     if not 0.0 <= p_max <= 1.0:
         raise UserError(f"p_max must lie in [0, 1], got {p_max}")
     if s_min > 0:
