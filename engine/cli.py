@@ -71,12 +71,16 @@ class Parser(argparse.ArgumentParser):
 
 def _describe(sub: argparse._SubParsersAction, names: list[str], doc: str | None) -> None:
     """Give the command parsers ``names`` a description: the module docstring (plain text on
-    output), else the command's help line."""
+    output) without its first paragraph when that names the layer ("CLI layer of ...", a note for
+    the reader of the code), else the command's help line."""
     helps = {a.dest: a.help for a in sub._choices_actions}
+    text = (doc or "").strip()
+    if text.startswith("CLI layer"):
+        text = text.partition("\n\n")[2].strip()
     for name in names:
         p = sub.choices[name]
         if p.description is None:
-            p.description = (doc or "").strip() or helps.get(name)
+            p.description = text or helps.get(name)
 
 
 SCRIPT = "coupled-eval"  # pyproject's console script (engine.cli:main)

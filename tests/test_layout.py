@@ -235,3 +235,55 @@ def test_no_unused_private_constant_in_the_engine():
     """A private constant nobody reads is a second, unchecked copy of something (the Triton module once
     kept the hash constants its kernels write as literals)."""
     assert _unused_private_constants() == []
+
+
+@pytest.mark.parametrize(
+    "package",
+    ["stats", "tasks", "store", "report", "analysis", "generation", "sampling", "models", "figures"],
+)
+def test_each_package_docstring_names_its_modules(package):
+    """docs/ARCHITECTURE.md is a one-page map; the list of a package's modules and what each does is its
+    ``__init__`` docstring, next to the code. A module the docstring does not name fails here."""
+    folder = ROOT / "engine" / package
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))) or ""
+    missing = [
+        p.stem for p in sorted(folder.glob("*.py")) if p.stem != "__init__" and f".{p.stem}`" not in doc
+    ]
+    assert not missing, f"engine/{package}/__init__.py does not name: {missing}"
+
+
+LAYER_WORD = {
+    "stats": "Statistics",
+    "analysis": "Analysis",
+    "figures": "Figures",
+    "commands": "CLI",
+    "store": "Store",
+    "tasks": "Task",
+    "report": "Report",
+    "generation": "Generation",
+    "models": "Models",
+    "sampling": "Sampling",
+}
+
+
+def _shared_name_modules() -> list[Path]:
+    """Modules of engine/'s packages whose file name is also a module of another package."""
+    by_name: dict[str, list[Path]] = {}
+    for path in sorted((ROOT / "engine").glob("*/*.py")):
+        if path.stem != "__init__":
+            by_name.setdefault(path.stem, []).append(path)
+    return [p for paths in by_name.values() if len(paths) > 1 for p in paths]
+
+
+def test_a_module_sharing_its_name_with_another_layer_says_its_layer_first():
+    """``stats/sequential.py``, ``analysis/sequential.py``, ``commands/sequential.py`` ...: each one's
+    docstring starts with "<Layer> layer of <topic>: <what that layer does>" (docs/ARCHITECTURE.md, "One
+    name, several layers"), so a reader opening one knows which job it does."""
+    modules = _shared_name_modules()
+    assert any(p.parent.name == "stats" and p.stem == "sequential" for p in modules)
+    bad = []
+    for path in modules:
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if not doc.startswith(f"{LAYER_WORD[path.parent.name]} layer of "):
+            bad.append(f"{path.relative_to(ROOT)}: {doc.splitlines()[0] if doc else '(no docstring)'}")
+    assert not bad, "\n".join(bad)

@@ -1,14 +1,28 @@
-"""Analysis layer: database -> arrays -> :mod:`engine.stats` -> frozen result dataclasses (``to_dict()``
-for ``--json``; nested stats results as :mod:`.stats_records`) and DataFrames for tables.
+"""Analysis layer: database -> arrays -> :mod:`engine.stats` -> frozen result dataclasses
+(``to_dict()`` for ``--json``). Read-only (``store.reader``); one module per analysis, each the single
+home of its view; the CLI and the dashboard call the same functions.
 
-One module per analysis, each read-only (``store.reader``), each the single home of its view:
-
-* :mod:`.overview`    -- what is stored (counts, runs, models, datasets, a run's prompts and units)
-* :mod:`.traces`      -- token traces of a unit, alignment, divergence, recomputed Gumbel values
-* :mod:`.benchmark`   -- coupled vs independent comparison of two models (covariance, error curve,
-  saving)
-* :mod:`.multigen`    -- multiple generations: P(correct), variance decomposition, data map
-* :mod:`.comparisons` -- pairwise comparisons from files, stored sets, Arena files or judge verdicts
-* :mod:`.winrates`    -- win-rate matrix, average win-rates, Bradley-Terry, Elo
-* :mod:`.ranksets`    -- rank-sets (human, judge, PPR) and repeated draws
+* :mod:`.overview`       -- what is stored (counts, runs, models, datasets, a run's prompts and units)
+* :mod:`.summary`        -- a scored run's headline findings (Home and ``engine summary``)
+* :mod:`.traces`         -- token traces of a unit, alignment, divergence, recomputed Gumbel values
+* :mod:`.benchmark`      -- coupled vs independent comparison of two models; its nested result types
+  in :mod:`.benchmark_result`
+* :mod:`.accuracy_ranks` -- accuracy rank-sets over k models
+* :mod:`.multigen`       -- multiple generations: P(correct), variance decomposition, data map
+* :mod:`.comparisons`    -- pairwise comparisons from files, stored sets, Arena files or judge verdicts
+  as one normalised frame
+* :mod:`.winrates`       -- win-rates, Bradley-Terry, Elo; nested result types in
+  :mod:`.winrates_result`
+* :mod:`.ranksets`, :mod:`.rankset_draws` -- rank-sets from human, judge or both (PPR), and their
+  repeated draws
+* :mod:`.run_units`      -- a run's judged units (both orders combined) and its human labels: the one
+  read of a run's labels
+* :mod:`.judge_audit`    -- the judge audit (METHODS 9.2); :mod:`.audit_sim` a simulated judged run
+  with labels (tests, bench)
+* :mod:`.run_ranksets`   -- PPR / judge-only / human-only rank-sets of a run and the label planner
+* :mod:`.sequential`     -- replay of a stored run as an anytime-valid sequential evaluation
+* :mod:`.run_design`     -- how a run was made (the report's design section)
+* :mod:`.notices`        -- typed warnings (a ``Notice`` kind pages filter on, never a substring)
+* :mod:`.result_base`    -- the ``ToDict`` mixin of the frozen results; :mod:`.stats_records` typed
+  records of the ``engine.stats`` results that analyses pass on whole
 """

@@ -1,4 +1,6 @@
-"""Accuracy rank-sets over k models from per-question scores: "which model is really best on this
+"""Analysis layer of accuracy rank-sets: stored data -> engine.stats -> a frozen result.
+
+Accuracy rank-sets over k models from per-question scores: "which model is really best on this
 benchmark", with the uncertainty that leaderboards leave out.
 
 theta_m = mean over questions of model m's mean score over repeats (the accuracy); questions are the
@@ -241,7 +243,8 @@ class PairedAccuracy:
     harness_accuracy: tuple[float | None, float | None]
     n_questions: int
     n_repeats: int
-    paired: PairedDiff  # engine.stats.paired_difference.paired_diff_ci (diff, se, ci, p, corr, mde, bootstrap)
+    # engine.stats.paired_difference.paired_diff_ci (diff, se, ci, p, corr, mde, bootstrap)
+    paired: PairedDiff
     target_mde: float
     plan: tuple[
         dict, ...

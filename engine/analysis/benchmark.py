@@ -1,4 +1,6 @@
-"""Benchmark comparison of two models, coupled vs independent: database -> score matrices ->
+"""Analysis layer of the benchmark comparison: stored data -> engine.stats -> a frozen result.
+
+Benchmark comparison of two models, coupled vs independent: database -> score matrices ->
 engine.stats.
 
 Benz et al., "Evaluation of Large Language Models via Coupled Token Generation", Section 4 and

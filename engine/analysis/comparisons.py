@@ -1,4 +1,6 @@
-"""Pairwise comparisons as one normalised DataFrame (prompt_id, model_a, model_b, human_winner,
+"""Analysis layer of pairwise comparisons: stored data -> engine.stats -> a frozen result.
+
+Pairwise comparisons as one normalised DataFrame (prompt_id, model_a, model_b, human_winner,
 judge_winner; winners 'a' | 'b' | 'tie' or None; then the optional repeat, mode, labeller, labelled_at,
 presented, None where unknown) from any source: a CSV file, Chatbot Arena JSON
 lines, a stored comparison set, or a run's LLM-judge verdicts. Shared by win-rates and rank-sets.

@@ -1,4 +1,6 @@
-"""Judge audit of a run (docs/METHODS.md 9.2): judge vs human agreement and Cohen's kappa, per-model
+"""Analysis layer of the judge audit: stored data -> engine.stats -> a frozen result.
+
+Judge audit of a run (docs/METHODS.md 9.2): judge vs human agreement and Cohen's kappa, per-model
 judge bias (PPR's rectifiers), position consistency and first-position preference, several judges'
 error correlation and effective number, human-human agreement; every figure with a
 prompt-clustered expanded percentile bootstrap CI (one set of seeded resamples shared by all figures).

@@ -1,4 +1,6 @@
-"""Multiple generations per prompt: P(correct), the score's within/between variance and CI,
+"""Analysis layer of multiple generations: stored data -> engine.stats -> a frozen result.
+
+Multiple generations per prompt: P(correct), the score's within/between variance and CI,
 semantic consistency and the data map.
 
 Zhang et al., "Beyond the Singular: The Essential Role of Multiple Generations in Effective

@@ -1,4 +1,6 @@
-"""Rank-sets with a 1 - alpha coverage guarantee from human labels, judge labels, or both (PPR).
+"""Analysis layer of rank-sets: stored data -> engine.stats -> a frozen result.
+
+Rank-sets with a 1 - alpha coverage guarantee from human labels, judge labels, or both (PPR).
 
 Chatzi et al., "Prediction-Powered Ranking of Large Language Models", NeurIPS 2024: Algorithm 1
 (PPR), Algorithm 3 (one source), Algorithm 4 (the trace-optimal lambda), Section 5 (repeated

@@ -1,4 +1,6 @@
-"""PPR rank-sets on a user's own run (docs/METHODS.md 4, 7.3, 9.3): the run's judged units (one judge
+"""Analysis layer of a run's rank-sets: stored data -> engine.stats -> a frozen result.
+
+PPR rank-sets on a user's own run (docs/METHODS.md 4, 7.3, 9.3): the run's judged units (one judge
 label per unit, both orders combined) with the run's human labels, ranked three ways (PPR, judge
 only, human only) with the run's prompts as clusters, and the label planner ("about N more labels
 for rank-sets no wider than W" / "for theta CIs no wider than x").

@@ -1,4 +1,6 @@
-"""Replay of a stored run as a sequential (anytime-valid) evaluation: "when could it have stopped?".
+"""Analysis layer of the sequential evaluation: stored data -> engine.stats -> a frozen result.
+
+Replay of a stored run as a sequential (anytime-valid) evaluation: "when could it have stopped?".
 
 docs/METHODS.md section 8. The run's questions are shuffled with a seed (as a live ``--until`` run
 takes them); per noise mode, each pair's betting confidence sequence (engine.stats.sequential, at

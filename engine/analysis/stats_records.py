@@ -79,7 +79,8 @@ class PairedDiff(StatsRecord):
 
 @dataclass(frozen=True)
 class McNemar(StatsRecord):
-    """McNemar's test on one outcome per question (:func:`engine.stats.paired_difference.mcnemar_majority`)."""
+    """McNemar's test on one outcome per question
+    (:func:`engine.stats.paired_difference.mcnemar_majority`)."""
 
     n: int
     n10: int

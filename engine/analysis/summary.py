@@ -1,4 +1,6 @@
-"""The headline findings of one scored run: what the Home page shows after the demo and what
+"""Analysis layer of the run summary: stored data -> engine.stats -> a frozen result.
+
+The headline findings of one scored run: what the Home page shows after the demo and what
 ``python -m engine summary --run RUN`` prints.
 
 Per model and mode: accuracy with a 95% t interval over questions (questions are clusters: the

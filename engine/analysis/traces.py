@@ -1,4 +1,6 @@
-"""Token traces of one unit: read per unit and page of steps (never a whole trace table), aligned by
+"""Analysis layer of token traces: stored data -> engine.stats -> a frozen result.
+
+Token traces of one unit: read per unit and page of steps (never a whole trace table), aligned by
 step, the divergence of coupled models, and the Gumbel values recomputed from the noise key.
 
 Benz et al., "Evaluation of Large Language Models via Coupled Token Generation", Section 3: coupled

@@ -1,4 +1,6 @@
-"""Win-rates: pairwise and average win-rates, Bradley-Terry (Davidson ties) and Elo, every interval a
+"""Analysis layer of win-rates: stored data -> engine.stats -> a frozen result.
+
+Win-rates: pairwise and average win-rates, Bradley-Terry (Davidson ties) and Elo, every interval a
 prompt-cluster bootstrap; rank columns from rank-sets; two groups (coupled vs independent, or two sets)
 compared per pair by a t test paired by prompt with Westfall-Young max-T adjusted stars; position bias
 when both presentation orders were judged.

@@ -1,4 +1,6 @@
-"""``python -m engine accuracy-ranks --run RUN``: accuracy per model with question-clustered intervals
+"""CLI layer of accuracy rank-sets: parse the command, call one engine function, print.
+
+``python -m engine accuracy-ranks --run RUN``: accuracy per model with question-clustered intervals
 and max-t rank-sets over the models (generated or imported runs)."""
 
 from __future__ import annotations

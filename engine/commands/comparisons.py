@@ -1,4 +1,6 @@
-"""``python -m engine comparisons list | delete NAME | export NAME | from-judge``: stored comparison
+"""CLI layer of pairwise comparisons: parse the command, call one engine function, print.
+
+``python -m engine comparisons list | delete NAME | export NAME | from-judge``: stored comparison
 sets."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``python -m engine datasets [NAME_OR_PATH] [--subject S] [--limit N] [--json]``: the built-in
+"""CLI layer of datasets: parse the command, call one engine function, print.
+
+``python -m engine datasets [NAME_OR_PATH] [--subject S] [--limit N] [--json]``: the built-in
 datasets, or a check of one dataset file (kind, size, subjects, gold balance, first prompt)."""
 
 from __future__ import annotations

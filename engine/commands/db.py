@@ -1,4 +1,6 @@
-"""``db check``: what a database file is (healthy, damaged, an older/newer schema version, not ours);
+"""CLI layer of the database file: parse the command, call one engine function, print.
+
+``db check``: what a database file is (healthy, damaged, an older/newer schema version, not ours);
 ``db migrate``: take an older schema version to the current one (backup copy first, one transaction)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``python -m engine judge --run RUN --judge JUDGE``: pairwise LLM-as-judge on a run (resumable).
+"""CLI layer of LLM judging: parse the command, call one engine function, print.
+
+``python -m engine judge --run RUN --judge JUDGE``: pairwise LLM-as-judge on a run (resumable).
 
 JUDGE is ``MODEL`` (a local model, our transformers loop), ``vllm:MODEL_OR_FOLDER`` (a batched
 local judge on our vLLM backend) or ``openai:MODEL`` (any OpenAI-compatible server; the key is

@@ -1,4 +1,6 @@
-"""``python -m engine judge-audit --run RUN --judge J``: how far the run's LLM judge agrees with the
+"""CLI layer of the judge audit: parse the command, call one engine function, print.
+
+``python -m engine judge-audit --run RUN --judge J``: how far the run's LLM judge agrees with the
 run's human labels (docs/METHODS.md 9.2; docs/JUDGE_AUDIT.md); every figure with a prompt-clustered
 bootstrap CI. A short summary by default, the full result with --json / --out."""
 

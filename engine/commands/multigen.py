@@ -1,4 +1,6 @@
-"""``python -m engine multigen``: the multiple-generation analysis of one model (P(correct), CI, data
+"""CLI layer of multiple generations: parse the command, call one engine function, print.
+
+``python -m engine multigen``: the multiple-generation analysis of one model (P(correct), CI, data
 map).
 
 A short summary by default; the full result as JSON with ``--json`` (stdout) or ``--out FILE``.

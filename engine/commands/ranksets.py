@@ -1,4 +1,6 @@
-"""``python -m engine ranksets ...``: rank-sets (human-only, judge-only or PPR); a short summary by
+"""CLI layer of rank-sets: parse the command, call one engine function, print.
+
+``python -m engine ranksets ...``: rank-sets (human-only, judge-only or PPR); a short summary by
 default, the full JSON (theta, covariance, rank-sets) with --json / --out."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``python -m engine run-ranksets --run RUN --judge J``: PPR rank-sets on a run's own judge verdicts and
+"""CLI layer of a run's rank-sets: parse the command, call one engine function, print.
+
+``python -m engine run-ranksets --run RUN --judge J``: PPR rank-sets on a run's own judge verdicts and
 human labels, next to judge-only and human-only, and the label planner (``--plan-width W``: about how
 many more labels for rank-sets no wider than W; ``--plan-ci X``: for theta CIs no wider than X).
 docs/JUDGE_AUDIT.md."""

@@ -1,4 +1,6 @@
-"""``python -m engine sequential --run RUN``: replay a stored run as an anytime-valid sequential
+"""CLI layer of the sequential evaluation: parse the command, call one engine function, print.
+
+``python -m engine sequential --run RUN``: replay a stored run as an anytime-valid sequential
 evaluation: at which question would each stop rule have fired, coupled vs independent
 (docs/SEQUENTIAL.md; docs/METHODS.md section 8)."""
 

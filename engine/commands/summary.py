@@ -1,4 +1,6 @@
-"""``python -m engine summary --run RUN``: the headline findings of a scored run (what Home shows)."""
+"""CLI layer of the run summary: parse the command, call one engine function, print.
+
+``python -m engine summary --run RUN``: the headline findings of a scored run (what Home shows)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""``python -m engine winrates ...``: win-rates, average win-rates, Bradley-Terry and Elo with
+"""CLI layer of win-rates: parse the command, call one engine function, print.
+
+``python -m engine winrates ...``: win-rates, average win-rates, Bradley-Terry and Elo with
 prompt-cluster bootstrap intervals; a short summary by default, the full JSON with --json / --out."""
 
 from __future__ import annotations

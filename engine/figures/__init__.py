@@ -1,5 +1,14 @@
-"""Presentation: Plotly figure builders for the dashboard, the report and the CLI: plain data in,
-``go.Figure`` out, one module per analysis family (``common`` holds the colours, the layout and the
-charts every family uses). No database access, no statistics: every builder draws values an engine
-function already computed, so the same figures are exported (``dashboard.downloads``), written by the
-CLI (:func:`engine.figures.benchmark.write_benchmark_figures`) or rebuilt outside Streamlit."""
+"""Figures layer: Plotly figure builders for the dashboard, the report and the CLI: plain data in,
+``go.Figure`` out. No database access, no statistics: every builder draws values an engine function
+already computed, so the same figures are exported (``dashboard.downloads``), written by the CLI or
+rebuilt outside Streamlit. One module per analysis family:
+
+* :mod:`.common`     -- colours, layout, an empty figure with a message, estimates with intervals
+* :mod:`.traces`     -- token traces side by side, the chosen tokens' probabilities, first divergence
+* :mod:`.benchmark`  -- the coupled-generation paper's Fig. 2 panels (KDEs, error curves) and the CLI's
+  PNGs (``write_benchmark_figures``)
+* :mod:`.winrates`   -- the pairwise win-rate heat map and per-pair bars
+* :mod:`.ranks`      -- rank-sets (PPR, max-t, accuracy), the repeated draws' dots and trade-off
+* :mod:`.multigen`   -- the data map, histograms, the variance decomposition
+* :mod:`.sequential` -- a pair's confidence sequence against questions seen; stopping times over orders
+"""

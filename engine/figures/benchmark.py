@@ -1,4 +1,6 @@
-"""Benchmark comparison figures (the coupled-generation paper's Fig. 2): KDEs of the per-question
+"""Figures layer of the benchmark comparison: a result -> Plotly figures.
+
+Benchmark comparison figures (the coupled-generation paper's Fig. 2): KDEs of the per-question
 covariance and variance of the difference, error vs number of samples, and the CLI's PNG panels."""
 
 from __future__ import annotations

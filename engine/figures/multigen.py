@@ -1,4 +1,6 @@
-"""Multiple-generation figures (Zhang et al.): the data map of P(correct) against semantic
+"""Figures layer of multiple generations: a result -> Plotly figures.
+
+Multiple-generation figures (Zhang et al.): the data map of P(correct) against semantic
 consistency, histograms and the variance decomposition."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Sequential (anytime-valid) evaluation figures: a pair's confidence sequence against questions seen,
+"""Figures layer of the sequential evaluation: a result -> Plotly figures.
+
+Sequential (anytime-valid) evaluation figures: a pair's confidence sequence against questions seen,
 both modes on one chart (docs/SEQUENTIAL.md), and the stopping times over orders."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Token-trace figures: coupled generations token by token (the chosen token's probability and
+"""Figures layer of token traces: a result -> Plotly figures.
+
+Token-trace figures: coupled generations token by token (the chosen token's probability and
 Gumbel value per step), and where two models' texts first diverge."""
 
 from __future__ import annotations

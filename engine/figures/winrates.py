@@ -1,4 +1,6 @@
-"""Win-rate figures: the pairwise win-rate heat map and per-pair bars, coupled vs independent."""
+"""Figures layer of win-rates: a result -> Plotly figures.
+
+Win-rate figures: the pairwise win-rate heat map and per-pair bars, coupled vs independent."""
 
 from __future__ import annotations
 

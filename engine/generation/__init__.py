@@ -1,4 +1,4 @@
-"""Compute layer: coupled / independent generation.
+"""Generation layer: coupled / independent generation of units on a backend.
 
 * :mod:`.types`    -- GenConfig (sampling and batching settings), GenResult (one generated unit),
   the Backend protocol
@@ -9,7 +9,11 @@
   :mod:`.vllm_sampler` (its sampler, no vLLM), :mod:`.vllm_checks`, :mod:`.vllm_traces` -- vLLM with
   the same keyed noise and the same sampler (engine.sampling.keyed)
 * :mod:`.backends` -- backend names, pre-run checks, factories
-* :mod:`.run`      -- the resumable run: plan, resume, store writes, progress
+* :mod:`.run`      -- the resumable run: ``plan_run`` (checks, run id, units; writes nothing) then
+  ``drive`` (run lock, records, chunks, end status)
+* :mod:`.lengths`  -- prompt length against the model's context
+* :mod:`.distributed` -- ``RayExecutor``: shards of whole prompts on Ray replicas, which never write
+  the database; :mod:`.ray_cluster` (a local Ray cluster never outlives its driver)
 
 A new backend is a module next to :mod:`.hf` whose class satisfies :class:`.types.Backend`: the same
 GenResult chunks for the same (prompt, repeat, seed) units, noise from :mod:`engine.sampling.noise`.

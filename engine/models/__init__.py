@@ -1,8 +1,9 @@
-"""Compute layer: models. References (:mod:`.refs`: name or path -> ModelRef, the dtype rule of both
+"""Models layer: models. References (:mod:`.refs`: name or path -> ModelRef, the dtype rule of both
 backends), the registry (:mod:`.registry`: the packaged SmolLM2-135M-Instruct and its local variants
 that share its vocabulary), vocabulary ids (:mod:`.vocab`), device and dtype (:mod:`.devices`), the
-conversion cache (:mod:`.cache`), loading into a LoadedModel (:mod:`.loading`) and the weight-only
-quantizers (:mod:`.quantize`).
+conversion cache (:mod:`.cache`), loading into a LoadedModel (:mod:`.loading`), the weight-only
+quantizers (:mod:`.quantize`), a tokenizer's vocabulary id and padding (:mod:`.tokens`) and the digest
+of a model's weight files every run records (:mod:`.weights`).
 
 Imports torch: command modules import it only inside the commands that load models.
 """

@@ -1,3 +1,15 @@
-"""The shareable report: analysis results -> one self-contained HTML file (:mod:`.render_html`) or paper
-tables (:mod:`.paper`). Sections are built from the engine's analyses (:mod:`.run_sections`,
-:mod:`.set_sections`); this package never queries the store or recomputes a statistic."""
+"""Report layer: the shareable report (docs/REPORT.md): analysis results -> one self-contained HTML
+file or paper tables. It never queries the store or recomputes a statistic: each section reads the
+frozen results of the engine's analyses.
+
+* :mod:`.model`          -- ``Section``, ``Figure``, ``Table``, ``Cell``, ``Report``; number formats
+* :mod:`.context`        -- ``RunContext``: a run's analyses, each computed once by its engine function
+* :mod:`.run_sections`   -- ``RUN_SECTIONS``, the ordered section builders of a run (``RunContext ->
+  Section or None``), with :mod:`.run_more` (more of them), :mod:`.run_sequential` (a ``--until``
+  run's stop, or a replay) and :mod:`.run_audit` (the judge audit and PPR rank-sets)
+* :mod:`.set_sections`   -- ``SetContext``, ``SET_SECTIONS``: comparison sets
+* :mod:`.render_html`    -- one file: plotly.js once, figure data as JSON, a table under every figure
+* :mod:`.paper`          -- Markdown, LaTeX and CSV tables
+* :mod:`.build`          -- ``run_report``, ``set_report``, ``run_report_html``, ``report_file_name``
+* :mod:`.references`     -- the papers and METHODS sections the methods paragraphs cite
+"""

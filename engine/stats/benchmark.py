@@ -1,4 +1,6 @@
-"""Coupled vs independent generation of two models (docs/METHODS.md section 2): the coupled-generation
+"""Statistics layer of the benchmark comparison: pure functions of numbers, no I/O.
+
+Coupled vs independent generation of two models (docs/METHODS.md section 2): the coupled-generation
 paper's comparison. Benz et al. 2025, Proposition 1, Fig. 2 and Appendix D.
 
 Pure, vectorised functions over ``(Q, R)`` score matrices (``Q`` questions, ``R`` repeats) of two models

@@ -1,4 +1,6 @@
-"""Prompt clusters: codes, bootstrap multiplicities and per-cluster win/tie counts (docs/METHODS.md 7.2).
+"""Statistics layer of prompt clusters: pure functions of numbers, no I/O.
+
+Prompt clusters: codes, bootstrap multiplicities and per-cluster win/tie counts (docs/METHODS.md 7.2).
 
 The shared base of :mod:`engine.stats.clustered` (intervals) and :mod:`engine.stats.paired_tests`
 (tests). Data convention as :mod:`engine.stats.winrates`.

@@ -1,4 +1,6 @@
-"""Pairwise comparison data as ONE type, shared by :mod:`engine.stats.ranking` (indicator form),
+"""Statistics layer of pairwise comparisons: pure functions of numbers, no I/O.
+
+Pairwise comparison data as ONE type, shared by :mod:`engine.stats.ranking` (indicator form),
 :mod:`engine.stats.winrates` and :mod:`engine.stats.clustered` (outcome-code form).
 
 Comparison ``i`` is between model ``first[i]`` and model ``second[i]`` (indices into ``models``);

@@ -1,4 +1,6 @@
-"""Judge audit: how far an LLM judge can be trusted against human labels (docs/METHODS.md 9.2).
+"""Statistics layer of the judge audit: pure functions of numbers, no I/O.
+
+Judge audit: how far an LLM judge can be trusted against human labels (docs/METHODS.md 9.2).
 
 Every figure here is a smooth function of **per-prompt sums** of a few per-unit features, so the
 prompt-clustered bootstrap (METHODS 7.2: draw C prompts with replacement, keep all their units) is

@@ -1,4 +1,6 @@
-"""Multiple generations per prompt (docs/METHODS.md section 5; Zhang et al., "Beyond the Singular").
+"""Statistics layer of multiple generations: pure functions of numbers, no I/O.
+
+Multiple generations per prompt (docs/METHODS.md section 5; Zhang et al., "Beyond the Singular").
 
 Pure, vectorised functions over an ``(n, k)`` matrix ``Y`` of 0/1 (or [0, 1]) scores: ``n``
 prompts, ``k`` generations each. Hierarchical model: ``p_i ~ P(mu, sigma)``,

@@ -1,4 +1,6 @@
-"""Anytime-valid evaluation: the betting confidence sequence for sampling without replacement.
+"""Statistics layer of the sequential evaluation: pure functions of numbers, no I/O.
+
+Anytime-valid evaluation: the betting confidence sequence for sampling without replacement.
 
 docs/METHODS.md section 8. A benchmark is a finite population of N questions; taken in a uniformly
 random order, the paired differences d_i ∈ [-1, 1] (section 7.1) give, after every question, an

@@ -1,4 +1,6 @@
-"""Pairwise win-rates, confidence intervals, coupled-vs-independent tests, Bradley-Terry (Davidson ties),
+"""Statistics layer of win-rates: pure functions of numbers, no I/O.
+
+Pairwise win-rates, confidence intervals, coupled-vs-independent tests, Bradley-Terry (Davidson ties),
 Elo.
 
 Implements docs/METHODS.md section 3 (Benz et al., *Evaluation of LLMs via Coupled Token Generation*,

@@ -1,7 +1,22 @@
-"""Persistence layer: the DuckDB file. One schema (:mod:`.schema`), one way to connect and to
-write (:mod:`.db`: ``reader``, ``writer``, ``transaction``, ``insert_df``), and the run records
-(:mod:`.runs`). Tables of one analysis (scores, judgments, comparisons, clusters) are written by
-the task that produces them, always through :func:`transaction`.
+"""Store layer: the DuckDB file, and the only place with SQL. One schema (:mod:`.schema`: every
+table once, ``SCHEMA_VERSION`` and the migrations), one way to connect and to write (:mod:`.db`:
+``reader`` yields to a waiting writer, ``writer``, ``transaction`` all or nothing, ``insert_df``),
+and one module per table family with typed read and write functions.
+
+* :mod:`.files`        -- what a file is before any connection (header, blocks, a pending WAL)
+* :mod:`.runs`         -- runs, datasets, prompts and models rows; settings, warnings, status, export
+* :mod:`.generations`  -- generations and token traces (chunk writes, resume reads, trace pages)
+* :mod:`.scores`       -- scores, the rule a run was scored with, imported harness runs
+* :mod:`.verdicts`     -- LLM-judge verdicts
+* :mod:`.comparisons`  -- comparison sets; :mod:`.run_labels` (a run's human-label sets)
+* :mod:`.clusters`     -- semantic clusters of a prompt's generations
+* :mod:`.design`       -- a run's stored facts for the report's design section
+* :mod:`.comparison_files`, :mod:`.arena`, :mod:`.jsonl` -- comparison files read and validated
+  here (streaming CSV validation, Chatbot Arena JSON lines, one JSON line -> an object), so that
+  analyses never reach into ``tasks``
+* :mod:`.label_log`    -- human labels outside the database: each sample's file and its append-only,
+  fsynced label log next to the database (docs/LABELS.md)
+* :mod:`.runlock`      -- one driver per run, one judge process per (run, judge): ``flock``ed files
 """
 
 from engine.config import DEFAULT_DB, MODES, PROJECT_ROOT, WINNERS

@@ -1,4 +1,6 @@
-"""The ``clusters`` table (semantic clusters of a prompt's generations): the SQL of the clustering
+"""Store layer of semantic clusters: its tables and SQL.
+
+The ``clusters`` table (semantic clusters of a prompt's generations): the SQL of the clustering
 task."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Comparison sets in the store: every SQL string that reads or writes the ``comparison_sets`` /
+"""Store layer of pairwise comparisons: its tables and SQL.
+
+Comparison sets in the store: every SQL string that reads or writes the ``comparison_sets`` /
 ``comparisons`` tables (the judge verdicts read as comparisons live in :mod:`engine.store.verdicts`).
 
 Rows come back in the normalised form (prompt_id, model_a, model_b, human_winner, judge_winner;

@@ -1,4 +1,6 @@
-"""Connections to the DuckDB file and the one write path (:func:`transaction`, :func:`insert_df`).
+"""Store layer of the database file: its tables and SQL.
+
+Connections to the DuckDB file and the one write path (:func:`transaction`, :func:`insert_df`).
 
 Concurrency model (DuckDB lets one process write *or* several read, never both):
 

@@ -1,4 +1,6 @@
-"""Comparison sets: import a validated file (:mod:`engine.store.comparison_files` for CSV,
+"""Task layer of pairwise comparisons: data -> stored labels.
+
+Comparison sets: import a validated file (:mod:`engine.store.comparison_files` for CSV,
 :mod:`engine.store.arena` for Chatbot Arena JSON lines) as a named set, list / read / delete /
 export sets (SQL: :mod:`engine.store.comparisons`), and read the CLI's ``--comparisons`` CSV.
 

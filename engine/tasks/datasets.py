@@ -1,4 +1,6 @@
-"""Datasets: the built-in demo sets, MMLU-layout CSV/JSONL files, numeric sets and prompt lists.
+"""Task layer of datasets: data -> stored labels.
+
+Datasets: the built-in demo sets, MMLU-layout CSV/JSONL files, numeric sets and prompt lists.
 
 Built-ins (``list_datasets()``), stored under ``engine/data/`` and written for this project:
 

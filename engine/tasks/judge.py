@@ -1,4 +1,6 @@
-"""LLM-as-judge pairwise comparisons of generations (docs/METHODS.md section 3).
+"""Task layer of LLM judging: data -> stored labels.
+
+LLM-as-judge pairwise comparisons of generations (docs/METHODS.md section 3).
 
 For every unit (prompt, repeat), noise mode and pair of models of a run, a judge model sees the
 prompt and the two responses and answers A, B or tie. By default both presentation orders are
