@@ -112,6 +112,7 @@ CITED_PATH = re.compile(
     r"(?<![\w/.])((?:engine|dashboard|app_pages|bench|tests|scripts)/[\w/.\-]+\.(?:py|sh|md|json|csv|sql))"
 )
 CITED_NAME = re.compile(r"(?<![\w/])(engine(?:\.[A-Za-z_]\w*)+)")
+CITED_TEST = re.compile(r"(tests/[\w/]+\.py)::(test_\w+)")
 
 
 def _defines(path, name: str) -> bool:
@@ -136,15 +137,18 @@ def _resolves(ref: str) -> bool:
 
 
 def test_the_docs_cite_only_code_that_exists():
-    """A file path (``engine/tasks/importers.py``) or a dotted name (``engine.tasks.scoring.score_run``)
-    in the README or docs/ names code that exists today: a renamed module or function is renamed in
-    the docs too."""
+    """A file path (``engine/tasks/importers.py``), a dotted name (``engine.tasks.scoring.score_run``) or
+    a test (``tests/test_docs.py::test_name``) in the README, CONTRIBUTING.md or docs/ names code that
+    exists today: a renamed module, function or test is renamed in the docs too."""
     assert _resolves("engine.tasks.scoring.score_run") and not _resolves("engine.stats_io")
     bad = []
-    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for doc in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]:
         if doc.name == "METHODS.md":
             continue  # the shared specification's own text
         text = doc.read_text(encoding="utf-8")
         bad += [f"{doc.name}: {m}" for m in CITED_PATH.findall(text) if not (ROOT / m).exists()]
         bad += [f"{doc.name}: {m}" for m in CITED_NAME.findall(text) if not _resolves(m.rstrip("."))]
+        for path, name in CITED_TEST.findall(text):
+            if (ROOT / path).exists() and not _defines(ROOT / path, name):
+                bad.append(f"{doc.name}: {path}::{name}")
     assert not bad, "\n".join(sorted(set(bad)))
