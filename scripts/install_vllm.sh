@@ -12,6 +12,7 @@
 #                 driver >= 580 (what CUDA 13.0 requires); refused in one line without a driver
 #   --dry-run     print what would be installed (package==version lines) and stop; works anywhere
 #   VLLM_VENV=/path/to/venv scripts/install_vllm.sh   (default .venv-vllm at the project root)
+#   REUSE_TORCH_FROM=.venv    hard-link torch from that venv when it is the same build (scripts/test.sh)
 # Then:  "$VLLM_VENV"/bin/python -m pytest tests/vllm -q -p no:xdist
 # The supported range is checked again at run time (engine/generation/vllm_checks.py: >=0.32,<0.34).
 set -euo pipefail
@@ -27,7 +28,7 @@ for arg in "$@"; do
     --cuda) FLAVOUR=cuda ;;
     --cpu) FLAVOUR=cpu ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "install_vllm.sh: unknown option $arg; allowed: --cuda, --cpu, --dry-run" >&2; exit 2 ;;
   esac
 done
@@ -77,6 +78,21 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip)
 "${PIP[@]}" install -q --upgrade pip
+
+# REUSE_TORCH_FROM=.venv (scripts/test.sh): when that venv holds the same torch build, hard-link its
+# files here instead of unpacking the wheel again (~750 MB); pip then sees torch installed and only
+# adds what is missing. A later pip change in either venv writes new files, never the shared ones.
+if [ -n "${REUSE_TORCH_FROM:-}" ] && [ -x "$REUSE_TORCH_FROM/bin/python" ]; then
+  HAVE=$("$REUSE_TORCH_FROM/bin/python" -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null || true)
+  SRC=$("$REUSE_TORCH_FROM/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  DST=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  if [ "$HAVE" = "${TORCH_PKG#torch==}" ] && [ ! -e "$DST/torch" ]; then
+    for d in torch functorch torchgen "torch-$HAVE.dist-info"; do
+      [ -e "$SRC/$d" ] && cp -al "$SRC/$d" "$DST/$d"
+    done
+    echo "torch $HAVE hard-linked from $REUSE_TORCH_FROM"
+  fi
+fi
 
 # torch first, and a constraint so that no later resolution swaps it (an unpinned torch pulls a
 # different build: gigabytes of nvidia-* packages on CPU, or a CPU build on a GPU machine).

