@@ -86,14 +86,29 @@ HEAVY_FIRST = (
 
 
 def xdist_group(path_name: str) -> str:
-    """The group a test module runs in on two workers: a shared serial group, else its own name."""
+    """The unit of work a test module belongs to on two workers: a serial group, else its own name."""
     for group, modules in SERIAL_GROUPS.items():
         if path_name in modules or (group == "browser" and "browser" in path_name):
             return group
     return path_name
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: xdist's scope scheduler with :func:`xdist_group` as the scope. (xdist 3.8's
+    own loadgroup marks a group by rewriting ``item._nodeid``, which pytest 9 no longer reads, so its
+    groups silently fall apart: tests/test_quick_selection.py checks the grouping on real workers.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(Path(nodeid.split("::", 1)[0]).name)
+
+    return ModuleGroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--quick"):
         keep, drop = [], []
@@ -105,8 +120,6 @@ def pytest_collection_modifyitems(config, items):
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item.path.name)))
     rank = {g: i for i, g in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda it: rank.get(xdist_group(it.path.name), len(rank)))  # stable: file order kept
 

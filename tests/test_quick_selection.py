@@ -37,3 +37,51 @@ def test_quick_leaves_out_slow_tests_and_heavy_modules_only():
     assert any(t.startswith("tests/test_packaging.py") for t in full)
     kept = {t for t in full if t.startswith("tests/test_layout.py")}
     assert kept and kept <= quick  # unmarked tests of light modules stay
+
+
+@pytest.mark.slow  # two pytest workers in a subprocess
+def test_two_workers_keep_a_module_whole_and_a_serial_group_on_one_worker(tmp_path):
+    """`pytest -n 2 --dist loadgroup` (scripts/test.sh) with the project's conftest: every module runs
+    whole on one worker, and the modules of a serial group (browser, processes) all on the same one.
+    (xdist's own loadgroup marks a group by rewriting ``item._nodeid``, which pytest 9 ignores: this
+    fails if the project relied on it.)"""
+    from tests.conftest import SERIAL_GROUPS
+
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "__init__.py").write_text("")
+    (tests / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    names = [*sorted(SERIAL_GROUPS["browser"])[:2], *sorted(SERIAL_GROUPS["processes"])[:2]]
+    names += ["test_one.py", "test_two.py", "test_three.py"]
+    for name in names:
+        (tests / name).write_text("".join(f"def test_{i}():\n    pass\n\n\n" for i in range(4)))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    worker_of: dict[str, set[str]] = {}
+    for line in r.stdout.splitlines():
+        if " PASSED tests/" in line:
+            worker = line.split("]", 1)[0].lstrip("[")
+            module = line.split(" PASSED tests/", 1)[1].split("::", 1)[0]
+            worker_of.setdefault(module, set()).add(worker)
+    assert set(worker_of) == set(names), worker_of
+    assert all(len(w) == 1 for w in worker_of.values()), worker_of  # each module whole
+    for group in ("browser", "processes"):
+        workers = set().union(*(worker_of[m] for m in names if m in SERIAL_GROUPS[group]))
+        assert len(workers) == 1, (group, worker_of)  # a serial group on one worker
