@@ -424,7 +424,8 @@ def test_a_sample_from_a_stored_comparison_set_of_the_run(db, tmp_path, capsys):
     assert sorted((u[0], u[1], u[2], u[3]) for u in s["units"]) == sorted(
         (f"p{i:05d}", r, "m1", "m2") for i in range(3) for r in range(2)
     )  # the run's canonical pair order
-    assert T.unit_view(db, s["sample_id"], 0).prompt  # the run's prompt and responses are shown
+    unit = T.block_view(db, s["sample_id"], 0)[0]  # what the page shows: the run's prompt and responses
+    assert unit.prompt and unit.first_text and unit.second_text
     assert s["sample_id"] != T.make_sample(db, RUN, "coupled", 6, seed=2)["sample_id"]
     with pytest.raises(UserError, match="larger than comparison set 'judge-set''s 6"):
         T.make_sample(db, None, None, 7, seed=2, set_name="judge-set")

@@ -437,11 +437,6 @@ class LabelUnit:
 BLOCK = 50  # units whose texts are read together: one read-only connection serves 50 votes
 
 
-def unit_view(db, sample_id: str, idx: int) -> LabelUnit:
-    """Unit ``idx`` of the sample with its texts (model_a's response first when presented 'ab')."""
-    return block_view(db, sample_id, int(idx) // BLOCK)[int(idx)]
-
-
 def block_view(db, sample_id: str, block: int) -> dict[int, LabelUnit]:
     """The units at positions ``block * BLOCK`` .. ``(block + 1) * BLOCK - 1`` (drawn order) with their
     texts, read in one connection (opening one costs ~0.1 s on a busy machine; a vote must not)."""
