@@ -243,6 +243,8 @@ def test_a_tab_that_stopped_beating_gives_its_unit_back(judged):
     late = t0 + T.SESSION_DEAD_S - 10  # tab1 quiet for a while: said to have stopped, not yet released
     h = {x.idx: x for x in T.holds(db, sid, "tab2", now=late)}
     assert h[a].stopped and h[a].back_in_s == pytest.approx(10)
+    assert T.peek_unit(db, sid, "ann", "tab2", now=t0 + 5) is None
+    assert T.peek_unit(db, sid, "ann", "tab2", now=t0 + T.SESSION_DEAD_S + 1) == a  # claims nothing
     assert T.next_unit(db, sid, "ann", "tab2", now=t0 + T.SESSION_DEAD_S + 1) == a  # released
     with pytest.raises(T.UserError, match="not recorded"):
         T.record(db, sid, a, "tie", "ann", "tab1", now=t0 + T.SESSION_DEAD_S + 2)  # the old tab, if back

@@ -234,9 +234,14 @@ def _pick(
     return None
 
 
-def _state(db, sample: dict, events: list[dict[str, Any]]) -> tuple[LogState, dict[str, dict]]:
+def _state(
+    db, sample: dict, events: list[dict[str, Any]], now: float
+) -> tuple[LogState, dict[str, dict]]:
+    """The log folded, and the heartbeats of the sessions whose claims are still fresh (only those
+    can hold a unit; a sample labelled over weeks has many old sessions)."""
     st = fold(events, sample)
-    return st, LL.beats(db, list(st.claims))
+    fresh = [s for s, ev in st.claims.items() if now - float(ev["t"]) < CLAIM_TTL_S]
+    return st, LL.beats(db, fresh)
 
 
 def next_unit(db, sample_id: str, labeller: str, session: str, now: float | None = None) -> int | None:
@@ -251,7 +256,7 @@ def next_unit(db, sample_id: str, labeller: str, session: str, now: float | None
     out: list[int | None] = [None]
 
     def decide(events):
-        st, beats = _state(db, sample, events)
+        st, beats = _state(db, sample, events, t)
         i = _pick(sample, st, labeller, session, t, beats)
         out[0] = i
         mine = st.claims.get(session)
@@ -281,7 +286,7 @@ def holds(db, sample_id: str, session: str, now: float | None = None) -> list[Ho
     waiting for), each with its holder and when it comes back."""
     sample = get_sample(db, sample_id)
     t = time.time() if now is None else now
-    st, beats = _state(db, sample, LL.read_events(db, sample_id))
+    st, beats = _state(db, sample, LL.read_events(db, sample_id), t)
     out = []
     for i, claims in sorted(_held(sample_id, st, session, beats, t).items()):
         for ev in claims:
@@ -305,8 +310,8 @@ def beat(db, session: str, sample_id: str, labeller: str, now: float | None = No
 def peek_unit(db, sample_id: str, labeller: str, session: str, now: float | None = None) -> int | None:
     """The unit :func:`next_unit` would give now, without claiming it (a waiting page's check)."""
     sample = get_sample(db, sample_id)
-    st, beats = _state(db, sample, LL.read_events(db, sample_id))
     t = time.time() if now is None else now
+    st, beats = _state(db, sample, LL.read_events(db, sample_id), t)
     return _pick(sample, st, check_labeller(labeller), session, t, beats)
 
 
@@ -370,7 +375,7 @@ def record(
     refused: list[str] = []
 
     def decide(events):
-        st, beats = _state(db, sample, events)
+        st, beats = _state(db, sample, events, t)
         if labeller in st.responders(idx):
             return []
         why = _late(sample, st, idx, _held(sample_id, st, session, beats, t))
