@@ -55,6 +55,7 @@ def test_label_by_keyboard(label_server, page, artifacts_dir):  # noqa: F811
     page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
     _settle(page)
     name = page.get_by_label("Your name (labeller)")
+    name.wait_for(timeout=180_000)  # a first page load on a busy machine can take a minute
     name.fill("ann")
     name.press("Enter")
     _settle(page)
@@ -128,6 +129,7 @@ def _start_labelling(pg, url: str, n: int) -> None:
     pg.wait_for_selector("[data-testid='stApp']", timeout=60_000)
     _settle(pg)
     name = pg.get_by_label("Your name (labeller)")
+    name.wait_for(timeout=180_000)  # a first page load on a busy machine can take a minute
     name.fill("ann")
     name.press("Enter")
     _settle(pg)
