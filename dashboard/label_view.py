@@ -263,8 +263,9 @@ def waiting_text(holds: list[T.Hold], labeller: str) -> str:
         parts.append(f"{len(open_)} on screen in another open tab of yours")
     if stopped:
         parts.append(
-            f"{len(stopped)} on screen in a tab of yours that has stopped (closed, reloaded, or its "
-            f"server restarted): back here within {max(h.back_in_s for h in stopped):.0f} s"
+            f"{len(stopped)} on screen in a tab of yours that has gone quiet (closed, reloaded, in "
+            f"the background, or its server restarted): back here within "
+            f"{max(h.back_in_s for h in stopped):.0f} s unless that tab answers"
         )
     for who in sorted({h.labeller for h in holds} - {labeller}):
         theirs = [h for h in holds if h.labeller == who]

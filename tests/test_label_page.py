@@ -189,7 +189,7 @@ def test_a_reloaded_tab_gets_its_unit_back_and_the_page_says_what_holds_it(page)
     LL.beat(db, old, sid, "ann", now=time.time() - 3 * T.HEARTBEAT_S)
     reloaded.run()
     notes = " ".join(m.value for m in reloaded.info)
-    assert "in a tab of yours that has stopped" in notes and "back here within" in notes
+    assert "in a tab of yours that has gone quiet" in notes and "back here within" in notes
     LL.beat(db, old, sid, "ann", now=time.time() - T.SESSION_DEAD_S - 1)
     reloaded.run()
     assert _unit_headings(reloaded) == [

@@ -29,7 +29,9 @@ from engine.store.runs import some_runs
 
 CLAIM_TTL_S = 900.0  # a unit shown to a session and not answered is free for others after this
 HEARTBEAT_S = 10.0  # a browser tab's labelling session beats this often while it is connected
-SESSION_DEAD_S = 45.0  # a tab that has not beaten for this long has ended: its claims are released
+# a tab that has not beaten for this long has ended: its claims are released. Browsers slow the
+# timers of a tab in the background to about one a minute, so a hidden tab must not count as ended.
+SESSION_DEAD_S = 150.0
 CHOICES = ("first", "second", "tie", "skip")  # what a labeller answers, in presentation terms
 
 
