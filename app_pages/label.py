@@ -21,7 +21,12 @@ if not choices:
     )
     st.stop()
 
+sid = st.session_state.get("label_sample")
+who = st.session_state.get("label_labeller")
+active = ui.safe(L.label_sample, sid) if sid and who else None
 sets = ui.safe(L.label_set_choices) or {}
+if active is not None:
+    LV.restore_selection(active, who, choices, sets)
 source = st.radio(
     "Label the units of",
     LV.SOURCES if sets else LV.SOURCES[:1],
@@ -52,7 +57,7 @@ with st.expander("Sample", expanded="label_sample" not in st.session_state):
     s3.slider(
         "Share also shown to a second labeller",
         0.0,
-        0.5,
+        LV.MAX_SHARE,
         0.0,
         0.05,
         key="label_share",
@@ -61,17 +66,24 @@ with st.expander("Sample", expanded="label_sample" not in st.session_state):
     st.button("Start labelling", key="label_start", type="primary", on_click=LV.start)
 
 if st.session_state.get("label_error"):
-    st.error(st.session_state["label_error"])
-sid = st.session_state.get("label_sample")
-who = st.session_state.get("label_labeller")
-if not sid or not who:
+    st.error(ui.md_escape(st.session_state["label_error"]))
+if active is None or not who:
     st.info("Choose the sample and your name, then press Start labelling.")
     st.stop()
+if not LV.shows(active, who):
+    st.info(
+        f"The selection above is not the sample in progress ({ui.md_escape(sid)}, run "
+        f"{ui.md_escape(active['run'])}, labeller {ui.md_escape(who)}): press Start labelling to "
+        "label what is selected. The answers given so far are kept in the label log."
+    )
+    st.stop()
 
+LV.key_guard()
 LV.labelling(sid, who)
+LV.heartbeat(sid, who)
 st.divider()
 st.caption(
-    f"Sample `{sid}`. The labels form the comparison set of that name once copied into the database "
-    "(a short job; they are safe in the label log until then)."
+    f"Sample {ui.md_escape(sid)}. The labels form the comparison set of that name once copied into the "
+    "database (a short job; they are safe in the label log until then)."
 )
 LV.sync_button(sid)

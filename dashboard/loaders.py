@@ -221,6 +221,12 @@ label_set_choices = _view(_labels.label_set_choices)
 label_block = _view(_labels.block_view)
 
 
+def label_sample(sample_id: str) -> dict[str, Any]:
+    """The recorded label sample ``sample_id`` (read live; its file is written once and cached on its
+    mtime by the store)."""
+    return _labels.get_sample(db_path(), sample_id)
+
+
 def label_unit(sample_id: str, idx: int) -> _labels.LabelUnit:
     """Unit ``idx`` of a label sample, from its cached block of ``engine.tasks.labels.BLOCK`` units."""
     return label_block(sample_id, idx // _labels.BLOCK)[idx]

@@ -196,6 +196,8 @@ def test_interval_expands_the_percentile_by_the_prompts_that_hold_data():
 
 
 def test_labels_needed():
-    assert ja.labels_needed("kappa", 40, 30) is None
-    need = ja.labels_needed("kappa", 12, 30)
-    assert need is not None and need.more == 18
+    from engine.analysis.judge_audit import LabelNeed
+
+    assert LabelNeed.of("kappa", 40, 30) is None and LabelNeed.of("kappa", 30, 30) is None
+    need = LabelNeed.of("kappa", 12, 30)
+    assert need == LabelNeed("kappa", 12, 30, 18) and need.to_dict()["more"] == 18

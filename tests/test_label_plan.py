@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from engine.analysis.audit_sim import simulated_run
-from engine.analysis.comparisons import cluster_ids, model_indices, win_indicators
-from engine.analysis.run_ranksets import rank_units, unit_frame
+from engine.analysis.run_ranksets import labelled_term, rank_units, unit_frame
 from engine.errors import UserError
 from engine.stats import label_plan as LP
 
@@ -57,13 +56,9 @@ def _predict_from_half(seed: int):
     rh = rank_units("r", "j", units, half, procedure="chi2")
     rf = rank_units("r", "j", units, labels, procedure="chi2")
     ph, pf = rh.results["ppr"], rf.results["ppr"]
-    df = unit_frame(units, half)
-    lab = df[df.human_winner.notna()]
-    f, s = model_indices(lab, ph.models)
-    w, w2 = win_indicators(lab.human_winner)
-    wh, wh2 = win_indicators(lab.judge_winner)
-    sig_lab = LP.labelled_sigma(f, s, w, w2, wh, wh2, 4, ph.lam, cluster_ids(lab))
-    pred = LP.ci_widths(np.array(ph.sigma), sig_lab, 300, 300, 0.05)
+    sig_lab, n = labelled_term(unit_frame(units, half), ph)  # what plan_labels scales
+    assert n == 300
+    pred = LP.ci_widths(np.array(ph.sigma), sig_lab, n, 300, 0.05)
 
     def widths(r):
         return np.array([r.theta_ci[m][1] - r.theta_ci[m][0] for m in r.models])
@@ -111,13 +106,9 @@ def test_rankset_sizes_from_half_the_labels():
         half = labels.iloc[:300]
         ph = rank_units("r", "j", units, half, procedure="chi2").results["ppr"]
         pf = rank_units("r", "j", units, labels, procedure="chi2").results["ppr"]
-        lab = unit_frame(units, half).pipe(lambda d: d[d.human_winner.notna()])
-        f, s = model_indices(lab, ph.models)
-        w, w2 = win_indicators(lab.human_winner)
-        wh, wh2 = win_indicators(lab.judge_winner)
-        sig_lab = LP.labelled_sigma(f, s, w, w2, wh, wh2, 5, ph.lam, cluster_ids(lab))
+        sig_lab, n = labelled_term(unit_frame(units, half), ph)
         th, tf = (np.array([r.theta[m] for m in r.models]) for r in (ph, pf))
         actual = sizes(tf, np.array(pf.sigma))
-        err.append(abs(sizes(th, LP.predicted_sigma(np.array(ph.sigma), sig_lab, 300, 300)) - actual))
+        err.append(abs(sizes(th, LP.predicted_sigma(np.array(ph.sigma), sig_lab, n, 300)) - actual))
         naive.append(abs(sizes(th, np.array(ph.sigma)) - actual))
     assert np.mean(err) <= 0.5 and np.mean(err) < np.mean(naive), (err, naive)

@@ -155,14 +155,17 @@ def test_sessions_never_share_a_unit_and_labels_never_duplicate(db):
     assert T.next_unit(db, sid, "ann", "tab1") == a  # a rerun shows the same unit
     late = T.next_unit(db, sid, "cid", "tab4", now=__import__("time").time() + 2 * T.CLAIM_TTL_S)
     assert late == a  # an expired claim is released
+    with pytest.raises(T.LateVote, match="unit .* was not recorded: it is now on screen in another tab"):
+        T.record(db, sid, a, "first", "ann", "tab1")  # the old tab's late vote: cid holds the unit now
     assert T.next_unit(db, sid, "ann", "tab1") not in (a, b, c)  # and the old tab moves on
-    assert T.record(db, sid, a, "first", "ann", "tab1") is not None
-    assert T.record(db, sid, a, "second", "ann", "tab2") is None  # no duplicate
+    d = T.next_unit(db, sid, "ann", "tab1")
+    assert T.record(db, sid, d, "first", "ann", "tab1") is not None
+    assert T.record(db, sid, d, "second", "ann", "tab2") is None  # no duplicate
     assert T.record(db, sid, b, "skip", "ann", "tab2")["winner"] is None
     st = S.sample_status(db, s)
     assert (st.labelled, st.skipped, st.remaining) == (1, 1, 4)
     ev = LL.read_events(db, sid)
-    first_shown = s["units"][a][4]
+    first_shown = s["units"][d][4]
     assert [e["winner"] for e in ev if e["event"] == "label"][0] == ("a" if first_shown == "ab" else "b")
     assert T.undo_last(db, sid, "ann", "tab2") == b  # the latest answer
     assert T.next_unit(db, sid, "ann", "tab2") == b  # shown again
@@ -421,7 +424,8 @@ def test_a_sample_from_a_stored_comparison_set_of_the_run(db, tmp_path, capsys):
     assert sorted((u[0], u[1], u[2], u[3]) for u in s["units"]) == sorted(
         (f"p{i:05d}", r, "m1", "m2") for i in range(3) for r in range(2)
     )  # the run's canonical pair order
-    assert T.unit_view(db, s["sample_id"], 0).prompt  # the run's prompt and responses are shown
+    unit = T.block_view(db, s["sample_id"], 0)[0]  # what the page shows: the run's prompt and responses
+    assert unit.prompt and unit.first_text and unit.second_text
     assert s["sample_id"] != T.make_sample(db, RUN, "coupled", 6, seed=2)["sample_id"]
     with pytest.raises(UserError, match="larger than comparison set 'judge-set''s 6"):
         T.make_sample(db, None, None, 7, seed=2, set_name="judge-set")

@@ -16,7 +16,8 @@ home of its view; the CLI and the dashboard call the same functions.
 * :mod:`.ranksets`, :mod:`.rankset_draws` -- rank-sets from human, judge or both (PPR), and their
   repeated draws
 * :mod:`.run_units`      -- a run's judged units (both orders combined) and its human labels: the one
-  read of a run's labels
+  read of a run's labels, from the sources ``label_sources`` names (a label sample's log, synced or
+  not; other sets from the store)
 * :mod:`.judge_audit`    -- the judge audit (METHODS 9.2); :mod:`.audit_sim` a simulated judged run
   with labels (tests, bench)
 * :mod:`.run_ranksets`   -- PPR / judge-only / human-only rank-sets of a run and the label planner

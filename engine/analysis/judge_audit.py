@@ -49,6 +49,12 @@ class LabelNeed(ToDict):
     need: int
     more: int
 
+    @classmethod
+    def of(cls, figure: str, have: int, need: int) -> LabelNeed | None:
+        """The need of a figure with ``have`` labelled units of the ``need`` it takes; None when
+        ``have >= need``."""
+        return cls(figure, int(have), int(need), int(need) - int(have)) if have < need else None
+
 
 @dataclass(frozen=True)
 class JudgeAudit(ToDict):
@@ -129,9 +135,9 @@ def _est(iv: JA.Interval, i: int, n: int) -> Estimate:
 
 
 def _need(needs: list[LabelNeed], figure: str, have: int, need: int) -> None:
-    x = JA.labels_needed(figure, have, need)
+    x = LabelNeed.of(figure, have, need)
     if x is not None:
-        needs.append(LabelNeed(x.figure, x.have, x.need, x.more))
+        needs.append(x)
 
 
 def _several_judges(

@@ -89,22 +89,32 @@ def unit_frame(units: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def plan_labels(
-    df: pd.DataFrame, res: RankSets, width: int | None, ci_width: float | None, seed: int = 0
-) -> LabelPlan:
-    """The planner on PPR's result ``res`` over the frame ``df`` it was computed from."""
+def labelled_term(df: pd.DataFrame, res: RankSets) -> tuple[np.ndarray, int]:
+    """PPR's labelled-set covariance term ``Sigma_lab`` (:func:`engine.stats.label_plan.labelled_sigma`,
+    prompts as clusters) and the number n of units it comes from: the units of ``df`` (a
+    :func:`unit_frame`) between ``res``'s models with both a human and a judge label, with ``res``'s
+    lambda. The planner scales this term by n / (n + n').
+
+    Returns:
+        (Sigma_lab (k, k), n).
+    """
     models = res.models
-    k = len(models)
     sub = df[df.model_a.isin(models) & df.model_b.isin(models)]
     lab = sub[sub.human_winner.notna() & sub.judge_winner.notna()]
     first, second = model_indices(lab, models)
     w, w2 = win_indicators(lab.human_winner)
     wh, wh2 = win_indicators(lab.judge_winner)
-    cl = cluster_ids(lab)
+    lam = float(res.lam or 0.0)
+    return LP.labelled_sigma(first, second, w, w2, wh, wh2, len(models), lam, cluster_ids(lab)), len(lab)
+
+
+def plan_labels(
+    df: pd.DataFrame, res: RankSets, width: int | None, ci_width: float | None, seed: int = 0
+) -> LabelPlan:
+    """The planner on PPR's result ``res`` over the frame ``df`` it was computed from."""
     sig = np.asarray(res.sigma)
-    sig_lab = LP.labelled_sigma(first, second, w, w2, wh, wh2, k, float(res.lam or 0.0), cl)
-    theta = np.array([res.theta[m] for m in models])
-    n = len(lab)
+    sig_lab, n = labelled_term(df, res)
+    theta = np.array([res.theta[m] for m in res.models])
     rs_now = LP.rankset_width(
         theta, sig, res.alpha, res.procedure if res.procedure != "chi2" else "chi2", seed, 4000
     )

@@ -42,44 +42,67 @@ def canonical(df: pd.DataFrame, winner_cols: list[str]) -> pd.DataFrame:
     return df
 
 
+@dataclass(frozen=True)
+class LabelSources:
+    """Which human labels of a run count: the one answer that the judge audit, the run's rank-sets,
+    the planner, the report and every count read. A label sample recorded next to the database is read
+    from its label log, the truth (synced or not: an answer undone after a sync is gone, although the
+    synced copy in the store still holds it until the next sync); every other stored set whose meta
+    names the run (an upload, an import) is read from the store."""
+
+    samples: tuple[str, ...]  # label samples of the run (sample ids), read from their logs
+    sets: tuple[tuple[str, str | None], ...]  # (name, meta mode) of the other stored sets naming the run
+
+
+def label_sources(db: str | os.PathLike, run: str) -> LabelSources:
+    """The run's :class:`LabelSources`: its recorded label samples, and the stored sets naming the run
+    that are not a (synced copy of a) label sample."""
+    samples = tuple(s["sample_id"] for s in LL.samples(db) if s.get("run") == run)
+    sets = tuple((n, m) for n, m in RL.run_label_sets(db, run) if n not in samples)
+    return LabelSources(samples, sets)
+
+
+def _sample_labels(db: str | os.PathLike, sample_id: str) -> pd.DataFrame:
+    df = LL.label_rows(db, sample_id).drop(columns=["judge_winner"])  # answers with a winner only
+    return df.assign(repeat=df["repeat"].fillna(0).astype(np.int64), set_name=sample_id)
+
+
 def human_labels(db: str | os.PathLike, run: str, set_name: str | None = None) -> pd.DataFrame:
     """Every human label of ``run``: THE one read of a run's labels (the judge audit, the run's PPR
-    rank-sets and the planner all come through here). Sets: ``set_name``, or every stored set whose
-    meta names the run, and every label sample of the run read from its label log (synced into a set or
-    not; a synced copy is not read twice).
+    rank-sets and the planner all come through here), from the sources :func:`label_sources` names:
+    each label sample of the run from its label log (a synced copy is never read, so nothing is read
+    twice and an undone answer stays undone), and every other stored set whose meta names the run.
+    ``set_name``: that one source only (a label sample's id reads its log).
 
     Returns:
         DataFrame: prompt_id, repeat, mode, model_a, model_b (canonical order), human_winner,
         labeller, labelled_at, presented, set_name; a missing repeat reads 0, a missing mode the
         set's meta mode.
     """
-    sets = RL.run_label_sets(db, run)
-    log = LL.run_label_rows(db, run)  # the label logs are the truth for their samples, synced or not
-    in_log = set(log["sample_id"]) if len(log) else set()
+    src = label_sources(db, run)
+    samples, sets = list(src.samples), list(src.sets)
     if set_name is not None:
         meta = dict(sets)
-        if set_name not in meta and set_name not in in_log:
+        if set_name not in meta and set_name not in samples:
             from engine.store.comparisons import set_exists
 
             if not set_exists(db, set_name):
                 raise UserError(
                     f"unknown comparison set {set_name!r}; sets of run {run!r}: "
-                    f"{', '.join(sorted({*meta, *in_log})) or 'none'}"
+                    f"{', '.join(sorted({*meta, *samples})) or 'none'}"
                 )
-        sets = [(set_name, meta.get(set_name))]
+        in_log = set_name in samples
+        samples = [set_name] if in_log else []
+        sets = [] if in_log else [(set_name, meta.get(set_name))]
     frames = []
     for name, mode in sets:
-        if name in in_log:
-            continue  # a synced copy of a label sample: read from its log below
         df = RL.set_label_rows(db, name)
         df["mode"] = df["mode"].astype(object).where(df["mode"].notna(), mode)
         df["repeat"] = df["repeat"].fillna(0).astype(np.int64)
         frames.append(df.assign(set_name=name))
-    for sample_id, df in log.groupby("sample_id", sort=True) if len(log) else ():
-        if set_name is None or sample_id == set_name:
-            df = df[df["human_winner"].notna()].drop(columns=["judge_winner", "sample_id"])
-            frames.append(df.assign(repeat=df["repeat"].fillna(0).astype(np.int64), set_name=sample_id))
+    frames += [_sample_labels(db, sid) for sid in sorted(samples)]
     cols = [*RL.LABEL_COLUMNS, "set_name"]
+    frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame(columns=cols)
     out = pd.concat(frames, ignore_index=True)[cols]
@@ -188,21 +211,21 @@ def label_skips(db: str | os.PathLike, run: str, mode: str | None = None) -> tup
     """(answers with a winner, skips) over the run's label samples (their logs; ``mode``: those samples
     only). A skipped unit stays in its sample as missing (METHODS 9.1): the skip rate is reported."""
     answered = skipped = 0
-    for s in LL.samples(db):
-        if s.get("run") != run or (mode is not None and s.get("mode") != mode):
+    for sid in label_sources(db, run).samples:
+        if mode is not None and LL.get_sample(db, sid).get("mode") != mode:
             continue
-        for rs in LL.fold(LL.read_events(db, s["sample_id"])).responses.values():
-            skipped += sum(ev.get("winner") is None for ev in rs)
-            answered += sum(ev.get("winner") is not None for ev in rs)
+        rows = LL.label_rows(db, sid, with_skips=True)
+        skipped += int(rows["human_winner"].isna().sum())
+        answered += int(rows["human_winner"].notna().sum())
     return answered, skipped
 
 
 def label_count(db: str | os.PathLike, run: str) -> int:
-    """How many human labels ``run`` has (cheap; the key on which pages refresh as labels arrive)."""
-    synced = {s for s, _ in RL.run_label_sets(db, run)} & {s["sample_id"] for s in LL.samples(db)}
-    stored = RL.run_label_count(db, run, exclude=tuple(sorted(synced)))
-    log = LL.run_label_rows(db, run)
-    return stored + int(log["human_winner"].notna().sum()) if len(log) else stored
+    """How many human labels ``run`` has: the rows :func:`human_labels` reads, counted from the same
+    :func:`label_sources` (cheap; the key on which pages refresh as labels arrive)."""
+    src = label_sources(db, run)
+    stored = RL.run_label_count(db, run, exclude=src.samples)
+    return stored + sum(len(LL.label_rows(db, sid)) for sid in src.samples)
 
 
 def audit_sources(db: str | os.PathLike) -> list[AuditSource]:

@@ -125,7 +125,13 @@ def run_import(args) -> int:
         args,
         res,
         f"imported {res['written']:,} answers into sample {res['sample_id']} "
-        f"({res['already_there']:,} already there, {res['rows'] - res['answers']:,} rows without one)"
+        f"({res['already_there']:,} already there, {res['rows'] - res['answers']:,} rows without one"
+        + (
+            f", {res['answered_by_others']:,} on units another labeller had already answered: not added"
+            if res["answered_by_others"]
+            else ""
+        )
+        + ")"
         + tail,
     )
 

@@ -304,25 +304,3 @@ def error_correlation_of_sums(S: np.ndarray) -> np.ndarray:
         )
     jeff = _div(np.full_like(rho, float(J)), 1 + (J - 1) * rho)
     return np.concatenate([rho[..., None], jeff[..., None], corr.reshape(*S.shape[:-1], J * J)], axis=-1)
-
-
-# ---------------------------------------------------------------- how many labels a figure needs
-
-
-@dataclass(frozen=True)
-class LabelNeed:
-    """A figure that needs more labelled units than exist: ``have`` of ``need`` (``more`` = need -
-    have)."""
-
-    figure: str
-    have: int
-    need: int
-
-    @property
-    def more(self) -> int:
-        return max(self.need - self.have, 0)
-
-
-def labels_needed(figure: str, have: int, need: int) -> LabelNeed | None:
-    """A :class:`LabelNeed` when ``have < need``, else None."""
-    return LabelNeed(figure, int(have), int(need)) if have < need else None

@@ -20,8 +20,9 @@ def draw_label_sample(
     Estimator: ``perm = rng.permutation(n_units)``, sample = ``perm[:n]`` (every n-subset, and every
     ordering of it, equally likely); ``swap_i ~ Bernoulli(1/2)`` independently (the unit's second
     model shown first); ``overlap_i ~ Bernoulli(share)`` independently. ``rng = default_rng(seed)``,
-    so the draw is a pure function of its arguments, and the first ``n`` units of a larger sample
-    with the same seed are this sample (a sample can grow without redrawing).
+    so the draw is a pure function of its arguments, and the draw of ``n`` is the first ``n`` units
+    (with their coins) of any larger draw with the same seed. A recorded sample never grows: its id
+    names its ``n``, and a larger ``n`` is a new sample with a label log of its own.
 
     Guarantee: P(unit u in sample) = n / n_units for every u; presentation independent of the unit.
 

@@ -15,7 +15,8 @@ and one module per table family with typed read and write functions.
   here (streaming CSV validation, Chatbot Arena JSON lines, one JSON line -> an object), so that
   analyses never reach into ``tasks``
 * :mod:`.label_log`    -- human labels outside the database: each sample's file and its append-only,
-  fsynced label log next to the database (docs/LABELS.md)
+  fsynced label log next to the database (docs/LABELS.md), folded to at most the labellers each unit
+  was drawn for, and each browser tab's heartbeat (a stopped tab's claims are released)
 * :mod:`.runlock`      -- one driver per run, one judge process per (run, judge): ``flock``ed files
 """
 

@@ -5,6 +5,7 @@ and the dashboard stays read-only).
     <db>.labels/<file_id>.sample.json   the sample (run, mode, seed, n, units in drawn order with
                                         their presentation and overlap flag); written once, atomically
     <db>.labels/<file_id>.jsonl         one JSON event a line: claim / label / undo
+    <db>.labels/sessions/<id>.json      a labelling session's heartbeat: its sample, labeller and time
 
 * Every append takes an exclusive ``flock`` on the log, reads it, decides, appends one line, flushes
   and ``fsync``s before returning: a label is on disk when the call returns (a SIGKILL right after
@@ -22,6 +23,8 @@ import hashlib
 import json
 import os
 import re
+import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,21 +68,36 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _write_atomic(path: Path, text: str, durable: bool) -> None:
+    """Write ``text`` to ``path`` through a uniquely named temp file in the same folder (``mkstemp``:
+    two tabs or processes writing one path never share a temp file) and an atomic rename; ``durable``:
+    fsync the file and the folder too."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        _fsync_dir(path.parent)
+
+
 def write_sample(db, sample: dict[str, Any]) -> Path:
-    """Write the sample file atomically (temp file, fsync, rename); an existing file is kept as is
-    (a sample is written once: its id is a function of run, mode, seed, n and share)."""
+    """Write the sample file atomically (unique temp file, fsync, rename); an existing file is kept as
+    is (a sample is written once: its id is a function of run, mode, seed, n and share, so two tabs
+    drawing it at once write the same content)."""
     path = sample_path(db, sample["sample_id"])
     if path.exists():
         return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with tmp.open("w", encoding="utf-8") as fh:
-            json.dump(sample, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        _write_atomic(path, json.dumps(sample), durable=True)
     except OSError as exc:
         raise UserError(
             f"cannot write the label sample under {path.parent}: {exc.strerror or exc}"
@@ -173,6 +191,39 @@ def append_decided(
     return new
 
 
+# ------------------------------------------------------------------ sessions: who is still there
+
+
+def session_path(db, session: str) -> Path:
+    return labels_dir(db) / "sessions" / f"{file_id(session)}.json"
+
+
+def beat(db, session: str, sample_id: str, labeller: str, now: float | None = None) -> None:
+    """Record that labelling session ``session`` (a browser tab) is alive and on ``sample_id`` now: one
+    small file per session, replaced atomically (not fsynced: a lost beat only delays a release)."""
+    path = session_path(db, session)
+    info = {"session": session, "sample_id": sample_id, "labeller": labeller}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(path, json.dumps({**info, "t": time.time() if now is None else now}), False)
+    except OSError as exc:
+        raise UserError(f"cannot write the label session file {path}: {exc.strerror or exc}") from None
+
+
+def beats(db, sessions: Iterator[str] | Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The latest heartbeat of each of ``sessions`` that has one ({session: {sample_id, labeller, t}});
+    a session that never beat (the CLI, an import) is absent."""
+    out = {}
+    for s in sessions:
+        try:
+            info = json.loads(session_path(db, s).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(info, dict) and isinstance(info.get("t"), int | float):
+            out[s] = info
+    return out
+
+
 # ------------------------------------------------------------- the log folded, for every reader
 
 LABEL_COLUMNS = (
@@ -199,8 +250,8 @@ def get_sample(db, sample_id: str) -> dict[str, Any]:
 
 @dataclass
 class LogState:
-    """The sample's log folded: live responses per unit (first per labeller, in log order) and each
-    session's latest claim."""
+    """The sample's log folded: live responses per unit (first per labeller, in log order, at most the
+    unit's :func:`cap`) and each session's latest claim."""
 
     responses: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -209,8 +260,15 @@ class LogState:
         return {ev["labeller"] for ev in self.responses.get(idx, ())}
 
 
-def fold(events: Sequence[dict[str, Any]]) -> LogState:
-    """Fold events (claim / label / undo) in log order into a :class:`LogState`."""
+def cap(sample: dict[str, Any], idx: int) -> int:
+    """How many labellers unit ``idx`` takes: 2 when it is marked for a second labeller, else 1."""
+    return 2 if sample["units"][int(idx)][5] else 1
+
+
+def fold(events: Sequence[dict[str, Any]], sample: dict[str, Any] | None = None) -> LogState:
+    """Fold events (claim / label / undo) in log order into a :class:`LogState`. With ``sample``, a
+    unit keeps at most :func:`cap` answers (the first live ones in log order): an answer beyond it (a
+    log written before votes were checked against claims) is never read, so never counted twice."""
     undone = {ev.get("target") for ev in events if ev.get("event") == "undo"}
     st = LogState()
     for ev in events:
@@ -218,17 +276,20 @@ def fold(events: Sequence[dict[str, Any]]) -> LogState:
         if kind == "claim":
             st.claims[str(ev.get("session"))] = ev
         elif kind == "label" and ev.get("id") not in undone:
-            rs = st.responses.setdefault(int(ev["idx"]), [])
-            if all(r["labeller"] != ev["labeller"] for r in rs):
+            i = int(ev["idx"])
+            rs = st.responses.setdefault(i, [])
+            full = sample is not None and len(rs) >= cap(sample, i)
+            if not full and all(r["labeller"] != ev["labeller"] for r in rs):
                 rs.append(ev)
     return st
 
 
 def label_rows(db, sample_id: str, with_skips: bool = False) -> pd.DataFrame:
     """The sample's labels as comparison rows (LABEL_COLUMNS): each unit's first answer with a winner
-    in drawn order, then the second answers of overlap units. ``with_skips``: skips too (winner None)."""
+    in drawn order, then the second answers of units marked for a second labeller (no unit gives more
+    rows than its :func:`cap`). ``with_skips``: skips too (winner None)."""
     sample = get_sample(db, sample_id)
-    st = fold(read_events(db, sample_id))
+    st = fold(read_events(db, sample_id), sample)
     first, extra = [], []
     for i, (p, r, ma, mb, _pres, _ovl) in enumerate(sample["units"]):
         rs = [ev for ev in st.responses.get(i, []) if with_skips or ev["winner"] is not None]

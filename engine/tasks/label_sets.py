@@ -58,7 +58,7 @@ class SampleStatus:
 
 def sample_status(db, sample: dict[str, Any]) -> SampleStatus:
     """Counts of ``sample`` from its log (the source of truth)."""
-    st = fold(LL.read_events(db, sample["sample_id"]))
+    st = fold(LL.read_events(db, sample["sample_id"]), sample)
     labelled = sum(1 for rs in st.responses.values() if any(r["winner"] is not None for r in rs))
     answered = len(st.responses)
     return SampleStatus(
@@ -88,7 +88,7 @@ def label_status(db, run: str) -> list[SampleStatus]:
 
 def skipped_positions(db, sample_id: str) -> list[int]:
     """Positions (drawn order) of the units whose every answer is a skip."""
-    st = fold(LL.read_events(db, sample_id))
+    st = fold(LL.read_events(db, sample_id), get_sample(db, sample_id))
     return sorted(i for i, rs in st.responses.items() if all(ev["winner"] is None for ev in rs))
 
 
@@ -244,15 +244,23 @@ def import_labels(db, source, run: str, labeller: str | None = None) -> dict[str
             }
         )
 
+    taken: list[int] = [0]
+
     def decide(log):
-        st = fold(log)
+        st = fold(log, sample)
         seen: set[tuple[int, str]] = set()
         new = []
         for ev in events:
             key = (ev["idx"], ev["labeller"])
-            if ev["labeller"] not in st.responders(ev["idx"]) and key not in seen:
-                seen.add(key)
-                new.append(ev)
+            if ev["labeller"] in st.responders(ev["idx"]) or key in seen:
+                continue
+            if len(st.responders(ev["idx"])) + sum(i == ev["idx"] for i, _ in seen) >= LL.cap(
+                sample, ev["idx"]
+            ):
+                taken[0] += 1  # the unit has every labeller it was drawn for: not a second count
+                continue
+            seen.add(key)
+            new.append(ev)
         return new
 
     new = LL.append_decided(db, sample["sample_id"], decide)
@@ -261,5 +269,6 @@ def import_labels(db, source, run: str, labeller: str | None = None) -> dict[str
         "rows": int(len(df)),
         "answers": len(events),
         "written": len(new),
-        "already_there": len(events) - len(new),
+        "already_there": len(events) - len(new) - taken[0],
+        "answered_by_others": taken[0],
     }

@@ -28,6 +28,10 @@ from engine.store.label_log import LogState, fold, get_sample
 from engine.store.runs import some_runs
 
 CLAIM_TTL_S = 900.0  # a unit shown to a session and not answered is free for others after this
+HEARTBEAT_S = 10.0  # a browser tab's labelling session beats this often while it is connected
+# a tab that has not beaten for this long has ended: its claims are released. Browsers slow the
+# timers of a tab in the background to about one a minute, so a hidden tab must not count as ended.
+SESSION_DEAD_S = 150.0
 CHOICES = ("first", "second", "tie", "skip")  # what a labeller answers, in presentation terms
 
 
@@ -188,50 +192,74 @@ def _now_iso() -> str:
 # ------------------------------------------------------------------------------- the log, folded
 
 
-def _pick(sample: dict, st: LogState, labeller: str, session: str, now: float) -> int | None:
-    """The unit this session should label next (its unanswered claim first), or None when none is
-    left."""
-    units = sample["units"]
-    mine = st.claims.get(session)
-    fresh: dict[int, list[str]] = {}  # idx -> labellers of other sessions' fresh, unanswered claims
+def _ended(session: str, sample_id: str, beats: dict[str, dict[str, Any]], now: float) -> bool:
+    """A session that beats (a browser tab) and has stopped (closed, reloaded, its server killed) or
+    moved to another sample: its claims are released at once. A session that never beats (the CLI)
+    holds a claim for CLAIM_TTL_S."""
+    b = beats.get(session)
+    return b is not None and (now - float(b["t"]) > SESSION_DEAD_S or b.get("sample_id") != sample_id)
+
+
+def _held(
+    sample_id: str, st: LogState, session: str, beats: dict[str, dict[str, Any]], now: float
+) -> dict[int, list[dict[str, Any]]]:
+    """idx -> the claims of other sessions that still hold the unit: fresh (under CLAIM_TTL_S), their
+    session not ended, and not yet answered by their labeller."""
+    held: dict[int, list[dict[str, Any]]] = {}
     for sess, ev in st.claims.items():
         i = int(ev["idx"])
         if (
             sess != session
             and now - float(ev["t"]) < CLAIM_TTL_S
+            and not _ended(sess, sample_id, beats, now)
             and ev["labeller"] not in st.responders(i)
         ):
-            fresh.setdefault(i, []).append(ev["labeller"])
-    if mine is not None:
-        i = int(mine["idx"])
-        cap = 2 if units[i][5] else 1  # (another session may have taken it after this claim expired)
-        if (
-            labeller not in st.responders(i)
-            and len(st.responses.get(i, ())) + len(fresh.get(i, ())) < cap
-        ):
-            return i
-    for i, u in enumerate(units):
+            held.setdefault(i, []).append(ev)
+    return held
+
+
+def _pick(
+    sample: dict, st: LogState, labeller: str, session: str, now: float, beats: dict[str, dict]
+) -> int | None:
+    """The unit this session should label next (its unanswered claim first), or None when none is
+    left."""
+    held = _held(sample["sample_id"], st, session, beats, now)
+    mine = st.claims.get(session)
+    order = [int(mine["idx"])] if mine is not None else []
+    for i in [*order, *range(len(sample["units"]))]:
         resp = st.responders(i)
-        if labeller in resp or labeller in fresh.get(i, ()):
+        others = {ev["labeller"] for ev in held.get(i, ())}
+        if labeller in resp or labeller in others:
             continue
-        if len(resp) + len(fresh.get(i, ())) < (2 if u[5] else 1):
+        if len(resp) + len(held.get(i, ())) < LL.cap(sample, i):
             return i
     return None
+
+
+def _state(
+    db, sample: dict, events: list[dict[str, Any]], now: float
+) -> tuple[LogState, dict[str, dict]]:
+    """The log folded, and the heartbeats of the sessions whose claims are still fresh (only those
+    can hold a unit; a sample labelled over weeks has many old sessions)."""
+    st = fold(events, sample)
+    fresh = [s for s, ev in st.claims.items() if now - float(ev["t"]) < CLAIM_TTL_S]
+    return st, LL.beats(db, fresh)
 
 
 def next_unit(db, sample_id: str, labeller: str, session: str, now: float | None = None) -> int | None:
     """Claim and return the position (in drawn order) of the next unit for ``labeller`` in browser
     tab / process ``session``; None when the sample has no unit left for them. Claims are log
     events, decided under the log's lock, so two sessions never get the same unit (a unit marked
-    for a second labeller goes to two different labellers)."""
+    for a second labeller goes to two different labellers); a claim is released after CLAIM_TTL_S
+    without an answer, or as soon as its session has ended (:func:`engine.store.label_log.beat`)."""
     labeller = check_labeller(labeller)
     sample = get_sample(db, sample_id)
     t = time.time() if now is None else now
     out: list[int | None] = [None]
 
     def decide(events):
-        st = fold(events)
-        i = _pick(sample, st, labeller, session, t)
+        st, beats = _state(db, sample, events, t)
+        i = _pick(sample, st, labeller, session, t, beats)
         out[0] = i
         mine = st.claims.get(session)
         if i is None or (
@@ -244,35 +272,123 @@ def next_unit(db, sample_id: str, labeller: str, session: str, now: float | None
     return out[0]
 
 
+@dataclass(frozen=True)
+class Hold:
+    """A unit another session holds: whose session, and when it comes back without an answer."""
+
+    idx: int
+    labeller: str
+    session: str
+    stopped: bool  # the session beats and has missed its last beats (a tab closed, reloaded, restarted)
+    back_in_s: float  # seconds until the claim is released if nobody answers it
+
+
+def holds(db, sample_id: str, session: str, now: float | None = None) -> list[Hold]:
+    """The units of the sample that other sessions hold now (what a labeller with nothing left is
+    waiting for), each with its holder and when it comes back."""
+    sample = get_sample(db, sample_id)
+    t = time.time() if now is None else now
+    st, beats = _state(db, sample, LL.read_events(db, sample_id), t)
+    out = []
+    for i, claims in sorted(_held(sample_id, st, session, beats, t).items()):
+        for ev in claims:
+            b = beats.get(str(ev["session"]))
+            quiet = t - float(b["t"]) if b is not None else 0.0
+            back = CLAIM_TTL_S - (t - float(ev["t"]))
+            if b is not None:
+                back = min(back, SESSION_DEAD_S - quiet)
+            out.append(
+                Hold(i, ev["labeller"], str(ev["session"]), quiet > 2 * HEARTBEAT_S, max(back, 0.0))
+            )
+    return out
+
+
+def beat(db, session: str, sample_id: str, labeller: str, now: float | None = None) -> None:
+    """Browser tab ``session`` is alive and labelling ``sample_id`` (every HEARTBEAT_S while it is
+    connected): its claims hold; when the beats stop, they are released after SESSION_DEAD_S."""
+    LL.beat(db, session, sample_id, check_labeller(labeller), now)
+
+
+def peek_unit(db, sample_id: str, labeller: str, session: str, now: float | None = None) -> int | None:
+    """The unit :func:`next_unit` would give now, without claiming it (a waiting page's check)."""
+    sample = get_sample(db, sample_id)
+    t = time.time() if now is None else now
+    st, beats = _state(db, sample, LL.read_events(db, sample_id), t)
+    return _pick(sample, st, check_labeller(labeller), session, t, beats)
+
+
+class LateVote(UserError):
+    """A vote on a unit that this session no longer holds (its claim expired and the unit went to
+    another session, or another labeller answered it): not recorded."""
+
+
+def _late(sample: dict, st: LogState, idx: int, held: dict[int, list[dict]]) -> str | None:
+    """Why a vote on ``idx`` would make the unit take more labellers than its cap, or None."""
+    answered = len(st.responses.get(idx, ()))
+    if answered + len(held.get(idx, ())) < LL.cap(sample, idx):
+        return None
+    why = (
+        "it already has its answer from another labeller"
+        if answered >= LL.cap(sample, idx)
+        else "it is now on screen in another tab or for another labeller"
+    )
+    return (
+        f"your answer to unit {idx + 1} was not recorded: {why} (this session's hold on it had lapsed: "
+        f"{CLAIM_TTL_S / 60:.0f} minutes without an answer, or the session had stopped)"
+    )
+
+
 def record(
-    db, sample_id: str, idx: int, choice: str, labeller: str, session: str = "cli"
+    db,
+    sample_id: str,
+    idx: int,
+    choice: str,
+    labeller: str,
+    session: str = "cli",
+    now: float | None = None,
 ) -> dict[str, Any] | None:
     """Record ``labeller``'s answer to unit ``idx`` (``choice`` in presentation terms: first / second /
     tie / skip), durably before returning. A second answer by the same labeller to the same unit is
-    not written (returns None): labels are never duplicated."""
+    not written (returns None): labels are never duplicated. A vote on a unit that another session
+    holds, or that has all the labellers it takes, raises :class:`LateVote` (nothing written): a unit
+    never gets more labellers than it was drawn for."""
     labeller = check_labeller(labeller)
     if choice not in CHOICES:
         raise UserError(f"unknown answer {choice!r}; allowed: {', '.join(CHOICES)}")
     sample = get_sample(db, sample_id)
     if not 0 <= int(idx) < len(sample["units"]):
         raise UserError(f"unit {idx} is outside the sample's 0..{len(sample['units']) - 1}")
-    presented = sample["units"][int(idx)][4]
+    idx = int(idx)
+    presented = sample["units"][idx][4]
     winner = {"first": "a", "second": "b", "tie": "tie", "skip": None}[choice]
     if presented == "ba" and winner in ("a", "b"):
         winner = "b" if winner == "a" else "a"
     ev = {
         "event": "label",
         "id": uuid.uuid4().hex,
-        "idx": int(idx),
+        "idx": idx,
         "winner": winner,
         "presented": presented,
         "labeller": labeller,
         "session": session,
         "at": _now_iso(),
     }
-    new = LL.append_decided(
-        db, sample_id, lambda events: [] if labeller in fold(events).responders(int(idx)) else [ev]
-    )
+    t = time.time() if now is None else now
+    refused: list[str] = []
+
+    def decide(events):
+        st, beats = _state(db, sample, events, t)
+        if labeller in st.responders(idx):
+            return []
+        why = _late(sample, st, idx, _held(sample_id, st, session, beats, t))
+        if why is not None:
+            refused.append(why)
+            return []
+        return [ev]
+
+    new = LL.append_decided(db, sample_id, decide)
+    if refused:
+        raise LateVote(refused[0])
     return new[0] if new else None
 
 
@@ -280,10 +396,11 @@ def undo_last(db, sample_id: str, labeller: str, session: str = "cli") -> int | 
     """Withdraw ``labeller``'s latest live answer (durably) and claim its unit for ``session`` again,
     so it is shown next; returns the unit's position, or None when there is nothing to undo."""
     labeller = check_labeller(labeller)
+    sample = get_sample(db, sample_id)
     out: list[int | None] = [None]
 
     def decide(events):
-        st = fold(events)
+        st = fold(events, sample)
         live = {ev["id"] for rs in st.responses.values() for ev in rs if ev["labeller"] == labeller}
         last = next(
             (ev for ev in reversed(events) if ev.get("event") == "label" and ev.get("id") in live), None
@@ -325,11 +442,6 @@ class LabelUnit:
 
 
 BLOCK = 50  # units whose texts are read together: one read-only connection serves 50 votes
-
-
-def unit_view(db, sample_id: str, idx: int) -> LabelUnit:
-    """Unit ``idx`` of the sample with its texts (model_a's response first when presented 'ab')."""
-    return block_view(db, sample_id, int(idx) // BLOCK)[int(idx)]
 
 
 def block_view(db, sample_id: str, block: int) -> dict[int, LabelUnit]:
