@@ -28,7 +28,7 @@ def seq_server(tmp_path_factory):
 def test_the_live_section_picks_up_a_new_run_without_a_reload(seq_server, page, artifacts_dir):
     _goto(page, seq_server, "generate")
     main = page.locator("[data-testid='stMain']")
-    # a first load of this page takes minutes on a loaded 2-core machine (issue 39.7 measures it)
+    # a first load of this page takes minutes on a loaded 2-core machine (bench/bench_dashboard.py measures it)
     page.get_by_text("No sequential run yet", exact=False).first.wait_for(timeout=300_000)
     main.get_by_text("Questions per round").first.wait_for(timeout=120_000)  # the form's round size
     mark_sorted_until(seq_server["db"], seq_server["order"])  # the run's first round is stored

@@ -177,7 +177,7 @@ def test_t_interval_matches_formula():
 
 
 def test_decided_is_false_on_a_miss_and_ranksets_are_never_inverted():
-    """A missed sequence (lower > upper) is never decided, whatever its bounds' signs (issue 38.4)."""
+    """A missed sequence (lower > upper) is never decided, whatever its bounds' signs (METHODS 8.2)."""
     lo = np.array([0.1, -0.3, 0.2, -0.1, 0.0])
     up = np.array([0.3, -0.1, -0.1, 0.1, 0.5])
     np.testing.assert_array_equal(decided(lo, up), [True, True, False, False, False])

@@ -1,6 +1,6 @@
 """One stop, one set of words (engine/analysis/sequential_stop.py, docs/METHODS.md 8.2-8.3): a missed
-sequence is never decided (issue 38.4), a stop at t = N is "all N questions used: Δ_N" (issue 39.1, the
-two targets), the rule that fired is named (39.6); the same through the CLI, JSON, report and pages."""
+sequence is never decided (8.2), a stop at t = N is "all N questions used: Δ_N" (8.3, the two
+targets), the rule that fired is named; the same through the CLI, JSON, report and pages."""
 
 from __future__ import annotations
 
