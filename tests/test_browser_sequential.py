@@ -25,7 +25,7 @@ def seq_server(tmp_path_factory):
         yield {**s, "db": db, "order": order}
 
 
-def test_the_live_section_picks_up_a_new_run_without_a_reload(seq_server, page, artifacts_dir):
+def test_the_live_section_picks_up_a_new_run_without_a_reload(seq_server, page, artifacts_dir):  # noqa: F811
     _goto(page, seq_server, "generate")
     main = page.locator("[data-testid='stMain']")
     # a first load of this page takes minutes on a loaded 2-core machine (bench/bench_dashboard.py measures it)
