@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard import loaders as L
 from dashboard import widgets as ui
-from engine.analysis.sequential_stop import TARGET_NOTE, pair_verdict
+from engine.analysis.sequential_stop import TARGET_NOTE, fired_words, pair_verdict
 from engine.figures.sequential import sequential_cs_figure, stopping_times_figure
 
 PER_QUESTION = {"mean over the stored repeats": None, "one repeat (as a live run with --repeats 1)": 0}
@@ -44,7 +44,7 @@ def stop_rows(replay) -> pd.DataFrame:
                 "mode": m.mode,
                 "seed": s.seed,
                 "stop at": s.n,
-                "rule held": " and ".join(s.state.fired) or "-",
+                "rule held": fired_words(s.state),
                 "CS low": s.lower[0],
                 "CS high": s.upper[0],
                 "at the stop": pair_verdict(s.state, 0),

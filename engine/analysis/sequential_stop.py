@@ -198,6 +198,14 @@ def stop_state(scores, N: int, rule: StopRule, alpha: float, grid: int = GRID) -
 # ----------------------------------------------------------------------------- words
 
 
+def fired_words(st: StopState) -> str:
+    """The rule's components that held, for a table cell: "-" (none), "t = N" (a stop at N is all N
+    questions used, whatever component held there), else e.g. "decided and width:0.6"."""
+    if not st.fired:
+        return "-"
+    return "t = N" if st.outcome == "full" else " and ".join(st.fired)
+
+
 def _fired_text(st: StopState) -> str:
     return " and ".join(st.fired) + f" held at question {st.at:,}" if st.fired else ""
 
@@ -257,7 +265,7 @@ def stop_text(st: StopState, pairs: tuple[str, ...] | list[str], follows: bool =
     at, N, P = st.at, st.N, len(pairs)
     if st.outcome == "full":
         value = f" = {st.diff[0]:+.4f}" if P == 1 else " (per pair below)"
-        held = f"; the rule ({' and '.join(st.fired)}) first held there" if st.fired else ""
+        held = "; the rule first held there, where the CS is that point" if st.fired else ""
         head = (
             f"all {N:,} questions used: full-run difference Δ_N{value}{held}; no sampling left, so "
             "'decided' does not apply"

@@ -99,7 +99,7 @@ def _models(args) -> list[str] | None:
 
 
 def summary_text(res) -> str:
-    from engine.analysis.sequential_stop import LIKE_THESE, OUTCOME_WORDS, THIS_BENCHMARK
+    from engine.analysis.sequential_stop import LIKE_THESE, OUTCOME_WORDS, THIS_BENCHMARK, fired_words
 
     head = (
         f"sequential replay  run {res.run}  {', '.join(res.pairs)}  stop {res.rule}  alpha {res.alpha:g}"
@@ -118,7 +118,7 @@ def summary_text(res) -> str:
                     "seed": s.seed,
                     "stop at": s.n if s.n is not None else f"never ({m.n_questions})",
                     "of N": m.n_questions,
-                    "rule held": " and ".join(st.fired) or "-",
+                    "rule held": fired_words(st),
                     "CS": "; ".join(f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(s.lower, s.upper))
                     + (" (missed: current C_t)" if s.missed else ""),
                     "outcome": OUTCOME_WORDS[st.outcome],
