@@ -77,7 +77,7 @@ with st.form("generate_form", border=True):
     )
     seed = c6.number_input("Seed", min_value=0, value=0, step=1, key="gen_seed")
     modes = st.multiselect("Modes", list(config.MODES), default=list(config.MODES), key="gen_modes")
-    u1, u2, u3 = st.columns([1, 2, 1])
+    u1, u2, u3, u4 = st.columns([1, 2, 1, 1])
     until_on = u1.checkbox(
         "Stop when decided",
         key="gen_until",
@@ -93,6 +93,16 @@ with st.form("generate_form", border=True):
     )
     until_alpha = u3.number_input(
         "α", min_value=0.001, max_value=0.5, value=0.05, step=0.01, format="%.3f", key="gen_until_alpha"
+    )
+    until_round = u4.number_input(
+        "Questions per round",
+        min_value=1,
+        value=None,
+        step=1,
+        key="gen_until_round",
+        placeholder="auto",
+        help="questions generated and scored before the rule is checked again; empty (auto): 16, then "
+        "double the questions taken (at most 256 more per round), so a 40-question run can stop early",
     )
     with st.expander("Advanced"):
         a1, a2, a3 = st.columns(3)
@@ -190,6 +200,7 @@ if submitted:
             dtype,
             until=until_rule.strip() if until_on else None,
             alpha=float(until_alpha) if until_on else None,
+            round_size=int(until_round) if until_on and until_round else None,
         )
         rule = None if score_rule == DATASET_RULE else score_rule
         job = jobs_panel.start_generation(args, score_after, rule)

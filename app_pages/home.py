@@ -127,6 +127,9 @@ def _summary(s) -> None:
             c2.metric("Agreement, independent", sv.pct(sv.agreement(p, "independent")))
             c3.metric("Variance saving of coupling", sv.pct(p.variance_saving), help=sv.saving_help(p))
             st.caption(sv.pair_caption(p))
+        ls = ui.safe(L.live_stop, s.run) if s.run in L.sequential_runs() else None
+        for line in sv.sequential_lines(ls) if ls else []:
+            st.caption(ui.md_escape(line))
         st.caption(
             "Accuracy CI: 95% t interval over questions (questions are clusters, repeats dependent). "
             "Same numbers from the CLI: `python -m engine summary --run " + s.run + "`."

@@ -70,10 +70,12 @@ def generate_args(
     dtype: str = "auto",
     until: str | None = None,
     alpha: float | None = None,
+    round_size: int | None = None,
 ) -> list[str]:
     """The ``python -m engine generate`` arguments for the Generate form (``workers`` 0: this
     process; N: N Ray replicas on a local cluster; ``tensor_parallel``: vLLM's, per model copy;
-    ``dtype``: auto or a --dtype override; ``until``: a stop rule, a sequential run with --alpha)."""
+    ``dtype``: auto or a --dtype override; ``until``: a stop rule, a sequential run with --alpha and
+    --round-size (None: the engine's schedule, 16 questions then doubling))."""
     args = [
         "generate",
         "--models",
@@ -113,6 +115,7 @@ def generate_args(
         args += ["--dtype", dtype]
     if until:
         args += ["--until", until] + (["--alpha", str(float(alpha))] if alpha is not None else [])
+        args += ["--round-size", str(int(round_size))] if round_size else []
     return args
 
 

@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboard import loaders as L
 from dashboard import widgets as ui
+from engine.analysis.sequential_stop import TARGET_NOTE, fired_words, pair_verdict
 from engine.figures.sequential import sequential_cs_figure, stopping_times_figure
 
 PER_QUESTION = {"mean over the stored repeats": None, "one repeat (as a live run with --repeats 1)": 0}
@@ -27,8 +28,9 @@ def summary_rows(replay) -> pd.DataFrame:
                 "quartiles": f"[{s['q1']:g}, {s['q3']:g}]",
                 "of N": m.n_questions,
                 "share of N": f"{s['fraction_of_N']:.2%}",
-                "decided in": f"{s['decided']} of {len(m.stops)} orders",
-                "full-run A − B": m.full[0],
+                "decided before N": f"{s['decided']} of {len(m.stops)} orders",
+                "all N used": f"{s['all_used']} of {len(m.stops)} orders",
+                "Δ_N (A − B, all N questions)": m.full[0],
             }
         )
     return pd.DataFrame(rows)
@@ -42,9 +44,10 @@ def stop_rows(replay) -> pd.DataFrame:
                 "mode": m.mode,
                 "seed": s.seed,
                 "stop at": s.n,
+                "rule held": fired_words(s.state),
                 "CS low": s.lower[0],
                 "CS high": s.upper[0],
-                "decided": s.decided,
+                "at the stop": pair_verdict(s.state, 0),
                 "t low (not valid for stopping)": s.t_low[0],
                 "t high (not valid for stopping)": s.t_high[0],
             }
@@ -57,8 +60,10 @@ def stop_rows(replay) -> pd.DataFrame:
 def render(run: str, model_a: str, model_b: str, rule: str | None, key: str = "bm_seq") -> None:
     st.markdown(
         "**Stop when decided** (docs/METHODS.md section 8): an anytime-valid confidence sequence for "
-        "the full-run difference A − B, valid at every question at once, so a run may stop as soon as "
-        "it excludes 0. Here the stored run is replayed in random question orders."
+        "the full-run difference A − B over this benchmark's N questions (Δ_N), valid at every question "
+        "at once, so a run may stop as soon as it excludes 0. Here the stored run is replayed in random "
+        "question orders; an order that needs all N questions is counted as 'all N used', not decided "
+        "(the paired comparison's interval beside this tab is about questions like these)."
     )
     c1, c2, c3, c4 = st.columns(4)
     alpha = c1.number_input(
@@ -106,7 +111,7 @@ def render(run: str, model_a: str, model_b: str, rule: str | None, key: str = "b
     )
     if paths:
         for p in paths:
-            st.markdown(f"**{p.mode}**: {p.state}")
+            st.markdown(f"**{p.mode}**: {ui.md_escape(p.state)}")
         ui.chart(
             sequential_cs_figure(
                 paths, title=f"Confidence sequence of {model_a} − {model_b} (order {seed})"
@@ -119,5 +124,5 @@ def render(run: str, model_a: str, model_b: str, rule: str | None, key: str = "b
     st.caption(
         "The t interval on the same questions is shown for comparison only: it is not valid for a "
         "data-dependent stop (re-checked as the run goes, it misses several times as often as it says; "
-        'docs/REPRODUCTION.md, "Sequential evaluation").'
+        'docs/REPRODUCTION.md, "Sequential evaluation"). ' + TARGET_NOTE
     )

@@ -47,10 +47,8 @@ def pair_caption(p: PairSummary) -> str:
         else ""
     )
     return (
-        f"Accuracy difference {p.model_a} − {p.model_b}, paired over questions, 95% CI: "
-        + "; ".join(parts)
-        + "."
-        + more
+        f"Accuracy difference {p.model_a} − {p.model_b}, paired over questions, 95% CI (about "
+        "questions like these): " + "; ".join(parts) + "." + more
     )
 
 
@@ -63,3 +61,9 @@ def saving_help(p: PairSummary) -> str:
     if p.variance_saving_ci is not None:
         text += f"; 95% CI [{pct(p.variance_saving_ci[0])}, {pct(p.variance_saving_ci[1])}]"
     return text
+
+
+def sequential_lines(ls) -> list[str]:
+    """A ``generate --until`` run's stop per mode (engine.analysis.sequential.LiveStop), each sentence
+    saying its target (this benchmark's Δ_N), for beside the headline (about questions like these)."""
+    return [f"Sequential stop, {lm.mode}: {ls.text(lm.mode)}." for lm in ls.modes]

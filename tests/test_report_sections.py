@@ -55,7 +55,7 @@ def test_an_until_run_reports_its_stop_with_the_run_s_own_numbers(until_run, tmp
     got = _keyed(html)
     pair = res.pairs[0]
     for m in res.modes:  # both modes: the CS at the stop equals what the live loop decided on
-        lo, up = m.at_stop()
+        lo, up = m.state.lower, m.state.upper
         assert got[f"seq/{m.mode}/{pair}/lower"] == pytest.approx(float(lo[0]), abs=1e-12)
         assert got[f"seq/{m.mode}/{pair}/upper"] == pytest.approx(float(up[0]), abs=1e-12)
     coupled = res.modes[0]

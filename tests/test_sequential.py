@@ -11,7 +11,9 @@ from engine.stats.sequential import (
     SequentialCS,
     StopRule,
     confidence_sequence,
+    decided,
     first_stop,
+    logical_bounds,
     pair_alpha,
     sequential_ranksets,
     t_interval,
@@ -161,7 +163,7 @@ def test_pairwise_and_ranksets():
     assert lo.shape == (200, 3) and pc.t == 200
     single = confidence_sequence(scores[:200, 0] - scores[:200, 2], N, alpha=0.05 / 3, grid=1001)
     np.testing.assert_array_equal(lo[:, 1], single[0])
-    assert pc.ranksets()[0, 0] == 1
+    assert sequential_ranksets(lo[-1], up[-1], 3)[0, 0] == 1
 
 
 def test_t_interval_matches_formula():
@@ -172,3 +174,57 @@ def test_t_interval_matches_formula():
     half = stats.t.ppf(0.975, 5) * d.std(ddof=1) / math.sqrt(6)
     assert (est, lo, hi) == pytest.approx((d.mean(), d.mean() - half, d.mean() + half))
     assert math.isnan(t_interval([0.5])[1])
+
+
+def test_decided_is_false_on_a_miss_and_ranksets_are_never_inverted():
+    """A missed sequence (lower > upper) is never decided, whatever its bounds' signs (METHODS 8.2)."""
+    lo = np.array([0.1, -0.3, 0.2, -0.1, 0.0])
+    up = np.array([0.3, -0.1, -0.1, 0.1, 0.5])
+    np.testing.assert_array_equal(decided(lo, up), [True, True, False, False, False])
+    assert decided(0.2, -0.1).shape == () and not decided(0.2, -0.1)
+    # a miss between two models establishes nothing: both keep the whole range (was [[2, 1], [2, 1]])
+    np.testing.assert_array_equal(sequential_ranksets([0.2], [-0.1], 2), [[1, 2], [1, 2]])
+    # a missed row fires neither "decided" nor "width" (an empty intersection has no width)
+    for rule in ("decided", "width:0.5"):
+        assert first_stop(StopRule.parse(rule), [0.2, 0.2], [-0.1, -0.1]) is None
+    assert first_stop(StopRule.parse("decided,budget:2"), [0.2, 0.2], [-0.1, -0.1]) == 2
+
+
+def test_fired_names_the_components_that_hold():
+    r = StopRule.parse("decided,width:0.6,budget:15")
+    assert r.fired([0.1], [0.5], 15) == ("decided", "width:0.6", "budget:15")
+    assert r.fired([-0.1], [0.4], 3) == ("width:0.6",)
+    assert r.fired([-0.5], [0.4], 3) == ()
+    assert r.fired([0.3], [0.1], 3) == ()  # a miss
+
+
+def test_logical_bounds_exact():
+    # 3 of N = 5 seen, D_3 = 2: the 2 unseen d in [-1, 1] give Δ_N in [0, 4/5]
+    lo, up = logical_bounds(2.0, 3, 5)
+    assert (lo, up) == pytest.approx((0.0, 0.8))
+    lo, up = logical_bounds(-1.0, 5, 5)  # t = N: the point Δ_N
+    assert lo == up == pytest.approx(-0.2)
+
+
+def test_current_path_is_the_reference_current_interval_where_the_sequence_missed():
+    """SequentialCS.current_path, where the running intersection is empty (what is shown there, METHODS
+    8.2), is confseq's hedged_cs without the running intersection (the reference code)."""
+    d = np.array([1.0] * 12 + [-1.0] * 28)  # sorted: the sequence first concentrates on +1, then misses
+    cs = SequentialCS(40, alpha=0.05, grid=401)
+    lo, up = cs.update(d)
+    miss = lo > up
+    assert miss.sum() > 5  # this path misses
+    ref_lo, ref_up = confseq_ref.hedged_cs(
+        (d + 1) / 2, alpha=0.05, N=40, breaks=400, running_intersection=False
+    )
+    ok = miss & (ref_lo <= ref_up)  # C_t itself is empty on this path's last questions: logical bounds
+    assert ok.sum() > 5 and (miss & ~ok).any()
+    np.testing.assert_allclose(cs.current_path[0][ok], 2 * ref_lo[ok] - 1, atol=1e-9)
+    np.testing.assert_allclose(cs.current_path[1][ok], 2 * ref_up[ok] - 1, atol=1e-9)
+    t = np.arange(1, 41)
+    D = np.cumsum(d)
+    both = miss & ~ok
+    np.testing.assert_allclose(cs.current_path[0][both], ((D - (40 - t)) / 40)[both], atol=1e-9)
+    np.testing.assert_allclose(cs.current_path[1][both], ((D + (40 - t)) / 40)[both], atol=1e-9)
+    assert np.all(cs.current_path[0] <= cs.current_path[1] + 1e-12)
+    assert cs.current == (cs.current_path[0][-1], cs.current_path[1][-1])

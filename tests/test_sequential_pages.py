@@ -32,7 +32,9 @@ def test_sequential_tab_on_the_benchmark_page(seq_db, monkeypatch):
     )
     assert summary["median stop"].tolist() == [m.summary()["median"] for m in ref.modes]
     n_charts = _n_charts(at)
-    assert any(s in text for s in ("decided:", "undecided:"))
+    paths = sequential_paths(seq_db, "run-small", "m-base", "m-int4", rule="paper")
+    plain = text.replace("\\", "")  # the page escapes markdown's special characters in data
+    assert all(p.state in plain for p in paths) and "about this benchmark" in plain
     at.number_input(key="bm_seq_seed").set_value(3).run()
     assert not at.exception and _n_charts(at) == n_charts
     at.text_input(key="bm_seq_stop").set_value(
@@ -50,8 +52,9 @@ def test_figures_draw_both_modes_zero_line_and_stop(seq_db):
     assert any(s.y0 == 0.0 and s.y1 == 0.0 for s in fig.layout.shapes)  # the zero line
     assert fig.layout.xaxis.type == "log"
     assert all(
-        p.state.startswith(("decided", "undecided")) and "question 10 of 40" in p.state for p in paths
+        p.state.startswith(("decided", "not decided")) and "question 10 of 40" in p.state for p in paths
     )
+    assert all("budget:10 held at question 10" in p.summary for p in paths)
     rep = sequential_replay(seq_db, "run-small", ["m-base", "m-int4"], seeds=[0, 1, 2], rule="paper")
     box = stopping_times_figure(rep.modes)
     assert [t.name for t in box.data] == ["coupled", "independent"] and len(box.data[0].y) == 3
@@ -102,8 +105,8 @@ def test_generate_page_stop_when_decided_form_and_live_chart(tmp_path, monkeypat
     assert not at.exception, at.exception
     # the live view of the sequential run: state text per mode and the chart
     paths = live_paths(db, "run-small")
-    text = _texts(at)
-    assert all(p.state in text for p in paths) and "question" in paths[0].state
+    text = _texts(at).replace("\\", "")  # the page escapes markdown's special characters in data
+    assert all(p.state in text and p.summary in text for p in paths) and "question" in paths[0].state
     assert at.selectbox(key="gen_seq_run").value == "run-small" and _n_charts(at) >= 1
     # the form: "Stop when decided" adds --until RULE --alpha A to the generate command
     at.multiselect(key="gen_models").set_value([])
@@ -111,6 +114,7 @@ def test_generate_page_stop_when_decided_form_and_live_chart(tmp_path, monkeypat
     at.checkbox(key="gen_until").check()
     at.text_input(key="gen_until_rule").set_value("decided,budget:30")
     at.number_input(key="gen_until_alpha").set_value(0.1)
+    assert at.number_input(key="gen_until_round").value is None  # auto: 16, then doubling
     at.button[0].click().run()  # the form's submit button
     assert not at.exception, at.exception
     assert started, [e.value for e in at.error]
@@ -118,7 +122,11 @@ def test_generate_page_stop_when_decided_form_and_live_chart(tmp_path, monkeypat
     assert (
         args[args.index("--until") + 1] == "decided,budget:30"
         and args[args.index("--alpha") + 1] == "0.1"
+        and "--round-size" not in args
     )
+    at.number_input(key="gen_until_round").set_value(8)
+    at.button[0].click().run()
+    assert not at.exception and started[-1][started[-1].index("--round-size") + 1] == "8"
 
 
 def test_generate_args_without_until_unchanged():
@@ -129,6 +137,37 @@ def test_generate_args_without_until_unchanged():
     assert generate_args(["a", "b"], "demo", 1, 0.7, 8, ["coupled"], 0, until="width:0.1", alpha=0.2)[
         -4:
     ] == ["--until", "width:0.1", "--alpha", "0.2"]
+    assert generate_args(
+        ["a", "b"], "demo", 1, 0.7, 8, ["coupled"], 0, until="decided", alpha=0.05, round_size=16
+    )[-2:] == ["--round-size", "16"]
+
+
+def test_cs_chart_axis_ends_at_N_with_whole_number_ticks(seq_db):
+    """The log axis read "10, 2, 3, 4, 5" and ran to 50 on a 40-question run."""
+
+    paths = sequential_paths(seq_db, "run-small", "m-base", "m-int4", stop="budget:10", rule="paper")
+    ax = sequential_cs_figure(paths).layout.xaxis
+    assert list(ax.tickvals) == [1, 2, 5, 10, 20, 40] and list(ax.ticktext)[-1] == "40"
+    assert ax.range[0] == 0 and 40 <= 10 ** ax.range[1] < 45
+
+
+def test_home_puts_the_stop_beside_the_headline_each_with_its_target(tmp_path, monkeypatch):
+    """Home's headline interval is about questions like these; a --until run's stop beside it is about
+    this benchmark's Δ_N, and a missed sequence reads as missed (never "decided")."""
+    from tests.test_sequential_stop import make_sorted_until_run
+
+    db = tmp_path / "home.duckdb"
+    make_sorted_until_run(db)
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    text = _texts(at).replace("\\", "")
+    assert "95% CI (about questions like these)" in text
+    assert (
+        "Sequential stop, coupled: stopped at question 36 of 40 (budget:36 held at question 36)" in text
+    )
+    assert "missed" in text and "about this benchmark's full-run difference Δ_N" in text
 
 
 def test_live_chart_and_stop_agree_on_models_order_and_stop(tmp_path):

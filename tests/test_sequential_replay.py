@@ -69,7 +69,8 @@ def test_replay_matches_a_direct_computation(gen_db):
             assert s.n == n and m.full[0] == pytest.approx(full)
             at = (n or Q) - 1
             assert (s.lower[0], s.upper[0]) == pytest.approx((lo[at], up[at]))
-            assert s.decided == bool(lo[at] > 0 or up[at] < 0)
+            # decided: the CS excludes 0 before N, and never on a miss (METHODS 8.2, 8.3)
+            assert s.decided == bool((lo[at] > 0 or up[at] < 0) and lo[at] <= up[at] and at + 1 < Q)
     one = sequential_replay(gen_db, "r1", seeds=[4], repeat=1, mode="coupled", stop="width:0.9")
     n, *_ = _direct(gen_db, "coupled", 4, repeat=1, rule="width:0.9")
     assert one.modes[0].stops[0].n == n and one.modes[0].n_repeats == 1

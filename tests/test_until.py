@@ -11,7 +11,7 @@ import pytest
 from engine import generation as G
 from engine import models, store
 from engine.cli import main
-from engine.commands._until import run_until
+from engine.commands._until import round_ends, run_until, summary_text
 from engine.errors import UserError
 from engine.stats.sequential import StopRule, confidence_sequence, first_stop, question_order
 from engine.tasks import datasets
@@ -50,6 +50,7 @@ def _dataset(kind="numeric"):
 
 def _run(db, **kw):
     kw.setdefault("stop", StopRule.parse("width:0.5"))
+    kw.setdefault("round_size", 8)
     return run_until(
         db,
         _models(),
@@ -58,7 +59,6 @@ def _run(db, **kw):
         ["coupled", "independent"],
         4,
         CFG,
-        round_size=8,
         show_bar=False,
         **kw,
     )
@@ -123,17 +123,96 @@ def test_killed_run_resumes_to_the_same_stop(tmp_db, reference):
     assert again.rounds == ref.rounds and [m.n_stop for m in again.modes] == [
         m.n_stop for m in ref.modes
     ]
-    np.testing.assert_array_equal(again.modes[0].lower, ref.modes[0].lower)
+    assert again.modes[0].state == ref.modes[0].state
     assert _gens(tmp_db).equals(_gens(ref_db))
 
 
 def test_mode_stop_each_and_budget(tmp_db):
+    """A round never crosses the budget (before: rounds of 8 took 16 questions for budget:12)."""
     res = _run(tmp_db, stop=StopRule.parse("budget:12"), mode_stop="each")
     assert (
         [m.n_stop for m in res.modes] == [12, 12]
         and res.rounds == 2
-        and all(m.n_seen == 16 for m in res.modes)
+        and all(m.n_seen == 12 for m in res.modes)
     )
+    assert set(_gens(tmp_db)["prompt_id"]) == set(
+        json.loads(store.query_df(tmp_db, "SELECT CAST(config AS VARCHAR) FROM runs").iloc[0, 0])[
+            "sequential"
+        ]["order"][:12]
+    )
+
+
+def test_default_rounds_double_from_16_and_never_cross_the_budget():
+    assert round_ends(40) == [16, 32, 40]
+    assert round_ends(14_042)[:7] == [16, 32, 64, 128, 256, 512, 768]
+    assert round_ends(14_042)[-1] == 14_042 and np.all(np.diff(round_ends(14_042)) <= 256)
+    assert round_ends(40, budget=8) == [8] and round_ends(40, 16, budget=20) == [16, 20]
+    assert round_ends(40, 256) == [40]
+
+
+def test_budget_is_never_exceeded_with_the_default_rounds(tmp_db):
+    """generate --until budget:8 on 40 questions generated all 40 (the first round was 256)."""
+    res = _run(tmp_db, stop=StopRule.parse("budget:8"), round_size=None)
+    assert [m.n_seen for m in res.modes] == [8, 8] and res.rounds == 1
+    assert len(_gens(tmp_db)) == 8 * 2 * 2
+
+
+def test_no_resume_continues_its_own_run_after_round_1(tmp_db):
+    """--no-resume refused round 2 ("run already exists") after round 1 was generated and paid for."""
+    res = _run(tmp_db, stop=StopRule.parse("budget:20"), resume=False)
+    assert res.rounds == 3 and [m.n_seen for m in res.modes] == [20, 20]
+    with pytest.raises(UserError, match="already exists"):  # a second --no-resume run is refused
+        _run(tmp_db, stop=StopRule.parse("budget:20"), resume=False)
+
+
+def test_the_stop_line_names_the_rule_that_fired(reference):
+    _, res = reference
+    n = res.modes[0].n_stop
+    text = summary_text(res)
+    assert f"coupled: stopped at question {n} of {N} (width:0.5 held at question {n})" in text
+    assert "this benchmark's full-run difference" in text
+    d = res.to_dict()["modes"]["coupled"]
+    assert d["fired"] == ["width:0.5"] and d["n"] == n and d["target"].startswith("this benchmark")
+
+
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"stop": StopRule.parse("width:0.6")}, "--until budget:8 (asked: width:0.6)"),
+        ({"alpha": 0.5}, "--alpha 0.05 (asked: 0.5)"),
+        ({"mode_stop": "each"}, "--mode-stop coupled (asked: each)"),
+        ({"score_rule": "exact"}, "--rule numeric (asked: exact)"),
+    ],
+)
+def test_a_resumed_run_refuses_a_changed_stop(tmp_db, change, needle):
+    """A rerun with another rule, α, mode-stop or scoring rule reused the questions already seen under the
+    old one (shopping for a stop); refused in one line that says how to start a new run."""
+    _run(tmp_db, stop=StopRule.parse("budget:8"))
+    before = len(_gens(tmp_db))
+    with pytest.raises(UserError) as exc:
+        _run(tmp_db, **{"stop": StopRule.parse("budget:8"), **change})
+    msg = str(exc.value)
+    assert needle in msg and "--run-id NEW_ID" in msg and "\n" not in msg
+    assert len(_gens(tmp_db)) == before  # nothing generated
+
+
+def test_a_plain_run_cannot_continue_with_until(tmp_db):
+    from engine.generation.run import drive, plan_run
+
+    plan = plan_run(tmp_db, _models(), _dataset(), 1, ["coupled", "independent"], 4, CFG)
+    drive(plan, show_bar=False)
+    with pytest.raises(UserError, match="plain run .* cannot continue with --until; start a new run"):
+        _run(tmp_db)
+
+
+def test_a_changed_stored_order_is_refused(tmp_db):
+    _run(tmp_db, stop=StopRule.parse("budget:8"))
+    with store.writer(tmp_db) as con:
+        cfg = json.loads(con.execute("SELECT CAST(config AS VARCHAR) FROM runs").fetchone()[0])
+        cfg["sequential"]["order"] = sorted(cfg["sequential"]["order"])
+        con.execute("UPDATE runs SET config = ?", [json.dumps(cfg)])
+    with pytest.raises(UserError, match="stored question order differs"):
+        _run(tmp_db, stop=StopRule.parse("budget:8"))
 
 
 def test_the_run_records_its_driver_host_and_a_resume_fills_a_missing_one(reference, tmp_path):
@@ -164,7 +243,7 @@ def test_a_stopped_run_continued_without_until_plans_the_whole_run(tmp_db):
 
     res = _run(tmp_db, stop=StopRule.parse("budget:12"))
     planned = lambda: int(store.query_df(tmp_db, "SELECT n_units FROM runs").iloc[0, 0])  # noqa: E731
-    assert planned() == 16 * 2 * 2  # 16 questions, 2 models, 1 repeat, 2 modes (the rounds taken)
+    assert planned() == 12 * 2 * 2  # 12 questions, 2 models, 1 repeat, 2 modes (the rounds taken)
     plan = plan_run(tmp_db, _models(), _dataset(), 1, ["coupled", "independent"], 4, CFG)
     assert plan.run_id == res.run_id
     drive(plan, show_bar=False)

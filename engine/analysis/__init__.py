@@ -21,7 +21,8 @@ home of its view; the CLI and the dashboard call the same functions.
 * :mod:`.judge_audit`    -- the judge audit (METHODS 9.2); :mod:`.audit_sim` a simulated judged run
   with labels (tests, bench)
 * :mod:`.run_ranksets`   -- PPR / judge-only / human-only rank-sets of a run and the label planner
-* :mod:`.sequential`     -- replay of a stored run as an anytime-valid sequential evaluation
+* :mod:`.sequential`     -- replay of a stored run as an anytime-valid sequential evaluation;
+  :mod:`.sequential_stop` the one stop of a live run or a replay (its numbers and its words)
 * :mod:`.run_design`     -- how a run was made (the report's design section)
 * :mod:`.notices`        -- typed warnings (a ``Notice`` kind pages filter on, never a substring)
 * :mod:`.result_base`    -- the ``ToDict`` mixin of the frozen results; :mod:`.stats_records` typed

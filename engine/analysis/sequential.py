@@ -21,52 +21,56 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.analysis.sequential_stop import StopState, cs_path, pair_text, stop_state, stop_text
 from engine.config import MODES
 from engine.errors import UserError
-from engine.stats.sequential import (
-    PairwiseCS,
-    StopRule,
-    check_alpha,
-    first_stop,
-    pair_alpha,
-    pairs_of,
-    question_order,
-    sequential_ranksets,
-    t_interval,
-)
+from engine.stats.sequential import StopRule, check_alpha, pair_alpha, pairs_of, question_order
 from engine.store.scores import per_question_scores
-
-BLOCK = 256  # questions per CS update in a replay (the stop rule is checked on every question)
 
 
 @dataclass(frozen=True)
 class SequentialStop:
+    """One question order's stop (engine.analysis.sequential_stop.StopState) and its seed."""
+
     seed: int
-    n: int | None  # first question count at which the rule held; None: never before N
-    lower: tuple[float, ...]  # per pair, the CS at the stop (or at N); Δ scale
-    upper: tuple[float, ...]
-    decided: bool  # every pair's CS excludes 0 there
-    missed: bool  # the running intersection was empty (the CS missed): lower/upper are the current C_t
-    t_low: tuple[
-        float, ...
-    ]  # fixed-n t interval on the same questions (NOT valid for the stopping decision)
-    t_high: tuple[float, ...]
-    ranksets: tuple[tuple[int, int], ...]  # sequential rank-set per model at the stop (rank 1 = best)
+    state: StopState
+
+    @property
+    def n(self) -> int | None:  # first question count at which the rule held; None: never before N
+        return self.state.n_stop
+
+    @property
+    def lower(
+        self,
+    ) -> tuple[float, ...]:  # per pair, the CS at the stop (or at N; current C_t on a miss)
+        return self.state.lower
+
+    @property
+    def upper(self) -> tuple[float, ...]:
+        return self.state.upper
+
+    @property
+    def decided(self) -> bool:  # every pair decided before N (a stop at N is "all questions used")
+        return self.state.all_decided
+
+    @property
+    def missed(self) -> bool:  # some pair's running intersection was empty: its current C_t is shown
+        return any(self.state.missed)
+
+    @property
+    def t_low(self) -> tuple[float, ...]:  # fixed-n t interval (NOT valid for the stopping decision)
+        return self.state.t_low
+
+    @property
+    def t_high(self) -> tuple[float, ...]:
+        return self.state.t_high
+
+    @property
+    def ranksets(self) -> tuple[tuple[int, int], ...]:
+        return self.state.ranksets
 
     def to_dict(self, single: bool) -> dict:
-        def one(v):
-            return v[0] if single else list(v)
-
-        return {
-            "seed": self.seed,
-            "n": self.n,
-            "lower": one(self.lower),
-            "upper": one(self.upper),
-            "decided": self.decided,
-            "missed": self.missed,
-            "t_interval_not_valid_for_stopping": {"low": one(self.t_low), "high": one(self.t_high)},
-            "ranksets": [list(r) for r in self.ranksets],
-        }
+        return {"seed": self.seed, **self.state.to_dict(single)}
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,9 @@ class ModeReplay:
             "min": float(n.min()),
             "max": float(n.max()),
             "never": sum(s.n is None for s in self.stops),
-            "decided": sum(s.decided for s in self.stops),
+            "decided": sum(s.decided for s in self.stops),  # decided before N (METHODS 8.3)
+            "all_used": sum(s.state.outcome == "full" for s in self.stops),  # stopped at N
+            "missed": sum(s.missed for s in self.stops),
             "fraction_of_N": med / self.n_questions,
         }
 
@@ -187,51 +193,9 @@ def mode_matrix(
     )
 
 
-def replay_scores(scores: np.ndarray, order: np.ndarray, rule: StopRule, alpha: float, grid: int = 2001):
-    """Replay one order: (n or None, lower (P,), upper (P,), missed) at the stop, or at N.
-
-    scores: (N, k) per-question scores in [0, 1]; order: a permutation of range(N). Where the CS
-    missed (a pair's running intersection is empty) the bounds are its current C_t instead.
-    """
-    N, k = scores.shape
-    pc = PairwiseCS(k, N, alpha=alpha, grid=grid)
-    s = scores[order]
-    start, n, lo, up = 0, None, np.empty((0, len(pc.pairs))), np.empty((0, len(pc.pairs)))
-    while start < N and n is None:
-        lo, up = pc.update(s[start : start + BLOCK])
-        n = first_stop(rule, lo, up, t0=start)
-        start += lo.shape[0]
-    at = (n if n is not None else N) - (start - lo.shape[0]) - 1  # row of the stop in the last block
-    low, high = lo[at], up[at]
-    missed = bool(np.any(low > high))
-    if missed:  # never show an empty interval: the current C_t at the stop
-        if n is not None and n < start:
-            pc = PairwiseCS(k, N, alpha=alpha, grid=grid)
-            pc.update(s[:n])
-        cur = np.array([c.current for c in pc.cs])
-        low, high = cur[:, 0], cur[:, 1]
-    return n, low, high, missed
-
-
 def _stop(seed: int, scores: np.ndarray, rule: StopRule, alpha: float, grid: int) -> SequentialStop:
-    N, k = scores.shape
-    order = question_order(N, seed)
-    n, low, high, missed = replay_scores(scores, order, rule, alpha, grid)
-    used = scores[order[: n if n is not None else N]]
-    a_pair = pair_alpha(alpha, k)
-    ts = [t_interval(used[:, i] - used[:, j], a_pair) for i, j in pairs_of(k)]
-    ranks = sequential_ranksets(low, high, k)
-    return SequentialStop(
-        seed=seed,
-        n=n,
-        lower=tuple(float(v) for v in low),
-        upper=tuple(float(v) for v in high),
-        decided=bool(np.all((low > 0) | (high < 0))),
-        missed=missed,
-        t_low=tuple(t[1] for t in ts),
-        t_high=tuple(t[2] for t in ts),
-        ranksets=tuple((int(a), int(b)) for a, b in ranks),
-    )
+    N = scores.shape[0]
+    return SequentialStop(seed, stop_state(scores[question_order(N, seed)], N, rule, alpha, grid))
 
 
 def sequential_replay(
@@ -308,11 +272,13 @@ class SequentialPath:
     N: int
     n_stop: int | None  # the stop rule's first firing (None: never)
     t: tuple[int, ...]  # question counts shown (a log-spaced subset of 1..N, the stop included)
-    lower: tuple[float, ...]  # CS (running intersection) at those counts, Δ scale; lower > upper
-    # from where the sequence missed (probability <= alpha)
-    upper: tuple[float, ...]
+    lower: tuple[float, ...]  # CS at those counts, Δ scale: the running intersection, or the current
+    upper: tuple[float, ...]  # C_t from where the sequence missed (probability <= alpha)
     full: float  # Δ_N (NaN for a live run: not known before the end)
-    state: str  # "decided: A > B at question 412 of 14,042" | "undecided: Δ in [−0.02, 0.03]"
+    state: str  # the pair at the stop (sequential_stop.pair_text): "decided: A > B at question 412 of
+    # 14,042" | "not decided: Δ_N in [−0.02, 0.03] at ..." | "all 40 questions used: ..." | "missed: ..."
+    summary: str  # the mode's stop in one sentence, with its target (sequential_stop.stop_text)
+    missed_at: int | None  # first question at which the running intersection was empty (None: never)
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self).items()}
@@ -323,18 +289,28 @@ def _shown(N: int, n_stop: int | None, points: int = 400) -> np.ndarray:
     return np.unique(np.concatenate([t, [n_stop] if n_stop else []])).astype(int)
 
 
-def state_text(model_a: str, model_b: str, lo: float, up: float, n: int | None, N: int) -> str:
-    """The one-line state of a pair's sequence at its stop (or at the last question seen)."""
-    if lo > up:
-        return (
-            f"missed: the running intersection is empty at question {n or N:,} "
-            "(a miss, probability <= alpha)"
-        )
-    if n is not None and lo > 0:
-        return f"decided: {model_a} > {model_b} at question {n:,} of {N:,}"
-    if n is not None and up < 0:
-        return f"decided: {model_b} > {model_a} at question {n:,} of {N:,}"
-    return f"undecided: Δ in [{lo:+.3f}, {up:+.3f}]" + (f" at question {n:,} of {N:,}" if n else "")
+def _path(mode, names, pair, seed, N, M, rule, alpha, full, every: bool) -> SequentialPath:
+    """Pair ``pair`` of ``names`` on scores M (T, k) in order: its whole CS path and the mode's stop."""
+    i, j = pairs_of(len(names))[pair]
+    state = stop_state(M, N, rule, alpha)
+    path = cs_path(M, N, alpha)
+    lo, up = (v[:, pair] for v in path.shown())
+    miss = np.flatnonzero(path.lower[:, pair] > path.upper[:, pair])
+    t = np.arange(1, M.shape[0] + 1) if every else _shown(N, state.n_stop)
+    return SequentialPath(
+        mode,
+        f"{names[i]} - {names[j]}",
+        int(seed),
+        N,
+        state.n_stop,
+        tuple(int(x) for x in t),
+        tuple(float(x) for x in lo[t - 1]),
+        tuple(float(x) for x in up[t - 1]),
+        full,
+        pair_text(state, pair, names[i], names[j]),
+        stop_text(state, [f"{names[a]} - {names[b]}" for a, b in pairs_of(len(names))]),
+        int(miss[0]) + 1 if miss.size else None,
+    )
 
 
 def sequential_paths(
@@ -359,25 +335,10 @@ def sequential_paths(
     for m in _choose_modes(sorted(str(x) for x in df["mode"].unique()), mode):
         _, S, _ = mode_matrix(df, chosen, m, repeat)
         N = S.shape[0]
-        d = (S[:, 0] - S[:, 1])[question_order(N, seed)]
-        cs = PairwiseCS(2, N, alpha=alpha)
-        lo, up = (a[:, 0] for a in cs.update(S[question_order(N, seed)]))
-        n = first_stop(srule.check(N), lo, up)
-        t = _shown(N, n)
-        at = (n or N) - 1
+        srule.check(N)
+        M = S[question_order(N, seed)]
         out.append(
-            SequentialPath(
-                m,
-                f"{model_a} - {model_b}",
-                int(seed),
-                N,
-                n,
-                tuple(int(x) for x in t),
-                tuple(float(x) for x in lo[t - 1]),
-                tuple(float(x) for x in up[t - 1]),
-                float(d.mean()),
-                state_text(model_a, model_b, float(lo[at]), float(up[at]), n if n else None, N),
-            )
+            _path(m, chosen, 0, seed, N, M, srule, alpha, float(np.mean(M[:, 0] - M[:, 1])), False)
         )
     return tuple(out)
 
@@ -429,28 +390,12 @@ def live_paths(db: str | os.PathLike, run: str, pair: int = 0) -> tuple[Sequenti
     rule, pairs = StopRule.parse(seq["until"]), pairs_of(len(names))
     if len(names) < 2 or not 0 <= pair < len(pairs):
         raise UserError(f"run {run!r}: no pair {pair} (models: {', '.join(names)})")
-    i, j = pairs[pair]
-    out = []
-    for m, M, seen in modes:
-        lo_all, up_all = PairwiseCS(len(names), len(order), alpha=seq["alpha"]).update(M)
-        n = first_stop(rule, lo_all, up_all)
-        lo, up = lo_all[:, pair], up_all[:, pair]
-        at = (n or seen) - 1
-        out.append(
-            SequentialPath(
-                m,
-                f"{names[i]} - {names[j]}",
-                int(seq["order_seed"]),
-                len(order),
-                n,
-                tuple(range(1, seen + 1)),
-                tuple(float(x) for x in lo),
-                tuple(float(x) for x in up),
-                math.nan,  # Δ_N is not known before the end
-                state_text(names[i], names[j], float(lo[at]), float(up[at]), n or seen, len(order)),
-            )
-        )
-    return tuple(out)
+    alpha = float(seq["alpha"])
+    return tuple(
+        # Δ_N is not known before the end (NaN)
+        _path(m, names, pair, seq["order_seed"], len(order), M, rule, alpha, math.nan, True)
+        for m, M, _ in modes
+    )
 
 
 @dataclass(frozen=True)
@@ -458,15 +403,31 @@ class LiveModeStop:
     """One mode of a ``generate --until`` run at its stop (or at the last question scored)."""
 
     mode: str
-    n_seen: int  # questions of the stored order scored in this mode
-    n_stop: int | None  # the stop rule's first firing (None: not met in the questions seen)
-    lower: tuple[float, ...]  # per pair, the CS at the stop (or at n_seen); Δ scale, α/P per pair
-    upper: tuple[float, ...]
-    decided: bool  # every pair's CS excludes 0 there
-    missed: bool  # a pair's running intersection is empty there (probability <= α)
-    t_low: tuple[float, ...]  # fixed-n t interval at α/P on the same questions: NOT valid for the stop
-    t_high: tuple[float, ...]
-    ranksets: tuple[tuple[int, int], ...]
+    state: StopState
+
+    @property
+    def n_seen(self) -> int:  # questions of the stored order scored in this mode
+        return self.state.n_seen
+
+    @property
+    def n_stop(self) -> int | None:  # the stop rule's first firing (None: not met in the questions seen)
+        return self.state.n_stop
+
+    @property
+    def lower(self) -> tuple[float, ...]:  # per pair, the CS at the stop (current C_t on a miss)
+        return self.state.lower
+
+    @property
+    def upper(self) -> tuple[float, ...]:
+        return self.state.upper
+
+    @property
+    def decided(self) -> bool:  # every pair decided before N
+        return self.state.all_decided
+
+    @property
+    def missed(self) -> bool:  # a pair's running intersection is empty there (probability <= α)
+        return any(self.state.missed)
 
 
 @dataclass(frozen=True)
@@ -484,14 +445,29 @@ class LiveStop:
     pairs: tuple[str, ...]
     modes: tuple[LiveModeStop, ...]
 
+    def follows(self, mode: str) -> bool:
+        """This mode is generated alongside the coupled mode, which stops the run."""
+        return (
+            self.mode_stop == "coupled"
+            and mode != "coupled"
+            and any(x.mode == "coupled" for x in self.modes)
+        )
+
+    def text(self, mode: str) -> str:
+        """The mode's stop in one sentence, with its target (sequential_stop.stop_text)."""
+        lm = next(x for x in self.modes if x.mode == mode)
+        return stop_text(lm.state, self.pairs, follows=self.follows(mode))
+
+    def pair_text(self, mode: str, p: int) -> str:
+        lm = next(x for x in self.modes if x.mode == mode)
+        a, b = pairs_of(len(self.models))[p]
+        return pair_text(lm.state, p, self.models[a], self.models[b])
+
     def to_dict(self) -> dict:
         out = {k: v for k, v in vars(self).items() if k != "modes"}
         return {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in out.items()},
-            "modes": {
-                m.mode: {k: list(v) if isinstance(v, tuple) else v for k, v in vars(m).items()}
-                for m in self.modes
-            },
+            "modes": {m.mode: {**m.state.to_dict(), "text": self.text(m.mode)} for m in self.modes},
         }
 
 
@@ -506,37 +482,16 @@ def live_stop(db: str | os.PathLike, run: str) -> LiveStop:
     """
     seq, order, names, modes = _live_scores(db, run)
     srule, alpha = StopRule.parse(seq["until"]), float(seq["alpha"])
-    k, a_pair = len(names), pair_alpha(alpha, len(names))
-    out = []
-    for m, M, seen in modes:
-        lo, up = PairwiseCS(k, len(order), alpha=alpha).update(M)
-        n = first_stop(srule, lo, up)
-        low, high = lo[(n or seen) - 1], up[(n or seen) - 1]
-        used = M[: n or seen]
-        ts = [t_interval(used[:, i] - used[:, j], a_pair) for i, j in pairs_of(k)]
-        out.append(
-            LiveModeStop(
-                m,
-                seen,
-                n,
-                tuple(float(v) for v in low),
-                tuple(float(v) for v in high),
-                bool(np.all((low > 0) | (high < 0))),
-                bool(np.any(low > high)),
-                tuple(t[1] for t in ts),
-                tuple(t[2] for t in ts),
-                tuple((int(a), int(b)) for a, b in sequential_ranksets(low, high, k)),
-            )
-        )
+    k = len(names)
     return LiveStop(
         run,
         len(order),
         int(seq["order_seed"]),
         str(srule),
         alpha,
-        a_pair,
+        pair_alpha(alpha, k),
         str(seq.get("mode_stop", "coupled")),
         tuple(names),
         tuple(f"{names[i]} - {names[j]}" for i, j in pairs_of(k)),
-        tuple(out),
+        tuple(LiveModeStop(m, stop_state(M, len(order), srule, alpha)) for m, M, _ in modes),
     )

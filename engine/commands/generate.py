@@ -131,8 +131,9 @@ def _add_until_args(p) -> None:
         metavar="RULE",
         help="stop when the answer is known: decided | width:W | budget:N (comma-separated: the first "
         "that holds). Questions are taken in a random order from --seed (stored with the run); "
-        "--limit / --subject define the population. Rounds of --round-size questions are "
-        "generated and scored (the dataset's rule or --rule) until the rule holds",
+        "--limit / --subject define the population. Rounds of questions are generated and scored "
+        "(the dataset's rule or --rule) until the rule holds; a resumed run keeps its rule, --alpha, "
+        "--mode-stop and --rule",
     )
     p.add_argument(
         "--alpha",
@@ -150,13 +151,18 @@ def _add_until_args(p) -> None:
         "until its own rule holds",
     )
     p.add_argument(
-        "--round-size", type=int, default=None, help="with --until: questions per round (default 256)"
+        "--round-size",
+        type=int,
+        default=None,
+        help="with --until: questions per round (default: 16, then double the questions taken, at most "
+        "256 more per round, so a small decision is not overshot; never past budget:N)",
     )
     p.add_argument("--rule", default=None, help="with --until: scoring rule (default: the dataset's)")
 
 
 def _until_flags(args) -> None:
-    """--alpha / --mode-stop / --round-size / --rule only with --until; --until not with Ray."""
+    """--alpha / --mode-stop / --round-size / --rule only with --until (with Ray too: each round is
+    sharded over the replicas); the rule and α checked before anything is loaded."""
     if args.until is None:
         given = [
             f
@@ -176,11 +182,13 @@ def _until_flags(args) -> None:
     StopRule.parse(args.until)  # one-line errors before anything is loaded
     if args.alpha is not None:
         check_alpha(args.alpha)
+    if args.round_size is not None and args.round_size < 1:
+        raise UserError(f"--round-size must be an integer >= 1, got {args.round_size}")
 
 
 def run_sequential(args, ds, cfg, executor=None) -> int:
     """generate --until: rounds until the stop rule holds (engine.commands._until)."""
-    from engine.commands._until import DEFAULT_ROUND, run_until, summary_text
+    from engine.commands._until import run_until, summary_text
     from engine.stats.sequential import StopRule
 
     res = run_until(
@@ -195,7 +203,7 @@ def run_sequential(args, ds, cfg, executor=None) -> int:
         alpha=0.05 if args.alpha is None else args.alpha,
         score_rule=args.rule,
         mode_stop=args.mode_stop or "coupled",
-        round_size=args.round_size or DEFAULT_ROUND,
+        round_size=args.round_size,
         progress_file=args.progress_file,
         run_id=args.run_id,
         resume=not args.no_resume,

@@ -27,10 +27,16 @@ def register(sub) -> None:
         "alpha/P); default: every model of the run",
     )
     p.add_argument(
+        "--stored",
+        action="store_true",
+        help="a generate --until run's own stop: its stored question order, rule and alpha (what its "
+        "report and the Generate page show), instead of a replay over seeded orders",
+    )
+    p.add_argument(
         "--mode",
-        default="both",
+        default=None,
         choices=("coupled", "independent", "both"),
-        help="noise mode(s) to replay (both: the modes the run has; default: %(default)s)",
+        help="noise mode(s) to replay (both: the modes the run has; default: both)",
     )
     p.add_argument(
         "--repeat",
@@ -43,9 +49,8 @@ def register(sub) -> None:
     p.add_argument(
         "--alpha",
         type=float,
-        default=0.05,
-        help="the CS holds at every question simultaneously "
-        "with probability >= 1 - alpha (default: %(default)s)",
+        default=None,
+        help="the CS holds at every question simultaneously with probability >= 1 - alpha (default: 0.05)",
     )
     g = p.add_mutually_exclusive_group()
     g.add_argument(
@@ -56,9 +61,9 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--stop",
-        default="decided",
+        default=None,
         help="stop rule: decided | width:W | budget:N, comma-separated "
-        "(the first that holds stops; default: %(default)s)",
+        "(the first that holds stops; default: decided)",
     )
     p.add_argument(
         "--rule", default=None, help="scoring rule (default: the run's only rule; harness for imports)"
@@ -96,25 +101,29 @@ def _models(args) -> list[str] | None:
 
 
 def summary_text(res) -> str:
+    from engine.analysis.sequential_stop import LIKE_THESE, OUTCOME_WORDS, THIS_BENCHMARK, fired_words
+
     head = (
         f"sequential replay  run {res.run}  {', '.join(res.pairs)}  stop {res.rule}  alpha {res.alpha:g}"
         + (f" (per pair {res.pair_alpha:.4g})" if len(res.pairs) > 1 else "")
         + f"  {'repeat ' + str(res.repeat) if res.repeat is not None else 'mean over repeats'}"
     )
-    lines = [head, ""]
+    lines = [head, f"target: {THIS_BENCHMARK} (the t interval: {LIKE_THESE})", ""]
     rows = []
     for m in res.modes:
         sm = m.summary()
         for s in m.stops:
+            st = s.state
             rows.append(
                 {
                     "mode": m.mode,
                     "seed": s.seed,
                     "stop at": s.n if s.n is not None else f"never ({m.n_questions})",
                     "of N": m.n_questions,
+                    "rule held": fired_words(st),
                     "CS": "; ".join(f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(s.lower, s.upper))
                     + (" (missed: current C_t)" if s.missed else ""),
-                    "decided": s.decided,
+                    "outcome": OUTCOME_WORDS[st.outcome],
                     "full-run diff": "; ".join(f"{v:+.4f}" for v in m.full),
                     "t interval (not valid for stopping)": "; ".join(
                         f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(s.t_low, s.t_high)
@@ -123,25 +132,67 @@ def summary_text(res) -> str:
             )
         lines.append(
             f"{m.mode}: median stop {sm['median']:g} of {m.n_questions:,} questions "
-            f"({sm['fraction_of_N']:.2%}), quartiles [{sm['q1']:g}, {sm['q3']:g}], "
-            f"decided in {sm['decided']} of {len(m.stops)} orders"
+            f"({sm['fraction_of_N']:.2%}), quartiles [{sm['q1']:g}, {sm['q3']:g}]; "
+            f"decided before N in {sm['decided']} of {len(m.stops)} orders"
+            + (f"; all {m.n_questions:,} questions used in {sm['all_used']}" if sm["all_used"] else "")
+            + (f"; the sequence missed in {sm['missed']}" if sm["missed"] else "")
         )
     lines += ["", table(rows, digits=4)]
     return "\n".join(lines)
 
 
-def run(args) -> int:
-    from engine.analysis.sequential import sequential_replay
+def stored_text(ls) -> str:
+    """``--stored``: a --until run's stop per mode (one sentence with its target) and each pair there."""
+    lines = [
+        f"run {ls.run}: generate --until {ls.rule} (alpha {ls.alpha:g}"
+        + (f", per pair {ls.pair_alpha:.4g}" if len(ls.pairs) > 1 else "")
+        + f"; stop on {'each mode' if ls.mode_stop == 'each' else 'the coupled mode'}), question order "
+        f"seed {ls.order_seed}, N = {ls.N:,}"
+    ]
+    for lm in ls.modes:
+        lines.append(f"  {lm.mode}: {ls.text(lm.mode)}")
+        for p, tl, th in zip(range(len(ls.pairs)), lm.state.t_low, lm.state.t_high):
+            t_int = f"[{tl:+.4f}, {th:+.4f}]" if tl == tl else "-"
+            lines.append(
+                f"    {ls.pairs[p]}: {ls.pair_text(lm.mode, p)}; t interval {t_int} (about questions "
+                "like these; not valid for the stopping decision)"
+            )
+    return "\n".join(lines)
 
+
+def run(args) -> int:
+    from engine.analysis.sequential import live_stop, sequential_replay
+
+    if args.stored:
+        given = [
+            flag
+            for flag, v in (
+                ("--model-a/--model-b/--models", args.model_a or args.model_b or args.models),
+                ("--mode", args.mode),
+                ("--repeat", args.repeat),
+                ("--alpha", args.alpha),
+                ("--seed/--seeds", args.seed is not None or args.seeds),
+                ("--stop", args.stop),
+                ("--rule", args.rule),
+            )
+            if v is not None and v is not False
+        ]
+        if given:
+            raise UserError(
+                f"--stored reads the run's own models, order, rule and alpha; drop {', '.join(given)} "
+                "(or replay without --stored)"
+            )
+        ls = live_stop(args.db, args.run)
+        return emit(args, ls.to_dict(), lambda: stored_text(ls))
     res = sequential_replay(
         args.db,
         args.run,
         models=_models(args),
-        mode=args.mode,
+        mode=args.mode or "both",
         repeat=args.repeat,
-        alpha=args.alpha,
+        alpha=0.05 if args.alpha is None else args.alpha,
         seeds=parse_seeds(args.seed, args.seeds),
-        stop=args.stop,
+        stop=args.stop or "decided",
         rule=args.rule,
     )
     return emit(args, res.to_dict(), lambda: summary_text(res))

@@ -67,7 +67,8 @@ def summary_text(s: RunSummary) -> str:
     if pairs:
         out += [
             "",
-            "accuracy CI: t interval over questions (questions are clusters); SE diff: paired "
+            "accuracy CI: t interval over questions (questions are clusters; about questions like "
+            "these); SE diff: paired "
             "per-question difference (docs/METHODS.md 7.1); variance saving = 1 - SE_coupled^2 / "
             "SE_indep^2",
             table(pairs, digits=3),

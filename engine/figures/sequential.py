@@ -5,6 +5,7 @@ both modes on one chart (docs/SEQUENTIAL.md), and the stopping times over orders
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,16 @@ from engine.figures.common import COLORS, PALETTE, layout
 def _rgba(hex_color: str, alpha: float) -> str:
     h = hex_color.lstrip("#")
     return f"rgba({int(h[0:2], 16)}, {int(h[2:4], 16)}, {int(h[4:6], 16)}, {alpha})"
+
+
+def log_ticks(N: int) -> list[int]:
+    """Tick values of a log axis over 1..N: 1, 2, 5, 10, 20, 50, ... below N, and N itself (a value
+    closer than a factor 1.5 below N dropped so that labels do not collide)."""
+    ticks, base = [], 1
+    while base <= N:
+        ticks += [v for v in (base, 2 * base, 5 * base) if v * 1.5 <= N]
+        base *= 10
+    return sorted(set(ticks)) + [int(N)]
 
 
 def sequential_cs_figure(paths: Sequence[Any], title: str = "Confidence sequence of A − B") -> go.Figure:
@@ -73,7 +84,16 @@ def sequential_cs_figure(paths: Sequence[Any], title: str = "Confidence sequence
                 annotation_position="top left" if i % 2 == 0 else "bottom left",
             )
     fig.add_hline(y=0.0, line=dict(color="#212529", width=1.5))
-    fig.update_xaxes(type="log", title="questions seen (random order)")
+    N = max(int(p.N) for p in paths) if paths else 1
+    ticks = log_ticks(N)
+    fig.update_xaxes(  # whole numbers 1, 2, 5, 10, ..., N (plotly's own log ticks read "10, 2, 3, 4, 5")
+        type="log",
+        title=f"questions seen (random order), of N = {N:,}",
+        range=[0.0, math.log10(N) + 0.02],  # ends at N (a small pad keeps a stop marker at N visible)
+        tickmode="array",
+        tickvals=ticks,
+        ticktext=[f"{v:,}" for v in ticks],
+    )
     fig.update_yaxes(title="A − B (difference of accuracy)")
     return layout(fig, title, height=420, legend=dict(orientation="h", y=-0.25))
 

@@ -499,6 +499,50 @@ def plan_run(
 # ---- the drive: lock, record, generate, end status
 
 
+# what a resumed ``--until`` run must keep: what it decides (the rule, α, which mode stops) and what it
+# decides on (the scores, the order); --round-size is free (it changes how far a round overshoots the
+# stop, never the stop itself)
+SEQUENTIAL_KEPT = (
+    ("until", "--until"),
+    ("alpha", "--alpha"),
+    ("mode_stop", "--mode-stop"),
+    ("score_rule", "--rule"),
+    ("order_seed", "--seed"),
+)
+
+
+def check_sequential_resume(run_id: str, stored: dict | None, now: dict) -> None:
+    """A resumed ``generate --until`` run continues only with the stop it started with, else one line.
+
+    Reusing the questions already seen under another rule, α, mode-stop or scoring rule would shop for
+    a stop (the confidence sequence is valid for one rule fixed before the data); a plain run has no
+    recorded question order; the stored order must be the one recomputed from the seed (METHODS 8.1).
+    """
+    new_run = "start a new run with --run-id NEW_ID"
+    if not stored:
+        raise UserError(
+            f"run {run_id!r} exists as a plain run (no recorded question order), so it cannot continue "
+            f"with --until; {new_run}, or continue it without --until"
+        )
+    diff = [
+        f"{flag} {stored.get(key)} (asked: {now.get(key)})"
+        for key, flag in SEQUENTIAL_KEPT
+        if stored.get(key) != now.get(key)
+    ]
+    if diff:
+        raise UserError(
+            f"run {run_id!r} was started with {', '.join(diff)}: a sequential run keeps its stop rule, "
+            f"alpha, mode-stop and scoring rule once questions are seen; {new_run}, or rerun with the "
+            "stored settings"
+        )
+    if list(stored.get("order") or []) != list(now.get("order") or []):
+        raise UserError(
+            f"run {run_id!r}: the stored question order differs from the one recomputed from seed "
+            f"{now.get('order_seed')} (a changed question set or random generator), so its confidence "
+            f"sequence cannot continue; {new_run}"
+        )
+
+
 def _record_run(plan: RunPlan) -> set[tuple[str, str, str, int]]:
     """Record the run (new, or resumed with the same settings), its dataset and prompts; return
     what is already stored as (model, mode, prompt_id, repeat). One transaction."""
@@ -520,6 +564,8 @@ def _record_run(plan: RunPlan) -> set[tuple[str, str, str, int]]:
                 raise UserError(
                     f"run {plan.run_id!r} already exists; resume it or pass another --run-id"
                 )
+            if plan.config.get("sequential"):
+                check_sequential_resume(plan.run_id, prev.get("sequential"), plan.config["sequential"])
             store_runs.update_status(con, plan.run_id, "running")
             # what this drive plans: the whole run, or a --until round's share (a stopped sequential run
             # continued as a plain run would otherwise keep the rounds' count)

@@ -47,7 +47,8 @@ def _pair_sentence(ctx: RunContext, a: str, b: str) -> str | None:
     )
     return (
         f"{better} scores higher than {worse} by {abs(d.diff):.3f} accuracy (95% CI [{lo:+.3f}, "
-        f"{hi:+.3f}]; paired over {d.n_questions:,} questions, {ctx.mode} generations): {verdict}."
+        f"{hi:+.3f}] about questions like these; paired over {d.n_questions:,} questions, {ctx.mode} "
+        f"generations): {verdict}."
     )
 
 

@@ -9,6 +9,12 @@ Numbers come from :mod:`engine.analysis.sequential` only (``live_stop``, ``live_
 
 from __future__ import annotations
 
+from engine.analysis.sequential_stop import (  # a stop's words live with its numbers
+    LIKE_THESE,
+    TARGET_NOTE,
+    THIS_BENCHMARK,
+    pair_verdict,
+)
 from engine.figures import sequential as FS
 from engine.report import references as ref
 from engine.report.context import RunContext
@@ -32,18 +38,17 @@ METHODS = (
 
 
 def _mode_rows(lm, pairs: tuple[str, ...]) -> list[list]:
-    rows = []
-    for p, lo, up, tl, th in zip(pairs, lm.lower, lm.upper, lm.t_low, lm.t_high):
-        decided = lo > 0 or up < 0
-        key = f"seq/{lm.mode}/{p}"
+    st, rows = lm.state, []
+    for p, (name, lo, up, tl, th) in enumerate(zip(pairs, st.lower, st.upper, st.t_low, st.t_high)):
+        key = f"seq/{lm.mode}/{name}"
         rows.append(
             [
                 cell(lm.mode),
-                cell(p),
+                cell(name),
                 cell(f"[{lo:+.4f}, {up:+.4f}]", None, None),
                 cell(num(lo, 4), lo, f"{key}/lower"),
                 cell(num(up, 4), up, f"{key}/upper"),
-                cell("decided" if decided else "not decided"),
+                cell(pair_verdict(st, p), None, f"{key}/verdict"),
                 cell(f"[{tl:+.4f}, {th:+.4f}]" if tl == tl else "-"),
             ]
         )
@@ -58,48 +63,32 @@ def _live_section(ctx: RunContext) -> Section | None:
         return None
     paras, rows = [], []
     for lm in ls.modes:
-        follows = (
-            ls.mode_stop == "coupled"
-            and lm.mode != "coupled"
-            and any(x.mode == "coupled" for x in ls.modes)
-        )
-        at = (
-            (
-                f"its own rule held at question {lm.n_stop:,} of {ls.N:,} (generated alongside: the "
-                "coupled mode stops the run)"
-                if follows
-                else f"stopped at question {lm.n_stop:,} of {ls.N:,}"
-            )
-            if lm.n_stop is not None
-            else f"the rule did not hold in the {lm.n_seen:,} questions scored (of {ls.N:,})"
-        )
         paras.append(
-            f"{lm.mode}: {at}; "
-            + (
-                "decided: every pair's CS excludes 0"
-                if lm.decided
-                else "not decided: some pair's CS includes 0"
-            )
-            + (
-                " (a CS missed: its running intersection is empty, probability <= α)"
-                if lm.missed
-                else ""
-            )
-            + f"; {lm.n_seen:,} questions generated in this mode ({pct(lm.n_seen / ls.N)} of the run's)."
+            f"{lm.mode}: {ls.text(lm.mode)}; {lm.n_seen:,} questions generated in this mode "
+            f"({pct(lm.n_seen / ls.N)} of the run's)."
         )
         rows += _mode_rows(lm, ls.pairs)
     head = (
         f"This run was generated with --until {ls.rule} (α {ls.alpha:g}, {ls.pair_alpha:.4g} per pair; "
         f"stop on {'each mode' if ls.mode_stop == 'each' else 'the coupled mode'}; question order seed "
-        f"{ls.order_seed})."
+        f"{ls.order_seed}). {TARGET_NOTE}"
     )
     table = Table(
         f"Each pair's confidence sequence at the stop ({len(ls.pairs)} pair(s))",
-        ["mode", "pair", "CS at the stop", "lower", "upper", "decided", f"t interval ({NOT_VALID})"],
+        [
+            "mode",
+            "pair",
+            f"CS at the stop (about {THIS_BENCHMARK})",
+            "lower",
+            "upper",
+            "at the stop",
+            f"t interval (about {LIKE_THESE}; {NOT_VALID})",
+        ],
         rows,
-        f"CS: anytime-valid at α/P = {ls.pair_alpha:.4g} per pair. The t interval (at the same "
-        f"level, on the same questions) is {NOT_VALID}: it assumes the number of questions was "
-        "fixed in advance.",
+        f"CS: anytime-valid at α/P = {ls.pair_alpha:.4g} per pair; where a sequence missed (its running "
+        "intersection is empty, probability <= α) its current interval is shown and the pair is not "
+        f"decided. The t interval (at the same level, on the same questions) is {NOT_VALID}: it assumes "
+        "the number of questions was fixed in advance.",
     )
     figs = []
     for i in range(min(len(ls.pairs), MAX_LIVE_PAIRS)):
@@ -137,6 +126,9 @@ def _replay_table(rep) -> Table:
                 cell(f"{s['min']:.0f} - {s['max']:.0f}"),
                 cell(pct(s["fraction_of_N"]), s["fraction_of_N"]),
                 cell(f"{s['decided']} / {len(mr.stops)}", s["decided"], f"seq_replay/{mr.mode}/decided"),
+                cell(
+                    f"{s['all_used']} / {len(mr.stops)}", s["all_used"], f"seq_replay/{mr.mode}/all_used"
+                ),
                 cell(num(mr.full[0], 4), mr.full[0]),
             ]
         )
@@ -149,11 +141,13 @@ def _replay_table(rep) -> Table:
             "quartiles",
             "range",
             "median / N",
-            "orders decided",
-            "Δ over all N",
+            "decided before N",
+            "all N used",
+            "Δ_N (all N questions)",
         ],
         rows,
-        "an order where the rule never held counts as N (the whole run was needed)",
+        "an order where the rule never held counts as N (the whole run was needed); a stop at N is 'all "
+        "N used' (the CS is then the point Δ_N: no sampling left), never 'decided'",
     )
 
 
@@ -170,7 +164,7 @@ def _first_order_table(rep) -> Table:
                     f"seq_replay/{mr.mode}/n_first",
                 ),
                 cell(f"[{st.lower[0]:+.4f}, {st.upper[0]:+.4f}]"),
-                cell("decided" if st.decided else "not decided"),
+                cell(pair_verdict(st.state, 0), None, f"seq_replay/{mr.mode}/verdict_first"),
                 cell(
                     f"[{st.t_low[0]:+.4f}, {st.t_high[0]:+.4f}]" if st.t_low[0] == st.t_low[0] else "-"
                 ),
@@ -178,7 +172,13 @@ def _first_order_table(rep) -> Table:
         )
     return Table(
         f"Order seed {rep.seeds[0]}: the stop, the CS there and the t interval",
-        ["mode", "stop (question)", "CS at the stop", "decided", f"t interval ({NOT_VALID})"],
+        [
+            "mode",
+            "stop (question)",
+            f"CS at the stop (about {THIS_BENCHMARK})",
+            "at the stop",
+            f"t interval (about {LIKE_THESE}; {NOT_VALID})",
+        ],
         rows,
         f"the t interval on the same questions is {NOT_VALID}",
     )
@@ -260,8 +260,13 @@ def _replay_section(ctx: RunContext) -> Section | None:
         )
     med = {mr.mode: mr.summary() for mr in rep.modes}
     sent = "; ".join(
-        f"{m}: median {v['median']:.0f} of {rep.mode(m).n_questions:,} questions, decided in "
+        f"{m}: median {v['median']:.0f} of {rep.mode(m).n_questions:,} questions, decided before N in "
         f"{v['decided']} of {len(seeds)} orders"
+        + (
+            f" (all {rep.mode(m).n_questions:,} questions used in {v['all_used']})"
+            if v["all_used"]
+            else ""
+        )
         for m, v in med.items()
     )
     return Section(
@@ -273,7 +278,7 @@ def _replay_section(ctx: RunContext) -> Section | None:
             f"question orders: {sent}. "
             + _comparison(med)
             + " A replay is a what-if on the stored scores (per question, the mean over its repeats); a "
-            "live run takes its questions the same way with generate --until."
+            "live run takes its questions the same way with generate --until. " + TARGET_NOTE
         ],
         figures=figs,
         methods=METHODS + " The replay shuffles the run's questions with each seed (as a live run "

@@ -58,7 +58,11 @@ class SequentialCS:
     Attributes:
         t: questions seen; lower, upper: the running intersection on the Δ scale (lower > upper
         means the sequence missed); current: the interval to show (the running intersection, or
-        on a miss the current C_t without the intersection; never empty); missed: lower > upper.
+        on a miss the current C_t without the intersection, or the logical bounds where C_t is empty
+        too; never empty); missed: lower > upper;
+        current_path: (lower, upper) of that current interval (no intersection) after each question of the
+        last :meth:`update`, Δ scale: exact from where the sequence missed (what is shown there; the
+        class then works on the full grid), before that possibly clipped to the active grid window.
     """
 
     def __init__(self, N: int, alpha: float = 0.05, grid: int = 2001):
@@ -80,6 +84,8 @@ class SequentialCS:
         self._hist: list[np.ndarray] = []
         self._run = (0.0, 1.0)  # running intersection, μ scale
         self._cur = (0.0, 1.0)  # current C_t, μ scale
+        self._block_cur = (np.empty(0), np.empty(0))  # current C_t after each question of the last block
+        self.current_path = (np.empty(0), np.empty(0))
 
     # ------------------------------------------------------------------ public
     @property
@@ -106,15 +112,21 @@ class SequentialCS:
         if self.t + d.size > self.N:
             raise UserError(f"{self.t + d.size} questions seen but the population has N = {self.N}")
         x = (d + 1.0) / 2.0
-        outs, i = [], 0
+        outs, curs, i = [], [], 0
         while i < x.size:  # small blocks while the window is wide, so it narrows early
             size = min(_CHUNK, max(_FIRST_CHUNK, self.t))
             outs.append(self._advance(x[i : i + size]))
+            curs.append(self._block_cur)
             i += size
         if not outs:
+            self.current_path = (np.empty(0), np.empty(0))
             return np.empty(0), np.empty(0)
         lo = np.concatenate([o[0] for o in outs])
         up = np.concatenate([o[1] for o in outs])
+        self.current_path = (
+            2.0 * np.concatenate([c[0] for c in curs]) - 1.0,
+            2.0 * np.concatenate([c[1] for c in curs]) - 1.0,
+        )
         return 2.0 * lo - 1.0, 2.0 * up - 1.0
 
     # ------------------------------------------------------------------ internals
@@ -174,7 +186,13 @@ class SequentialCS:
         self.t += x.size
         self._S, self._ss, self._sig2_prev = float(S[-1]), float(ss_last), float(sig2_last)
         self._hist.append(x)
-        self._run, self._cur = (float(r_lo[-1]), float(r_up[-1])), (float(c_lo[-1]), float(c_up[-1]))
+        # shown where the running intersection is empty: C_t, or where C_t itself is empty (its betting
+        # set lies outside this question's logical bounds) the logical bounds: never an empty interval
+        empty = c_lo > c_up
+        s_lo = np.where(empty, S / self.N, c_lo)
+        s_up = np.where(empty, (S + self.N - j) / self.N, c_up)
+        self._run, self._cur = (float(r_lo[-1]), float(r_up[-1])), (float(s_lo[-1]), float(s_up[-1]))
+        self._block_cur = (s_lo, s_up)
         self._narrow()
         return r_lo, r_up
 
@@ -266,7 +284,8 @@ class PairwiseCS:
     """One :class:`SequentialCS` per pair of k models at level α/P (METHODS 8.3).
 
     ``update(scores)`` takes (b, k) per-question mean scores in [0, 1] (model i − model j is
-    pair (i, j)'s d) and returns (lower, upper), each (b, P), Δ scale, pairs in :func:`pairs_of` order.
+    pair (i, j)'s d) and returns (lower, upper), each (b, P), Δ scale, pairs in :func:`pairs_of` order;
+    ``current_path()`` gives the current C_t of the same questions.
     """
 
     def __init__(self, k: int, N: int, alpha: float = 0.05, grid: int = 2001):
@@ -285,24 +304,59 @@ class PairwiseCS:
         res = [c.update(s[:, i] - s[:, j]) for c, (i, j) in zip(self.cs, self.pairs)]
         return np.stack([r[0] for r in res], axis=1), np.stack([r[1] for r in res], axis=1)
 
-    def ranksets(self) -> np.ndarray:
-        return sequential_ranksets([c.lower for c in self.cs], [c.upper for c in self.cs], self.k)
+    def current_path(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper), each (b, P): every pair's current C_t (no running intersection) after each
+        question of the last :meth:`update` (SequentialCS.current_path)."""
+        return (
+            np.stack([c.current_path[0] for c in self.cs], axis=1),
+            np.stack([c.current_path[1] for c in self.cs], axis=1),
+        )
+
+
+def decided(lower, upper) -> np.ndarray:
+    """Per pair: is the sign of Δ_N established? The one "decided" predicate of the product.
+
+    decided = (lower > 0 or upper < 0) and lower ≤ upper, elementwise on running-intersection bounds.
+    A missed sequence (lower > upper: the running intersection is empty, METHODS 8.2) is never decided,
+    whatever the signs of its bounds. Args: lower, upper: broadcastable arrays (Δ scale). Returns: bool
+    array of their broadcast shape (a 0-d array for scalars).
+    """
+    lo, up = np.asarray(lower, float), np.asarray(upper, float)
+    return ((lo > 0) | (up < 0)) & (lo <= up)
+
+
+def decided_sign(lower, upper) -> np.ndarray:
+    """Per pair: +1 where :func:`decided` with A − B > 0, −1 where decided with A − B < 0, else 0."""
+    lo = np.asarray(lower, float)
+    return np.where(decided(lower, upper), np.where(lo > 0, 1, -1), 0)
 
 
 def sequential_ranksets(lower, upper, k: int) -> np.ndarray:
     """Sequential rank-sets from pairwise CSs (METHODS 8.3), rank 1 = best.
 
-    rank-set of i = [1 + #{j : CS(j − i) > 0}, k − #{j : CS(i − j) > 0}].
+    rank-set of i = [1 + #{j : CS(j − i) > 0}, k − #{j : CS(i − j) > 0}], a pair counting only where it
+    is :func:`decided` (a missed pair establishes nothing, so a rank-set is never inverted).
     Args: lower, upper: (P,) bounds of pair (i, j) = model i − model j, :func:`pairs_of` order; k.
     Returns: (k, 2) int array of [best, worst] ranks. Guarantee: every model's rank lies in its
     set at every time, simultaneously, with probability ≥ 1 − α (the pairs are at α/P).
     """
-    lower, upper = np.asarray(lower, float), np.asarray(upper, float)
+    sign = decided_sign(lower, upper)
     above = np.zeros((k, k), bool)  # above[i, j]: i established better than j
     for p, (i, j) in enumerate(pairs_of(k)):
-        above[i, j] = lower[p] > 0
-        above[j, i] = upper[p] < 0
+        above[i, j] = sign[p] > 0
+        above[j, i] = sign[p] < 0
     return np.stack([1 + above.sum(axis=0), k - above.sum(axis=1)], axis=1)
+
+
+def logical_bounds(d_sum, t, N: int) -> tuple[np.ndarray, np.ndarray]:
+    """What any data of this size prove about Δ_N, whatever the unseen questions (METHODS 8.2).
+
+    With t questions seen, D_t = Σ_{i≤t} d_i and N − t unseen d ∈ [−1, 1]:
+    Δ_N ∈ [(D_t − (N − t))/N, (D_t + (N − t))/N]; at t = N the point Δ_N. Args: d_sum, t:
+    broadcastable arrays; N. Returns: (lower, upper) on the Δ scale.
+    """
+    D, t = np.asarray(d_sum, float), np.asarray(t, float)
+    return (D - (N - t)) / N, (D + (N - t)) / N
 
 
 # ----------------------------------------------------------------------------- stop rules
@@ -362,13 +416,32 @@ class StopRule:
             lo, up = lo[:, None], up[:, None]
         t = np.asarray(t)
         out = np.zeros(lo.shape[0], bool)
-        if self.decided:
-            out |= np.all((lo > 0) | (up < 0), axis=1)
-        if self.width is not None:
-            out |= np.all(up - lo < self.width, axis=1)
-        if self.budget is not None:
-            out |= t >= self.budget
+        for part in self.fired_parts(lo, up, t).values():
+            out |= part
         return out
+
+    def fired_parts(self, lower, upper, t) -> dict[str, np.ndarray]:
+        """Per rule component (its text, e.g. ``width:0.6``), (T,) bool: does it hold after question t?
+
+        lower/upper (T, P) running-intersection bounds; t (T,). A missed pair (lower > upper) satisfies
+        neither ``decided`` (:func:`decided`) nor ``width`` (an empty intersection has no width): a
+        missed run goes on to its budget or N, where the full-run value is known.
+        """
+        lo, up = np.asarray(lower, float), np.asarray(upper, float)
+        out: dict[str, np.ndarray] = {}
+        if self.decided:
+            out["decided"] = np.all(decided(lo, up), axis=1)
+        if self.width is not None:
+            out[f"width:{self.width:g}"] = np.all((lo <= up) & (up - lo < self.width), axis=1)
+        if self.budget is not None:
+            out[f"budget:{self.budget}"] = np.asarray(t) >= self.budget
+        return out
+
+    def fired(self, lower, upper, t: int) -> tuple[str, ...]:
+        """The components that hold after question t (lower/upper: (P,) bounds there), in rule order."""
+        lo = np.asarray(lower, float).reshape(1, -1)
+        up = np.asarray(upper, float).reshape(1, -1)
+        return tuple(k for k, v in self.fired_parts(lo, up, np.array([t])).items() if v[0])
 
 
 def _parse_width(val: str, allowed: str) -> float:
