@@ -42,9 +42,7 @@ def test_self_preference_exact_and_naive():
     for s in range(k):
         b = []
         for m in range(k):  # naive: the judge's strict win-rate of m minus the humans' on the same units
-            rows = [
-                i for i in range(n) if (first[i] == m or second[i] == m) and j[i] >= 0 and h[i] >= 0
-            ]
+            rows = [i for i in range(n) if (first[i] == m or second[i] == m) and j[i] >= 0 and h[i] >= 0]
             jw = sum((j[i] == 0 and first[i] == m) or (j[i] == 1 and second[i] == m) for i in rows)
             hw = sum((h[i] == 0 and first[i] == m) or (h[i] == 1 and second[i] == m) for i in rows)
             b.append((jw - hw) / len(rows))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.stats.judge_audit import A, B, N_CATS, TIE, check_codes, safe_div
+from engine.stats.judge_audit import N_CATS, TIE, A, B, check_codes, safe_div
 
 
 def agreement_coefficients_of_sums(S: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as _st
 
-from engine.stats.judge_audit import A, B, TIE, bias_of_sums, check_codes, safe_div
+from engine.stats.judge_audit import TIE, A, B, bias_of_sums, check_codes, safe_div
 
 # ---------------------------------------------------------------- length bias
 
