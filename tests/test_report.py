@@ -138,6 +138,7 @@ def test_a_set_report_has_winrates_bradley_terry_and_ranksets(reports):
         "headline",
         "winrates",
         "ranksets",
+        "set_judge_audit",  # the set has judge and human labels: its judge audit (issue 36)
         "reproduce",
     ]
     assert "Bradley-Terry" in html and "ppr" in html
