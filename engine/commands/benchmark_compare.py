@@ -22,7 +22,10 @@ def register(sub) -> None:
     )
     add_db(p, None)
     p.add_argument(
-        "--model-a", default=None, help="default: with --run, the run's models when it has two"
+        "--model-a",
+        default=None,
+        help="A of every difference A − B (default: with --run of two models, the first in the user's "
+        "order: the first path imported, the first --models entry)",
     )
     p.add_argument("--model-b", default=None)
     p.add_argument("--subject", default=None, help="restrict to one subject (prompts.subject)")
@@ -86,7 +89,7 @@ def summary(res: BenchmarkComparison) -> str:
         f"benchmark-compare  {a} − {b}  run {res.run}  subject {res.subject or '(all)'}  "
         f"rule {res.rule}  {res.n_questions} questions × {res.n_repeats} repeats",
         "",
-        "Paired difference of accuracy A − B (questions as the unit; t CI over questions):",
+        f"Paired difference of accuracy A − B = {a} − {b} (questions as the unit; t CI over questions):",
     ]
     rows = []
     for mode, p in res.paired.items():
