@@ -204,6 +204,11 @@ audit_sources = _view(_run_units.audit_sources)
 judge_audit = _view(_judge_audit.judge_audit)
 set_audit_sources = _view(_set_audit.set_audit_sources)
 set_judge_audit = _view(_set_audit.set_judge_audit)
+
+# Per-subject / per-task results with simultaneous intervals (the Benchmark page's section)
+from engine.analysis import slices as _slices  # noqa: E402
+
+slice_comparison = _view(_slices.slice_comparison)
 _run_ranksets_view = _view(_run_ranksets.run_ranksets)
 
 

@@ -42,7 +42,9 @@ def test_per_subject_differences_equal_a_hand_computation(mmlu_db, capsys):
         assert s["n"] == len(per_q) and s["difference"] == pytest.approx(ref)
         assert s["lower"] <= s["upper"]
     assert [s["slice"] for s in d["slices"]] == ["aaa_subject", "bbb_subject"]
-    assert main(["benchmark-compare", "--db", str(mmlu_db), "--run", "paper-mmlu", "--by", "subject"]) == 0
+    assert (
+        main(["benchmark-compare", "--db", str(mmlu_db), "--run", "paper-mmlu", "--by", "subject"]) == 0
+    )
     out = capsys.readouterr().out
     assert "A − B = Model-Y − Model-X" in out and "aaa_subject" in out and "max-t" in out
 
@@ -61,3 +63,30 @@ def test_bad_input_is_one_line(mmlu_db, capsys):
     assert "--by needs --run RUN" in capsys.readouterr().err
     with pytest.raises(Exception, match="must be one of subject, task"):
         slice_comparison(mmlu_db, "paper-mmlu", by="category")
+
+
+def test_report_has_the_per_subject_section(mmlu_db):
+    from engine.report.build import run_report
+
+    rep = run_report(mmlu_db, "paper-mmlu", models=["Model-Y", "Model-X"])
+    sec = rep.section("slices")
+    assert sec is not None and "Model-Y − Model-X" in sec.title
+    res = slice_comparison(mmlu_db, "paper-mmlu", "Model-Y", "Model-X")
+    fig = sec.figures[0]
+    assert fig.table is not None and len(fig.table.rows) == len(res.slices)
+
+
+def test_benchmark_page_draws_the_forest_plot(mmlu_db, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import navigation
+
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(mmlu_db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.run()
+    at.switch_page(navigation.path("benchmark")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    tables = [df.value for df in at.dataframe if "p_adjusted" in df.value.columns]
+    assert tables and tables[0]["slice"].tolist() == ["aaa_subject", "bbb_subject"]
+    assert any("holds for all 2 subjects at once" in c.value for c in at.caption)
