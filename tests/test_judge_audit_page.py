@@ -87,7 +87,7 @@ def _display(at, i: int):
 
 def test_comparison_set_source_empty_cells_and_plurals(audit_db, monkeypatch):
     """The source picker lists a comparison set with both labels and audits it; an undefined figure reads
-    "–", never "None"; one skipped unit reads "1 sampled unit" (issue 39 item 6)."""
+    "–", never "None"; one skipped unit reads "1 sampled unit"."""
     from engine.tasks import labels as T
 
     units, _ = simulated_run_rows()

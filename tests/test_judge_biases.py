@@ -1,7 +1,7 @@
 """A run's judge audit with the bias figures (engine/analysis/judge_biases.py): length bias from the
 stored responses' lengths, self-preference, drift between two judges on the same units with its paired
-test, the warning when the provider reported more than one model; and issue 39 item 8 (``--human SET``
-reads the named set, not the label log)."""
+test, the warning when the provider reported more than one model; and ``--human SET``
+reads the named set, not the label log."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_reported_model_not_constant_is_warned(tmp_db, capsys):
 
 
 def test_human_set_named_is_the_set_read_not_the_label_log(tmp_db, capsys):
-    """Issue 39 item 8: a label sample synced into a set, then one more vote in the log: ``--human SID``
+    """A named source is the source used: a label sample synced into a set, then one more vote in the log: ``--human SID``
     audits the stored set's labels (before the fix it read the log's)."""
     from engine.tasks import label_sets as S
     from engine.tasks import labels as T

@@ -29,7 +29,7 @@ RUN_ORDER = [
     "accuracy",
     "paired",
     "benchmark",
-    "slices",  # per-subject A − B with simultaneous intervals (issue 36 item 4)
+    "slices",  # per-subject A − B with simultaneous intervals
     "ranksets",
     "winrates",
     "multigen",
@@ -139,7 +139,7 @@ def test_a_set_report_has_winrates_bradley_terry_and_ranksets(reports):
         "headline",
         "winrates",
         "ranksets",
-        "set_judge_audit",  # the set has judge and human labels: its judge audit (issue 36)
+        "set_judge_audit",  # the set has judge and human labels: its judge audit
         "reproduce",
     ]
     assert "Bradley-Terry" in html and "ppr" in html

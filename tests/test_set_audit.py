@@ -1,6 +1,6 @@
 """The judge audit of a comparison set (engine/analysis/set_audit.py, ``engine judge-audit --set``), the
 agreement figures beyond kappa and the judge biases in a run's audit (engine/analysis/judge_biases.py),
-and issue 39 item 8: ``--human SET`` reads the named set."""
+and ``--human SET`` reads the named set."""
 
 from __future__ import annotations
 

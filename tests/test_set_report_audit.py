@@ -1,4 +1,4 @@
-"""The comparison-set report's judge-audit section (engine/report/set_audit.py) and issue 36 item 6: a
+"""The comparison-set report's judge-audit section (engine/report/set_audit.py) and a
 set whose every row carries both labels gets a report (human-label rank-sets, the audit) instead of an
 error that suggests a ``--human-labels`` flag ``report`` does not have."""
 

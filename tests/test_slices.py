@@ -1,6 +1,7 @@
 """``engine benchmark-compare --by subject|task`` (engine/analysis/slices.py): per-subject differences
 of an imported MMLU layout against a hand computation, per-task differences of an lm-eval group's
-subtasks, the --json keys of issue 36 item 4, and bad input in one line."""
+subtasks, the --json keys (slices: slice, n, difference, lower, upper, p_adjusted), and bad input in
+one line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 36 item 6: A − B follows the user's order (the first path imported, the first --models entry),
+"""A − B follows the user's order (the first path imported, the first --models entry),
 never the alphabet, and every output says which difference it is."""
 
 from __future__ import annotations
