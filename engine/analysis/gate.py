@@ -15,7 +15,7 @@ Reads: :func:`engine.store.scores.pair_scores` and the run's stored question ord
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -144,7 +144,7 @@ def gate(
             f"run {run!r} has no {mode!r} scores of both models; modes: {', '.join(modes) or 'none'}"
         )
     df = df[df["mode"] == mode]
-    order = [str(p) for p in seq["order"]] if live else None
+    order = [str(p) for p in (seq or {}).get("order", [])] if live else None
     d_all = _pair_matrix(df, baseline, candidate, order)["d"].to_numpy(float)
     if live:
         seen = int(np.argmax(np.isnan(d_all))) if np.isnan(d_all).any() else d_all.size
@@ -166,24 +166,24 @@ def gate(
         method = FIXED
     decision = G.decide(lower, upper, margin)
     need = G.questions_needed(float(d.mean()), float(d.var(ddof=1)), margin, alpha)
-    res = {
-        "run": run,
-        "mode": mode,
-        "baseline": baseline,
-        "candidate": candidate,
-        "margin": float(margin),
-        "alpha": float(alpha),
-        "method": method,
-        "difference": float(d.mean()),
-        "lower": float(lower),
-        "upper": float(upper),
-        "n_questions": int(d.size),
-        "n_total": n_total,
-        "decision": decision,
-        "exit_code": G.EXIT_CODES[decision],
-        "questions_needed": need if decision == G.UNDECIDED else None,
-        "more_questions": max(need - d.size, 0)
-        if need is not None and decision == G.UNDECIDED
-        else None,
-    }
-    return GateDecision(**res, text=_text(res))
+    more = max(need - d.size, 0) if need is not None and decision == G.UNDECIDED else None
+    out = GateDecision(
+        run=run,
+        mode=str(mode),
+        baseline=baseline,
+        candidate=candidate,
+        margin=float(margin),
+        alpha=float(alpha),
+        method=method,
+        difference=float(d.mean()),
+        lower=float(lower),
+        upper=float(upper),
+        n_questions=int(d.size),
+        n_total=n_total,
+        decision=decision,
+        exit_code=G.EXIT_CODES[decision],
+        questions_needed=need if decision == G.UNDECIDED else None,
+        more_questions=more,
+        text="",
+    )
+    return replace(out, text=_text(out.to_dict()))

@@ -118,6 +118,7 @@ def slice_comparison(
     mode = mode or ("coupled" if "coupled" in modes else modes[0] if modes else None)
     if mode not in modes:
         raise UserError(f"run {run!r} has no {mode!r} scores of both models; modes: {', '.join(modes)}")
+    assert mode is not None  # checked against the run's modes above
     df = df[df["mode"] == mode]
     if df["subject"].isna().all():
         raise UserError(

@@ -22,7 +22,10 @@ def model_order(db: str | os.PathLike, run: str) -> list[str]:
     if not isinstance(cfg, dict):
         return []
     logs = (cfg.get("imported") or {}).get("logs") if isinstance(cfg.get("imported"), dict) else None
-    names = [lg.get("model") for lg in logs if isinstance(lg, dict)] if isinstance(logs, list) else []
+    names: list = (
+        [lg.get("model") for lg in logs if isinstance(lg, dict)] if isinstance(logs, list) else []
+    )
     if not names:
-        names = cfg.get("models") if isinstance(cfg.get("models"), list) else []
+        models = cfg.get("models")
+        names = models if isinstance(models, list) else []
     return [str(m) for m in dict.fromkeys(n for n in names if n is not None)]
