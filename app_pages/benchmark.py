@@ -4,7 +4,7 @@ independent (covariance, variance, sample saving with its interval) and the samp
 import streamlit as st
 
 from dashboard import loaders as L
-from dashboard import paired_view, sequential_view
+from dashboard import paired_view, sequential_view, slices_view
 from dashboard import widgets as ui
 from engine.config import DEFAULT_PLAN_MDE, MODES
 from engine.figures.benchmark import error_curve_figure, kde_figure
@@ -80,6 +80,8 @@ if "coupled" not in ch.modes.get(
     paired_view.render(run, model_a, model_b, rule, float(mde))
     with st.expander("Sequential: when could this run have stopped?"):
         sequential_view.render(run, model_a, model_b, rule)
+    with st.expander("Per subject / task: A − B with simultaneous intervals"):
+        slices_view.render(run, model_a, model_b, rule, len(ch.subjects.get(run, [])), "task")
     st.stop()
 
 with st.spinner("Computing the comparison…"):
@@ -237,3 +239,5 @@ with t4:
     ui.table(ui.components_rows(res), "variance_components", key="bm_components", ctx=ctx)
 with t5:
     sequential_view.render(run, model_a, model_b, rule)
+with st.expander("Per subject: A − B with simultaneous intervals (forest plot)"):
+    slices_view.render(run, model_a, model_b, rule, len(ch.subjects.get(run, [])))

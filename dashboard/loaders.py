@@ -199,9 +199,17 @@ def available_datasets() -> list[str]:
 from engine.analysis import judge_audit as _judge_audit  # noqa: E402
 from engine.analysis import run_ranksets as _run_ranksets  # noqa: E402
 from engine.analysis import run_units as _run_units  # noqa: E402
+from engine.analysis import set_audit as _set_audit  # noqa: E402
 
 audit_sources = _view(_run_units.audit_sources)
 judge_audit = _view(_judge_audit.judge_audit)
+set_audit_sources = _view(_set_audit.set_audit_sources)
+set_judge_audit = _view(_set_audit.set_judge_audit)
+
+# Per-subject / per-task results with simultaneous intervals (the Benchmark page's section)
+from engine.analysis import slices as _slices  # noqa: E402
+
+slice_comparison = _view(_slices.slice_comparison)
 _run_ranksets_view = _view(_run_ranksets.run_ranksets)
 
 

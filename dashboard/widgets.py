@@ -126,18 +126,21 @@ def table(
     key: str | None = None,
     ctx: downloads.ExportContext | None = None,
     wrap: int = 0,
+    na_rep: str | None = None,
     **kwargs,
 ):
     """Draw a table with a CSV download (named like the charts; floats without noise). Returns
     what ``st.dataframe`` returns (the selection, with ``on_select``). ``wrap=N``: a static table
-    of the first N rows whose long cells wrap instead of being cut (the CSV has every row)."""
+    of the first N rows whose long cells wrap instead of being cut (the CSV has every row).
+    ``na_rep``: what an empty cell shows (e.g. "–" instead of "None"; numbers to 4 decimals)."""
     key = key or _slug(name)
     if wrap:
         shown = st.table(df.head(wrap).reset_index(drop=True).style.hide(axis="index"))
         if len(df) > wrap:
             st.caption(f"First {wrap:,} of {len(df):,} rows; the CSV has all of them.")
     else:
-        shown = st.dataframe(df, key=f"table_{key}", hide_index=True, **kwargs)
+        data = df.style.format(na_rep=na_rep, precision=4) if na_rep is not None else df
+        shown = st.dataframe(data, key=f"table_{key}", hide_index=True, **kwargs)
     st.download_button(
         "CSV",
         data=lambda: downloads.table_csv(df),

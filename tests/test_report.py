@@ -29,6 +29,7 @@ RUN_ORDER = [
     "accuracy",
     "paired",
     "benchmark",
+    "slices",  # per-subject A − B with simultaneous intervals
     "ranksets",
     "winrates",
     "multigen",
@@ -95,8 +96,8 @@ def test_a_run_report_has_its_sections_in_order_plotly_once_and_nothing_from_out
     lib = plotly.offline.get_plotlyjs()
     assert html.count(lib[:300]) == 1  # the library once, however many figures
     assert (
-        len(re.findall(r'<div class="plot" id="[^"]+" data-figure=', html)) == 13
-    )  # 11 + the sequential replay's two
+        len(re.findall(r'<div class="plot" id="[^"]+" data-figure=', html)) == 14
+    )  # 11 + the sequential replay's two + the per-subject forest plot
     # outside the library: nothing the browser would fetch (external src/href, stylesheet, font, import)
     html = html.replace(lib, "")
     assert not re.search(r'(src|href)\s*=\s*"(?!#|data:)', html)
@@ -138,6 +139,7 @@ def test_a_set_report_has_winrates_bradley_terry_and_ranksets(reports):
         "headline",
         "winrates",
         "ranksets",
+        "set_judge_audit",  # the set has judge and human labels: its judge audit
         "reproduce",
     ]
     assert "Bradley-Terry" in html and "ppr" in html

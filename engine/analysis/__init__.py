@@ -20,6 +20,11 @@ home of its view; the CLI and the dashboard call the same functions.
   not; other sets from the store)
 * :mod:`.judge_audit`    -- the judge audit (METHODS 9.2); :mod:`.audit_sim` a simulated judged run
   with labels (tests, bench)
+* :mod:`.judge_biases`   -- the audit's judge biases (length, self-preference, drift); the result types
+  the audit's parts share in :mod:`.judge_audit_result`
+* :mod:`.set_audit`      -- the judge audit of a stored comparison set with judge and human labels
+* :mod:`.slices`         -- per-slice (subject, task) paired differences with simultaneous intervals
+* :mod:`.gate`           -- the release gate of ``engine gate`` (fixed-n or anytime-valid)
 * :mod:`.run_ranksets`   -- PPR / judge-only / human-only rank-sets of a run and the label planner
 * :mod:`.sequential`     -- replay of a stored run as an anytime-valid sequential evaluation;
   :mod:`.sequential_stop` the one stop of a live run or a replay (its numbers and its words)

@@ -221,8 +221,14 @@ def accuracy_ranksets(
 
 
 def two_models(db: str | os.PathLike, run: str) -> tuple[str, str]:
-    """The two scored models of a run (UserError naming them when there are not exactly two)."""
-    models = sorted(per_question_scores(db, run)["model"].unique())
+    """The two scored models of a run in the user's order (the first path imported, the first
+    ``--models`` entry: :func:`engine.store.run_models.model_order`), as A and B of A − B (UserError
+    naming them when there are not exactly two)."""
+    from engine.store.run_models import model_order
+
+    scored = set(per_question_scores(db, run)["model"].unique())
+    order = [m for m in model_order(db, run) if m in scored]
+    models = order + sorted(scored - set(order))
     if len(models) != 2:
         raise UserError(
             f"run {run!r} has {len(models)} scored models ({', '.join(models)}); name two with "

@@ -1,9 +1,11 @@
 """Analysis layer of the judge audit: stored data -> engine.stats -> a frozen result.
 
-Judge audit of a run (docs/METHODS.md 9.2): judge vs human agreement and Cohen's kappa, per-model
+Judge audit of a run (docs/METHODS.md 9.2): judge vs human agreement, Cohen's kappa, Gwet's AC1 and
+Krippendorff's alpha (sensitivity / specificity when the labels are binary), per-model
 judge bias (PPR's rectifiers), position consistency and first-position preference, several judges'
 error correlation and effective number, human-human agreement; every figure with a
 prompt-clustered expanded percentile bootstrap CI (one set of seeded resamples shared by all figures).
+A comparison set's audit (its own judge and human labels) is :mod:`engine.analysis.set_audit`.
 
 Reads: :func:`engine.analysis.run_units.judge_units` (verdicts) and
 :func:`engine.analysis.run_units.human_labels` (the run's human labels).
@@ -18,26 +20,18 @@ import numpy as np
 import pandas as pd
 
 from engine.analysis import run_units as U
+from engine.analysis.judge_audit_result import NONE, Estimate, JudgeBiases
+from engine.analysis.judge_biases import BiasInputs, bias_inputs, judge_biases
 from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
 from engine.analysis.result_base import ToDict
 from engine.errors import UserError
+from engine.stats import agreement as AG
 from engine.stats import judge_audit as JA
 
 MIN_UNITS = 30  # audited units below which a figure says how many more labels it needs
 MIN_PER_MODEL = 10  # audited units per model for its bias
 DEFAULT_BOOT = 1000
 SKIP_WARN = 0.1  # a skip rate above this is said as a warning (METHODS 9.1: a selection risk)
-
-
-@dataclass(frozen=True)
-class Estimate(ToDict):
-    """A figure with its prompt-clustered expanded percentile CI (None where undefined) and the units it
-    used."""
-
-    estimate: float | None
-    lower: float | None
-    upper: float | None
-    n: int
 
 
 @dataclass(frozen=True)
@@ -60,7 +54,7 @@ class LabelNeed(ToDict):
 class JudgeAudit(ToDict):
     """The judge audit of one (run, judge); ``to_dict()`` is ``engine judge-audit --json``."""
 
-    run: str
+    run: str | None  # None for a comparison set's audit (``set_name``)
     judge: str
     mode: str | None
     human_sets: list[str]
@@ -89,16 +83,36 @@ class JudgeAudit(ToDict):
     warnings: list[AnalysisWarning]
     n_skipped: int = 0  # sampled units a labeller skipped (label samples of the run; METHODS 9.1)
     skip_rate: float | None = None  # skips / (skips + answers); None without label samples
+    gwet_ac1: Estimate = NONE  # Gwet's AC1 over a / b / tie (robust to skewed labels)
+    krippendorff_alpha: Estimate = NONE  # nominal, two coders
+    binary: bool = False  # no tie from either rater on the audited units
+    sensitivity: Estimate = NONE  # binary labels only: P(judge a | human a)
+    specificity: Estimate = NONE  # binary labels only: P(judge b | human b)
+    human_ac1: Estimate = NONE
+    human_alpha: Estimate = NONE
+    set_name: str | None = None  # the comparison set audited (source "set"), else None (a run)
+    biases: JudgeBiases | None = None  # length bias, self-preference, drift, reported models
 
     def figures_table(self) -> pd.DataFrame:
         """One row per figure: figure, estimate, lower, upper, n (the page's main table)."""
         rows = [
             ("agreement (judge vs human)", self.agreement),
             ("Cohen's kappa (a / b / tie)", self.kappa),
+            ("Gwet's AC1 (a / b / tie)", self.gwet_ac1),
+            ("Krippendorff's alpha (nominal)", self.krippendorff_alpha),
+        ]
+        if self.binary:
+            rows += [
+                ("sensitivity, P(judge a | human a)", self.sensitivity),
+                ("specificity, P(judge b | human b)", self.specificity),
+            ]
+        rows += [
             ("position consistency", self.position_consistency),
             ("first-position preference, P(first) - 1/2", self.first_position_preference),
             ("human-human agreement", self.human_agreement),
             ("human-human kappa", self.human_kappa),
+            ("human-human AC1", self.human_ac1),
+            ("human-human alpha", self.human_alpha),
         ]
         if self.error_correlation:
             rows += [
@@ -181,8 +195,33 @@ def _several_judges(
     return pairs, _est(iv, 0, n), _est(iv, 1, n), _est(ivm, 0, int(Fm[:, -1].sum()))
 
 
+def _human_human(first, second, codes, W, C: int, conf: float, needs: list[LabelNeed]):
+    """Agreement, kappa, AC1 and alpha of the first and second human label of doubly labelled units:
+    (interval, units)."""
+    hh = first.merge(second, on=U.KEY, suffixes=("_1", "_2"))
+    Fh = (
+        JA.agreement_features(U.codes(hh["human_winner_1"]), U.codes(hh["human_winner_2"]))
+        if len(hh)
+        else np.zeros((0, 8))
+    )
+    n_hh = int(Fh[:, -1].sum())
+    _need(needs, "human-human agreement (doubly labelled units)", n_hh, MIN_UNITS)
+    cl = codes(hh["prompt_id"]) if len(hh) else np.zeros(0, np.int64)
+    return JA.interval(JA.cluster_sums(Fh, cl, C), W, AG.agreement_coefficients_of_sums, conf), n_hh
+
+
+def _needs_warning(needs: list[LabelNeed]) -> list[AnalysisWarning]:
+    """The NEEDS_LABELS warning naming every figure short of labels ([] when none is)."""
+    if not needs:
+        return []
+    text = "; ".join(
+        f"{x.figure}: {x.have} labelled units, needs about {x.more} more (for {x.need})" for x in needs
+    )
+    return [AnalysisWarning(Notice.NEEDS_LABELS, text)]
+
+
 def audit_units(
-    run: str,
+    run: str | None,
     judge: str,
     units: pd.DataFrame,
     labels: pd.DataFrame,
@@ -193,10 +232,12 @@ def audit_units(
     conf: float = 0.95,
     panel: dict[str, pd.DataFrame] | None = None,
     human_sets: list[str] | None = None,
+    bias: BiasInputs | None = None,
 ) -> JudgeAudit:
     """The audit from a judge-unit frame (:func:`run_units.judge_units`) and a label frame
     (:func:`run_units.human_labels`). ``panel`` (judge -> unit frame, 2+ judges) adds the
-    several-judges figures.
+    several-judges figures; ``bias`` the inputs of the length, self-preference and drift figures
+    (:mod:`engine.analysis.judge_biases`; self-preference needs none).
 
     Returns:
         :class:`JudgeAudit`.
@@ -205,7 +246,7 @@ def audit_units(
         raise UserError(f"--boot must be >= 1; got {n_boot}")
     if not 0 < conf < 1:
         raise UserError(f"conf must be in (0, 1); got {conf}")
-    U.check_models(labels, units, run)
+    U.check_models(labels, units, run or "")
     first, second = U.first_labels(U.fill_modes(labels, units))
     df = U.merge_labels(units, first)
     ids = pd.concat([df["prompt_id"], first["prompt_id"]], ignore_index=True).astype(str)
@@ -223,7 +264,10 @@ def audit_units(
     Fa = JA.agreement_features(j, h)
     n_aud = int(Fa[:, -1].sum())
     _need(needs, "agreement and kappa", n_aud, MIN_UNITS)
-    iva = JA.interval(JA.cluster_sums(Fa, cl, C), W, JA.agreement_kappa_of_sums, conf)
+    iva = JA.interval(JA.cluster_sums(Fa, cl, C), W, AG.agreement_coefficients_of_sums, conf)
+    binary = AG.labels_binary(j, h)
+    Fs = AG.binary_features(j, h)
+    ivs = JA.interval(JA.cluster_sums(Fs, cl, C), W, AG.sensitivity_specificity_of_sums, conf)
     models = sorted(set(df.model_a) | set(df.model_b)) if len(df) else []
     mi = {m: i for i, m in enumerate(models)}
     a_idx = df.model_a.map(mi).to_numpy(np.int64) if len(df) else np.zeros(0, np.int64)
@@ -239,32 +283,11 @@ def audit_units(
     ivp = JA.interval(JA.cluster_sums(Fp, cl, C), W, JA.position_of_sums, conf)
     n_both = int(Fp[:, 1].sum())
     pairs, rho, jeff, maj = _several_judges(panel or {}, first, codes, W, C, conf, needs)
-    hh = first.merge(second, on=U.KEY, suffixes=("_1", "_2"))
-    Fh = (
-        JA.agreement_features(U.codes(hh["human_winner_1"]), U.codes(hh["human_winner_2"]))
-        if len(hh)
-        else np.zeros((0, 8))
-    )
-    n_hh = int(Fh[:, -1].sum())
-    _need(needs, "human-human agreement (doubly labelled units)", n_hh, MIN_UNITS)
-    ivh = JA.interval(
-        JA.cluster_sums(Fh, codes(hh["prompt_id"]) if len(hh) else np.zeros(0, np.int64), C),
-        W,
-        JA.agreement_kappa_of_sums,
-        conf,
-    )
+    ivh, n_hh = _human_human(first, second, codes, W, C, conf, needs)
     n_cl = int(pd.Series(cl[Fa[:, -1] > 0]).nunique())
     warn = [w for w in [small_sample_warning(n_cl)] if w is not None and n_aud]
-    if needs:
-        warn.append(
-            AnalysisWarning(
-                Notice.NEEDS_LABELS,
-                "; ".join(
-                    f"{x.figure}: {x.have} labelled units, needs about {x.more} more (for {x.need})"
-                    for x in needs
-                ),
-            )
-        )
+    biases, bias_warn = judge_biases(judge, units, df, codes, W, C, conf, bias or BiasInputs())
+    warn += bias_warn + _needs_warning(needs)
     return JudgeAudit(
         run=run,
         judge=judge,
@@ -291,6 +314,14 @@ def audit_units(
         conf=float(conf),
         needs=needs,
         warnings=warn,
+        gwet_ac1=_est(iva, 2, n_aud),
+        krippendorff_alpha=_est(iva, 3, n_aud),
+        binary=binary,
+        sensitivity=_est(ivs, 0, int(Fs[:, 0].sum())) if binary else NONE,
+        specificity=_est(ivs, 1, int(Fs[:, 2].sum())) if binary else NONE,
+        human_ac1=_est(ivh, 2, n_hh),
+        human_alpha=_est(ivh, 3, n_hh),
+        biases=biases,
     )
 
 
@@ -305,10 +336,15 @@ def judge_audit(
     conf: float = 0.95,
     judges: list[str] | None = None,
     label_count: int | None = None,
+    drift: list[str] | None = None,
+    self_models: list[str] | None = None,
 ) -> JudgeAudit:
     """The judge audit of ``run`` by ``judge`` against the run's human labels (``human``: one set;
     default every set naming the run). ``judges``: the panel of the several-judges figures
-    (default every judge with verdicts on the run). ``label_count`` only keys a page's cache.
+    (default every judge with verdicts on the run). ``drift``: judges whose verdicts on the same units
+    are compared with ``judge``'s (a re-run at another date under another name). ``self_models``: the
+    candidates of the judge's own family (default: the models whose family name is the judge's).
+    ``label_count`` only keys a page's cache.
 
     Returns:
         :class:`JudgeAudit`.
@@ -325,13 +361,13 @@ def judge_audit(
             f"{', '.join(known) or 'none (run engine judge first)'}"
         )
     panel = list(judges) if judges else known
-    bad = [j for j in panel if j not in known]
+    bad = [j for j in [*panel, *(drift or [])] if j not in known]
     if bad:
         raise UserError(
             f"no verdicts of judge {bad[0]!r} on run {run!r}; judges with verdicts: {', '.join(known)}"
         )
     units = U.judge_units(db, run, judge, mode)
-    labels = U.human_labels(db, run, human)
+    labels = named_set_labels(db, run, human) if human else U.human_labels(db, run)
     if mode is not None and len(labels):
         labels = labels[labels["mode"].isna() | (labels["mode"] == mode)]
     others = (
@@ -350,8 +386,27 @@ def judge_audit(
         conf=conf,
         panel=others,
         human_sets=[human] if human else None,
+        bias=bias_inputs(db, run, judge, mode, [d for d in drift or [] if d != judge], self_models),
     )
     return with_skip_rate(res, *U.label_skips(db, run, mode))
+
+
+def named_set_labels(db: str | os.PathLike, run: str, name: str) -> pd.DataFrame:
+    """The human labels of the source the user named (``--human SET``): the stored comparison set's rows
+    when a set of that name is stored (a synced label sample's copy included: the named source is the
+    source used, never its label log), else the label sample of that name read from its log. The frame
+    of :func:`engine.analysis.run_units.human_labels`."""
+    from engine.store import run_labels as RL
+    from engine.store.comparisons import set_exists
+
+    if not set_exists(db, name):
+        return U.human_labels(db, run, name)  # a label sample that lives only in its log (or unknown)
+    mode = dict(RL.run_label_sets(db, run)).get(name)
+    df = RL.set_label_rows(db, name)
+    df["mode"] = df["mode"].astype(object).where(df["mode"].notna(), mode)
+    df["repeat"] = df["repeat"].fillna(0).astype(np.int64)
+    out = df.assign(set_name=name)[[*RL.LABEL_COLUMNS, "set_name"]].astype({"human_winner": object})
+    return U.canonical(out, ["human_winner"])
 
 
 def with_skip_rate(res: JudgeAudit, answered: int, skipped: int) -> JudgeAudit:

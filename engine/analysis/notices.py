@@ -33,6 +33,12 @@ class Notice(str, Enum):
     HIGH_SKIP_RATE = (
         "high_skip_rate"  # many sampled units were skipped: the labelled ones may not be a random sample
     )
+    JUDGE_DRIFT = (
+        "judge_drift"  # the provider reported more than one judge model for one judge's verdicts
+    )
+    NO_JUDGE_LABELS = (
+        "no_judge_labels"  # a comparison set has no row with both a judge and a human label
+    )
 
 
 class AnalysisWarning(str):

@@ -28,5 +28,6 @@ COMMANDS = (
     "run_ranksets",
     "sequential",
     "report",
+    "gate",
     "label",
 )

@@ -86,7 +86,7 @@ def paired_text(res) -> str:
             digits=4,
         ),
         "",
-        "Paired difference of accuracy A − B (questions as the unit; t CI over questions):",
+        f"Paired difference of accuracy A − B = {a} − {b} (questions as the unit; t CI over questions):",
         table(
             [
                 {

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from engine import config
 from engine.commands._common import add_db, add_output_args, emit, fmt, table
+from engine.errors import UserError
 
 if TYPE_CHECKING:
     from engine.analysis.benchmark_result import BenchmarkComparison
@@ -22,10 +23,32 @@ def register(sub) -> None:
     )
     add_db(p, None)
     p.add_argument(
-        "--model-a", default=None, help="default: with --run, the run's models when it has two"
+        "--model-a",
+        default=None,
+        help="A of every difference A − B (default: with --run of two models, the first in the user's "
+        "order: the first path imported, the first --models entry)",
     )
     p.add_argument("--model-b", default=None)
     p.add_argument("--subject", default=None, help="restrict to one subject (prompts.subject)")
+    p.add_argument(
+        "--by",
+        default=None,
+        choices=("subject", "task"),
+        help="with --run: A − B per subject (MMLU) or task (an lm-eval group's subtasks), intervals "
+        "that hold for all slices at once (max-t) and Benjamini-Hochberg adjusted p-values",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="with --by: family-wise error of the slices' simultaneous intervals (default 0.05)",
+    )
+    p.add_argument(
+        "--mode",
+        default=None,
+        choices=config.MODES,
+        help="with --by: the noise mode (default: coupled where the run has it)",
+    )
     p.add_argument("--run", default=None, help="run id (default: the latest run scoring both models)")
     p.add_argument(
         "--rule",
@@ -86,7 +109,7 @@ def summary(res: BenchmarkComparison) -> str:
         f"benchmark-compare  {a} − {b}  run {res.run}  subject {res.subject or '(all)'}  "
         f"rule {res.rule}  {res.n_questions} questions × {res.n_repeats} repeats",
         "",
-        "Paired difference of accuracy A − B (questions as the unit; t CI over questions):",
+        f"Paired difference of accuracy A − B = {a} − {b} (questions as the unit; t CI over questions):",
     ]
     rows = []
     for mode, p in res.paired.items():
@@ -140,8 +163,47 @@ def summary(res: BenchmarkComparison) -> str:
     return "\n".join(lines)
 
 
+def slices_summary(res) -> str:
+    """The human summary of :func:`engine.analysis.slices.slice_comparison`."""
+    a, b = res.models
+    lines = [
+        f"benchmark-compare --by {res.by}  A − B = {a} − {b}  run {res.run}  mode {res.mode}  "
+        f"{res.n_questions:,} questions × {res.n_repeats} repeats in {len(res.slices)} {res.by}s",
+        f"whole run: {fmt(res.overall['difference'], 4)} [{fmt(res.overall['lower'], 4)}, "
+        f"{fmt(res.overall['upper'], 4)}] ({1 - res.alpha:.0%} t interval over questions)",
+        f"per {res.by}: {1 - res.alpha:.0%} intervals that hold for all {len(res.slices)} at once "
+        f"(max-t, c = {res.critical_value:.3f}); p_BH: Benjamini-Hochberg; * the interval excludes 0",
+        "",
+    ]
+    rows = [
+        {
+            res.by: s.slice + (" *" if s.lower > 0 or s.upper < 0 else ""),
+            "n": s.n,
+            "A − B": s.difference,
+            "lower": s.lower,
+            "upper": s.upper,
+            "p": s.p_value,
+            "p_BH": s.p_adjusted,
+        }
+        for s in res.slices
+    ]
+    lines.append(table(rows, digits=4))
+    lines += [f"warning: {w}" for w in res.warnings]
+    return "\n".join(lines)
+
+
 def run(args) -> int:
     from engine.analysis.accuracy_ranks import imported_pair
+
+    if args.by is not None:
+        from engine.analysis.slices import slice_comparison
+
+        if args.run is None:
+            raise UserError("--by needs --run RUN (the run whose subjects or tasks are compared)")
+        res = slice_comparison(
+            args.db, args.run, args.model_a, args.model_b, args.by, args.mode, args.rule, args.alpha
+        )
+        return emit(args, res.to_dict(), lambda: slices_summary(res))
 
     paired = imported_pair(
         args

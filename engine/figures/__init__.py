@@ -10,5 +10,7 @@ rebuilt outside Streamlit. One module per analysis family:
 * :mod:`.winrates`   -- the pairwise win-rate heat map and per-pair bars
 * :mod:`.ranks`      -- rank-sets (PPR, max-t, accuracy), the repeated draws' dots and trade-off
 * :mod:`.multigen`   -- the data map, histograms, the variance decomposition
+* :mod:`.judge_bias` -- the judge audit's bias figures (wins of the longer response by length gap)
+* :mod:`.slices`     -- the forest plot of per-slice differences
 * :mod:`.sequential` -- a pair's confidence sequence against questions seen; stopping times over orders
 """

@@ -8,6 +8,8 @@ frozen results of the engine's analyses.
   Section or None``), with :mod:`.run_more` (more of them), :mod:`.run_sequential` (a ``--until``
   run's stop, or a replay) and :mod:`.run_audit` (the judge audit and PPR rank-sets)
 * :mod:`.set_sections`   -- ``SetContext``, ``SET_SECTIONS``: comparison sets
+* :mod:`.run_slices`     -- a run's per-slice section (per subject or task, simultaneous intervals)
+* :mod:`.set_audit`      -- a comparison set's judge-audit section
 * :mod:`.render_html`    -- one file: plotly.js once, figure data as JSON, a table under every figure
 * :mod:`.paper`          -- Markdown, LaTeX and CSV tables
 * :mod:`.build`          -- ``run_report``, ``set_report``, ``run_report_html``, ``report_file_name``

@@ -26,6 +26,7 @@ from engine.report.run_more import (
     winrates_section,
 )
 from engine.report.run_sequential import sequential_section
+from engine.report.run_slices import slices_section
 
 
 def _decided(lo: float, hi: float) -> bool:
@@ -327,6 +328,7 @@ RUN_SECTIONS = (
     paired_section,
     harness_paired_section,
     benchmark_section,
+    slices_section,
     ranksets_section,
     winrates_section,
     multigen_section,

@@ -17,6 +17,7 @@ from engine.figures.winrates import heatmap_figure, pair_bars_figure
 from engine.report import references as ref
 from engine.report.context import frame_table
 from engine.report.model import Figure, Section, Table, cell, text_row, with_ci
+from engine.report.set_audit import set_audit_section
 
 
 class SetContext:
@@ -81,15 +82,25 @@ class SetContext:
         from engine.analysis.ranksets import ranksets_view
 
         method = "ppr" if self.n_human and self.n_judge and self.label == "human" else self.label
-        return ranksets_view(
-            self.db,
-            "set",
-            self.name,
-            method,
-            self.alpha,
-            models=tuple(self._models) if self._models else None,
-            seed=self.seed,
+        models = tuple(self._models) if self._models else None
+        try:
+            return ranksets_view(
+                self.db, "set", self.name, method, self.alpha, models=models, seed=self.seed
+            )
+        except UserError:
+            if method != "ppr":
+                raise
+        # PPR needs comparisons with a judge label only; a set with both labels on every row has none
+        self.ranksets_note = (
+            "PPR needs comparisons labelled by the judge only, and every comparison of this set "
+            "carries both labels: the rank-sets use the human labels; PPR on part of them: python -m "
+            f"engine ranksets --set {shlex.quote(self.name)} --method ppr --human-labels N"
         )
+        return ranksets_view(
+            self.db, "set", self.name, "human", self.alpha, models=models, seed=self.seed
+        )
+
+    ranksets_note: str | None = None
 
 
 def set_headline(ctx: SetContext) -> Section:
@@ -208,7 +219,9 @@ def set_ranksets(ctx: SetContext) -> Section:
         figures=[
             Figure("ranksets", fig, frame_table(table[list(cols)], "Rank-sets (the figure's numbers)"))
         ],
-        warnings=[str(w) for w in r.warnings] + list(r.notes),
+        warnings=[str(w) for w in r.warnings]
+        + list(r.notes)
+        + ([ctx.ranksets_note] if ctx.ranksets_note else []),
         methods=(
             "theta = each model's win-rate against a uniformly random other model; rank-sets from the "
             "estimate and its covariance by simultaneous max-t with step-down, so every model's set "
@@ -239,7 +252,7 @@ def set_reproduce(ctx: SetContext) -> Section:
     )
 
 
-SET_SECTIONS = (set_headline, set_winrates, set_ranksets, set_reproduce)
+SET_SECTIONS = (set_headline, set_winrates, set_ranksets, set_audit_section, set_reproduce)
 
 
 def set_sections(ctx: SetContext) -> list[Section]:

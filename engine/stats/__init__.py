@@ -20,6 +20,12 @@ and paper).
   decomposition, consistency, and ``proportion_interval`` (the one per-model accuracy interval)
 * :mod:`.judge_audit`       -- judge vs human agreement, kappa, per-model bias, position consistency,
   error correlation (METHODS 9.2)
+* :mod:`.agreement`         -- agreement beyond kappa: Gwet's AC1, Krippendorff's alpha, sensitivity
+  and specificity of binary labels
+* :mod:`.judge_bias`        -- judge biases: length bias, self-preference, drift between two judgings
+* :mod:`.slices`            -- per-slice paired differences with simultaneous (max-t) intervals and
+  Benjamini-Hochberg p-values
+* :mod:`.gate`              -- a release gate's decision: non-inferior, worse or undecided at a margin
 * :mod:`.label_plan`        -- how many more human labels (METHODS 9.3)
 * :mod:`.label_sample`      -- the seeded uniform sample of comparison units to label (METHODS 9.1)
 * :mod:`.sequential`        -- the betting confidence sequence for sampling without replacement,

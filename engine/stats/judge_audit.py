@@ -117,6 +117,9 @@ def _div(num, den, tiny: float = 0.0):
         return np.where(ok, num / np.where(ok, den, 1.0), np.nan)
 
 
+safe_div = _div  # the public name, for the sibling figure modules (agreement, judge_bias)
+
+
 # ---------------------------------------------------------------- agreement and Cohen's kappa
 
 

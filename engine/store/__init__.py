@@ -11,6 +11,8 @@ and one module per table family with typed read and write functions.
 * :mod:`.comparisons`  -- comparison sets; :mod:`.run_labels` (a run's human-label sets)
 * :mod:`.clusters`     -- semantic clusters of a prompt's generations
 * :mod:`.design`       -- a run's stored facts for the report's design section
+* :mod:`.judge_facts`  -- what the judge audit's bias figures read: response lengths, reported models
+* :mod:`.run_models`   -- the order in which the user gave a run's models (every A - B follows it)
 * :mod:`.comparison_files`, :mod:`.arena`, :mod:`.jsonl` -- comparison files read and validated
   here (streaming CSV validation, Chatbot Arena JSON lines, one JSON line -> an object), so that
   analyses never reach into ``tasks``

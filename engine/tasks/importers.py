@@ -265,7 +265,10 @@ def import_paper_mmlu(
     # 2. Generations + scores per file; 3. one transaction (store_import: replace, then bulk insert).
     rows = [_paper_file_rows(f, run_id, questions, keep, repeats) for f in files]
     gen_df = pd.concat([g for g, _ in rows], ignore_index=True)
-    model_names = sorted({f.model for f in files})
+    found = {f.model for f in files}  # in the order of --models (A of A − B first), then the rest sorted
+    model_names = [m for m in dict.fromkeys(models or []) if m in found] + sorted(
+        found - set(models or [])
+    )
     config = {
         "source": "coupled-generation paper data release (Benz et al.)",
         "responses_dir": str(Path(responses_dir).resolve()),
