@@ -37,7 +37,7 @@ def render() -> None:
         if not paths:
             return
         for p in paths:
-            st.markdown(f"**{p.mode}** ({p.pair}): {p.state}")
+            st.markdown(f"**{p.mode}** ({ui.md_escape(p.pair)}): {ui.md_escape(p.state)}")
         ui.chart(
             sequential_cs_figure(
                 paths, title=f"Confidence sequence of {paths[0].pair}, questions so far"

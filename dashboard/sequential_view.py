@@ -106,7 +106,7 @@ def render(run: str, model_a: str, model_b: str, rule: str | None, key: str = "b
     )
     if paths:
         for p in paths:
-            st.markdown(f"**{p.mode}**: {p.state}")
+            st.markdown(f"**{p.mode}**: {ui.md_escape(p.state)}")
         ui.chart(
             sequential_cs_figure(
                 paths, title=f"Confidence sequence of {model_a} − {model_b} (order {seed})"
