@@ -478,3 +478,39 @@ def test_a_bad_alpha_is_one_line_before_anything_is_read(tmp_path, bad):
     with pytest.raises(UserError, match=r"alpha must be (a number )?in \(0, 1\); got"):
         SetContext(missing, "s", None, bad, 0, None, None)
     assert not missing.exists()
+
+
+# ------------------------------------------------------------- the text says what the numbers say
+
+
+def test_the_win_rate_text_counts_ties_as_the_numbers_do(reports):
+    """Issue 39.6: the set report's methods said "ties counting half" while its win-rates count a tie
+    as a non-win (engine/stats/winrates.py); one definition, stated where the numbers are."""
+    html = reports["set"].read_text()
+    assert "half" not in html.replace("in half its", "")
+    assert html.count("a tie counts as a non-win for both") >= 2  # the headline table and the methods
+    run = reports["run"].read_text()  # a run with judge verdicts: its win-rates section says it too
+    sec = re.search(r'<section id="winrates">.*?</section>', run, re.S)[0]
+    assert "a tie counts as a non-win for both" in sec
+
+
+def test_the_star_note_appears_only_with_a_starred_row(reports):
+    for kind in ("run", "harness"):
+        html = reports[kind].read_text()
+        for table in re.findall(r"<table>.*?</table>(?:<p class=\"foot\">.*?</p>)?", html, re.S):
+            starred = bool(re.search(r"\]\*</td>", table))
+            assert ("* the 95% interval" in table) == starred, table[:200]
+
+
+def test_an_lm_eval_group_report_names_its_subtasks_and_the_files_to_reimport(tmp_path):
+    import html as H
+
+    logs = [str(HARNESS / "lm_eval" / "tinygroup" / m) for m in ("dummy-a", "dummy-b")]
+    out = tmp_path / "g.html"
+    assert cli.main(["report", *logs, "--db", str(tmp_path / "g.duckdb"), "--out", str(out)]) == 0
+    html = out.read_text()
+    assert "group tinygroup = subtasks tinyg_a, tinyg_b" in html
+    code = H.unescape(re.search(r'<section id="reproduce">.*?<pre><code>(.*?)</code>', html, re.S)[1])
+    first = code.splitlines()[0]
+    assert first.startswith("python -m engine report dummy-a dummy-b --name harness-tinygroup")
+    assert str(HARNESS) not in html and str(tmp_path) not in html
