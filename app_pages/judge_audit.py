@@ -37,6 +37,7 @@ res = ui.safe(
 )
 if res is None:
     st.stop()
+ui.report_button(src.run, key="ja_report")  # the run's one-file report: win-rates, audit, PPR rank-sets
 m1, m2, m3 = st.columns(3)
 m1.metric("Units judged", f"{res.n_units:,}")
 m2.metric("With a human label", f"{res.n_audited:,}")
@@ -47,7 +48,7 @@ if res.skip_rate is not None:
         "skipped unit stays in its sample as missing."
     )
 for w in res.warnings:
-    st.warning(w)
+    st.warning(ui.md_escape(w))
 ctx = ui.export_context("judge_audit", run=src.run)
 ui.table(res.figures_table(), "judge_audit", key="ja_table", ctx=ctx)
 st.markdown(
