@@ -86,7 +86,8 @@ def _source(args) -> tuple[str | None, str | None]:
         res = import_harness(args.db, args.paths, name=args.name)
         print(
             f"imported {res.n_generations:,} samples of {len(res.models)} model(s) from {res.harness} "
-            f"into {args.db} as run {res.run_id}"
+            f"into {args.db} as run {res.run_id}",
+            file=sys.stderr if args.out == "-" else sys.stdout,  # stdout holds the report then
         )
         return res.run_id, None
     if not (args.run or args.set_name):
