@@ -46,7 +46,8 @@ def md_code(text: object) -> str:
     early (CommonMark code spans)."""
     t = str(text).replace("\n", " ")
     fence = "`" * (max((len(r) for r in re.findall(r"`+", t)), default=0) + 1)
-    return f"{fence} {t} {fence}"
+    pad = " " if t.startswith("`") or t.endswith("`") else ""  # a space each side, stripped when shown
+    return f"{fence}{pad}{t}{pad}{fence}"
 
 
 def safe(loader: Callable[..., R], *args: Any, _empty: str | None = None, **kwargs: Any) -> R | None:

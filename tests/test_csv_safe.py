@@ -1,4 +1,4 @@
-"""Exports that open safely (issue 38 item 7): every CSV the product writes neutralises a cell that a
+"""Exports that open safely: every CSV the product writes neutralises a cell that a
 spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``), through one function
 (engine/csvsafe.py), and the product reads its own exports back to the same names: the dashboard's
 table downloads, a comparison set's export (re-imported), a label sample's CSV (filled and imported),

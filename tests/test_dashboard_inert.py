@@ -1,4 +1,4 @@
-"""Names and text from data are inert on the dashboard (issue 38 item 1): a run, its models, judge,
+"""Names and text from data are inert on the dashboard: a run, its models, judge,
 dataset and questions carry Markdown images (a tracking pixel), links and HTML; every page that reads
 Markdown (markdown, caption, info, warning, subheader, ...) shows them as text.
 

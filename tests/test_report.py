@@ -326,7 +326,7 @@ def test_home_and_benchmark_offer_the_report_named_after_run_models_and_date(sma
     assert name == "report_run-small_m-base_vs_m-int8_2026-11-26.html"
     body = run_report_html(small, "run-small", ("m-int8", "m-base")).decode()  # the pair asked for leads
     assert body.startswith("<!DOCTYPE html>") and "m-base scores higher than m-int8 by" in body
-    # issue 38.8: the Download button's file names no folder and no host
+    # the Download button's file names no folder and no host
     import platform
 
     assert str(small.parent) not in body and f" on {platform.node()} (" not in body
@@ -489,7 +489,7 @@ def test_a_bad_alpha_is_one_line_before_anything_is_read(tmp_path, bad):
 
 
 def test_the_win_rate_text_counts_ties_as_the_numbers_do(reports):
-    """Issue 39.6: the set report's methods said "ties counting half" while its win-rates count a tie
+    """The set report's methods said "ties counting half" while its win-rates count a tie
     as a non-win (engine/stats/winrates.py); one definition, stated where the numbers are."""
     html = reports["set"].read_text()
     assert not re.search(r"ties? (count(s|ing)?|as) half", html)

@@ -1,4 +1,4 @@
-"""Hostile names in every output the product writes (issue 38 items 1, 7, 8): a judged, labelled and
+"""Hostile names in every output the product writes: a judged, labelled and
 scored run whose model, judge, prompt, dataset and run names are script, markup, formula and shell
 payloads, recorded with a host name and absolute paths. Its report opens in headless Chromium with no
 dialog, no injected element and every figure drawn; its CSV cells cannot run as spreadsheet formulas;
@@ -149,7 +149,7 @@ def hostile(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_the_footer_s_time_is_the_command_s(hostile):
-    """Issue 39 item 6: the time in the footer is the one the command prints."""
+    """The time in the footer is the one the command prints."""
     said = (hostile["db"].parent / "said_html.txt").read_text()
     footer = re.search(r"<footer>Made by .*? in ([\d.]+) s\.", hostile["html"].read_text())[1]
     assert re.search(r" in ([\d.]+) s$", said.strip())[1] == footer
@@ -177,7 +177,7 @@ def _shown_text(html: str) -> str:
 
 
 def test_a_report_names_no_path_and_no_host_unless_asked(hostile, tmp_path, capsys):
-    """Item 8: no database folder, no model folder (the .venv path), no dataset folder, no host, in any
+    """No database folder, no model folder (the .venv path), no dataset folder, no host, in any
     format; --include-host puts the run's host in the design section and the report's in the footer."""
     import platform
 
@@ -209,7 +209,7 @@ def _run_block(block: str, tmp_path: Path) -> list[list[str]]:
 
 
 def test_the_reproduce_block_pasted_into_a_shell_runs_only_its_commands(hostile, tmp_path):
-    """Item 7: every argument quoted. The block runs in bash: nothing else runs (no file appears), and
+    """Every argument quoted. The block runs in bash: nothing else runs (no file appears), and
     the run id and the featured models arrive as one argument each."""
     import html as H
 

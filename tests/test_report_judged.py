@@ -1,4 +1,4 @@
-"""One file for a judged and labelled run (issue 39 item 3): ``report --run`` on a chat run without
+"""One file for a judged and labelled run: ``report --run`` on a chat run without
 scores gives the judge's win-rates with Bradley-Terry and Elo and their intervals, the judge audit, the
 PPR rank-sets with the labels and the planner, from the CLI and the dashboard's Download button;
 ``score`` refuses a run without gold answers instead of storing empty scores; Home never defaults to a
