@@ -210,7 +210,8 @@ def _texts(at: AppTest) -> str:
         + [m.value for m in at.warning]
         + [m.value for m in at.error]
     )
-    return "\n".join(str(p) for p in parts)
+    # as a reader sees it: the backslash escapes that keep data inert Markdown (widgets.md_escape) removed
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", "\n".join(str(p) for p in parts))
 
 
 def _n_charts(at: AppTest) -> int:
