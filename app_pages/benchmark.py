@@ -31,7 +31,7 @@ c1, c2, c3, c4 = st.columns([2, 2, 2, 2])
 run = c1.selectbox("Run", ch.runs, key="bm_run")
 models = ch.models.get(run, [])
 if len(models) < 2:
-    st.info(f"Run {run} has scores for {len(models)} model(s); the comparison needs two.")
+    st.info(f"Run {ui.md_code(run)} has scores for {len(models)} model(s); the comparison needs two.")
     st.stop()
 model_a = c2.selectbox("Model A", models, index=0, key="bm_a")
 model_b = c3.selectbox("Model B", [m for m in models if m != model_a], index=0, key="bm_b")
@@ -104,7 +104,7 @@ sd, sci, pc = res.saving_detail, res.saving_ci, res.paired["coupled"]
 for w in (
     res.warnings
 ):  # typed (engine.analysis.notices): few questions, no error level, nothing to plan from
-    st.warning(w)
+    st.warning(ui.md_escape(w))
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Questions × repeats", f"{res.n_questions} × {res.n_repeats}")
 m2.metric(
@@ -124,7 +124,8 @@ m4.metric(
     help="Median over questions of the per-question variance of R_A − R_B: coupled / independent",
 )
 st.caption(
-    f"Paired difference {model_a} − {model_b}, coupled: {pc.diff:+.3f}, 95% CI [{pc.ci_low:+.3f}, "
+    f"Paired difference {ui.md_escape(model_a)} − {ui.md_escape(model_b)}, coupled: {pc.diff:+.3f}, "
+    f"95% CI [{pc.ci_low:+.3f}, "
     f"{pc.ci_high:+.3f}] (t over {pc.n_questions} questions), p = {pc.p_value:.2g}"
 )
 

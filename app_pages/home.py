@@ -1,6 +1,8 @@
 """Home: what is in the database, links to every analysis, a one-click first-run demo and the
 headline findings of the latest scored run (updated live while a job runs, no reload needed)."""
 
+import shlex
+
 import streamlit as st
 
 from dashboard import jobs_panel, navigation
@@ -81,7 +83,9 @@ def _choose_run(runs: list[str]) -> str | None:
     if not runs:
         return None
     if st.session_state.get("home_run") not in runs:
-        st.session_state.pop("home_run", None)  # a run that is gone (or none chosen yet): the newest
+        # a run that is gone (or none chosen yet): the newest run whose findings Home can show, never
+        # one it can only show as an error (scores without gold answers, a rule without scores)
+        st.session_state["home_run"] = next((r for r in runs if L.summary_problem(r) is None), runs[0])
     return st.selectbox(
         "Headline findings of run",
         runs,
@@ -96,18 +100,21 @@ def _warnings(s) -> None:
     for w in s.warnings:
         if w.kind is Notice.SMALL_SAMPLE:
             st.warning(
-                f"**Small sample.** {w.message[0].upper()}{w.message[1:]}.", icon=":material/warning:"
+                f"**Small sample.** {ui.md_escape(w.message[0].upper() + w.message[1:])}.",
+                icon=":material/warning:",
             )
     for w in s.warnings:
         if w.kind is not Notice.SMALL_SAMPLE:
-            st.warning(w.message[0].upper() + w.message[1:] + ".", icon=":material/warning:")
+            st.warning(
+                ui.md_escape(w.message[0].upper() + w.message[1:]) + ".", icon=":material/warning:"
+            )
 
 
 def _summary(s) -> None:
     with st.container(border=True):
-        st.subheader(f"Headline findings: run `{s.run}`")
+        st.subheader(f"Headline findings: run {ui.md_code(s.run)}")
         st.caption(
-            f"{', '.join(s.models)} · dataset `{s.dataset_id}` · rule `{s.rule}` · "
+            f"{ui.md_escape(', '.join(s.models))} · dataset {ui.md_code(s.dataset_id)} · rule `{s.rule}` · "
             f"{s.n_questions} questions × {s.n_repeats} repeats · {sv.chance_text(s)}"
             + (
                 f" · {s.n_generations:,} generations in {ui.fmt_seconds(s.generation_s)}"
@@ -132,7 +139,9 @@ def _summary(s) -> None:
             st.caption(ui.md_escape(line))
         st.caption(
             "Accuracy CI: 95% t interval over questions (questions are clusters, repeats dependent). "
-            "Same numbers from the CLI: `python -m engine summary --run " + s.run + "`."
+            "Same numbers from the CLI: "
+            + ui.md_code(f"python -m engine summary --run {shlex.quote(s.run)}")
+            + "."
         )
         ui.report_button(s.run, s.models, key="home_report")
         c1, c2, c3 = st.columns(3)
@@ -155,6 +164,10 @@ def _live() -> None:
     s = L.summary_of(run) if run else None
     if s is not None:
         _summary(s)
+    elif run and (why := L.summary_problem(run)):  # chosen, but not showable: say why, never a blank
+        st.info(f"Run {ui.md_code(run)} has no headline findings to show: {ui.md_escape(why)}.")
+        if any(a.run == run for a in L.audit_sources()):  # judged: its report reads the verdicts
+            ui.report_button(run, key="home_report")
     was_running = st.session_state.get("_home_running", False)
     st.session_state["_home_running"] = running
     if was_running and not running:

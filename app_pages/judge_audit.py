@@ -51,6 +51,10 @@ else:
     ctx = ui.export_context("judge_audit", set_name=src.name)
 if res is None:
     st.stop()
+if kind == "run":
+    ui.report_button(
+        src.run, key="ja_report"
+    )  # the run's one-file report: win-rates, audit, PPR rank-sets
 m1, m2, m3 = st.columns(3)
 m1.metric("Units judged", f"{res.n_units:,}")
 m2.metric("With a human label", f"{res.n_audited:,}")
@@ -61,7 +65,7 @@ if res.skip_rate is not None:
         f"({res.skip_rate:.1%}); a skipped unit stays in its sample as missing."
     )
 for w in res.warnings:
-    st.warning(w)
+    st.warning(ui.md_escape(w))
 ui.table(res.figures_table(), "judge_audit", key="ja_table", ctx=ctx, na_rep="–")
 st.caption(
     "κ's chance term is large when both raters favour one label, so high agreement can give a low κ "

@@ -37,7 +37,7 @@ if not sources:
 def verdict_source_controls(col, run: str) -> str:
     """A run's judge verdicts as the source: judge labels only, so judge-only rank-sets of one mode."""
     col.caption(
-        f"Judge verdicts of run `{run}`: judge labels only, so the rank-sets are judge-only. "
+        f"Judge verdicts of run {ui.md_code(run)}: judge labels only, so the rank-sets are judge-only. "
         "Upload human labels for the same pairs to correct the judge with PPR."
     )
     return col.radio("Generations judged", list(config.MODES), horizontal=True, key="rs_verdict_mode")
@@ -148,10 +148,10 @@ with tab1:
             f"{r.clustering} · {counts}" + (f" · λ = {r.lam:.3f}" if r.lam is not None else "")
         )
         for note in r.notes:
-            st.caption(note)
+            st.caption(ui.md_escape(note))
         for w in r.warnings:
             if w.kind is not Notice.JUDGE_ONLY:  # the judge-only warning is shown above
-                st.warning(w)
+                st.warning(ui.md_escape(w))
         if view.compare is not None:
             st.markdown(
                 "PPR against human-only **on the same human labels** (the judge-only comparisons are "

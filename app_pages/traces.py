@@ -64,10 +64,13 @@ if len(chosen) >= 2 and "coupled" in opts.modes:
 info = L.prompt_info(run, prompt)
 if info:
     with st.expander("Prompt", expanded=False):
-        st.markdown(f"**{info.subject or ''}** {info.question or ''}")
+        # the dataset's own text: shown as written (an image or link in a question loads nothing)
+        st.markdown(f"**{ui.md_escape(info.subject or '')}** {ui.md_escape(info.question or '')}")
         if info.choices:
-            st.markdown("\n".join(f"- **{k}**: {v}" for k, v in info.choices.items()))
-        st.markdown(f"Gold answer: **{info.gold}**")
+            st.markdown(
+                "\n".join(f"- **{ui.md_escape(k)}**: {ui.md_escape(v)}" for k, v in info.choices.items())
+            )
+        st.markdown(f"Gold answer: **{ui.md_escape(info.gold)}**")
 
 page = st.number_input("Steps page (120 steps each)", min_value=1, value=1, step=1, key="tr_page")
 offset = ui.page_offset(page, 120)
@@ -103,7 +106,11 @@ for mode in [m for m in MODES if m in opts.modes]:
             f"**What decided step {first}.** Each model picks the token with the largest log p + g (log "
             "p under its temperature-scaled, masked distribution; g the Gumbel noise of that token, "
             + ("shared by the models)." if mode == "coupled" else "drawn independently per model).")
-            + (f" {view.explanation.text}" if view.explanation and view.explanation.text else "")
+            + (
+                f" {ui.md_escape(view.explanation.text)}"
+                if view.explanation and view.explanation.text
+                else ""
+            )
         )
         ui.table(
             ui.decision_rows(view.decisions),

@@ -40,7 +40,8 @@ if main is not None:
     ctx = ui.export_context("upload", set_name=uploads.default_set_name(main.name))
     if problems:
         st.error(
-            f"Rejected: {len(problems)} problem(s) in {main.name}{' / ' + judge.name if judge else ''}; "
+            f"Rejected: {len(problems)} problem(s) in "
+            f"{ui.md_escape(main.name + (' / ' + judge.name if judge else ''))}; "
             "nothing was stored. Fix the file and upload it again."
         )
         if fmt == "csv":
@@ -77,10 +78,10 @@ else:
     ui.table(sets, "comparison_sets", key="up_sets", ctx=ui.export_context("upload"))
     c1, c2, c3 = st.columns([2, 2, 1])
     victim = c1.selectbox("Delete a set", sets["name"].tolist(), key="up_delete_name")
-    sure = c2.checkbox(f"Yes, delete {victim}", key="up_delete_sure")
+    sure = c2.checkbox(f"Yes, delete {ui.md_escape(victim)}", key="up_delete_sure")
     if c3.button("Delete", disabled=not sure, icon=":material/delete:", key="up_delete"):
         job = jobs_panel.start_job(
             ["comparisons", "delete", victim, "--db", str(L.db_path())], kind="delete"
         )
         if job:
-            st.success(f"Deleting {victim} (job `{job}`).")
+            st.success(f"Deleting {ui.md_escape(victim)} (job `{job}`).")

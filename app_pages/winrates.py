@@ -104,13 +104,13 @@ parse_note = "".join(
     f" · {m}: {v.unparseable} of {v.total} verdicts unparseable" for m, v in (res.verdicts or {}).items()
 )
 st.caption(
-    f"{res.source_note} · {first.n:,} comparisons · overall tie rate "
+    f"{ui.md_escape(res.source_note)} · {first.n:,} comparisons · overall tie rate "
     f"{ui.fmt(first.tie_rate, '.1%')}{parse_note}"
 )
 st.info(f"**{first.clustering}** · {first.ci_method} · {first.rank_method}")
 for g in groups:
     for w in res.results[g].warnings:
-        st.warning(f"{g}: {w}")
+        st.warning(f"{g}: {ui.md_escape(w)}")
 
 t1, t2, t3, t4 = st.tabs(["Average win-rates", "Matrix", "Per pair", "Bradley-Terry / Elo"])
 with t1:

@@ -25,6 +25,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine.config import FIGURE_FORMATS
+from engine.csvsafe import csv_frame
 from engine.errors import UserError
 
 FORMATS = FIGURE_FORMATS
@@ -85,8 +86,9 @@ CSV_FLOAT_FORMAT = "%.10g"  # 10 significant digits: 0.16999999999999998 -> 0.17
 
 def table_csv(df: pd.DataFrame) -> bytes:
     """A table as UTF-8 CSV bytes without float noise: floats at 10 significant digits
-    (:data:`CSV_FLOAT_FORMAT`, far beyond any interval shown), lists/arrays as their text."""
-    return df.to_csv(index=False, float_format=CSV_FLOAT_FORMAT).encode("utf-8")
+    (:data:`CSV_FLOAT_FORMAT`, far beyond any interval shown), lists/arrays as their text, and no text
+    cell that a spreadsheet would run as a formula (:func:`engine.csvsafe.csv_frame`)."""
+    return csv_frame(df).to_csv(index=False, float_format=CSV_FLOAT_FORMAT).encode("utf-8")
 
 
 # --------------------------------------------------------------------------- file names

@@ -4,13 +4,14 @@ job panel (progress, tokens/s, ETA, cancel / resume). The jobs themselves: :mod:
 from __future__ import annotations
 
 import os
+import shlex
 import time
 
 import streamlit as st
 
 from dashboard import jobs
 from dashboard.loaders import db_path
-from dashboard.widgets import fmt_seconds, md_escape
+from dashboard.widgets import fmt_seconds, md_code, md_escape
 from engine.errors import UserError
 from engine.tasks.judge_api import key_env_problem, shown_key_env
 from engine.tasks.judge_parse import ARENA_HARD_HELP, FORMATS
@@ -141,7 +142,7 @@ def start_generation(args: list[str], score_after: bool, rule: str | None = None
             then=[score_args(run_id, rule)] if score_after and run_id else None,
         )
     except (UserError, OSError) as exc:
-        st.error(f"Could not start the job: {exc}")
+        st.error(f"Could not start the job: {md_escape(exc)}")
         return None
     st.session_state["last_job"] = job_id
     return job_id
@@ -165,7 +166,7 @@ def _job_row(j: jobs.JobStatus, allow_control: bool) -> None:
             j.fraction,
             text=f"{j.done}/{j.total} units · {j.tokens_per_s:.1f} tokens/s · "
             f"ETA {fmt_seconds(j.eta_s) if j.status == 'running' else '–'}"
-            + (f" · {j.message}" if j.message else ""),
+            + (f" · {md_escape(j.message)}" if j.message else ""),
         )
     elif j.status == "running":
         st.caption("starting… (loading models)" if j.kind == "generate" else "running…")
@@ -179,7 +180,7 @@ def _job_row(j: jobs.JobStatus, allow_control: bool) -> None:
                 for w, v in sorted(j.extra["workers"].items())
             )
         )
-    st.caption("command: `python -m engine " + " ".join(j.args) + "`")
+    st.caption("command: " + md_code("python -m engine " + shlex.join(j.args)))
     if allow_control:
         c1, c2, _ = st.columns([1, 1, 4])
         if j.status == "running":
@@ -255,7 +256,7 @@ def start_job(args: list[str], kind: str) -> str | None:
             progress=args[0] in jobs.PROGRESS_COMMANDS,
         )
     except (UserError, OSError) as exc:
-        st.error(f"Could not start the job: {exc}")
+        st.error(f"Could not start the job: {md_escape(exc)}")
         return None
     st.session_state["last_job"] = job_id
     st.toast(f"Started {kind} job {job_id}")

@@ -103,6 +103,18 @@ def scored_runs_live() -> list[str]:
     return runs_
 
 
+def summary_problem(run: str) -> str | None:
+    """Why Home cannot show ``run``'s headline findings (the analysis' one-line error, e.g. scores
+    without gold answers), or None when it can (or the database is busy: the next poll tells)."""
+    try:
+        run_summary(run)
+    except UserError as exc:
+        return str(exc)
+    except (duckdb.Error, OSError):
+        return None
+    return None
+
+
 def summary_of(run: str | None = None) -> _summary.RunSummary | None:
     """The headline findings of ``run`` (default: the newest scored run); None when nothing is
     scored yet, or while the database is busy or the run is being rescored (the next poll shows it)."""

@@ -57,11 +57,11 @@ def render() -> None:
         if view is None:
             return
         st.caption(
-            f"{view.n_units:,} judged units of run {view.run} · {view.n_labelled:,} with a human label "
-            f"({view.label_count:,} labels read) · prompts are the clusters"
+            f"{view.n_units:,} judged units of run {ui.md_code(view.run)} · {view.n_labelled:,} with a "
+            f"human label ({view.label_count:,} labels read) · prompts are the clusters"
         )
         for note in view.notes:
-            st.info(note)
+            st.info(ui.md_escape(note))
         if not view.table.empty:
             ui.chart(
                 rankset_intervals_figure(view.table, title=f"Rank-sets at α = {alpha}"),

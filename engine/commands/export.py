@@ -9,6 +9,7 @@ from pathlib import Path
 
 from engine.commands._common import add_db
 from engine.config import EXPORT_FORMATS
+from engine.csvsafe import csv_frame
 from engine.errors import UserError
 
 
@@ -52,9 +53,13 @@ def run(args) -> int:
     df = store.generations_for_export(args.db, args.run)
     out = None if args.out == "-" else Path(args.out) if args.out else default_out(args.run, args.format)
     if args.format == "csv":
-        # CSV has no list type: token ids as one space-separated string
-        df["token_ids"] = df["token_ids"].map(lambda v: " ".join(map(str, v)) if v is not None else "")
-        df.to_csv(sys.stdout if out is None else out, index=False)
+        # CSV has no list type: token ids as one space-separated string ("" where none are stored,
+        # e.g. an imported run: None or pandas' NA)
+        df["token_ids"] = df["token_ids"].map(
+            lambda v: " ".join(map(str, v)) if hasattr(v, "__iter__") and not isinstance(v, str) else ""
+        )
+        # no text cell (a model name, an answer) runs as a spreadsheet formula
+        csv_frame(df).to_csv(sys.stdout if out is None else out, index=False)
     else:
         assert out is not None
         out.parent.mkdir(parents=True, exist_ok=True)

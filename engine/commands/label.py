@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from engine import config
-from engine.commands._common import add_db, add_output_args, emit, table
+from engine.commands._common import _strict_json, add_db, add_output_args, emit, table
 from engine.errors import UserError
 
 
@@ -40,7 +40,11 @@ def register(sub) -> None:
         default=0.0,
         help="fraction of the sample also shown to a second labeller (human-human agreement; default 0)",
     )
-    q.add_argument("--out", help="write the sample as a CSV to label elsewhere (winner column empty)")
+    q.add_argument(
+        "--out",
+        help="write the sample as a CSV to label elsewhere (winner column empty); '-': to stdout "
+        "(the summary then goes to stderr)",
+    )
     q.add_argument("--json", action="store_true", help="print the sample's summary as JSON")
     q.set_defaults(func=run_sample)
     q = inner.add_parser(
@@ -84,22 +88,28 @@ def run_sample(args) -> int:
             "label sample: --set NAME takes its run and mode from the set; leave out --run / --mode"
         )
     s = make_sample(args.db, args.run, args.mode, args.n, args.seed, args.share, set_name=args.set_name)
-    if args.out:
+    if args.out == "-":  # the CSV on stdout for a pipe, like every other --out -
+        sys.stdout.write(sample_csv(s))
+        sys.stdout.flush()
+    elif args.out:
         try:
             Path(args.out).write_text(sample_csv(s), encoding="utf-8")
         except OSError as exc:
             raise UserError(f"cannot write {args.out}: {exc.strerror or exc}") from None
     res = {k: s[k] for k in ("sample_id", "run", "mode", "seed", "n", "share", "n_units", "models")}
     res["out"] = args.out
+    summary = (
+        f"sample {s['sample_id']}: {s['n']:,} of {s['n_units']:,} units of run {s['run']} "
+        f"({s['mode']}, seed {s['seed']})"
+        + (f"; written to {'stdout' if args.out == '-' else args.out}" if args.out else "")
+    )
+    if args.out == "-":  # stdout holds the CSV: the summary (or --json) goes to stderr
+        print(_strict_json(res) if args.json else summary, file=sys.stderr)
+        return 0
     quiet = argparse.Namespace(
         **{**vars(args), "out": None}
     )  # --out here is the CSV, not emit's JSON copy
-    return emit(
-        quiet,
-        res,
-        f"sample {s['sample_id']}: {s['n']:,} of {s['n_units']:,} units of run {s['run']} "
-        f"({s['mode']}, seed {s['seed']})" + (f"; written to {args.out}" if args.out else ""),
-    )
+    return emit(quiet, res, summary)
 
 
 def _try_sync(db: str, run: str) -> str:

@@ -9,6 +9,7 @@ uncertainty and how they were made; or, given lm-eval / Inspect logs, import the
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def register(sub) -> None:
         "--out",
         metavar="FILE",
         help="where to write (default: a name that says what it is, e.g. "
-        "report_run-RUN_A_vs_B_DATE.html, in the current folder)",
+        "report_run-RUN_A_vs_B_DATE.html, in the current folder); '-': to stdout",
     )
     p.add_argument(
         "--format",
@@ -66,6 +67,12 @@ def register(sub) -> None:
         help="also embed a static PNG of each figure for readers without JavaScript (needs kaleido and "
         "Chromium; slower). Without it every figure is followed by the table of its numbers",
     )
+    p.add_argument(
+        "--include-host",
+        action="store_true",
+        help="name the machines (the run's host in the design section, the report's in its footer); "
+        "without it a report names no host, and never a filesystem path",
+    )
     p.set_defaults(func=run)
 
 
@@ -79,7 +86,8 @@ def _source(args) -> tuple[str | None, str | None]:
         res = import_harness(args.db, args.paths, name=args.name)
         print(
             f"imported {res.n_generations:,} samples of {len(res.models)} model(s) from {res.harness} "
-            f"into {args.db} as run {res.run_id}"
+            f"into {args.db} as run {res.run_id}",
+            file=sys.stderr if args.out == "-" else sys.stdout,  # stdout holds the report then
         )
         return res.run_id, None
     if not (args.run or args.set_name):
@@ -87,42 +95,41 @@ def _source(args) -> tuple[str | None, str | None]:
     return args.run, args.set_name
 
 
+def _build(args, run_id: str | None, set_name: str | None):
+    from engine.report.build import run_report, set_report
+
+    models = csv_list(args.models)
+    common = dict(alpha=args.alpha, seed=args.seed, db_label=args.db, include_host=args.include_host)
+    if set_name:
+        return set_report(args.db, set_name, label=args.label, models=models, **common)
+    assert run_id is not None
+    return run_report(args.db, run_id, models=models, **common)
+
+
 def run(args) -> int:
-    from engine.report.build import report_file_name, run_report, set_report
+    import dataclasses
+
+    from engine.report.build import report_file_name
     from engine.report.paper import paper_text
-    from engine.report.render_html import report_html
+    from engine.report.render_html import report_html, static_images
 
     t0 = time.perf_counter()
-    run_id, set_name = _source(args)
-    models = csv_list(args.models)
-    if set_name:
-        rep = set_report(
-            args.db,
-            set_name,
-            label=args.label,
-            alpha=args.alpha,
-            seed=args.seed,
-            models=models,
-            db_label=args.db,
-        )
-    else:
-        assert run_id is not None
-        rep = run_report(
-            args.db, run_id, models=models, alpha=args.alpha, seed=args.seed, db_label=args.db
-        )
-    text = (
-        report_html(rep, images=args.images) if args.format == "html" else paper_text(rep, args.format)
-    )
-    out = (
-        Path(args.out)
-        if args.out
-        else Path(report_file_name(run_id, set_name, rep.models, EXT[args.format]))
-    )
-    if out.parent and not out.parent.exists():
+    out = None if args.out in (None, "-") else Path(args.out)
+    if out is not None and out.parent and not out.parent.exists():
         raise UserError(f"--out folder does not exist: {out.parent}")
+    run_id, set_name = _source(args)
+    rep = _build(args, run_id, set_name)
+    images = static_images(rep) if args.format == "html" and args.images and rep.n_figures else None
+    # the footer's time is the command's: from its start to the page's last part
+    rep = dataclasses.replace(rep, seconds=time.perf_counter() - t0)
+    text = report_html(rep, images=images) if args.format == "html" else paper_text(rep, args.format)
+    what = f"{len(rep.sections)} sections, {rep.n_figures} figures"
+    if args.out == "-":  # the report on stdout for a pipe; the line about it on stderr
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        print(f"wrote the report to stdout ({what}) in {rep.seconds:.1f} s", file=sys.stderr)
+        return 0
+    out = out or Path(report_file_name(run_id, set_name, rep.models, EXT[args.format]))
     out.write_text(text, encoding="utf-8")
-    print(
-        f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {len(rep.sections)} sections, {rep.n_figures} "
-        f"figures) in {time.perf_counter() - t0:.1f} s"
-    )
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {what}) in {rep.seconds:.1f} s")
     return 0

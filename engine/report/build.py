@@ -16,8 +16,9 @@ import engine
 from engine.report.model import Report
 
 
-def made_by() -> str:
-    """The code and machine that made a report: engine version, git commit when known, host, date."""
+def made_by(include_host: bool = False) -> str:
+    """The code that made a report: engine version, git commit when known, system, Python, date; the
+    host name only with ``include_host`` (a shared file names no machine unless its author asks)."""
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -31,8 +32,9 @@ def made_by() -> str:
     return (
         f"Coupled Eval {engine.__version__}"
         + (f" (git {rev})" if rev else "")
-        + f" on {platform.node() or 'unknown host'} ({platform.system()} {platform.machine()}, "
-        f"Python {platform.python_version()}), {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}"
+        + (f" on {platform.node() or 'unknown host'}" if include_host else "")
+        + f" ({platform.system()} {platform.machine()}, Python {platform.python_version()}), "
+        f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}"
     )
 
 
@@ -43,29 +45,40 @@ def run_report(
     alpha: float = 0.05,
     seed: int = 0,
     db_label: str | None = None,
+    include_host: bool = False,
 ) -> Report:
     """The report of one scored run: headline, design, every analysis the run supports, methods,
-    commands.
+    commands. ``db_label``: the database as the commands name it (its file name only; default the
+    file name of ``db``); ``include_host``: name the machines (the run's and the report's).
 
     Raises:
-        UserError: an unknown run, or a run without scores (one line naming what is missing).
+        UserError: an unknown run, or a run with neither scores nor judge verdicts (one line naming
+            what is missing). A judged run without scores is reported from its verdicts and labels.
     """
     from engine.report.context import RunContext
     from engine.report.run_sections import run_sections
 
     t0 = time.perf_counter()
-    ctx = RunContext(db, run, list(models) if models else None, alpha, seed, db_label)
-    s = ctx.summary  # the one-line UserError of an unscored or unknown run comes from here
+    ctx = RunContext(db, run, list(models) if models else None, alpha, seed, db_label, include_host)
+    # the one-line UserError of an unknown run, or of an unscored run without verdicts, comes from here
+    if ctx.scored:
+        s = ctx.summary
+        sub = (
+            f"{', '.join(ctx.models)} · dataset {s.dataset_id} · {s.n_questions:,} questions × "
+            f"{s.n_repeats} repeats · {', '.join(s.modes)} · rule {s.rule}"
+        )
+    else:
+        ds = ctx.design.dataset
+        sub = (
+            f"{', '.join(ctx.models)} · dataset {ds.dataset_id if ds else '-'} · judged by "
+            f"{', '.join(ctx.judges)} · {ctx.label_count:,} human labels"
+        )
     sections = run_sections(ctx)
-    sub = (
-        f"{', '.join(ctx.models)} · dataset {s.dataset_id} · {s.n_questions:,} questions × "
-        f"{s.n_repeats} repeats · {', '.join(s.modes)} · rule {s.rule}"
-    )
     return Report(
         f"Evaluation report: run {run}",
         sub,
         sections,
-        made_by(),
+        made_by(include_host),
         time.perf_counter() - t0,
         tuple(ctx.models),
     )
@@ -79,6 +92,7 @@ def set_report(
     seed: int = 0,
     models: Sequence[str] | None = None,
     db_label: str | None = None,
+    include_host: bool = False,
 ) -> Report:
     """The report of a stored comparison set (uploads, Arena): win-rates, Bradley-Terry, rank-sets."""
     from engine.report.set_sections import SetContext, set_sections
@@ -91,7 +105,7 @@ def set_report(
         f"Evaluation report: comparison set {name}",
         sub,
         sections,
-        made_by(),
+        made_by(include_host),
         time.perf_counter() - t0,
         tuple(ctx.models),
     )
@@ -125,7 +139,7 @@ def report_file_name(
 
 def run_report_html(db: str | os.PathLike, run: str, models: tuple[str, ...] = ()) -> bytes:
     """The HTML report of ``run`` as bytes (the dashboard's "Download report"; models: the headline pair
-    first)."""
+    first): no host name and no path, like every report made without ``--include-host``."""
     from engine.report.render_html import report_html
 
     return report_html(run_report(db, run, models=list(models) or None)).encode("utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
+from pathlib import PurePath
 from typing import Any
 
 import pandas as pd
@@ -49,9 +50,12 @@ class RunContext:
         alpha: float = 0.05,
         seed: int = 0,
         db_label: str | None = None,
+        include_host: bool = False,
     ):
         self.db, self.run, self.alpha, self.seed = db, run, parse_alpha(alpha), int(seed)
-        self.db_label = db_label or str(db)
+        # the commands name the database by its file name: a shared report names no folder
+        self.db_label = PurePath(db_label or str(db)).name
+        self.include_host = include_host
         self._models = list(models) if models else None
         self.notes: list[str] = []  # analyses the run could not give, one line each
 
@@ -62,6 +66,25 @@ class RunContext:
         return run_summary(self.db, self.run)
 
     @cached_property
+    def judges(self) -> list[str]:
+        """The judges with verdicts on the run (the first one's win-rates and PPR rank-sets lead)."""
+        from engine.analysis import run_units as U
+
+        return U.run_judges(self.db, self.run)
+
+    @cached_property
+    def scored(self) -> bool:
+        """Whether the run has scores to summarise. A run without (a chat run: no gold answers) that
+        has judge verdicts is reported from them; any other run's one-line error propagates."""
+        try:
+            _ = self.summary
+        except UserError:
+            if not self.judges:
+                raise
+            return False
+        return True
+
+    @cached_property
     def design(self):
         from engine.analysis.run_design import run_design
 
@@ -69,7 +92,7 @@ class RunContext:
 
     @cached_property
     def models(self) -> list[str]:
-        known = self.summary.models
+        known = self.summary.models if self.scored else self.judged_models
         if self._models:
             bad = [m for m in self._models if m not in known]
             if bad:
@@ -167,21 +190,53 @@ class RunContext:
 
     @cached_property
     def winrates(self):
-        from engine.analysis.comparisons import judgment_sources
+        """The first judge's win-rates, Bradley-Terry and Elo (each with its interval), or None."""
         from engine.analysis.winrates import winrates_view
 
-        if not (judgment_sources(self.db)["run_id"] == self.run).any():
+        if not self.judges:
             return None
         return self.attempt(
-            "win-rates of the judge verdicts",
+            f"win-rates of the verdicts of judge {self.judges[0]}",
             winrates_view,
             self.db,
             "judgments",
             self.run,
+            judge=self.judges[0],
             seed=self.seed,
             alpha=self.alpha,
-            elo=False,
+            elo=True,
         )
+
+    @cached_property
+    def judged_models(self) -> list[str]:
+        """The models the first judge compared (a judged run's models)."""
+        v = self.winrates
+        return [] if v is None else list(v.results[v.groups[0]].models)
+
+    @cached_property
+    def run_ranksets(self):
+        """The run's PPR / judge-only / human-only rank-sets and label planner for the first judge
+        (:func:`engine.analysis.run_ranksets.run_ranksets`), or None."""
+        from engine.analysis.run_ranksets import run_ranksets
+
+        if not self.judges:
+            return None
+        return self.attempt(
+            f"PPR rank-sets (judge {self.judges[0]})",
+            run_ranksets,
+            self.db,
+            self.run,
+            self.judges[0],
+            alpha=self.alpha,
+            seed=self.seed,
+        )
+
+    @cached_property
+    def label_count(self) -> int:
+        """Human labels of the run (every source the audit reads)."""
+        from engine.analysis import run_units as U
+
+        return U.label_count(self.db, self.run)
 
     @cached_property
     def multigen(self) -> dict[str, Any]:

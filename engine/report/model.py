@@ -8,7 +8,9 @@ A section is built by one function from an analysis result (``engine.report.run_
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 import plotly.graph_objects as go
@@ -70,6 +72,25 @@ class Report:
     @property
     def n_figures(self) -> int:
         return sum(len(s.figures) for s in self.sections)
+
+
+# ---------------------------------------------------------------- what a shared file may name
+
+_PATH = re.compile(r"^(/|~|\.{1,2}/|[A-Za-z]:[\\/])")
+
+
+def no_path(text: object) -> str:
+    """``text`` as a shared report shows it: a filesystem path (absolute, ``~``, ``./``, ``../`` or a
+    drive) reduced to its last component, so a report never names a folder of the machine that made it
+    (a model's weights in a ``.venv``, the database, a dataset file); ``--opt=PATH`` keeps its option.
+    Anything else (a hub id ``org/name``, a registry name) is unchanged."""
+    s = str(text)
+    opt, eq, value = s.partition("=")
+    if eq and opt.startswith("-") and _PATH.match(value):
+        return f"{opt}={no_path(value)}"
+    if not _PATH.match(s):
+        return s
+    return PurePath(s.replace("\\", "/").rstrip("/")).name or s
 
 
 # ---------------------------------------------------------------- number formatting (one place)

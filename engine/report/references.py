@@ -40,3 +40,10 @@ COHEN = (
     'Cohen, "A coefficient of agreement for nominal scales", '
     "Educational and Psychological Measurement 1960"
 )
+
+# The product's win-rate, as engine/stats/winrates.py computes it (docs/METHODS.md section 7.2): stated
+# wherever a report shows a win-rate, so the text and the numbers say the same.
+WINRATE_DEFINITION = (
+    "win-rate of A over B = #{A preferred} / #{A vs B comparisons}: a tie counts as a non-win for "
+    "both (0, never half); tie rates are reported separately"
+)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 
 from engine.report.model import Report, Section, Table
 
@@ -52,7 +53,25 @@ DRAW = """
 
 
 def _e(x: object) -> str:
+    """THE escaping function of the report: every string from data (names, ids, captions, cells, the
+    footer) goes through it before it reaches the page, in text and in attribute values alike."""
     return html.escape(str(x), quote=True)
+
+
+def figure_id(section_index: int, figure_index: int, key: str) -> str:
+    """A figure's element id: a slug of its key for the reader, made unique by the figure's position
+    (``fig-3-1-datamap_m-base``). Keys come from data (model and judge names): two names that differ
+    only in characters the slug drops (a space vs ``_``) still get two ids, so each chart draws its own
+    data; the slug holds only ``[A-Za-z0-9_-]``, so an id can never close its attribute."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", key).strip("-")[:48]
+    return f"fig-{section_index}-{figure_index}" + (f"-{slug}" if slug else "")
+
+
+def script_json(text: str) -> str:
+    """JSON safe inside a ``<script>`` element: ``<``, ``>`` and ``&`` as ``\\u003c`` etc. (JSON reads
+    them back unchanged; they occur only inside strings), so no name can close the element or open a
+    comment."""
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def table_html(t: Table) -> str:
@@ -75,7 +94,7 @@ def table_html(t: Table) -> str:
 
 
 def _figure_html(fid: str, fig, table: Table | None, image: bytes | None) -> str:
-    spec = fig.to_json().replace("</", "<\\/")  # a JSON string may not close the script element
+    spec = script_json(fig.to_json())
     img = (
         '<noscript><img alt="static image of the figure" style="max-width:100%" '
         f'src="data:image/png;base64,{base64.b64encode(image).decode()}"></noscript>'
@@ -83,19 +102,20 @@ def _figure_html(fid: str, fig, table: Table | None, image: bytes | None) -> str
         else ""
     )
     return (
-        f'<figure><div class="plot" id="{fid}" data-figure="{fid}-data"></div>'
-        f'<script type="application/json" id="{fid}-data">{spec}</script>{img}'
+        f'<figure><div class="plot" id="{_e(fid)}" data-figure="{_e(fid)}-data"></div>'
+        f'<script type="application/json" id="{_e(fid)}-data">{spec}</script>{img}'
         + (table_html(table) if table is not None else "")
         + "</figure>"
     )
 
 
-def section_html(s: Section, images: dict[str, bytes] | None = None) -> str:
+def section_html(s: Section, index: int = 0, images: dict[str, bytes] | None = None) -> str:
+    """One section (``index``: its position in the report, which makes its figure ids unique)."""
     parts = [f'<section id="{_e(s.key)}"><h2>{_e(s.title)}</h2>']
     parts += [f'<p class="warn" data-warning="1">Warning: {_e(w)}</p>' for w in s.warnings]
     parts += [f"<p>{_e(p)}</p>" for p in s.paragraphs]
-    for f in s.figures:
-        fid = f"fig-{s.key}-{f.key}".replace(" ", "_")
+    for j, f in enumerate(s.figures):
+        fid = figure_id(index, j, f.key)
         parts.append(_figure_html(fid, f.fig, f.table, (images or {}).get(fid)))
     parts += [table_html(t) for t in s.tables]
     if s.code:
@@ -124,24 +144,29 @@ def static_images(report: Report) -> dict[str, bytes]:
             warnings.simplefilter(
                 "ignore", UserWarning
             )  # plotly: "kopts is ignored if using a server" (we use one)
-            for s in report.sections:
-                for f in s.figures:
+            for i, s in enumerate(report.sections):
+                for j, f in enumerate(s.figures):
                     h = int(f.fig.layout.height or 420)
-                    out[f"fig-{s.key}-{f.key}".replace(" ", "_")] = pio.to_image(
-                        f.fig, format="png", width=1000, height=h
-                    )
+                    out[figure_id(i, j, f.key)] = pio.to_image(f.fig, format="png", width=1000, height=h)
     finally:
         kaleido.stop_sync_server(silence_warnings=True)
     return out
 
 
-def report_html(report: Report, images: bool = False) -> str:
-    """The whole page (``images``: also a PNG of each figure for readers without JavaScript; slower)."""
+def report_html(report: Report, images: bool | dict[str, bytes] | None = False) -> str:
+    """The whole page (``images``: also a PNG of each figure for readers without JavaScript, made here
+    when True (slower) or given as :func:`static_images` made them)."""
     import plotly.offline
 
-    imgs = static_images(report) if images and report.n_figures else None
+    imgs = (
+        images
+        if isinstance(images, dict)
+        else static_images(report)
+        if images and report.n_figures
+        else None
+    )
     toc = "".join(f'<li><a href="#{_e(s.key)}">{_e(s.title)}</a></li>' for s in report.sections)
-    body = "\n".join(section_html(s, imgs) for s in report.sections)
+    body = "\n".join(section_html(s, i, imgs) for i, s in enumerate(report.sections))
     js = f"<script>{plotly.offline.get_plotlyjs()}</script>" if report.n_figures else ""
     draw = f"<script>{DRAW}</script>" if report.n_figures else ""
     noscript = (

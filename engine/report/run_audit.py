@@ -9,6 +9,8 @@ judge-audit`` with its defaults) and :func:`engine.analysis.run_ranksets.run_ran
 
 from __future__ import annotations
 
+import shlex
+
 from engine.figures.common import interval_figure
 from engine.figures.ranks import rankset_intervals_figure
 from engine.report import references as ref
@@ -106,17 +108,7 @@ def _warnings(res) -> list[str]:
 
 
 def _ranksets(ctx: RunContext, judge: str) -> tuple[list[Figure], list[str], list[str]]:
-    from engine.analysis.run_ranksets import run_ranksets
-
-    rr = ctx.attempt(
-        f"PPR rank-sets (judge {judge})",
-        run_ranksets,
-        ctx.db,
-        ctx.run,
-        judge,
-        alpha=ctx.alpha,
-        seed=ctx.seed,
-    )
+    rr = ctx.run_ranksets  # the first judge's, shared with a judged run's headline
     if rr is None or rr.table.empty:
         return [], [], [] if rr is None else list(rr.notes)
     fig = rankset_intervals_figure(
@@ -136,11 +128,10 @@ def _ranksets(ctx: RunContext, judge: str) -> tuple[list[Figure], list[str], lis
 def judge_audit_section(ctx: RunContext) -> Section | None:
     """The run has judge verdicts and human labels: the audit of each judge (up to 3) and PPR
     rank-sets."""
-    from engine.analysis import run_units as U
     from engine.analysis.judge_audit import judge_audit
 
-    judges = U.run_judges(ctx.db, ctx.run)
-    if not judges or U.label_count(ctx.db, ctx.run) == 0:
+    judges = ctx.judges
+    if not judges or ctx.label_count == 0:
         return None
     tables, figs, warns, paras = [], [], [], []
     for j in judges[:MAX_JUDGES]:
@@ -166,8 +157,11 @@ def judge_audit_section(ctx: RunContext) -> Section | None:
         return None
     if len(judges) > MAX_JUDGES:
         paras.append(
-            f"{len(judges) - MAX_JUDGES} more judge(s) not shown: python -m engine judge-audit --run "
-            f"{ctx.run} --judge JUDGE"
+            f"{len(judges) - MAX_JUDGES} more judge(s) not shown: "
+            + shlex.join(
+                ["python", "-m", "engine", "judge-audit", "--run", ctx.run, "--db", ctx.db_label]
+            )
+            + " --judge JUDGE"
         )
     rf, rparas, notes = _ranksets(ctx, judges[0])
     return Section(

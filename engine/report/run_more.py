@@ -13,7 +13,7 @@ from engine.figures.multigen import datamap_figure
 from engine.figures.winrates import heatmap_figure, pair_bars_figure
 from engine.report import references as ref
 from engine.report.context import RunContext, frame_table
-from engine.report.model import Figure, Section, Table, cell, num, pct, text_row, with_ci
+from engine.report.model import Figure, Section, Table, cell, no_path, num, pct, text_row, with_ci
 
 NR = "not recorded"
 
@@ -33,7 +33,10 @@ def design_section(ctx: RunContext) -> Section:
             "generated here or imported",
             f"imported from {d.imported_from}" if d.imported_from else "generated here",
         ),
-        ("dataset", "-" if ds is None else f"{ds.dataset_id} ({_v(ds.kind)}; source {_v(ds.source)})"),
+        (
+            "dataset",
+            "-" if ds is None else f"{ds.dataset_id} ({_v(ds.kind)}; source {no_path(_v(ds.source))})",
+        ),
         (
             "dataset size",
             "-" if ds is None else f"{ds.n_prompts_used:,} prompts asked (of {_v(ds.n_prompts)} stored)",
@@ -61,7 +64,11 @@ def design_section(ctx: RunContext) -> Section:
             if not d.imported_from
             else f"{_v(d.code_version)} (an import)",
         ),
-        ("machine", f"host {_v(d.host)}, device {_v(d.device)}"),
+        (
+            "machine",
+            (f"host {_v(d.host)}, " if ctx.include_host else "host not included (--include-host), ")
+            + f"device {_v(d.device)}",
+        ),
         ("generations / tokens", f"{d.n_generations:,} / {d.n_tokens:,}"),
         (
             "wall time",
@@ -71,7 +78,7 @@ def design_section(ctx: RunContext) -> Section:
     models = [
         [
             cell(m.name),
-            cell(_v(m.source)),
+            cell(no_path(_v(m.source))),
             cell(_v(m.variant)),
             cell(_v(m.dtype)),
             cell(_v(m.device)),
@@ -136,7 +143,12 @@ def harness_paired_section(ctx: RunContext) -> Section | None:
             f"{p.power:.0%} power is {p.mde:.3f}."
         ],
         tables=[
-            Table("Paired test", ["quantity", "value"], rows, "* the 95% interval excludes 0"),
+            Table(
+                "Paired test",
+                ["quantity", "value"],
+                rows,
+                "* the 95% interval excludes 0" if decided else None,
+            ),
             Table(
                 f"Questions needed to detect a difference of {pa.target_mde:g}",
                 ["repeats", "questions"],
@@ -281,19 +293,26 @@ def winrates_section(ctx: RunContext) -> Section | None:
             ),
         ),
     ]
-    tables = [frame_table(v.table, "Average win-rate with 95% CI and rank-set per group")]
+    tables = [
+        frame_table(
+            v.table,
+            "Average win-rate with 95% CI and rank-set per group",
+            footnote=ref.WINRATE_DEFINITION,
+        )
+    ]
     tables += [
         frame_table(df, f"Bradley-Terry (Davidson ties) and Elo, {g}") for g, df in v.ratings.items()
     ]
     warns = [str(w) for r in v.results.values() for w in r.warnings]
     return Section(
         "winrates",
-        "Win-rates and Bradley-Terry (LLM-judge verdicts)",
+        f"Win-rates, Bradley-Terry and Elo (the verdicts of judge {ctx.judges[0]})",
         [v.source_note],
         figures=figs,
         tables=tables,
         warnings=list(dict.fromkeys(warns)),
         methods=(
+            f"{ref.WINRATE_DEFINITION[0].upper()}{ref.WINRATE_DEFINITION[1:]}. "
             f"{res.ci_method}. Average win-rate: mean over opponents ({res.average_ci_method}). "
             "Bradley-Terry strengths with Davidson ties and Elo-scale ratings, each with a "
             f"prompt-cluster bootstrap interval; ranks from {res.rank_method}. Coupled vs independent "
@@ -382,45 +401,63 @@ def multigen_section(ctx: RunContext) -> Section | None:
     )
 
 
+def _stored_command(command: list[str]) -> list[str]:
+    """The run's stored generate command as arguments to paste: every path reduced to its file name,
+    the database named as the report names it, ``python -m engine`` in front when it was stored
+    without."""
+    args = [no_path(c) for c in command]
+    return args if args[0].startswith(("python", "coupled-eval")) else ["python", "-m", "engine", *args]
+
+
 def reproduce_section(ctx: RunContext) -> Section:
+    """The commands that regenerate (or re-import), rescore and re-report the run. Each is built as a
+    list of arguments and joined with ``shlex.join``: a name from data is one quoted argument, so pasting
+    the block into a shell runs nothing else; no path of the machine that made the report appears."""
     d = ctx.design
-    db = shlex.quote(ctx.db_label)
-    cmds = []
+    db = ["--db", ctx.db_label]
+    engine_cmd = ["python", "-m", "engine"]
+    cmds: list[list[str]] = []
+    paras = [
+        "The run's settings are stored with it; these commands regenerate, rescore and re-report it "
+        "(the same seed gives the same tokens on the same backend, dtype and device)."
+    ]
     if d.command:  # as stored by generate: ["python", "-m", "engine", "generate", ...]
-        cmd = " ".join(shlex.quote(c) for c in d.command)
-        cmds.append(
-            cmd if d.command[0].startswith(("python", "coupled-eval")) else f"python -m engine {cmd}"
-        )
+        cmds.append(_stored_command(d.command))
     elif not d.imported_from and d.repeats:
         cmds.append(
-            f"python -m engine generate --models {' '.join(shlex.quote(m.name) for m in d.models)} "
-            f"--dataset {shlex.quote(d.dataset.dataset_id if d.dataset else 'DATASET')} --repeats "
-            f"{d.repeats} --temperature {d.temperature} --max-new-tokens {d.max_new_tokens} --modes "
-            f"{' '.join(d.modes)} --seed {d.seed} --run-id {shlex.quote(d.run)} --db {db}"
+            [*engine_cmd, "generate", "--models", *(m.name for m in d.models)]
+            + ["--dataset", d.dataset.dataset_id if d.dataset else "DATASET"]
+            + ["--repeats", str(d.repeats), "--temperature", str(d.temperature)]
+            + ["--max-new-tokens", str(d.max_new_tokens), "--modes", *d.modes]
+            + ["--seed", str(d.seed), "--run-id", d.run, *db]
         )
-    if not d.imported_from:
-        cmds.append(
-            f"python -m engine score --run {shlex.quote(d.run)} --rule {ctx.summary.rule} --db {db}"
-        )
+    if not ctx.scored:  # a judged run: its verdicts and labels, as the report reads them
+        for what in ("judge-audit", "run-ranksets"):
+            cmds.append([*engine_cmd, what, "--run", d.run, "--judge", ctx.judges[0], *db])
+    elif not d.imported_from:
+        cmds.append([*engine_cmd, "score", "--run", d.run, "--rule", ctx.summary.rule, *db])
     else:
-        cmds.append(
-            f"# imported from {d.imported_from}: re-import the same files with python -m engine import"
-        )
+        files = [no_path(s) for s in d.imported_sources]
+        paras = [
+            f"Imported from {d.imported_from}"
+            + (
+                f": re-import the same logs ({', '.join(files)}; give each its folder on your machine) "
+                "and report them in one command"
+                if files
+                else ": the logs it was imported from were not recorded"
+            )
+            + "."
+        ]
+        if files:
+            cmds.append([*engine_cmd, "report", *files, "--name", d.run, *db, "--out", "report.html"])
     opts = (
-        (f" --models {','.join(ctx._models)}" if ctx._models else "")
-        + (f" --alpha {ctx.alpha:g}" if ctx.alpha != 0.05 else "")
-        + (f" --seed {ctx.seed}" if ctx.seed else "")
+        (["--models", ",".join(ctx._models)] if ctx._models else [])
+        + (["--alpha", f"{ctx.alpha:g}"] if ctx.alpha != 0.05 else [])
+        + (["--seed", str(ctx.seed)] if ctx.seed else [])
     )
-    cmds += [
-        f"python -m engine summary --run {shlex.quote(d.run)} --db {db}",
-        f"python -m engine report --run {shlex.quote(d.run)} --db {db}{opts} --out report.html",
-    ]
+    if ctx.scored:
+        cmds.append([*engine_cmd, "summary", "--run", d.run, *db])
+    cmds.append([*engine_cmd, "report", "--run", d.run, *db, *opts, "--out", "report.html"])
     return Section(
-        "reproduce",
-        "Reproduce the run and this report",
-        [
-            "The run's settings are stored with it; these commands regenerate, rescore and re-report it "
-            "(the same seed gives the same tokens on the same backend, dtype and device)."
-        ],
-        code=cmds,
+        "reproduce", "Reproduce the run and this report", paras, code=[shlex.join(c) for c in cmds]
     )

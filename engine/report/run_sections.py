@@ -76,12 +76,13 @@ def _accuracy_table(ctx: RunContext, caption: str) -> Table:
 
 
 def _pairs_table(ctx: RunContext, caption: str) -> Table:
-    rows = []
+    rows, starred = [], False
     for p in ctx.summary.pairs:
         if p.model_a not in ctx.models or p.model_b not in ctx.models:
             continue
         for mode, d in p.diff.items():
             mark = "*" if _decided(d.ci_low, d.ci_high) else ""
+            starred = starred or bool(mark)
             ag = p.agreement.get(mode)
             rows.append(
                 [
@@ -104,9 +105,10 @@ def _pairs_table(ctx: RunContext, caption: str) -> Table:
         caption,
         ["pair", "mode", "difference [95% CI]", "SE", "same answer", "variance saving"],
         rows,
-        "* the 95% interval of the paired difference excludes 0. Same answer: share of units (question, "
-        "repeat) where both models give the same answer. Variance saving: 1 − SE²_coupled / "
-        "SE²_independent.",
+        # the star's note only where a row carries one
+        ("* the 95% interval of the paired difference excludes 0. " if starred else "")
+        + "Same answer: share of units (question, repeat) where both models give the same answer. "
+        "Variance saving: 1 − SE²_coupled / SE²_independent.",
     )
 
 
@@ -118,9 +120,12 @@ def headline_section(ctx: RunContext) -> Section:
         + (f", chance {s.chance:.3f}" if s.chance is not None else "")
         + "."
     ]
+    groups = "".join(
+        f"; group {g.name} = subtasks {', '.join(g.subtasks)}" for g in ctx.design.imported_groups
+    )
     if ctx.design.imported_from and "coupled" not in s.modes:
         paras.append(
-            f"Imported from {ctx.design.imported_from}: the scores are the harness's own; the "
+            f"Imported from {ctx.design.imported_from}{groups}: the scores are the harness's own; the "
             "generations were not made here and are not coupled."
         )
     elif ctx.design.imported_from:
@@ -339,8 +344,12 @@ RUN_SECTIONS = (
 
 
 def run_sections(ctx: RunContext) -> list[Section]:
-    """Every section the run supports, in order (a builder that returns None is left out)."""
-    out = [s for build in RUN_SECTIONS for s in [build(ctx)] if s is not None]
+    """Every section the run supports, in order (a builder that returns None is left out); a judged run
+    without scores gets :data:`engine.report.run_judged.JUDGED_SECTIONS`."""
+    from engine.report.run_judged import JUDGED_SECTIONS
+
+    builders = RUN_SECTIONS if ctx.scored else JUDGED_SECTIONS
+    out = [s for build in builders for s in [build(ctx)] if s is not None]
     if ctx.notes:  # what the run could not give, one line each, in the headline's warnings
         out[0] = Section(**{**out[0].__dict__, "warnings": [*out[0].warnings, *ctx.notes]})
     return out

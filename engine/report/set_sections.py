@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 from functools import cached_property
+from pathlib import PurePath
 
 from engine.analysis.ranksets import parse_alpha
 from engine.errors import UserError
@@ -50,7 +51,7 @@ class SetContext:
             int(seed),
             models,
         )
-        self.db_label = db_label or str(db)
+        self.db_label = PurePath(db_label or str(db)).name  # a shared report names no folder
         self.n_rows, self.n_human, self.n_judge = (
             int(rec["n_rows"]),
             int(rec["n_human"]),
@@ -144,12 +145,12 @@ def set_headline(ctx: SetContext) -> Section:
                 "Average win-rate per model",
                 ["model", "average win-rate [95% CI]", "rank-set"],
                 rows,
-                res.ci_method,
+                f"{ref.WINRATE_DEFINITION}. {res.ci_method}",
             )
         ],
         warnings=list(dict.fromkeys(warns)),
-        methods="Average win-rate: the mean over opponents of the model's win-rate, ties counting half, "
-        "with a prompt-cluster bootstrap interval.",
+        methods="Average win-rate: the mean over opponents of the model's win-rate "
+        f"({ref.WINRATE_DEFINITION}), with a prompt-cluster bootstrap interval.",
         references=[ref.METHODS_WINRATES],
     )
 
@@ -193,6 +194,7 @@ def set_winrates(ctx: SetContext) -> Section:
         [v.source_note, res.clustering],
         figures=figs,
         methods=(
+            f"{ref.WINRATE_DEFINITION[0].upper()}{ref.WINRATE_DEFINITION[1:]}. "
             f"{res.ci_method}. Bradley-Terry with Davidson's tie parameter, fitted by maximum "
             f"likelihood; its interval a prompt-cluster bootstrap ({res.bradley_terry.ci_method}); "
             f"ranks from {res.rank_method}."
@@ -223,19 +225,27 @@ def set_ranksets(ctx: SetContext) -> Section:
         + list(r.notes)
         + ([ctx.ranksets_note] if ctx.ranksets_note else []),
         methods=(
-            "theta = each model's win-rate against a uniformly random other model; rank-sets from the "
-            "estimate and its covariance by simultaneous max-t with step-down, so every model's set "
-            f"holds its true rank at once with probability at least {1 - r.alpha:.0%}. PPR combines few "
-            "human labels with many judge labels (the judge's bias corrected by the human-labelled "
-            "rows; lambda chosen by Algorithm 4)."
+            "theta = each model's win-rate against a uniformly random other model (ties: a non-win); "
+            "rank-sets from the estimate and its covariance by simultaneous max-t with step-down, so "
+            "every model's set holds its true rank at once with probability at least "
+            f"{1 - r.alpha:.0%}. PPR combines few human labels with many judge labels (the judge's "
+            "bias corrected by the human-labelled rows; lambda chosen by Algorithm 4)."
         ),
         references=[ref.PPR, ref.METHODS_RANKSETS],
     )
 
 
 def set_reproduce(ctx: SetContext) -> Section:
-    db, name = shlex.quote(ctx.db_label), shlex.quote(ctx.name)
-    models = f" --models {','.join(ctx._models)}" if ctx._models else ""
+    """The commands that print the same analyses and rebuild the report, each argument quoted
+    (``shlex.join``): a set or model name from data is one argument when pasted into a shell."""
+    base = ["python", "-m", "engine"]
+    where = ["--set", ctx.name, "--db", ctx.db_label]
+    models = ["--models", ",".join(ctx._models)] if ctx._models else []
+    cmds = [
+        [*base, "winrates", *where, "--label", ctx.label, *models],
+        [*base, "ranksets", *where, "--method", ctx.ranksets.result.method, *models],
+        [*base, "report", *where, *models, "--out", "report.html"],
+    ]
     return Section(
         "reproduce",
         "Reproduce this report",
@@ -243,12 +253,7 @@ def set_reproduce(ctx: SetContext) -> Section:
             "The set is stored in the database; these commands "
             "print the same analyses and rebuild this report."
         ],
-        code=[
-            f"python -m engine winrates --set {name} --db {db} --label {ctx.label}{models}",
-            f"python -m engine ranksets --set {name} --db {db} --method "
-            f"{ctx.ranksets.result.method}{models}",
-            f"python -m engine report --set {name} --db {db}{models} --out report.html",
-        ],
+        code=[shlex.join(c) for c in cmds],
     )
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine import config
+from engine.csvsafe import csv_read_cell
 from engine.errors import UserError
 
 MAX_UPLOAD_BYTES = config.MAX_UPLOAD_BYTES
@@ -429,7 +430,7 @@ def _row(
             )
         )
         return None
-    v = {c: r[j].strip() for c, j in h.col.items()}
+    v = {c: csv_read_cell(r[j].strip()) for c, j in h.col.items()}  # undo an export's formula guard
     for c in ("prompt_id", "model_a", "model_b", "id"):
         if h.has(c) and v[c] == "":
             problems.append(Problem(i, c, "blank cell", label))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine import config
+from engine.csvsafe import csv_frame
 from engine.errors import UserError
 from engine.store import comparisons as SC
 from engine.store.arena import arena_prompt_id, read_arena, validate_arena
@@ -214,7 +215,7 @@ def export_comparison_set(db, name: str, out=None) -> str:
     for c in OPTIONAL_COLUMNS:
         if c in df and df[c].notna().any():
             csv_df[c] = [_cell(x) for x in df[c]]
-    text = csv_df.to_csv(index=False)
+    text = csv_frame(csv_df).to_csv(index=False)  # names open as text in a spreadsheet; read back as is
     if out is not None:
         Path(out).write_text(text, encoding="utf-8")
     return text

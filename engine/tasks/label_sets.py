@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from engine.csvsafe import csv_frame, csv_read_cell
 from engine.errors import UserError
 from engine.store import label_log as LL
 from engine.store.label_log import LABEL_COLUMNS, label_rows
@@ -139,7 +140,7 @@ def sample_csv(sample: dict[str, Any]) -> str:
         }
         for p, r, ma, mb, pres, _ in sample["units"]
     ]
-    return pd.DataFrame(rows, columns=list(SAMPLE_CSV_COLUMNS)).to_csv(index=False)
+    return csv_frame(pd.DataFrame(rows, columns=list(SAMPLE_CSV_COLUMNS))).to_csv(index=False)
 
 
 def _read_filled(source) -> pd.DataFrame:
@@ -149,7 +150,7 @@ def _read_filled(source) -> pd.DataFrame:
             if not isinstance(source, bytes)
             else source.decode("utf-8")
         )
-        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False).map(csv_read_cell)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise UserError(f"cannot read label file {source!s}: {exc}") from None
     missing = [c for c in SAMPLE_CSV_COLUMNS if c not in df.columns]

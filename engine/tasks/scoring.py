@@ -179,6 +179,11 @@ def run_default_rule(db, run: str) -> str:
     return default_rule(kind, dataset)
 
 
+def _has_gold(gold: object) -> bool:
+    """A stored gold answer (None and NaN are none): :func:`score_generation`'s test."""
+    return gold is not None and not (isinstance(gold, float) and pd.isna(gold))
+
+
 def score_run(db, run: str, rule: str | None = None) -> dict:
     """Score every generation of ``run`` under ``rule`` and store the scores in ONE transaction.
 
@@ -189,6 +194,10 @@ def score_run(db, run: str, rule: str | None = None) -> dict:
     and scoring it again after it finishes fills in the rest.
     Returns a summary: rule, number scored, mean score per (model, mode), counts of "E"/no answer
     and of prompts without a gold answer.
+
+    Raises:
+        UserError: an unknown rule, a run without generations, or a run none of whose prompts has a
+            gold answer (a chat run: nothing is stored; it is judged, not scored).
     """
     if rule is None:
         rule = run_default_rule(db, run)
@@ -198,6 +207,13 @@ def score_run(db, run: str, rule: str | None = None) -> dict:
     prompts, gens = data.prompts, data.generations
     if gens.empty:
         raise UserError(f"run {run!r} has no generations to score")
+    if not any(_has_gold(prompts.get(pid, (None, None))[0]) for pid in set(gens["prompt_id"])):
+        # nothing to compare with: storing an all-missing score would read as "scored" everywhere
+        raise UserError(
+            f"run {run!r} has no gold answers to score under rule {rule!r} (its prompts carry none); "
+            f"nothing was stored: compare its answers with a judge instead (python -m engine judge "
+            f"--run {run} ...), then report it (python -m engine report --run {run})"
+        )
     # Most generations repeat (a bare letter, the same answer over repeats): score each distinct
     # (text, prompt) once and broadcast; score_generation stays the single definition.
     cache: dict[tuple, tuple[str | None, float | None]] = {}
