@@ -117,16 +117,6 @@ def per_question_matrix(
     return [str(c) for c in wide.columns], wide.to_numpy(dtype=float), int(df["repeat"].nunique()), mode
 
 
-def accuracy_interval(y: np.ndarray, tq: float, level: float = LEVEL) -> tuple[float, float]:
-    """The per-model accuracy interval of the per-question scores ``y``: the t interval over questions
-    clipped to [0, 1], or at an all-0 / all-1 score the exact Clopper-Pearson interval for Q questions
-    (:func:`engine.stats.multigen.proportion_interval`, the one rule of summary and the Benchmark
-    page)."""
-    Q, mu = len(y), float(np.mean(y))
-    se = float(np.std(y, ddof=1) / np.sqrt(Q))
-    return proportion_interval(mu, se, tq, Q, level)
-
-
 def rank_accuracies(
     M: np.ndarray,
     alpha: float,
@@ -184,12 +174,13 @@ def accuracy_ranksets(
         raise UserError(f"run {run!r}: only {Q} question(s) scored for every model; need at least 2")
     theta, sigma, rs = rank_accuracies(M, alpha, np.random.default_rng(seed), n_draws)
     se = np.sqrt(np.diag(sigma))
-    tq = float(_st.t.ppf(1 - (1 - LEVEL) / 2, Q - 1))
     facts = imported_facts(db, run) or {}
     headline = facts.get("headline") or {}
     rows = []
     for i, m in enumerate(models):
-        lo, hi = accuracy_interval(M[:, i], tq)
+        # the one per-model accuracy interval of summary and the Benchmark page: Clopper-Pearson for one
+        # 0/1 score per question, else t over questions (engine.stats.multigen.proportion_interval)
+        lo, hi = proportion_interval(M[:, i], repeats, LEVEL)
         rows.append(
             ModelAccuracy(
                 m,
@@ -241,7 +232,8 @@ class PairedAccuracy:
     harness_accuracy: tuple[float | None, float | None]
     n_questions: int
     n_repeats: int
-    paired: PairedDiff  # engine.stats.paired_difference.paired_diff_ci (diff, se, ci, p, corr, mde, bootstrap)
+    # engine.stats.paired_difference.paired_diff_ci (diff, se, ci, p, corr, mde, bootstrap)
+    paired: PairedDiff
     target_mde: float
     plan: tuple[
         dict, ...

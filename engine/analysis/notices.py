@@ -55,10 +55,11 @@ class AnalysisWarning(str):
 
 
 # what a few questions do to a per-model accuracy interval (engine.stats.multigen.proportion_interval;
-# the figures: tests/test_proportion_interval.py, exact binomial coverage with one score per question)
+# the figures: bench/accuracy_interval_coverage.py and docs/INTERVALS.md, exact binomial coverage)
 ACCURACY_FEW_QUESTIONS = (
-    "a 0/1 accuracy's t interval covers only about 0.86-0.90 (not 0.95) at its worst "
-    "with 8-40 questions; an all-0 or all-1 score gets the exact Clopper-Pearson interval"
+    "with one 0/1 score per question an accuracy's interval is the exact Clopper-Pearson one "
+    "(covers at least 95%); with repeats or partial credit it is the t interval over questions, "
+    "approximate with few questions"
 )
 
 
