@@ -108,7 +108,8 @@ def _summary(s) -> None:
         st.subheader(f"Headline findings: run `{s.run}`")
         st.caption(
             f"{', '.join(s.models)} · dataset `{s.dataset_id}` · rule `{s.rule}` · "
-            f"{s.n_questions} questions × {s.n_repeats} repeats · {sv.chance_text(s)}"
+            f"{ui.plural(s.n_questions, 'question')} × {ui.plural(s.n_repeats, 'repeat')} · "
+            f"{sv.chance_text(s)}"
             + (
                 f" · {s.n_generations:,} generations in {ui.fmt_seconds(s.generation_s)}"
                 if s.generation_s

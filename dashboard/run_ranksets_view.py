@@ -57,8 +57,8 @@ def render() -> None:
         if view is None:
             return
         st.caption(
-            f"{view.n_units:,} judged units of run {view.run} · {view.n_labelled:,} with a human label "
-            f"({view.label_count:,} labels read) · prompts are the clusters"
+            f"{ui.plural(view.n_units, 'judged unit')} of run {view.run} · {view.n_labelled:,} with a "
+            f"human label ({ui.plural(view.label_count, 'label')} read) · prompts are the clusters"
         )
         for note in view.notes:
             st.info(note)

@@ -222,13 +222,16 @@ def two_models(db: str | os.PathLike, run: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class PairedAccuracy:
-    """Two models on one run without coupling (e.g. imported): the paired t over questions
-    (docs/METHODS.md 7.1) and the questions a target difference needs."""
+    """Two models on one run without the coupled-vs-independent analysis (imported, or one repeat):
+    each model's accuracy with its interval, the paired t over questions (docs/METHODS.md 7.1) and
+    the questions a target difference needs."""
 
     run: str
     mode: str
     models: tuple[str, str]
     accuracy: tuple[float, float]
+    # per model (low, high): engine.stats.multigen.proportion_interval, the rule of summary
+    accuracy_ci: tuple[tuple[float, float], tuple[float, float]]
     harness_accuracy: tuple[float | None, float | None]
     n_questions: int
     n_repeats: int
@@ -246,6 +249,7 @@ class PairedAccuracy:
             "mode": self.mode,
             "models": list(self.models),
             "accuracy": list(self.accuracy),
+            "accuracy_ci": [list(c) for c in self.accuracy_ci],
             "harness_accuracy": list(self.harness_accuracy),
             "n_questions": self.n_questions,
             "n_repeats": self.n_repeats,
@@ -301,6 +305,10 @@ def paired_accuracy(
         mode,
         (model_a, model_b),
         (float(A.mean()), float(B.mean())),
+        (
+            proportion_interval(A.mean(axis=1), A.shape[1], 1 - alpha),
+            proportion_interval(B.mean(axis=1), B.shape[1], 1 - alpha),
+        ),
         (head.get(model_a), head.get(model_b)),
         int(A.shape[0]),
         int(A.shape[1]),

@@ -13,6 +13,12 @@ from enum import Enum
 SMALL_SAMPLE_CLUSTERS = 30
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` in the number it needs: "1 repeat", "3 repeats", "1 sampled unit", "2,000
+    units" (``many``: an irregular plural). Every count shown in a sentence goes through it."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
 class Notice(str, Enum):
     CONNECTIVITY = "connectivity"  # the comparison graph falls apart: some models are never linked
     ABSENT_MODEL = "absent_model"  # a model has no labelled comparison in this group
