@@ -54,3 +54,45 @@ def test_a_one_repeat_run_reaches_the_paired_comparison_and_sequential(
     assert panel.locator(".js-plotly-plot").count() == 2  # stopping times over orders, one order's CS
     _no_exception(page)
     _shot(page, artifacts_dir, "benchmark_one_repeat_sequential")
+
+
+@pytest.fixture(scope="module")
+def labelled_server(tmp_path_factory):
+    from tests.test_judge_audit import make_db
+
+    tmp = tmp_path_factory.mktemp("browser_labelled")
+    db = tmp / "labelled.duckdb"
+    make_db(db, n_prompts=14, n_labels=12)  # 42 judged units, 14 human labels
+    yield from _serve(tmp, db)
+
+
+def _box_overlap(a: dict, b: dict) -> float:
+    """The area two bounding boxes share (0 when apart)."""
+    w = min(a["x"] + a["width"], b["x"] + b["width"]) - max(a["x"], b["x"])
+    h = min(a["y"] + a["height"], b["y"] + b["height"]) - max(a["y"], b["y"])
+    return max(w, 0) * max(h, 0)
+
+
+def test_the_rank_sets_page_opens_on_ppr_and_its_legend_clears_the_axis_title(
+    labelled_server,
+    page,  # noqa: F811
+    artifacts_dir,
+):
+    """A run with human labels: the page opens on PPR over the run's units, explains θ and PPR, the
+    planner says the run has too few units, and the rank-set chart's legend does not sit on the x
+    axis title (their drawn boxes do not meet)."""
+    _goto(page, labelled_server, "ranksets")
+    main = page.locator("[data-testid='stMain']")
+    main.get_by_text("prediction-powered ranking", exact=False).first.wait_for(timeout=90_000)
+    chart = page.locator(".st-key-chart_rr_chart .js-plotly-plot >> visible=true").first
+    chart.wait_for(timeout=90_000)
+    _settle(page)
+    text = main.inner_text()
+    assert "strict win-rate" in text and "more than the run has" in text
+    legend = chart.locator("g.legend").first.bounding_box()
+    title = chart.locator("g.g-xtitle").first.bounding_box()
+    assert legend and title, (legend, title)
+    assert _box_overlap(legend, title) == 0, (legend, title)
+    assert legend["y"] >= title["y"] + title["height"] - 1  # the legend below the axis title
+    _no_exception(page)
+    _shot(page, artifacts_dir, "ranksets_run_ppr")
