@@ -96,3 +96,36 @@ def test_the_rank_sets_page_opens_on_ppr_and_its_legend_clears_the_axis_title(
     assert legend["y"] >= title["y"] + title["height"] - 1  # the legend below the axis title
     _no_exception(page)
     _shot(page, artifacts_dir, "ranksets_run_ppr")
+
+
+_PLACEHOLDER_FIT = """el => {
+    const cs = getComputedStyle(el);
+    const ctx = document.createElement('canvas').getContext('2d');
+    ctx.font = cs.font;
+    return [ctx.measureText(el.placeholder).width,
+            el.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight)];
+}"""
+
+
+def test_the_judge_form_has_room_for_its_fields(one_repeat_server, page, artifacts_dir):  # noqa: F811
+    """The API judge form on the Generate page: the base URL's placeholder fits its field (it was cut
+    off in a quarter-width column), the key field is a password field, and the form says how to set
+    the key for a running dashboard."""
+    _goto(page, one_repeat_server, "generate")
+    expander = page.get_by_text("Score, judge or cluster a stored run", exact=False).first
+    expander.wait_for(timeout=120_000)
+    expander.click()
+    _settle(page)
+    main = page.locator("[data-testid='stMain']")
+    main.get_by_text("API (OpenAI-compatible)").first.click()
+    _settle(page)
+    url = main.locator("input[placeholder^='http://127.0.0.1:8000/v1']").first
+    url.wait_for(timeout=60_000)
+    text_w, room = url.evaluate(_PLACEHOLDER_FIT)
+    assert text_w <= room, (text_w, room)
+    form = page.locator(".st-key-judge_form")
+    assert form.locator("input[type='password']").count() == 1
+    body = form.inner_text()
+    assert "does not see a variable exported later" in body or "is set in the dashboard" in body
+    _no_exception(page)
+    form.screenshot(path=str(artifacts_dir / "browser_judge_form.png"))
