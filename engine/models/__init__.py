@@ -4,10 +4,9 @@ that share its vocabulary), vocabulary ids (:mod:`.vocab`), device and dtype (:m
 conversion cache (:mod:`.cache`), loading into a LoadedModel (:mod:`.loading`) and the weight-only
 quantizers (:mod:`.quantize`).
 
-Imports torch: command modules import it only inside the commands that load models.
-
-Lazy: importing the package (or a torch-free submodule such as :mod:`.registry`) loads nothing heavy;
-each name below is imported on first use, so the dashboard lists models without importing torch.
+Its modules import torch (all but :mod:`.registry`): command modules use them only inside the commands
+that load models. The package itself is lazy: importing it (or the torch-free :mod:`.registry`) loads
+nothing heavy; each name below is imported on first use, so the dashboard lists models without torch.
 """
 
 from __future__ import annotations
