@@ -28,7 +28,7 @@ from engine.errors import UserError
 from engine.stats.maxt import CALIBRATIONS, WILD_MAX_CLUSTERS, WILD_MAX_MODELS, wild_draws_means
 from engine.stats.multigen import proportion_interval
 from engine.stats.ranking import ranksets_maxt
-from engine.store.scores import imported_facts, per_question_scores
+from engine.store.scores import imported_facts, per_question_scores, question_means
 
 LEVEL = 0.95
 
@@ -113,7 +113,7 @@ def per_question_matrix(
     if mode not in modes:
         raise UserError(f"run {run!r} has no {mode!r} scores; modes: {', '.join(modes)}")
     df = df[df["mode"] == mode]
-    wide = df.groupby(["prompt_id", "model"])["score"].mean().unstack("model").dropna()
+    wide = question_means(df).dropna()
     return [str(c) for c in wide.columns], wide.to_numpy(dtype=float), int(df["repeat"].nunique()), mode
 
 

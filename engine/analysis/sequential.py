@@ -32,7 +32,7 @@ from engine.stats.sequential import (
     sequential_ranksets,
     t_interval,
 )
-from engine.store.scores import per_question_scores
+from engine.store.scores import per_question_scores, question_means
 
 BLOCK = 256  # questions per CS update in a replay (the stop rule is checked on every question)
 
@@ -174,7 +174,7 @@ def mode_matrix(
                 else f"--repeat {repeat}: mode {mode} has no scores"
             )
         sub = sub[sub["repeat"] == repeat]
-    wide = sub.groupby(["prompt_id", "model"])["score"].mean().unstack("model").dropna()
+    wide = question_means(sub).dropna()
     if wide.empty:
         raise UserError(f"no question has scores of every chosen model in mode {mode}")
     wide = wide.sort_index()
@@ -411,7 +411,7 @@ def _live_scores(db: str | os.PathLike, run: str):
     names = [str(m) for m in (cfg.get("models") or sorted(df["model"].unique()))]
     modes = []
     for m in [x for x in MODES if x in set(df["mode"])]:
-        wide = df[df["mode"] == m].groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+        wide = question_means(df[df["mode"] == m])
         M = wide.reindex(index=order, columns=names).to_numpy(dtype=float)
         seen = int(np.argmax(np.isnan(M).any(axis=1))) if np.isnan(M).any() else len(order)
         if seen:

@@ -12,7 +12,6 @@ import torch
 from engine.errors import UserError
 from engine.models.registry import INT4_GROUP  # noqa: F401  (re-exported: the int4 group size)
 
-
 # ---------------------------------------------------------------------------------------------
 # Weight-only quantization (simulated: quantize -> dequantize, float32 result)
 

@@ -199,6 +199,13 @@ def per_question_scores(db: str | os.PathLike, run: str, rule: str | None = None
         ).df()
 
 
+def question_means(df: pd.DataFrame) -> pd.DataFrame:
+    """The score pivot, one home: rows prompt_id, columns model, each cell the mean of the stored
+    repeats' scores (NaN where the model has none). ``df``: :func:`per_question_scores`' rows of one
+    mode (the caller filters the mode, models or repeat first)."""
+    return df.groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+
+
 # ------------------------------------------------------------------ reads of the analyses (rule,
 #   summary, data map)
 
