@@ -220,20 +220,21 @@ with st.expander("Score, judge or cluster a stored run (background jobs)"):
     if not runs_list:
         st.caption("No runs yet.")
     else:
-        a1, a2, a3, a4 = st.columns(4)
+        a1, a2, a3 = st.columns(3)
         act_run = a1.selectbox("Run", runs_list, key="act_run")
         rule = a2.selectbox("Scoring rule", list(config.RULES), key="act_rule")
         if a2.button("Score", key="act_score", icon=":material/grading:"):
             jobs_panel.start_job(jobs_panel.score_args(act_run, rule), kind="score")
-        with a3:
-            jobs_panel.judge_form(act_run, names)
-        method = a4.selectbox("Clustering", list(config.CLUSTER_METHODS), key="act_method")
-        if a4.button("Cluster", key="act_cluster", icon=":material/bubble_chart:"):
+        method = a3.selectbox("Clustering", list(config.CLUSTER_METHODS), key="act_method")
+        if a3.button("Cluster", key="act_cluster", icon=":material/bubble_chart:"):
             extra_args = ["--model", names[0]] if method == "llm" and names else []
             jobs_panel.start_job(
                 ["cluster", "--db", str(L.db_path()), "--run", act_run, "--method", method, *extra_args],
                 kind="cluster",
             )
+        with st.container(border=True, key="judge_form"):  # the page's full width: nothing cut off
+            st.markdown(f"**Judge pairs of run `{act_run}`**")
+            jobs_panel.judge_form(act_run, names)
 
 st.subheader("Stop when decided: live confidence sequences")
 sequential_live.render()

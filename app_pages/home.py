@@ -115,7 +115,8 @@ def _summary(s) -> None:
         st.subheader(f"Headline findings: run {ui.md_code(s.run)}")
         st.caption(
             f"{ui.md_escape(', '.join(s.models))} · dataset {ui.md_code(s.dataset_id)} · rule `{s.rule}` · "
-            f"{s.n_questions} questions × {s.n_repeats} repeats · {sv.chance_text(s)}"
+            f"{ui.plural(s.n_questions, 'question')} × {ui.plural(s.n_repeats, 'repeat')} · "
+            f"{sv.chance_text(s)}"
             + (
                 f" · {s.n_generations:,} generations in {ui.fmt_seconds(s.generation_s)}"
                 if s.generation_s

@@ -17,10 +17,14 @@ ui.header(
     "true rank lies in its set, simultaneously (max-t; rank 1 = best).",
 )
 
-if (
-    st.radio("Source", run_ranksets_view.SOURCE_KINDS, horizontal=True, key="rs_kind")
-    != run_ranksets_view.SOURCE_KINDS[0]
-):
+kind = st.radio(
+    "Source",
+    run_ranksets_view.SOURCE_KINDS,
+    index=run_ranksets_view.default_kind(),  # a run with human labels: PPR on it
+    horizontal=True,
+    key="rs_kind",
+)
+if kind != run_ranksets_view.SOURCE_KINDS[0]:
     run_ranksets_view.render()
     st.stop()
 sources = [s for s in L.comparison_sources() if s.source in ("set", "arena", "judgments")]
@@ -36,9 +40,15 @@ if not sources:
 
 def verdict_source_controls(col, run: str) -> str:
     """A run's judge verdicts as the source: judge labels only, so judge-only rank-sets of one mode."""
+    n = L.run_label_count(run)
     col.caption(
         f"Judge verdicts of run {ui.md_code(run)}: judge labels only, so the rank-sets are judge-only. "
-        "Upload human labels for the same pairs to correct the judge with PPR."
+        + (
+            f"The run has {ui.plural(n, 'human label')}: choose the source "
+            f"“{run_ranksets_view.SOURCE_KINDS[1]}” above for PPR with them."
+            if n
+            else "Label some of its units on the Label page to correct the judge with PPR."
+        )
     )
     return col.radio("Generations judged", list(config.MODES), horizontal=True, key="rs_verdict_mode")
 

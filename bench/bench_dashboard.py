@@ -1,6 +1,8 @@
-"""How long each dashboard page takes to draw on a database with 1M token-trace rows.
+"""How long each dashboard page takes to draw on a database with 1M token-trace rows, and the first
+load of a page in a fresh server process.
 
     .venv/bin/python bench/bench_dashboard.py [--db /tmp/bench_dash.duckdb] [--traces 1000000]
+    .venv/bin/python bench/bench_dashboard.py --first-load home generate [--json]
 
 1. Build (once; reused when the file exists) a database of one run: 4 models x 500 prompts x
    5 repeats x 2 modes = 20,000 generations x 50 steps = 1,000,000 token traces (with top-5
@@ -11,13 +13,23 @@
    and report wall-clock seconds per page (server side: script run incl. queries and figure
    building; the browser's Plotly rendering is not included). Modules are imported once per
    process, so the first page pays for importing torch etc. only when it is first.
+3. ``--first-load PAGE ...``: each page drawn once in its own fresh Python process, opened at its own
+   URL (the page is the navigation's default, as a deep link or a reload opens it): the wall-clock
+   and CPU seconds of that first script run, timed inside it (imports of the dashboard and engine,
+   the page's queries and figures; not the import of Streamlit and pandas nor the runtime's start-up,
+   which a running server has done before its first page), and which heavy
+   modules (torch, transformers, the model backends) it imported. CPU seconds are the figure to
+   read on a shared machine: wall time there mostly measures the other processes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +42,24 @@ from dashboard import navigation  # noqa: E402
 from engine import store  # noqa: E402
 
 PAGES = [p.path for p in navigation.PAGES]
+# modules whose import a first page load must not pay for (generation and model loading only)
+HEAVY = ("torch", "transformers", "engine.generation.hf", "engine.models.loading", "vllm", "ray")
+# the entry script of a first load: the navigation with PAGE as its default (its own URL)
+# (timed inside the script run, in its own thread: AppTest's own start-up per run is not counted)
+ENTRY = """
+import json, sys, time
+t0, c0 = time.perf_counter(), time.thread_time()
+sys.path.insert(0, {root!r})
+import streamlit as st
+from dashboard import navigation
+st.set_page_config(layout="wide")
+st.navigation([
+    st.Page(p.path, title=p.title, default=p.key == {page!r}, url_path=p.url_path or "home")
+    for p in navigation.PAGES
+]).run()
+with open({out!r}, "w") as f:
+    json.dump([time.perf_counter() - t0, time.thread_time() - c0], f)
+"""
 
 
 def build(db: Path, n_traces: int) -> None:
@@ -131,15 +161,77 @@ def time_pages(db: Path) -> list[tuple[str, float, float]]:
     return out
 
 
+def _first_load_here(page: str, db: Path) -> dict:
+    """In this (fresh) process: draw ``page`` once at its own URL; seconds and heavy imports."""
+    os.environ["COUPLED_EVAL_DB"] = str(db)
+    import numpy  # noqa: F401  (a running server has imported these before any page)
+    import pandas  # noqa: F401
+    from streamlit.testing.v1 import AppTest
+
+    tmp = Path(tempfile.mkdtemp(prefix="first_load_"))
+    (tmp / "app_pages").symlink_to(ROOT / "app_pages")  # page paths resolve as in app.py
+    (tmp / "entry.py").write_text(ENTRY.format(root=str(ROOT), page=page, out=str(tmp / "t.json")))
+    at = AppTest.from_file(str(tmp / "entry.py"), default_timeout=600)
+    at.run()
+    wall, cpu = json.loads((tmp / "t.json").read_text())
+    if at.exception:
+        raise RuntimeError(f"{page}: {[e.value for e in at.exception]}")
+    return {
+        "page": page,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "title": [t.value for t in at.title][:1],
+        "heavy_imports": [m for m in HEAVY if m in sys.modules],
+    }
+
+
+def first_load(page: str, db: Path) -> dict:
+    """:func:`_first_load_here` in a fresh Python process (nothing imported or cached before)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--one-first-load", page, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"first load of {page} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def time_first_loads(pages: list[str], db: Path, as_json: bool = False) -> list[dict]:
+    rows = [first_load(p, db) for p in pages]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    for r in rows:
+        if as_json:
+            print(json.dumps({**r, "load_avg_1min": load}), flush=True)
+        else:
+            print(
+                f"first load {r['page']:14s} wall {r['wall_s']:6.2f} s   cpu {r['cpu_s']:6.2f} s   "
+                f"heavy imports: {', '.join(r['heavy_imports']) or 'none'}   (load average {load:.1f})",
+                flush=True,
+            )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", default="/tmp/bench_dashboard.duckdb")
     ap.add_argument("--traces", type=int, default=1_000_000)
+    ap.add_argument(
+        "--first-load",
+        nargs="*",
+        metavar="PAGE",
+        help="only the first load of these pages (keys: home, generate, ...), each in a fresh process",
+    )
+    ap.add_argument("--json", action="store_true", help="--first-load rows as JSON lines")
+    ap.add_argument("--one-first-load", help=argparse.SUPPRESS)  # the child process of --first-load
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
-    if args.smoke:  # a small database in a fresh folder, the Home page only
-        import tempfile
-
+    if args.one_first_load:
+        print(json.dumps(_first_load_here(args.one_first_load, Path(args.db))), flush=True)
+        return
+    if args.smoke:  # a small database in a fresh folder: the Home page, and Generate's first load
         args.db, args.traces = str(Path(tempfile.mkdtemp(prefix="bench_dash_")) / "smoke.duckdb"), 2000
         PAGES[:] = PAGES[:1]
     db = Path(args.db)
@@ -147,8 +239,12 @@ def main() -> None:
         t0 = time.perf_counter()
         build(db, args.traces)
         print(f"built {db} in {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.first_load:
+        time_first_loads(args.first_load, db, args.json)
+        return
     counts = store.table_counts(db)
     print({k: v for k, v in counts.items() if v}, flush=True)
+    time_first_loads(["generate"] if args.smoke else ["home", "generate"], db)
     time_pages(db)
 
 

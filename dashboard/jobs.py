@@ -157,6 +157,7 @@ def start_job(
     env: dict | None = None,
     resumed_from: str | None = None,
     then: list[list[str]] | None = None,
+    secret_env: dict | None = None,
 ) -> str:
     """Start ``python -m engine ARGS`` as a detached background job and return its job id.
 
@@ -166,7 +167,11 @@ def start_job(
         db: the database the job works on; job files go to :func:`jobs_dir` of it.
         progress: append ``--progress-file`` (only for commands that accept it).
         python: the interpreter (default: the current one).
-        env: extra environment variables for the child.
+        env: extra environment variables for the child (recorded in the job's meta file, so a resume
+            gets them again).
+        secret_env: variables for the child's environment only (an API key typed on the judge form for
+            this session): never written to the job's files, its log or its arguments, so not in the
+            process list's command lines either; a resumed job does not get them back.
         then: follow-up argument lists, started one after the other when this job ends with
             exit code 0 (e.g. ``score`` after ``generate``): the job's own wrapper starts the next
             one when its command exits (no browser or page needed); an observer
@@ -186,7 +191,8 @@ def start_job(
         from dashboard.judge_jobs import judge_job_problem
 
         running = [(j.job_id, j.args) for j in list_jobs(db, kind="judge") if j.status == "running"]
-        if problem := judge_job_problem(args, running, {**os.environ, **(env or {})}):
+        environ = {**os.environ, **(env or {}), **(secret_env or {})}
+        if problem := judge_job_problem(args, running, environ):
             raise UserError(problem)
     jdir = jobs_dir(db)
     jdir.mkdir(parents=True, exist_ok=True)
@@ -198,6 +204,7 @@ def start_job(
     child_env = dict(os.environ)
     child_env.setdefault("HF_HUB_OFFLINE", "1")
     child_env.update(env or {})
+    child_env.update(secret_env or {})  # the process environment only: never in `meta` below
     # A tiny sh wrapper records the exit code next to the job files, so the status survives a
     # restart of the process that started the job (its reaper thread would be gone).
     wrapped = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
+from typing import Any
 
 import streamlit as st
 
@@ -245,8 +246,9 @@ def job_panel(kind: str | None = None, limit: int = 5, allow_control: bool = Tru
     _panel()
 
 
-def start_job(args: list[str], kind: str) -> str | None:
-    """Start a background job and remember it in the session; errors become messages."""
+def start_job(args: list[str], kind: str, secret_env: dict | None = None) -> str | None:
+    """Start a background job and remember it in the session; errors become messages. ``secret_env``:
+    variables for the job's process only (:func:`dashboard.jobs.start_job`), e.g. a session's API key."""
     try:
         job_id = jobs.start_job(
             args,
@@ -254,6 +256,7 @@ def start_job(args: list[str], kind: str) -> str | None:
             db=db_path(),
             env={"COUPLED_EVAL_DB": str(db_path())},
             progress=args[0] in jobs.PROGRESS_COMMANDS,
+            secret_env=secret_env,
         )
     except (UserError, OSError) as exc:
         st.error(f"Could not start the job: {md_escape(exc)}")
@@ -316,36 +319,72 @@ def judge_stats_text(stats: dict) -> str:
     )
 
 
+def key_status(key_env: str, session_key: str) -> str:
+    """What the form says about the key: set in the dashboard's environment, typed for this session, or
+    how to set it for a dashboard that is already running (never echoing a key)."""
+    name = shown_key_env(key_env)
+    if session_key:
+        return (
+            f"The key typed here is used for this session's judge jobs: handed to the job's process "
+            f"environment as {name}, never written to a file, a log, the job's arguments or the process "
+            "list (a resumed job needs it typed again)."
+        )
+    if os.environ.get(key_env):
+        return f"{name} is set in the dashboard's environment."
+    return (
+        f"{name} is not set in the dashboard's environment. A running dashboard does not see a "
+        f"variable exported later: stop it, `export {key_env if key_env.isidentifier() else 'NAME'}=…` "
+        "in its shell and start it again (`python -m streamlit run app.py`), or type the key here for "
+        "this session only."
+    )
+
+
+def _api_fields() -> tuple[str, str, str, str, int, Any]:
+    """The API judge's fields at the page's width (the base URL two thirds of it: its placeholder is
+    not cut off), and the column left for the verdict format."""
+    b1, b2 = st.columns([2, 1])
+    base_url = b1.text_input(
+        "Base URL",
+        key="judge_base_url",
+        placeholder="http://127.0.0.1:8000/v1 (empty: $OPENAI_BASE_URL, else OpenAI)",
+    )
+    model = b2.text_input(
+        "Judge model (as the server names it)", key="judge_api_model", placeholder="e.g. gpt-4o-mini"
+    )
+    k1, k2, k3 = st.columns([2, 3, 1])
+    key_env = k1.text_input(
+        "API key variable (its name)",
+        value=DEFAULT_KEY_ENV,
+        key="judge_key_env",
+        help="The NAME of the environment variable holding the key; the job reads the key from it.",
+    ).strip()
+    session_key = k2.text_input(
+        "…or the key, for this session only",
+        type="password",
+        key="judge_session_key",
+        help="Kept in this browser session's memory only and handed to the judge job's environment "
+        "under the variable's name: never written to a file, a log, the job's arguments or the "
+        "process list. Gone when the session ends.",
+    )
+    concurrency = int(k3.number_input("Concurrency", 1, 256, 8, key="judge_concurrency"))
+    st.caption(key_status(key_env, session_key))
+    return base_url, str(model), key_env, session_key, concurrency, st.columns([1, 2])[0]
+
+
 def judge_form(run_id: str, model_names: list[str]) -> str | None:
-    """The judge job form: a local model (transformers or vLLM) or an OpenAI-compatible API judge
-    (base URL, model, the NAME of the key variable, concurrency); the verdict format. Starts the job."""
+    """The judge job form, meant for the page's full width: a local model (transformers or vLLM) or an
+    OpenAI-compatible API judge (base URL, model, the NAME of the key variable or the key for this
+    session only, concurrency); the verdict format. Starts the job."""
     kind = st.radio(
         "Judge", list(JUDGE_KINDS), format_func=JUDGE_KINDS.get, key="judge_kind", horizontal=True
     )
-    base_url, key_env, concurrency = "", DEFAULT_KEY_ENV, 8
+    base_url, key_env, session_key, concurrency = "", DEFAULT_KEY_ENV, "", 8
     if kind == "openai":
-        base_url = st.text_input(
-            "Base URL",
-            key="judge_base_url",
-            placeholder="http://127.0.0.1:8000/v1 (empty: $OPENAI_BASE_URL, else OpenAI)",
-        )
-        model = st.text_input("Judge model (as the server names it)", key="judge_api_model")
-        key_env = st.text_input(
-            "API key variable (its name; the key stays in the environment)",
-            value=DEFAULT_KEY_ENV,
-            key="judge_key_env",
-        ).strip()
-        if key_env.isidentifier():
-            st.caption(
-                f"{shown_key_env(key_env)} is {'set' if os.environ.get(key_env) else 'not set'} in the "
-                "dashboard's environment."
-            )
-        concurrency = int(
-            st.number_input("Concurrency (requests in flight)", 1, 256, 8, key="judge_concurrency")
-        )
+        base_url, model, key_env, session_key, concurrency, fmt_col = _api_fields()
     else:
-        model = st.selectbox("Judge model", model_names or ["(none)"], key="act_judge")
-    fmt = st.selectbox(
+        f1, fmt_col = st.columns([3, 2])
+        model = f1.selectbox("Judge model", model_names or ["(none)"], key="act_judge")
+    fmt = fmt_col.selectbox(
         "Verdict format",
         list(FORMATS),
         key="judge_format",
@@ -361,8 +400,9 @@ def judge_form(run_id: str, model_names: list[str]) -> str | None:
     if kind == "openai" and not (model or "").strip():
         st.error("Name the judge model the server serves.")
         return None
+    secret = {key_env: session_key} if kind == "openai" and session_key else {}
     if kind == "openai" and (
-        problem := key_env_problem(key_env)
+        problem := key_env_problem(key_env, {**os.environ, **secret})
     ):  # never echoes a key typed as the name
         st.error(f"Not started: {problem}.")
         return None
@@ -377,4 +417,5 @@ def judge_form(run_id: str, model_names: list[str]) -> str | None:
             judge_format=fmt,
         ),
         kind="judge",
+        secret_env=secret,
     )

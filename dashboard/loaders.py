@@ -166,29 +166,19 @@ def arena_available() -> bool:
 
 @dataclass(frozen=True)
 class AvailableModel:
-    """A registered model the Generate page offers: its name, variant and vocabulary id (None when the
-    tokenizer is not there to tell)."""
+    """A registered model the Generate page offers: its name and variant."""
 
     name: str
     variant: str
-    vocab: str | None
 
 
 @st.cache_data(show_spinner=False, ttl=600)
 def available_models() -> list[AvailableModel]:
-    """The model registry (name, variant, vocab); [] when the model packages are missing."""
-    try:
-        from engine.models import list_models, spec_vocab_id
-    except ImportError:
-        return []
-    out = []
-    for s in list_models():
-        try:
-            vocab = spec_vocab_id(s)
-        except Exception:  # vocab detection needs the tokenizer; the list still works without it
-            vocab = None
-        out.append(AvailableModel(name=s.name, variant=getattr(s, "variant", ""), vocab=vocab))
-    return out
+    """The model registry (name, variant); [] when the model package is missing. Reads the registry
+    only: no torch and no tokenizer is loaded on the page (a vocabulary check belongs to the run)."""
+    from engine.models.registry import list_models
+
+    return [AvailableModel(name=s.name, variant=s.variant) for s in list_models()]
 
 
 @st.cache_data(show_spinner=False, ttl=600)

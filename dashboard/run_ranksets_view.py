@@ -9,9 +9,23 @@ import streamlit as st
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import config
+from engine.analysis.run_ranksets import METHODS_TEXT
+from engine.analysis.run_units import AuditSource
 from engine.figures.ranks import rankset_intervals_figure
 
 SOURCE_KINDS = ("comparison sets / Arena files", "a run's judge verdicts + its human labels")
+
+
+def labelled_sources() -> list[AuditSource]:
+    """The (run, judge) sources whose run has human labels now (the label log is read live: a label
+    given a moment ago counts)."""
+    return [s for s in L.audit_sources() if L.run_label_count(s.run) > 0]
+
+
+def default_kind() -> int:
+    """The Source radio's default: a run's verdicts + labels when some run has labels (PPR uses them),
+    else the comparison sets."""
+    return 1 if labelled_sources() else 0
 
 
 def render() -> None:
@@ -25,9 +39,15 @@ def render() -> None:
             "Generate",
         )
         return
+    labelled = {(s.run, s.judge) for s in labelled_sources()}
+    first = next((j for j, s in enumerate(sources) if (s.run, s.judge) in labelled), 0)
     c1, c2, c3 = st.columns([4, 2, 2])
     i = c1.selectbox(
-        "Run and judge", range(len(sources)), format_func=lambda j: sources[j].label, key="rr_source"
+        "Run and judge",
+        range(len(sources)),
+        index=first,
+        format_func=lambda j: sources[j].label,
+        key="rr_source",
     )
     src = sources[i]
     alpha = c2.select_slider("α", [0.01, 0.05, 0.1, 0.2], value=0.05, key="rr_alpha")
@@ -56,9 +76,11 @@ def render() -> None:
         )
         if view is None:
             return
+        st.markdown(METHODS_TEXT)
         st.caption(
-            f"{view.n_units:,} judged units of run {ui.md_code(view.run)} · {view.n_labelled:,} with a "
-            f"human label ({view.label_count:,} labels read) · prompts are the clusters"
+            f"{ui.plural(view.n_units, 'judged unit')} of run {ui.md_code(view.run)} · "
+            f"{view.n_labelled:,} with a human label ({ui.plural(view.label_count, 'label')} read) · "
+            "prompts are the clusters"
         )
         for note in view.notes:
             st.info(ui.md_escape(note))
@@ -69,6 +91,11 @@ def render() -> None:
                 key="rr_chart",
             )
             ui.table(view.table, "run_ranksets", key="rr_table")
+            st.caption(
+                "theta_low / theta_high: the marginal 1 − α normal interval of θ, intersected with "
+                "[0, 1] (θ is a probability, so the intersection keeps its coverage); with few labels "
+                "PPR's estimate θ̂ itself can lie outside [0, 1] and is shown as computed (unbiased)."
+            )
         if view.plan is not None:
             st.markdown(f"**Planner** (docs/METHODS.md 9.3): {view.plan.text}.")
 

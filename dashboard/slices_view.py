@@ -21,7 +21,7 @@ def render(
     if res is None:
         return
     for w in res.warnings:
-        st.warning(w)
+        st.warning(ui.md_escape(w))
     ctx = ui.export_context("benchmark", run=run, models=(model_a, model_b))
     ui.chart(
         forest_figure(res.frame(), res.overall["difference"], res.label, by, 1 - res.alpha),

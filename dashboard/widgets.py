@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import downloads, navigation
+from engine.analysis.notices import plural  # noqa: F401  (pages: ui.plural(n, "repeat"))
 from engine.errors import Unavailable, UserError
 
 if TYPE_CHECKING:

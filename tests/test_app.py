@@ -29,14 +29,15 @@ N_PROMPTS, N_REPEATS, N_STEPS = 40, 4, 8
 TIMEOUT = 120
 
 
-def build_small_db(path: Path, seed: int = 0) -> Path:
-    """A small but complete database: 1 run, 3 models, 6 prompts x 3 repeats x 2 modes, traces,
-    scores, LLM-judge verdicts and one uploaded comparison set with human + judge labels."""
+def build_small_db(path: Path, seed: int = 0, repeats: int = N_REPEATS) -> Path:
+    """A small but complete database: 1 run, 3 models, 40 prompts x 4 repeats (or ``repeats``) x 2
+    modes, traces, scores, LLM-judge verdicts and one uploaded comparison set with human + judge
+    labels."""
     rng = np.random.default_rng(seed)
     run = "run-small"
     cfg = {
         "models": list(MODELS),
-        "repeats": N_REPEATS,
+        "repeats": repeats,
         "temperature": 0.7,
         "max_new_tokens": N_STEPS,
         "modes": list(MODES),
@@ -47,7 +48,7 @@ def build_small_db(path: Path, seed: int = 0) -> Path:
         con.execute(
             "INSERT INTO runs (run_id, dataset_id, config, code_version, key_mode, warnings, status, n_units) "
             "VALUES (?, 'ds-small', ?, 'test', 'token_id', '[]', 'done', ?)",
-            [run, json.dumps(cfg), len(MODELS) * N_PROMPTS * N_REPEATS * len(MODES)],
+            [run, json.dumps(cfg), len(MODELS) * N_PROMPTS * repeats * len(MODES)],
         )
         for m in MODELS:
             con.execute(
@@ -76,7 +77,7 @@ def build_small_db(path: Path, seed: int = 0) -> Path:
         gens, traces, scores = [], [], []
         for mode in MODES:
             for i in range(N_PROMPTS):
-                for r in range(N_REPEATS):
+                for r in range(repeats):
                     shared = rng.integers(3, 99, N_STEPS)  # the coupled path all models start on
                     diverge = int(rng.integers(1, N_STEPS))
                     for mi, m in enumerate(MODELS):
@@ -131,7 +132,7 @@ def build_small_db(path: Path, seed: int = 0) -> Path:
         judg = []
         for mode in MODES:
             for i in range(N_PROMPTS):
-                for r in range(N_REPEATS):
+                for r in range(repeats):
                     for a in range(len(MODELS)):
                         for b in range(a + 1, len(MODELS)):
                             for order in ("ab", "ba"):

@@ -223,18 +223,18 @@ def test_accuracy_rank_sets_cover_the_true_ranks_in_a_seeded_simulation():
 
 
 def test_accuracy_interval_exact_cases():
+    """An import has one 0/1 score per question: the exact Clopper-Pearson interval (the one rule of
+    engine.stats.multigen.proportion_interval; tests/test_proportion_interval.py)."""
     from scipy import stats as st
 
-    from engine.analysis.accuracy_ranks import accuracy_interval
+    from engine.stats.multigen import proportion_interval
 
-    tq = float(st.t.ppf(0.975, 7))
-    assert accuracy_interval(np.zeros(8), tq) == pytest.approx(
+    assert proportion_interval(np.zeros(8), 1) == pytest.approx(
         (0.0, 1 - 0.025 ** (1 / 8)), rel=1e-12
     )  # 0 of 8
-    assert accuracy_interval(np.ones(8), tq) == pytest.approx((0.025 ** (1 / 8), 1.0), rel=1e-12)
-    lo, hi = accuracy_interval(np.array([0, 1] * 4, float), tq)
-    se = np.std([0, 1] * 4, ddof=1) / np.sqrt(8)
-    assert (lo, hi) == (max(0.5 - tq * se, 0.0), min(0.5 + tq * se, 1.0))
+    assert proportion_interval(np.ones(8), 1) == pytest.approx((0.025 ** (1 / 8), 1.0), rel=1e-12)
+    lo, hi = proportion_interval(np.array([0, 1] * 4, float), 1)
+    assert (lo, hi) == pytest.approx((st.beta.ppf(0.025, 4, 5), st.beta.ppf(0.975, 5, 4)), rel=1e-12)
     # Clopper-Pearson upper bound for 0 successes equals the beta quantile
     assert 1 - 0.025 ** (1 / 8) == pytest.approx(st.beta.ppf(0.975, 1, 8), rel=1e-12)
 

@@ -153,3 +153,77 @@ def test_judge_form_with_the_key_typed_as_the_name_starts_nothing_and_writes_not
     assert (typed in errors) is (typed == "SECRETKEY123")
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert not (data / "jobs").exists() and all(typed.encode() not in p.read_bytes() for p in files)
+
+
+def _unset_form():
+    from dashboard import jobs_panel
+
+    jobs_panel.judge_form("r1", ["m1", "m2"])
+
+
+def test_an_unset_key_variable_says_how_to_set_it_for_a_running_dashboard(started, monkeypatch):
+    monkeypatch.delenv("NOT_EXPORTED_KEY", raising=False)
+    at = AppTest.from_function(_unset_form, default_timeout=60).run()
+    at.radio(key="judge_kind").set_value("openai").run()
+    at.text_input(key="judge_key_env").set_value("NOT_EXPORTED_KEY").run()
+    text = _page_text(at)
+    assert "$NOT_EXPORTED_KEY is not set in the dashboard's environment" in text
+    assert "A running dashboard does not see a variable exported later" in text
+    assert "`export NOT_EXPORTED_KEY=…`" in text and "start it again" in text
+    assert "type the key here for this session only" in text
+
+
+def test_a_key_typed_for_this_session_reaches_the_job_environment_only(started, monkeypatch):
+    """The variable is not exported: the key typed in the password field starts the job, handed over
+    as ``secret_env`` (the job's process environment), never in its arguments or on the page."""
+    monkeypatch.delenv("SESSION_KEY_VAR", raising=False)
+    at = AppTest.from_function(_form, default_timeout=60).run()
+    at.radio(key="judge_kind").set_value("openai").run()
+    at.text_input(key="judge_api_model").set_value("judge-1")
+    at.text_input(key="judge_key_env").set_value("SESSION_KEY_VAR")
+    at.text_input(key="judge_session_key").set_value(SECRET).run()
+    assert "The key typed here is used for this session's judge jobs" in _page_text(at)
+    at.button(key="act_judge_btn").click().run()
+    assert not at.exception and len(started) == 1, [e.value for e in at.error]
+    args, kw = started[0]
+    assert kw["secret_env"] == {"SESSION_KEY_VAR": SECRET} and SECRET not in " ".join(args)
+    assert SECRET not in repr(kw["env"])  # env is recorded in the job's meta file: never the key
+    shown = " ".join(
+        [e.value for kind in ("markdown", "caption", "error", "text", "code") for e in getattr(at, kind)]
+    )
+    assert SECRET not in shown
+
+
+def test_a_session_key_job_keeps_the_key_out_of_files_logs_and_ps(tmp_path, monkeypatch):
+    """The real job (not a stub) against the fake API server: the key typed for the session judges
+    every pair, and no file under the data folder, no log and no process command line holds it."""
+    from dashboard import jobs, jobs_panel
+    from engine import store
+    from tests.fake_openai import FakeOpenAI
+    from tests.test_judge import make_judge_run
+    from tests.test_judge_hardening import KEY, _files_with, _ps
+
+    data = tmp_path / "data"
+    data.mkdir()
+    db = data / "x.duckdb"
+    make_judge_run(db, n_prompts=3, repeats=1, models=("m1", "m2"), modes=("coupled",))
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.delenv("SESSION_ONLY_KEY", raising=False)
+    with FakeOpenAI(key=KEY, latency_s=0.05) as srv:
+        args = jobs_panel.judge_args(
+            "r1", "openai", "judge-1", base_url=srv.url, key_env="SESSION_ONLY_KEY", concurrency=1
+        )
+        job = jobs.start_job(
+            args, kind="judge", db=db, progress=True, secret_env={"SESSION_ONLY_KEY": KEY}
+        )
+        seen_ps = _ps()
+        st = jobs.wait_job(job, db, timeout_s=120)
+        assert st.status == "done", st.log_tail
+        assert srv.n_chat == 6
+    assert KEY not in seen_ps and "SESSION_ONLY_KEY" in " ".join(args)
+    store.query_df(db, "SELECT 1")
+    assert _files_with(tmp_path, KEY.encode()) == []
+    # a resume has no key (it was never written): refused in one line, naming the variable only
+    with pytest.raises(Exception, match=r"\$SESSION_ONLY_KEY is not set") as exc:
+        jobs.start_job(args, kind="judge", db=db)
+    assert KEY not in str(exc.value)

@@ -30,7 +30,7 @@ from engine.errors import UserError
 from engine.stats.maxt import CALIBRATIONS, WILD_MAX_CLUSTERS, WILD_MAX_MODELS, wild_draws_means
 from engine.stats.multigen import proportion_interval
 from engine.stats.ranking import ranksets_maxt
-from engine.store.scores import imported_facts, per_question_scores
+from engine.store.scores import imported_facts, per_question_scores, question_means
 
 LEVEL = 0.95
 
@@ -115,18 +115,8 @@ def per_question_matrix(
     if mode not in modes:
         raise UserError(f"run {run!r} has no {mode!r} scores; modes: {', '.join(modes)}")
     df = df[df["mode"] == mode]
-    wide = df.groupby(["prompt_id", "model"])["score"].mean().unstack("model").dropna()
+    wide = question_means(df).dropna()
     return [str(c) for c in wide.columns], wide.to_numpy(dtype=float), int(df["repeat"].nunique()), mode
-
-
-def accuracy_interval(y: np.ndarray, tq: float, level: float = LEVEL) -> tuple[float, float]:
-    """The per-model accuracy interval of the per-question scores ``y``: the t interval over questions
-    clipped to [0, 1], or at an all-0 / all-1 score the exact Clopper-Pearson interval for Q questions
-    (:func:`engine.stats.multigen.proportion_interval`, the one rule of summary and the Benchmark
-    page)."""
-    Q, mu = len(y), float(np.mean(y))
-    se = float(np.std(y, ddof=1) / np.sqrt(Q))
-    return proportion_interval(mu, se, tq, Q, level)
 
 
 def rank_accuracies(
@@ -186,12 +176,13 @@ def accuracy_ranksets(
         raise UserError(f"run {run!r}: only {Q} question(s) scored for every model; need at least 2")
     theta, sigma, rs = rank_accuracies(M, alpha, np.random.default_rng(seed), n_draws)
     se = np.sqrt(np.diag(sigma))
-    tq = float(_st.t.ppf(1 - (1 - LEVEL) / 2, Q - 1))
     facts = imported_facts(db, run) or {}
     headline = facts.get("headline") or {}
     rows = []
     for i, m in enumerate(models):
-        lo, hi = accuracy_interval(M[:, i], tq)
+        # the one per-model accuracy interval of summary and the Benchmark page: Clopper-Pearson for one
+        # 0/1 score per question, else t over questions (engine.stats.multigen.proportion_interval)
+        lo, hi = proportion_interval(M[:, i], repeats, LEVEL)
         rows.append(
             ModelAccuracy(
                 m,
@@ -239,13 +230,16 @@ def two_models(db: str | os.PathLike, run: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class PairedAccuracy:
-    """Two models on one run without coupling (e.g. imported): the paired t over questions
-    (docs/METHODS.md 7.1) and the questions a target difference needs."""
+    """Two models on one run without the coupled-vs-independent analysis (imported, or one repeat):
+    each model's accuracy with its interval, the paired t over questions (docs/METHODS.md 7.1) and
+    the questions a target difference needs."""
 
     run: str
     mode: str
     models: tuple[str, str]
     accuracy: tuple[float, float]
+    # per model (low, high): engine.stats.multigen.proportion_interval, the rule of summary
+    accuracy_ci: tuple[tuple[float, float], tuple[float, float]]
     harness_accuracy: tuple[float | None, float | None]
     n_questions: int
     n_repeats: int
@@ -263,6 +257,7 @@ class PairedAccuracy:
             "mode": self.mode,
             "models": list(self.models),
             "accuracy": list(self.accuracy),
+            "accuracy_ci": [list(c) for c in self.accuracy_ci],
             "harness_accuracy": list(self.harness_accuracy),
             "n_questions": self.n_questions,
             "n_repeats": self.n_repeats,
@@ -318,6 +313,10 @@ def paired_accuracy(
         mode,
         (model_a, model_b),
         (float(A.mean()), float(B.mean())),
+        (
+            proportion_interval(A.mean(axis=1), A.shape[1], 1 - alpha),
+            proportion_interval(B.mean(axis=1), B.shape[1], 1 - alpha),
+        ),
         (head.get(model_a), head.get(model_b)),
         int(A.shape[0]),
         int(A.shape[1]),

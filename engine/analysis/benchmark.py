@@ -24,7 +24,7 @@ from engine.analysis.benchmark_result import (
     SavingAt,
     SavingDefinitions,
 )
-from engine.analysis.notices import AnalysisWarning, Notice, small_sample_warning
+from engine.analysis.notices import AnalysisWarning, Notice, plural, small_sample_warning
 from engine.analysis.overview import db_exists
 from engine.analysis.stats_records import (
     KdeCurve,
@@ -510,10 +510,10 @@ def _planner(
         se_plans=se_rows,
         headline_fits=bool(current["fits"]),
         headline=(
-            f"coupled, {R} repeats: MDE {target_mde:g} at {power:.0%} power needs "
+            f"coupled, {plural(R, 'repeat')}: MDE {target_mde:g} at {power:.0%} power needs "
             f"{current['questions']:,} questions; this dataset has {Q}"
             if current["questions"] is not None
-            else f"coupled, {R} repeats: MDE {target_mde:g} is not reachable"
+            else f"coupled, {plural(R, 'repeat')}: MDE {target_mde:g} is not reachable"
         ),
     )
 
@@ -529,6 +529,7 @@ def benchmark_choices(db: str | os.PathLike) -> BenchmarkChoices:
         rules={r: list(m) for r, m in zip(df["run_id"], df["rules"])},
         modes={r: list(m) for r, m in zip(df["run_id"], df["modes"])},
         subjects={r: g["subject"].tolist() for r, g in subj.groupby("run_id")},
+        repeats={r: int(n) for r, n in zip(df["run_id"], df["repeats"])},
     )
 
 

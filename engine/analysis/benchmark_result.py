@@ -127,10 +127,11 @@ class BenchmarkComparison(_ToDict):
 @dataclass(frozen=True)
 class BenchmarkChoices(_ToDict):
     """What the benchmark-style pages offer: scored runs, and per run its models, rules, modes,
-    subjects."""
+    subjects and number of scored repeats (the coupled-vs-independent analysis needs 2 or more)."""
 
     runs: list[str] = field(default_factory=list)
     models: dict[str, list[str]] = field(default_factory=dict)
     rules: dict[str, list[str]] = field(default_factory=dict)
     modes: dict[str, list[str]] = field(default_factory=dict)
     subjects: dict[str, list[str]] = field(default_factory=dict)
+    repeats: dict[str, int] = field(default_factory=dict)

@@ -13,6 +13,12 @@ from enum import Enum
 SMALL_SAMPLE_CLUSTERS = 30
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` in the number it needs: "1 repeat", "3 repeats", "1 sampled unit", "2,000
+    units" (``many``: an irregular plural). Every count shown in a sentence goes through it."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
 class Notice(str, Enum):
     CONNECTIVITY = "connectivity"  # the comparison graph falls apart: some models are never linked
     ABSENT_MODEL = "absent_model"  # a model has no labelled comparison in this group
@@ -61,10 +67,11 @@ class AnalysisWarning(str):
 
 
 # what a few questions do to a per-model accuracy interval (engine.stats.multigen.proportion_interval;
-# the figures: tests/test_proportion_interval.py, exact binomial coverage with one score per question)
+# the figures: bench/accuracy_interval_coverage.py and docs/INTERVALS.md, exact binomial coverage)
 ACCURACY_FEW_QUESTIONS = (
-    "a 0/1 accuracy's t interval covers only about 0.86-0.90 (not 0.95) at its worst "
-    "with 8-40 questions; an all-0 or all-1 score gets the exact Clopper-Pearson interval"
+    "with one 0/1 score per question an accuracy's interval is the exact Clopper-Pearson one "
+    "(covers at least 95%); with repeats or partial credit it is the t interval over questions, "
+    "approximate with few questions"
 )
 
 

@@ -366,7 +366,7 @@ def ranksets_for(
         models=models,
         method=method,
         theta={m: float(t) for m, t in zip(models, theta)},
-        theta_ci={m: [float(t - z * e), float(t + z * e)] for m, t, e in zip(models, theta, se)},
+        theta_ci={m: theta_interval(float(t), float(z * e)) for m, t, e in zip(models, theta, se)},
         sigma=sigma.tolist(),
         lam=None if lam_out is None else float(lam_out),
         ranksets={m: [int(a), int(b)] for m, a, b in zip(models, rs["lower"], rs["upper"])},
@@ -392,10 +392,18 @@ def ranksets_for(
     )
 
 
+def theta_interval(theta: float, half: float) -> list[float]:
+    """The marginal interval θ̂ ± half of a win-rate, intersected with [0, 1]: θ is a probability, so
+    the intersection covers it exactly when the interval did (coverage unchanged). PPR's θ̂ = a − b
+    (a judge estimate minus a rectifier) can itself leave [0, 1] with few labels; it is left as it is
+    (unbiased), and an interval wholly outside [0, 1] becomes the nearest end, [0, 0] or [1, 1]."""
+    return [min(max(theta - half, 0.0), 1.0), max(min(theta + half, 1.0), 0.0)]
+
+
 THETA_TEXT = (
     "theta = the model's strict win-rate against a uniformly random other model (P(its output is "
     "preferred); ties count as a non-win); interval = marginal (1 - alpha) normal interval from the "
-    "covariance in use"
+    "covariance in use, intersected with [0, 1] (theta is a probability)"
 )
 
 

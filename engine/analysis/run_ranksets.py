@@ -17,18 +17,34 @@ import pandas as pd
 
 from engine.analysis import run_units as U
 from engine.analysis.comparisons import cluster_ids, model_indices, win_indicators
+from engine.analysis.notices import plural
 from engine.analysis.ranksets import RankSets, ranksets_for
 from engine.analysis.result_base import ToDict, plain
 from engine.errors import UserError
 from engine.stats import label_plan as LP
 
 METHOD_NAMES = {"ppr": "PPR (judge + human)", "judge": "judge only", "human": "human only"}
+# what the three methods are, for a reader of the page (docs/METHODS.md 4)
+METHODS_TEXT = (
+    "θ (theta) is a model's strict win-rate: the probability that its answer is preferred over a "
+    "uniformly random other model's (ties count as a non-win). **PPR** (prediction-powered ranking, "
+    "docs/METHODS.md 4) estimates θ from the judge's verdicts on the units without a human label and "
+    "corrects it by the judge's error measured on the units with one: θ̂ = λ·θ̂_judge(unlabelled) + "
+    "(θ̂_human − λ·θ̂_judge)(labelled), with the judge's weight λ ∈ [0, 1] chosen from the data. The "
+    "correction removes the judge's bias; the many judge verdicts make the interval narrower than the "
+    "human labels alone give. **Judge only** ranks the judge's preferences (its biases included); "
+    "**human only** uses the labelled units alone. Rank 1 = best; a rank-set holds every rank the "
+    "model may have, at level 1 − α for all models at once."
+)
 
 
 @dataclass(frozen=True)
 class LabelPlan(ToDict):
     """The planner's answer (docs/METHODS.md 9.3): predicted widest rank-set and widest theta CI now
-    (normal calibration) and the labels needed for each target; None = not reachable by labels alone."""
+    (normal calibration) and the labels needed for each target; None = not reachable by labels alone.
+    A run has only so many units to label: ``n_unlabelled`` judged units are left, and the widths with
+    every one of them labelled are ``rankset_width_all`` / ``ci_width_all``; a target that needs more
+    labels than that needs more generated (and judged) questions, and the text says so."""
 
     n_labelled: int
     rankset_width_now: int
@@ -39,6 +55,10 @@ class LabelPlan(ToDict):
     more_for_ci_width: int | None
     ci_width_floor: float  # the widest CI with unlimited labels (the judge-only term)
     text: str
+    n_units: int = 0  # judged units of the ranked models (labelled or not)
+    n_unlabelled: int = 0  # judged units without a human label: the most labels this run can take
+    rankset_width_all: int | None = None  # predicted with every unlabelled unit labelled
+    ci_width_all: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +109,23 @@ def unit_frame(units: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _labels_needed(
+    what: str, more: int | None, unreachable: str, n_unlabelled: int, n_units: int
+) -> str:
+    """One target's sentence: "about N more labels", capped at the units the run has."""
+    if more is None:
+        return f"{what}: {unreachable}"
+    if more == 0:
+        return f"{what}: met with the labels there are"
+    if more <= n_unlabelled:
+        return f"{what}: about {plural(more, 'more label')}"
+    return (
+        f"{what}: about {plural(more, 'more label')}, more than the run has: only "
+        f"{plural(n_unlabelled, 'judged unit')} of {n_units:,} are unlabelled, so label them all and "
+        "generate (and judge) more questions for the rest"
+    )
+
+
 def labelled_term(df: pd.DataFrame, res: RankSets) -> tuple[np.ndarray, int]:
     """PPR's labelled-set covariance term ``Sigma_lab`` (:func:`engine.stats.label_plan.labelled_sigma`,
     prompts as clusters) and the number n of units it comes from: the units of ``df`` (a
@@ -115,11 +152,17 @@ def plan_labels(
     sig = np.asarray(res.sigma)
     sig_lab, n = labelled_term(df, res)
     theta = np.array([res.theta[m] for m in res.models])
-    rs_now = LP.rankset_width(
-        theta, sig, res.alpha, res.procedure if res.procedure != "chi2" else "chi2", seed, 4000
-    )
+    models = res.models
+    judged = df[df.model_a.isin(models) & df.model_b.isin(models) & df.judge_winner.notna()]
+    left = len(judged) - n  # the judged units without a human label
+    rs_now = LP.rankset_width(theta, sig, res.alpha, res.procedure, seed, 4000)
     ci_now = float(LP.ci_widths(sig, sig_lab, n, 0, res.alpha).max())
     floor = float(LP.ci_widths(sig, sig_lab, n, np.inf, res.alpha).max())
+    # every unlabelled unit labelled: the most this run's units can give
+    rs_all = LP.rankset_width(
+        theta, LP.predicted_sigma(sig, sig_lab, n, left), res.alpha, res.procedure, seed, 4000
+    )
+    ci_all = float(LP.ci_widths(sig, sig_lab, n, left, res.alpha).max())
     more_rs = (
         None
         if width is None
@@ -131,28 +174,45 @@ def plan_labels(
         None if ci_width is None else LP.more_for_ci_width(sig, sig_lab, n, res.alpha, float(ci_width))
     )
     parts = [
-        f"with {n:,} labels: widest rank-set {rs_now}, widest theta CI {ci_now:.3f} "
-        f"(floor with unlimited labels {floor:.3f})"
+        f"with {plural(n, 'label')}: widest rank-set {rs_now}, widest theta CI {ci_now:.3f} "
+        f"(floor with unlimited labels {floor:.3f}); with all {plural(left, 'unlabelled unit')} of this "
+        f"run labelled: widest rank-set {rs_all}, widest theta CI {ci_all:.3f}"
     ]
     if width is not None:
         parts.append(
-            f"rank-sets no wider than {width}: "
-            + (
-                "not reachable by more labels alone (the judge-only term or tied estimates)"
-                if more_rs is None
-                else f"about {more_rs:,} more labels"
+            _labels_needed(
+                f"rank-sets no wider than {width}",
+                more_rs,
+                "not reachable by more labels alone (the judge-only term or tied estimates)",
+                left,
+                len(judged),
             )
         )
     if ci_width is not None:
         parts.append(
-            f"theta CIs no wider than {ci_width:g}: "
-            + (
-                "not reachable (below the judge-only floor)"
-                if more_ci is None
-                else f"about {more_ci:,} more labels"
+            _labels_needed(
+                f"theta CIs no wider than {ci_width:g}",
+                more_ci,
+                "not reachable (below the judge-only floor)",
+                left,
+                len(judged),
             )
         )
-    return LabelPlan(n, rs_now, ci_now, width, more_rs, ci_width, more_ci, floor, "; ".join(parts))
+    return LabelPlan(
+        n,
+        rs_now,
+        ci_now,
+        width,
+        more_rs,
+        ci_width,
+        more_ci,
+        floor,
+        "; ".join(parts),
+        len(judged),
+        left,
+        rs_all,
+        ci_all,
+    )
 
 
 def run_ranksets(

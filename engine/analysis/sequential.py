@@ -25,7 +25,7 @@ from engine.analysis.sequential_stop import StopState, cs_path, pair_text, stop_
 from engine.config import MODES
 from engine.errors import UserError
 from engine.stats.sequential import StopRule, check_alpha, pair_alpha, pairs_of, question_order
-from engine.store.scores import per_question_scores
+from engine.store.scores import per_question_scores, question_means
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def mode_matrix(
                 else f"--repeat {repeat}: mode {mode} has no scores"
             )
         sub = sub[sub["repeat"] == repeat]
-    wide = sub.groupby(["prompt_id", "model"])["score"].mean().unstack("model").dropna()
+    wide = question_means(sub).dropna()
     if wide.empty:
         raise UserError(f"no question has scores of every chosen model in mode {mode}")
     wide = wide.sort_index()
@@ -374,7 +374,7 @@ def _live_scores(db: str | os.PathLike, run: str):
     names = [str(m) for m in (cfg.get("models") or sorted(df["model"].unique()))]
     modes = []
     for m in [x for x in MODES if x in set(df["mode"])]:
-        wide = df[df["mode"] == m].groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+        wide = question_means(df[df["mode"] == m])
         M = wide.reindex(index=order, columns=names).to_numpy(dtype=float)
         seen = int(np.argmax(np.isnan(M).any(axis=1))) if np.isnan(M).any() else len(order)
         if seen:

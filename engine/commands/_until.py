@@ -151,11 +151,11 @@ def mode_progress(
 ) -> ModeProgress:
     """Rebuild one mode's pairwise CSs from the stored scores of the first ``n_seen`` questions."""
     from engine.store.generations import per_model_counts
-    from engine.store.scores import per_question_scores
+    from engine.store.scores import per_question_scores, question_means
 
     df = per_question_scores(db, run_id, score_rule)
     df = df[df["mode"] == mode]
-    wide = df.groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+    wide = question_means(df)
     M = wide.reindex(index=list(order[:n_seen]), columns=list(names)).to_numpy(dtype=float)
     if np.isnan(M).any():
         raise RuntimeError(

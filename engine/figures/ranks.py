@@ -81,9 +81,17 @@ def rankset_intervals_figure(table: pd.DataFrame, title: str = "Rank-sets") -> g
     k = len(models)
     fig.update_xaxes(title="rank (1 = best)", dtick=1, range=[0.5, k + 0.5])
     fig.update_yaxes(tickvals=list(range(k)), ticktext=models, range=[k - 0.5, -0.5])  # best on top
-    return layout(
-        fig, title, height=140 + (35 + 15 * (G - 1)) * k, legend=dict(orientation="h", y=-0.15)
+    if not any(groups):
+        return layout(fig, title, height=140 + 35 * k)
+    # the legend in its own band at the figure's bottom edge (container coordinates), below the axis
+    # title: placed in plot coordinates (y = -0.15) it sat on the title whatever the figure's height
+    layout(
+        fig,
+        title,
+        height=180 + (35 + 15 * (G - 1)) * k,
+        legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0, xanchor="left"),
     )
+    return fig.update_layout(margin_b=95)  # the axis title, then the legend's band
 
 
 def accuracy_ranks_figure(

@@ -17,13 +17,51 @@
 
 A new backend is a module next to :mod:`.hf` whose class satisfies :class:`.types.Backend`: the same
 GenResult chunks for the same (prompt, repeat, seed) units, noise from :mod:`engine.sampling.noise`.
+
+Lazy: importing the package (or a light submodule such as :mod:`.backends`) loads nothing heavy;
+each name below is imported on first use, so the dashboard's Generate page draws without torch.
 """
 
-from engine.generation.hf import complete, generate_units, iter_generate, stream_units
-from engine.generation.prompts import chat_text, prompt_messages
-from engine.generation.run import code_version, run_generation, run_id_for
-from engine.generation.types import Backend, GenConfig, GenResult, Unit, as_units
-from engine.store.runs import run_settings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names, for type checkers and readers; loaded on first use
+    from engine.generation.hf import complete, generate_units, iter_generate, stream_units
+    from engine.generation.prompts import chat_text, prompt_messages
+    from engine.generation.run import code_version, run_generation, run_id_for
+    from engine.generation.types import Backend, GenConfig, GenResult, Unit, as_units
+    from engine.store.runs import run_settings
+
+_EXPORTS: dict[str, str] = {
+    "complete": "engine.generation.hf",
+    "generate_units": "engine.generation.hf",
+    "iter_generate": "engine.generation.hf",
+    "stream_units": "engine.generation.hf",
+    "chat_text": "engine.generation.prompts",
+    "prompt_messages": "engine.generation.prompts",
+    "code_version": "engine.generation.run",
+    "run_generation": "engine.generation.run",
+    "run_id_for": "engine.generation.run",
+    "Backend": "engine.generation.types",
+    "GenConfig": "engine.generation.types",
+    "GenResult": "engine.generation.types",
+    "Unit": "engine.generation.types",
+    "as_units": "engine.generation.types",
+    "run_settings": "engine.store.runs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The exported ``name``, importing its module on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Backend",

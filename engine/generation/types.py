@@ -8,7 +8,6 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from engine import config
 from engine.errors import UserError
-from engine.sampling.gumbel import check_params
 
 
 class Unit(NamedTuple):
@@ -46,6 +45,10 @@ class GenConfig:
     )
 
     def __post_init__(self) -> None:
+        # imported here: the sampler imports torch, and this module must not (the dashboard's Generate
+        # page reads the backend names through engine.generation.backends without torch)
+        from engine.sampling.gumbel import check_params
+
         check_params(self.temperature, self.top_k, self.top_p)
         for name in ("max_new_tokens", "batch_size"):
             v = getattr(self, name)

@@ -10,9 +10,7 @@ import numpy as np
 import torch
 
 from engine.errors import UserError
-
-INT4_GROUP = 64
-
+from engine.models.registry import INT4_GROUP  # noqa: F401  (re-exported: the int4 group size)
 
 # ---------------------------------------------------------------------------------------------
 # Weight-only quantization (simulated: quantize -> dequantize, float32 result)

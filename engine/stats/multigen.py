@@ -9,7 +9,9 @@ prompts, ``k`` generations each. Hierarchical model: ``p_i ~ P(mu, sigma)``,
 Family:
 
 * :func:`p_correct`               p̂_i = mean_j y_ij
-* :func:`proportion_interval`     the per-model accuracy interval: t, or Clopper-Pearson at 0 and 1
+* :func:`clopper_pearson`         the exact binomial interval for x of n
+* :func:`proportion_interval`     the per-model accuracy interval: Clopper-Pearson for one 0/1 score
+  per question, else t (Clopper-Pearson at 0 and 1)
 * :func:`score_variance`          μ̂, Var̂(μ̂) = σ̂²/n, t CI, unbiased within/between components
 * :func:`bootstrap_score_ci`      percentile bootstrap over prompts (the check of the above)
 * :func:`single_generation_scores` column means of Y and their spread (best - worst)
@@ -54,32 +56,64 @@ def p_correct(Y) -> np.ndarray:
     return _as_matrix(Y).mean(axis=1)
 
 
-def proportion_interval(
-    mu: float, se: float, crit: float, n: int, conf: float = 0.95
-) -> tuple[float, float]:
-    """THE per-model accuracy interval (summary, Benchmark page, accuracy-ranks): the t interval
-    mu ± crit·se intersected with [0, 1]; when mu is exactly 0 or 1 (every question scored 0, or 1)
-    the exact Clopper-Pearson interval for n questions, [0, 1 − (α/2)^(1/n)] or [(α/2)^(1/n), 1].
+def clopper_pearson(x: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """The exact binomial interval for x successes in n independent trials (Clopper & Pearson, 1934).
 
-    Guarantee at the boundary: P(all n questions score 0) ≤ Π_i (1 − p_i) ≤ (1 − p̄)^n for independent
-    questions whatever the dependence between a question's repeats, so the bound misses p̄ with
-    probability ≤ α/2 (the number of questions is the clustered effective size). The point [0, 0] it
-    replaces covers p̄ = 0.05 with probability 0.34 at 8 questions (tests/test_proportion_interval.py).
-    Away from the boundary the t interval of 0/1 scores is approximate: its minimum exact coverage
-    over p̄ is about 0.89-0.92 at nominal 0.95 with 8-40 questions (said in the small-sample warning).
+    low = Beta⁻¹(α/2; x, n − x + 1) (0 at x = 0),  high = Beta⁻¹(1 − α/2; x + 1, n − x) (1 at x = n).
+
+    Guarantee: P(p ∈ [low, high]) ≥ 1 − α for every p in [0, 1] and every n (each tail misses with
+    probability ≤ α/2); exact, no large-sample approximation. At x = 0 the bound is 1 − (α/2)^(1/n).
 
     Args:
-        mu: the mean score in [0, 1]; se: its standard error; crit: the critical value (t_{n−1});
-        n: questions (clusters); conf: the level (α = 1 − conf).
+        x: successes, 0 <= x <= n;  n: trials (>= 1);  conf: the level (α = 1 − conf).
     Returns:
-        (low, high) within [0, 1] (NaN stays NaN).
+        (low, high) within [0, 1].
     """
+    if not (n >= 1 and 0 <= x <= n):
+        raise ValueError(f"clopper_pearson needs 0 <= x <= n and n >= 1, got x={x}, n={n}")
+    a = 1 - conf
+    low = 0.0 if x == 0 else float(_st.beta.ppf(a / 2, x, n - x + 1))
+    high = 1.0 if x == n else float(_st.beta.ppf(1 - a / 2, x + 1, n - x))
+    return low, high
+
+
+def proportion_interval(p, k: int, conf: float = 0.95, crit: float | None = None) -> tuple[float, float]:
+    """THE per-model accuracy interval (summary, Benchmark page, accuracy-ranks, multigen, the report)
+    from the per-question mean scores p̂_i (k repeats each, scores in [0, 1]):
+
+    * one repeat and 0/1 scores: x = Σ_i p̂_i correct of n questions, the exact Clopper-Pearson
+      interval (:func:`clopper_pearson`);
+    * repeats or partial credit: the t interval μ̂ ± t_{n−1} sd(p̂)/√n intersected with [0, 1], and at
+      an all-0 or all-1 score (SE 0) the Clopper-Pearson bound for n questions, [0, 1 − (α/2)^(1/n)]
+      or [(α/2)^(1/n), 1].
+
+    Guarantee: with questions drawn independently (the clusters of METHODS 7) and one 0/1 score each,
+    every score is Bernoulli(μ) and the count Binomial(n, μ), so the coverage is ≥ 1 − α at every μ;
+    the t interval of such scores covers only 0.86-0.90 at its worst over μ with 8-40 questions at
+    95% (bench/accuracy_interval_coverage.py, docs/INTERVALS.md). At the boundary P(all n questions
+    score 0) ≤ Π_i (1 − p_i) ≤ (1 − p̄)^n whatever the dependence between a question's repeats, so
+    the bound misses with probability ≤ α/2. With repeats or partial credit the t interval over
+    questions (clusters) is asymptotically exact (n → ∞).
+
+    Args:
+        p: (n,) per-question mean scores in [0, 1]; k: repeats per question; conf: the level;
+        crit: a fixed critical value for the t interval (default t_{n−1, (1+conf)/2}).
+    Returns:
+        (low, high) within [0, 1]; NaN when n < 2 and the t interval is needed.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    n = int(p.size)
+    mu = float(p.mean()) if n else float("nan")
+    if k == 1 and n >= 1 and np.all((p == 0.0) | (p == 1.0)):
+        return clopper_pearson(int(p.sum()), n, conf)
     if n >= 1 and mu in (0.0, 1.0):
         edge = float(((1 - conf) / 2) ** (1 / n))
         return (0.0, 1 - edge) if mu == 0.0 else (edge, 1.0)
-    return max(mu - crit * se, 0.0), min(
-        mu + crit * se, 1.0
-    )  # (NaN stays NaN: max/min return their first argument)
+    if n < 2:
+        return float("nan"), float("nan")
+    se = float(p.std(ddof=1) / np.sqrt(n))
+    c = float(_st.t.ppf(0.5 + conf / 2, n - 1)) if crit is None else float(crit)
+    return max(mu - c * se, 0.0), min(mu + c * se, 1.0)
 
 
 def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
@@ -135,7 +169,7 @@ def score_variance(Y, z: float | None = None, conf: float = 0.95) -> dict:
     if (
         n > 1 and Y.min() >= 0.0 and Y.max() <= 1.0
     ):  # μ is a probability: [0, 1], and the exact bound at 0 or 1
-        lo, hi = proportion_interval(mu, se, crit, n, conf)
+        lo, hi = proportion_interval(p, k, conf, None if z is None else crit)
     return {
         "mu": mu,
         "sigma2_hat": sigma2,

@@ -199,6 +199,13 @@ def per_question_scores(db: str | os.PathLike, run: str, rule: str | None = None
         ).df()
 
 
+def question_means(df: pd.DataFrame) -> pd.DataFrame:
+    """The score pivot, one home: rows prompt_id, columns model, each cell the mean of the stored
+    repeats' scores (NaN where the model has none). ``df``: :func:`per_question_scores`' rows of one
+    mode (the caller filters the mode, models or repeat first)."""
+    return df.groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+
+
 # ------------------------------------------------------------------ reads of the analyses (rule,
 #   summary, data map)
 
@@ -470,13 +477,14 @@ def pair_scores(
 
 
 def scored_run_choices(db: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per scored run its models, rules and modes (lists), and per run the subjects with prompt
-    counts."""
+    """Per scored run its models, rules and modes (lists) and its number of scored repeats, and per run
+    the subjects with prompt counts."""
     runs = query_df(
         db,
         """
         SELECT s.run_id, list(DISTINCT s.model ORDER BY s.model) AS models,
-               list(DISTINCT s.rule ORDER BY s.rule) AS rules, list(DISTINCT s.mode ORDER BY s.mode) AS modes
+               list(DISTINCT s.rule ORDER BY s.rule) AS rules, list(DISTINCT s.mode ORDER BY s.mode) AS modes,
+               count(DISTINCT s.repeat) AS repeats
         FROM scores s GROUP BY s.run_id ORDER BY s.run_id""",
     )
     subjects = query_df(
