@@ -325,6 +325,7 @@ class Race:
         self._blocks: list[np.ndarray] = []
         self._scores = np.empty((0, self.k))
         self._exact: dict[int, _Exact] = {}
+        self._screen_only = False
 
     # ------------------------------------------------------------------ public
     @property
@@ -460,6 +461,8 @@ class Race:
         excluded 0 only at question N (no sampling left: METHODS 8.3)."""
         if not (self.screen.low[p, 0] or self.screen.high[p, 0]):
             return 0  # the screen flags every pair the CS can decide
+        if self._screen_only:
+            return 1 if self.screen.low[p, 0] else -1
         e = self._verify(p)
         if e.cs.missed:
             return 0
@@ -472,11 +475,8 @@ class Race:
     def _better(self, a: int, b: int) -> tuple[bool, int, int]:
         """Is model a shown better than model b? (decided, pair index, question it was decided at)."""
         p = int(self._pidx[a, b])
-        if a < b:
-            ok = self._sign(p) == 1
-            return ok, p, self._exact[p].first_pos if ok else 0
-        ok = self._sign(p) == -1
-        return ok, p, self._exact[p].first_neg if ok else 0
+        ok = self._sign(p) == (1 if a < b else -1)
+        return ok, p, self._decided_at(p, 1 if a < b else -1) if ok else 0
 
     def _flagged_better(self, a: int, b: int) -> bool:
         """The screen's (cheap) verdict: may model a be shown better than b?"""
@@ -513,12 +513,17 @@ class Race:
         return lv
 
     def _decide(self) -> list[Leave]:
-        if self.goal.kind == "best":
-            left = self._decide_best()
-        elif self.goal.kind == "top":
-            left = self._decide_top()
-        else:
-            left = self._decide_ranked()
+        step = {"best": self._decide_best, "top": self._decide_top, "ranked": self._decide_ranked}
+        if not self.eliminate:  # nobody leaves: confirm with the exact CSs only once the screen
+            self._screen_only = True  # says the goal is decided (the end of the joint stop)
+            try:
+                step[self.goal.kind]()
+            finally:
+                self._screen_only = False
+            if self.reason is None:
+                return []
+            self.reason = None
+        left = step[self.goal.kind]()
         return left if self.eliminate else []
 
     def _order_weak_first(self, models) -> list[int]:
@@ -575,10 +580,7 @@ class Race:
                 continue
             signs = [(self._pair(j, o), self._sign(self._pair(j, o))) for o in others]
             if all(s != 0 for _, s in signs):
-                ev = [
-                    (p, self._exact[p].first_pos if s > 0 else self._exact[p].first_neg)
-                    for p, s in signs
-                ]
+                ev = [(p, self._decided_at(p, s)) for p, s in signs]
                 left.append(self._leave(j, "ranked", ev))
                 n_left += 1
         if n_left == self.k:
@@ -587,6 +589,11 @@ class Race:
 
     def _pair(self, a: int, b: int) -> int:
         return int(self._pidx[a, b])
+
+    def _decided_at(self, p: int, sign: int) -> int:
+        """The question at which pair p's exact CS first excluded 0 in direction ``sign``."""
+        e = self._exact.get(p)
+        return 0 if e is None else e.first_pos if sign > 0 else e.first_neg
 
     def _answer_models(self, ranks: np.ndarray) -> tuple[int, ...]:
         if self.goal.kind == "best":
