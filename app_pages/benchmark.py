@@ -4,7 +4,7 @@ independent (covariance, variance, sample saving with its interval) and the samp
 import streamlit as st
 
 from dashboard import loaders as L
-from dashboard import paired_view, sequential_view
+from dashboard import paired_view, race_view, sequential_view
 from dashboard import widgets as ui
 from engine.config import DEFAULT_PLAN_MDE, MODES
 from engine.figures.benchmark import error_curve_figure, kde_figure
@@ -80,6 +80,8 @@ if "coupled" not in ch.modes.get(
     paired_view.render(run, model_a, model_b, rule, float(mde))
     with st.expander("Sequential: when could this run have stopped?"):
         sequential_view.render(run, model_a, model_b, rule)
+    with st.expander("Race: what would racing all its models have spent?"):
+        race_view.render_replay(run, models, rule)
     st.stop()
 
 with st.spinner("Computing the comparison…"):
@@ -145,13 +147,14 @@ else:
         "has no independent scores to compare with (or their difference never varies)."
     )
 
-t1, t2, t3, t4, t5 = st.tabs(
+t1, t2, t3, t4, t5, t6 = st.tabs(
     [
         "Covariance & variance",
         "Error vs samples",
         "Paired comparison",
         "Sample-size planner",
         "Sequential",
+        "Race",
     ]
 )
 kde = res.kde
@@ -237,3 +240,5 @@ with t4:
     ui.table(ui.components_rows(res), "variance_components", key="bm_components", ctx=ctx)
 with t5:
     sequential_view.render(run, model_a, model_b, rule)
+with t6:
+    race_view.render_replay(run, models, rule)

@@ -25,6 +25,7 @@ from engine.report.run_more import (
     reproduce_section,
     winrates_section,
 )
+from engine.report.run_race import race_section
 from engine.report.run_sequential import sequential_section
 
 
@@ -330,6 +331,7 @@ RUN_SECTIONS = (
     winrates_section,
     multigen_section,
     sequential_section,
+    race_section,
     judge_audit_section,
     reproduce_section,
 )
