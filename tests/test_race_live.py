@@ -160,6 +160,15 @@ def test_a_killed_race_resumes_to_the_same_race(tmp_path, dataset, reference):
     assert _race(db, dataset).to_dict() == ref.to_dict()  # a finished race, rerun: the same, no work
 
 
+def test_a_race_stopped_by_its_budget_continues_with_a_new_one(tmp_path, dataset, reference):
+    _, ref = reference
+    db = tmp_path / "budget.duckdb"
+    first = _race(db, dataset, budget=16)
+    assert first.state.modes[0].reason == "budget" and first.state.modes[0].t == 16
+    again = _race(db, dataset)  # no budget now: the race goes on to its own stop
+    assert again.to_dict() == ref.to_dict()
+
+
 def test_both_modes_race_on_their_own(tmp_path, dataset):
     res = _race(
         tmp_path / "both.duckdb", dataset, modes=["coupled", "independent"], goal="best", budget=40
@@ -191,6 +200,8 @@ def test_refusals_nothing_written(tmp_path, dataset, reference, capsys):
         _race(ref_db, dataset, goal="top:2")
     with pytest.raises(UserError, match="exists with another alpha"):
         _race(ref_db, dataset, alpha=0.1)
+    with pytest.raises(UserError, match="exists with another round_size"):
+        _race(ref_db, dataset, round_size=16)
     assert _gens(ref_db).equals(before)
     for argv, needle in (
         (["--models", "x", "y", "--dataset", "demo"], "--until"),

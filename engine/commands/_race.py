@@ -56,17 +56,18 @@ class RaceResult:
         return {**self.state.to_dict(), "run_id": self.run_id, "rounds": self.rounds}
 
 
-def _check_resume(db, run_id: str, race_cfg: dict, resume: bool) -> None:
-    """A stored run with this id must be the same race (goal, α, order): else one line, nothing written."""
+def _check_resume(db, run_id: str, race_cfg: dict, resume: bool) -> dict | None:
+    """A stored run with this id must be the same race (goal, α, order, rounds): else one line, nothing
+    written. Returns the stored race settings (None for a new race); a new budget is allowed."""
+    import json
+
     from engine.store.runs import run_config_text
 
     if not os.path.exists(db):
-        return
-    import json
-
+        return None
     text = run_config_text(db, run_id)
     if text is None:
-        return
+        return None
     if not resume:
         raise UserError(f"run {run_id!r} already exists; resume it or pass another --run-id")
     prev = json.loads(text).get("race")
@@ -74,7 +75,8 @@ def _check_resume(db, run_id: str, race_cfg: dict, resume: bool) -> None:
         raise UserError(
             f"run {run_id!r} exists and was not started with engine race; pass another --run-id"
         )
-    diff = [k for k in ("goal", "alpha", "order_seed", "order") if prev.get(k) != race_cfg[k]]
+    keys = ("goal", "alpha", "order_seed", "order", "round_size")
+    diff = [k for k in keys if prev.get(k) != race_cfg[k]]
     if diff:
         was = ", ".join(f"{k} {prev.get(k)!r}" for k in diff if k != "order")
         raise UserError(
@@ -82,6 +84,7 @@ def _check_resume(db, run_id: str, race_cfg: dict, resume: bool) -> None:
             + (f" ({was})" if was else "")
             + "; rerun it with its own settings, or pass another --run-id for a new race"
         )
+    return prev
 
 
 def _plan(
@@ -125,7 +128,11 @@ def _plan(
         "modes": list(plan.modes),
     }
     run_id = run_id or run_id_for({**plan.settings, "race": True})
-    _check_resume(db, run_id, race_cfg, plan.resume)
+    prev = _check_resume(db, run_id, race_cfg, plan.resume)
+    if prev is not None and prev.get("budget") != budget:  # a resumed race may get a new budget
+        from engine.store.runs import set_config_entry
+
+        set_config_entry(db, run_id, "race", {**prev, "budget": budget})
     base = {f.name: getattr(plan, f.name) for f in fields(RunPlan)}
     base.update(run_id=run_id, config={**plan.config, "race": race_cfg})
     return RacePlan(**base), order, ends, score_rule

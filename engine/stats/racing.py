@@ -131,21 +131,26 @@ class PointScreen:
 
     Args:
         N: population size; alpha: the per-pair level (α/P); targets: (P, T) targets on the Δ scale
-        (0 for decisions; Δ_N per pair for a coverage check); grid: B + 1 points.
+        (0 for decisions; Δ_N per pair for a coverage check; NaN: no logical-bound flags); grid:
+        B + 1 points; points: (P, T) grid points (x scale) tracked on both sides instead of the two
+        next to each target (then low | high says the point has left A_t).
     Attributes:
         low, high: (P, T) bool: the CS's lower end has been above / upper end below the target;
         first_low, first_high: (P, T) the question count at which that first happened (0: never);
         t: (P,) questions each pair has seen.
     """
 
-    def __init__(self, N: int, alpha: float, targets, grid: int = GRID):
+    def __init__(self, N: int, alpha: float, targets, grid: int = GRID, points=None):
         tg = np.atleast_2d(np.asarray(targets, dtype=np.float64))
         self.N, self.B = int(N), int(grid) - 1
         P, T = tg.shape
         mu = (tg + 1.0) / 2.0
         self._mu = mu
-        self._a = (np.floor(mu * self.B + 1e-9) + 1.0) / self.B  # grid point just above μ*
-        self._b = (np.ceil(mu * self.B - 1e-9) - 1.0) / self.B  # grid point just below μ*
+        if points is None:
+            self._a = (np.floor(mu * self.B + 1e-9) + 1.0) / self.B  # grid point just above μ*
+            self._b = (np.ceil(mu * self.B - 1e-9) - 1.0) / self.B  # grid point just below μ*
+        else:  # explicit grid points (x scale), both sides: low | high = "the point left A_t"
+            self._a = self._b = np.atleast_2d(np.asarray(points, dtype=np.float64))
         self._thr = math.log(2.0 / alpha)
         self._lam_num = 2.0 * math.log(2.0 / alpha)
         self.t = np.zeros(P, dtype=np.int64)
@@ -325,6 +330,7 @@ class Race:
         self._blocks: list[np.ndarray] = []
         self._scores = np.empty((0, self.k))
         self._exact: dict[int, _Exact] = {}
+        self._signs: dict[tuple[int, int], int] = {}
         self._screen_only = False
 
     # ------------------------------------------------------------------ public
@@ -458,11 +464,28 @@ class Race:
 
     def _sign(self, p: int) -> int:
         """+1: model i shown better than j; −1: j better than i; 0: undecided, or a miss, or first
-        excluded 0 only at question N (no sampling left: METHODS 8.3)."""
-        if not (self.screen.low[p, 0] or self.screen.high[p, 0]):
+        excluded 0 only at question N (no sampling left: METHODS 8.3). Cached per (pair, questions)."""
+        lo, hi = bool(self.screen.low[p, 0]), bool(self.screen.high[p, 0])
+        if not (lo or hi):
             return 0  # the screen flags every pair the CS can decide
         if self._screen_only:
-            return 1 if self.screen.low[p, 0] else -1
+            return 1 if lo else -1
+        key = (p, int(self.screen.t[p]))
+        if key not in self._signs:
+            self._signs[key] = self._confirm(p, lo, hi)
+        return self._signs[key]
+
+    def _confirm(self, p: int, lo: bool, hi: bool) -> int:
+        """The exact decision of a flagged pair. The screen's flag is the CS's decision whenever A_t
+        was never empty, and it is no miss when the running intersection is not empty: both hold
+        if some grid point m* stayed in every A_s and in the (nested) logical bounds, i.e. in every
+        C_s. So: try m* near the mean
+        (an O(t) check of a few points); if none stayed, ask the pair's SequentialCS."""
+        first = int(self.screen.first_low[p, 0] if lo else self.screen.first_high[p, 0])
+        if lo != hi and first >= self.N:
+            return 0  # first excluded 0 at question N: no sampling left, not a decision
+        if lo != hi and self._in_every_cs(p):
+            return 1 if lo else -1
         e = self._verify(p)
         if e.cs.missed:
             return 0
@@ -471,6 +494,19 @@ class Race:
         if e.cs.upper < 0 and 0 < e.first_neg < self.N:
             return -1
         return 0
+
+    def _in_every_cs(self, p: int) -> bool:
+        """Did one of a few grid points near the pair's mean stay in A_s at every question so far, and
+        is it inside today's logical bounds? (Then it lies in every C_s: no miss, no empty A_s.)"""
+        d = self._history(p, int(self.screen.t[p]))
+        x_bar = (float(d.mean()) + 1.0) / 2.0
+        B = self.grid - 1
+        cand = np.clip((np.round(x_bar * B) + np.arange(-3, 4)) / B, 0.0, 1.0)[None]
+        check = PointScreen(self.N, self.pair_alpha, np.full(cand.shape, np.nan), self.grid, points=cand)
+        check.update([0], d[:, None])
+        S, t = float(np.sum((d + 1.0) / 2.0)), d.size  # and inside the logical bounds now (nested)
+        inside = (cand[0] >= S / self.N) & (cand[0] <= (S + self.N - t) / self.N)
+        return bool(np.any(~(check.low[0] | check.high[0]) & inside))
 
     def _better(self, a: int, b: int) -> tuple[bool, int, int]:
         """Is model a shown better than model b? (decided, pair index, question it was decided at)."""
@@ -591,9 +627,9 @@ class Race:
         return int(self._pidx[a, b])
 
     def _decided_at(self, p: int, sign: int) -> int:
-        """The question at which pair p's exact CS first excluded 0 in direction ``sign``."""
-        e = self._exact.get(p)
-        return 0 if e is None else e.first_pos if sign > 0 else e.first_neg
+        """The question at which pair p's CS first excluded 0 in direction ``sign`` (the screen's
+        count: the CS's own whenever the decision is confirmed)."""
+        return int(self.screen.first_low[p, 0] if sign > 0 else self.screen.first_high[p, 0])
 
     def _answer_models(self, ranks: np.ndarray) -> tuple[int, ...]:
         if self.goal.kind == "best":
