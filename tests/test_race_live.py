@@ -247,3 +247,57 @@ def test_replay_of_a_stored_run(tmp_path, dataset, capsys):
     assert (
         main(["race", "--replay", "--run", run, "--db", str(db), "--seeds", "0", "--models", "a,b"]) == 2
     )
+
+
+def test_a_race_on_ray_workers_is_the_single_process_race(tmp_path, dataset):
+    """engine race with Ray: each round's units are sharded over 2 replicas (models by path); the
+    driver scores and decides, so the race and the stored rows equal the single-process race's."""
+    ray = pytest.importorskip("ray")
+    import logging
+    import os
+
+    from engine.generation.distributed import RayConfig, RayExecutor
+
+    paths = []
+    for name, (m, tok) in zip("abc", (tiny_lm(0), _perturbed(), tiny_lm(1))):
+        m.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+        paths.append(str(tmp_path / name))
+    golds = {p.prompt_id: p.gold for p in dataset.prompts}
+    ds = _prompts(golds)
+
+    def race(db, executor=None):
+        return run_race(
+            db,
+            paths,
+            ds,
+            1,
+            ["coupled"],
+            SEED,
+            CFG,
+            goal="best",
+            score_rule="exact",
+            round_size=8,
+            budget=24,
+            show_bar=False,
+            device="cpu",
+            executor=executor,
+        )
+
+    local = race(tmp_path / "local.duckdb")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+        object_store_memory=128 * 2**20,
+    )
+    try:
+        with RayExecutor(RayConfig(workers=2, shard_units=4)) as ex:
+            dist = race(tmp_path / "ray.duckdb", ex)
+    finally:
+        ray.shutdown()
+    assert dist.to_dict() == local.to_dict() and local.state.modes[0].leaves  # someone left
+    assert _gens(tmp_path / "ray.duckdb").equals(_gens(tmp_path / "local.duckdb"))

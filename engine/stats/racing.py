@@ -15,15 +15,17 @@ What makes a round of 30 models (435 pairs) cheap is a *screen* (:class:`PointSc
 log-capital, kept for every active pair at only the two grid points next to a target (0 for the
 decisions), vectorised over pairs. Because K⁺_t(m) is non-increasing and K⁻_t(m) non-decreasing in
 m, the CS's lower end is above the target exactly when K⁺ rejects the grid point just above it
-(or the logical bound does), so the screen flags every pair the CS can decide; only flagged pairs
-a decision needs are confirmed with their :class:`SequentialCS` (kept incrementally, so each pair's
-exact sequence is computed at most once over the race). The two agree in tests/test_racing.py.
+(or the logical bound does), so the screen flags every pair the CS can decide. A flagged pair a
+decision needs is confirmed exactly: the flag is the CS's decision whenever some grid point stayed
+in every C_s (then A_s was never empty and the running intersection is not: no miss), an O(t) check
+of a few points; where none did, the pair's :class:`SequentialCS` decides. Reported intervals are
+SequentialCS's. They agree in tests/test_racing.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -280,7 +282,6 @@ class _Exact:
     cs: SequentialCS
     first_pos: int = 0
     first_neg: int = 0
-    lower_path: list = field(default_factory=list)
 
 
 class Race:
