@@ -122,6 +122,11 @@ def test_best_the_weak_model_leaves_first_and_frozen_pairs_stay_as_they_were():
     # the leave's evidence: a pair whose CS excludes 0, decided at a question within what was seen
     lv = ans.leaves[0]
     assert lv.pairs and all(0 < at <= lv.t for at in lv.decided_at)
+    assert all(
+        w != lv.model and lv.model in pairs_of(3)[p]
+        for lv in ans.leaves
+        for p, w in zip(lv.pairs, lv.winners)
+    )
     assert ans.generations == sum(ans.answered)
 
 
@@ -135,6 +140,8 @@ def test_top_m_accepts_and_rejects_and_ranked_orders_everyone():
     ans = race.answer(intervals=False)
     assert ans.reason == "decided" and set(ans.answer) == {3, 1}
     assert {lv.status for lv in ans.leaves} <= {"accepted", "rejected"}
+    for lv in ans.leaves:  # the evidence: accepted, it beat them; rejected, they beat it
+        assert all((w == lv.model) == (lv.status == "accepted") for w in lv.winners)
     race, _ = race_scores(S, order, "ranked", 0.05)
     ans = race.answer()
     assert ans.reason == "decided" and ans.answer == (3, 1, 2, 0, 4)

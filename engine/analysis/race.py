@@ -43,9 +43,8 @@ def leave_rows(ans: RaceAnswer, names) -> tuple[LeaveRow, ...]:
     out = []
     for lv in ans.leaves:
         ev = []
-        for p, at in zip(lv.pairs, lv.decided_at):
-            i, j = pairs[p]
-            win, lose = (i, j) if ans.decided[p] > 0 else (j, i)
+        for p, at, win in zip(lv.pairs, lv.decided_at, lv.winners):
+            lose = sum(pairs[p]) - win
             ev.append(f"{names[win]} > {names[lose]} (decided at question {at})")
         out.append(LeaveRow(str(names[lv.model]), lv.t, lv.status, tuple(ev)))
     return tuple(out)

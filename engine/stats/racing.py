@@ -224,6 +224,7 @@ class Leave:
     status: str  # eliminated | rejected | accepted | ranked
     pairs: tuple[int, ...]  # the pairs (pairs_of order) whose CS decided it
     decided_at: tuple[int, ...]  # per evidence pair, the question at which its CS first excluded 0
+    winners: tuple[int, ...]  # per evidence pair, the model shown better
 
     def to_dict(self) -> dict:
         return {
@@ -232,6 +233,7 @@ class Leave:
             "status": self.status,
             "pairs": list(self.pairs),
             "decided_at": list(self.decided_at),
+            "winners": list(self.winners),
         }
 
 
@@ -404,8 +406,8 @@ class Race:
             self.reason = reason
 
     def answer(self, intervals: bool = True) -> RaceAnswer:
-        """The answer now (see :class:`RaceAnswer`); ``intervals``: every pair's exact CS (else only
-        those already computed, NaN bounds for the others)."""
+        """The answer now (see :class:`RaceAnswer`): every pair's decision; ``intervals``: every pair's
+        exact CS too (else only those already computed, NaN bounds for the others)."""
         lower, upper, missed, dec = [], [], [], []
         for p in range(self.P):
             if intervals or p in self._exact:
@@ -418,7 +420,7 @@ class Race:
                 lower.append(math.nan)
                 upper.append(math.nan)
                 missed.append(False)
-            dec.append(self._sign(p) if intervals or p in self._exact else 0)
+            dec.append(self._sign(p))
         dec_arr = np.array(dec)
         ranks = sequential_ranksets(
             np.where(dec_arr > 0, 1.0, -1.0), np.where(dec_arr < 0, -1.0, 1.0), self.k
@@ -543,6 +545,7 @@ class Race:
             status,
             tuple(p for p, _ in evidence),
             tuple(a for _, a in evidence),
+            tuple(self.pairs[p][0] if self._sign(p) > 0 else self.pairs[p][1] for p, _ in evidence),
         )
         if self.eliminate:
             self.status[j] = status
