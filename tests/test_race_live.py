@@ -187,7 +187,7 @@ def test_refusals_nothing_written(tmp_path, dataset, reference, capsys):
     db = tmp_path / "refused.duckdb"
     with pytest.raises(UserError, match=r"3 or more models.*--until"):
         run_race(db, _models()[:2], dataset, 1, ["coupled"], SEED, CFG, goal="best")
-    with pytest.raises(UserError, match="no automatic scoring rule"):
+    with pytest.raises(UserError, match="no automatic scoring rule.*a race needs"):
         run_race(db, _models(), _prompts(kind="prompts"), 1, ["coupled"], SEED, CFG, goal="best")
     with pytest.raises(UserError, match="top:3 with 3 models"):
         _race(db, dataset, goal="top:3")

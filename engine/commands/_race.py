@@ -109,7 +109,10 @@ def _plan(
     from engine.stats.sequential import question_order
 
     check_models([m if isinstance(m, str) else m.name for m in model_names])
-    score_rule = scoring_rule_for(dataset, score_rule)
+    try:  # the rule scored inside the loop (generate --until's check; its words for a race)
+        score_rule = scoring_rule_for(dataset, score_rule)
+    except UserError as exc:
+        raise UserError(str(exc).replace("--until", "a race")) from None
     run_id = plan_kw.pop("run_id", None)
     plan = plan_run(db, model_names, dataset, repeats, modes, seed, cfg, **plan_kw)
     goal.check(len(plan.names))
