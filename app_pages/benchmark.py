@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboard import benchmark_view as bv
 from dashboard import loaders as L
-from dashboard import paired_view, sequential_view, slices_view
+from dashboard import paired_view, race_view, sequential_view, slices_view
 from dashboard import widgets as ui
 from engine.config import DEFAULT_PLAN_MDE
 
@@ -117,6 +117,7 @@ by = "subject" if coupling else "task"
 tabs[f"Per {by}"] = lambda: slices_view.render(
     run, model_a, model_b, rule, len(ch.subjects.get(run, [])), by
 )
+tabs["Race"] = lambda: race_view.render_replay(run, models, rule)  # racing all the run's models
 
 for tab, render in zip(st.tabs(list(tabs)), tabs.values()):
     with tab:

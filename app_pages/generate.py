@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import jobs, jobs_panel, sequential_live
+from dashboard import jobs, jobs_panel, race_view, sequential_live
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import config
@@ -238,6 +238,9 @@ with st.expander("Score, judge or cluster a stored run (background jobs)"):
 
 st.subheader("Stop when decided: live confidence sequences")
 sequential_live.render()
+
+st.subheader("Race many models: stop generating for the ones already beaten")
+race_view.render_generate(names, datasets)
 
 st.subheader("Jobs")
 jobs_panel.job_panel(kind=None, limit=6)

@@ -40,9 +40,9 @@ from engine.progress import read_progress, write_json_atomic
 
 STATUSES = ("running", "done", "failed", "cancelled", "killed")
 # Engine commands that accept --progress-file (follow-up jobs get one only if they do).
-PROGRESS_COMMANDS = ("generate", "judge", "cluster")
+PROGRESS_COMMANDS = ("generate", "judge", "cluster", "race")
 # Job kinds whose command continues where it stopped when run again.
-RESUMABLE_KINDS = ("generate", "score", "judge", "cluster")
+RESUMABLE_KINDS = ("generate", "score", "judge", "cluster", "race")
 _KIND_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 

@@ -25,6 +25,7 @@ from engine.analysis import benchmark as _benchmark
 from engine.analysis import comparisons as _comparisons
 from engine.analysis import multigen as _multigen
 from engine.analysis import overview as _overview
+from engine.analysis import race as _race
 from engine.analysis import ranksets as _ranksets
 from engine.analysis import sequential as _sequential
 from engine.analysis import summary as _summary
@@ -156,6 +157,10 @@ sequential_paths = _view(_sequential.sequential_paths)
 live_paths = _view(_sequential.live_paths)
 live_stop = _view(_sequential.live_stop)
 sequential_runs = _view(_sequential.sequential_runs)
+# Racing many models (Generate: the live race; Benchmark: a stored run replayed as a race)
+race_runs = _view(_race.race_runs)
+race_state = _view(_race.race_state)
+race_replay = _view(_race.race_replay)
 # The shareable report (Home and Benchmark: "Download report")
 report_html = _view(_report.run_report_html)
 

@@ -39,6 +39,8 @@ QUICK_SKIP_MODULES = {
     "test_run_driver.py",
     "test_until.py",
     "test_sequential_pages.py",
+    "test_race_live.py",
+    "test_race_pages.py",
     "test_report_sections.py",
     "test_noise_kernel.py",
 }

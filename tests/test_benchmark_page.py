@@ -32,7 +32,7 @@ def test_a_one_repeat_run_reaches_the_paired_comparison_and_the_sequential_tab(
     one_repeat_db, monkeypatch
 ):
     at = _open(one_repeat_db, monkeypatch)
-    assert [t.label for t in at.tabs] == ["Paired comparison", "Sequential", "Per task"]
+    assert [t.label for t in at.tabs] == ["Paired comparison", "Sequential", "Per task", "Race"]
     info = " ".join(i.value for i in at.info)
     assert "1 repeat per question" in info and "1 repeats" not in info
     assert "need at least 2 questions and 2 repeats" not in info  # the old dead end
@@ -59,6 +59,7 @@ def test_a_run_with_repeats_keeps_the_coupled_tabs(tmp_path, monkeypatch):
         "Sample-size planner",
         "Sequential",
         "Per subject",
+        "Race",
     ]
     assert not at.info or all("repeat per question" not in i.value for i in at.info)
 

@@ -34,6 +34,7 @@ RUN_ORDER = [
     "winrates",
     "multigen",
     "sequential",
+    "race",  # a replay of racing the run's models
     "reproduce",
 ]
 
@@ -96,8 +97,8 @@ def test_a_run_report_has_its_sections_in_order_plotly_once_and_nothing_from_out
     lib = plotly.offline.get_plotlyjs()
     assert html.count(lib[:300]) == 1  # the library once, however many figures
     assert (
-        len(re.findall(r'<div class="plot" id="[^"]+" data-figure=', html)) == 14
-    )  # 11 + the sequential replay's two + the per-subject forest plot
+        len(re.findall(r'<div class="plot" id="[^"]+" data-figure=', html)) == 15
+    )  # 11 + the sequential replay's two + the per-subject forest plot + the race replay's
     # outside the library: nothing the browser would fetch (external src/href, stylesheet, font, import)
     html = html.replace(lib, "")
     assert not re.search(r'(src|href)\s*=\s*"(?!#|data:)', html)

@@ -26,6 +26,7 @@ home of its view; the CLI and the dashboard call the same functions.
 * :mod:`.slices`         -- per-slice (subject, task) paired differences with simultaneous intervals
 * :mod:`.gate`           -- the release gate of ``engine gate`` (fixed-n or anytime-valid)
 * :mod:`.run_ranksets`   -- PPR / judge-only / human-only rank-sets of a run and the label planner
+* :mod:`.race`           -- a stored run raced over seeded orders (replay); a live race rebuilt
 * :mod:`.sequential`     -- replay of a stored run as an anytime-valid sequential evaluation;
   :mod:`.sequential_stop` the one stop of a live run or a replay (its numbers and its words)
 * :mod:`.run_design`     -- how a run was made (the report's design section)

@@ -27,6 +27,7 @@ COMMANDS = (
     "judge_audit",
     "run_ranksets",
     "sequential",
+    "race",
     "report",
     "gate",
     "label",

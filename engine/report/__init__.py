@@ -6,7 +6,8 @@ frozen results of the engine's analyses.
 * :mod:`.context`        -- ``RunContext``: a run's analyses, each computed once by its engine function
 * :mod:`.run_sections`   -- ``RUN_SECTIONS``, the ordered section builders of a run (``RunContext ->
   Section or None``), with :mod:`.run_more` (more of them), :mod:`.run_sequential` (a ``--until``
-  run's stop, or a replay) and :mod:`.run_audit` (the judge audit and PPR rank-sets)
+  run's stop, or a replay), :mod:`.run_race` (a race:
+  who left when, on what evidence) and :mod:`.run_audit` (the judge audit and PPR rank-sets)
 * :mod:`.run_judged`     -- ``JUDGED_SECTIONS``: a judged run without scores (a chat run), from its verdicts
 * :mod:`.set_sections`   -- ``SetContext``, ``SET_SECTIONS``: comparison sets
 * :mod:`.run_slices`     -- a run's per-slice section (per subject or task, simultaneous intervals)

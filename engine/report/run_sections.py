@@ -25,6 +25,7 @@ from engine.report.run_more import (
     reproduce_section,
     winrates_section,
 )
+from engine.report.run_race import race_section
 from engine.report.run_sequential import sequential_section
 from engine.report.run_slices import slices_section
 
@@ -338,6 +339,7 @@ RUN_SECTIONS = (
     winrates_section,
     multigen_section,
     sequential_section,
+    race_section,
     judge_audit_section,
     reproduce_section,
 )

@@ -28,6 +28,7 @@ and paper).
 * :mod:`.gate`              -- a release gate's decision: non-inferior, worse or undecided at a margin
 * :mod:`.label_plan`        -- how many more human labels (METHODS 9.3)
 * :mod:`.label_sample`      -- the seeded uniform sample of comparison units to label (METHODS 9.1)
+* :mod:`.racing`            -- racing many models (METHODS 8.4): goals, rounds, the pairs' screen, who leaves
 * :mod:`.sequential`        -- the betting confidence sequence for sampling without replacement,
   pairwise CSs at alpha/P, sequential rank-sets, stop rules, the seeded question order (METHODS 8)
 * :mod:`.simulate`          -- simulators with known truth for the coverage tests and ``bench/``

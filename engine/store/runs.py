@@ -274,6 +274,31 @@ def sequential_runs(db: str | os.PathLike) -> list[str]:
     return [str(r) for r in df["run_id"]]
 
 
+def race_runs(db: str | os.PathLike) -> list[str]:
+    """Runs started with ``engine race`` (their config has a "race" entry), newest first."""
+    if not os.path.exists(db):
+        return []
+    df = query_df(
+        db,
+        "SELECT run_id FROM runs WHERE json_extract(config, '$.race') IS NOT NULL "
+        "ORDER BY created_at DESC, run_id",
+    )
+    return [str(r) for r in df["run_id"]]
+
+
+def set_config_entry(db: str | os.PathLike, run_id: str, key: str, value: Any) -> None:
+    """Set one top-level entry of a run's stored config (a resumed race's new budget)."""
+    with writer(db) as con:
+        row = con.execute(
+            "SELECT CAST(config AS VARCHAR) FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone()
+        if row is None:
+            raise unknown_run(con, run_id)
+        cfg = json.loads(row[0] or "{}")
+        cfg[key] = value
+        con.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(cfg), run_id])
+
+
 def run_key_mode(db: str | os.PathLike, run_id: str) -> str | None:
     """How the run keys its noise ('token_id' or 'bytes'); None for an unknown run."""
     df = query_df(db, "SELECT key_mode FROM runs WHERE run_id = ?", [run_id])
