@@ -20,7 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     "stats": set(),
     "store": set(),
     "models": {"sampling"},
-    "tasks": {"store", "stats", "models", "sampling"},
+    # serving: the key rule, which `import harness` applies to link logs to a served run's generations
+    "tasks": {"store", "stats", "models", "sampling", "serving"},
     "generation": {"sampling", "models", "store"},
     "analysis": {"store", "stats", "sampling", "figures"},
     "figures": set(),  # presentation: plain data in, Plotly figures out
