@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import jobs, jobs_panel, sequential_live
+from dashboard import jobs, jobs_panel, sequential_live, serve_panel
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import config
@@ -223,6 +223,9 @@ with st.expander("Score, judge or cluster a stored run (background jobs)"):
                 ["cluster", "--db", str(L.db_path()), "--run", act_run, "--method", method, *extra_args],
                 kind="cluster",
             )
+
+st.subheader("Serve: coupled sampling for lm-eval, Inspect and any OpenAI client")
+serve_panel.render(names)
 
 st.subheader("Stop when decided: live confidence sequences")
 sequential_live.render()

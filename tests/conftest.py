@@ -42,14 +42,14 @@ QUICK_SKIP_MODULES = {
     "test_report_sections.py",
     "test_noise_kernel.py",
 }
-QUICK_SKIP_MARKS = ("slow", "browser", "vllm")
+QUICK_SKIP_MARKS = ("slow", "browser", "vllm", "clients")
 
 
 def pytest_addoption(parser):
     parser.addoption(
         "--quick",
         action="store_true",
-        help="the fast subset: no slow / browser / vllm tests, no model-loading modules",
+        help="the fast subset: no slow / browser / vllm / clients tests, no model-loading modules",
     )
 
 
