@@ -17,7 +17,7 @@ from engine.store.db import query_df, transaction
 from engine.store.generations import GenerationRow, TraceRow
 from engine.store.runs import PromptRow
 from engine.tasks.harness_import import import_harness
-from engine.tasks.harness_requests import exact_match
+from engine.tasks.harness_requests import exact_match, inspect_request
 
 QUESTIONS = ["Q0:", "Q1:", "Q2:"]
 SEED = 1234  # lm-eval's default request seed
@@ -207,3 +207,38 @@ def test_lm_eval_repeats_are_scored_and_checked_against_the_first_answer(tmp_db,
 )
 def test_exact_match_is_lm_evals_rule(args, pred, ref, want):
     assert exact_match(pred, ref, args) == want
+
+
+def test_inspect_requests_are_rebuilt_from_its_condensed_call_pool():
+    """Inspect logs a model call's messages once per sample (events_data.calls) and refers to them by
+    [start, end) ranges (call_refs); the request the server saw is those messages with the call's fields."""
+    sample = {
+        "events_data": {"calls": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]},
+        "events": [
+            {"event": "span_begin"},
+            {
+                "event": "model",
+                "call": {
+                    "request": {"model": "m", "temperature": 1.0},
+                    "call_refs": [[0, 2]],
+                    "call_key": "messages",
+                },
+            },
+        ],
+    }
+    endpoint, body = inspect_request(sample)
+    assert endpoint == "chat" and body == {
+        "temperature": 1.0,
+        "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}],
+    }
+    # as logged in full (older Inspect, or inspect_ai's own reader), the same request
+    full = {
+        "events": [
+            {"event": "model", "call": {"request": {"temperature": 1.0, "messages": body["messages"]}}}
+        ]
+    }
+    assert inspect_request(full) == ("chat", body)
+    assert (
+        inspect_request({"events": [{"event": "model", "call": {"request": {}, "call_refs": [[5, 6]]}}]})
+        is None
+    )

@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.tasks.harness_requests import inspect_request, lm_eval_repeat_scores, lm_eval_request
+from engine.tasks.harness_requests import (
+    context_text,
+    inspect_request,
+    lm_eval_repeat_scores,
+    lm_eval_request,
+)
 
 LM_EVAL_VERSIONS = ("0.4",)  # results files this reader knows (lm_eval_version prefix)
 INSPECT_LOG_VERSIONS = (2,)  # Inspect's log format version
@@ -176,14 +181,15 @@ def _lm_eval_line(task: _LmEvalTask, line: dict, where: str) -> list[HarnessSamp
     conts = tuple(str(a.get("arg_1", "")).strip() for a in args.values()) if len(args) > 1 else None
     target = None if line.get("target") is None else str(line["target"])
     request = lm_eval_request(task.model_type, task.model_args, first.get("arg_0"), first.get("arg_1"))
+    prompt = context_text(first.get("arg_0"))
     sid, score = f"{task.name}/{line['doc_id']}", float(line[task.metric])
     answers = _lm_eval_answers(line) if int(task.config.get("repeats") or 1) > 1 else None
     if answers is None:
         text = _lm_eval_text(line)
-        return [HarnessSample(sid, 0, score, text, first.get("arg_0"), target, conts, request)]
+        return [HarnessSample(sid, 0, score, text, prompt, target, conts, request)]
     scores = lm_eval_repeat_scores(task.name, task.config, answers, line.get("target"), score, where)
     return [
-        HarnessSample(sid, r, sc, a, first.get("arg_0"), target, None, request)
+        HarnessSample(sid, r, sc, a, prompt, target, None, request)
         for r, (a, sc) in enumerate(zip(answers, scores))
     ]
 
@@ -350,8 +356,9 @@ def _inspect_text(output: Any) -> str | None:
 
 def _inspect_sample(sample: dict) -> dict:
     """A sample with only its model events' requests kept of its events (what the link needs)."""
+    keep = ("request", "call_refs", "call_key")
     events = [
-        {"event": "model", "call": {"request": (ev.get("call") or {}).get("request")}}
+        {"event": "model", "call": {k: ev["call"].get(k) for k in keep}}
         for ev in sample.get("events") or []
         if isinstance(ev, dict) and ev.get("event") == "model" and ev.get("call")
     ]

@@ -76,16 +76,51 @@ def lm_eval_request(
     return endpoint, body
 
 
+def context_text(context: Any) -> str | None:
+    """An lm-eval context as the prompt a reader sees: the string, or a chat's messages (logged as a
+    JSON string, itself inside a one-element list) as their contents, one paragraph each."""
+    if isinstance(context, list) and len(context) == 1:
+        context = context[0]
+    if not isinstance(context, str):
+        return None
+    try:
+        messages = json.loads(context)
+    except json.JSONDecodeError:
+        return context
+    if isinstance(messages, list) and all(isinstance(m, dict) for m in messages):
+        return "\n\n".join(str(m.get("content", "")) for m in messages)
+    return context
+
+
+def _inspect_messages(call: Mapping[str, Any], pool: Any) -> list | None:
+    """A model call's request messages: as logged, or (Inspect >= 0.3.2xx condenses them) rebuilt
+    from the sample's pool of call messages (``events_data.calls``) and the call's ``call_refs``,
+    half-open [start, end) index ranges."""
+    req = call.get("request") or {}
+    key = call.get("call_key") or "messages"
+    if isinstance(req.get(key), list):
+        return req[key]
+    refs = call.get("call_refs")
+    if not isinstance(refs, list) or not isinstance(pool, list):
+        return None
+    try:
+        return [pool[i] for start, end in refs for i in range(int(start), int(end))]
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
 def inspect_request(sample: Mapping[str, Any]) -> Request | None:
     """The chat request of an Inspect sample's last model call (None when the log has no model
     event with its request, e.g. a mock model)."""
+    pool = (sample.get("events_data") or {}).get("calls")
     for ev in reversed(sample.get("events") or []):
-        if not isinstance(ev, dict) or ev.get("event") != "model":
+        if not isinstance(ev, dict) or ev.get("event") != "model" or not ev.get("call"):
             continue
-        req = (ev.get("call") or {}).get("request")
-        if isinstance(req, dict) and isinstance(req.get("messages"), list):
-            body = {k: req[k] for k in ("messages", "seed", "coupling", *KEY_FIELDS) if k in req}
-            return "chat", body
+        req = ev["call"].get("request")
+        messages = _inspect_messages(ev["call"], pool)
+        if isinstance(req, dict) and messages is not None:
+            body = {k: req[k] for k in ("seed", "coupling", *KEY_FIELDS) if k in req}
+            return "chat", {**body, "messages": messages}
     return None
 
 

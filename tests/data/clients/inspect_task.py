@@ -1,6 +1,6 @@
 """A small Inspect AI task for `engine serve` (tests/clients): the questions of gen.jsonl, sampled at
 temperature 1 for 3 tokens, 4 epochs; a sample scores C when its answer holds only letters and spaces
-(the rule of lm_eval/serve_gen.yaml). Run from the project root (the dataset path is relative)."""
+(the rule of lm_eval/serve_gen.yaml). Inspect reads the dataset path relative to this file."""
 
 import re
 
@@ -25,7 +25,7 @@ def letters_only():
 def serve_gen():
     return Task(
         dataset=json_dataset(
-            "tests/data/clients/gen.jsonl", FieldSpec(input="question", target="answer", id="id")
+            "gen.jsonl", FieldSpec(input="question", target="answer", id="id")
         ),
         solver=generate(),
         scorer=letters_only(),
