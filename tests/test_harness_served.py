@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from engine.analysis.run_design import run_design
 from engine.analysis.summary import run_summary
 from engine.errors import UserError
 from engine.serving import keys
@@ -155,6 +156,9 @@ def test_samples_link_to_their_served_units_modes_and_traces(served_db, tmp_path
     )
     assert cfg["modes"] == ["coupled", "independent"] and cfg["seed"] == SEED
     assert cfg["imported"]["coupled"] is True
+    assert run_design(served_db, "h").served == (
+        "served coupled, seed 1234 (run cpl); served independent, a seed per model (run ind)"
+    )
     # analysed like a generated run: coupled agreement (repeat 0 identical) above independent
     s = run_summary(served_db, "h")
     ag = s.pairs[0].agreement

@@ -72,6 +72,9 @@ class RunDesign(ToDict):
     wall_s: float | None
     command: list[str] | None
     warnings: list[str] = field(default_factory=list)
+    # an import of logs made through `engine serve`: how the server sampled them, e.g. "served coupled,
+    # seed 1234 (run cpl); served independent, a seed per model (run ind)"; None otherwise
+    served: str | None = None
 
 
 def _split_version(code: str | None) -> tuple[str | None, str | None]:
@@ -105,6 +108,26 @@ def _imported_from(cfg: dict[str, Any], code: str | None) -> str | None:
     if code and code.startswith("import:"):
         return cfg.get("source") or code.removeprefix("import:")
     return None
+
+
+def served_design(cfg: dict[str, Any]) -> str | None:
+    """How the served runs behind an imported harness run sampled (``config.imported.served``): one
+    phrase per served run and mode, e.g. "served coupled, seed 1234 (run cpl)"."""
+    links = (cfg.get("imported") or {}).get("served") or []
+    out: dict[tuple[str, str], set[int]] = {}
+    for ln in links:
+        out.setdefault((str(ln.get("served_run")), str(ln.get("mode"))), set()).update(
+            ln.get("seeds") or []
+        )
+    parts = []
+    for (run, mode), seeds in out.items():
+        if mode == "coupled" and len(seeds) == 1:
+            parts.append(f"served coupled, seed {next(iter(seeds))} (run {run})")
+        elif mode == "coupled":
+            parts.append(f"served coupled, seeds {', '.join(map(str, sorted(seeds)))} (run {run})")
+        else:
+            parts.append(f"served {mode}, a seed per model (run {run})")
+    return "; ".join(parts) or None
 
 
 def run_design(db: str | os.PathLike, run: str) -> RunDesign:
@@ -143,4 +166,5 @@ def run_design(db: str | os.PathLike, run: str) -> RunDesign:
         wall_s=None if imported or not r.wall_s else r.wall_s,
         command=cfg.get("command"),
         warnings=list(r.warnings),
+        served=served_design(cfg),
     )
