@@ -29,4 +29,5 @@ COMMANDS = (
     "sequential",
     "report",
     "label",
+    "serve",
 )

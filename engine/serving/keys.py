@@ -37,7 +37,7 @@ import math
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 KEY_FIELD = "coupling"  # the body field (openai client: extra_body) that pins a key
 KEY_RULE = "request-v1"  # recorded with a served run: which rule made its prompt ids
@@ -90,6 +90,12 @@ class Question:
             "top_k": int(self.top_k),
         }
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def messages(self) -> tuple[tuple[str, str], ...]:
+        """A chat question's (role, content) pairs."""
+        if self.endpoint != "chat":
+            raise ValueError(f"a {self.endpoint} question has no messages")
+        return cast(tuple[tuple[str, str], ...], self.content)
 
     @property
     def prompt_id(self) -> str:
