@@ -81,6 +81,8 @@ class ServedModel:
 
 
 def _context(lm) -> int | None:
+    if isinstance(getattr(lm, "max_model_len", None), int):  # a vLLM backend: its engine's limit
+        return int(lm.max_model_len)
     cfg = getattr(lm.model, "config", None)
     for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx"):
         v = getattr(cfg, key, None)
@@ -101,6 +103,20 @@ def _key_mode(models: Sequence[Any]) -> tuple[str, list[str]]:
     ]
 
 
+def _backend(models: Sequence[Any]) -> str:
+    """'vllm' for models loaded by engine.generation.vllm_backend, else 'hf'."""
+    return "vllm" if any(getattr(lm, "name_of_backend", "") == "vllm" for lm in models) else "hf"
+
+
+def _worker(lm, key_mode: str, batch_size: int):
+    """The model's generation thread: the transformers loop's, or vLLM's (--backend vllm)."""
+    if getattr(lm, "name_of_backend", "") == "vllm":
+        from engine.serving.vllm_worker import VllmWorker
+
+        return VllmWorker(lm.name, lm, key_mode, batch_size)
+    return ModelWorker(lm.name, lm, key_mode, batch_size)
+
+
 class Core:
     """The served run and its models. ``models``: loaded models (``models.LoadedModel``), named by
     their ``.name`` (the request's ``model`` field)."""
@@ -116,6 +132,7 @@ class Core:
         if len(set(names)) != len(names):
             raise UserError(f"--models names a model twice: {names}")
         self.cfg, self.mode = cfg, cfg.noise
+        self.backend = _backend(models)
         key_mode, warnings = _key_mode(models)
         self.key_mode = key_mode
         self._lock = RunLock(
@@ -141,9 +158,7 @@ class Core:
         self.occ = keys.Occurrences(stored)
         self.writer = StoreWriter(cfg.db, cfg.run_id, after_write=self._lock.beat)
         self.models = {
-            lm.name: ServedModel(
-                lm.name, lm, ModelWorker(lm.name, lm, key_mode, cfg.batch_size), _context(lm)
-            )
+            lm.name: ServedModel(lm.name, lm, _worker(lm, key_mode, cfg.batch_size), _context(lm))
             for lm in models
         }
         self.requests = self.in_flight = self.failed = 0
@@ -157,7 +172,7 @@ class Core:
             "models": names,
             "modes": [c.noise],
             "seed": c.seed,
-            "backend": "hf",
+            "backend": self.backend,
             "traces": c.traces,
             "trace_top_k": c.trace_top_k if c.traces else 0,
             "dataset": f"served:{c.run_id}",

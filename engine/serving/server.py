@@ -28,7 +28,8 @@ from engine.progress import write_json_atomic
 from engine.serving.app import State, build_app, progress_loop
 from engine.serving.core import Core, ServeConfig
 
-BACKENDS = ("hf", "vllm")  # --backend; vllm: the seam below (not wired yet)
+# --backend; vllm: engine.serving.vllm_worker on engine.generation.vllm_backend
+BACKENDS = ("hf", "vllm")
 SHUTDOWN_TIMEOUT_S = 30.0
 PROGRESS_EVERY_S = 10.0
 
@@ -116,14 +117,22 @@ def _server(
     return server
 
 
-def load_models(refs: Sequence[str], state: State, device: str | None, dtype: str | None) -> list[Any]:
-    """Each model loaded in turn (the port answers 503 'loading model i/n' meanwhile)."""
+def load_models(
+    refs: Sequence[str], state: State, device: str | None, dtype: str | None, backend: str = "hf"
+) -> list[Any]:
+    """Each model loaded in turn (the port answers 503 'loading model i/n' meanwhile); ``backend``
+    vllm: a vLLM engine per model (engine.generation.vllm_backend.VllmBackend)."""
     from engine import models
 
     out = []
     for i, ref in enumerate(refs, 1):
         state.loading = f"loading model {i}/{len(refs)} ({ref})"
-        out.append(models.load_model(ref, device=device, dtype=dtype))
+        if backend == "vllm":
+            from engine.generation.vllm_backend import VllmBackend
+
+            out.append(VllmBackend(ref, dtype=dtype))
+        else:
+            out.append(models.load_model(ref, device=device, dtype=dtype))
     return out
 
 
@@ -150,9 +159,9 @@ def serve(
     if backend not in BACKENDS:
         raise UserError(f"unknown --backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     if backend == "vllm":
-        raise UserError(
-            "--backend vllm is not wired into engine serve yet; use --backend hf (the default)"
-        )
+        from engine.generation.vllm_checks import require_vllm
+
+        require_vllm()  # one line when vLLM is missing or unsupported, before the port is bound
     for ref in model_refs:
         resolve(ref)  # an unknown name is one line now, not after minutes of loading
     sock = bind(host, port)
@@ -177,7 +186,7 @@ def serve(
             )
 
     def load() -> Core:
-        core = Core(cfg, load_models(model_refs, state, device, dtype), code_version())
+        core = Core(cfg, load_models(model_refs, state, device, dtype, backend), code_version())
         if on_ready is not None:
             on_ready(url)
         return core

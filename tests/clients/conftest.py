@@ -17,9 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import torch
 
-from engine.testing import tiny_lm
 from tests.conftest import ROOT
 
 VENV = Path(os.environ.get("CLIENTS_VENV", ROOT / ".venv-clients"))
@@ -32,25 +30,6 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 SERVER_START_S = 300  # two tiny models on a busy 2-core machine
 
 
-def tiny_pair(folder: Path) -> tuple[Path, Path]:
-    """Two tiny models whose next-token distributions are close but not equal: model a (tiny_lm(0)
-    with its logits scaled up 6x, so that they are peaked like a trained model's) and model b (a's
-    weights plus seeded noise). Saved as Hugging Face folders tiny-a and tiny-b."""
-    out = []
-    for name, noise in (("tiny-a", 0.0), ("tiny-b", 0.03)):
-        model, tok = tiny_lm(0)
-        gen = torch.Generator().manual_seed(1)
-        with torch.no_grad():
-            model.model.norm.weight.mul_(6.0)
-            for p in model.parameters():
-                p.add_(torch.randn(p.shape, generator=gen) * noise)
-        path = folder / name
-        model.save_pretrained(path)
-        tok.save_pretrained(path)
-        out.append(path)
-    return out[0], out[1]
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -61,7 +40,9 @@ def _ready(url: str, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.time() + SERVER_START_S
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"engine serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            raise AssertionError(
+                f"engine serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+            )
         try:
             with urllib.request.urlopen(url + "/models", timeout=5) as r:
                 if r.status == 200:
@@ -80,7 +61,9 @@ def engine_serve(models: list[Path], db: Path, run: str, noise: str, *extra: str
     cmd = [sys.executable, "-m", "engine", "serve", "--models", *map(str, models), "--port", str(port)]
     cmd += ["--db", str(db), "--run", run, "--noise", noise, "--threads", "1", *extra]
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **OFFLINE})
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **OFFLINE}
+        )
     url = f"http://127.0.0.1:{port}/v1"
     try:
         _ready(url, proc, log)

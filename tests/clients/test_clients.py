@@ -1,4 +1,4 @@
-"""Real harnesses against `engine serve` (issue 34, item 7): lm-evaluation-harness 0.4
+"""Real harnesses against `engine serve` (docs/SERVE.md): lm-evaluation-harness 0.4
 (`local-completions`, `local-chat-completions`) and Inspect AI (`openai-api` provider), unchanged,
 from their own venv (tests/clients/conftest.py), on two tiny models that differ a little.
 
@@ -19,7 +19,8 @@ import pytest
 from engine.analysis.summary import run_summary
 from engine.cli import main
 from engine.tasks.harness_import import import_harness
-from tests.clients.conftest import TASKS, client, engine_serve, lm_eval_results, needs_clients, tiny_pair
+from engine.testing import tiny_pair
+from tests.clients.conftest import ROOT, TASKS, client, engine_serve, lm_eval_results, needs_clients
 
 pytestmark = [pytest.mark.clients, pytest.mark.slow, needs_clients]
 NAMES = ("tiny-a", "tiny-b")
@@ -38,8 +39,19 @@ def lm_eval(url: str, model: str, out, *, chat: bool = False, task: str = "serve
 
 
 def inspect(url: str, model: str, out):
-    cmd = ["inspect", "eval", str(TASKS / "inspect_task.py"), "--model", f"openai-api/served/{model}"]
-    cmd += ["--log-dir", str(out), "--log-format", "eval", "--max-connections", "4", "--display", "plain"]
+    # a task path relative to the working folder (Inspect refuses absolute ones)
+    task = str((TASKS / "inspect_task.py").relative_to(ROOT))
+    cmd = ["inspect", "eval", task, "--model", f"openai-api/served/{model}"]
+    cmd += [
+        "--log-dir",
+        str(out),
+        "--log-format",
+        "eval",
+        "--max-connections",
+        "4",
+        "--display",
+        "plain",
+    ]
     return client(cmd, out, env={"SERVED_BASE_URL": url, "SERVED_API_KEY": "unused"})
 
 
@@ -124,7 +136,10 @@ def test_multiple_choice_accuracy_through_the_server_equals_lm_evals_hf_model(ru
     # and per option: the same log-likelihoods, to float32 rounding of a different batch shape
     per = []
     for folder in (runs["mc-served"], runs["mc-hf"]):
-        lines = [json.loads(x) for x in next(folder.rglob("samples_serve_mc_*.jsonl")).read_text().splitlines()]
+        lines = [
+            json.loads(x)
+            for x in next(folder.rglob("samples_serve_mc_*.jsonl")).read_text().splitlines()
+        ]
         per.append({x["doc_id"]: [r[0][0] for r in x["resps"]] for x in lines})
     assert per[0].keys() == per[1].keys()
     for d in per[0]:
