@@ -120,6 +120,9 @@ def render(model_names: list[str]) -> None:
         )
         port = c2.number_input("Port", 1, 65535, DEFAULT_PORT, key="serve_port")
         run = c3.text_input("Served run", "served", key="serve_run")
+        extra = st.text_input(
+            "Other models to serve (space-separated HF folders or .gguf files)", key="serve_extra"
+        )
         d1, d2, d3 = st.columns(3)
         seed = d1.number_input("Seed (requests without one)", min_value=0, value=0, key="serve_seed")
         noise = d2.radio(
@@ -134,7 +137,8 @@ def render(model_names: list[str]) -> None:
         start = st.form_submit_button("Start server", icon=":material/dns:")
     if start:
         try:
-            args = serve_args(models, port=port, run=run, seed=seed, noise=noise, traces=traces)
+            chosen = list(models) + extra.split()
+            args = serve_args(chosen, port=port, run=run, seed=seed, noise=noise, traces=traces)
         except UserError as exc:
             st.error(str(exc))
         else:

@@ -78,7 +78,7 @@ def tiny_lm(
     return model, tok
 
 
-def tiny_pair(folder, hidden: int = 64, scale: float = 6.0, nudge: float = 0.03) -> tuple:
+def tiny_pair(folder, hidden: int = 64, scale: float = 6.0, nudge: float = 0.01) -> tuple:
     """Two tiny models whose next-token distributions are close but not equal, saved as Hugging Face
     folders ``folder/tiny-a`` and ``folder/tiny-b``: a = ``tiny_lm(0, hidden=hidden)`` with its logits
     scaled by ``scale`` (peaked, like a trained model's), b = a's weights plus seeded N(0, nudge^2)
