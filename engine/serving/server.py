@@ -124,7 +124,7 @@ def load_models(
     vllm: a vLLM engine per model (engine.generation.vllm_backend.VllmBackend)."""
     from engine import models
 
-    out = []
+    out: list[Any] = []
     for i, ref in enumerate(refs, 1):
         state.loading = f"loading model {i}/{len(refs)} ({ref})"
         if backend == "vllm":

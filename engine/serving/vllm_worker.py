@@ -183,14 +183,14 @@ class VllmWorker:
         running = len(inflight) > len(done)
         for out in self.backend.step() if running else []:  # 2. one decode step
             tag = alias.get(out.request_id, out.request_id)
-            s = inflight.get(tag)
-            if s is None or tag in done.waiting:
+            seq = inflight.get(tag)
+            if seq is None or tag in done.waiting:
                 continue
-            if self._advance(s, out):  # 3. a stop string: the choice ends here
+            if self._advance(seq, out):  # 3. a stop string: the choice ends here
                 self.backend.abort(tag)
-                done.add(tag, s, list(s.ids))
+                done.add(tag, seq, list(seq.ids))
             elif out.finished:
-                done.add(tag, s, list(out.outputs[0].token_ids))
+                done.add(tag, seq, list(out.outputs[0].token_ids))
         for tag, s, tokens, recs in done.ready(block=not running, check=self.backend.check_alive):
             del inflight[tag]
             self._complete(s, tokens, recs)  # 4.

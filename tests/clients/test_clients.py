@@ -64,7 +64,9 @@ def runs(tmp_path_factory):
     a, b = tiny_pair(root)
     db = root / "served.duckdb"
     out: dict = {"db": db, "a": a}
-    with engine_serve([a, b], db, "cpl", "coupled", "--traces") as url:
+    # --seed 1234: lm-eval's request seed, so that Inspect's requests (no seed: the server's) asking the
+    # same questions share it (a served run holds one seed per prompt id; another gets a 409)
+    with engine_serve([a, b], db, "cpl", "coupled", "--traces", "--seed", "1234") as url:
         for m in NAMES:
             out[("gen", "cpl", m)] = lm_eval(url, m, root / f"gen-cpl-{m}")
             out[("inspect", "cpl", m)] = inspect(url, m, root / f"inspect-cpl-{m}")
@@ -73,14 +75,14 @@ def runs(tmp_path_factory):
         out["mc-served"] = lm_eval(
             url, "tiny-a", root / "mc-served", task="serve_mc", extra=f",tokenizer={a}"
         )
-    with engine_serve([a, b], db, "ind", "independent", "--traces") as url:
+    with engine_serve([a, b], db, "ind", "independent", "--traces", "--seed", "1234") as url:
         for m in NAMES:
             out[("gen", "ind", m)] = lm_eval(url, m, root / f"gen-ind-{m}")
             out[("inspect", "ind", m)] = inspect(url, m, root / f"inspect-ind-{m}")
-    hf_args = f"pretrained={a},dtype=float32,device=cpu"
+    hf_args = f"pretrained={a},dtype=float32"
     out["mc-hf"] = client(
-        ["lm_eval", "--model", "hf", "--model_args", hf_args, "--tasks", "serve_mc", "--include_path"]
-        + [LM_TASKS, "--log_samples", "--output_path", str(root / "mc-hf")],
+        ["lm_eval", "--model", "hf", "--model_args", hf_args, "--device", "cpu", "--tasks", "serve_mc"]
+        + ["--include_path", LM_TASKS, "--log_samples", "--output_path", str(root / "mc-hf")],
         root / "mc-hf",
     )
     return out
@@ -153,7 +155,7 @@ def test_multiple_choice_accuracy_through_the_server_equals_lm_evals_hf_model(ru
             json.loads(x)
             for x in next(folder.rglob("samples_serve_mc_*.jsonl")).read_text().splitlines()
         ]
-        per.append({x["doc_id"]: [r[0][0] for r in x["resps"]] for x in lines})
+        per.append({x["doc_id"]: [float(r[0][0]) for r in x["resps"]] for x in lines})  # logged as text
     assert per[0].keys() == per[1].keys()
     for d in per[0]:
         assert per[0][d] == pytest.approx(per[1][d], rel=1e-4, abs=1e-4)
