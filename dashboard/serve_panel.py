@@ -9,7 +9,7 @@ import shlex
 
 import streamlit as st
 
-from dashboard import jobs
+from dashboard import jobs, jobs_panel
 from dashboard.loaders import db_path
 from engine.errors import UserError
 
@@ -115,7 +115,7 @@ def render(model_names: list[str]) -> None:
         models = c1.multiselect(
             "Models to serve (requests choose one by name)",
             model_names,
-            default=model_names[:2],
+            default=jobs_panel.default_models(model_names),
             key="serve_models",
         )
         port = c2.number_input("Port", 1, 65535, DEFAULT_PORT, key="serve_port")

@@ -40,9 +40,10 @@ def test_start_watch_and_stop_a_server_from_the_generate_page(server, page, arti
     folder, _ = tiny_pair(tmp_path)
     port = _free_port()
     _goto(page, server, "generate")
-    form = page.locator(".st-key-serve_models").first
-    form.wait_for(timeout=60_000)
-    clear = form.get_by_role("button", name="Clear all")
+    page.get_by_text("Serve: coupled sampling", exact=False).first.wait_for(timeout=120_000)
+    _shot(page, artifacts_dir, "generate_server_form")
+    models = page.locator("[data-testid='stMultiSelect']").filter(has_text="Models to serve").first
+    clear = models.get_by_role("button", name="Clear all")
     if clear.count():
         clear.first.click()  # none of the registry's models: the tiny one only
     page.get_by_label("Other models to serve (space-separated HF folders or .gguf files)").fill(
@@ -64,7 +65,7 @@ def test_start_watch_and_stop_a_server_from_the_generate_page(server, page, arti
         assert r.status == 200
     # the card counts it (the server writes its figures every --progress-every seconds: 10 by default)
     page.get_by_text(re.compile(r"requests 1 · ")).first.wait_for(timeout=60_000)
-    assert "in run `ui-served`" in page.locator("[data-testid='stMain']").inner_text()
+    assert "in run ui-served" in page.locator("[data-testid='stMain']").inner_text()
     _no_exception(page)
     _shot(page, artifacts_dir, "generate_server_ready")
     job = jobs.list_jobs(server["db"], kind="serve")[0]
