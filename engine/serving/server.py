@@ -123,7 +123,9 @@ def load_models(refs: Sequence[str], state: State, device: str | None, dtype: st
     out = []
     for i, ref in enumerate(refs, 1):
         state.loading = f"loading model {i}/{len(refs)} ({ref})"
-        out.append(models.load_model(ref, device=device, dtype=dtype))
+        lm = models.load_model(ref, device=device, dtype=dtype)
+        lm.name = ref  # requests name a model as --models did (as generate names it in its runs)
+        out.append(lm)
     return out
 
 
