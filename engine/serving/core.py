@@ -21,9 +21,9 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from engine import config
 from engine.errors import UserError
@@ -70,13 +70,28 @@ class ServeConfig:
             raise UserError(f"--run must be a non-empty name, got {self.run_id!r}")
 
 
+class Worker(Protocol):
+    """What generates a model's choices (:class:`~engine.serving.worker.ModelWorker`: the transformers
+    loop; another backend plugs in here through ``Core(make_worker=...)``). It fills each submitted
+    :class:`Seq` (tokens, text, finish) and calls its ``on_done`` exactly once, from any thread."""
+
+    vocab_size: int  # the logits' width (token ids of a prompt must be below it)
+    outstanding: int  # choices submitted and not finished
+    running: int  # choices in the batch now
+    tokens: int  # tokens generated so far
+
+    def submit(self, seqs: list[Seq]) -> None: ...
+
+    def close(self, timeout: float | None = None) -> None: ...
+
+
 @dataclass
 class ServedModel:
     """A model the server answers for: its loaded model, worker and limits."""
 
     name: str
     lm: Any  # models.LoadedModel
-    worker: ModelWorker
+    worker: Worker
     context: int | None  # None: unknown (not checked)
 
 
@@ -106,8 +121,15 @@ class Core:
     their ``.name`` (the request's ``model`` field)."""
 
     def __init__(
-        self, cfg: ServeConfig, models: Sequence[Any], code_version: str, host: str | None = None
+        self,
+        cfg: ServeConfig,
+        models: Sequence[Any],
+        code_version: str,
+        host: str | None = None,
+        make_worker: Callable[[Any, str, int], Worker] | None = None,
     ):
+        """``make_worker(lm, key_mode, batch_size)``: the backend's worker of one model (default: the
+        transformers loop's, :class:`~engine.serving.worker.ModelWorker`)."""
         from engine.store.runlock import RunLock
 
         if not models:
@@ -142,7 +164,7 @@ class Core:
         self.writer = StoreWriter(cfg.db, cfg.run_id, after_write=self._lock.beat)
         self.models = {
             lm.name: ServedModel(
-                lm.name, lm, ModelWorker(lm.name, lm, key_mode, cfg.batch_size), _context(lm)
+                lm.name, lm, (make_worker or _hf_worker)(lm, key_mode, cfg.batch_size), _context(lm)
             )
             for lm in models
         }
@@ -228,6 +250,10 @@ class Core:
             close_served_run(self.cfg.db, self.cfg.run_id, status)
         finally:
             self._lock.__exit__(None, None, None)
+
+
+def _hf_worker(lm, key_mode: str, batch_size: int) -> Worker:
+    return ModelWorker(lm.name, lm, key_mode, batch_size)
 
 
 def _tokens(m: ServedModel, q: keys.Question, req: Request) -> list[int]:
