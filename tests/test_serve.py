@@ -332,6 +332,10 @@ def test_overload_is_a_429_with_retry_after_and_the_rest_is_answered(tmp_db, mod
             res = list(
                 ex.map(lambda i: post(srv.url + "/completions", {**body, "prompt": f"{i} go"}), range(8))
             )
+        status, out, _ = post(
+            srv.url + "/completions", {**body, "n": 3}
+        )  # more than --max-queue: never fits
+        assert status == 400 and out["error"]["param"] == "n"
     codes = sorted(r[0] for r in res)
     assert 429 in codes and 200 in codes and set(codes) <= {200, 429}
     assert all(h.get("retry-after") == "1" for s, _, h in res if s == 429)

@@ -206,8 +206,15 @@ class Core:
             )
         m = self.model(req.model)
         prompts = [_tokens(m, q, req) for q in req.questions]
+        asked = len(prompts) * req.n
+        if asked > self.cfg.max_queue:  # never fits: a 429 would be retried for ever
+            raise bad(
+                f"this request asks {asked} choices; the server takes at most {self.cfg.max_queue} "
+                "at once (--max-queue)",
+                "n",
+            )
         waiting = max(0, m.worker.outstanding - m.worker.running)  # choices not in the batch yet
-        if waiting + len(prompts) * req.n > self.cfg.max_queue:
+        if waiting + asked > self.cfg.max_queue:
             raise ApiError(
                 429,
                 f"server busy: {waiting} choices are waiting for model {m.name!r} (at most "
