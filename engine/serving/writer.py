@@ -2,9 +2,10 @@
 
 Finished requests hand their rows over (:meth:`StoreWriter.submit` returns a future); the thread
 writes everything waiting in one short transaction (``engine.store.served.HeldWriter``), then
-resolves the futures. Its connection stays open while batches follow each other (at most half a
-second at a time) and closes once nothing arrived for ``LINGER_S``: between two holds the file is
-free for readers (the dashboard browses the run while it grows).
+resolves the futures. Its connection stays open while batches follow each other (at most a second
+at a time, then a gap of 0.12 s: readers retry every 0.1 s at most) and closes once nothing arrived
+for ``LINGER_S``: between two holds the file is free for readers (the dashboard browses the run
+while it grows).
 
 A response is sent only after its rows are committed, so a server killed at any moment has stored
 every completion it answered and none it did not: a restart's counters then give a retried request
@@ -24,7 +25,7 @@ from engine.store.generations import GenerationRow, TraceRow
 from engine.store.runs import PromptRow
 from engine.store.served import HeldWriter, ServedRow
 
-LINGER_S = 0.05  # an idle writer keeps its connection this long (a client asking one request at a time)
+LINGER_S = 0.25  # an idle writer keeps its connection this long (a client asking one request at a time)
 
 
 @dataclass

@@ -169,8 +169,8 @@ _SERVED_SQL = (
 class HeldWriter:
     """The served run's write path for a server: one short transaction per batch of finished
     requests, on a connection kept open while batches follow each other, and closed when the server
-    is idle or has held it ``hold_s`` seconds (then it waits ``gap_s`` before the next batch), so that
-    readers (the dashboard, which retries every 0.1 s at most) always get in between.
+    is idle (:meth:`release`) or has held it ``hold_s`` seconds (then it waits ``gap_s`` before the
+    next batch), so that readers (the dashboard, which retries every 0.1 s at most) always get in.
 
     Why not a new connection per batch: one costs ~40 ms of CPU to open (DuckDB's catalog, the
     file checks, the schema check) and pandas inserts ~20 ms a table; a server answering requests one
@@ -178,7 +178,7 @@ class HeldWriter:
     (:func:`open_served_run`, through ``writer``); rows are inserted with parameters.
     """
 
-    def __init__(self, db: str | os.PathLike, run_id: str, hold_s: float = 0.5, gap_s: float = 0.15):
+    def __init__(self, db: str | os.PathLike, run_id: str, hold_s: float = 1.0, gap_s: float = 0.12):
         self.db, self.run_id, self.hold_s, self.gap_s = Path(db), run_id, hold_s, gap_s
         self._con: duckdb.DuckDBPyConnection | None = None
         self._since = 0.0
