@@ -12,8 +12,10 @@
    ratio (target >= 0.8). Both store their rows (the server commits before it answers).
 2. Overhead per request. The same single-token requests to the tiny 2-layer model one at a time,
    (a) straight to the model's worker (no HTTP, no JSON, no store) and (b) through the server; the
-   difference of the mean latencies is what HTTP, JSON and storing add (target < 5 ms), with the
-   mean commit time of one served request's rows alone.
+   difference of the median latencies is what HTTP, JSON and storing add (target < 5 ms), with the
+   median commit time of one served request's rows alone (a connection of its own), and the same
+   difference in this process's CPU time per request (client + server + store; independent of the
+   machine's load, an upper bound of the server's share).
 
 Reports the 1-minute load average next to every figure (the machine is shared).
 """
@@ -134,22 +136,26 @@ def overhead(n: int, db_dir: Path) -> dict:
     ids = lm.tokenizer(prompt)["input_ids"]
     w = ModelWorker("tiny", lm, "token_id", batch_size=8)
     direct = []
+    c0 = time.process_time()
     for i in range(n):
         ev = threading.Event()
         t0 = time.perf_counter()
         w.submit([Seq(Unit(f"p{i % 7}", i, 0), ids, 1.0, 0, 1.0, 1, lambda s, ev=ev: ev.set())])
         ev.wait()
         direct.append(time.perf_counter() - t0)
+    cpu_direct = (time.process_time() - c0) / n
     w.close()
     scfg = ServeConfig(run_id="overhead", db=db_dir / "overhead.duckdb")
     served, commits = [], []
     with ServerThread(scfg, [lm]) as srv:
         conn = _client(srv.url)
         path = urlparse(srv.url).path + "/completions"
+        c0 = time.process_time()
         for _ in range(n):
             t0 = time.perf_counter()
             _post(conn, path, {"model": "tiny", "prompt": prompt, "max_tokens": 1, "temperature": 1.0})
             served.append(time.perf_counter() - t0)
+        cpu_served = (time.process_time() - c0) / n
         tx0 = srv.core.writer.transactions
         rows = srv.core.writer.stored
     # one request's rows alone, committed as the writer does (a new transaction each)
@@ -183,6 +189,10 @@ def overhead(n: int, db_dir: Path) -> dict:
         "direct_ms_median": round(d_ms, 2),
         "served_ms_median": round(s_ms, 2),
         "overhead_ms": round(s_ms - d_ms, 2),
+        # CPU of this process (client, server, store) per request: independent of the machine's load
+        "cpu_direct_ms": round(1000 * cpu_direct, 2),
+        "cpu_served_ms": round(1000 * cpu_served, 2),
+        "cpu_overhead_ms": round(1000 * (cpu_served - cpu_direct), 2),
         "commit_ms_median": round(1000 * statistics.median(commits), 2),
         "transactions": tx0,
         "stored": rows,

@@ -417,3 +417,25 @@ def test_readers_browse_the_served_run_while_it_grows(tmp_db, models):
     assert (
         max(w for _, w in json.loads(out.stdout)) < 10
     )  # a reader waits for one hold of the writer at most
+
+
+def test_traces_of_a_served_run_are_the_keyed_noise(tmp_db, models):
+    """--traces: each token's trace is stored under the request's key, so the Token traces page
+    recomputes the same Gumbel values from (seed, prompt id, repeat, step, token)."""
+    from engine.analysis import traces
+
+    with server(tmp_db, [models[0]], traces=True) as srv:
+        status, out, _ = post(
+            srv.url + "/completions",
+            {"model": "tiny-a", "prompt": "trace me", "max_tokens": 6, "seed": 9, "n": 2},
+        )
+    assert status == 200
+    n_tokens = {
+        (r.prompt_id, r.repeat): len(r.token_ids) for r in served_rows(tmp_db, "run").itertuples()
+    }
+    for u in out["coupling"]["units"]:
+        steps = traces.trace_steps(tmp_db, "run", u["prompt_id"], u["repeat"], "coupled", ["tiny-a"])
+        assert len(steps) == n_tokens[(u["prompt_id"], u["repeat"])] > 0
+        assert set(steps.seed) == {9}
+        g = traces.recompute_gumbels(tmp_db, "run", u["prompt_id"], u["repeat"], steps)
+        assert g is not None and traces.gumbel_check(g) == 0.0

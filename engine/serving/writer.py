@@ -25,7 +25,7 @@ from engine.store.generations import GenerationRow, TraceRow
 from engine.store.runs import PromptRow
 from engine.store.served import HeldWriter, ServedRow
 
-LINGER_S = 0.25  # an idle writer keeps its connection this long (a client asking one request at a time)
+LINGER_S = 1.0  # an idle writer keeps its connection this long (a client asking one request at a time)
 
 
 @dataclass
