@@ -41,6 +41,7 @@ QUICK_SKIP_MODULES = {
     "test_sequential_pages.py",
     "test_report_sections.py",
     "test_noise_kernel.py",
+    "test_serve_process.py",
 }
 QUICK_SKIP_MARKS = ("slow", "browser", "vllm", "clients")
 

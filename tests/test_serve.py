@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -22,6 +24,7 @@ from engine.serving import keys
 from engine.serving.seq import Seq
 from engine.serving.worker import ModelWorker
 from engine.store.served import served_rows
+from tests.conftest import ROOT
 from tests.serve_helpers import get, post, server, tiny
 
 
@@ -329,6 +332,10 @@ def test_overload_is_a_429_with_retry_after_and_the_rest_is_answered(tmp_db, mod
             res = list(
                 ex.map(lambda i: post(srv.url + "/completions", {**body, "prompt": f"{i} go"}), range(8))
             )
+        status, out, _ = post(
+            srv.url + "/completions", {**body, "n": 3}
+        )  # more than --max-queue: never fits
+        assert status == 400 and out["error"]["param"] == "n"
     codes = sorted(r[0] for r in res)
     assert 429 in codes and 200 in codes and set(codes) <= {200, 429}
     assert all(h.get("retry-after") == "1" for s, _, h in res if s == 429)
@@ -353,3 +360,82 @@ def test_models_answers_once_loaded(tmp_db, models):
         status, body = get(srv.url + "/models")
     assert status == 200 and [m["id"] for m in body["data"]] == ["tiny-a", "tiny-b"]
     assert json.dumps(body["data"][0]["max_model_len"]) == "512"
+
+
+READER = """
+import json, sys, time
+from engine.store.served import served_rows
+out = []
+for _ in range(8):
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    out.append((len(served_rows(sys.argv[1], "run")), time.monotonic() - t0))
+print(json.dumps(out))
+"""
+
+
+def test_readers_browse_the_served_run_while_it_grows(tmp_db, models):
+    """The server holds the file only for short stretches: another process's reads (the dashboard's)
+    get in while requests keep coming, and see the run grow."""
+    with server(tmp_db, [models[0]]) as srv:
+        assert (
+            post(srv.url + "/completions", {"model": "tiny-a", "prompt": "first", "max_tokens": 3})[0]
+            == 200
+        )
+        stop = threading.Event()
+        codes: list[int] = []
+
+        def load():
+            i = 0
+            while not stop.is_set():
+                codes.append(
+                    post(
+                        srv.url + "/completions",
+                        {"model": "tiny-a", "prompt": f"p{i % 5}", "max_tokens": 3},
+                    )[0]
+                )
+                i += 1
+
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            futs = [ex.submit(load) for _ in range(4)]
+            try:
+                out = subprocess.run(
+                    [sys.executable, "-c", READER, str(tmp_db)],
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+            finally:
+                stop.set()
+            for f in futs:
+                f.result()
+    assert out.returncode == 0, out.stderr
+    seen = [n for n, _ in json.loads(out.stdout)]
+    assert seen == sorted(seen) and seen[-1] > seen[0] > 0, seen
+    assert set(codes) == {200}
+    assert (
+        max(w for _, w in json.loads(out.stdout)) < 10
+    )  # a reader waits for one hold of the writer at most
+
+
+def test_traces_of_a_served_run_are_the_keyed_noise(tmp_db, models):
+    """--traces: each token's trace is stored under the request's key, so the Token traces page
+    recomputes the same Gumbel values from (seed, prompt id, repeat, step, token)."""
+    from engine.analysis import traces
+
+    with server(tmp_db, [models[0]], traces=True) as srv:
+        status, out, _ = post(
+            srv.url + "/completions",
+            {"model": "tiny-a", "prompt": "trace me", "max_tokens": 6, "seed": 9, "n": 2},
+        )
+    assert status == 200
+    n_tokens = {
+        (r.prompt_id, r.repeat): len(r.token_ids) for r in served_rows(tmp_db, "run").itertuples()
+    }
+    for u in out["coupling"]["units"]:
+        steps = traces.trace_steps(tmp_db, "run", u["prompt_id"], u["repeat"], "coupled", ["tiny-a"])
+        assert len(steps) == n_tokens[(u["prompt_id"], u["repeat"])] > 0
+        assert set(steps.seed) == {9}
+        g = traces.recompute_gumbels(tmp_db, "run", u["prompt_id"], u["repeat"], steps)
+        assert g is not None and traces.gumbel_check(g) == 0.0

@@ -21,9 +21,9 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from engine import config
 from engine.errors import UserError
@@ -70,13 +70,28 @@ class ServeConfig:
             raise UserError(f"--run must be a non-empty name, got {self.run_id!r}")
 
 
+class Worker(Protocol):
+    """What generates a model's choices (:class:`~engine.serving.worker.ModelWorker`: the transformers
+    loop; another backend plugs in here through ``Core(make_worker=...)``). It fills each submitted
+    :class:`Seq` (tokens, text, finish) and calls its ``on_done`` exactly once, from any thread."""
+
+    vocab_size: int  # the logits' width (token ids of a prompt must be below it)
+    outstanding: int  # choices submitted and not finished
+    running: int  # choices in the batch now
+    tokens: int  # tokens generated so far
+
+    def submit(self, seqs: list[Seq]) -> None: ...
+
+    def close(self, timeout: float | None = None) -> None: ...
+
+
 @dataclass
 class ServedModel:
     """A model the server answers for: its loaded model, worker and limits."""
 
     name: str
     lm: Any  # models.LoadedModel
-    worker: ModelWorker
+    worker: Worker
     context: int | None  # None: unknown (not checked)
 
 
@@ -108,7 +123,7 @@ def _backend(models: Sequence[Any]) -> str:
     return "vllm" if any(getattr(lm, "name_of_backend", "") == "vllm" for lm in models) else "hf"
 
 
-def _worker(lm, key_mode: str, batch_size: int):
+def _worker(lm, key_mode: str, batch_size: int) -> Worker:
     """The model's generation thread: the transformers loop's, or vLLM's (--backend vllm)."""
     if getattr(lm, "name_of_backend", "") == "vllm":
         from engine.serving.vllm_worker import VllmWorker
@@ -122,8 +137,15 @@ class Core:
     their ``.name`` (the request's ``model`` field)."""
 
     def __init__(
-        self, cfg: ServeConfig, models: Sequence[Any], code_version: str, host: str | None = None
+        self,
+        cfg: ServeConfig,
+        models: Sequence[Any],
+        code_version: str,
+        host: str | None = None,
+        make_worker: Callable[[Any, str, int], Worker] | None = None,
     ):
+        """``make_worker(lm, key_mode, batch_size)``: the backend's worker of one model (default: the
+        transformers loop's, :class:`~engine.serving.worker.ModelWorker`)."""
         from engine.store.runlock import RunLock
 
         if not models:
@@ -158,7 +180,9 @@ class Core:
         self.occ = keys.Occurrences(stored)
         self.writer = StoreWriter(cfg.db, cfg.run_id, after_write=self._lock.beat)
         self.models = {
-            lm.name: ServedModel(lm.name, lm, _worker(lm, key_mode, cfg.batch_size), _context(lm))
+            lm.name: ServedModel(
+                lm.name, lm, (make_worker or _worker)(lm, key_mode, cfg.batch_size), _context(lm)
+            )
             for lm in models
         }
         self.requests = self.in_flight = self.failed = 0
@@ -199,8 +223,15 @@ class Core:
             )
         m = self.model(req.model)
         prompts = [_tokens(m, q, req) for q in req.questions]
+        asked = len(prompts) * req.n
+        if asked > self.cfg.max_queue:  # never fits: a 429 would be retried for ever
+            raise bad(
+                f"this request asks {asked} choices; the server takes at most {self.cfg.max_queue} "
+                "at once (--max-queue)",
+                "n",
+            )
         waiting = max(0, m.worker.outstanding - m.worker.running)  # choices not in the batch yet
-        if waiting + len(prompts) * req.n > self.cfg.max_queue:
+        if waiting + asked > self.cfg.max_queue:
             raise ApiError(
                 429,
                 f"server busy: {waiting} choices are waiting for model {m.name!r} (at most "

@@ -132,7 +132,9 @@ def load_models(
 
             out.append(VllmBackend(ref, dtype=dtype))
         else:
-            out.append(models.load_model(ref, device=device, dtype=dtype))
+            lm = models.load_model(ref, device=device, dtype=dtype)
+            lm.name = ref  # requests name a model as --models did (as generate names it in its runs)
+            out.append(lm)
     return out
 
 

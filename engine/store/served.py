@@ -11,16 +11,20 @@ get in between two batches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import duckdb
 import pandas as pd
 
 from engine.errors import UserError
-from engine.store.db import insert_df, query_df, transaction, writer
+from engine.store.db import WRITER_TIMEOUT_S, _connect, insert_df, query_df, transaction, writer
+from engine.store.files import write_failure
 from engine.store.generations import GenerationRow, TraceRow
 from engine.store.runs import (
     DatasetRecord,
@@ -30,6 +34,7 @@ from engine.store.runs import (
     stored_config,
     update_status,
 )
+from engine.store.schema import atomic
 
 SERVED_KIND = "served"  # runs.config["served"] holds the serving settings of a served run
 
@@ -127,25 +132,6 @@ def open_served_run(
     return [StoredUnit(m, md, p, int(r), int(s)) for m, md, p, r, s in rows]
 
 
-def _new_prompts(con: duckdb.DuckDBPyConnection, ds: str, prompts: Sequence[PromptRow]) -> pd.DataFrame:
-    """The prompts not stored yet, numbered after the stored ones in arrival order."""
-    uniq = list({p.prompt_id: p for p in prompts}.values())
-    have = {
-        r[0]
-        for r in con.execute(
-            "SELECT prompt_id FROM prompts WHERE dataset_id = ? AND prompt_id IN "
-            "(SELECT unnest(?::VARCHAR[]))",
-            [ds, [p.prompt_id for p in uniq]],
-        ).fetchall()
-    }
-    start = int(con.execute("SELECT count(*) FROM prompts WHERE dataset_id = ?", [ds]).fetchall()[0][0])
-    rows = [p._replace(dataset_id=ds) for p in uniq if p.prompt_id not in have]
-    rows = [p._replace(idx=start + i) for i, p in enumerate(rows)]
-    return pd.DataFrame(rows, columns=list(PromptRow._fields)).astype(
-        {"subject": "object", "question": "object", "choices": "object", "gold": "object"}
-    )
-
-
 def write_served(
     db: str | os.PathLike,
     run_id: str,
@@ -154,52 +140,91 @@ def write_served(
     served: Sequence[ServedRow],
     traces: Sequence[TraceRow] = (),
 ) -> None:
-    """One transaction: new prompts, generations, their ``served`` rows and token traces (rows already
-    stored stay: a pinned key asked twice is stored once), and the run's unit count."""
-    ds = dataset_id(run_id)
-    with transaction(db) as con:
-        new = _new_prompts(con, ds, prompts)
-        if len(new):
-            insert_df(
-                con,
-                "prompts",
-                new,
-                list(new.columns),
-                conflict="OR IGNORE",
-                casts={
-                    "subject": "VARCHAR",
-                    "question": "VARCHAR",
-                    "choices": "JSON",
-                    "gold": "VARCHAR",
-                },
+    """One transaction on a connection of its own: new prompts (numbered after the stored ones in
+    arrival order), generations, their ``served`` rows and token traces (rows already stored stay: a
+    pinned key asked twice is stored once), and the run's unit count. A server writes through a
+    :class:`HeldWriter` instead (the same statements on a connection it keeps while busy)."""
+    w = HeldWriter(db, run_id)
+    try:
+        w.write(prompts, generations, served, traces)
+    finally:
+        w.release()
+
+
+_PROMPT_SQL = (
+    "INSERT OR IGNORE INTO prompts (dataset_id, prompt_id, idx, subject, question, choices, gold, "
+    "user_prompt) SELECT ?, ?, (SELECT count(*) FROM prompts WHERE dataset_id = ?), ?, ?, NULL, NULL, ?"
+)
+_GEN_SQL = (
+    "INSERT OR IGNORE INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids, "
+    "finish_reason, n_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?::INTEGER[], ?, ?)"
+)
+_SERVED_SQL = (
+    "INSERT OR IGNORE INTO served (run_id, model, prompt_id, repeat, mode, request_id, choice_index, "
+    "endpoint, pinned, request, prompt_tokens, probs, logprobs, latency_s) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::JSON, ?, ?::FLOAT[], ?::FLOAT[], ?)"
+)
+
+
+class HeldWriter:
+    """The served run's write path for a server: one short transaction per batch of finished
+    requests, on a connection kept open while batches follow each other, and closed when the server
+    is idle (:meth:`release`) or has held it ``hold_s`` seconds (then it waits ``gap_s`` before the
+    next batch), so that readers (the dashboard, which retries every 0.1 s at most) always get in.
+
+    Why not a new connection per batch: one costs ~40 ms of CPU to open (DuckDB's catalog, the
+    file checks, the schema check) and pandas inserts ~20 ms a table; a server answering requests one
+    by one would spend that on every request. The file was checked when the run was opened
+    (:func:`open_served_run`, through ``writer``); rows are inserted with parameters.
+    """
+
+    def __init__(self, db: str | os.PathLike, run_id: str, hold_s: float = 1.0, gap_s: float = 0.12):
+        self.db, self.run_id, self.hold_s, self.gap_s = Path(db), run_id, hold_s, gap_s
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._since = 0.0
+
+    def write(
+        self,
+        prompts: Sequence[PromptRow],
+        generations: Sequence[GenerationRow],
+        served: Sequence[ServedRow],
+        traces: Sequence[TraceRow] = (),
+    ) -> None:
+        """One transaction (all or nothing; rows already stored stay), as :func:`write_served`."""
+        if self._con is not None and time.monotonic() - self._since > self.hold_s:
+            self.release()
+            time.sleep(self.gap_s)  # readers' turn
+        if self._con is None:
+            self._con = _connect(self.db, read_only=False, timeout_s=WRITER_TIMEOUT_S)
+            self._since = time.monotonic()
+        try:
+            with atomic(self._con) as con:
+                self._insert(con, prompts, generations, served, traces)
+        except (duckdb.IOException, duckdb.TransactionException) as exc:
+            self.release()
+            refused = write_failure(self.db, exc)
+            if refused is not None:
+                raise refused from exc
+            raise
+
+    def _insert(self, con, prompts, generations, served, traces) -> None:
+        ds = dataset_id(self.run_id)
+        rows = list({p.prompt_id: p for p in prompts}.values())
+        if rows:
+            con.executemany(
+                _PROMPT_SQL, [[ds, p.prompt_id, ds, p.subject, p.question, p.user_prompt] for p in rows]
             )
             con.execute(
                 "UPDATE datasets SET n_prompts = (SELECT count(*) FROM prompts WHERE dataset_id = ?) "
                 "WHERE dataset_id = ?",
                 [ds, ds],
             )
-        gens = pd.DataFrame(list(generations), columns=list(GenerationRow._fields))
-        if len(gens):
-            insert_df(
-                con,
-                "generations",
-                gens,
-                list(gens.columns),
-                casts={"token_ids": "INTEGER[]"},
-                conflict="OR IGNORE",
-            )
-        srv = pd.DataFrame(list(served), columns=list(ServedRow._fields))
-        if len(srv):
-            insert_df(
-                con,
-                "served",
-                srv,
-                list(srv.columns),
-                casts={"request": "JSON", "probs": "FLOAT[]", "logprobs": "FLOAT[]"},
-                conflict="OR IGNORE",
-            )
-        tr = pd.DataFrame(list(traces), columns=list(TraceRow._fields))
-        if len(tr):
+        if generations:
+            con.executemany(_GEN_SQL, [list(g) for g in generations])
+        if served:
+            con.executemany(_SERVED_SQL, [list(r) for r in served])
+        if traces:
+            tr = pd.DataFrame(list(traces), columns=list(TraceRow._fields))
             insert_df(
                 con,
                 "token_traces",
@@ -210,8 +235,15 @@ def write_served(
             )
         con.execute(
             "UPDATE runs SET n_units = (SELECT count(*) FROM generations WHERE run_id = ?) WHERE run_id = ?",
-            [run_id, run_id],
+            [self.run_id, self.run_id],
         )
+
+    def release(self) -> None:
+        """Close the connection (the file is free for readers)."""
+        if self._con is not None:
+            with contextlib.suppress(duckdb.Error):
+                self._con.close()
+            self._con = None
 
 
 def close_served_run(db: str | os.PathLike, run_id: str, status: str) -> None:
