@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import jobs, jobs_panel, race_view, sequential_live
+from dashboard import jobs, jobs_panel, race_view, sequential_live, serve_panel
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import config
@@ -235,6 +235,9 @@ with st.expander("Score, judge or cluster a stored run (background jobs)"):
         with st.container(border=True, key="judge_form"):  # the page's full width: nothing cut off
             st.markdown(f"**Judge pairs of run `{act_run}`**")
             jobs_panel.judge_form(act_run, names)
+
+st.subheader("Serve: coupled sampling for lm-eval, Inspect and any OpenAI client")
+serve_panel.render(names)
 
 st.subheader("Stop when decided: live confidence sequences")
 sequential_live.render()

@@ -40,7 +40,8 @@ from engine.progress import read_progress, write_json_atomic
 
 STATUSES = ("running", "done", "failed", "cancelled", "killed")
 # Engine commands that accept --progress-file (follow-up jobs get one only if they do).
-PROGRESS_COMMANDS = ("generate", "judge", "cluster", "race")
+PROGRESS_COMMANDS = ("generate", "judge", "cluster", "race", "serve")
+SERVE_FIGURES = ("address", "run", "requests", "in_flight", "failed", "queued", "tokens", "stored")
 # Job kinds whose command continues where it stopped when run again.
 RESUMABLE_KINDS = ("generate", "score", "judge", "cluster", "race")
 _KIND_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -341,6 +342,12 @@ def job_status(job_id: str, db: str | os.PathLike | None = None) -> JobStatus:
             **({"followup": followup} if followup else {}),
             **({"workers": prog["workers"]} if isinstance(prog.get("workers"), dict) else {}),
             **({"stats": prog["stats"]} if isinstance(prog.get("stats"), dict) else {}),
+            # a server (engine serve): its address and live figures
+            **(
+                {"serve": {k: prog[k] for k in SERVE_FIGURES if k in prog}}
+                if prog.get("kind") == "serve"
+                else {}
+            ),
         },
     )
 

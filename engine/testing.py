@@ -76,3 +76,26 @@ def tiny_lm(
     # function
     model = model.to(dtype).eval()  # type: ignore[arg-type]
     return model, tok
+
+
+def tiny_pair(folder, hidden: int = 64, scale: float = 6.0, nudge: float = 0.01) -> tuple:
+    """Two tiny models whose next-token distributions are close but not equal, saved as Hugging Face
+    folders ``folder/tiny-a`` and ``folder/tiny-b``: a = ``tiny_lm(0, hidden=hidden)`` with its logits
+    scaled by ``scale`` (peaked, like a trained model's), b = a's weights plus seeded N(0, nudge^2)
+    noise. Coupling shows between them (tests of the served path with real clients, vLLM). Returns the
+    two folders (pathlib.Path)."""
+    from pathlib import Path
+
+    out = []
+    for name, noise_sd in (("tiny-a", 0.0), ("tiny-b", nudge)):
+        model, tok = tiny_lm(0, hidden=hidden)
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            model.model.norm.weight.mul_(scale)
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * noise_sd)
+        path = Path(folder) / name
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+        out.append(path)
+    return out[0], out[1]

@@ -10,7 +10,12 @@
 #      (tests/test_cuda_backend.py);
 #   3. the generation benchmark at the Llama-3.2-1B shape (random bf16 weights), hf (reference noise)
 #      and hf-triton (the fused kernel: the default on CUDA), with the roofline fraction; vllm and
-#      vllm-plain where vLLM is installed (else "skipped").
+#      vllm-plain where vLLM is installed (else "skipped");
+#   4. the served path (engine serve, docs/SERVE.md): the server on CUDA gives the CPU server's tokens for
+#      the same requests (tests/test_serve_cuda.py); where vLLM is installed, `--backend vllm` gives the
+#      transformers backend's tokens and couples two models (tests/vllm/test_vllm_serve.py). The server
+#      needs starlette and uvicorn: where the image lacks them, carry their wheels in .whl/ with duckdb
+#      (pip download --no-deps -d .whl starlette==1.10.0 uvicorn==0.54.0 h11 anyio sniffio).
 #
 # Usage (repo root, on the GPU machine):  OUT=/some/dir HBM_GBPS=3350 bash scripts/gpu_check.sh
 #   (HBM_GBPS: the roofline's memory bandwidth: H100 SXM 3350, H200 4800)
@@ -32,7 +37,13 @@ fi
 } 2>&1 | tee "$OUT/gpu_check.log"
 status=0
 timeout 240 "$PY" -m pytest -q -p no:cacheprovider -p no:xdist tests/test_noise_kernel.py tests/test_keyed_draw.py \
-  tests/test_cuda_backend.py 2>&1 | tee -a "$OUT/gpu_check.log" || status=1
+  tests/test_cuda_backend.py tests/test_serve_cuda.py 2>&1 | tee -a "$OUT/gpu_check.log" || status=1
+if "$PY" -c "import vllm" >/dev/null 2>&1; then
+  timeout 300 "$PY" -m pytest -q -p no:cacheprovider -p no:xdist tests/vllm/test_vllm_serve.py 2>&1 \
+    | tee -a "$OUT/gpu_check.log" || status=1
+else
+  echo "served path on vLLM: skipped (vLLM is not installed)" | tee -a "$OUT/gpu_check.log"
+fi
 timeout 300 "$PY" bench/bench_gpu_generation.py --device cuda --hbm-gbps "$HBM" --models llama-3.2-1b \
   --backends hf,hf-triton,vllm,vllm-plain --json "$OUT/gen_1b.json" --md "$OUT/gen_1b.md" 2>&1 \
   | tee -a "$OUT/gpu_check.log" || status=1

@@ -43,15 +43,16 @@ QUICK_SKIP_MODULES = {
     "test_race_pages.py",
     "test_report_sections.py",
     "test_noise_kernel.py",
+    "test_serve_process.py",
 }
-QUICK_SKIP_MARKS = ("slow", "browser", "vllm")
+QUICK_SKIP_MARKS = ("slow", "browser", "vllm", "clients")
 
 
 def pytest_addoption(parser):
     parser.addoption(
         "--quick",
         action="store_true",
-        help="the fast subset: no slow / browser / vllm tests, no model-loading modules",
+        help="the fast subset: no slow / browser / vllm / clients tests, no model-loading modules",
     )
 
 

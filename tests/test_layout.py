@@ -20,12 +20,15 @@ ALLOWED: dict[str, set[str]] = {
     "stats": set(),
     "store": set(),
     "models": {"sampling"},
-    "tasks": {"store", "stats", "models", "sampling"},
+    # serving: the key rule, which `import harness` applies to link logs to a served run's generations
+    "tasks": {"store", "stats", "models", "sampling", "serving"},
     "generation": {"sampling", "models", "store"},
     "analysis": {"store", "stats", "sampling", "figures"},
     "figures": set(),  # presentation: plain data in, Plotly figures out
     # the shareable report: analysis results -> HTML / paper tables
     "report": {"analysis", "figures"},
+    # the OpenAI-compatible server (engine serve): requests -> keyed units on the generation engine
+    "serving": {"generation", "models", "sampling", "store"},
 }
 FORBIDDEN_EVERYWHERE = ("dashboard", "app_pages", "streamlit")
 # measured on code as `ruff format` writes it (line length 105): let a function or a file grow or

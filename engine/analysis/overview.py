@@ -54,6 +54,7 @@ class Overview(ToDict):
     comparison_sets: int = 0
     comparisons: int = 0
     clusters: int = 0
+    served: int = 0  # v5: the requests of served runs (engine serve)
 
 
 def overview(db: str | os.PathLike) -> Overview:

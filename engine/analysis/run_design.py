@@ -82,6 +82,9 @@ class RunDesign(ToDict):
     warnings: list[str] = field(default_factory=list)
     imported_sources: list[str] = field(default_factory=list)  # the log folders / files as imported
     imported_groups: list[HarnessGroup] = field(default_factory=list)  # lm-eval groups and subtasks
+    # an import of logs made through `engine serve`: how the server sampled them, e.g. "served coupled,
+    # seed 1234 (run cpl); served independent, a seed per model (run ind)"; None otherwise
+    served: str | None = None
 
 
 def _split_version(code: str | None) -> tuple[str | None, str | None]:
@@ -127,6 +130,26 @@ def _groups(cfg: dict[str, Any]) -> list[HarnessGroup]:
     return [HarnessGroup(n, t) for n, t in seen.items()]
 
 
+def served_design(cfg: dict[str, Any]) -> str | None:
+    """How the served runs behind an imported harness run sampled (``config.imported.served``): one
+    phrase per served run and mode, e.g. "served coupled, seed 1234 (run cpl)"."""
+    links = (cfg.get("imported") or {}).get("served") or []
+    out: dict[tuple[str, str], set[int]] = {}
+    for ln in links:
+        out.setdefault((str(ln.get("served_run")), str(ln.get("mode"))), set()).update(
+            ln.get("seeds") or []
+        )
+    parts = []
+    for (run, mode), seeds in out.items():
+        if mode == "coupled" and len(seeds) == 1:
+            parts.append(f"served coupled, seed {next(iter(seeds))} (run {run})")
+        elif mode == "coupled":
+            parts.append(f"served coupled, seeds {', '.join(map(str, sorted(seeds)))} (run {run})")
+        else:
+            parts.append(f"served {mode}, a seed per model (run {run})")
+    return "; ".join(parts) or None
+
+
 def run_design(db: str | os.PathLike, run: str) -> RunDesign:
     """The design of ``run`` from what the store recorded (UserError for an unknown run)."""
     r = design_rows(db, run)
@@ -167,4 +190,5 @@ def run_design(db: str | os.PathLike, run: str) -> RunDesign:
         if isinstance(cfg.get("imported"), dict)
         else [],
         imported_groups=_groups(cfg),
+        served=served_design(cfg),
     )

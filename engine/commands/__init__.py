@@ -31,4 +31,5 @@ COMMANDS = (
     "report",
     "gate",
     "label",
+    "serve",
 )

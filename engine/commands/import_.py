@@ -63,6 +63,14 @@ def register(sub) -> None:
         help="the model name of each PATH, in order (default: the harness's name; two checkpoints of "
         "one name are told apart by their model arguments, e.g. hf/local@step-1000)",
     )
+    h.add_argument(
+        "--served",
+        nargs="+",
+        metavar="RUN",
+        default=None,
+        help="logs made through `engine serve`: link their samples only to these served runs of --db "
+        "(default: to whichever served run's generations match them; see docs/SERVE.md)",
+    )
     add_output_args(h)
     h.set_defaults(func=run_harness)
 
@@ -125,18 +133,31 @@ def run_comparisons(args) -> int:
 def run_harness(args) -> int:
     from engine.tasks.harness_import import import_harness
 
-    res = import_harness(args.db, args.paths, name=args.name, model_names=args.model_names)
+    res = import_harness(
+        args.db, args.paths, name=args.name, model_names=args.model_names, served=args.served
+    )
     rows = [
         {"model": m, "harness accuracy": res.headline.get(m), "our accuracy": res.ours.get(m)}
         for m in res.models
     ]
+    served = [
+        f"{d['model']} on {d['task']}: served run {d['served_run']} ({d['mode']}, seed "
+        f"{', '.join(map(str, d['seeds']))}), {d['matched']:,} samples linked"
+        for d in res.served
+    ]
+    how = (
+        "sampled by engine serve: " + "; ".join(served)
+        if served
+        else "imported: not coupled, not generated here"
+    )
     return emit(
         args,
         res.to_dict(),
         lambda: (
             f"imported {res.n_generations:,} samples of {len(res.models)} model(s) from {res.harness} "
             f"({res.n_prompts:,} prompts, {res.n_common:,} shared by every model; tasks "
-            f"{', '.join(res.tasks)}) into {args.db} as run {res.run_id} (imported: not coupled, not "
-            "generated here)\n" + table(rows, digits=4)
+            f"{', '.join(res.tasks)}) into {args.db} as run {res.run_id} ({how})\n"
+            + "".join(f"unmatched: {line}\n" for line in res.unmatched)
+            + table(rows, digits=4)
         ),
     )

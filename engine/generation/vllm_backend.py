@@ -403,8 +403,42 @@ class VllmBackend:
     def _step(self) -> list:
         """One engine step; the outputs of the requests that finished. EngineDead when the engine is
         gone."""
+        return [out for out in self.step() if out.finished]
+
+    # ---- one request at a time (engine serve --backend vllm: engine.serving.vllm_worker)
+    @property
+    def tag(self) -> str:
+        """This backend's prefix of request tags (unique per process)."""
+        return self._tag
+
+    def register_keys(self, token_keys: torch.Tensor | None) -> tuple[int, str, dict]:
+        """Open a call with ``token_keys``: (call number, keys id, the route each request carries)."""
+        return self._register_keys(token_keys)
+
+    def end_call(self, call: int, kid: str, inflight: dict) -> None:
+        """Close a call opened by :meth:`register_keys` (its keys, unfinished requests and records)."""
+        self._end_call(call, kid, inflight)
+
+    def add_request(self, tag: str, prompt_ids: list[int], params) -> str:
+        """Hand vLLM one request (prompt token ids, SamplingParams); returns vLLM's request id."""
+        return str(self.llm.llm_engine.add_request(tag, {"prompt_token_ids": list(prompt_ids)}, params))
+
+    def abort(self, tag: str) -> None:
+        """Abort a request (a client went away, a stop string ended it); unknown tags are ignored."""
         try:
-            return [out for out in self.llm.llm_engine.step() if out.finished]
+            self.llm.llm_engine.abort_request([tag])
+        except Exception:
+            pass
+
+    def check_alive(self) -> None:
+        """EngineDead when the engine died (see :meth:`_check_alive`)."""
+        self._check_alive()
+
+    def step(self) -> list:
+        """One engine step; the outputs of every request that ran in it (vLLM's cumulative outputs).
+        EngineDead when the engine is gone."""
+        try:
+            return list(self.llm.llm_engine.step())
         except Exception as exc:
             if self._engine_dead(exc):
                 from engine.generation.types import EngineDead

@@ -31,7 +31,9 @@ def design_section(ctx: RunContext) -> Section:
         ("created", _v(d.created_at)),
         (
             "generated here or imported",
-            f"imported from {d.imported_from}" if d.imported_from else "generated here",
+            (f"imported from {d.imported_from}" + (f" ({d.served})" if d.served else ""))
+            if d.imported_from
+            else "generated here",
         ),
         (
             "dataset",

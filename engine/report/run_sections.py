@@ -129,6 +129,12 @@ def headline_section(ctx: RunContext) -> Section:
             f"Imported from {ctx.design.imported_from}{groups}: the scores are the harness's own; the "
             "generations were not made here and are not coupled."
         )
+    elif ctx.design.imported_from and ctx.design.served:
+        paras.append(
+            f"Imported from {ctx.design.imported_from}, sampled through this product's server "
+            f"({ctx.design.served}): the scores are the harness's own, each sample linked to the "
+            "served generation of its request."
+        )
     elif ctx.design.imported_from:
         paras.append(
             f"Imported from {ctx.design.imported_from}: generations made elsewhere (coupled and "

@@ -17,7 +17,28 @@ import duckdb
 
 from engine.errors import UserError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+
+# v5: what a served run's generations were asked (engine serve, docs/METHODS.md 1.6): one row per
+# generation row of the run; the unit (prompt_id, repeat) is the key the request derived
+SERVED = """CREATE TABLE IF NOT EXISTS served (
+        run_id VARCHAR,
+        model VARCHAR,
+        prompt_id VARCHAR,           -- the request's prompt id (a hash of what was sent), or a pinned id
+        repeat INTEGER,              -- its occurrence index in the run (or the pinned repeat)
+        mode VARCHAR,                -- 'coupled' | 'independent' (the server's --noise)
+        request_id VARCHAR,          -- the response's id ('cmpl-...' / 'chatcmpl-...'): one per request
+        choice_index INTEGER,        -- the choice's index in that response
+        endpoint VARCHAR,            -- 'completions' | 'chat'
+        pinned BOOLEAN,              -- the client pinned the key (the request's "coupling" field)
+        request JSON,                -- the question and its fields: prompt | messages, temperature, top_p,
+                                     -- top_k, seed, max_tokens, stop, n, logprobs, echo (never the key)
+        prompt_tokens INTEGER,       -- the prompt's length in tokens (after the chat template)
+        probs FLOAT[],               -- per generated token: its probability under the sampling distribution
+        logprobs FLOAT[],            -- per generated token: the model's log-probability (temperature 1)
+        latency_s DOUBLE,            -- from the request's arrival to its last token
+        created_at TIMESTAMP DEFAULT current_timestamp,
+        PRIMARY KEY (run_id, model, prompt_id, repeat, mode))"""
 
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS meta (
@@ -155,6 +176,7 @@ SCHEMA: tuple[str, ...] = (
         method VARCHAR,              -- 'answer' | 'llm' | 'embedding'
         cluster_id INTEGER,
         PRIMARY KEY (run_id, model, prompt_id, repeat, mode, method))""",
+    SERVED,  # v5
 )
 
 
@@ -214,6 +236,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "comparisons.set_name AND json_extract_string(s.meta, '$.format') = 'judgments'",
         ),
     ),
+    (4, (SERVED,)),  # the served runs' requests (engine serve)
 )
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), (
     "one migration step per older version"

@@ -100,6 +100,12 @@ class ImportRows:
     code_version: str
     key_mode: str | None = "token_id"
     replace_run: bool = False  # True: every earlier row of the run goes; False: only these models' rows
+    # served generations whose token traces the run copies (an import linked to `engine serve`'s run):
+    # served_run, served_model, model, prompt_id, repeat, mode
+    trace_links: pd.DataFrame | None = None
+
+
+GENERATION_EXTRA = ["token_ids", "finish_reason", "n_tokens"]  # written when an import has them
 
 
 def store_import(db: str | os.PathLike, rows: ImportRows) -> int:
@@ -115,7 +121,7 @@ def store_import(db: str | os.PathLike, rows: ImportRows) -> int:
             [rows.dataset_id, pids],
         )
         insert_df(con, "prompts", rows.prompts, PROMPT_COLUMNS, casts={"choices": "JSON"})
-        for table in ("generations", "scores"):  # fixed table names
+        for table in ("generations", "scores", "token_traces"):  # fixed table names
             if rows.replace_run:
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rows.run_id])
             else:
@@ -124,8 +130,17 @@ def store_import(db: str | os.PathLike, rows: ImportRows) -> int:
                     "AND list_contains(?, prompt_id)",
                     [rows.run_id, names, pids],
                 )
-        insert_df(con, "generations", rows.generations, GENERATION_COLUMNS)
+        extra = [c for c in GENERATION_EXTRA if c in rows.generations.columns]
+        insert_df(
+            con,
+            "generations",
+            rows.generations,
+            GENERATION_COLUMNS + extra,
+            casts={"token_ids": "INTEGER[]"} if "token_ids" in extra else None,
+        )
         insert_df(con, "scores", rows.scores, SCORE_COLUMNS)
+        if rows.trace_links is not None and len(rows.trace_links):
+            _copy_traces(con, rows.run_id, rows.trace_links)
         insert_df(
             con,
             "models",
@@ -155,6 +170,24 @@ def store_import(db: str | os.PathLike, rows: ImportRows) -> int:
             ],
         )
     return int(n_units)
+
+
+def _copy_traces(con: duckdb.DuckDBPyConnection, run_id: str, links: pd.DataFrame) -> None:
+    """Copy the token traces of the linked served generations into the import's run (same unit and
+    mode; the model under its imported name)."""
+    con.register("trace_links", links)
+    try:
+        con.execute(
+            """INSERT OR REPLACE INTO token_traces
+               SELECT ? AS run_id, l.model, t.prompt_id, t.repeat, t.mode, t.step, t.token_id,
+                      t.token_text, t.prob, t.top_ids, t.top_probs, t.top_gumbels
+               FROM token_traces t JOIN trace_links l
+                 ON t.run_id = l.served_run AND t.model = l.served_model AND t.prompt_id = l.prompt_id
+                AND t.repeat = l.repeat AND t.mode = l.mode""",
+            [run_id],
+        )
+    finally:
+        con.unregister("trace_links")
 
 
 def run_exists(db: str | os.PathLike, run: str) -> bool:

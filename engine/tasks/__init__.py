@@ -15,6 +15,8 @@ imported), always writing through :mod:`engine.store`.
 * :mod:`.importers`     -- the coupled-generation paper's published MMLU outputs
 * :mod:`.harness`, :mod:`.harness_import` -- lm-evaluation-harness and Inspect AI per-sample logs as
   an imported run
+* :mod:`.harness_requests`, :mod:`.harness_served` -- a log's samples rebuilt into the requests the
+  server saw, and linked to an ``engine serve`` run's generations by the key rule
 * :mod:`.labels`        -- human labels: a run's comparison units, drawing and recording a sample,
   claims, votes, undo, what the Label page shows; :mod:`.label_sets` (progress, labels as comparison
   rows, the sample CSV out and back, ``sync`` into a comparison set)

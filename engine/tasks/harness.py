@@ -25,6 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
+from engine.tasks.harness_requests import (
+    context_text,
+    inspect_request,
+    lm_eval_repeat_scores,
+    lm_eval_request,
+)
 
 LM_EVAL_VERSIONS = ("0.4",)  # results files this reader knows (lm_eval_version prefix)
 INSPECT_LOG_VERSIONS = (2,)  # Inspect's log format version
@@ -56,6 +62,9 @@ class HarnessSample:
     prompt: str | None
     target: str | None
     choices: tuple[str, ...] | None = None
+    # the request the sample made of an OpenAI-compatible server, as the key rule reads it
+    # (engine.tasks.harness_requests): (endpoint, body fields); None when the log does not say
+    request: tuple[str, dict] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,9 @@ class HarnessLog:
         tuple[str, str], ...
     ] = ()  # the harness's model arguments (what tells checkpoints apart)
     groups: tuple[GroupResult, ...] = ()  # lm-eval: every group of the results file, checked
+    # lm-eval with `repeats: R`: its headline scores only the first answer of each document (repeat 0);
+    # the samples hold all R, each scored by harness_requests.lm_eval_repeat_scores
+    headline_first_repeat: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,7 +150,51 @@ def _lm_eval_text(line: dict) -> str | None:
     return None
 
 
-def _lm_eval_samples(path: Path, task: str, metric: str, filt: str) -> list[HarnessSample]:
+def _lm_eval_answers(line: dict) -> list[str] | None:
+    """A generate_until document's answers, one per repeat (``resps``: [[a_0, ..., a_R-1]]), or None
+    (multiple choice, or one answer)."""
+    resps = line.get("resps")
+    if not (isinstance(resps, list) and len(resps) == 1 and isinstance(resps[0], list)):
+        return None
+    answers = resps[0]
+    if len(answers) < 2 or not all(isinstance(a, str) for a in answers):
+        return None
+    return answers
+
+
+@dataclass(frozen=True)
+class _LmEvalTask:
+    """What the samples reader needs of one task's entry in the results file."""
+
+    name: str
+    metric: str
+    filter: str
+    config: dict  # the task's entry under ``configs`` (metric_list, filter_list, repeats, ...)
+    model_type: str | None  # config.model: 'local-completions', 'hf', ...
+    model_args: dict
+
+
+def _lm_eval_line(task: _LmEvalTask, line: dict, where: str) -> list[HarnessSample]:
+    """The samples of one document: one, or one per repeat (a task with ``repeats``)."""
+    args = line.get("arguments") or {}
+    first: dict = next(iter(args.values()), {}) if isinstance(args, dict) else {}
+    conts = tuple(str(a.get("arg_1", "")).strip() for a in args.values()) if len(args) > 1 else None
+    target = None if line.get("target") is None else str(line["target"])
+    request = lm_eval_request(task.model_type, task.model_args, first.get("arg_0"), first.get("arg_1"))
+    prompt = context_text(first.get("arg_0"))
+    sid, score = f"{task.name}/{line['doc_id']}", float(line[task.metric])
+    answers = _lm_eval_answers(line) if int(task.config.get("repeats") or 1) > 1 else None
+    if answers is None:
+        text = _lm_eval_text(line)
+        return [HarnessSample(sid, 0, score, text, prompt, target, conts, request)]
+    scores = lm_eval_repeat_scores(task.name, task.config, answers, line.get("target"), score, where)
+    return [
+        HarnessSample(sid, r, sc, a, prompt, target, None, request)
+        for r, (a, sc) in enumerate(zip(answers, scores))
+    ]
+
+
+def _lm_eval_samples(path: Path, task: _LmEvalTask) -> list[HarnessSample]:
     out = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -151,26 +207,14 @@ def _lm_eval_samples(path: Path, task: str, metric: str, filt: str) -> list[Harn
             line = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise UserError(f"{str(path)!r} line {n}: not JSON ({exc.msg})") from None
-        if line.get("filter", filt) != filt:
+        if line.get("filter", task.filter) != task.filter:
             continue
-        if "doc_id" not in line or metric not in line:
+        if "doc_id" not in line or task.metric not in line:
             raise UserError(
-                f"{str(path)!r} line {n}: no 'doc_id' or no {metric!r} (an lm-eval --log_samples file?)"
+                f"{str(path)!r} line {n}: no 'doc_id' or no {task.metric!r} (an lm-eval --log_samples "
+                "file?)"
             )
-        args = line.get("arguments") or {}
-        first: dict = next(iter(args.values()), {}) if isinstance(args, dict) else {}
-        conts = tuple(str(a.get("arg_1", "")).strip() for a in args.values()) if len(args) > 1 else None
-        out.append(
-            HarnessSample(
-                f"{task}/{line['doc_id']}",
-                0,
-                float(line[metric]),
-                _lm_eval_text(line),
-                first.get("arg_0"),
-                None if line.get("target") is None else str(line["target"]),
-                conts,
-            )
-        )
+        out.extend(_lm_eval_line(task, line, f"{str(path)!r} line {n}"))
     return out
 
 
@@ -208,8 +252,10 @@ def check_groups(res: dict, logs: list[HarnessLog], path: Path) -> tuple[GroupRe
             metric, _, headline = _lm_eval_metric(group, entry, path)
         except UserError:
             continue  # a group that reports no aggregate (lm-eval prints only its subtasks)
-        means = [_mean([s.score for s in by_task[t].samples]) for t in leaves]
-        sizes = [len(by_task[t].samples) for t in leaves]
+        # what lm-eval averaged: each document's score (with `repeats`, its first answer's)
+        scored = {t: [s.score for s in by_task[t].samples if s.repeat == 0] for t in leaves}
+        means = [_mean(scored[t]) for t in leaves]
+        sizes = [len(scored[t]) for t in leaves]
         weighted = sum(m * n for m, n in zip(means, sizes)) / sum(sizes)
         plain = sum(means) / len(means)
         if agrees(weighted, headline, False):
@@ -259,7 +305,15 @@ def read_lm_eval(results_path: Path) -> list[HarnessLog]:
                 f"{str(results_path)!r}: no {samples_path.name} beside it (run lm-eval with "
                 "--log_samples)"
             )
-        samples = _lm_eval_samples(samples_path, task, metric, filt)
+        spec = _LmEvalTask(
+            task,
+            metric,
+            filt,
+            dict((res.get("configs") or {}).get(task) or {}),
+            (res.get("config") or {}).get("model"),
+            dict(args),
+        )
+        samples = _lm_eval_samples(samples_path, spec)
         logs.append(
             HarnessLog(
                 "lm-eval",
@@ -271,6 +325,7 @@ def read_lm_eval(results_path: Path) -> list[HarnessLog]:
                 tuple(samples),
                 str(samples_path),
                 model_args=args,
+                headline_first_repeat=any(s.repeat > 0 for s in samples),
             )
         )
     checked = check_groups(res, logs, results_path)
@@ -297,6 +352,17 @@ def _inspect_text(output: Any) -> str | None:
     if isinstance(output, dict):
         return output.get("completion")
     return getattr(output, "completion", None)
+
+
+def _inspect_sample(sample: dict) -> dict:
+    """A sample with only its model events' requests kept of its events (what the link needs)."""
+    keep = ("request", "call_refs", "call_key")
+    events = [
+        {"event": "model", "call": {k: ev["call"].get(k) for k in keep}}
+        for ev in sample.get("events") or []
+        if isinstance(ev, dict) and ev.get("event") == "model" and ev.get("call")
+    ]
+    return {**sample, "events": events}
 
 
 def _inspect_log(header: dict, samples: Iterable[dict], path: Path, reader: str) -> HarnessLog:
@@ -338,6 +404,7 @@ def _inspect_log(header: dict, samples: Iterable[dict], path: Path, reader: str)
                 _inspect_text(s.get("output")),
                 inp if isinstance(inp, str) else None,
                 None if s.get("target") is None else str(s.get("target")),
+                request=inspect_request(s),
             )
         )
     return HarnessLog(
@@ -413,7 +480,13 @@ def _read_with_inspect(path: Path) -> HarnessLog | None:
         raise UserError(f"cannot read Inspect log {str(path)!r}: {type(exc).__name__}: {exc}") from None
     header = json.loads(log.model_dump_json(exclude={"samples", "reductions"}))
     samples = [
-        json.loads(s.model_dump_json(include={"id", "epoch", "scores", "output", "input", "target"}))
+        _inspect_sample(
+            json.loads(
+                s.model_dump_json(
+                    include={"id", "epoch", "scores", "output", "input", "target", "events"}
+                )
+            )
+        )
         for s in (log.samples or [])
     ]
     return _inspect_log(header, samples, path, "inspect_ai")

@@ -7,6 +7,13 @@ generations are mode 'independent' (not coupled, not our generation) and its sco
 'harness' (the harness's own per-sample score). Our accuracy (mean over samples of the mean over
 repeats, the harnesses' own reduction) must equal the harness's headline exactly, else nothing is
 written. Everything is checked before the one transaction (engine.store.scores.store_import).
+
+Logs made through ``engine serve`` (a served run in the same database) are linked to the generations
+the server stored (:mod:`engine.tasks.harness_served`): a linked sample takes the served unit (prompt
+id, repeat), mode (coupled / independent), seed, tokens and token traces, so the run is analysed like
+a generated one (paired by the noise key, coupled against independent); ``config.imported.served``
+says which served run each log came from. A linked log's samples that match no served generation are
+left out and reported, one line per model (:attr:`HarnessImport.unmatched`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ import pandas as pd
 
 from engine.errors import UserError
 from engine.store.scores import ImportRows, imported_facts, run_exists, store_import
-from engine.tasks.harness import GroupResult, HarnessLog, agrees, read_harness
+from engine.tasks.harness import GroupResult, HarnessLog, HarnessSample, agrees, read_harness
+from engine.tasks.harness_served import LogLink, ServedGen, link_logs
 
 HARNESS_RULE = "harness"
 HARNESS_MODE = "independent"
@@ -38,6 +46,8 @@ class HarnessImport:
     n_generations: int
     headline: dict[str, float]  # model -> the harness's accuracy (one task) ...
     ours: dict[str, float]  # ... and ours from the stored scores
+    served: tuple[dict, ...] = ()  # per linked log: model, task, served run, mode, seeds, counts
+    unmatched: tuple[str, ...] = ()  # one line per model whose samples matched no served generation
 
     def to_dict(self) -> dict:
         return {
@@ -51,13 +61,18 @@ class HarnessImport:
             "n_generations": self.n_generations,
             "headline": self.headline,
             "ours": self.ours,
+            "served": list(self.served),
+            "unmatched": list(self.unmatched),
         }
 
 
 def our_accuracy(log: HarnessLog) -> float:
-    """Mean over samples of the mean over repeats, in the harnesses' order of operations."""
+    """Mean over samples of the mean over repeats, in the harnesses' order of operations (lm-eval with
+    ``repeats``: of the first repeat, the one its headline scores)."""
     per: dict[str, list[float]] = {}
     for s in log.samples:
+        if log.headline_first_repeat and s.repeat > 0:
+            continue
         per.setdefault(s.sample_id, []).append(s.score)
     means = [sum(v) / len(v) for v in per.values()]
     return sum(means) / len(means)
@@ -142,17 +157,19 @@ def exact_scores(log: HarnessLog) -> bool:
     return len(ids) == len(set(ids)) and all(s.score in (0.0, 1.0) for s in log.samples)
 
 
-def _check(logs: list[HarnessLog]) -> tuple[int, list[str]]:
-    """Unique (model, task); every log's accuracy = its headline; sample ids overlap across models."""
+def _check(logs: list[HarnessLog], linked: list[bool] | None = None) -> tuple[int, list[str]]:
+    """Unique (model, task) among the logs not linked to a served run (linked logs are told apart by
+    their served units); every log's accuracy = its headline; sample ids overlap across models."""
     seen: set[tuple[str, str]] = set()
-    for log in logs:
-        if (log.model, log.task) in seen:
+    for log, link in zip(logs, linked or [False] * len(logs)):
+        if (log.model, log.task) in seen and not link:
             raise UserError(
                 f"model {log.model!r} appears twice for task {log.task!r} ({log.path}) and its model "
                 "arguments do not tell the two apart: name each path's model with --model-names NAME "
                 "[NAME ...] (one per path, in order), or import one log per model and task"
             )
-        seen.add((log.model, log.task))
+        if not link:
+            seen.add((log.model, log.task))
         if not log.samples:
             raise UserError(f"{log.path}: no samples")
         ours = our_accuracy(log)
@@ -180,59 +197,117 @@ def check_logs(logs: list[HarnessLog]) -> tuple[int, list[str]]:
     return _check(logs)
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """One imported generation: a harness sample, under its own id (unlinked) or its served unit."""
+
+    log: HarnessLog
+    sample: HarnessSample
+    prompt_id: str
+    repeat: int
+    mode: str
+    gen: ServedGen | None  # the served generation it is linked to
+
+
+def _units(logs: list[HarnessLog], links: list[LogLink | None]) -> tuple[list[_Unit], tuple[str, ...]]:
+    """Every imported generation, and one line per model whose linked logs have samples that match no
+    served generation (those samples are left out)."""
+    units: list[_Unit] = []
+    missed: dict[str, list[tuple[HarnessLog, LogLink, int]]] = {}
+    for log, link in zip(logs, links):
+        if link is None:
+            units += [_Unit(log, s, s.sample_id, s.repeat, HARNESS_MODE, None) for s in log.samples]
+            continue
+        for i, s in enumerate(log.samples):
+            g = link.matched.get(i)
+            if g is None:
+                missed.setdefault(log.model, []).append((log, link, i))
+            else:
+                units.append(_Unit(log, s, g.prompt_id, g.repeat, g.mode, g))
+    lines = []
+    for model, miss in missed.items():
+        log, link, i = miss[0]
+        total = sum(len(lg.samples) for lg, lk in zip(logs, links) if lg.model == model and lk)
+        first = log.samples[i]
+        lines.append(
+            f"model {model!r}: {len(miss)} of {total} samples match no generation of served run "
+            f"{link.run_id!r} ({link.mode}), e.g. {first.sample_id} repeat {first.repeat}; left out"
+        )
+    return units, tuple(lines)
+
+
+def _linked_model(units: list[_Unit]) -> None:
+    """A model and task imported both linked to a served run and not: refused (its rows would mix
+    served units with the harness's own ids)."""
+    kinds: dict[tuple[str, str], set[bool]] = {}
+    for u in units:
+        kinds.setdefault((u.log.model, u.log.task), set()).add(u.gen is not None)
+    mixed = [k for k, v in kinds.items() if len(v) > 1]
+    if mixed:
+        raise UserError(
+            f"model {mixed[0][0]!r} on task {mixed[0][1]!r}: one log links to a served run and another "
+            "does not; import them as separate runs"
+        )
+
+
+def _prompt_row(u: _Unit, dataset_id: str, idx: int) -> dict:
+    s = u.sample
+    choices = (
+        None if s.choices is None else json.dumps({chr(65 + i): c for i, c in enumerate(s.choices)})
+    )
+    return {
+        "dataset_id": dataset_id,
+        "prompt_id": u.prompt_id,
+        "idx": idx,
+        "subject": u.log.task,
+        "question": s.prompt,
+        "choices": choices,
+        "gold": s.target,
+        "user_prompt": s.prompt,
+    }
+
+
 def _frames(
-    logs: list[HarnessLog], run_id: str, dataset_id: str
+    units: list[_Unit], run_id: str, dataset_id: str
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     prompts: dict[str, dict] = {}
     gens, scores = [], []
-    for log in logs:
-        for s in log.samples:
-            if s.sample_id not in prompts:
-                choices = (
-                    None
-                    if s.choices is None
-                    else json.dumps({chr(65 + i): c for i, c in enumerate(s.choices)})
-                )
-                prompts[s.sample_id] = {
-                    "dataset_id": dataset_id,
-                    "prompt_id": s.sample_id,
-                    "idx": len(prompts),
-                    "subject": log.task,
-                    "question": s.prompt,
-                    "choices": choices,
-                    "gold": s.target,
-                    "user_prompt": s.prompt,
-                }
-            gens.append(
-                {
-                    "run_id": run_id,
-                    "model": log.model,
-                    "prompt_id": s.sample_id,
-                    "repeat": s.repeat,
-                    "mode": HARNESS_MODE,
-                    "seed": 0,
-                    "text": s.text,
-                }
-            )
-            scores.append(
-                {
-                    "run_id": run_id,
-                    "model": log.model,
-                    "prompt_id": s.sample_id,
-                    "repeat": s.repeat,
-                    "mode": HARNESS_MODE,
-                    "rule": HARNESS_RULE,
-                    "extracted": s.text,
-                    "score": s.score,
-                }
-            )
+    for u in units:
+        if u.prompt_id not in prompts:
+            prompts[u.prompt_id] = _prompt_row(u, dataset_id, len(prompts))
+        g = u.gen
+        key = {"run_id": run_id, "model": u.log.model, "prompt_id": u.prompt_id, "repeat": u.repeat}
+        gens.append(
+            {
+                **key,
+                "mode": u.mode,
+                "seed": 0 if g is None else g.seed,
+                # linked: the model's output as the server stored it (the harness may have cut it)
+                "text": u.sample.text if g is None else g.text,
+                "token_ids": None if g is None else list(g.token_ids),
+                "finish_reason": None if g is None else g.finish_reason,
+                "n_tokens": None if g is None else len(g.token_ids),
+            }
+        )
+        scores.append(
+            {
+                **key,
+                "mode": u.mode,
+                "rule": HARNESS_RULE,
+                "extracted": u.sample.text,
+                "score": u.sample.score,
+            }
+        )
     g = pd.DataFrame(gens)
-    if g.duplicated(["model", "prompt_id", "repeat"]).any():
-        dup = g[g.duplicated(["model", "prompt_id", "repeat"])].iloc[0]
+    unit = ["model", "prompt_id", "repeat", "mode"]
+    if g.duplicated(unit).any():
+        dup = g[g.duplicated(unit)].iloc[0]
         raise UserError(
-            f"sample {dup['prompt_id']!r} (repeat {dup['repeat']}) of {dup['model']!r} appears twice"
+            f"sample {dup['prompt_id']!r} (repeat {dup['repeat']}, {dup['mode']}) of {dup['model']!r} "
+            "appears twice"
         )
     g["seed"] = g["seed"].astype("uint64")
+    g["n_tokens"] = g["n_tokens"].astype("Int64")  # NULL where a sample is not linked
     return pd.DataFrame(list(prompts.values())), g, pd.DataFrame(scores)
 
 
@@ -278,25 +353,137 @@ def _headlines(logs: list[HarnessLog], groups: dict[str, list[GroupResult]]) -> 
     return headline, ours
 
 
+def _served_config(links: list[tuple[HarnessLog, LogLink]]) -> dict:
+    """What the run's config says of the served runs its linked logs came from (the design section's
+    "served coupled, seed S"): per log the served run, model, mode and seeds; the run's seed where every
+    coupled link used one; per (model, mode) seeds where each used one."""
+    served = [
+        {
+            "model": lg.model,
+            "task": lg.task,
+            "served_run": lk.run_id,
+            "served_model": lk.model,
+            "mode": lk.mode,
+            "seeds": list(lk.seeds),
+            "matched": len(lk.matched),
+            "unmatched": len(lk.unmatched),
+        }
+        for lg, lk in links
+    ]
+    out: dict = {"served": served}
+    coupled = {sd for lg, lk in links if lk.mode == "coupled" for sd in lk.seeds}
+    if len(coupled) == 1:
+        out["seed"] = next(iter(coupled))
+    per: dict[str, set[int]] = {}
+    for lg, lk in links:
+        per.setdefault(f"{lg.model}/{lk.mode}", set()).update(lk.seeds)
+    if per and all(len(v) == 1 for v in per.values()):
+        out["seeds"] = {k: next(iter(v)) for k, v in sorted(per.items())}
+    key_modes = {lk.key_mode for _, lk in links}
+    out["key_mode"] = next(iter(key_modes)) if len(key_modes) == 1 else None
+    return out
+
+
+def _log_record(lg: HarnessLog) -> dict:
+    return {
+        "model": lg.model,
+        "task": lg.task,
+        "harness": lg.harness,
+        "version": lg.version,
+        "metric": lg.metric,
+        "headline": lg.headline,
+        "file": lg.path,
+        "reader": lg.reader,
+        "n_samples": len(lg.samples),
+    }
+
+
+def _config(
+    logs: list[HarnessLog],
+    paths: list[str],
+    groups: dict[str, list[GroupResult]],
+    units: list[_Unit],
+    linked: list[tuple[HarnessLog, LogLink]],
+    n_common: int,
+) -> dict:
+    served = _served_config(linked) if linked else {}
+    modes = sorted({u.mode for u in units})
+    imported = {
+        "harness": "+".join(sorted({log.harness for log in logs})),
+        "coupled": "coupled" in modes,
+        "generated_here": False,
+        "sources": sorted({str(Path(p).expanduser().resolve()) for p in paths}),
+        "logs": [_log_record(lg) for lg in logs],
+        "groups": [
+            {
+                "model": m,
+                "group": g.name,
+                "metric": g.metric,
+                "headline": g.headline,
+                "ours": g.ours,
+                "weight_by_size": g.weight_by_size,
+                "subtasks": list(g.leaves),
+            }
+            for m, gs in groups.items()
+            for g in gs
+        ],
+        "headline": _headlines(logs, groups)[0],
+        "n_common_samples": n_common,
+        **({"served": served["served"]} if linked else {}),
+    }
+    out = {
+        "imported": imported,
+        "models": sorted({u.log.model for u in units}),
+        "modes": modes,
+        "scoring_rule": HARNESS_RULE,
+        "repeats": max(u.repeat for u in units) + 1,
+    }
+    out.update({k: served[k] for k in ("seed", "seeds") if k in served})
+    return out
+
+
+def _trace_links(units: list[_Unit]) -> pd.DataFrame:
+    """The served generations whose token traces the run copies (served run and model -> its model)."""
+    rows = [
+        (u.gen.run_id, u.gen.model, u.log.model, u.prompt_id, u.repeat, u.mode)
+        for u in units
+        if u.gen is not None
+    ]
+    cols = ["served_run", "served_model", "model", "prompt_id", "repeat", "mode"]
+    return pd.DataFrame(rows, columns=cols)
+
+
 def import_harness(
     db: str | os.PathLike,
     paths: list[str],
     name: str | None = None,
     use_inspect: bool = True,
     model_names: list[str] | None = None,
+    served: list[str] | None = None,
 ) -> HarnessImport:
     """Import lm-eval / Inspect logs (files or output folders) as one run; see the module docstring.
 
+    ``served``: link only to these served runs of ``db`` (default: any served run whose generations
+    match the logs).
+
     Raises:
         UserError: an unreadable or foreign log, a model twice on one task, an accuracy that differs
-            from the harness's, imports without a common sample id; nothing is written then.
+            from the harness's, imports without a common sample id, a log that matches two served runs
+            equally well; nothing is written then.
     """
     if not paths:
         raise UserError("give at least one lm-eval output folder / results file or Inspect log")
-    logs = name_models([read_harness(p, use_inspect) for p in paths], model_names)
-    n_common, models = _check(logs)
-    tasks = sorted({log.task for log in logs})
-    harnesses = sorted({log.harness for log in logs})
+    read = [read_harness(p, use_inspect) for p in paths]
+    links = link_logs(db, [lg for group in read for lg in group], served)
+    logs = name_models(read, model_names)
+    n_common, models = _check(logs, [lk is not None for lk in links])
+    units, unmatched = _units(logs, links)
+    _linked_model(units)
+    linked = [(lg, lk) for lg, lk in zip(logs, links) if lk is not None]
+    if linked:  # paired by the served units' prompt ids, every model's that survived the link
+        models = sorted({u.log.model for u in units})
+        ids = [{u.prompt_id for u in units if u.log.model == m} for m in models]
+        n_common = len(set.intersection(*ids))
     groups = _groups(logs)
     run_id = name or f"harness-{'-'.join(_top_names(logs, groups))}"
     if run_exists(db, run_id) and not (imported_facts(db, run_id) or {}).get("harness"):
@@ -305,85 +492,48 @@ def import_harness(
             "--name"
         )
     dataset_id = f"harness:{run_id}"
-    prompts, gens, scores = _frames(logs, run_id, dataset_id)
+    prompts, gens, scores = _frames(units, run_id, dataset_id)
     headline, ours = _headlines(logs, groups)
-    config = {
-        "imported": {
-            "harness": "+".join(harnesses),
-            "coupled": False,
-            "generated_here": False,
-            "sources": sorted({str(Path(p).expanduser().resolve()) for p in paths}),
-            "logs": [
-                {
-                    "model": lg.model,
-                    "task": lg.task,
-                    "harness": lg.harness,
-                    "version": lg.version,
-                    "metric": lg.metric,
-                    "headline": lg.headline,
-                    "file": lg.path,
-                    "reader": lg.reader,
-                    "n_samples": len(lg.samples),
-                }
-                for lg in logs
-            ],
-            "groups": [
-                {
-                    "model": m,
-                    "group": g.name,
-                    "metric": g.metric,
-                    "headline": g.headline,
-                    "ours": g.ours,
-                    "weight_by_size": g.weight_by_size,
-                    "subtasks": list(g.leaves),
-                }
-                for m, gs in groups.items()
-                for g in gs
-            ],
-            "headline": headline,
-            "n_common_samples": n_common,
-        },
-        "models": models,
-        "modes": [HARNESS_MODE],
-        "scoring_rule": HARNESS_RULE,
-        "repeats": int(gens["repeat"].max()) + 1,
-    }
+    config = _config(logs, paths, groups, units, linked, n_common)
+    harnesses = config["imported"]["harness"]
     models_df = pd.DataFrame(
         {
             "name": models,
-            "source": [f"imported:{'+'.join(harnesses)}"] * len(models),
+            "source": [f"imported:{harnesses}"] * len(models),
             "variant": "imported",
             "vocab_id": None,
             "config": None,
         }
     )
     kind = "multiple_choice" if prompts["choices"].notna().all() else "prompts"
-    n = store_import(
-        db,
-        ImportRows(
-            run_id,
-            dataset_id,
-            "+".join(harnesses),
-            kind,
-            prompts,
-            gens,
-            scores,
-            models_df,
-            config,
-            f"import:{'+'.join(harnesses)}",
-            key_mode=None,
-            replace_run=True,
-        ),
+    key_mode = _served_config(linked)["key_mode"] if linked else None
+    rows = ImportRows(
+        run_id,
+        dataset_id,
+        harnesses,
+        kind,
+        prompts,
+        gens,
+        scores,
+        models_df,
+        config,
+        f"import:{harnesses}",
+        key_mode=key_mode,
+        replace_run=True,
+        trace_links=_trace_links(units) if linked else None,
     )
+    n = store_import(db, rows)
     return HarnessImport(
         run_id,
         dataset_id,
-        "+".join(harnesses),
+        harnesses,
         tuple(models),
-        tuple(tasks),
+        tuple(sorted({log.task for log in logs})),
         len(prompts),
         n_common,
         n,
         headline,
         ours,
+        tuple(config["imported"].get("served") or ()),
+        unmatched,
     )

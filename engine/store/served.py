@@ -1,0 +1,267 @@
+"""Served runs (``engine serve``, docs/METHODS.md 1.6): the run a server writes, its requests' rows,
+and the stored units its occurrence counters start from.
+
+A served run is an ordinary run (``runs``, ``datasets`` 'served:RUN', ``prompts``, ``generations``,
+``token_traces``) plus one ``served`` row per generation: what the request asked (the question and
+its fields, never the key), its response id and choice index, the per-token probabilities and
+log-probabilities. The server is the run's only writer; each batch of finished completions is one
+transaction (:func:`write_served`), so a killed server leaves whole completions only, and readers
+get in between two batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import duckdb
+import pandas as pd
+
+from engine.errors import UserError
+from engine.store.db import WRITER_TIMEOUT_S, _connect, insert_df, query_df, transaction, writer
+from engine.store.files import write_failure
+from engine.store.generations import GenerationRow, TraceRow
+from engine.store.runs import (
+    DatasetRecord,
+    PromptRow,
+    create_run,
+    record_host,
+    stored_config,
+    update_status,
+)
+from engine.store.schema import atomic
+
+SERVED_KIND = "served"  # runs.config["served"] holds the serving settings of a served run
+
+
+class ServedRow(NamedTuple):
+    """One row of ``served`` (``request``: JSON text; ``probs`` / ``logprobs``: one per token)."""
+
+    run_id: str
+    model: str
+    prompt_id: str
+    repeat: int
+    mode: str
+    request_id: str
+    choice_index: int
+    endpoint: str
+    pinned: bool
+    request: str
+    prompt_tokens: int
+    probs: list[float]
+    logprobs: list[float]
+    latency_s: float
+
+
+class StoredUnit(NamedTuple):
+    """A stored generation of a served run, as its occurrence counter needs it."""
+
+    model: str
+    mode: str
+    prompt_id: str
+    repeat: int
+    seed: int
+
+
+def dataset_id(run_id: str) -> str:
+    """The dataset that holds a served run's prompts."""
+    return f"served:{run_id}"
+
+
+def _merge(prev: dict[str, Any], new: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The stored config of a served run continued by a new server; UserError where they disagree."""
+    if SERVED_KIND not in prev:
+        raise UserError(
+            f"run {run_id!r} exists and is not a served run (made by generate or import); pass "
+            "another --run"
+        )
+    if prev.get("seed") != new.get("seed"):
+        raise UserError(
+            f"served run {run_id!r} was served with --seed {prev.get('seed')}; this server has "
+            f"--seed {new.get('seed')}: use the run's seed or another --run"
+        )
+    out = dict(prev)
+    for key in ("models", "modes"):
+        out[key] = list(dict.fromkeys([*(prev.get(key) or []), *(new.get(key) or [])]))
+    out[SERVED_KIND] = {**prev[SERVED_KIND], **new[SERVED_KIND]}
+    return out
+
+
+def open_served_run(
+    db: str | os.PathLike,
+    run_id: str,
+    config: dict[str, Any],
+    key_mode: str,
+    code_version: str,
+    host: str,
+    warnings: Sequence[str] = (),
+) -> list[StoredUnit]:
+    """Create the served run, or continue a stored one (same seed and key mode; models and modes
+    merged); status 'running'. Returns its stored units (the occurrence counters' start). One
+    transaction."""
+    ds = dataset_id(run_id)
+    with transaction(db) as con:
+        prev = stored_config(con, run_id)
+        if prev is None:
+            create_run(con, run_id, ds, config, code_version, key_mode, warnings, 0, host=host)
+            con.execute(
+                "INSERT OR IGNORE INTO datasets (dataset_id, source, kind, n_prompts) VALUES (?, ?, ?, ?)",
+                list(DatasetRecord(ds, f"engine serve --run {run_id}", "prompts", 0)),
+            )
+        else:
+            merged = _merge(prev, config, run_id)
+            stored_mode = con.execute("SELECT key_mode FROM runs WHERE run_id = ?", [run_id]).fetchall()[
+                0
+            ][0]
+            if stored_mode != key_mode:
+                raise UserError(
+                    f"served run {run_id!r} keys its noise by {stored_mode}; these models need "
+                    f"{key_mode} (their vocabularies differ from the run's): pass another --run"
+                )
+            con.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(merged), run_id])
+            update_status(con, run_id, "running")
+            record_host(con, run_id, host)
+        rows = con.execute(
+            "SELECT model, mode, prompt_id, repeat, seed FROM generations WHERE run_id = ?", [run_id]
+        ).fetchall()
+    return [StoredUnit(m, md, p, int(r), int(s)) for m, md, p, r, s in rows]
+
+
+def write_served(
+    db: str | os.PathLike,
+    run_id: str,
+    prompts: Sequence[PromptRow],
+    generations: Sequence[GenerationRow],
+    served: Sequence[ServedRow],
+    traces: Sequence[TraceRow] = (),
+) -> None:
+    """One transaction on a connection of its own: new prompts (numbered after the stored ones in
+    arrival order), generations, their ``served`` rows and token traces (rows already stored stay: a
+    pinned key asked twice is stored once), and the run's unit count. A server writes through a
+    :class:`HeldWriter` instead (the same statements on a connection it keeps while busy)."""
+    w = HeldWriter(db, run_id)
+    try:
+        w.write(prompts, generations, served, traces)
+    finally:
+        w.release()
+
+
+_PROMPT_SQL = (
+    "INSERT OR IGNORE INTO prompts (dataset_id, prompt_id, idx, subject, question, choices, gold, "
+    "user_prompt) SELECT ?, ?, (SELECT count(*) FROM prompts WHERE dataset_id = ?), ?, ?, NULL, NULL, ?"
+)
+_GEN_SQL = (
+    "INSERT OR IGNORE INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids, "
+    "finish_reason, n_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?::INTEGER[], ?, ?)"
+)
+_SERVED_SQL = (
+    "INSERT OR IGNORE INTO served (run_id, model, prompt_id, repeat, mode, request_id, choice_index, "
+    "endpoint, pinned, request, prompt_tokens, probs, logprobs, latency_s) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::JSON, ?, ?::FLOAT[], ?::FLOAT[], ?)"
+)
+
+
+class HeldWriter:
+    """The served run's write path for a server: one short transaction per batch of finished
+    requests, on a connection kept open while batches follow each other, and closed when the server
+    is idle (:meth:`release`) or has held it ``hold_s`` seconds (then it waits ``gap_s`` before the
+    next batch), so that readers (the dashboard, which retries every 0.1 s at most) always get in.
+
+    Why not a new connection per batch: one costs ~40 ms of CPU to open (DuckDB's catalog, the
+    file checks, the schema check) and pandas inserts ~20 ms a table; a server answering requests one
+    by one would spend that on every request. The file was checked when the run was opened
+    (:func:`open_served_run`, through ``writer``); rows are inserted with parameters.
+    """
+
+    def __init__(self, db: str | os.PathLike, run_id: str, hold_s: float = 1.0, gap_s: float = 0.12):
+        self.db, self.run_id, self.hold_s, self.gap_s = Path(db), run_id, hold_s, gap_s
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._since = 0.0
+
+    def write(
+        self,
+        prompts: Sequence[PromptRow],
+        generations: Sequence[GenerationRow],
+        served: Sequence[ServedRow],
+        traces: Sequence[TraceRow] = (),
+    ) -> None:
+        """One transaction (all or nothing; rows already stored stay), as :func:`write_served`."""
+        if self._con is not None and time.monotonic() - self._since > self.hold_s:
+            self.release()
+            time.sleep(self.gap_s)  # readers' turn
+        if self._con is None:
+            self._con = _connect(self.db, read_only=False, timeout_s=WRITER_TIMEOUT_S)
+            self._since = time.monotonic()
+        try:
+            with atomic(self._con) as con:
+                self._insert(con, prompts, generations, served, traces)
+        except (duckdb.IOException, duckdb.TransactionException) as exc:
+            self.release()
+            refused = write_failure(self.db, exc)
+            if refused is not None:
+                raise refused from exc
+            raise
+
+    def _insert(self, con, prompts, generations, served, traces) -> None:
+        ds = dataset_id(self.run_id)
+        rows = list({p.prompt_id: p for p in prompts}.values())
+        if rows:
+            con.executemany(
+                _PROMPT_SQL, [[ds, p.prompt_id, ds, p.subject, p.question, p.user_prompt] for p in rows]
+            )
+            con.execute(
+                "UPDATE datasets SET n_prompts = (SELECT count(*) FROM prompts WHERE dataset_id = ?) "
+                "WHERE dataset_id = ?",
+                [ds, ds],
+            )
+        if generations:
+            con.executemany(_GEN_SQL, [list(g) for g in generations])
+        if served:
+            con.executemany(_SERVED_SQL, [list(r) for r in served])
+        if traces:
+            tr = pd.DataFrame(list(traces), columns=list(TraceRow._fields))
+            insert_df(
+                con,
+                "token_traces",
+                tr,
+                list(tr.columns),
+                casts={"top_ids": "INTEGER[]", "top_probs": "FLOAT[]", "top_gumbels": "FLOAT[]"},
+                conflict="OR IGNORE",
+            )
+        con.execute(
+            "UPDATE runs SET n_units = (SELECT count(*) FROM generations WHERE run_id = ?) WHERE run_id = ?",
+            [self.run_id, self.run_id],
+        )
+
+    def release(self) -> None:
+        """Close the connection (the file is free for readers)."""
+        if self._con is not None:
+            with contextlib.suppress(duckdb.Error):
+                self._con.close()
+            self._con = None
+
+
+def close_served_run(db: str | os.PathLike, run_id: str, status: str) -> None:
+    """The served run's status when its server stops ('done': a graceful stop; 'failed')."""
+    with writer(db) as con:
+        update_status(con, run_id, status)
+
+
+def served_rows(db: str | os.PathLike, run_id: str) -> pd.DataFrame:
+    """A served run's generations with what their requests asked, in arrival order: model, prompt_id,
+    repeat, mode, seed, text, token_ids, finish_reason, request_id, choice_index, endpoint, pinned,
+    request (JSON text), probs, logprobs."""
+    return query_df(
+        db,
+        """SELECT g.model, g.prompt_id, g.repeat, g.mode, g.seed, g.text, g.token_ids, g.finish_reason,
+                  s.request_id, s.choice_index, s.endpoint, s.pinned, CAST(s.request AS VARCHAR) AS request,
+                  s.probs, s.logprobs
+           FROM generations g JOIN served s USING (run_id, model, prompt_id, repeat, mode)
+           WHERE g.run_id = ? ORDER BY s.created_at, s.request_id, s.choice_index, g.model""",
+        [run_id],
+    )
