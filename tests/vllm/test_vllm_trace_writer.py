@@ -189,17 +189,22 @@ def test_in_process_records_are_complete_at_once():
 
 
 def _worker_exits(sink_path: str, n: int, steps: int) -> None:
-    """A worker process: keys from the sink, records to its writer thread, made slow so that it is
-    far behind when the process ends normally (no explicit drain)."""
-    real = vt.PendingRecords.as_tuples
+    """A worker process: keys from the sink, records to its writer thread, which is held until every
+    step has been applied, so that it is far behind when the process ends normally (no explicit
+    drain), however loaded the machine (a sleep per record was not enough under load)."""
+    import threading
 
-    def slow(self):
-        time.sleep(0.02)
+    real = vt.PendingRecords.as_tuples
+    applied = threading.Event()
+
+    def held(self):
+        applied.wait(60)
         return real(self)
 
-    vt.PendingRecords.as_tuples = slow  # type: ignore[method-assign]
+    vt.PendingRecords.as_tuples = held  # type: ignore[method-assign]
     _apply_steps(_table(n, sink_path, -1), n, range(steps))
     assert vt._WRITER is not None and vt._WRITER.queue.qsize() > steps // 2  # a backlog at the exit
+    applied.set()
 
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
