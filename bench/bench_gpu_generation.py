@@ -283,6 +283,8 @@ def main(argv=None) -> int:
         args.models, args.batch, args.prompts, args.repeats, args.prompt_tokens = "tiny", 8, 4, 2, 40
         args.max_new_tokens = min(args.max_new_tokens, 6)
         args.device = args.device or "cpu"
+        if "--backends" not in (argv if argv is not None else sys.argv[1:]):
+            args.backends = "hf"  # one child process (each imports torch): the script's path, in seconds
     if args.device is None:
         import torch
 

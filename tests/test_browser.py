@@ -228,6 +228,20 @@ def test_download_a_chart(server, page, artifacts_dir):
     )  # no float noise
 
 
+def _upload(page, path: Path, expect: str, tries: int = 3) -> None:
+    """Give the first file input ``path`` and wait for ``expect``; again if the page was still drawing
+    (a rerun that remounts the uploader drops the file: seen under load)."""
+    for i in range(tries):
+        _settle(page)
+        page.locator("input[type='file']").first.set_input_files(str(path))
+        try:
+            page.get_by_text(expect, exact=False).first.wait_for(timeout=60_000)
+            return
+        except playwright.TimeoutError:
+            if i == tries - 1:
+                raise
+
+
 def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text(
@@ -239,16 +253,14 @@ def test_upload_malformed_then_valid_csv(server, page, artifacts_dir, tmp_path):
         + "".join(f"p{i},m-base,m-int8,{['model_a', 'model_b', 'tie'][i % 3]}\n" for i in range(30))
     )
     _goto(page, server, "upload")
-    page.locator("input[type='file']").first.set_input_files(str(bad))
-    page.get_by_text("Rejected", exact=False).first.wait_for(timeout=60_000)
+    _upload(page, bad, "Rejected")
     _settle(page)
     _shot(page, artifacts_dir, "upload_rejected")
     # the problems name the uploaded file, count the header line, and show whole messages (a static table)
     problems = page.locator("[data-testid='stTable']").first.inner_text()
     assert "bad.csv" in problems and "<upload>" not in problems and "line 1 is the header" in problems
     assert "bad winner value 'maybe'; allowed:" in problems
-    page.locator("input[type='file']").first.set_input_files(str(good))
-    page.get_by_text("Valid:", exact=False).first.wait_for(timeout=60_000)
+    _upload(page, good, "Valid:")
     _settle(page)
     page.get_by_role("button", name="Import").click()
     page.get_by_text("Import started", exact=False).first.wait_for(timeout=60_000)
