@@ -8,6 +8,14 @@ from pathlib import Path
 
 import pytest
 
+# One OpenMP / BLAS thread per test process (and the processes it starts: CLI runs, the dashboard's
+# server, its jobs), before anything imports torch. Two workers on two cores with torch's default
+# of one thread per core oversubscribe the machine, and OpenMP's waiting threads then spin: a demo-
+# sized generation took 126 CPU-s instead of 29 (docs/BENCHMARKS.md, "The test suite"). An exported
+# value wins.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("COUPLED_EVAL_SHARED", ROOT.parent / "shared"))
 ARTIFACTS = ROOT / "test-artifacts"

@@ -32,9 +32,6 @@ def weak_model(tmp_path_factory):
 
 
 def test_a_live_race_on_three_local_models(tmp_path, weak_model):
-    import torch
-
-    torch.set_num_threads(2)
     names = ["smollm2-135m", "smollm2-135m-int8", weak_model]
     cfg = G.GenConfig(temperature=0.7, max_new_tokens=5, batch_size=16, record_traces=False)
     db = tmp_path / "race.duckdb"
