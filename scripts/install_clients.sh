@@ -34,6 +34,19 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip)
 "${PIP[@]}" install -q --upgrade pip
+# REUSE_TORCH_FROM=.venv (scripts/test.sh): hard-link the same torch build instead of unpacking the
+# wheel again (~750 MB), as scripts/install_vllm.sh does; pip then sees torch installed.
+if [ -n "${REUSE_TORCH_FROM:-}" ] && [ -x "$REUSE_TORCH_FROM/bin/python" ]; then
+  HAVE=$("$REUSE_TORCH_FROM/bin/python" -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null || true)
+  SRC=$("$REUSE_TORCH_FROM/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  DST=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  if [ "$HAVE" = 2.13.0+cpu ] && [ ! -e "$DST/torch" ]; then
+    for d in torch functorch torchgen "torch-$HAVE.dist-info"; do
+      [ -e "$SRC/$d" ] && cp -al "$SRC/$d" "$DST/$d"
+    done
+    echo "torch $HAVE hard-linked from $REUSE_TORCH_FROM"
+  fi
+fi
 # torch's CPU wheel first (an unpinned torch pulls gigabytes of CUDA packages), then the rest with
 # requirements.txt as constraints so that no resolution swaps torch or the main venv's pins.
 "${PIP[@]}" install -q torch==2.13.0+cpu

@@ -54,7 +54,7 @@ fi
 CLIENTS_PID=""
 if [ "${SKIP_CLIENTS:-0}" != 1 ]; then
   # the harness clients' venv builds while the main suite runs (they are test tools, not dependencies)
-  bash scripts/install_clients.sh > .venv-clients-install.log 2>&1 &
+  REUSE_TORCH_FROM=.venv bash scripts/install_clients.sh > .venv-clients-install.log 2>&1 &
   CLIENTS_PID=$!
 fi
 [ -z "$APT_PID" ] || wait "$APT_PID"
