@@ -221,7 +221,8 @@ def winrate_slices_for(
         raise UserError(f"--by must be one of {', '.join(BY)}; got {by!r}")
     if not 0 < alpha < 1:
         raise UserError(f"alpha must be in (0, 1); got {alpha}")
-    if "category" not in df or df["category"].isna().all() or (df["category"].astype(str) == "").all():
+    cats = df["category"] if "category" in df else pd.Series([], dtype=object)
+    if not (cats.notna() & (cats.astype(str).str.strip() != "")).any():
         raise _no_categories(source, set_name)
     label = label or default_label(df)
     if label not in RANK_LABELS:
