@@ -11,7 +11,8 @@ from dashboard import widgets as ui
 ui.header(
     "Upload comparisons",
     "CSV with columns prompt_id, model_a, model_b, winner (model_a / model_b / tie / "
-    "tie (bothbad) / a / b) and optional judge_winner, or Chatbot Arena JSON lines. "
+    "tie (bothbad) / a / b) and optional judge_winner and category (one per prompt: win-rates per "
+    "category), or Chatbot Arena JSON lines. "
     "Files are checked first; nothing is stored unless every row is valid.",
 )
 

@@ -1,10 +1,11 @@
 """Win-rates: pairwise preferences with prompt-clustered intervals; coupled vs independent paired by
-prompt."""
+prompt; a stored set's pair per category (simultaneous intervals)."""
 
 import streamlit as st
 
 from dashboard import loaders as L
 from dashboard import widgets as ui
+from dashboard import winrate_slices_view
 from engine import config
 from engine.analysis.winrates import matrix_of
 from engine.figures.common import interval_figure
@@ -112,7 +113,9 @@ for g in groups:
     for w in res.results[g].warnings:
         st.warning(f"{g}: {ui.md_escape(w)}")
 
-t1, t2, t3, t4 = st.tabs(["Average win-rates", "Matrix", "Per pair", "Bradley-Terry / Elo"])
+names = ["Average win-rates", "Matrix", "Per pair", "Bradley-Terry / Elo"]
+tabs = st.tabs(names + (["By category"] if src.source == "set" else []))
+t1, t2, t3, t4 = tabs[:4]
 with t1:
     st.markdown(
         "Average win-rate of each model (mean over opponents) with 95% CI; **rank** = lower end of the "
@@ -189,3 +192,6 @@ with t4:
             ctx=ctx,
         )
         ui.table(bt, f"ratings_{g}", key=f"wr_bt_table_{g}", ctx=ctx)
+if src.source == "set":
+    with tabs[4]:
+        winrate_slices_view.render(src.name, res.table["model"].tolist(), res.label)

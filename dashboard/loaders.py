@@ -217,6 +217,11 @@ set_judge_audit = _view(_set_audit.set_judge_audit)
 from engine.analysis import slices as _slices  # noqa: E402
 
 slice_comparison = _view(_slices.slice_comparison)
+# Per-category win-rates of a stored set (the Win-rates page's "By category" tab)
+from engine.analysis import winrate_slices as _winrate_slices  # noqa: E402
+
+set_categories = _view(_winrate_slices.set_categories)
+winrate_slices = _view(_winrate_slices.winrate_slices)
 _run_ranksets_view = _view(_run_ranksets.run_ranksets)
 
 

@@ -225,7 +225,7 @@ def test_db_migrate_from_v3_adds_the_columns_and_keeps_the_rows(tmp_path, capsys
     res = json.loads(capsys.readouterr().out)
     assert (res["from_version"], res["to_version"]) == (3, store.SCHEMA_VERSION)
     df = read_comparison_set(db, "h")
-    assert df.iloc[0].tolist() == ["p1", "a", "b", "a", None, None, None, None, None, None]
+    assert df.iloc[0].tolist() == ["p1", "a", "b", "a", None, None, None, None, None, None, None]
     j = read_comparison_set(
         db, "j"
     )  # the judge set's repeat split off its prompt id (a ':' inside an id stays)

@@ -77,9 +77,9 @@ def _big_csv(path, n):
 
 def test_csv_validation_streams(tmp_path):
     """Peak Python memory stays a small multiple of the file (it was ~32x: 1.6 GB for 50 MB, when the whole
-    file was read at once). The result carries 10 object columns since schema v4 (5 of them the optional
-    provenance columns, one shared all-None column each when the file lacks them): measured 13.4x (11.7x
-    with the 5 columns before); the bound is 14x."""
+    file was read at once). The result carries 11 object columns since schema v6 (6 of them the optional
+    provenance and category columns, one shared all-None column when the file lacks them): measured
+    13.4x (11.7x with the 5 columns before v4); the bound is 14x."""
     f = tmp_path / "big.csv"
     _big_csv(f, 60_000)
     size = f.stat().st_size
@@ -90,7 +90,7 @@ def test_csv_validation_streams(tmp_path):
     assert not problems and len(df) == 60_000 and df["human_winner"].iloc[0] == "tie"
     assert peak < 14 * size, (peak, size)
     assert list(df.columns)[:5] == ["prompt_id", "model_a", "model_b", "human_winner", "judge_winner"]
-    assert len(df.columns) == 10 and df["repeat"].isna().all()
+    assert len(df.columns) == 5 + len(cmp.OPTIONAL_COLUMNS) and df["repeat"].isna().all()
 
 
 def test_streaming_validation_finds_duplicates_and_bad_bytes_across_blocks(tmp_path):

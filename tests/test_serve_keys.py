@@ -309,7 +309,7 @@ def test_migrate_v4_to_v5_adds_the_served_table(tmp_path):
     with pytest.raises(UserError, match="schema version 4"):
         srv.open_served_run(db, "s", _config(), "token_id", "v", "h")
     res = store.migrate(db)
-    assert (res["from_version"], res["to_version"]) == (4, 5)
+    assert (res["from_version"], res["to_version"]) == (4, store.SCHEMA_VERSION)
     assert store.table_counts(db)["generations"] == 2 and store.table_counts(db)["served"] == 0
     srv.open_served_run(db, "s", _config(), "token_id", "v", "h")
     _write(db, "s", "a", "req-1", 0)

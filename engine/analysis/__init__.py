@@ -24,6 +24,8 @@ home of its view; the CLI and the dashboard call the same functions.
   the audit's parts share in :mod:`.judge_audit_result`
 * :mod:`.set_audit`      -- the judge audit of a stored comparison set with judge and human labels
 * :mod:`.slices`         -- per-slice (subject, task) paired differences with simultaneous intervals
+* :mod:`.winrate_slices` -- one pair's win-rate difference per category of a comparison set, with
+  simultaneous intervals clustered by prompt
 * :mod:`.gate`           -- the release gate of ``engine gate`` (fixed-n or anytime-valid)
 * :mod:`.run_ranksets`   -- PPR / judge-only / human-only rank-sets of a run and the label planner
 * :mod:`.race`           -- a stored run raced over seeded orders (replay); a live race rebuilt

@@ -124,8 +124,9 @@ def run_comparisons(args) -> int:
         lambda: (
             f"{'replaced' if res['replaced'] else 'stored'} comparison set {res['name']} "
             f"({res['format']}): {res['n_rows']:,} comparisons between {len(res['models'])} models, "
-            f"{res['n_human_labels']:,} human labels, {res['n_judge_labels']:,} judge labels\nmodels: "
-            f"{', '.join(res['models'])}"
+            f"{res['n_human_labels']:,} human labels, {res['n_judge_labels']:,} judge labels"
+            + (f", {res['n_categories']:,} categories" if res.get("n_categories") else "")
+            + f"\nmodels: {', '.join(res['models'])}"
         ),
     )
 

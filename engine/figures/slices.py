@@ -1,7 +1,8 @@
 """Figures layer of per-slice results: a result -> Plotly figures.
 
-The forest plot of per-slice differences (presentation, no Streamlit): one row per subject or task,
-its difference A − B with the simultaneous interval, a line at 0 and the whole run's difference."""
+The forest plot of per-slice differences (presentation, no Streamlit): one row per subject, task or
+category, its difference (A − B accuracy, or W_AB − W_BA win-rates) with the simultaneous interval, a
+line at 0 and the whole run's (set's) difference."""
 
 from __future__ import annotations
 
@@ -11,14 +12,22 @@ from engine.figures.common import PALETTE, empty_figure, layout
 
 
 def forest_figure(
-    frame, overall: float | None = None, label: str = "A − B", by: str = "subject", conf: float = 0.95
+    frame,
+    overall: float | None = None,
+    label: str = "A − B",
+    by: str = "subject",
+    conf: float = 0.95,
+    what: str = "accuracy difference",
+    overall_name: str = "whole run",
 ) -> go.Figure:
-    """Points with horizontal error bars from ``SliceComparison.frame()`` (slice, n, difference, lower,
-    upper, ...); a slice whose interval excludes 0 is drawn in the second colour.
+    """Points with horizontal error bars from ``SliceComparison.frame()`` or ``WinRateSlices.frame()``
+    (slice, n, difference, lower, upper, ...); a slice whose interval excludes 0 is drawn in the second
+    colour.
 
     Args:
-        frame: one row per slice; overall: the whole run's difference (a dashed line), or None;
-        label: what the difference is ("x − y"); by: "subject" or "task"; conf: the simultaneous level.
+        frame: one row per slice; overall: the whole run's (set's) difference (a dashed line), or None;
+        label: what the difference is ("x − y"); by: "subject", "task" or "category"; conf: the
+        simultaneous level; what: the difference's kind (the x axis); overall_name: the dashed line's name.
     """
     if frame is None or len(frame) == 0:
         return empty_figure(f"no {by} to show")
@@ -45,8 +54,8 @@ def forest_figure(
     )
     fig.add_vline(x=0, line=dict(color="#495057", dash="dot"))
     if overall is not None:
-        fig.add_vline(x=overall, line=dict(color=PALETTE[2], dash="dash"), annotation_text="whole run")
-    fig.update_xaxes(title=f"{label} (accuracy difference)")
+        fig.add_vline(x=overall, line=dict(color=PALETTE[2], dash="dash"), annotation_text=overall_name)
+    fig.update_xaxes(title=f"{label} ({what})")
     fig.update_yaxes(type="category")
     return layout(
         fig,

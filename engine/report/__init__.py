@@ -12,6 +12,7 @@ frozen results of the engine's analyses.
 * :mod:`.set_sections`   -- ``SetContext``, ``SET_SECTIONS``: comparison sets
 * :mod:`.run_slices`     -- a run's per-slice section (per subject or task, simultaneous intervals)
 * :mod:`.set_audit`      -- a comparison set's judge-audit section
+* :mod:`.set_slices`     -- a comparison set's per-category section (one pair, simultaneous intervals)
 * :mod:`.render_html`    -- one file: plotly.js once, figure data as JSON, a table under every figure
 * :mod:`.paper`          -- Markdown, LaTeX and CSV tables
 * :mod:`.build`          -- ``run_report``, ``set_report``, ``run_report_html``, ``report_file_name``

@@ -1,7 +1,7 @@
 """The sections of a comparison-set report (uploads, Arena imports): headline, win-rates with
-Bradley-Terry, rank-sets (human, judge, and prediction-powered when the set has both labels), the
-commands. Same contract as :mod:`engine.report.run_sections`: one builder per section, in
-:data:`SET_SECTIONS` order."""
+Bradley-Terry, one pair per category (when the set has categories), rank-sets (human, judge, and
+prediction-powered when the set has both labels), the commands. Same contract as
+:mod:`engine.report.run_sections`: one builder per section, in :data:`SET_SECTIONS` order."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from engine.report import references as ref
 from engine.report.context import frame_table
 from engine.report.model import Figure, Section, Table, cell, text_row, with_ci
 from engine.report.set_audit import set_audit_section
+from engine.report.set_slices import set_slices_section
 
 
 class SetContext:
@@ -257,7 +258,14 @@ def set_reproduce(ctx: SetContext) -> Section:
     )
 
 
-SET_SECTIONS = (set_headline, set_winrates, set_ranksets, set_audit_section, set_reproduce)
+SET_SECTIONS = (
+    set_headline,
+    set_winrates,
+    set_slices_section,
+    set_ranksets,
+    set_audit_section,
+    set_reproduce,
+)
 
 
 def set_sections(ctx: SetContext) -> list[Section]:

@@ -21,6 +21,18 @@ interval) ≥ 1 − α, simultaneously; measured by the seeded simulation in tes
 (0.95-0.96 at α = 0.05 with 15-60 questions per slice on the hardest populations tried, conservative on
 the others; per-slice 95% intervals cover all 12 slices at once in about half the runs).
 
+Clustered rows (win-rates by category, METHODS 7.2: a prompt is a cluster and carries several
+comparisons): ``weights`` m_c = rows of cluster c, ``d_c`` the mean of its rows, ``n_s`` the clusters.
+Then Δ̂_s = Σ m_c d_c / N_s (N_s = Σ_{c in s} m_c: the row-pooled mean, a ratio estimator), and the two
+pseudo-clusters of the adjustment hold m̄_s = N_s / n_s rows each:
+
+    N'_s = N_s + 2 m̄_s,   Δ̃_s = Σ m_c d_c / N'_s,
+    SE_s² = n'_s / (n'_s − 1) · (Σ m_c² (d_c − Δ̃_s)² + m̄_s² (½(1 − Δ̃_s)² + ½(1 + Δ̃_s)² + Δ̃_s²)) / N'_s²
+
+the linearised cluster-robust (sandwich, CR1) SE of a ratio with t_{n_s − 1}; every m_c = 1 gives the
+formula above exactly. A cluster must lie in one slice (else slices share clusters and the product rule
+fails): the caller checks it.
+
 P-values: ``p_value`` the per-slice two-sided test of Δ_s = 0 on the same statistic (t_{n_s − 1});
 ``p_adjusted`` Benjamini-Hochberg over slices (false discovery rate); ``p_maxt`` the single-step max-t
 adjusted value 1 − Π_s' (2 F_{n_s' − 1}(|t_s|) − 1) (family-wise: an interval excludes 0 exactly when
@@ -63,27 +75,32 @@ def bh_adjust(p: np.ndarray) -> np.ndarray:
 
 
 def slice_moments(
-    d: np.ndarray, slices: np.ndarray, S: int
+    d: np.ndarray, slices: np.ndarray, S: int, weights: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(n_s, Δ̂_s, Δ̃_s, SE_s) per slice: plain mean, Agresti-Min adjusted mean and its SE (module
-    docstring); NaN where n_s = 0.
+    """(n_s, Δ̂_s, Δ̃_s, SE_s) per slice: plain (row-pooled) mean, Agresti-Min adjusted mean and its SE
+    (module docstring); NaN where n_s = 0.
 
     Args:
-        d: (n,) per-question differences in [−1, 1]; slices: (n,) codes in [0, S); S: slices.
+        d: (n,) per-question (per-cluster) differences in [−1, 1]; slices: (n,) codes in [0, S); S:
+        slices; weights: (n,) rows per cluster m_c >= 1, or None (every m_c = 1).
     Returns:
-        four (S,) arrays.
+        four (S,) arrays; n_s counts the questions (clusters).
     """
     d = np.asarray(d, float)
     s = np.asarray(slices, np.int64)
+    w = np.ones_like(d) if weights is None else np.asarray(weights, float)
     n = np.bincount(s, minlength=S).astype(float)
-    total = np.bincount(s, weights=d, minlength=S)
-    n2 = n + 2
-    adj = total / n2
-    ss = np.bincount(s, weights=(d - adj[s]) ** 2, minlength=S)
-    ss += 0.5 * (1 - adj) ** 2 + 0.5 * (1 + adj) ** 2 + adj**2
+    rows = np.bincount(s, weights=w, minlength=S)
+    total = np.bincount(s, weights=w * d, minlength=S)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(n > 0, total / n, np.nan)
-        se = np.where(n > 0, np.sqrt(ss / ((n2 - 1) * n2)), np.nan)
+        mbar = rows / n  # rows of each pseudo-cluster
+        rows2 = rows + 2 * mbar
+        adj = total / rows2
+        ss = np.bincount(s, weights=(w * (d - adj[s])) ** 2, minlength=S)
+        ss += mbar**2 * (0.5 * (1 - adj) ** 2 + 0.5 * (1 + adj) ** 2 + adj**2)
+        n2 = n + 2
+        mean = np.where(n > 0, total / rows, np.nan)
+        se = np.where(n > 0, np.sqrt(ss * n2 / (n2 - 1)) / rows2, np.nan)
     return n, mean, np.where(n > 0, adj, np.nan), se
 
 
@@ -105,15 +122,19 @@ def maxt_critical(df: np.ndarray, alpha: float) -> float:
     return float(optimize.brentq(f, 1e-9, hi, xtol=1e-10))
 
 
-def slice_differences(d: np.ndarray, slices: np.ndarray, S: int, alpha: float = 0.05) -> dict:
+def slice_differences(
+    d: np.ndarray, slices: np.ndarray, S: int, alpha: float = 0.05, weights: np.ndarray | None = None
+) -> dict:
     """Per-slice paired differences with simultaneous max-t intervals and adjusted p-values.
 
     Args:
-        d: (n,) per-question differences A − B in [−1, 1]; slices: (n,) codes in [0, S); S: number of
-        slices (each with at least one question); alpha: family-wise error of the intervals.
+        d: (n,) per-question differences A − B in [−1, 1] (or per-cluster means, with ``weights``);
+        slices: (n,) codes in [0, S); S: number of slices (each with at least one question); alpha:
+        family-wise error of the intervals; weights: (n,) rows per cluster (>= 1), or None (one each).
     Returns:
-        dict of (S,) arrays n, difference (plain mean), adjusted (Agresti-Min centre), se, lower, upper,
-        p_value, p_adjusted (BH), p_maxt, and the critical value ``c``.
+        dict of (S,) arrays n (questions / clusters), difference (plain, row-pooled mean), adjusted
+        (Agresti-Min centre), se, lower, upper, p_value, p_adjusted (BH), p_maxt, and the critical
+        value ``c``.
     """
     if not 0 < alpha < 1:
         raise UserError(f"alpha must be in (0, 1); got {alpha}")
@@ -122,7 +143,9 @@ def slice_differences(d: np.ndarray, slices: np.ndarray, S: int, alpha: float = 
         raise UserError("no question to compare")
     if np.any(np.abs(d) > 1 + 1e-12):
         raise UserError("paired differences must lie in [-1, 1] (scores in [0, 1])")
-    n, mean, adj, se = slice_moments(d, slices, S)
+    if weights is not None and (np.shape(weights) != d.shape or np.any(np.asarray(weights) < 1)):
+        raise UserError(f"weights must be {d.shape} rows per cluster, each >= 1")
+    n, mean, adj, se = slice_moments(d, slices, S, weights)
     if np.any(n == 0):
         raise UserError(f"every slice needs a question; {int(np.sum(n == 0))} have none")
     df = np.maximum(n - 1, 1)

@@ -48,7 +48,8 @@ def _parse_arena_line(line: str) -> tuple[dict | None, str | None, str | None]:
     for key in (
         "num",
         "question_id",
-    ):  # optional ids: a scalar (their value becomes a key / a prompt id)
+        "category",
+    ):  # optional ids and the prompt's category: a scalar (a key, a prompt id, a slice's name)
         v = obj.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
             return None, key, f"must be an integer or a string, got {_describe(v)}"
@@ -107,7 +108,8 @@ def validate_arena(
 ) -> tuple[pd.DataFrame, list[Problem]]:
     """Validate Chatbot Arena JSON-lines files (human and/or a line-aligned judge file).
 
-    Each line: {"num", "question_id", "model_a", "model_b", "winner"}. Problems: size, empty,
+    Each line: {"num", "question_id", "model_a", "model_b", "winner"}, and optionally "category" (the
+    prompt's category, text or an integer; the slices of ``winrates --by category``). Problems: size, empty,
     encoding, invalid JSON, missing fields, bad winners, model_a == model_b, unknown models,
     duplicate ``num``, and (with both files) different line counts or models on a line.
 
@@ -176,11 +178,21 @@ def validate_arena(
                 "model_b": row["model_b"],
                 "human_winner": human_w,
                 "judge_winner": judge_w,
+                "category": arena_category(row, j[i][1] if j is not None else None),
             }
         )
-    return with_optional_columns(pd.DataFrame(out, columns=list(NORMALISED_COLUMNS))), _as_lines(
-        problems
-    )
+    frame = pd.DataFrame(out, columns=[*NORMALISED_COLUMNS, "category"])
+    return with_optional_columns(frame), _as_lines(problems)
+
+
+def arena_category(row: dict, other: dict | None = None) -> str | None:
+    """An Arena line's ``category`` field as text (the slice of ``winrates --by category``), from the
+    human line, else the line-aligned judge line; None where neither has one (or it is blank)."""
+    for r in (row, other or {}):
+        v = r.get("category")
+        if v is not None and str(v).strip():
+            return str(v).strip()
+    return None
 
 
 def _as_lines(problems: list[Problem]) -> list[Problem]:

@@ -14,8 +14,10 @@ model_a, model_b) are then allowed). Each row needs at least one label.
 Optional provenance columns (:data:`OPTIONAL_COLUMNS`; blank = unknown): ``repeat`` (an integer >= 0:
 the generation's repeat within its prompt; the prompt, not the repeat, is the cluster), ``mode``
 ('coupled' | 'independent'), ``labeller`` (free text), ``labelled_at`` (an ISO 8601 date-time; one
-with a time zone is converted to UTC) and ``presented`` ('ab': model_a was shown first | 'ba').
-Without an ``id`` column, rows differing only in repeat, mode, labeller or presented are not duplicates.
+with a time zone is converted to UTC), ``presented`` ('ab': model_a was shown first | 'ba') and
+``category`` (free text: the prompt's category, e.g. coding or maths; the slices of ``winrates --by
+category``, so one category per prompt). Without an ``id`` column, rows differing only in repeat, mode,
+labeller or presented are not duplicates.
 
 Encoding (both formats): UTF-8 with or without a byte-order mark, or UTF-16 with a byte-order mark;
 anything else is refused with the byte and line that are not UTF-8.
@@ -38,8 +40,9 @@ from engine.errors import UserError
 
 MAX_UPLOAD_BYTES = config.MAX_UPLOAD_BYTES
 NORMALISED_COLUMNS = ("prompt_id", "model_a", "model_b", "human_winner", "judge_winner")
-# optional provenance of a label (schema v4): None where unknown; every normalised frame carries them
-OPTIONAL_COLUMNS = ("repeat", "mode", "labeller", "labelled_at", "presented")
+# optional provenance of a label (schema v4) and the prompt's category (v6): None where unknown; every
+# normalised frame carries them
+OPTIONAL_COLUMNS = ("repeat", "mode", "labeller", "labelled_at", "presented", "category")
 ALL_COLUMNS = NORMALISED_COLUMNS + OPTIONAL_COLUMNS
 PRESENTED = ("ab", "ba")
 MAX_PROBLEMS_IN_MESSAGE = 50
@@ -445,8 +448,8 @@ def _row(
         )
     _check_pair(i, v["model_a"], v["model_b"], known, label, problems)
     extra = tuple(
-        v.get(c, "") for c in OPTIONAL_COLUMNS if c != "labelled_at"
-    )  # rows differing here are no duplicates
+        v.get(c, "") for c in OPTIONAL_COLUMNS if c not in ("labelled_at", "category")
+    )  # rows differing here are no duplicates (a category belongs to the prompt)
     key = (
         (v["id"],)
         if h.has("id")
@@ -532,7 +535,7 @@ def validate_comparisons_csv(
                 for c, x in zip(OPTIONAL_COLUMNS, got[6]):  # a column only once a row has a value in it
                     if x is not None or c in cols:
                         col = cols.setdefault(c, [None] * (len(cols["model_a"]) - 1))
-                        col.append(shared.setdefault(x, x) if c == "labeller" else x)
+                        col.append(shared.setdefault(x, x) if c in ("labeller", "category") else x)
         except csv.Error as exc:
             return empty, [Problem(None, None, f"not a readable CSV file ({exc})", label)]
     if not rownum:

@@ -5,7 +5,7 @@ Comparison sets in the store: every SQL string that reads or writes the ``compar
 
 Rows come back in the normalised form (prompt_id, model_a, model_b, human_winner, judge_winner;
 winners 'a' | 'b' | 'tie' or None), followed by the optional provenance columns (repeat, mode,
-labeller, labelled_at, presented; None where unknown)."""
+labeller, labelled_at, presented) and the prompt's category (None where unknown)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def write_set(
 ) -> bool:
     """Store normalised rows as set ``name`` in ONE transaction; returns whether a set of that name was
     replaced. An existing name without ``replace`` is a UserError (nothing written). The optional
-    columns (repeat, mode, labeller, labelled_at, presented) are stored when ``df`` has them."""
+    columns (repeat, mode, labeller, labelled_at, presented, category) are stored when ``df`` has them."""
     rows = with_optional_columns(df).assign(set_name=name, row_idx=range(len(df)))
     with transaction(db) as con:
         exists = _exists(con, name)
@@ -71,6 +71,7 @@ def write_set(
                 "labeller": "VARCHAR",
                 "labelled_at": "TIMESTAMP",
                 "presented": "VARCHAR",
+                "category": "VARCHAR",
             },
         )
     return exists
@@ -121,3 +122,14 @@ def set_rows(db: str | os.PathLike, name: str) -> pd.DataFrame:
     """The rows of set ``name`` as DuckDB returns them (no check that the set exists; see
     :func:`read_set`)."""
     return query_df(db, _ROWS, [name])
+
+
+def set_categories(db: str | os.PathLike, name: str) -> list[str]:
+    """The distinct non-blank categories of set ``name``, sorted ([] for none, or an unknown set)."""
+    with reader(db) as con:
+        rows = con.execute(
+            "SELECT DISTINCT category FROM comparisons WHERE set_name = ? AND trim(category) <> '' "
+            "ORDER BY category",
+            [name],
+        ).fetchall()
+    return [r[0] for r in rows]

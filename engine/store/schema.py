@@ -17,7 +17,7 @@ import duckdb
 
 from engine.errors import UserError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # v5: what a served run's generations were asked (engine serve, docs/METHODS.md 1.6): one row per
 # generation row of the run; the unit (prompt_id, repeat) is the key the request derived
@@ -166,6 +166,7 @@ SCHEMA: tuple[str, ...] = (
         labeller VARCHAR,            -- v4: who gave the label (a person's id, or the judge's name)
         labelled_at TIMESTAMP,       -- v4: when the label was given (UTC)
         presented VARCHAR,           -- v4: 'ab' (model_a shown first) | 'ba'
+        category VARCHAR,            -- v6: the prompt's category (a slice of winrates --by category)
         PRIMARY KEY (set_name, row_idx))""",
     """CREATE TABLE IF NOT EXISTS clusters (
         run_id VARCHAR,
@@ -237,6 +238,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         ),
     ),
     (4, (SERVED,)),  # the served runs' requests (engine serve)
+    # comparisons: the prompt's category (optional, NULL = none), the slices of `winrates --by category`
+    (5, ("ALTER TABLE comparisons ADD COLUMN category VARCHAR",)),
 )
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), (
     "one migration step per older version"

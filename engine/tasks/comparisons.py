@@ -155,6 +155,7 @@ def import_comparisons(
         "models": sorted(set(df.model_a) | set(df.model_b)),
         "n_human_labels": int(df.human_winner.notna().sum()),
         "n_judge_labels": int(df.judge_winner.notna().sum()),
+        "n_categories": int(df["category"].nunique()) if "category" in df else 0,
     }
 
 
@@ -199,7 +200,7 @@ def delete_comparison_set(db, name: str) -> int:
 def export_comparison_set(db, name: str, out=None) -> str:
     """Set ``name`` as CSV in the upload format (id, prompt_id, model_a, model_b, winner, judge_winner;
     winners a/b/tie, blank = no label), then each optional column (repeat, mode, labeller, labelled_at,
-    presented) that some row of the set has: re-importable as is, and exporting the re-imported set
+    presented, category) that some row of the set has: re-importable as is, and exporting the re-imported set
     gives the same text. Writes to ``out`` if given."""
     df = read_comparison_set(db, name)
     csv_df = pd.DataFrame(
