@@ -47,6 +47,7 @@ class Clock:
     ``(what, start, wall, cpu or None)``."""
 
     t0: float = field(default_factory=time.perf_counter)
+    load0: float = field(default_factory=lambda: os.getloadavg()[0])
     rows: list[tuple[str, float, float, float | None]] = field(default_factory=list)
 
     def now(self) -> float:
@@ -187,10 +188,11 @@ class Client:
 
 
 def lm_eval_timings(path: Path, clock: Clock, since: float) -> None:
-    """The lm-eval driver's timings (tests/clients/lm_eval_driver.py) into ``clock``."""
+    """The lm-eval driver's timings (tests/clients/lm_eval_driver.py) into ``clock`` (CPU: the run's
+    thread's)."""
     for line in path.read_text().splitlines():
         r = json.loads(line)
-        clock.add(f"lm-eval {r['name']}", since + r["start_s"], r["wall_s"])
+        clock.add(f"lm-eval {r['name']}", since + r["start_s"], r["wall_s"], r["cpu_s"])
 
 
 def lm_eval_results(folder: Path) -> dict:

@@ -2,18 +2,24 @@
 tests, through lm-eval's own CLI entry, in one process.
 
 Usage: ``python tests/clients/lm_eval_driver.py SPEC.json`` from the project root (the tasks' data
-paths are relative to it). SPEC: ``{"include_path": DIR, "timings": FILE, "lanes": [[RUN, ...], ...]}``
-with RUN ``{"name": ..., "argv": [...], "wait_for": URL or null}``: ``argv`` is what follows ``lm_eval``
-on a command line (docs/SERVE.md's recipe). Each lane runs its runs in order, the lanes side by side
-(threads: a lane per server, so that both servers work at once); a run with ``wait_for`` first waits
-until that server answers ``GET /models`` (this process's imports overlap the servers' model loading).
-Each run's wall time goes to the timings file (one JSON line per run); a failed run fails the process.
+paths are relative to it). SPEC: ``{"include_path": DIR, "timings": FILE, "first": [RUN, ...],
+"lanes": [[RUN, ...], ...]}`` with RUN ``{"name": ..., "argv": [...], "wait_for": URL or null}``:
+``argv`` is what follows ``lm_eval`` on a command line (docs/SERVE.md's recipe). The ``first`` runs run
+in order (those that need no server: this process's imports and lm-eval's own ``hf`` model overlap the
+servers' model loading), then each lane runs its runs in order, the lanes side by side (threads: a
+lane per server, so that both servers work at once); a run with ``wait_for`` first waits until that
+server answers ``GET /models``.
+Each run's wall time and its thread's CPU time go to the timings file (one JSON line per run); a failed run fails the process.
 
 Why not one ``lm_eval`` process per command: each would first index the ~14,000 YAML files of
 lm-eval's built-in tasks (about 10 s of CPU; the tests use none of them) and import torch and the
 harness again. Here the CLI code runs unchanged (argument parsing, ``EvaluatorConfig``,
 ``simple_evaluate``, the result and sample files), except that its task index holds only
 ``--include_path``.
+
+Why the ``hf`` model runs before the lanes start: importing transformers (its model classes are
+resolved lazily, on first attribute access) in one thread while another thread's ``datasets`` hashes
+a task through ``transformers.PreTrainedTokenizerBase`` fails with an AttributeError (seen).
 """
 
 from __future__ import annotations
@@ -83,13 +89,13 @@ def _lane(runs: list[dict], timings: Path, t0: float, failed: list[str]) -> None
         try:
             if run.get("wait_for"):
                 _wait(run["wait_for"])
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             _cli(run["argv"])
-            end = time.perf_counter()
+            end, cpu = time.perf_counter(), time.thread_time() - cpu
         except BaseException:  # a failed run ends its lane; the others go on
             failed.append(f"{run['name']}:\n{traceback.format_exc()}")
             return
-        line = {"name": run["name"], "start_s": start - t0, "wall_s": end - start}
+        line = {"name": run["name"], "start_s": start - t0, "wall_s": end - start, "cpu_s": cpu}
         with open(timings, "a") as fh:
             fh.write(json.dumps(line) + "\n")
 
@@ -102,11 +108,13 @@ def main(spec_path: str) -> int:
     import lm_eval.evaluator  # noqa: F401  (imported once, before the lanes start)
 
     with open(timings, "a") as fh:
-        fh.write(
-            json.dumps({"name": "lm-eval imports", "start_s": 0.0, "wall_s": time.perf_counter() - t0})
-        )
-        fh.write("\n")
+        line = {"name": "imports", "start_s": 0.0, "wall_s": time.perf_counter() - t0}
+        fh.write(json.dumps({**line, "cpu_s": time.thread_time()}) + "\n")
     failed: list[str] = []
+    _lane(spec.get("first", []), timings, t0, failed)
+    if failed:
+        print(f"lm-eval run failed: {failed[0]}", file=sys.stderr)
+        return 1
     lanes = [
         threading.Thread(target=_lane, args=(runs, timings, t0, failed), name=f"lane-{i}")
         for i, runs in enumerate(spec["lanes"])

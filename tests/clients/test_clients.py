@@ -2,9 +2,10 @@
 (`local-completions`, `local-chat-completions`) and Inspect AI (`openai-api` provider), unchanged,
 from their own venv (tests/clients/conftest.py), on two tiny models that differ a little.
 
-One coupled server and then one `--noise independent` server on the same database answer the same
-tasks (tests/data/clients: a generative task at temperature 1 with 4 repeats / epochs, a
-multiple-choice task scored by log-likelihood). Their logs go through `engine import harness`, which
+A coupled server and a `--noise independent` server, up at once on the same database, answer the
+same tasks (tests/data/clients: a generative task at temperature 1 with 4 repeats / epochs, a
+multiple-choice task scored by log-likelihood), asked by both clients at once: the fewest processes
+that cover every client (their wall and CPU times go to test-artifacts/clients-timings.txt). Their logs go through `engine import harness`, which
 links every sample to its served generation; the coupled logs must agree (same answer on the same
 unit) far more often than the independent ones. The multiple-choice accuracy through the server must
 equal lm-eval's own `hf` model's on the same model and task.
@@ -74,8 +75,9 @@ def inspect_argv(urls: list[str], out: Path) -> list[str]:
 
 
 def _lm_eval_spec(root: Path, a: Path, cpl: str, ind: str) -> tuple[dict, dict]:
-    """The lm-eval runs (tests/clients/lm_eval_driver.py), a lane per server, and their output folders.
-    Lane 1 starts with lm-eval's own `hf` model (no server: it runs while the servers load)."""
+    """The lm-eval runs (tests/clients/lm_eval_driver.py) and their output folders: first lm-eval's own
+    `hf` model, which needs no server (it runs while the servers load their models), then two lanes
+    side by side."""
     out = {
         **{("gen", mode, m): root / f"gen-{mode}-{m}" for mode in ("cpl", "ind") for m in NAMES},
         **{("chat", "cpl", m): root / f"chat-cpl-{m}" for m in NAMES},
@@ -83,14 +85,8 @@ def _lm_eval_spec(root: Path, a: Path, cpl: str, ind: str) -> tuple[dict, dict]:
         "mc-hf": root / "mc-hf",
     }
     run = lambda name, argv, url: {"name": name, "argv": argv, "wait_for": url}
-    lane_cpl = [run(f"gen cpl {m}", lm_eval_argv(cpl, m, out[("gen", "cpl", m)]), cpl) for m in NAMES]
-    lane_cpl += [
-        run(f"chat cpl {m}", lm_eval_argv(cpl, m, out[("chat", "cpl", m)], chat=True), cpl)
-        for m in NAMES
-    ]
-    # multiple choice by log-likelihood: token-id requests with `echo`, as lm-eval sends them
-    mc = lm_eval_argv(cpl, "tiny-a", out["mc-served"], task="serve_mc", extra=f",tokenizer={a}")
-    lane_cpl.append(run("mc served tiny-a", mc, cpl))
+    gen = lambda mode, url, m: run(f"gen {mode} {m}", lm_eval_argv(url, m, out[("gen", mode, m)]), url)
+    chat = lambda m: run(f"chat cpl {m}", lm_eval_argv(cpl, m, out[("chat", "cpl", m)], chat=True), cpl)
     hf = ["--model", "hf", "--model_args", f"pretrained={a},dtype=float32", "--device", "cpu"]
     hf += [
         "--tasks",
@@ -101,14 +97,15 @@ def _lm_eval_spec(root: Path, a: Path, cpl: str, ind: str) -> tuple[dict, dict]:
         "--output_path",
         str(out["mc-hf"]),
     ]
-    lane_ind = [run("mc hf tiny-a (lm-eval's own model)", hf, None)]
-    lane_ind += [run(f"gen ind {m}", lm_eval_argv(ind, m, out[("gen", "ind", m)]), ind) for m in NAMES]
-    spec = {
-        "include_path": LM_TASKS,
-        "timings": str(root / "lm-eval-timings.jsonl"),
-        "lanes": [lane_cpl, lane_ind],
-    }
-    return spec, out
+    # multiple choice by log-likelihood: token-id requests with `echo`, as lm-eval sends them
+    mc = lm_eval_argv(cpl, "tiny-a", out["mc-served"], task="serve_mc", extra=f",tokenizer={a}")
+    lanes = [
+        [gen("cpl", cpl, "tiny-a"), gen("cpl", cpl, "tiny-b"), chat("tiny-a"), chat("tiny-b")],
+        [gen("ind", ind, "tiny-a"), gen("ind", ind, "tiny-b"), run("mc served tiny-a", mc, cpl)],
+    ]
+    first = [run("mc hf tiny-a (lm-eval's own model)", hf, None)]
+    spec = {"include_path": LM_TASKS, "timings": str(root / "lm-eval-timings.jsonl")}
+    return {**spec, "first": first, "lanes": lanes}, out
 
 
 @pytest.fixture(scope="module")
@@ -120,55 +117,45 @@ def runs(tmp_path_factory, request):
     root = tmp_path_factory.mktemp("clients")
     a, _ = tiny_pair(root / "models")
     db = root / "served.duckdb"
-    # --seed 1234: lm-eval's request seed, so that Inspect's requests (no seed: the server's) share it
-    # (a served run holds one seed per prompt id; another gets a 409)
-    flags = ("--traces", "--seed", "1234")
-    servers = [
-        Server.start(clock, root / "models", db, r, n, *flags)
-        for r, n in (("cpl", "coupled"), ("ind", "independent"))
-    ]
-    cpl, ind = (s.url for s in servers)
-    spec, out = _lm_eval_spec(root, a, cpl, ind)
-    (root / "lm-eval.json").write_text(json.dumps(spec))
-    clients = [
-        Client.start(
-            clock,
-            "lm-eval (all runs, one process)",
-            ["python", str(Path(__file__).parent / "lm_eval_driver.py"), str(root / "lm-eval.json")],
-            root / "lm-eval",
-        )
-    ]
+    procs: list = []
     try:
+        # 1. both servers; --seed 1234: lm-eval's request seed, so that Inspect's requests (no seed: the
+        # server's) share it (a served run holds one seed per prompt id; another gets a 409)
+        for run, noise in (("cpl", "coupled"), ("ind", "independent")):
+            procs.append(
+                Server.start(clock, root / "models", db, run, noise, "--traces", "--seed", "1234")
+            )
+        servers = list(procs)
+        cpl, ind = (s.url for s in servers)
+        # 2. lm-eval at once: its imports and its `hf` reference run need no server
+        spec, out = _lm_eval_spec(root, a, cpl, ind)
+        (root / "lm-eval.json").write_text(json.dumps(spec))
+        driver = ["python", str(Path(__file__).parent / "lm_eval_driver.py"), str(root / "lm-eval.json")]
+        procs.append(Client.start(clock, "lm-eval (all runs, one process)", driver, root / "lm-eval"))
+        # 3. Inspect once both servers answer
         for s in servers:
             s.wait_ready(clock)
+        inspect = inspect_argv([cpl, ind], root / "inspect")
         env = {"SERVED_API_KEY": "unused"}
-        clients.append(
-            Client.start(
-                clock,
-                "inspect eval (4 models)",
-                inspect_argv([cpl, ind], root / "inspect"),
-                root / "inspect",
-                env,
-            )
-        )
-        for c in reversed(clients):
+        procs.append(Client.start(clock, "inspect eval (4 models)", inspect, root / "inspect", env))
+        # 4. the clients end, then the servers (SIGTERM: the store flushed)
+        for c in reversed(procs[2:]):
             c.finish(clock)
         for s in servers:
             s.stop(clock)
     finally:
-        for p in clients + servers:
+        for p in procs:
             p.kill()
         if (root / "lm-eval-timings.jsonl").exists():
-            lm_eval_timings(root / "lm-eval-timings.jsonl", clock, clients[0].started)
+            lm_eval_timings(root / "lm-eval-timings.jsonl", clock, procs[2].started)
         _report_times(request, clock)
-    return {**out, "db": db, "a": a, "inspect": root / "inspect", "clock": clock}
+    return {**out, "db": db, "a": a, "inspect": root / "inspect"}
 
 
 def _report_times(request, clock: Clock) -> None:
     """The breakdown, on the terminal and in test-artifacts/clients-timings.txt."""
-    text = (
-        f"real clients, wall times (start, wall, what); load {os.getloadavg()[0]:.1f}\n{clock.table()}"
-    )
+    load = f"load average {clock.load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    text = f"real clients: each process's wall and CPU seconds ({load})\n{clock.table()}"
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "clients-timings.txt").write_text(text + "\n")
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
