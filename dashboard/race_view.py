@@ -89,7 +89,7 @@ def _start_form(names: list[str], datasets: list[str]) -> None:
             "Other models (space-separated folders, .gguf files or hub ids)", key="race_extra"
         )
         dataset = c2.selectbox("Dataset (with gold answers)", datasets or ["demo"], key="race_dataset")
-        limit = c2.number_input("First N prompts (0 = all)", min_value=0, value=0, key="race_limit")
+        limit = c2.number_input("Race: first N prompts (0 = all)", min_value=0, value=0, key="race_limit")
         g1, g2, g3, g4 = st.columns(4)
         goal = g1.selectbox(
             "Goal", GOALS, key="race_goal", help="best: who is best; top:M: the top M; ranked: all pairs"
@@ -103,7 +103,7 @@ def _start_form(names: list[str], datasets: list[str]) -> None:
         s1, s2 = st.columns(2)
         seed = s1.number_input("Seed (noise and question order)", min_value=0, value=0, key="race_seed")
         max_tokens = s2.number_input(
-            "Max new tokens",
+            "Race: max new tokens",
             min_value=1,
             max_value=4096,
             value=config.DEFAULT_MAX_NEW_TOKENS,

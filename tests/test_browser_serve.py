@@ -57,7 +57,8 @@ def test_start_watch_and_stop_a_server_from_the_generate_page(server, page, arti
     address = f"http://127.0.0.1:{port}/v1"
     page.get_by_text(re.compile(r"· ready ·")).first.wait_for(timeout=240_000)
     assert address in page.locator("[data-testid='stMain']").inner_text()
-    body = {"model": "tiny-a", "prompt": "hello", "max_tokens": 3, "temperature": 1.0}
+    # a request names a model as --models named it: here the folder (the form passed its path)
+    body = {"model": str(folder), "prompt": "hello", "max_tokens": 3, "temperature": 1.0}
     req = urllib.request.Request(
         address + "/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
