@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboard import loaders as L
 from dashboard import widgets as ui
+from dashboard.summary_view import sequential_lines
 from engine.analysis.sequential_stop import TARGET_NOTE, fired_words, pair_verdict
 from engine.figures.sequential import sequential_cs_figure, stopping_times_figure
 
@@ -57,6 +58,16 @@ def stop_rows(replay) -> pd.DataFrame:
     )
 
 
+def _stored_stop(run: str) -> None:
+    """A ``generate --until`` run that stopped before N: the replay below reorders only the questions
+    it generated (its N is theirs), so say so beside the run's own stop (Home's and the report's
+    words), never a second "N" for the same run without the reason."""
+    ls = ui.safe(L.live_stop, run) if run in L.sequential_runs() else None
+    note = ls.replay_note() if ls else None
+    if note:
+        st.info("  \n".join(ui.md_escape(x) for x in [note, *sequential_lines(ls)]))
+
+
 def render(run: str, model_a: str, model_b: str, rule: str | None, key: str = "bm_seq") -> None:
     st.markdown(
         "**Stop when decided** (docs/METHODS.md section 8): an anytime-valid confidence sequence for "
@@ -65,6 +76,7 @@ def render(run: str, model_a: str, model_b: str, rule: str | None, key: str = "b
         "question orders; an order that needs all N questions is counted as 'all N used', not decided "
         "(the paired comparison's interval beside this tab is about questions like these)."
     )
+    _stored_stop(run)
     c1, c2, c3, c4 = st.columns(4)
     alpha = c1.number_input(
         "α", min_value=0.001, max_value=0.5, value=0.05, step=0.01, format="%.3f", key=f"{key}_alpha"

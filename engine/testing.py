@@ -4,8 +4,10 @@
 a chat template, so every code path of the engine (chat templates, left padding, KV cache, EOS,
 vocab checks, byte-string keys) runs on it exactly as on a real model. ``vocab_perm_seed``
 shuffles the vocabulary order, giving a model with a *different* tokenizer over the same strings
-(for cross-tokenizer coupling tests). ``descendants(pid)`` lists a process's live descendants (for
-tests that kill or clean up what they started).
+(for cross-tokenizer coupling tests). ``tiny_digit_copier`` wires one by hand to answer the digit
+of its prompt, right with a chosen probability (runs whose answer is known in advance).
+``descendants(pid)`` lists a process's live descendants (for tests that kill or clean up what they
+started).
 """
 
 from __future__ import annotations
@@ -99,3 +101,60 @@ def tiny_pair(folder, hidden: int = 64, scale: float = 6.0, nudge: float = 0.01)
         tok.save_pretrained(path)
         out.append(path)
     return out[0], out[1]
+
+
+def tiny_digit_copier(folder, name: str, p_right: float, hidden: int = 64):
+    """A tiny model that answers the one digit of its prompt: it replies that digit with probability
+    ``p_right`` and the next digit (mod 10) otherwise, then ends (so the numeric rule scores it right
+    with probability ``p_right`` on a question whose gold answer is its digit). Saved as a Hugging Face
+    folder ``folder/name``; returns the path (pathlib.Path).
+
+    Built by hand on :func:`tiny_lm`'s architecture, no training: the embeddings mark the newline, the
+    digits (and each digit's identity); layer 0's attention head 0 makes the newline that opens the
+    reply look at the prompt's digit (query and key on the head's slowest rotary pair, so the score
+    hardly depends on the distance) and copies its identity into the residual; every other block adds
+    nothing; the (untied) output layer turns "newline + digit d" into the two digits' logits and
+    "a digit" into end-of-sequence. Sampling draws from exactly these two-digit distributions, so the
+    models' accuracies and their coupling are known in advance (tests of sequential stops, labels and
+    judges on runs whose answer is known).
+    """
+    import math
+    from pathlib import Path
+
+    model, tok = tiny_lm(0, hidden=hidden)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in ["\n", "<eos>", *string.digits]}
+    digits = [ids[d] for d in string.digits]
+    NL, DIGIT, OTHER, IDENT, COPY = 0, 1, 2, 10, 20  # residual dims: markers, identity, copied identity
+    head = model.config.hidden_size // model.config.num_attention_heads
+    slow = head // 2 - 1  # the rotary pair with the lowest frequency (rotation ~3e-4 rad per position)
+    c = math.sqrt(hidden / 2)  # a normalised residual with two unit entries has them at sqrt(H/2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for norm in [model.model.norm, *(m for layer in model.model.layers for m in layer.modules())]:
+            if "RMSNorm" in type(norm).__name__:
+                norm.weight.fill_(1.0)
+        emb = model.model.embed_tokens.weight
+        emb[:, OTHER] = 1.0
+        emb[ids["\n"], OTHER], emb[ids["\n"], NL] = 0.0, 1.0
+        for d, t in enumerate(digits):
+            emb[t, OTHER], emb[t, DIGIT], emb[t, IDENT + d] = 0.0, 1.0, 1.0
+        attn = model.model.layers[0].self_attn
+        attn.q_proj.weight[slow, NL] = 1.5  # newline asks ...
+        attn.k_proj.weight[slow, DIGIT] = 1.5  # ... for a digit: score 1.5 * 8 * 1.5 * 5.7 / 4 ~ 25
+        for d in range(10):
+            attn.v_proj.weight[d, IDENT + d] = 1.0
+            attn.o_proj.weight[COPY + d, d] = 1.0 / c
+        model.config.tie_word_embeddings = False
+        model.lm_head = torch.nn.Linear(hidden, len(tok), bias=False)
+        out = model.lm_head.weight
+        out.zero_()
+        out[:, NL] = -30.0 / c  # after the newline: every token far below ...
+        for d in range(10):  # ... but the copied digit (p_right) and the next one
+            out[digits[d], COPY + d] = (30.0 + math.log(p_right)) / c
+            out[digits[(d + 1) % 10], COPY + d] = (30.0 + math.log(1.0 - p_right)) / c
+        out[ids["<eos>"], DIGIT] = 60.0 / c  # after a digit: the end
+    path = Path(folder) / name
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

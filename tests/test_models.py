@@ -147,6 +147,31 @@ def test_hf_folder_round_trip_gives_identical_logits(tmp_path):
         torch.testing.assert_close(lm.model(**ids).logits, model(**ids).logits, rtol=0, atol=0)
 
 
+def test_tiny_digit_copier_answers_its_prompts_digit_with_the_chosen_probability(tmp_path):
+    """Exact: after the chat template the next token is the prompt's digit (p) or the next one (1 - p),
+    wherever the digit sits in the prompt; after a digit, the end."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.testing import tiny_digit_copier
+
+    path = tiny_digit_copier(tmp_path, "copier", 0.8)
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    for prompt, d in (
+        ("Type the digit 4 (card ab).", "4"),
+        ("9 is it, with a tail of words " * 3, "9"),  # the same digit three times, far from the end
+    ):
+        chat = [{"role": "user", "content": prompt}]
+        text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        ids = tok(text, return_tensors="pt").input_ids
+        with torch.no_grad():
+            p = model(ids).logits[0, -1].softmax(-1)
+            nxt = str((int(d) + 1) % 10)
+            assert float(p[tok.convert_tokens_to_ids(d)]) == pytest.approx(0.8, abs=1e-3)
+            assert float(p[tok.convert_tokens_to_ids(nxt)]) == pytest.approx(0.2, abs=1e-3)
+            ids = torch.cat([ids, torch.tensor([[tok.convert_tokens_to_ids(d)]])], dim=1)
+            assert int(model(ids).logits[0, -1].argmax()) == tok.eos_token_id
+
+
 def test_bad_names_paths_devices_and_hub_ids(tmp_path, monkeypatch):
     names = [s.name for s in M.list_models()]
     with pytest.raises(UserError, match="unknown model 'no-such-model'; available: " + ", ".join(names)):

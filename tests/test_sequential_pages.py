@@ -60,15 +60,17 @@ def test_figures_draw_both_modes_zero_line_and_stop(seq_db):
     assert [t.name for t in box.data] == ["coupled", "independent"] and len(box.data[0].y) == 3
 
 
-def _make_sequential(db):
-    """Mark run-small as a --until run (its stored order, rule and alpha), as generate --until stores them."""
+def _make_sequential(db, unseen: int = 0):
+    """Mark run-small as a --until run (its stored order, rule and alpha), as generate --until stores them;
+    ``unseen``: questions of the benchmark after the stored 40 that the run never generated (it stopped
+    early)."""
     import json
 
     from engine import store
     from engine.stats.sequential import question_order
 
     order = [f"q{i}" for i in range(40)]
-    order = [order[i] for i in question_order(40, 7)]
+    order = [order[i] for i in question_order(40, 7)] + [f"unseen{i}" for i in range(unseen)]
     with store.writer(db) as con:
         cfg = json.loads(
             con.execute(
@@ -127,6 +129,30 @@ def test_generate_page_stop_when_decided_form_and_live_chart(tmp_path, monkeypat
     at.number_input(key="gen_until_round").set_value(8)
     at.button[0].click().run()
     assert not at.exception and started[-1][started[-1].index("--round-size") + 1] == "8"
+
+
+def test_the_sequential_tab_of_a_run_stopped_early_says_whose_N_it_replays(tmp_path, monkeypatch):
+    """A --until run that stopped at 40 of a 60-question benchmark: the tab's replay reorders the 40
+    questions stored (its N is 40), so it says so beside the run's own stop, the words Home shows."""
+    from engine.analysis.sequential import live_stop
+
+    db = build_small_db(tmp_path / "early.duckdb")
+    _make_sequential(db, unseen=20)
+    ls = live_stop(db, "run-small")
+    monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    at.switch_page(navigation.path("benchmark")).run()
+    assert not at.exception, at.exception
+    text = _texts(at).replace("\\", "")
+    summary = next(d.value for d in at.dataframe if "median stop" in d.value.columns)
+    assert (summary["of N"] == 40).all()  # the replay's population: the questions stored
+    assert "it generated 40 of the benchmark's 60 questions. A replay can only reorder those 40" in text
+    for m in ls.modes:
+        assert f"Sequential stop, {m.mode}: {ls.text(m.mode)}." in text
+    assert ls.replay_note() is not None
+    _make_sequential(db)  # every question generated: the replay is of the benchmark itself, no note
+    assert live_stop(db, "run-small").replay_note() is None
 
 
 def test_generate_args_without_until_unchanged():
@@ -194,5 +220,8 @@ def test_live_chart_and_stop_agree_on_models_order_and_stop(tmp_path):
         st = next(s for s in stop.modes if s.mode == path.mode)
         assert path.pair == stop.pairs[0] and path.pair.startswith(cfg["models"][0])
         assert path.n_stop == st.n_stop
+        # the live section's sentence is the stop's (Home, report): a mode generated alongside the
+        # coupled mode says so, never "stopped at question n" beside the coupled mode's own stop
+        assert path.summary == stop.text(path.mode)
         at = (st.n_stop or st.n_seen) - 1
         assert (path.lower[at], path.upper[at]) == (st.lower[0], st.upper[0])

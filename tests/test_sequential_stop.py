@@ -170,6 +170,8 @@ def test_a_stored_miss_in_the_report(tmp_db):
     sec = run_report(tmp_db, "r1").section("sequential")
     text = " ".join(sec.paragraphs)
     assert "missed" in text and "decided:" not in text and THIS_BENCHMARK in text
+    # the share of questions used is of the benchmark's N (the run's own count is the questions used)
+    assert "40 questions generated in this mode (100.0% of the benchmark's 40)" in text, text
     cells = {c.key: c.text for row in sec.tables[0].rows for c in row if c.key}
     assert cells["seq/coupled/m1 - m2/verdict"] == "missed: current C_t shown"
     lo, up = cells["seq/coupled/m1 - m2/lower"], cells["seq/coupled/m1 - m2/upper"]

@@ -289,8 +289,11 @@ def _shown(N: int, n_stop: int | None, points: int = 400) -> np.ndarray:
     return np.unique(np.concatenate([t, [n_stop] if n_stop else []])).astype(int)
 
 
-def _path(mode, names, pair, seed, N, M, rule, alpha, full, every: bool) -> SequentialPath:
-    """Pair ``pair`` of ``names`` on scores M (T, k) in order: its whole CS path and the mode's stop."""
+def _path(
+    mode, names, pair, seed, N, M, rule, alpha, full, every: bool, follows: bool = False
+) -> SequentialPath:
+    """Pair ``pair`` of ``names`` on scores M (T, k) in order: its whole CS path and the mode's stop
+    (``follows``: the mode was generated alongside the one that stops the run, as in :class:`LiveStop`)."""
     i, j = pairs_of(len(names))[pair]
     state = stop_state(M, N, rule, alpha)
     path = cs_path(M, N, alpha)
@@ -308,7 +311,7 @@ def _path(mode, names, pair, seed, N, M, rule, alpha, full, every: bool) -> Sequ
         tuple(float(x) for x in up[t - 1]),
         full,
         pair_text(state, pair, names[i], names[j]),
-        stop_text(state, [f"{names[a]} - {names[b]}" for a, b in pairs_of(len(names))]),
+        stop_text(state, [f"{names[a]} - {names[b]}" for a, b in pairs_of(len(names))], follows),
         int(miss[0]) + 1 if miss.size else None,
     )
 
@@ -390,12 +393,30 @@ def live_paths(db: str | os.PathLike, run: str, pair: int = 0) -> tuple[Sequenti
     rule, pairs = StopRule.parse(seq["until"]), pairs_of(len(names))
     if len(names) < 2 or not 0 <= pair < len(pairs):
         raise UserError(f"run {run!r}: no pair {pair} (models: {', '.join(names)})")
-    alpha = float(seq["alpha"])
+    alpha, mode_stop = float(seq["alpha"]), str(seq.get("mode_stop", "coupled"))
+    present = [m for m, _, _ in modes]
     return tuple(
-        # Δ_N is not known before the end (NaN)
-        _path(m, names, pair, seq["order_seed"], len(order), M, rule, alpha, math.nan, True)
+        # Δ_N is not known before the end (NaN); a mode generated alongside says so, as the stop does
+        _path(
+            m,
+            names,
+            pair,
+            seq["order_seed"],
+            len(order),
+            M,
+            rule,
+            alpha,
+            math.nan,
+            True,
+            follows=_follows(mode_stop, m, present),
+        )
         for m, M, _ in modes
     )
+
+
+def _follows(mode_stop: str, mode: str, modes: list[str]) -> bool:
+    """``mode`` is generated alongside the coupled mode, which stops the run (``modes``: those scored)."""
+    return mode_stop == "coupled" and mode != "coupled" and "coupled" in modes
 
 
 @dataclass(frozen=True)
@@ -447,11 +468,7 @@ class LiveStop:
 
     def follows(self, mode: str) -> bool:
         """This mode is generated alongside the coupled mode, which stops the run."""
-        return (
-            self.mode_stop == "coupled"
-            and mode != "coupled"
-            and any(x.mode == "coupled" for x in self.modes)
-        )
+        return _follows(self.mode_stop, mode, [x.mode for x in self.modes])
 
     def text(self, mode: str) -> str:
         """The mode's stop in one sentence, with its target (sequential_stop.stop_text)."""
@@ -462,6 +479,21 @@ class LiveStop:
         lm = next(x for x in self.modes if x.mode == mode)
         a, b = pairs_of(len(self.models))[p]
         return pair_text(lm.state, p, self.models[a], self.models[b])
+
+    def replay_note(self) -> str | None:
+        """What a replay of this run's stored scores (the Benchmark page's Sequential tab) is about when
+        the run stopped before N: its population is the questions generated, so its N and Δ_N are
+        theirs, not the benchmark's (METHODS 8.3: each number says its target). None when the run
+        generated all N questions."""
+        n = max(m.n_seen for m in self.modes)
+        if n >= self.N:
+            return None
+        return (
+            f"This run stopped early (--until {self.rule}): it generated {n:,} of the benchmark's "
+            f"{self.N:,} questions. A replay can only reorder those {n:,}: its N is {n:,} and its Δ_N is "
+            f"their difference, not the benchmark's full-run difference over {self.N:,} questions. The "
+            "run's own stop, about the benchmark:"
+        )
 
     def to_dict(self) -> dict:
         out = {k: v for k, v in vars(self).items() if k != "modes"}

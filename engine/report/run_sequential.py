@@ -65,7 +65,7 @@ def _live_section(ctx: RunContext) -> Section | None:
     for lm in ls.modes:
         paras.append(
             f"{lm.mode}: {ls.text(lm.mode)}; {lm.n_seen:,} questions generated in this mode "
-            f"({pct(lm.n_seen / ls.N)} of the run's)."
+            f"({pct(lm.n_seen / ls.N)} of the benchmark's {ls.N:,})."
         )
         rows += _mode_rows(lm, ls.pairs)
     head = (
