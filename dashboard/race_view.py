@@ -89,7 +89,9 @@ def _start_form(names: list[str], datasets: list[str]) -> None:
             "Other models (space-separated folders, .gguf files or hub ids)", key="race_extra"
         )
         dataset = c2.selectbox("Dataset (with gold answers)", datasets or ["demo"], key="race_dataset")
-        limit = c2.number_input("Race: first N prompts (0 = all)", min_value=0, value=0, key="race_limit")
+        limit = c2.number_input(
+            "Race: first N prompts (0 = all)", min_value=0, value=0, key="race_limit"
+        )
         g1, g2, g3, g4 = st.columns(4)
         goal = g1.selectbox(
             "Goal", GOALS, key="race_goal", help="best: who is best; top:M: the top M; ranked: all pairs"
