@@ -1,21 +1,25 @@
 """engine serve: served throughput vs engine generate, and the server's own overhead per request.
 
-    .venv/bin/python bench/bench_serve.py                      # SmolLM2-135M, the demo prompts, CPU
+    .venv/bin/python bench/bench_serve.py --threads 1          # SmolLM2-135M, the demo prompts, CPU
     .venv/bin/python bench/bench_serve.py --smoke              # the tiny model, a few requests (seconds)
-    .venv/bin/python bench/bench_serve.py --repeats 2 --concurrency 8 --max-new-tokens 20 --threads 2
+    .venv/bin/python bench/bench_serve.py --skip-throughput --requests 200 --overhead-concurrency 1 8
 
 1. Throughput. The demo's 40 questions (its system prompt, chat template) x ``--repeats``, at
-   temperature 0.7 and ``--max-new-tokens``: once through ``run_generation`` (what ``engine
-   generate`` runs; the model loaded once, outside the timing) and once as chat requests to a
-   server on the same loaded model, ``--concurrency`` clients at a time (raw HTTP keep-alive
-   clients, as lm-eval's ``num_concurrent``); generated tokens / wall seconds for each, and the
-   ratio (target >= 0.8). Both store their rows (the server commits before it answers).
-2. Overhead per request. The same single-token requests to the tiny 2-layer model one at a time,
-   (a) straight to the model's worker (no HTTP, no JSON, no store) and (b) through the server; the
-   difference of the median latencies is what HTTP, JSON and storing add (target < 5 ms), with the
-   median commit time of one served request's rows alone (a connection of its own), and the same
-   difference in this process's CPU time per request (client + server + store; independent of the
-   machine's load, an upper bound of the server's share).
+   temperature 0.7 and ``--max-new-tokens``: through ``run_generation`` (what ``engine generate``
+   runs; the model loaded once, outside the timing) and as chat requests to a server on the same
+   loaded model, ``--concurrency`` clients at a time (raw HTTP keep-alive clients, as lm-eval's
+   ``num_concurrent``). ``--pairs`` alternating pairs (generate then serve, serve then generate, ...)
+   after an untimed warm-up, so both sides see comparable load; per side generated tokens / wall
+   seconds and CPU milliseconds per token (this whole process: the server, its store and the
+   clients' HTTP), and per pair the ratio served / generate in both (target >= 0.8). Both store their
+   rows (the server commits before it answers).
+2. Overhead per request. The same single-token requests to the tiny 2-layer model, (a) straight to
+   the model's worker (no HTTP, no JSON, no store) and (b) through the server, one at a time and
+   ``--overhead-concurrency`` at a time: the difference of the median latencies is what HTTP, JSON
+   and storing add (target < 5 ms), with the same difference in this process's CPU time per request
+   (client + server + store: less sensitive to the machine's load; the client's share included, so an
+   upper bound of the server's), and the store's share: its transactions (one per batch of finished
+   requests, group commit) in wall and writer-thread CPU per request.
 
 Reports the 1-minute load average next to every figure (the machine is shared).
 """
@@ -55,28 +59,25 @@ def _post(conn: http.client.HTTPConnection, path: str, body: dict) -> dict:
     return out
 
 
-def throughput(lm, dataset, repeats: int, cfg, concurrency: int, batch_size: int, db_dir: Path) -> dict:
+def _generate(lm, dataset, repeats: int, cfg, db: Path) -> dict:
+    """One ``run_generation`` (what ``engine generate`` runs) on the loaded model: wall, CPU, tokens."""
     from engine.generation import run_generation
-    from engine.serving.core import ServeConfig
-    from engine.serving.server import ServerThread
     from engine.store import query_df
 
-    t0 = time.perf_counter()
-    run = run_generation(
-        db_dir / "gen.duckdb", [lm], dataset, repeats, ("coupled",), 0, cfg, show_bar=False
-    )
-    gen_s = time.perf_counter() - t0
-    gen_tokens = int(
-        query_df(
-            db_dir / "gen.duckdb", "SELECT sum(n_tokens) FROM generations WHERE run_id = ?", [run]
-        ).iloc[0, 0]
-    )
+    t0, c0 = time.perf_counter(), time.process_time()
+    run = run_generation(db, [lm], dataset, repeats, ("coupled",), 0, cfg, show_bar=False)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    sql = "SELECT sum(n_tokens) FROM generations WHERE run_id = ?"
+    return _rate(wall, cpu, int(query_df(db, sql, [run]).iloc[0, 0]))
+
+
+def _chat_bodies(lm, dataset, repeats: int, cfg) -> list[dict]:
     sys_msg = (
         [{"role": "system", "content": dataset.system_prompt}]
         if getattr(dataset, "system_prompt", None)
         else []
     )
-    bodies = [
+    return [
         {
             "model": lm.name,
             "messages": [*sys_msg, {"role": "user", "content": p.user_prompt}],
@@ -86,9 +87,16 @@ def throughput(lm, dataset, repeats: int, cfg, concurrency: int, batch_size: int
         for p in dataset.prompts
         for _ in range(repeats)
     ]
-    scfg = ServeConfig(
-        run_id="bench", db=db_dir / "serve.duckdb", batch_size=batch_size, max_queue=10_000
-    )
+
+
+def _serve(lm, bodies: list[dict], concurrency: int, batch_size: int, db: Path, run_id: str) -> dict:
+    """The same requests to a server on the loaded model, ``concurrency`` clients at a time (the
+    server started and one request answered outside the timing). CPU: this whole process (server,
+    store and the clients' HTTP)."""
+    from engine.serving.core import ServeConfig
+    from engine.serving.server import ServerThread
+
+    scfg = ServeConfig(run_id=run_id, db=db, batch_size=batch_size, max_queue=10_000)
     local = threading.local()
     with ServerThread(scfg, [lm]) as srv:
         path = urlparse(srv.url).path + "/chat/completions"
@@ -98,104 +106,182 @@ def throughput(lm, dataset, repeats: int, cfg, concurrency: int, batch_size: int
                 local.conn = _client(srv.url)
             return _post(local.conn, path, body)["usage"]["completion_tokens"]
 
-        t0 = time.perf_counter()
+        warm = [{"role": "user", "content": "Warm-up: say hi."}]
+        one({**bodies[0], "messages": warm, "max_tokens": 2})  # not timed; a question of its own
+        t0, c0 = time.perf_counter(), time.process_time()
         with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
-            served_tokens = sum(ex.map(one, bodies))
-        served_s = time.perf_counter() - t0
-    gen_tps, srv_tps = gen_tokens / gen_s, served_tokens / served_s
+            tokens = sum(ex.map(one, bodies))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {**_rate(wall, cpu, tokens), "requests": len(bodies)}
+
+
+def _rate(wall: float, cpu: float, tokens: int) -> dict:
     return {
-        "generate": {
-            "seconds": round(gen_s, 2),
-            "tokens": gen_tokens,
-            "tokens_per_s": round(gen_tps, 1),
-        },
-        "served": {
-            "seconds": round(served_s, 2),
-            "tokens": served_tokens,
-            "tokens_per_s": round(srv_tps, 1),
-            "requests": len(bodies),
-        },
-        "ratio": round(srv_tps / gen_tps, 3),
-        "load_1min": round(os.getloadavg()[0], 2),
+        "seconds": round(wall, 2),
+        "cpu_seconds": round(cpu, 2),
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / wall, 1),
+        "cpu_ms_per_token": round(1000 * cpu / tokens, 2),
+        "load_1min": round(os.getloadavg()[0], 2),  # at the phase's end
     }
 
 
-def overhead(n: int, db_dir: Path) -> dict:
-    """Mean latency of one single-token request: straight to the worker vs through the server."""
+def throughput(
+    lm,
+    dataset,
+    warm_dataset,
+    repeats: int,
+    cfg,
+    concurrency: int,
+    batch_size: int,
+    db_dir: Path,
+    pairs: int,
+) -> dict:
+    """``pairs`` alternating pairs (generate then serve, then serve then generate, ...), so that both
+    see comparable load; the ratio served / generate per pair, in tokens per wall second and in
+    tokens per CPU second."""
+    import dataclasses
+
+    warm = dataclasses.replace(cfg, max_new_tokens=2)  # first calls (kernels, caches): not timed
+    _generate(lm, warm_dataset, 1, warm, db_dir / "warm.duckdb")
+    bodies = _chat_bodies(lm, dataset, repeats, cfg)
+    out = []
+    for k in range(pairs):
+        order = ("generate", "served") if k % 2 == 0 else ("served", "generate")
+        pair: dict = {"order": " then ".join(order)}
+        for side in order:
+            if side == "generate":
+                pair[side] = _generate(lm, dataset, repeats, cfg, db_dir / f"gen{k}.duckdb")
+            else:
+                pair[side] = _serve(
+                    lm, bodies, concurrency, batch_size, db_dir / f"serve{k}.duckdb", "bench"
+                )
+            print(f"pair {k + 1}, {side}: {pair[side]}", file=sys.stderr, flush=True)
+        g, s = pair["generate"], pair["served"]
+        pair["ratio_wall"] = round(s["tokens_per_s"] / g["tokens_per_s"], 3)
+        pair["ratio_cpu"] = round(g["cpu_ms_per_token"] / s["cpu_ms_per_token"], 3)
+        out.append(pair)
+    return {"pairs": out}
+
+
+class _StoreTimer:
+    """Times the served run's transactions (``HeldWriter.write``, on the writer thread): wall and that
+    thread's CPU per transaction. Patched onto the class while the server runs."""
+
+    def __init__(self):
+        from engine.store.served import HeldWriter
+
+        self.cls, self.orig = HeldWriter, HeldWriter.write
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def __enter__(self):
+        orig, wall, cpu = self.orig, self.wall, self.cpu
+
+        def write(held, *args, **kwargs):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return orig(held, *args, **kwargs)
+            finally:
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.thread_time() - c0)
+
+        self.cls.write = write
+        return self
+
+    def __exit__(self, *exc):
+        self.cls.write = self.orig
+
+
+def _direct(lm, ids: list[int], n: int, concurrency: int) -> tuple[list[float], float, float]:
+    """Single-token choices straight to the model's worker, ``concurrency`` at a time: latency of
+    each group, CPU and wall per choice."""
     from engine.generation.types import Unit
-    from engine.models.loading import from_objects
-    from engine.serving.core import ServeConfig
     from engine.serving.seq import Seq
-    from engine.serving.server import ServerThread
     from engine.serving.worker import ModelWorker
-    from engine.store.served import write_served
+
+    w = ModelWorker("tiny", lm, "token_id", batch_size=8)
+    ev0 = threading.Event()  # warm-up (the first forward pass): not timed
+    w.submit([Seq(Unit("warm", 0, 1), ids, 1.0, 0, 1.0, 1, lambda s: ev0.set())])
+    ev0.wait()
+    lat = []
+    t0_all, c0 = time.perf_counter(), time.process_time()
+    for i in range(0, n, concurrency):
+        evs = [threading.Event() for _ in range(min(concurrency, n - i))]
+        seqs = [
+            Seq(Unit(f"p{(i + j) % 7}", i + j, 0), ids, 1.0, 0, 1.0, 1, lambda s, ev=ev: ev.set())
+            for j, ev in enumerate(evs)
+        ]
+        t0 = time.perf_counter()
+        w.submit(seqs)
+        for ev in evs:
+            ev.wait()
+        lat.append(time.perf_counter() - t0)
+    cpu, wall = (time.process_time() - c0) / n, (time.perf_counter() - t0_all) / n
+    w.close()
+    return lat, cpu, wall
+
+
+def _served(lm, prompt: str, n: int, concurrency: int, db: Path) -> dict:
+    """The same requests through a server, ``concurrency`` clients at a time."""
+    from engine.serving.core import ServeConfig
+    from engine.serving.server import ServerThread
+
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 1, "temperature": 1.0}
+    local = threading.local()
+    with _StoreTimer() as store, ServerThread(ServeConfig(run_id="overhead", db=db), [lm]) as srv:
+        path = urlparse(srv.url).path + "/completions"
+
+        def one(_):
+            if not hasattr(local, "conn"):
+                local.conn = _client(srv.url)
+            t0 = time.perf_counter()
+            _post(local.conn, path, body)
+            return time.perf_counter() - t0
+
+        one(0)  # warm-up: the connection, the first store transaction
+        store.wall.clear(), store.cpu.clear()
+        tx0 = srv.core.writer.transactions
+        t0, c0 = time.perf_counter(), time.process_time()
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
+            lat = list(ex.map(one, range(n)))
+        cpu, wall = (time.process_time() - c0) / n, (time.perf_counter() - t0) / n
+        tx = srv.core.writer.transactions - tx0
+    return {"lat": lat, "cpu": cpu, "wall": wall, "transactions": tx, "store": store}
+
+
+def overhead(n: int, concurrency: int, db_dir: Path) -> dict:
+    """What the server adds to a single-token request of the tiny model: through the server vs
+    straight to the model's worker, one at a time (``concurrency`` 1) or ``concurrency`` at once."""
+    from engine.models.loading import from_objects
     from engine.testing import tiny_lm
 
     lm = from_objects("tiny", *tiny_lm(0))
     prompt = "what is the capital of France?"
     ids = lm.tokenizer(prompt)["input_ids"]
-    w = ModelWorker("tiny", lm, "token_id", batch_size=8)
-    direct = []
-    c0 = time.process_time()
-    for i in range(n):
-        ev = threading.Event()
-        t0 = time.perf_counter()
-        w.submit([Seq(Unit(f"p{i % 7}", i, 0), ids, 1.0, 0, 1.0, 1, lambda s, ev=ev: ev.set())])
-        ev.wait()
-        direct.append(time.perf_counter() - t0)
-    cpu_direct = (time.process_time() - c0) / n
-    w.close()
-    scfg = ServeConfig(run_id="overhead", db=db_dir / "overhead.duckdb")
-    served, commits = [], []
-    with ServerThread(scfg, [lm]) as srv:
-        conn = _client(srv.url)
-        path = urlparse(srv.url).path + "/completions"
-        c0 = time.process_time()
-        for _ in range(n):
-            t0 = time.perf_counter()
-            _post(conn, path, {"model": "tiny", "prompt": prompt, "max_tokens": 1, "temperature": 1.0})
-            served.append(time.perf_counter() - t0)
-        cpu_served = (time.process_time() - c0) / n
-        tx0 = srv.core.writer.transactions
-        rows = srv.core.writer.stored
-    # one request's rows alone, committed as the writer does (a new transaction each)
-    from engine.store.generations import GenerationRow
-    from engine.store.served import ServedRow
-
-    for i in range(min(n, 50)):
-        g = GenerationRow("overhead", "tiny", f"x{i}", 0, "coupled", 0, "a", [5], "length", 1)
-        s = ServedRow(
-            "overhead",
-            "tiny",
-            f"x{i}",
-            0,
-            "coupled",
-            "c",
-            0,
-            "completions",
-            False,
-            "{}",
-            9,
-            [0.5],
-            [],
-            0.0,
-        )
-        t0 = time.perf_counter()
-        write_served(db_dir / "overhead.duckdb", "overhead", [], [g], [s])
-        commits.append(time.perf_counter() - t0)
-    d_ms, s_ms = 1000 * statistics.median(direct), 1000 * statistics.median(served)
+    direct, cpu_direct, wall_direct = _direct(lm, ids, n, concurrency)
+    s = _served(lm, prompt, n, concurrency, db_dir / f"overhead{concurrency}.duckdb")
+    store = s["store"]
+    out: dict = {"requests": n, "concurrency": concurrency}
+    if concurrency == 1:  # latency: the median request
+        d_ms, s_ms = 1000 * statistics.median(direct), 1000 * statistics.median(s["lat"])
+        out.update(direct_ms_median=round(d_ms, 2), served_ms_median=round(s_ms, 2))
+        out["overhead_ms"] = round(s_ms - d_ms, 2)
     return {
-        "requests": n,
-        "direct_ms_median": round(d_ms, 2),
-        "served_ms_median": round(s_ms, 2),
-        "overhead_ms": round(s_ms - d_ms, 2),
-        # CPU of this process (client, server, store) per request: independent of the machine's load
+        **out,
+        # wall seconds of the whole measurement / requests (at concurrency > 1: the inverse throughput)
+        "wall_direct_ms": round(1000 * wall_direct, 2),
+        "wall_served_ms": round(1000 * s["wall"], 2),
+        "wall_overhead_ms": round(1000 * (s["wall"] - wall_direct), 2),
+        # CPU of this process (client, server, store) per request: less sensitive to the machine's load
         "cpu_direct_ms": round(1000 * cpu_direct, 2),
-        "cpu_served_ms": round(1000 * cpu_served, 2),
-        "cpu_overhead_ms": round(1000 * (cpu_served - cpu_direct), 2),
-        "commit_ms_median": round(1000 * statistics.median(commits), 2),
-        "transactions": tx0,
-        "stored": rows,
+        "cpu_served_ms": round(1000 * s["cpu"], 2),
+        "cpu_overhead_ms": round(1000 * (s["cpu"] - cpu_direct), 2),
+        # the store's share: its transactions (one per batch of finished requests), per request
+        "transactions": s["transactions"],
+        "store_ms_per_transaction_median": round(1000 * statistics.median(store.wall), 2),
+        "store_ms_per_request": round(1000 * sum(store.wall) / n, 2),
+        "store_cpu_ms_per_request": round(1000 * sum(store.cpu) / n, 2),
         "load_1min": round(os.getloadavg()[0], 2),
     }
 
@@ -207,9 +293,18 @@ def main(argv=None) -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=32, help="both: generate's and the server's")
     ap.add_argument("--max-new-tokens", type=int, default=20)
-    ap.add_argument("--requests", type=int, default=200, help="overhead: sequential requests")
+    ap.add_argument("--pairs", type=int, default=2, help="throughput: alternating generate/serve pairs")
+    ap.add_argument("--requests", type=int, default=200, help="overhead: requests per measurement")
+    ap.add_argument(
+        "--overhead-concurrency",
+        type=int,
+        nargs="+",
+        default=[1, 8],
+        help="overhead: clients at a time, one measurement each",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     ap.add_argument("--out", help="write the result as JSON")
     a = ap.parse_args(argv)
@@ -233,6 +328,7 @@ def main(argv=None) -> None:
             else:
                 lm = models.load_model(a.model, device="cpu")
                 ds = load_dataset("demo")
+            warm_ds = load_dataset("demo", limit=2)
             cfg = GenConfig(
                 temperature=0.7,
                 max_new_tokens=4 if a.smoke else a.max_new_tokens,
@@ -246,9 +342,15 @@ def main(argv=None) -> None:
                 "repeats": a.repeats,
                 "concurrency": a.concurrency,
                 "batch_size": a.batch_size,
-                **throughput(lm, ds, a.repeats, cfg, a.concurrency, a.batch_size, Path(d)),
+                "pairs": a.pairs,
+                **throughput(
+                    lm, ds, warm_ds, a.repeats, cfg, a.concurrency, a.batch_size, Path(d), a.pairs
+                ),
             }
-        out["overhead"] = overhead(10 if a.smoke else a.requests, Path(d))
+        if not a.skip_overhead:
+            out["overhead"] = [
+                overhead(10 if a.smoke else a.requests, c, Path(d)) for c in a.overhead_concurrency
+            ]
     print(json.dumps(out, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))

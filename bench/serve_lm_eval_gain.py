@@ -11,6 +11,7 @@ answers on the same unit and the paired difference's standard error, and the var
 1 - SE²_coupled / SE²_independent.
 
     python bench/serve_lm_eval_gain.py [--models A B] [--repeats 5] [--out DIR] [--clients .venv-clients]
+        [--threads N]
 
 Needs the clients' venv (scripts/install_clients.sh). ``--smoke``: prints the commands it would run
 (no server, no lm-eval).
@@ -19,6 +20,7 @@ Needs the clients' venv (scripts/install_clients.sh). ``--smoke``: prints the co
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -70,10 +72,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_cmd(models: list[str], db: Path, run: str, noise: str, port: int) -> list[str]:
+def serve_cmd(
+    models: list[str], db: Path, run: str, noise: str, port: int, threads: int | None = None
+) -> list[str]:
     return [
         sys.executable, "-m", "engine", "serve", "--models", *models, "--db", str(db), "--run", run,
         "--noise", noise, "--port", str(port), "--traces",
+        *(["--threads", str(threads)] if threads else []),
     ]  # fmt: skip
 
 
@@ -112,7 +117,7 @@ def phase(args, db: Path, run: str, noise: str, out: Path) -> list[Path]:
     url = f"http://127.0.0.1:{port}/v1"
     with open(out / f"serve-{run}.log", "w") as log:
         proc = subprocess.Popen(
-            serve_cmd(args.models, db, run, noise, port),
+            serve_cmd(args.models, db, run, noise, port, args.threads),
             cwd=ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -149,12 +154,13 @@ def main() -> int:
     ap.add_argument(
         "--clients", type=Path, default=Path(os.environ.get("CLIENTS_VENV", ROOT / ".venv-clients"))
     )
+    ap.add_argument("--threads", type=int, default=None, help="the servers' torch CPU threads")
     ap.add_argument("--smoke", action="store_true", help="print the commands only")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="serve_gain_"))
     db = out / "gain.duckdb"
     if args.smoke:
-        print(" ".join(serve_cmd(args.models, db, "cpl", "coupled", 8000)))
+        print(" ".join(serve_cmd(args.models, db, "cpl", "coupled", 8000, args.threads)))
         print(" ".join(lm_eval_cmd(args.clients, "http://127.0.0.1:8000/v1", args.models[0], out, out)))
         print(TASK_YAML.format(data=DEMO, repeats=args.repeats))
         return 0
@@ -188,6 +194,8 @@ def main() -> int:
         )
     if args.out is None:
         shutil.rmtree(out, ignore_errors=True)
+    else:
+        (out / "summary.json").write_text(json.dumps(s.to_dict(), indent=1, default=str))
     return 0
 
 

@@ -279,6 +279,106 @@ def test_a_served_run_is_written_and_continued(tmp_db):
     )
 
 
+def _rows(run, prompt_id, repeats, text="x", token_ids=(1, 2)):
+    """One request's rows: its prompt, and a generation and a served row per repeat."""
+    gens = [
+        GenerationRow(run, "a", prompt_id, r, "coupled", 0, text, list(token_ids), "eos", 2)
+        for r in repeats
+    ]
+    served = [
+        srv.ServedRow(
+            run, "a", prompt_id, r, "coupled", "cmpl-1", i, "completions", False, "{}", 3, [0.5], [], 0.0
+        )
+        for i, r in enumerate(repeats)
+    ]
+    return [PromptRow("", prompt_id, -1, "completions", text, None, None, text)], gens, served
+
+
+class _Recording:
+    """A DuckDB connection that records every statement it executes (executemany: once per row, as
+    DuckDB runs it)."""
+
+    def __init__(self, con):
+        self._con, self.sql = con, []
+
+    def execute(self, sql, *args):
+        self.sql.append(sql)
+        return self._con.execute(sql, *args)
+
+    def executemany(self, sql, rows):
+        self.sql += [sql] * len(rows)
+        return self._con.executemany(sql, rows)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def test_the_writer_runs_one_insert_per_table_and_skips_stored_prompts(tmp_db, monkeypatch):
+    """DuckDB's cost is per executed statement (docs/BENCHMARKS.md, "engine serve"): a batch of 8
+    choices is one INSERT into generations and one into served, and a question already stored (its
+    repeats asked later, or stored before this writer started) is not inserted again."""
+    srv.open_served_run(tmp_db, "s", _config(), "token_id", "v", "h")
+    _write(tmp_db, "s", "a", "req-0", 0)  # stored before the writer starts
+    cons: list[_Recording] = []
+    real = srv._connect
+    monkeypatch.setattr(
+        srv, "_connect", lambda *a, **k: cons.append(_Recording(real(*a, **k))) or cons[-1]
+    )
+    w = srv.HeldWriter(tmp_db, "s")
+    w.write(*_rows("s", "req-1", range(8)))
+    w.write(*_rows("s", "req-1", range(8, 16)))
+    w.write(*_rows("s", "req-0", range(1, 3)))
+    w.release()
+    tables = [
+        sql.split(" INTO ")[1].split()[0] for c in cons for sql in c.sql if sql.startswith("INSERT")
+    ]
+    assert tables == [
+        "prompts",
+        "generations",
+        "served",
+        "generations",
+        "served",
+        "generations",
+        "served",
+    ]
+    with store.reader(tmp_db) as con:
+        assert con.execute("SELECT n_units FROM runs WHERE run_id = 's'").fetchone() == (19,)
+        assert con.execute(
+            "SELECT prompt_id, idx FROM prompts WHERE dataset_id = 'served:s' ORDER BY idx"
+        ).fetchall() == [("req-0", 0), ("req-1", 1)]
+        assert con.execute(
+            "SELECT n_prompts FROM datasets WHERE dataset_id = 'served:s'"
+        ).fetchone() == (2,)
+    assert len(srv.served_rows(tmp_db, "s")) == 19
+
+
+def test_the_writer_stores_a_unit_once_and_a_failed_batchs_prompt_later(tmp_db):
+    """A pinned unit sent twice in one batch, or again after it was stored, is stored once (the first
+    one); a batch that failed stored nothing, so its prompt is inserted with the next batch."""
+    srv.open_served_run(tmp_db, "s", _config(), "token_id", "v", "h")
+    w = srv.HeldWriter(tmp_db, "s")
+    p, g, s = _rows("s", "req-1", [0, 1], text="first")
+    p2, g2, s2 = _rows("s", "req-1", [1, 2], text="second")
+    w.write(p, g + g2, s + s2)
+    w.write(*_rows("s", "req-1", [2, 3], text="third"))
+    with pytest.raises(duckdb.Error):
+        w.write(*_rows("s", "req-2", [0], token_ids=("not a token",)))
+    w.write(*_rows("s", "req-2", [0], text="fourth"))
+    w.release()
+    got = srv.served_rows(tmp_db, "s")
+    assert sorted(zip(got.prompt_id, got.repeat, got.text, strict=True)) == [
+        ("req-1", 0, "first"),
+        ("req-1", 1, "first"),
+        ("req-1", 2, "second"),
+        ("req-1", 3, "third"),
+        ("req-2", 0, "fourth"),
+    ]
+    with store.reader(tmp_db) as con:
+        assert con.execute(
+            "SELECT prompt_id, idx FROM prompts WHERE dataset_id = 'served:s' ORDER BY idx"
+        ).fetchall() == [("req-1", 0), ("req-2", 1)]
+
+
 def test_a_served_run_refuses_another_seed_key_mode_or_a_generated_run(tmp_db):
     srv.open_served_run(tmp_db, "s", _config(seed=0), "token_id", "v", "h")
     with pytest.raises(UserError, match="--seed 0"):

@@ -151,6 +151,30 @@ def write_served(
         w.release()
 
 
+INSERT_CHUNK = 256  # rows per INSERT statement (its parameters: 10-14 per row)
+
+
+def _first_per_unit(rows: Sequence) -> list:
+    """The first row of each unit (run, model, prompt, repeat, mode): a pinned key asked twice in one
+    batch is stored once, as when the two came in two batches (INSERT OR IGNORE)."""
+    seen: set[tuple] = set()
+    out = []
+    for r in rows:
+        if tuple(r[:5]) not in seen:
+            seen.add(tuple(r[:5]))
+            out.append(r)
+    return out
+
+
+def _insert_rows(con, sql: str, rows: list[list]) -> None:
+    """``sql`` (one ``VALUES (...)`` row of parameters) for every row: one statement per
+    ``INSERT_CHUNK`` rows, not one per row (DuckDB's cost is per executed statement)."""
+    head, values = sql.split(" VALUES ")
+    for i in range(0, len(rows), INSERT_CHUNK):
+        chunk = rows[i : i + INSERT_CHUNK]
+        con.execute(f"{head} VALUES {', '.join([values] * len(chunk))}", [x for r in chunk for x in r])
+
+
 _PROMPT_SQL = (
     "INSERT OR IGNORE INTO prompts (dataset_id, prompt_id, idx, subject, question, choices, gold, "
     "user_prompt) SELECT ?, ?, (SELECT count(*) FROM prompts WHERE dataset_id = ?), ?, ?, NULL, NULL, ?"
@@ -176,12 +200,20 @@ class HeldWriter:
     file checks, the schema check) and pandas inserts ~20 ms a table; a server answering requests one
     by one would spend that on every request. The file was checked when the run was opened
     (:func:`open_served_run`, through ``writer``); rows are inserted with parameters.
+
+    Why one statement per table and the stored prompts remembered: DuckDB spends a few milliseconds
+    of CPU on every executed INSERT (its plan, the primary-key index, OR IGNORE's check), so
+    ``executemany`` costs that per row, and re-inserting a prompt that is already stored (the same
+    question asked again: every repeat) costs two statements for nothing (bench/bench_serve.py;
+    docs/BENCHMARKS.md, "engine serve"). The server is the run's only writer (its run lock), so the
+    prompt ids this writer has committed, and those stored when it first wrote, are all there are.
     """
 
     def __init__(self, db: str | os.PathLike, run_id: str, hold_s: float = 1.0, gap_s: float = 0.12):
         self.db, self.run_id, self.hold_s, self.gap_s = Path(db), run_id, hold_s, gap_s
         self._con: duckdb.DuckDBPyConnection | None = None
         self._since = 0.0
+        self._prompts: set[str] | None = None  # prompt ids stored in the run's dataset (read once)
 
     def write(
         self,
@@ -197,32 +229,38 @@ class HeldWriter:
         if self._con is None:
             self._con = _connect(self.db, read_only=False, timeout_s=WRITER_TIMEOUT_S)
             self._since = time.monotonic()
+        ds = dataset_id(self.run_id)
         try:
+            known = self._prompts
+            if known is None:
+                got = self._con.execute("SELECT prompt_id FROM prompts WHERE dataset_id = ?", [ds])
+                known = self._prompts = {pid for (pid,) in got.fetchall()}
+            new = [p for p in {p.prompt_id: p for p in prompts}.values() if p.prompt_id not in known]
             with atomic(self._con) as con:
-                self._insert(con, prompts, generations, served, traces)
+                self._insert(con, new, generations, served, traces)
         except (duckdb.IOException, duckdb.TransactionException) as exc:
             self.release()
             refused = write_failure(self.db, exc)
             if refused is not None:
                 raise refused from exc
             raise
+        known.update(p.prompt_id for p in new)  # committed
 
     def _insert(self, con, prompts, generations, served, traces) -> None:
+        """``prompts``: the new ones only (numbered in this order after the stored ones)."""
         ds = dataset_id(self.run_id)
-        rows = list({p.prompt_id: p for p in prompts}.values())
-        if rows:
+        if prompts:
             con.executemany(
-                _PROMPT_SQL, [[ds, p.prompt_id, ds, p.subject, p.question, p.user_prompt] for p in rows]
+                _PROMPT_SQL,
+                [[ds, p.prompt_id, ds, p.subject, p.question, p.user_prompt] for p in prompts],
             )
             con.execute(
                 "UPDATE datasets SET n_prompts = (SELECT count(*) FROM prompts WHERE dataset_id = ?) "
                 "WHERE dataset_id = ?",
                 [ds, ds],
             )
-        if generations:
-            con.executemany(_GEN_SQL, [list(g) for g in generations])
-        if served:
-            con.executemany(_SERVED_SQL, [list(r) for r in served])
+        _insert_rows(con, _GEN_SQL, [list(g) for g in _first_per_unit(generations)])
+        _insert_rows(con, _SERVED_SQL, [list(r) for r in _first_per_unit(served)])
         if traces:
             tr = pd.DataFrame(list(traces), columns=list(TraceRow._fields))
             insert_df(
