@@ -1,4 +1,4 @@
-"""The whole story of issue 39 in a real browser, on one fresh database, to one shared file: a run that
+"""A new user's whole story in a real browser, on one fresh database, to one shared file: a run that
 stops when decided (Generate's "Stop when decided"), an API judge on it (tests/fake_openai.py on
 127.0.0.1), 30 human labels by keyboard while another job writes the database, the judge audit, PPR
 rank-sets on the run's own units, and the report from the Download button. Every place that shows the
