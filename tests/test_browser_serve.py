@@ -75,4 +75,4 @@ def test_start_watch_and_stop_a_server_from_the_generate_page(server, page, arti
     assert st.status == "cancelled"
     _settle(page)
     rows = served_rows(server["db"], "ui-served")
-    assert len(rows) == 1 and rows.iloc[0]["model"] == "tiny-a"
+    assert len(rows) == 1 and rows.iloc[0]["model"] == str(folder)

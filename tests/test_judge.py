@@ -428,8 +428,9 @@ def test_cli_score_judge_cluster_and_from_judge(tmp_db, tmp_path, capsys):
         == 0
     )
     assert json.loads(capsys.readouterr().out)["n_rows"] == 8
-    assert main(["score", "--db", str(tmp_db), "--run", "r1", "--rule", "exact", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["n_scored"] == 8
+    # its prompts carry no gold answers: score refuses in one line and stores nothing (judge it instead)
+    assert main(["score", "--db", str(tmp_db), "--run", "r1", "--rule", "exact", "--json"]) == 2
+    assert "has no gold answers" in capsys.readouterr().err
     assert (
         main(
             [
@@ -448,16 +449,13 @@ def test_cli_score_judge_cluster_and_from_judge(tmp_db, tmp_path, capsys):
         == 0
     )
     assert json.loads(capsys.readouterr().out)["n_groups"] == 4
-    # the default output is a short human summary (a table), and --out writes the full JSON
+    # refused again with --out: nothing is written
     out_file = tmp_path / "score.json"
     assert (
         main(["score", "--db", str(tmp_db), "--run", "r1", "--rule", "exact", "--out", str(out_file)])
-        == 0
+        == 2
     )
-    text = capsys.readouterr().out
-    assert text.startswith("scored 8 generations of run r1 with rule exact")
-    assert "no mean score: no generation has a gold answer" in text and "{" not in text
-    assert json.loads(out_file.read_text())["n_scored"] == 8
+    assert "has no gold answers" in capsys.readouterr().err and not out_file.exists()
     assert (
         main(
             [

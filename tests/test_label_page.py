@@ -246,4 +246,4 @@ def test_model_output_is_text_and_names_are_escaped(tmp_path, monkeypatch):
     assert not any(re.search(r"(?<!\\)!\[", m) for m in md), md
     at.button(key="label_vote_tie").click().run()
     reveal = " ".join(c.value for c in at.caption if "A was" in c.value)
-    assert "m!\\[x\\](http\\://127.0.0.1\\:9/pixel.png)" in reveal, reveal
+    assert "m\\!\\[x\\](http\\://127.0.0.1\\:9/pixel.png)" in reveal, reveal

@@ -21,7 +21,7 @@ from engine.analysis.sequential import _choose_modes, mode_matrix
 from engine.errors import UserError
 from engine.stats.racing import Goal, Race, RaceAnswer, race_scores, round_ends
 from engine.stats.sequential import check_alpha, pairs_of, question_order
-from engine.store.scores import per_question_scores
+from engine.store.scores import per_question_scores, question_means
 
 REPLAY_SEEDS = tuple(range(20))
 
@@ -369,7 +369,7 @@ def rebuild(df, names, order, mode: str, rc: dict) -> Race:
     """Replay the stored rounds of one mode through a :class:`Race` (stops at the first round not
     fully scored: a live race in the middle of a round)."""
     sub = df[df["mode"] == mode]
-    wide = sub.groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+    wide = question_means(sub)
     M = wide.reindex(index=order, columns=names).to_numpy(dtype=float)
     race = Race(len(names), len(order), rc["goal"], float(rc["alpha"]))
     start = 0

@@ -218,14 +218,14 @@ def run_race(
 
 def _round_scores(db, run_id: str, score_rule: str, names, pids) -> dict:
     """Score the run; per mode, the (len(pids), k) mean score over repeats (NaN: not generated)."""
-    from engine.store.scores import per_question_scores
+    from engine.store.scores import per_question_scores, question_means
     from engine.tasks.scoring import score_run
 
     score_run(db, run_id, score_rule)
     df = per_question_scores(db, run_id, score_rule)
     out = {}
     for m in sorted(set(df["mode"])):
-        wide = df[df["mode"] == m].groupby(["prompt_id", "model"])["score"].mean().unstack("model")
+        wide = question_means(df[df["mode"] == m])
         out[m] = wide.reindex(index=list(pids), columns=names).to_numpy(dtype=float)
     return out
 
