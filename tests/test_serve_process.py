@@ -4,6 +4,7 @@ is never written anywhere."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -80,14 +82,6 @@ class Proc:
         return out
 
 
-def _quietly(srv: Proc, body: dict) -> None:
-    """A request whose server is killed under it (the connection drops: expected)."""
-    try:
-        post(srv.url + "/completions", {"model": srv.model, **body}, key=KEY)
-    except OSError:
-        pass
-
-
 def _units(db) -> list[tuple]:
     return sorted((r.prompt_id, r.repeat, tuple(r.token_ids)) for r in served_rows(db, "r").itertuples())
 
@@ -97,11 +91,18 @@ def test_kill_9_mid_request_leaves_a_consistent_run_and_a_restart_continues(tmp_
     srv = Proc(tiny_folder, db)
     try:
         first = [srv.ask(p) for p in ("a", "b", "a")]
-        long = threading.Thread(
-            target=_quietly, args=(srv, {"prompt": "c", "max_tokens": 400, "n": 4}), daemon=True
+        # Streamed, so the test knows the request is under way (its first token has arrived) when it
+        # kills the server: a fixed sleep let a fast machine finish the request first.
+        req = urllib.request.Request(
+            srv.url + "/completions",
+            data=json.dumps(
+                {"model": srv.model, "prompt": "c", "max_tokens": 400, "n": 4, "stream": True}
+            ).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
         )
-        long.start()
-        time.sleep(0.5)
+        stream = urllib.request.urlopen(req, timeout=60)
+        while not stream.readline().startswith(b"data:"):
+            pass
     finally:
         srv.p.kill()  # SIGKILL, mid-request
         srv.p.wait(30)
