@@ -7,8 +7,8 @@ with its planner, and the sequential replay."""
 import streamlit as st
 
 from dashboard import benchmark_view as bv
+from dashboard import gate_view, paired_view, race_view, sequential_view, slices_view
 from dashboard import loaders as L
-from dashboard import paired_view, race_view, sequential_view, slices_view
 from dashboard import widgets as ui
 from engine.config import DEFAULT_PLAN_MDE
 
@@ -118,6 +118,8 @@ tabs[f"Per {by}"] = lambda: slices_view.render(
     run, model_a, model_b, rule, len(ch.subjects.get(run, [])), by
 )
 tabs["Race"] = lambda: race_view.render_replay(run, models, rule)  # racing all the run's models
+# can B ship? non-inferiority of B to A by a margin (engine gate)
+tabs["Release gate"] = lambda: gate_view.render(run, model_a, model_b, rule)
 
 for tab, render in zip(st.tabs(list(tabs)), tabs.values()):
     with tab:

@@ -217,6 +217,10 @@ set_judge_audit = _view(_set_audit.set_judge_audit)
 from engine.analysis import slices as _slices  # noqa: E402
 
 slice_comparison = _view(_slices.slice_comparison)
+# The release gate (the Benchmark page's "Release gate" tab; `engine gate` from the CLI)
+from engine.analysis import gate as _gate  # noqa: E402
+
+release_gate = _view(_gate.gate)
 # Per-category win-rates of a stored set (the Win-rates page's "By category" tab)
 from engine.analysis import winrate_slices as _winrate_slices  # noqa: E402
 

@@ -32,7 +32,13 @@ def test_a_one_repeat_run_reaches_the_paired_comparison_and_the_sequential_tab(
     one_repeat_db, monkeypatch
 ):
     at = _open(one_repeat_db, monkeypatch)
-    assert [t.label for t in at.tabs] == ["Paired comparison", "Sequential", "Per task", "Race"]
+    assert [t.label for t in at.tabs] == [
+        "Paired comparison",
+        "Sequential",
+        "Per task",
+        "Race",
+        "Release gate",
+    ]
     info = " ".join(i.value for i in at.info)
     assert "1 repeat per question" in info and "1 repeats" not in info
     assert "need at least 2 questions and 2 repeats" not in info  # the old dead end
@@ -60,8 +66,29 @@ def test_a_run_with_repeats_keeps_the_coupled_tabs(tmp_path, monkeypatch):
         "Sequential",
         "Per subject",
         "Race",
+        "Release gate",
     ]
     assert not at.info or all("repeat per question" not in i.value for i in at.info)
+
+
+def test_the_release_gate_tab_is_engine_gate_s_decision(one_repeat_db, monkeypatch):
+    """The tab shows exactly what ``engine gate`` decides for A (baseline) and B (candidate), its
+    interval in the table, and the command that reproduces it; a wider margin can turn it to PASS."""
+    from engine.analysis.gate import gate
+
+    at = _open(one_repeat_db, monkeypatch)
+    run, a, b, rule = (at.selectbox(key=k).value for k in ("bm_run", "bm_a", "bm_b", "bm_rule"))
+    for margin in (0.01, 1.0):
+        at.number_input(key="bm_gate_margin").set_value(margin).run()
+        assert not at.exception, [e.value for e in at.exception]
+        ref = gate(one_repeat_db, run, a, b, margin, 0.05, rule=rule)
+        boxes = {"non-inferior": at.success, "worse": at.error, "undecided": at.warning}[ref.decision]
+        assert any(x.value.replace("\\", "") == ref.text for x in boxes), [x.value for x in boxes]
+        table = next(d.value for d in at.dataframe if "exit_code" in d.value.columns)
+        assert table.iloc[0]["difference"] == pytest.approx(ref.difference)
+        assert (table.iloc[0]["lower"], table.iloc[0]["upper"]) == pytest.approx((ref.lower, ref.upper))
+        assert any(c.value == ref.command(one_repeat_db.name) for c in at.code)
+    assert ref.decision == "non-inferior"  # a margin of 1 (the whole scale) passes these 40 questions
 
 
 def test_plural_exact_cases():

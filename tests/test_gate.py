@@ -146,3 +146,56 @@ def test_wrong_decisions_are_rare_at_the_margin():
     bound = alpha / 2 + 2 * np.sqrt(alpha / 2 * (1 - alpha / 2) / orders)
     assert cs_wrong / orders <= bound, cs_wrong / orders
     assert t_wrong / orders > 2 * alpha / 2, t_wrong / orders
+
+
+def test_figure_colours_the_decision_and_marks_the_margin(tmp_db):
+    from engine.figures.gate import COLOURS, gate_figure
+
+    rng = np.random.default_rng(3)
+    base = (rng.random(200) < 0.7).astype(float)
+    _write_run(tmp_db, "fig", base, base.copy())  # identical answers: B − A = 0 exactly
+    res = gate(tmp_db, "fig", "base", "cand", 0.02)
+    fig = gate_figure(res)
+    (trace,) = fig.data
+    assert trace.marker.color == COLOURS[G.NON_INFERIOR] and list(trace.x) == [0.0]
+    assert [s.x0 for s in fig.layout.shapes if s.type == "line"] == [-0.02, 0]  # −M, then 0
+    assert "PASS" in fig.layout.title.text and "200 questions" in fig.layout.title.text
+    cmd = res.command("e.duckdb")
+    assert cmd.split() == ["python", "-m", "engine", "gate", "--run", "fig", "--baseline", "base",
+                           "--candidate", "cand", "--margin", "0.02", "--mode", "coupled", "--rule",
+                           "exact", "--db", "e.duckdb"]  # fmt: skip
+    row = res.frame().iloc[0]
+    assert row["decision"] == G.NON_INFERIOR and row["exit_code"] == 0 and "text" not in res.frame()
+
+
+def test_report_gate_section_is_the_gate_command_s_decision(tmp_path, capsys):
+    """``report --gate-margin``: the section holds exactly ``engine gate``'s decision for the pair
+    (B = the second of --models against A = the first); without a margin there is no such section."""
+    from engine.report.build import run_report
+    from tests.test_app import MODELS, build_small_db
+
+    db = build_small_db(tmp_path / "g.duckdb")
+    a, b = MODELS[0], MODELS[1]
+    rep = run_report(db, "run-small", models=[a, b], gate_margin=0.1)
+    (sec,) = [s for s in rep.sections if s.key == "gate"]
+    ref = gate(db, "run-small", a, b, 0.1, rule=run_report_rule(db))
+    assert sec.paragraphs == [ref.text] and sec.code == [ref.command("g.duckdb")]
+    (fig,) = sec.figures
+    vals = dict(zip(fig.table.columns, fig.table.rows[0]))  # header -> cell
+    assert vals["B − A"].value == pytest.approx(ref.difference)
+    assert (vals["lower"].value, vals["upper"].value) == pytest.approx((ref.lower, ref.upper))
+    assert vals["decision"].text == ref.decision
+    assert "gate" not in [s.key for s in run_report(db, "run-small", models=[a, b]).sections]
+    # the CLI: a set has no gate; a negative margin is bad input
+    argv = ["report", "--db", str(db), "--out", str(tmp_path / "r.html")]
+    assert main([*argv, "--set", "anything", "--gate-margin", "0.01"]) == 2
+    assert "--gate-margin gates a run" in capsys.readouterr().err
+    assert main([*argv, "--run", "run-small", "--gate-margin", "-1"]) == 2
+    assert main([*argv, "--run", "run-small", "--models", f"{a},{b}", "--gate-margin", "0.1"]) == 0
+    assert "Release gate" in (tmp_path / "r.html").read_text()
+
+
+def run_report_rule(db) -> str:
+    from engine.analysis.summary import run_summary
+
+    return run_summary(db, "run-small").rule

@@ -17,6 +17,7 @@ Reads: :func:`engine.store.scores.pair_scores` and the run's stored question ord
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -38,6 +39,7 @@ class GateDecision(ToDict):
 
     run: str
     mode: str
+    rule: str  # the scoring rule
     baseline: str  # A
     candidate: str  # B
     margin: float
@@ -57,6 +59,30 @@ class GateDecision(ToDict):
     @property
     def label(self) -> str:
         return f"{self.candidate} − {self.baseline}"
+
+    def frame(self) -> pd.DataFrame:
+        """One row: the decision and its interval (the dashboard's and the report's table)."""
+        row = {k: v for k, v in self.to_dict().items() if k != "text"}
+        return pd.DataFrame([row])
+
+    def command(self, db_label: str | None = None) -> str:
+        """The ``engine gate`` command that gives this decision (for a CI job; a decision made with
+        ``anytime=False`` on a ``--until`` run also needs ``--fixed-n``)."""
+        parts = ["python", "-m", "engine", "gate", "--run", self.run]
+        parts += [
+            "--baseline",
+            self.baseline,
+            "--candidate",
+            self.candidate,
+            "--margin",
+            f"{self.margin:g}",
+        ]
+        if self.alpha != 0.05:
+            parts += ["--alpha", f"{self.alpha:g}"]
+        parts += ["--mode", self.mode, "--rule", self.rule]
+        if db_label:
+            parts += ["--db", db_label]
+        return " ".join(shlex.quote(p) for p in parts)
 
 
 def _pair_matrix(df: pd.DataFrame, a: str, b: str, order: list[str] | None = None) -> pd.DataFrame:
@@ -172,6 +198,7 @@ def gate(
     out = GateDecision(
         run=run,
         mode=str(mode),
+        rule=str(rule),
         baseline=baseline,
         candidate=candidate,
         margin=float(margin),

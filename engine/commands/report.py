@@ -5,6 +5,7 @@ uncertainty and how they were made; or, given lm-eval / Inspect logs, import the
     python -m engine report lm_eval_out/a lm_eval_out/b [--out F]     # import, then report
     python -m engine report --set NAME                                # a stored comparison set
     python -m engine report --run RUN --format md|latex|csv           # tables for a paper
+    python -m engine report --run RUN --models A,B --gate-margin 0.01  # with the release gate of B vs A
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def register(sub) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of every resampling (default 0)")
     p.add_argument(
+        "--gate-margin",
+        type=float,
+        metavar="M",
+        help="--run: add the release gate (engine gate) of the headline pair at margin M: is the second "
+        "model (B, the candidate) non-inferior to the first (A, the baseline)? Name them with --models A,B",
+    )
+    p.add_argument(
         "--label", choices=config.RANK_LABELS, help="--set: whose labels (default: human when present)"
     )
     p.add_argument("--name", help="PATHs: the run id of the import (default: harness-<task>)")
@@ -101,9 +109,15 @@ def _build(args, run_id: str | None, set_name: str | None):
     models = csv_list(args.models)
     common = dict(alpha=args.alpha, seed=args.seed, db_label=args.db, include_host=args.include_host)
     if set_name:
+        if args.gate_margin is not None:
+            raise UserError("--gate-margin gates a run (--run or log PATHs), not a comparison set")
         return set_report(args.db, set_name, label=args.label, models=models, **common)
     assert run_id is not None
-    return run_report(args.db, run_id, models=models, **common)
+    if args.gate_margin is not None:
+        from engine.stats.gate import check_margin
+
+        check_margin(args.gate_margin)
+    return run_report(args.db, run_id, models=models, gate_margin=args.gate_margin, **common)
 
 
 def run(args) -> int:

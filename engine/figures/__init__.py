@@ -12,6 +12,7 @@ rebuilt outside Streamlit. One module per analysis family:
 * :mod:`.multigen`   -- the data map, histograms, the variance decomposition
 * :mod:`.judge_bias` -- the judge audit's bias figures (wins of the longer response by length gap)
 * :mod:`.slices`     -- the forest plot of per-slice differences
-* :mod:`.race` -- each model's CS against the leader, who left; a replay's generations
+* :mod:`.race`       -- each model's CS against the leader, who left; a replay's generations
+* :mod:`.gate`       -- the release gate's interval of B − A against the margin
 * :mod:`.sequential` -- a pair's confidence sequence against questions seen; stopping times over orders
 """

@@ -11,6 +11,7 @@ frozen results of the engine's analyses.
 * :mod:`.run_judged`     -- ``JUDGED_SECTIONS``: a judged run without scores (a chat run), from its verdicts
 * :mod:`.set_sections`   -- ``SetContext``, ``SET_SECTIONS``: comparison sets
 * :mod:`.run_slices`     -- a run's per-slice section (per subject or task, simultaneous intervals)
+* :mod:`.run_gate`       -- a run's release-gate section (``report --gate-margin``: B non-inferior to A?)
 * :mod:`.set_audit`      -- a comparison set's judge-audit section
 * :mod:`.set_slices`     -- a comparison set's per-category section (one pair, simultaneous intervals)
 * :mod:`.render_html`    -- one file: plotly.js once, figure data as JSON, a table under every figure

@@ -46,10 +46,13 @@ def run_report(
     seed: int = 0,
     db_label: str | None = None,
     include_host: bool = False,
+    gate_margin: float | None = None,
 ) -> Report:
     """The report of one scored run: headline, design, every analysis the run supports, methods,
     commands. ``db_label``: the database as the commands name it (its file name only; default the
-    file name of ``db``); ``include_host``: name the machines (the run's and the report's).
+    file name of ``db``); ``include_host``: name the machines (the run's and the report's);
+    ``gate_margin``: add the release gate of the headline pair (B = the second model against A = the
+    first) at this margin (``engine.report.run_gate``).
 
     Raises:
         UserError: an unknown run, or a run with neither scores nor judge verdicts (one line naming
@@ -59,7 +62,9 @@ def run_report(
     from engine.report.run_sections import run_sections
 
     t0 = time.perf_counter()
-    ctx = RunContext(db, run, list(models) if models else None, alpha, seed, db_label, include_host)
+    ctx = RunContext(
+        db, run, list(models) if models else None, alpha, seed, db_label, include_host, gate_margin
+    )
     # the one-line UserError of an unknown run, or of an unscored run without verdicts, comes from here
     if ctx.scored:
         s = ctx.summary

@@ -51,8 +51,10 @@ class RunContext:
         seed: int = 0,
         db_label: str | None = None,
         include_host: bool = False,
+        gate_margin: float | None = None,
     ):
         self.db, self.run, self.alpha, self.seed = db, run, parse_alpha(alpha), int(seed)
+        self.gate_margin = gate_margin  # the release gate's margin M (report --gate-margin), or None
         # the commands name the database by its file name: a shared report names no folder
         self.db_label = PurePath(db_label or str(db)).name
         self.include_host = include_host

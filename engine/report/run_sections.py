@@ -17,6 +17,7 @@ from engine.report import references as ref
 from engine.report.context import RunContext, frame_table
 from engine.report.model import Figure, Section, Table, cell, num, pct, text_row, with_ci
 from engine.report.run_audit import judge_audit_section
+from engine.report.run_gate import gate_section
 from engine.report.run_more import (
     benchmark_section,
     design_section,
@@ -341,6 +342,7 @@ RUN_SECTIONS = (
     harness_paired_section,
     benchmark_section,
     slices_section,
+    gate_section,
     ranksets_section,
     winrates_section,
     multigen_section,
