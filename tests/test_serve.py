@@ -21,6 +21,7 @@ from engine.generation import GenConfig, generate_units
 from engine.generation.prompts import chat_text
 from engine.generation.types import Unit
 from engine.serving import keys
+from engine.serving.prefix import MIN_PREFIX
 from engine.serving.seq import Seq
 from engine.serving.worker import ModelWorker
 from engine.store.served import served_rows
@@ -45,7 +46,7 @@ def test_worker_equals_the_transformers_loop(models):
     """Choices arriving one by one into a running batch, with per-row settings, give the tokens of
     engine generate's loop (generate_units) for the same units."""
     lm = models[0]
-    prompts = {f"p{i}": f"question {i}: {'ab' * i}?" for i in range(5)}
+    prompts = {f"p{i}": f"Answer in one word. Question {i}: {'ab' * i}?" for i in range(5)}
     units = [(p, r) for p in prompts for r in range(3)]
     cfg = GenConfig(temperature=0.9, top_k=20, max_new_tokens=10, batch_size=4, trace_top_k=0)
     ref = {(r.prompt_id, r.repeat): r for r in generate_units(lm, prompts, units, 7, cfg)}
@@ -68,6 +69,12 @@ def test_worker_equals_the_transformers_loop(models):
         assert ev.wait(60)
     finally:
         w.close(10)
+    # the prefill cache across requests was in play (serving/prefix.py): the chat template and the
+    # instruction are the shared prefix, prefilled once
+    pre = w.prefill
+    assert pre is not None and len(pre.prefix_ids) >= MIN_PREFIX
+    own = sum(len(x) for x in pre.tok_ids.values())
+    assert pre.prefilled_tokens < own
     for s in done:
         g = ref[(s.unit.prompt_id, s.unit.repeat)]
         assert (s.ids, s.text, s.finish) == (list(g.token_ids), g.text, g.finish_reason)

@@ -5,6 +5,7 @@
 * :mod:`.protocol`  -- request bodies read into frozen ``Request``s; what would break coupling refused
 * :mod:`.seq`       -- one choice (``Seq``) and its text while it grows (stop strings, stream deltas)
 * :mod:`.worker`    -- one thread per model: continuous batching on the transformers loop, keyed draws
+* :mod:`.prefix`    -- the worker's prefill cache across requests: a shared prefix, recent prompts' KV
 * :mod:`.vllm_worker` -- the same interface on vLLM (``engine serve --backend vllm``)
 * :mod:`.core`      -- ``Core`` (the served run, its models and counters) and ``Call`` (one request)
 * :mod:`.writer`    -- the group-commit thread: an answer is sent after its rows are committed

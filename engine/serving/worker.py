@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections import Counter
 from dataclasses import replace
 
 import torch
@@ -34,6 +33,7 @@ from engine.generation.prompts import stop_token_ids
 from engine.generation.types import GenConfig, Unit
 from engine.sampling import noise
 from engine.sampling.keyed import draw
+from engine.serving.prefix import RequestPrefill
 from engine.serving.seq import Seq, ServedUnit, TextTracker
 
 PLAN_TOKENS_MAX = 256  # KV columns planned per row at a re-pack (rows that need more grow the buffers)
@@ -198,6 +198,7 @@ class ModelWorker:
         self.running = 0  # rows in the batch
         self.outstanding = 0  # choices submitted and not finished
         self._count = threading.Lock()
+        self.prefill: RequestPrefill | None = None  # made by the first session (serving/prefix.py)
         self._thread = threading.Thread(target=self._run, name=f"serve-{name}", daemon=True)
         self._thread.start()
 
@@ -241,6 +242,7 @@ class ModelWorker:
                 with torch.inference_mode():
                     self._session(active)
             except Exception as exc:  # a failed forward: every choice of this session gets the error
+                self.prefill = None  # its counts may be half updated: start the next session afresh
                 for s in active + self._take():
                     if not s.finish:
                         s.error, s.finish = exc, "error"
@@ -318,7 +320,9 @@ class ModelWorker:
         """Decode until no choice is pending or running (then the thread waits for the next)."""
         lm, dev = self.lm, self.lm.device
         pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
-        pre = PrefillCache(lambda **kw: lm.model(use_cache=True, **kw), {}, pad, dev, Counter())
+        if self.prefill is None:  # kept across sessions: the shared prefix and recent prompts
+            self.prefill = RequestPrefill(lambda **kw: lm.model(use_cache=True, **kw), pad, dev)
+        pre = self.prefill
         st = ServedState(GenConfig(max_new_tokens=1), self.token_keys, self._stop_t, dev)
         todo: list[Unit] = []
         held: list[Seq] = []
