@@ -201,6 +201,7 @@ if submitted:
             until=until_rule.strip() if until_on else None,
             alpha=float(until_alpha) if until_on else None,
             round_size=int(until_round) if until_on and until_round else None,
+            rule=None if score_rule == DATASET_RULE else score_rule,
         )
         rule = None if score_rule == DATASET_RULE else score_rule
         job = jobs_panel.start_generation(args, score_after, rule)

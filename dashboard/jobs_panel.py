@@ -73,11 +73,13 @@ def generate_args(
     until: str | None = None,
     alpha: float | None = None,
     round_size: int | None = None,
+    rule: str | None = None,
 ) -> list[str]:
     """The ``python -m engine generate`` arguments for the Generate form (``workers`` 0: this
     process; N: N Ray replicas on a local cluster; ``tensor_parallel``: vLLM's, per model copy;
     ``dtype``: auto or a --dtype override; ``until``: a stop rule, a sequential run with --alpha and
-    --round-size (None: the engine's schedule, 16 questions then doubling))."""
+    --round-size (None: the engine's schedule, 16 questions then doubling) and ``rule``, the scoring
+    rule its rounds score with (None: the dataset's))."""
     args = [
         "generate",
         "--models",
@@ -118,6 +120,7 @@ def generate_args(
     if until:
         args += ["--until", until] + (["--alpha", str(float(alpha))] if alpha is not None else [])
         args += ["--round-size", str(int(round_size))] if round_size else []
+        args += ["--rule", rule] if rule else []  # the form's scoring rule decides when to stop too
     return args
 
 

@@ -127,9 +127,12 @@ def test_generate_page_stop_when_decided_form_and_live_chart(tmp_path, monkeypat
         and args[args.index("--alpha") + 1] == "0.1"
         and "--round-size" not in args
     )
+    assert "--rule" not in args  # the dataset's rule: the engine picks it
     at.number_input(key="gen_until_round").set_value(8)
+    at.selectbox(key="gen_score_rule").set_value("exact")
     at.button[0].click().run()
     assert not at.exception and started[-1][started[-1].index("--round-size") + 1] == "8"
+    assert started[-1][started[-1].index("--rule") + 1] == "exact"  # the rounds score by it
 
 
 def test_the_sequential_tab_of_a_run_stopped_early_says_whose_N_it_replays(tmp_path, monkeypatch):
@@ -167,6 +170,10 @@ def test_generate_args_without_until_unchanged():
     assert generate_args(
         ["a", "b"], "demo", 1, 0.7, 8, ["coupled"], 0, until="decided", alpha=0.05, round_size=16
     )[-2:] == ["--round-size", "16"]
+    # the form's scoring rule reaches the rounds' scoring (it decides when to stop), only with --until
+    args = generate_args(["a", "b"], "demo", 1, 0.7, 8, ["coupled"], 0, until="decided", rule="numeric")
+    assert args[-2:] == ["--rule", "numeric"]
+    assert "--rule" not in generate_args(["a", "b"], "demo", 1, 0.7, 8, ["coupled"], 0, rule="numeric")
 
 
 def test_cs_chart_axis_ends_at_N_with_whole_number_ticks(seq_db):
