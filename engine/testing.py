@@ -74,9 +74,7 @@ def tiny_lm(
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-    # ignore: transformers wraps PreTrainedModel.to in functools.wraps, which mypy reads as an unbound
-    # function
-    model = model.to(dtype).eval()  # type: ignore[arg-type]
+    model = model.to(dtype).eval()
     return model, tok
 
 
