@@ -89,3 +89,80 @@ def test_short_shared_prefixes_are_not_cached():
         _ask(pre, "a", short + [40, 41])
         _ask(pre, "b", short + [42, 43])
     assert pre.prefix_ids == [] and pre.prefilled_tokens == 2 * (len(short) + 2)
+
+
+def test_a_model_whose_cache_cannot_be_repacked_is_probed_once():
+    """Sliding-window layers: the first session's probe says so; later sessions of the worker take
+    static batches at once (no prefill here, no error)."""
+    calls = []
+
+    def fwd(**kw):
+        calls.append(kw)
+        raise AssertionError("no prefill expected")
+
+    pre = RequestPrefill(fwd, 0, "cpu")
+    pre.can_repack = False  # what the first session's probe found
+    pre.tok_ids["a"] = HEAD + [40]
+    assert pre.probe(["a"]) is False and calls == []
+
+
+def _mistral_twin(lm):
+    """The same weights as a sliding-window model (its cache cannot be re-packed: static batches)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from engine.models.loading import from_objects
+
+    c = lm.model.config
+    cfg = MistralConfig(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        max_position_embeddings=512,
+        sliding_window=400,
+        pad_token_id=c.pad_token_id,
+        bos_token_id=c.bos_token_id,
+        eos_token_id=c.eos_token_id,
+        tie_word_embeddings=c.tie_word_embeddings,
+    )
+    twin = MistralForCausalLM(cfg).eval()
+    twin.load_state_dict(lm.model.state_dict())
+    return from_objects("twin", twin, lm.tokenizer)
+
+
+def test_a_sliding_window_model_serves_session_after_session():
+    """Two sessions of one worker on a model that takes static batches: the second session does not
+    trip over the kept cache, and both give the tokens of the same weights' continuous path."""
+    import threading
+
+    from engine.generation.types import Unit
+    from engine.serving.seq import Seq
+    from engine.serving.worker import ModelWorker, wait_idle
+    from tests.serve_helpers import tiny
+
+    base = tiny("tiny-a", 0)
+    out: dict[str, dict] = {"twin": {}, "base": {}}
+    for name, lm in (("twin", _mistral_twin(base)), ("base", base)):
+        w = ModelWorker(name, lm, "token_id", batch_size=4)
+        try:
+            for session in range(2):
+                done, ev = [], threading.Event()
+
+                def on_done(s, done=done, ev=ev):
+                    done.append(s)
+                    if len(done) == 2:
+                        ev.set()
+
+                for r in range(2):
+                    ids = HEAD + [40 + session]
+                    w.submit([Seq(Unit(f"p{session}", r, 3), ids, 1.0, 0, 1.0, 6, on_done)])
+                assert ev.wait(60) and wait_idle([w], 30)
+                assert all(s.error is None for s in done), [s.error for s in done]
+                out[name].update({(session, s.unit.repeat): s.ids for s in done})
+        finally:
+            w.close(10)
+        if name == "twin":
+            assert w.prefill is not None and w.prefill.can_repack is False
+    assert out["twin"] == out["base"] and len(out["twin"]) == 4

@@ -64,9 +64,9 @@ class RequestPrefill(PrefillCache):
         answer): prefills ``first`` on the way."""
         if self.can_repack is None:
             self.can_repack = self._prefill_grouped(list(dict.fromkeys(first)))
-        else:
+        elif self.can_repack:
             self.ensure(first)
-        return self.can_repack
+        return self.can_repack  # False: static batches, which prefill whole prompts themselves
 
     def ensure(self, pids: Iterable[str]) -> None:
         need = [p for p in dict.fromkeys(pids) if p not in self.kv and not self._revive(p)]
