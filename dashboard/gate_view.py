@@ -37,7 +37,8 @@ def render(run: str, model_a: str, model_b: str, rule: str) -> None:
     ui.chart(gate_figure(res), "release_gate", key="bm_gate_fig", ctx=ctx)
     ui.table(res.frame(), "release_gate", key="bm_gate_table", ctx=ctx, na_rep="–")
     st.caption(
-        f"Baseline A = {model_a}, candidate B = {model_b}: PASS (exit 0) when the whole interval of B − A "
+        f"Baseline A = {ui.md_escape(model_a)}, candidate B = {ui.md_escape(model_b)}: PASS (exit 0) "
+        "when the whole interval of B − A "
         "lies above −M, FAIL (exit 1) when it lies below, UNDECIDED (exit 3) otherwise, with the planner's "
         "estimate of how many questions would decide. A finished run: the paired t interval over questions "
         "(METHODS 7.1); a `generate --until` run: its anytime-valid confidence sequence (METHODS 8.2), "

@@ -1,5 +1,6 @@
-"""Real Chromium on two views that had only AppTest: the Benchmark page's "Sequential" tab (stop when
-decided: its charts drawn) and the Judge audit page (its tables drawn and exported). Neither raises;
+"""Real Chromium on views that had only AppTest: the Benchmark page's "Sequential" tab (stop when
+decided: its charts drawn) and "Release gate" tab (its decision, figure and CI command), and the Judge
+audit page (its tables drawn and exported). Neither raises;
 screenshots go to test-artifacts/.
 """
 
@@ -58,6 +59,23 @@ def test_the_sequential_tab_draws_its_confidence_sequences(server, page, artifac
     )
     _no_exception(page)
     _shot(page, artifacts_dir, "benchmark_sequential")
+
+
+def test_the_release_gate_tab_draws_its_decision_and_the_ci_command(server, page, artifacts_dir):  # noqa: F811
+    _goto(page, server, "benchmark")
+    page.get_by_role("tab", name="Release gate").click()
+    _settle(page)
+    panel = page.locator("[data-testid='stTabPanel'] >> visible=true").first
+    panel.get_by_text(re.compile(r"^(PASS|FAIL|UNDECIDED): ")).first.wait_for(timeout=90_000)
+    panel.get_by_text("python -m engine gate --run run-small", exact=False).first.wait_for(
+        timeout=60_000
+    )
+    _settle(page)
+    assert panel.locator(".js-plotly-plot").count() == 1  # the interval against −M
+    text = panel.inner_text()
+    assert "--baseline" in text and "--candidate" in text and "--margin 0.01" in text
+    _no_exception(page)
+    _shot(page, artifacts_dir, "benchmark_release_gate")
 
 
 def test_the_judge_audit_page_shows_its_tables_and_exports_them(audit_server, page, artifacts_dir):  # noqa: F811
