@@ -156,3 +156,31 @@ def tiny_digit_copier(folder, name: str, p_right: float, hidden: int = 64):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def sliding_window_twin(lm, name: str = "twin"):
+    """The same weights as ``lm`` (a tiny Llama) in a Mistral with sliding-window layers, whose KV
+    cache cannot be re-packed row by row: the static-batch path of the transformers loop and the
+    server, checked against the continuous path of the same weights."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from engine.models.loading import from_objects
+
+    c = lm.model.config
+    cfg = MistralConfig(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        max_position_embeddings=512,
+        sliding_window=400,
+        pad_token_id=c.pad_token_id,
+        bos_token_id=c.bos_token_id,
+        eos_token_id=c.eos_token_id,
+        tie_word_embeddings=c.tie_word_embeddings,
+    )
+    twin = MistralForCausalLM(cfg).eval()
+    twin.load_state_dict(lm.model.state_dict())
+    return from_objects(name, twin, lm.tokenizer)

@@ -426,28 +426,12 @@ def test_cli_generate_two_model_folders_with_different_vocabularies(tmp_path, ca
 def test_sliding_window_cache_falls_back_to_static_batches(monkeypatch):
     """A model whose KV cache cannot be re-packed row by row (sliding-window layers) runs in static
     batches and gives what the same weights give through the continuous path."""
-    from transformers import MistralConfig, MistralForCausalLM
     from transformers.cache_utils import DynamicLayer
 
+    from engine.testing import sliding_window_twin
+
     llama = _lm("llama", seed=5)
-    c = llama.model.config
-    mcfg = MistralConfig(
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_hidden_layers,
-        num_attention_heads=c.num_attention_heads,
-        num_key_value_heads=c.num_key_value_heads,
-        max_position_embeddings=512,
-        sliding_window=400,
-        pad_token_id=c.pad_token_id,
-        bos_token_id=c.bos_token_id,
-        eos_token_id=c.eos_token_id,
-        tie_word_embeddings=True,
-    )
-    mistral = MistralForCausalLM(mcfg).eval()
-    mistral.load_state_dict(llama.model.state_dict())
-    mlm = models.from_objects("mistral", mistral, llama.tokenizer)
+    mlm = sliding_window_twin(llama, "mistral")
     units = [(p, r) for p in PROMPTS for r in range(3)]
     cfg = G.GenConfig(temperature=1.0, max_new_tokens=8, batch_size=8)
     real, layer_types = HF._forward, set()

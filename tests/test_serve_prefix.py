@@ -11,7 +11,7 @@ import torch
 
 from engine.generation.hf_prefill import PrefillCache
 from engine.serving.prefix import MIN_PREFIX, RequestPrefill, _nbytes
-from engine.testing import tiny_lm
+from engine.testing import sliding_window_twin, tiny_lm
 
 HEAD = list(range(5, 5 + 24))  # a 24-token "system prompt" shared by the prompts below
 
@@ -106,32 +106,6 @@ def test_a_model_whose_cache_cannot_be_repacked_is_probed_once():
     assert pre.probe(["a"]) is False and calls == []
 
 
-def _mistral_twin(lm):
-    """The same weights as a sliding-window model (its cache cannot be re-packed: static batches)."""
-    from transformers import MistralConfig, MistralForCausalLM
-
-    from engine.models.loading import from_objects
-
-    c = lm.model.config
-    cfg = MistralConfig(
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_hidden_layers,
-        num_attention_heads=c.num_attention_heads,
-        num_key_value_heads=c.num_key_value_heads,
-        max_position_embeddings=512,
-        sliding_window=400,
-        pad_token_id=c.pad_token_id,
-        bos_token_id=c.bos_token_id,
-        eos_token_id=c.eos_token_id,
-        tie_word_embeddings=c.tie_word_embeddings,
-    )
-    twin = MistralForCausalLM(cfg).eval()
-    twin.load_state_dict(lm.model.state_dict())
-    return from_objects("twin", twin, lm.tokenizer)
-
-
 def test_a_sliding_window_model_serves_session_after_session():
     """Two sessions of one worker on a model that takes static batches: the second session does not
     trip over the kept cache, and both give the tokens of the same weights' continuous path."""
@@ -144,7 +118,7 @@ def test_a_sliding_window_model_serves_session_after_session():
 
     base = tiny("tiny-a", 0)
     out: dict[str, dict] = {"twin": {}, "base": {}}
-    for name, lm in (("twin", _mistral_twin(base)), ("base", base)):
+    for name, lm in (("twin", sliding_window_twin(base)), ("base", base)):
         w = ModelWorker(name, lm, "token_id", batch_size=4)
         try:
             for session in range(2):

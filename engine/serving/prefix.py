@@ -141,8 +141,9 @@ class RequestPrefill(PrefillCache):
         """Prefill ``pids``: those that start with the shared prefix after it, the others whole."""
         if not all(self._starts(self.tok_ids[p]) for p in pids):
             self._new_prefix([p for p in pids if not self._starts(self.tok_ids[p])])
-        after = [p for p in pids if self._starts(self.tok_ids[p])]
-        whole = [p for p in pids if p not in set(after)]
+        starts = {p: self._starts(self.tok_ids[p]) for p in pids}
+        after = [p for p in pids if starts[p]]
+        whole = [p for p in pids if not starts[p]]
         ok = True
         for group, P in ((after, len(self.prefix_ids)), (whole, 0)):
             if not group:
