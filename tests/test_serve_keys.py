@@ -377,6 +377,11 @@ def test_the_writer_stores_a_unit_once_and_a_failed_batchs_prompt_later(tmp_db):
         assert con.execute(
             "SELECT prompt_id, idx FROM prompts WHERE dataset_id = 'served:s' ORDER BY idx"
         ).fetchall() == [("req-1", 0), ("req-2", 1)]
+        # the unit count is what was stored: a unit sent twice counts once, the failed batch not at all
+        assert con.execute("SELECT n_units FROM runs WHERE run_id = 's'").fetchone() == (5,)
+        assert con.execute(
+            "SELECT n_prompts FROM datasets WHERE dataset_id = 'served:s'"
+        ).fetchone() == (2,)
 
 
 def test_a_served_run_refuses_another_seed_key_mode_or_a_generated_run(tmp_db):

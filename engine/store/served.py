@@ -166,18 +166,24 @@ def _first_per_unit(rows: Sequence) -> list:
     return out
 
 
-def _insert_rows(con, sql: str, rows: list[list]) -> None:
+def _insert_rows(con, sql: str, rows: list[list]) -> int:
     """``sql`` (one ``VALUES (...)`` row of parameters) for every row: one statement per
-    ``INSERT_CHUNK`` rows, not one per row (DuckDB's cost is per executed statement)."""
+    ``INSERT_CHUNK`` rows, not one per row (DuckDB's cost is per executed statement). Returns the
+    rows stored (OR IGNORE's skipped rows not counted: DuckDB reports what it inserted)."""
     head, values = sql.split(" VALUES ")
+    stored = 0
     for i in range(0, len(rows), INSERT_CHUNK):
         chunk = rows[i : i + INSERT_CHUNK]
-        con.execute(f"{head} VALUES {', '.join([values] * len(chunk))}", [x for r in chunk for x in r])
+        got = con.execute(
+            f"{head} VALUES {', '.join([values] * len(chunk))}", [x for r in chunk for x in r]
+        )
+        stored += int(got.fetchone()[0])
+    return stored
 
 
 _PROMPT_SQL = (
     "INSERT OR IGNORE INTO prompts (dataset_id, prompt_id, idx, subject, question, choices, gold, "
-    "user_prompt) SELECT ?, ?, (SELECT count(*) FROM prompts WHERE dataset_id = ?), ?, ?, NULL, NULL, ?"
+    "user_prompt) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?)"
 )
 _GEN_SQL = (
     "INSERT OR IGNORE INTO generations (run_id, model, prompt_id, repeat, mode, seed, text, token_ids, "
@@ -206,7 +212,9 @@ class HeldWriter:
     ``executemany`` costs that per row, and re-inserting a prompt that is already stored (the same
     question asked again: every repeat) costs two statements for nothing (bench/bench_serve.py;
     docs/BENCHMARKS.md, "engine serve"). The server is the run's only writer (its run lock), so the
-    prompt ids this writer has committed, and those stored when it first wrote, are all there are.
+    prompt ids this writer has committed, and those stored when it first wrote, are all there are;
+    likewise the run's unit count is the count read once plus what each INSERT reports it stored
+    (not a ``count(*)`` over the run's generations in every transaction, which grows with the run).
     """
 
     def __init__(self, db: str | os.PathLike, run_id: str, hold_s: float = 1.0, gap_s: float = 0.12):
@@ -214,6 +222,7 @@ class HeldWriter:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._since = 0.0
         self._prompts: set[str] | None = None  # prompt ids stored in the run's dataset (read once)
+        self._n_units: int | None = None  # the run's stored generations (read once)
 
     def write(
         self,
@@ -235,9 +244,14 @@ class HeldWriter:
             if known is None:
                 got = self._con.execute("SELECT prompt_id FROM prompts WHERE dataset_id = ?", [ds])
                 known = self._prompts = {pid for (pid,) in got.fetchall()}
+            if self._n_units is None:
+                got = self._con.execute(
+                    "SELECT count(*) FROM generations WHERE run_id = ?", [self.run_id]
+                )
+                self._n_units = int(got.fetchone()[0])
             new = [p for p in {p.prompt_id: p for p in prompts}.values() if p.prompt_id not in known]
             with atomic(self._con) as con:
-                self._insert(con, new, generations, served, traces)
+                n_units = self._insert(con, len(known), new, generations, served, traces)
         except (duckdb.IOException, duckdb.TransactionException) as exc:
             self.release()
             refused = write_failure(self.db, exc)
@@ -245,21 +259,23 @@ class HeldWriter:
                 raise refused from exc
             raise
         known.update(p.prompt_id for p in new)  # committed
+        self._n_units = n_units
 
-    def _insert(self, con, prompts, generations, served, traces) -> None:
-        """``prompts``: the new ones only (numbered in this order after the stored ones)."""
+    def _insert(self, con, n_known: int, prompts, generations, served, traces) -> int:
+        """``prompts``: the new ones only, numbered in this order after the ``n_known`` stored ones.
+        Returns the run's unit count after this transaction."""
         ds = dataset_id(self.run_id)
         if prompts:
-            con.executemany(
-                _PROMPT_SQL,
-                [[ds, p.prompt_id, ds, p.subject, p.question, p.user_prompt] for p in prompts],
-            )
-            con.execute(
-                "UPDATE datasets SET n_prompts = (SELECT count(*) FROM prompts WHERE dataset_id = ?) "
-                "WHERE dataset_id = ?",
-                [ds, ds],
-            )
-        _insert_rows(con, _GEN_SQL, [list(g) for g in _first_per_unit(generations)])
+            rows = [
+                [ds, p.prompt_id, n_known + i, p.subject, p.question, p.user_prompt]
+                for i, p in enumerate(prompts)
+            ]
+            stored = _insert_rows(con, _PROMPT_SQL, rows)
+            con.execute("UPDATE datasets SET n_prompts = ? WHERE dataset_id = ?", [n_known + stored, ds])
+        assert self._n_units is not None
+        n_units = self._n_units + _insert_rows(
+            con, _GEN_SQL, [list(g) for g in _first_per_unit(generations)]
+        )
         _insert_rows(con, _SERVED_SQL, [list(r) for r in _first_per_unit(served)])
         if traces:
             tr = pd.DataFrame(list(traces), columns=list(TraceRow._fields))
@@ -271,10 +287,9 @@ class HeldWriter:
                 casts={"top_ids": "INTEGER[]", "top_probs": "FLOAT[]", "top_gumbels": "FLOAT[]"},
                 conflict="OR IGNORE",
             )
-        con.execute(
-            "UPDATE runs SET n_units = (SELECT count(*) FROM generations WHERE run_id = ?) WHERE run_id = ?",
-            [self.run_id, self.run_id],
-        )
+        if n_units != self._n_units:
+            con.execute("UPDATE runs SET n_units = ? WHERE run_id = ?", [n_units, self.run_id])
+        return n_units
 
     def release(self) -> None:
         """Close the connection (the file is free for readers)."""
