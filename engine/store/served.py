@@ -177,7 +177,8 @@ def _insert_rows(con, sql: str, rows: list[list]) -> int:
         got = con.execute(
             f"{head} VALUES {', '.join([values] * len(chunk))}", [x for r in chunk for x in r]
         )
-        stored += int(got.fetchone()[0])
+        ((n,),) = got.fetchall()  # DuckDB answers an INSERT with the rows it stored
+        stored += int(n)
     return stored
 
 
@@ -245,10 +246,10 @@ class HeldWriter:
                 got = self._con.execute("SELECT prompt_id FROM prompts WHERE dataset_id = ?", [ds])
                 known = self._prompts = {pid for (pid,) in got.fetchall()}
             if self._n_units is None:
-                got = self._con.execute(
+                ((n,),) = self._con.execute(
                     "SELECT count(*) FROM generations WHERE run_id = ?", [self.run_id]
-                )
-                self._n_units = int(got.fetchone()[0])
+                ).fetchall()
+                self._n_units = int(n)
             new = [p for p in {p.prompt_id: p for p in prompts}.values() if p.prompt_id not in known]
             with atomic(self._con) as con:
                 n_units = self._insert(con, len(known), new, generations, served, traces)
