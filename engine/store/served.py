@@ -166,11 +166,12 @@ def _first_per_unit(rows: Sequence) -> list:
     return out
 
 
-def _insert_rows(con, sql: str, rows: list[list]) -> int:
-    """``sql`` (one ``VALUES (...)`` row of parameters) for every row: one statement per
-    ``INSERT_CHUNK`` rows, not one per row (DuckDB's cost is per executed statement). Returns the
-    rows stored (OR IGNORE's skipped rows not counted: DuckDB reports what it inserted)."""
-    head, values = sql.split(" VALUES ")
+def _insert_rows(con, sql: str, rows: list[list], ignore: bool = True) -> int:
+    """``sql`` (``INSERT OR IGNORE`` with one ``VALUES (...)`` row of parameters) for every row: one
+    statement per ``INSERT_CHUNK`` rows, not one per row (DuckDB's cost is per executed statement);
+    a plain INSERT when not ``ignore``. Returns the rows stored (OR IGNORE's skipped rows not
+    counted: DuckDB reports what it inserted)."""
+    head, values = (sql if ignore else sql.replace("INSERT OR IGNORE ", "INSERT ", 1)).split(" VALUES ")
     stored = 0
     for i in range(0, len(rows), INSERT_CHUNK):
         chunk = rows[i : i + INSERT_CHUNK]
@@ -216,6 +217,12 @@ class HeldWriter:
     prompt ids this writer has committed, and those stored when it first wrote, are all there are;
     likewise the run's unit count is the count read once plus what each INSERT reports it stored
     (not a ``count(*)`` over the run's generations in every transaction, which grows with the run).
+
+    Why a plain INSERT first: OR IGNORE costs 4-6 ms more per statement (one row, in a transaction;
+    docs/BENCHMARKS.md), and a unit is almost never stored twice (the occurrence counters hand out
+    repeats nobody has taken). When one is (a pinned key asked again, or asked while its twin was in
+    flight), DuckDB refuses the transaction with a constraint error, nothing of it is stored, and the
+    same rows go again with OR IGNORE, which keeps the row stored first.
     """
 
     def __init__(self, db: str | os.PathLike, run_id: str, hold_s: float = 1.0, gap_s: float = 0.12):
@@ -251,8 +258,13 @@ class HeldWriter:
                 ).fetchall()
                 self._n_units = int(n)
             new = [p for p in {p.prompt_id: p for p in prompts}.values() if p.prompt_id not in known]
-            with atomic(self._con) as con:
-                n_units = self._insert(con, len(known), new, generations, served, traces)
+            args = (len(known), new, generations, served, traces)
+            try:
+                with atomic(self._con) as con:
+                    n_units = self._insert(con, *args, ignore=False)
+            except duckdb.ConstraintException:  # a unit stored already: keep it (see above)
+                with atomic(self._con) as con:
+                    n_units = self._insert(con, *args, ignore=True)
         except (duckdb.IOException, duckdb.TransactionException) as exc:
             self.release()
             refused = write_failure(self.db, exc)
@@ -262,22 +274,23 @@ class HeldWriter:
         known.update(p.prompt_id for p in new)  # committed
         self._n_units = n_units
 
-    def _insert(self, con, n_known: int, prompts, generations, served, traces) -> int:
-        """``prompts``: the new ones only, numbered in this order after the ``n_known`` stored ones.
-        Returns the run's unit count after this transaction."""
+    def _insert(self, con, n_known: int, prompts, generations, served, traces, ignore: bool) -> int:
+        """``prompts``: the new ones only, numbered in this order after the ``n_known`` stored ones;
+        ``ignore``: INSERT OR IGNORE (rows already stored stay), else plain INSERTs. Returns the run's
+        unit count after this transaction."""
         ds = dataset_id(self.run_id)
         if prompts:
             rows = [
                 [ds, p.prompt_id, n_known + i, p.subject, p.question, p.user_prompt]
                 for i, p in enumerate(prompts)
             ]
-            stored = _insert_rows(con, _PROMPT_SQL, rows)
+            stored = _insert_rows(con, _PROMPT_SQL, rows, ignore)
             con.execute("UPDATE datasets SET n_prompts = ? WHERE dataset_id = ?", [n_known + stored, ds])
         assert self._n_units is not None
         n_units = self._n_units + _insert_rows(
-            con, _GEN_SQL, [list(g) for g in _first_per_unit(generations)]
+            con, _GEN_SQL, [list(g) for g in _first_per_unit(generations)], ignore
         )
-        _insert_rows(con, _SERVED_SQL, [list(r) for r in _first_per_unit(served)])
+        _insert_rows(con, _SERVED_SQL, [list(r) for r in _first_per_unit(served)], ignore)
         if traces:
             tr = pd.DataFrame(list(traces), columns=list(TraceRow._fields))
             insert_df(
@@ -286,7 +299,7 @@ class HeldWriter:
                 tr,
                 list(tr.columns),
                 casts={"top_ids": "INTEGER[]", "top_probs": "FLOAT[]", "top_gumbels": "FLOAT[]"},
-                conflict="OR IGNORE",
+                conflict="OR IGNORE" if ignore else "",
             )
         if n_units != self._n_units:
             con.execute("UPDATE runs SET n_units = ? WHERE run_id = ?", [n_units, self.run_id])
