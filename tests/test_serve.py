@@ -446,3 +446,32 @@ def test_traces_of_a_served_run_are_the_keyed_noise(tmp_db, models):
         assert {int(s) for s in steps.seed} == {9}
         g = traces.recompute_gumbels(tmp_db, "run", u["prompt_id"], u["repeat"], steps)
         assert g is not None and traces.gumbel_check(g) == 0.0
+
+
+def test_the_servers_connections_have_nagle_off():
+    """asyncio sets TCP_NODELAY only on a socket whose ``proto`` is TCP, and an accepted connection
+    takes the listener's: with ``bind``'s socket each response's two writes (headers, body) go out at
+    once instead of waiting ~40 ms for the client's delayed ACK (bench/bench_serve.py)."""
+    import asyncio
+    import socket
+
+    from engine.serving.server import bind
+
+    async def main() -> int:
+        got: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def on_client(reader, writer):
+            got.set_result(
+                writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            )
+            writer.close()
+
+        srv = await asyncio.start_server(on_client, sock=bind("127.0.0.1", 0))
+        port = srv.sockets[0].getsockname()[1]
+        _, w = await asyncio.open_connection("127.0.0.1", port)
+        nodelay = await asyncio.wait_for(got, 10)
+        w.close()
+        srv.close()
+        return nodelay
+
+    assert asyncio.run(main()) == 1

@@ -35,9 +35,14 @@ PROGRESS_EVERY_S = 10.0
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, or one line naming the address when it cannot be had."""
+    """The listening socket, or one line naming the address when it cannot be had.
+
+    Why ``IPPROTO_TCP`` spelled out: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on a
+    socket whose ``proto`` says TCP, and an accepted connection inherits the listener's ``proto``.
+    With the default 0, uvicorn's two writes of a response (headers, then body) met the client's
+    delayed ACK: every non-streamed answer waited ~40 ms for nothing (bench/bench_serve.py)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
