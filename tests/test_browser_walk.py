@@ -23,6 +23,21 @@ from tests.conftest import ROOT
 from tests.test_browser import _goto, _no_exception, _serve, _settle
 from tests.test_hf_datasets import write_hub_folder
 
+CHART = "[data-testid='stPlotlyChart']"
+
+
+def _charts(page, at_least: int = 0, exactly: int | None = None) -> None:
+    """The page's Plotly charts, once drawn (a chart comes after the text above it: under load, its
+    frame can be seconds behind)."""
+    from playwright.sync_api import expect
+
+    charts = page.locator(CHART)
+    if exactly is not None:
+        expect(charts).to_have_count(exactly, timeout=60_000)
+    else:
+        charts.nth(at_least - 1).wait_for(state="attached", timeout=60_000)
+
+
 pytestmark = pytest.mark.browser
 browser, page = tb.browser, tb.page  # the browser tests' fixtures: one Chromium, a fresh page per test
 KEY = "sk-walk-test-key"
@@ -179,7 +194,7 @@ def test_api_judge_winrates_ranksets(walk, page, artifacts_dir):
     _settle(page)
     _no_exception(page)
     assert "method judge" in _page_text(page)
-    assert page.locator("[data-testid='stPlotlyChart']").count() >= 1
+    _charts(page, at_least=1)
     _shot(page, artifacts_dir, "2c_ranksets_from_verdicts")
 
 
@@ -219,10 +234,10 @@ def test_harness_logs_upload_accuracy_ranks(walk, page, artifacts_dir):
     _choose(page, "Run", "lm-walk")
     page.get_by_text("imported from a harness log", exact=False).first.wait_for(timeout=60_000)
     _no_exception(page)
-    assert page.locator("[data-testid='stPlotlyChart']").count() == 1
+    _charts(page, exactly=1)
     _shot(page, artifacts_dir, "3a_accuracy_ranks_lm_eval")
     _choose(page, "Run", "inspect-walk")
     _no_exception(page)
-    assert page.locator("[data-testid='stPlotlyChart']").count() == 1
+    _charts(page, exactly=1)
     _shot(page, artifacts_dir, "3b_accuracy_ranks_inspect")
     assert os.path.exists(artifacts_dir / "browser_walk_3b_accuracy_ranks_inspect.png")
