@@ -19,7 +19,9 @@
    and storing add (target < 5 ms), with the same difference in this process's CPU time per request
    (client + server + store: less sensitive to the machine's load; the client's share included, so an
    upper bound of the server's), and the store's share: its transactions (one per batch of finished
-   requests, group commit) in wall and writer-thread CPU per request.
+   requests, group commit) in wall and writer-thread CPU per request. Then the same requests again
+   from clients in a process of their own: this process's CPU is then the server's alone
+   (``cpu_server_overhead_ms``, the server's own overhead the target is about).
 
 Reports the 1-minute load average next to every figure (the machine is shared).
 """
@@ -32,6 +34,7 @@ import http.client
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -247,7 +250,45 @@ def _served(lm, prompt: str, n: int, concurrency: int, db: Path) -> dict:
             lat = list(ex.map(one, range(n)))
         cpu, wall = (time.process_time() - c0) / n, (time.perf_counter() - t0) / n
         tx = srv.core.writer.transactions - tx0
-    return {"lat": lat, "cpu": cpu, "wall": wall, "transactions": tx, "store": store}
+        timed = {"wall": list(store.wall), "cpu": list(store.cpu)}  # these requests' transactions
+        # the same requests from clients in another process: this process's CPU is the server's alone
+        c0 = time.process_time()
+        got = subprocess.run(
+            [sys.executable, __file__, "--client", json.dumps([srv.url, path, body, n, concurrency])],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        cpu_server = (time.process_time() - c0) / n
+        apart = json.loads(got.stdout)
+    return {
+        "lat": lat,
+        "cpu": cpu,
+        "wall": wall,
+        "transactions": tx,
+        "store": timed,
+        "cpu_server": cpu_server,
+        "apart": apart,
+    }
+
+
+def _clients(spec: str) -> None:
+    """``--client``: ``n`` requests, ``concurrency`` keep-alive clients at a time, from this process
+    (the server's CPU then excludes the clients'); prints the latencies and the wall per request."""
+    url, path, body, n, concurrency = json.loads(spec)
+    local = threading.local()
+
+    def one(_):
+        if not hasattr(local, "conn"):
+            local.conn = _client(url)
+        t0 = time.perf_counter()
+        _post(local.conn, path, body)
+        return time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
+        lat = list(ex.map(one, range(n)))
+    print(json.dumps({"lat": lat, "wall": (time.perf_counter() - t0) / n}))
 
 
 def overhead(n: int, concurrency: int, db_dir: Path) -> dict:
@@ -263,10 +304,12 @@ def overhead(n: int, concurrency: int, db_dir: Path) -> dict:
     s = _served(lm, prompt, n, concurrency, db_dir / f"overhead{concurrency}.duckdb")
     store = s["store"]
     out: dict = {"requests": n, "concurrency": concurrency}
+    apart = s["apart"]
     if concurrency == 1:  # latency: the median request
         d_ms, s_ms = 1000 * statistics.median(direct), 1000 * statistics.median(s["lat"])
         out.update(direct_ms_median=round(d_ms, 2), served_ms_median=round(s_ms, 2))
         out["overhead_ms"] = round(s_ms - d_ms, 2)
+        out["overhead_ms_clients_apart"] = round(1000 * statistics.median(apart["lat"]) - d_ms, 2)
     return {
         **out,
         # wall seconds of the whole measurement / requests (at concurrency > 1: the inverse throughput)
@@ -277,16 +320,23 @@ def overhead(n: int, concurrency: int, db_dir: Path) -> dict:
         "cpu_direct_ms": round(1000 * cpu_direct, 2),
         "cpu_served_ms": round(1000 * s["cpu"], 2),
         "cpu_overhead_ms": round(1000 * (s["cpu"] - cpu_direct), 2),
+        # the clients in another process: the server's own CPU per request (HTTP, JSON, store)
+        "wall_overhead_ms_clients_apart": round(1000 * (apart["wall"] - wall_direct), 2),
+        "cpu_server_overhead_ms": round(1000 * (s["cpu_server"] - cpu_direct), 2),
         # the store's share: its transactions (one per batch of finished requests), per request
         "transactions": s["transactions"],
-        "store_ms_per_transaction_median": round(1000 * statistics.median(store.wall), 2),
-        "store_ms_per_request": round(1000 * sum(store.wall) / n, 2),
-        "store_cpu_ms_per_request": round(1000 * sum(store.cpu) / n, 2),
+        "store_ms_per_transaction_median": round(1000 * statistics.median(store["wall"]), 2),
+        "store_ms_per_request": round(1000 * sum(store["wall"]) / n, 2),
+        "store_cpu_ms_per_request": round(1000 * sum(store["cpu"]) / n, 2),
         "load_1min": round(os.getloadavg()[0], 2),
     }
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--client"]:  # the clients of the overhead measurement, in a process of their own
+        _clients(argv[1])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--repeats", type=int, default=2)
