@@ -231,24 +231,14 @@ def _served(lm, prompt: str, n: int, concurrency: int, db: Path) -> dict:
     from engine.serving.server import ServerThread
 
     body = {"model": "tiny", "prompt": prompt, "max_tokens": 1, "temperature": 1.0}
-    local = threading.local()
     with _StoreTimer() as store, ServerThread(ServeConfig(run_id="overhead", db=db), [lm]) as srv:
         path = urlparse(srv.url).path + "/completions"
-
-        def one(_):
-            if not hasattr(local, "conn"):
-                local.conn = _client(srv.url)
-            t0 = time.perf_counter()
-            _post(local.conn, path, body)
-            return time.perf_counter() - t0
-
-        one(0)  # warm-up: the connection, the first store transaction
+        _requests(srv.url, path, body, 1, 1)  # warm-up: a connection, the first store transaction
         store.wall.clear(), store.cpu.clear()
         tx0 = srv.core.writer.transactions
-        t0, c0 = time.perf_counter(), time.process_time()
-        with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
-            lat = list(ex.map(one, range(n)))
-        cpu, wall = (time.process_time() - c0) / n, (time.perf_counter() - t0) / n
+        c0 = time.process_time()
+        lat, wall = _requests(srv.url, path, body, n, concurrency)
+        cpu = (time.process_time() - c0) / n
         tx = srv.core.writer.transactions - tx0
         timed = {"wall": list(store.wall), "cpu": list(store.cpu)}  # these requests' transactions
         # the same requests from clients in another process: this process's CPU is the server's alone
@@ -272,10 +262,9 @@ def _served(lm, prompt: str, n: int, concurrency: int, db: Path) -> dict:
     }
 
 
-def _clients(spec: str) -> None:
-    """``--client``: ``n`` requests, ``concurrency`` keep-alive clients at a time, from this process
-    (the server's CPU then excludes the clients'); prints the latencies and the wall per request."""
-    url, path, body, n, concurrency = json.loads(spec)
+def _requests(url: str, path: str, body: dict, n: int, concurrency: int) -> tuple[list[float], float]:
+    """``n`` requests from ``concurrency`` keep-alive clients at a time: each one's latency, and the
+    wall seconds per request."""
     local = threading.local()
 
     def one(_):
@@ -288,7 +277,14 @@ def _clients(spec: str) -> None:
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
         lat = list(ex.map(one, range(n)))
-    print(json.dumps({"lat": lat, "wall": (time.perf_counter() - t0) / n}))
+    return lat, (time.perf_counter() - t0) / n
+
+
+def _clients(spec: str) -> None:
+    """``--client``: :func:`_requests` from this process (the server's CPU then excludes the
+    clients'); prints the latencies and the wall per request."""
+    lat, wall = _requests(*json.loads(spec))
+    print(json.dumps({"lat": lat, "wall": wall}))
 
 
 def overhead(n: int, concurrency: int, db_dir: Path) -> dict:

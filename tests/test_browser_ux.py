@@ -19,6 +19,7 @@ from tests.test_browser import (  # noqa: F401
     _shot,
     browser,
     page,
+    playwright,
 )
 
 pytestmark = pytest.mark.browser
@@ -42,7 +43,7 @@ def test_a_one_repeat_run_reaches_the_paired_comparison_and_sequential(
     panel = page.locator("[data-testid='stTabPanel'] >> visible=true").first
     panel.get_by_text("Accuracy with 95% CI over questions", exact=False).first.wait_for(timeout=90_000)
     _settle(page)
-    _expect(panel.locator(".js-plotly-plot")).to_have_count(1, timeout=60_000)
+    playwright.expect(panel.locator(".js-plotly-plot")).to_have_count(1, timeout=60_000)
     _no_exception(page)
     _shot(page, artifacts_dir, "benchmark_one_repeat_paired")
     page.get_by_role("tab", name="Sequential").click()
@@ -51,7 +52,7 @@ def test_a_one_repeat_run_reaches_the_paired_comparison_and_sequential(
     panel.get_by_text("Stop when decided", exact=False).first.wait_for(timeout=60_000)
     panel.get_by_text(re.compile(r"^(coupled|independent): ")).first.wait_for(timeout=90_000)
     _settle(page)
-    _expect(panel.locator(".js-plotly-plot")).to_have_count(
+    playwright.expect(panel.locator(".js-plotly-plot")).to_have_count(
         2, timeout=60_000
     )  # stopping times over orders, one order's CS
     _no_exception(page)
@@ -131,10 +132,3 @@ def test_the_judge_form_has_room_for_its_fields(one_repeat_server, page, artifac
     assert "does not see a variable exported later" in body or "is set in the dashboard" in body
     _no_exception(page)
     form.screenshot(path=str(artifacts_dir / "browser_judge_form.png"))
-
-
-def _expect(locator):
-    """Playwright's ``expect`` (imported here: the module is skipped, not broken, without Playwright)."""
-    from playwright.sync_api import expect
-
-    return expect(locator)

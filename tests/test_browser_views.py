@@ -19,6 +19,7 @@ from tests.test_browser import (  # noqa: F401
     _shot,
     browser,
     page,
+    playwright,
     server,
 )
 
@@ -48,7 +49,7 @@ def test_the_sequential_tab_draws_its_confidence_sequences(server, page, artifac
         timeout=90_000
     )
     _settle(page)
-    _expect(panel.locator(".js-plotly-plot")).to_have_count(
+    playwright.expect(panel.locator(".js-plotly-plot")).to_have_count(
         2, timeout=60_000
     )  # the stopping times over orders, one order's CS paths
     text = panel.inner_text()
@@ -71,7 +72,9 @@ def test_the_release_gate_tab_draws_its_decision_and_the_ci_command(server, page
         timeout=60_000
     )
     _settle(page)
-    _expect(panel.locator(".js-plotly-plot")).to_have_count(1, timeout=60_000)  # the interval against −M
+    playwright.expect(panel.locator(".js-plotly-plot")).to_have_count(
+        1, timeout=60_000
+    )  # the interval against −M
     text = panel.inner_text()
     assert "--baseline" in text and "--candidate" in text and "--margin 0.01" in text
     _no_exception(page)
@@ -103,10 +106,3 @@ def test_the_judge_audit_page_shows_its_tables_and_exports_them(audit_server, pa
     assert float(agree["lower"]) <= float(agree["estimate"]) <= float(agree["upper"])
     assert "effective number of judges" in rows
     _shot(page, artifacts_dir, "judge_audit")
-
-
-def _expect(locator):
-    """Playwright's ``expect`` (imported here: the module is skipped, not broken, without Playwright)."""
-    from playwright.sync_api import expect
-
-    return expect(locator)

@@ -29,11 +29,9 @@ CHART = "[data-testid='stPlotlyChart']"
 def _charts(page, at_least: int = 0, exactly: int | None = None) -> None:
     """The page's Plotly charts, once drawn (a chart comes after the text above it: under load, its
     frame can be seconds behind)."""
-    from playwright.sync_api import expect
-
     charts = page.locator(CHART)
     if exactly is not None:
-        expect(charts).to_have_count(exactly, timeout=60_000)
+        tb.playwright.expect(charts).to_have_count(exactly, timeout=60_000)
     else:
         charts.nth(at_least - 1).wait_for(state="attached", timeout=60_000)
 

@@ -139,9 +139,10 @@ class RequestPrefill(PrefillCache):
 
     def _prefill_grouped(self, pids: list[str]) -> bool:
         """Prefill ``pids``: those that start with the shared prefix after it, the others whole."""
-        if not all(self._starts(self.tok_ids[p]) for p in pids):
-            self._new_prefix([p for p in pids if not self._starts(self.tok_ids[p])])
         starts = {p: self._starts(self.tok_ids[p]) for p in pids}
+        if not all(starts.values()):  # a new shared prefix from those that miss it: ask again
+            self._new_prefix([p for p in pids if not starts[p]])
+            starts = {p: self._starts(self.tok_ids[p]) for p in pids}
         after = [p for p in pids if starts[p]]
         whole = [p for p in pids if not starts[p]]
         ok = True

@@ -166,7 +166,7 @@ def _first_per_unit(rows: Sequence) -> list:
     return out
 
 
-def _insert_rows(con, sql: str, rows: list[list], ignore: bool = True) -> int:
+def _insert_rows(con, sql: str, rows: list[list], ignore: bool) -> int:
     """``sql`` (``INSERT OR IGNORE`` with one ``VALUES (...)`` row of parameters) for every row: one
     statement per ``INSERT_CHUNK`` rows, not one per row (DuckDB's cost is per executed statement);
     a plain INSERT when not ``ignore``. Returns the rows stored (OR IGNORE's skipped rows not
