@@ -12,14 +12,15 @@
    after an untimed warm-up, so both sides see comparable load; per side generated tokens / wall
    seconds and CPU milliseconds per token (this whole process: the server, its store and the
    clients' HTTP), and per pair the ratio served / generate in both (target >= 0.8). Both store their
-   rows (the server commits before it answers).
+   rows (the server journals each answer before sending it and commits the journal every 0.1 s).
 2. Overhead per request. The same single-token requests to the tiny 2-layer model, (a) straight to
    the model's worker (no HTTP, no JSON, no store) and (b) through the server, one at a time and
    ``--overhead-concurrency`` at a time: the difference of the median latencies is what HTTP, JSON
    and storing add (target < 5 ms), with the same difference in this process's CPU time per request
    (client + server + store: less sensitive to the machine's load; the client's share included, so an
-   upper bound of the server's), and the store's share: its transactions (one per batch of finished
-   requests, group commit) in wall and writer-thread CPU per request. Then the same requests again
+   upper bound of the server's), and the store's share: its transactions (group commits of the
+   journaled answers, every ``--commit-every`` seconds) in wall and writer-thread CPU per request; the
+   CPU figures wait for the last answers' commit. Then the same requests again
    from clients in a process of their own: this process's CPU is then the server's alone
    (``cpu_server_overhead_ms``, the server's own overhead the target is about).
 
@@ -114,6 +115,7 @@ def _serve(lm, bodies: list[dict], concurrency: int, batch_size: int, db: Path, 
         t0, c0 = time.perf_counter(), time.process_time()
         with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
             tokens = sum(ex.map(one, bodies))
+        _committed(srv.core.writer)  # stored, as generate's rows are when it returns
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {**_rate(wall, cpu, tokens), "requests": len(bodies)}
 
@@ -238,6 +240,7 @@ def _served(lm, prompt: str, n: int, concurrency: int, db: Path) -> dict:
         tx0 = srv.core.writer.transactions
         c0 = time.process_time()
         lat, wall = _requests(srv.url, path, body, n, concurrency)
+        _committed(srv.core.writer)  # the last answers' commit is part of their cost
         cpu = (time.process_time() - c0) / n
         tx = srv.core.writer.transactions - tx0
         timed = {"wall": list(store.wall), "cpu": list(store.cpu)}  # these requests' transactions
@@ -249,6 +252,7 @@ def _served(lm, prompt: str, n: int, concurrency: int, db: Path) -> dict:
             text=True,
             check=True,
         )
+        _committed(srv.core.writer)
         cpu_server = (time.process_time() - c0) / n
         apart = json.loads(got.stdout)
     return {
@@ -260,6 +264,13 @@ def _served(lm, prompt: str, n: int, concurrency: int, db: Path) -> dict:
         "cpu_server": cpu_server,
         "apart": apart,
     }
+
+
+def _committed(writer) -> None:
+    """Wait until the server's writer has committed every journaled answer (an answer is sent after
+    its journal append; the commit follows within ``--commit-every``)."""
+    while writer.stored < writer.journaled:
+        time.sleep(0.005)
 
 
 def _requests(url: str, path: str, body: dict, n: int, concurrency: int) -> tuple[list[float], float]:

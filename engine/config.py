@@ -31,6 +31,7 @@ DEFAULT_TOP_P = 1.0  # 1 = off
 DEFAULT_MAX_NEW_TOKENS = 20
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_TRACE_TOP_K = 5
+SERVE_COMMIT_EVERY_S = 0.1  # engine serve commits its journaled answers this often (serving/writer.py)
 # A trace stores trace_top_k alternatives per token: beyond 100 a trace is bigger than the rest of the
 # run's data and no view reads it (the Token traces page shows the top 10).
 TRACE_TOP_K_MAX = 100

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine import store
+from engine.store import journal
 from engine.store.served import served_rows
 from engine.testing import tiny_lm
 from tests.conftest import ROOT
@@ -88,7 +89,9 @@ def _units(db) -> list[tuple]:
 
 def test_kill_9_mid_request_leaves_a_consistent_run_and_a_restart_continues(tmp_path, tiny_folder):
     db = tmp_path / "s.duckdb"
-    srv = Proc(tiny_folder, db)
+    # --commit-every 60: the first answer is committed at once, the next two wait in the journal, so
+    # the kill finds answered completions that only the journal holds
+    srv = Proc(tiny_folder, db, "--commit-every", "60")
     try:
         first = [srv.ask(p) for p in ("a", "b", "a")]
         # Streamed, so the test knows the request is under way (its first token has arrived) when it
@@ -108,18 +111,23 @@ def test_kill_9_mid_request_leaves_a_consistent_run_and_a_restart_continues(tmp_
         srv.p.wait(30)
     assert [u["repeat"] for o in first for u in o["coupling"]["units"]] == [0, 0, 1]
     with store.reader(db) as con:
-        assert con.execute("SELECT count(*) FROM generations").fetchone()[0] == 3
-        assert con.execute("SELECT count(*) FROM served").fetchone()[0] == 3  # whole completions only
+        n_gen = con.execute("SELECT count(*) FROM generations").fetchone()[0]
+        assert con.execute("SELECT count(*) FROM served").fetchone()[0] == n_gen  # whole completions
+    assert n_gen < 3 and journal.segments(db, "r"), "the last answers should be in the journal only"
     before = _units(db)
-    srv = Proc(tiny_folder, db)
+    srv = Proc(tiny_folder, db)  # stores the journal, then counts
     try:
-        again = srv.ask("a")  # continues the counter of 'a'
+        again = srv.ask("a")  # continues the counter of 'a' (its repeat 1 was only in the journal)
         c = srv.ask("c")  # the killed request stored nothing: its repeat is free again
     finally:
         srv.p.send_signal(signal.SIGTERM)
         srv.p.wait(60)
     assert again["coupling"]["units"][0]["repeat"] == 2 and c["coupling"]["units"][0]["repeat"] == 0
-    assert set(before) <= set(_units(db)) and len(_units(db)) == 5
+    after = _units(db)
+    assert set(before) <= set(after) and len(after) == 5
+    answered = {(u["prompt_id"], u["repeat"]) for o in first for u in o["coupling"]["units"]}
+    assert answered <= {(p, r) for p, r, _ in after}
+    assert not journal.segments(db, "r")  # a graceful stop commits and deletes the journal
 
 
 def test_sigterm_finishes_in_flight_flushes_and_exits_0(tmp_path, tiny_folder):

@@ -65,6 +65,15 @@ def register(sub) -> None:
         default=256,
         help="choices waiting per model beyond the batch; more get 429 with Retry-After",
     )
+    p.add_argument(
+        "--commit-every",
+        type=float,
+        default=config.SERVE_COMMIT_EVERY_S,
+        metavar="S",
+        help="seconds between commits of the journaled answers to the database (answers never wait "
+        "for a commit; readers see the run at most about this far behind; default "
+        f"{config.SERVE_COMMIT_EVERY_S})",
+    )
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (default), float32, bfloat16 or float16")
     p.add_argument(
@@ -116,6 +125,7 @@ def run(args) -> int:
         traces=args.traces,
         batch_size=args.batch_size,
         max_queue=args.max_queue,
+        commit_every_s=args.commit_every,
         command=tuple(["python", "-m", "engine", *sys.argv[1:]]) if sys.argv[1:2] == ["serve"] else None,
     )
 

@@ -9,8 +9,9 @@ One request, end to end (:meth:`Core.start` then :meth:`Call.result` or :meth:`C
 2. key       prompt id (keys.Question or the pinned one), seed (the request's, else the server's;
              per model under --noise independent), repeats from the run's occurrence counters
 3. generate  the choices go to the model's worker (engine.serving.worker); overload is a 429
-4. store     the finished choices' rows go to the writer; the answer waits for their commit. A
-             request that fails or whose client goes away stores nothing and gives its repeats back
+4. store     the finished choices' rows go to the writer's journal before the answer (committed
+             within ``commit_every_s``: engine.serving.writer). A request that fails or whose
+             client goes away stores nothing and gives its repeats back
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class ServeConfig:
     trace_top_k: int = config.DEFAULT_TRACE_TOP_K
     batch_size: int = config.DEFAULT_BATCH_SIZE
     max_queue: int = 256  # choices waiting per model beyond the running batch; more: 429
+    commit_every_s: float = config.SERVE_COMMIT_EVERY_S  # the journal's commits (engine.serving.writer)
     command: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -66,6 +68,9 @@ class ServeConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be an integer >= 1, got {v!r}")
+        c = self.commit_every_s
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 3600:
+            raise UserError(f"--commit-every must be seconds in [0, 3600], got {c!r}")
         if not self.run_id or not isinstance(self.run_id, str):
             raise UserError(f"--run must be a non-empty name, got {self.run_id!r}")
 
@@ -178,7 +183,9 @@ class Core:
             self._lock.__exit__(None, None, None)
             raise
         self.occ = keys.Occurrences(stored)
-        self.writer = StoreWriter(cfg.db, cfg.run_id, after_write=self._lock.beat)
+        self.writer = StoreWriter(
+            cfg.db, cfg.run_id, after_write=self._lock.beat, commit_every_s=cfg.commit_every_s
+        )
         self.models = {
             lm.name: ServedModel(
                 lm.name, lm, (make_worker or _worker)(lm, key_mode, cfg.batch_size), _context(lm)
@@ -341,7 +348,7 @@ class Call:
         self.taken: list[tuple[keys.Slot, tuple[int, ...]]] = []  # given back if nothing is stored
         self.seqs: list[Seq] = []
         self.index: dict[int, int] = {}  # id(seq) -> its choice index
-        self.stored = self.submitted = self._final = False
+        self.stored = self._final = False
         seed = keys.model_seed(req.seed if req.seed is not None else core.cfg.seed, m.name, core.mode)
         try:
             for q, ids in zip(req.questions, prompts):
@@ -427,12 +434,9 @@ class Call:
                     raise asyncio.CancelledError()
                 raise ApiError(500, f"generation failed: {type(err).__name__}: {err}")
             if self.req.max_tokens != 0:
-                fut = self.core.writer.submit(self.rows())
-                self.submitted = True  # from here on the writer decides: its repeats stay taken
                 try:
-                    await asyncio.shield(asyncio.wrap_future(fut))
+                    self.core.writer.submit(self.rows())  # journaled: its repeats stay taken
                 except Exception as exc:
-                    self.submitted = False
                     raise ApiError(500, f"the completion could not be stored: {exc}") from exc
             self.stored = True
         finally:
@@ -445,7 +449,7 @@ class Call:
             return
         self._final = True
         self.core.in_flight -= 1
-        if not (self.stored or self.submitted):
+        if not self.stored:
             self.cancel()
             self.release()
             self.core.failed += 1

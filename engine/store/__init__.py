@@ -12,7 +12,8 @@ and one module per table family with typed read and write functions.
 * :mod:`.clusters`     -- semantic clusters of a prompt's generations
 * :mod:`.design`       -- a run's stored facts for the report's design section
 * :mod:`.served`       -- served runs (``engine serve``): open / continue one, the held writer, the
-  ``served`` rows of each generation's request; :mod:`.served_links` what an import reads of them
+  ``served`` rows of each generation's request; :mod:`.served_links` what an import reads of them;
+  :mod:`.journal` the served run's append-only file of answered requests not yet committed
 * :mod:`.judge_facts`  -- what the judge audit's bias figures read: response lengths, reported models
 * :mod:`.run_models`   -- the order in which the user gave a run's models (every A - B follows it)
 * :mod:`.comparison_files`, :mod:`.arena`, :mod:`.jsonl` -- comparison files read and validated

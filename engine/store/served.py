@@ -4,9 +4,11 @@ and the stored units its occurrence counters start from.
 A served run is an ordinary run (``runs``, ``datasets`` 'served:RUN', ``prompts``, ``generations``,
 ``token_traces``) plus one ``served`` row per generation: what the request asked (the question and
 its fields, never the key), its response id and choice index, the per-token probabilities and
-log-probabilities. The server is the run's only writer; each batch of finished completions is one
-transaction (:func:`write_served`), so a killed server leaves whole completions only, and readers
-get in between two batches.
+log-probabilities. The server is the run's only writer; it journals each answered request's rows
+(``engine.store.journal``: one file write, before the answer) and commits them in batches, each one
+transaction (:class:`HeldWriter`), so DuckDB holds whole completions only, a killed server's
+answered completions not yet committed are stored by the next server on the run
+(:func:`replay_journal`), and readers get in between two batches.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import duckdb
 import pandas as pd
 
 from engine.errors import UserError
+from engine.store import journal
 from engine.store.db import WRITER_TIMEOUT_S, _connect, insert_df, query_df, transaction, writer
 from engine.store.files import write_failure
 from engine.store.generations import GenerationRow, TraceRow
@@ -102,8 +105,8 @@ def open_served_run(
     warnings: Sequence[str] = (),
 ) -> list[StoredUnit]:
     """Create the served run, or continue a stored one (same seed and key mode; models and modes
-    merged); status 'running'. Returns its stored units (the occurrence counters' start). One
-    transaction."""
+    merged); status 'running'. Stores what a killed server left in the run's journal
+    (:func:`replay_journal`), then returns its stored units (the occurrence counters' start)."""
     ds = dataset_id(run_id)
     with transaction(db) as con:
         prev = stored_config(con, run_id)
@@ -126,10 +129,65 @@ def open_served_run(
             con.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(merged), run_id])
             update_status(con, run_id, "running")
             record_host(con, run_id, host)
+    replay_journal(db, run_id)  # a killed server's answered completions, before the counters
+    with writer(db) as con:
         rows = con.execute(
             "SELECT model, mode, prompt_id, repeat, seed FROM generations WHERE run_id = ?", [run_id]
         ).fetchall()
     return [StoredUnit(m, md, p, int(r), int(s)) for m, md, p, r, s in rows]
+
+
+def encode_rows(
+    prompts: Sequence[PromptRow],
+    generations: Sequence[GenerationRow],
+    served: Sequence[ServedRow],
+    traces: Sequence[TraceRow] = (),
+) -> bytes:
+    """One request's rows as a journal record (JSON: each row a list in its fields' order)."""
+    return json.dumps([prompts, generations, served, traces], default=_plain).encode()
+
+
+def _plain(x: Any) -> Any:
+    """numpy scalars and arrays (a backend's probabilities) as JSON values."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"cannot journal {type(x).__name__}")
+
+
+def decode_rows(
+    payload: bytes,
+) -> tuple[list[PromptRow], list[GenerationRow], list[ServedRow], list[TraceRow]]:
+    """The inverse of :func:`encode_rows`."""
+    p, g, s, t = json.loads(payload)
+    return (
+        [PromptRow(*r) for r in p],
+        [GenerationRow(*r) for r in g],
+        [ServedRow(*r) for r in s],
+        [TraceRow(*r) for r in t],
+    )
+
+
+def replay_journal(db: str | os.PathLike, run_id: str) -> int:
+    """Store the records a killed server left in the run's journal (one transaction; a record already
+    committed stays as it is), then delete them. Returns the generations the journal held."""
+    segs = journal.segments(db, run_id)
+    if not segs:
+        return 0
+    prompts: list[PromptRow] = []
+    gens: list[GenerationRow] = []
+    served: list[ServedRow] = []
+    traces: list[TraceRow] = []
+    for _, path in segs:
+        for payload in journal.read_records(path):
+            p, g, s, t = decode_rows(payload)
+            prompts.extend(p)
+            gens.extend(g)
+            served.extend(s)
+            traces.extend(t)
+    if gens:
+        write_served(db, run_id, prompts, gens, served, traces)
+    journal.drop(db, run_id, through=segs[-1][0])
+    return len(gens)
 
 
 def write_served(
