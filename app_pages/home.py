@@ -144,7 +144,6 @@ def _summary(s) -> None:
             + ui.md_code(f"python -m engine summary --run {shlex.quote(s.run)}")
             + "."
         )
-        ui.report_button(s.run, s.models, key="home_report")
         c1, c2, c3 = st.columns(3)
         for col, key in zip((c1, c2, c3), ("benchmark", "traces", "datamap")):
             page = navigation.BY_KEY[key]
@@ -152,7 +151,10 @@ def _summary(s) -> None:
 
 
 # Counters, the demo box and the summary live in one fragment that re-runs every 2 s while a job
-# runs (every 10 s otherwise), so they follow the run with no page reload.
+# runs (every 10 s otherwise), so they follow the run with no page reload. The report's Download
+# button sits below it, outside: a button that the fragment re-renders while it is clicked loses the
+# click (its file is registered anew on every re-run); the fragment says which run it is for, and
+# re-runs the page when that changes.
 @st.fragment(run_every=2.0 if jobs_panel.any_job_running() else 10.0)
 def _live() -> None:
     running = jobs_panel.any_job_running()
@@ -163,19 +165,32 @@ def _live() -> None:
     _demo_box(counts, demo_running, jobs_panel.DEMO_RUN in scored)
     run = _choose_run(scored)
     s = L.summary_of(run) if run else None
+    report: tuple[str, tuple[str, ...]] | None = None  # the run (and models) the report button is for
     if s is not None:
         _summary(s)
+        report = (s.run, tuple(s.models))
     elif run and (why := L.summary_problem(run)):  # chosen, but not showable: say why, never a blank
         st.info(f"Run {ui.md_code(run)} has no headline findings to show: {ui.md_escape(why)}.")
         if any(a.run == run for a in L.audit_sources()):  # judged: its report reads the verdicts
-            ui.report_button(run, key="home_report")
+            report = (run, ())
+    st.session_state["_home_report"] = report
+    if (
+        not st.session_state.get("_home_page_run")
+        and st.session_state.get("_home_report_shown") != report
+    ):
+        st.rerun(scope="app")  # the fragment alone re-ran and chose another run: the button follows
     was_running = st.session_state.get("_home_running", False)
     st.session_state["_home_running"] = running
     if was_running and not running:
         st.rerun(scope="app")  # the last job finished: refresh the tables below (and the poll rate)
 
 
+st.session_state["_home_page_run"] = True  # the whole page runs (not the fragment alone)
 _live()
+st.session_state["_home_report_shown"] = st.session_state.get("_home_report")
+st.session_state["_home_page_run"] = False
+if st.session_state["_home_report_shown"] is not None:
+    ui.report_button(*st.session_state["_home_report_shown"], key="home_report")
 
 st.subheader("Jobs")
 jobs_panel.job_panel(limit=3)

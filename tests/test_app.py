@@ -7,6 +7,7 @@ naive pandas computation.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import time
@@ -17,7 +18,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import navigation
+from dashboard import navigation, widgets
 from engine import store
 from engine.analysis import comparisons as acmp
 from engine.analysis import overview, traces
@@ -250,6 +251,42 @@ def test_home_lists_what_is_stored(app, small_db):
     assert not at.warning  # 40 questions, intervals that vary: nothing to warn about
 
 
+def _calls(fn: ast.FunctionDef) -> set[str]:
+    return {
+        c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")
+        for c in ast.walk(fn)
+        if isinstance(c, ast.Call)
+    }
+
+
+@pytest.mark.parametrize(
+    "page", ["app_pages/home.py", "dashboard/sequential_live.py", "dashboard/serve_panel.py"]
+)
+def test_no_report_button_inside_a_fragment_that_reruns_on_a_timer(page):
+    """A Download button that a timed fragment re-renders while it is clicked loses the click (its
+    file is registered anew on every re-run): the report's buttons (seconds to build) sit outside
+    every ``st.fragment(run_every=...)``, also through the page's own functions that it calls."""
+    tree = ast.parse((ROOT / page).read_text(encoding="utf-8"))
+    funcs = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+    timed = [
+        f
+        for f in funcs.values()
+        for d in f.decorator_list
+        if isinstance(d, ast.Call) and any(k.arg == "run_every" for k in d.keywords)
+    ]
+    assert timed or page != "app_pages/home.py"
+    for frag in timed:
+        seen, todo = set(), [frag.name]
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in funcs:
+                continue
+            seen.add(name)
+            called = _calls(funcs[name])
+            assert "report_button" not in called, f"{page}: {frag.name} -> {name} renders the report"
+            todo += called
+
+
 def test_home_chooses_the_run_and_warns_on_a_small_sample(tmp_path, monkeypatch, small_db):
     """Home shows the newest scored run by default, lets the user choose another,
     and a 5-question run's collapsed interval and 100% saving come with the analysis' warnings."""
@@ -279,10 +316,15 @@ def test_home_chooses_the_run_and_warns_on_a_small_sample(tmp_path, monkeypatch,
     scoring.score_run(db, "tiny")  # numeric: the dataset's rule
     monkeypatch.setenv("COUPLED_EVAL_DB", str(db))
     monkeypatch.chdir(ROOT)
+    reports: list[tuple] = []  # the Download report buttons the page renders: (run, models, key)
+    monkeypatch.setattr(
+        widgets, "report_button", lambda run, models=(), key="": reports.append((run, models, key))
+    )
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
     assert not at.exception
     sel = at.selectbox(key="home_run")
     assert sel.options[:2] == ["tiny (newest scored)", "run-small"] and sel.value == "tiny"
+    assert reports == [("tiny", ("m1", "m2"), "home_report")]
     # as shown: Markdown's backslash escapes of the analysis' text (widgets.md_escape) removed
     warnings = [re.sub(r"\\(.)", r"\1", w.value) for w in at.warning]
     assert warnings[0].startswith("**Small sample.** Small sample: 5 questions")
@@ -291,6 +333,7 @@ def test_home_chooses_the_run_and_warns_on_a_small_sample(tmp_path, monkeypatch,
     sel.set_value("run-small").run()
     assert not at.exception
     assert any("run `run-small`" in h.value for h in at.subheader) and not at.warning
+    assert reports[-1][::2] == ("run-small", "home_report")  # the button follows the chosen run
     # the Data map starts from the rule the run was scored with, not the first listed
     at.switch_page(navigation.path("datamap")).run()
     at.selectbox(key="dm_run").set_value("tiny").run()

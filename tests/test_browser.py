@@ -228,6 +228,38 @@ def test_download_a_chart(server, page, artifacts_dir):
     )  # no float noise
 
 
+def test_homes_report_button_follows_the_run_chosen_in_its_live_fragment(server, page, tmp_path):
+    """Home's run chooser sits in a fragment that re-runs on a timer, its Download report button
+    below it, outside (a button the fragment re-renders while it is clicked loses the click): choosing
+    another run re-runs the fragment alone, which re-runs the page so that the button follows. The
+    downloaded file is named after the chosen run."""
+    import numpy as np
+
+    from engine.tasks import scoring
+    from tests.test_summary import make_numeric_run
+
+    same = np.array([["4", "4"], ["7", "1"], ["2", "2"]])
+    make_numeric_run(
+        server["db"],
+        {("m1", "coupled"): same, ("m2", "coupled"): same},
+        {f"p{i}": g for i, g in enumerate("472")},
+        run="tiny-home",
+    )
+    scoring.score_run(server["db"], "tiny-home")  # the newest scored run: Home opens on it
+    _goto(page, server, "home")
+    box = page.locator("[data-testid='stSelectbox']").filter(has_text="Headline findings of run").first
+    box.wait_for(timeout=60_000)
+    assert box.locator("input").input_value().startswith("tiny-home")
+    box.click()
+    page.get_by_role("option").filter(has_text="run-small").first.click()
+    page.get_by_text("Headline findings: run run-small").first.wait_for(timeout=60_000)
+    _settle(page)
+    _no_exception(page)
+    with page.expect_download(timeout=300_000) as dl:
+        page.locator(".st-key-home_report button").first.click()
+    assert dl.value.suggested_filename.startswith("report_run-small_"), dl.value.suggested_filename
+
+
 def _upload(page, path: Path, expect: str, tries: int = 3) -> None:
     """Give the first file input ``path`` and wait for ``expect``; again if the page was still drawing
     (a rerun that remounts the uploader drops the file: seen under load)."""

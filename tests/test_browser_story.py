@@ -346,8 +346,8 @@ def _pages(page, story, artifacts_dir) -> dict:
     seen["audit"] = _visit(page, story, artifacts_dir, "judge_audit", "With a human label")
     seen["audit_metrics"] = {m: _metric(page, m) for m in ("Units judged", "With a human label")}
     seen["audit_csv"] = _csv(page, "ja_table", artifacts_dir, "judge_audit")
-    # the run's one shared file, from the page's Download button (Home's sits in a fragment that
-    # re-renders every few seconds, and a click that lands as it does is lost: see the report)
+    # the run's one shared file, from this page's Download button (Home's, outside its live
+    # fragment, is downloaded by tests/test_browser.py)
     with page.expect_download(timeout=300_000) as dl:
         page.locator(".st-key-ja_report button").first.click()
     path = artifacts_dir / "browser_story_report.html"
