@@ -184,3 +184,28 @@ def test_a_failed_last_commit_leaves_the_journal_for_the_next_server(tmp_db, mon
     monkeypatch.setattr(srv.HeldWriter, "write", real)
     units = srv.open_served_run(tmp_db, "s", _config(), "token_id", "v", "h")
     assert len(units) == 3 and _stored(tmp_db) == [("req-1", 0), ("req-2", 0), ("req-2", 1)]
+
+
+def test_close_commits_what_arrived_during_the_last_commit(tmp_db, monkeypatch):
+    """A request journaled while a commit runs, then close: the writer commits it before it ends
+    (it once returned after the commit that was running, leaving the request in the journal)."""
+    srv.open_served_run(tmp_db, "s", _config(), "token_id", "v", "h")
+    real, entered, release = srv.HeldWriter.write, threading.Event(), threading.Event()
+
+    def slow(self, *rows):
+        entered.set()
+        release.wait(30)
+        return real(self, *rows)
+
+    monkeypatch.setattr(srv.HeldWriter, "write", slow)
+    w = wr.StoreWriter(tmp_db, "s", commit_every_s=0)
+    w.submit(_rows_of("s", "req-1", [0]))
+    assert entered.wait(30)  # the first commit is running
+    w.submit(_rows_of("s", "req-2", [0]))
+    closing = threading.Thread(target=w.close, kwargs={"timeout": 60})
+    closing.start()
+    time.sleep(0.1)
+    release.set()
+    closing.join(60)
+    assert (w.stored, w.transactions) == (2, 2)
+    assert _stored(tmp_db) == [("req-1", 0), ("req-2", 0)] and journal.segments(tmp_db, "s") == []

@@ -25,7 +25,6 @@ calls ``on_done``.
 
 from __future__ import annotations
 
-import collections
 import threading
 from typing import Any
 
@@ -33,6 +32,7 @@ from engine.generation.vllm_backend import VllmBackend
 from engine.generation.vllm_sampler import EXTRA_KEY, check_sampling_params
 from engine.generation.vllm_traces import TRACES, FinishedRequests, StepTrace, flush_pending
 from engine.sampling import noise
+from engine.serving.inbox import WorkerThread
 from engine.serving.seq import Seq, TextTracker
 
 # One engine steps at a time in this process: vLLM keeps per-process state while it runs a step (its
@@ -42,7 +42,7 @@ from engine.serving.seq import Seq, TextTracker
 ENGINE_LOCK = threading.RLock()
 
 
-class VllmWorker:
+class VllmWorker(WorkerThread):
     """One model's generation thread on a :class:`VllmBackend`. :meth:`submit` hands it choices from
     any thread; each ends with its ``on_done`` called in this thread (finish set, or ``error``)."""
 
@@ -56,46 +56,15 @@ class VllmWorker:
         self._call, self._kid, self._route = backend.register_keys(keys)
         self.stop_ids = set(backend.stop_ids)
         self.special = self.stop_ids | set(getattr(backend.tokenizer, "all_special_ids", []) or [])
-        self._inbox: collections.deque[Seq] = collections.deque()
-        self._cv = threading.Condition()
-        self._closing = False
         self._n = 0
-        self.tokens = 0  # generated so far (progress line)
-        self.running = 0  # requests inside vLLM
-        self.outstanding = 0  # choices submitted and not finished
-        self._count = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"serve-vllm-{name}", daemon=True)
-        self._thread.start()
-
-    # ---- other threads
-    def submit(self, seqs: list[Seq]) -> None:
-        with self._cv:
-            if self._closing:
-                raise RuntimeError(f"the worker of {self.name} is closed")
-            self._inbox.extend(seqs)
-            self._cv.notify()
-        with self._count:
-            self.outstanding += len(seqs)
-
-    @property
-    def queued(self) -> int:
-        return len(self._inbox)
+        self._start(f"serve-vllm-{name}")  # self.running: requests inside vLLM
 
     def close(self, timeout: float | None = None) -> None:
         """Finish what was submitted, then end the thread and the engine's keys."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify()
-        self._thread.join(timeout)
+        super().close(timeout)
         self.backend.end_call(self._call, self._kid, {})
 
     # ---- the worker thread
-    def _take(self) -> list[Seq]:
-        with self._cv:
-            out = list(self._inbox)
-            self._inbox.clear()
-            return out
-
     def _run(self) -> None:
         inflight: dict[str, Seq] = {}
         while True:
@@ -252,12 +221,6 @@ class VllmWorker:
                 if tail:
                     s.on_token(s, tail)
         self._done(s)
-
-    def _done(self, s: Seq) -> None:
-        with self._count:
-            self.tokens += len(s.ids)
-            self.outstanding -= 1
-        s.on_done(s)
 
 
 def _token_logprobs(token: int, step: dict, k: int) -> tuple[float, list[tuple[int, float]]]:

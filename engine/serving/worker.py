@@ -20,8 +20,6 @@ last float bits of logits computed in different batch shapes (the transformers l
 
 from __future__ import annotations
 
-import collections
-import threading
 import time
 from dataclasses import replace
 
@@ -33,6 +31,7 @@ from engine.generation.prompts import stop_token_ids
 from engine.generation.types import GenConfig, Unit
 from engine.sampling import noise
 from engine.sampling.keyed import draw
+from engine.serving.inbox import WorkerThread
 from engine.serving.prefix import RequestPrefill
 from engine.serving.seq import Seq, ServedUnit, TextTracker
 
@@ -177,7 +176,7 @@ def _insert_grouped(todo: list[Unit], u: Unit) -> None:
     todo.append(u)
 
 
-class ModelWorker:
+class ModelWorker(WorkerThread):
     """One model's generation thread. :meth:`submit` hands it choices from any thread; each ends
     with its ``on_done`` called in this thread (finish set, or ``error``)."""
 
@@ -191,45 +190,10 @@ class ModelWorker:
         self.stop_ids = stop_token_ids(lm)
         self.special = set(self.stop_ids) | set(getattr(lm.tokenizer, "all_special_ids", []) or [])
         self._stop_t = torch.tensor(sorted(self.stop_ids) or [-1], device=lm.device)
-        self._inbox: collections.deque[Seq] = collections.deque()
-        self._cv = threading.Condition()
-        self._closing = False
-        self.tokens = 0  # generated so far (progress line)
-        self.running = 0  # rows in the batch
-        self.outstanding = 0  # choices submitted and not finished
-        self._count = threading.Lock()
         self.prefill: RequestPrefill | None = None  # made by the first session (serving/prefix.py)
-        self._thread = threading.Thread(target=self._run, name=f"serve-{name}", daemon=True)
-        self._thread.start()
-
-    # ---- other threads
-    def submit(self, seqs: list[Seq]) -> None:
-        with self._cv:
-            if self._closing:
-                raise RuntimeError(f"the worker of {self.name} is closed")
-            self._inbox.extend(seqs)
-            self._cv.notify()
-        with self._count:
-            self.outstanding += len(seqs)
-
-    @property
-    def queued(self) -> int:
-        return len(self._inbox)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Finish what was submitted, then end the thread."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify()
-        self._thread.join(timeout)
+        self._start(f"serve-{name}")  # self.running: rows in the batch
 
     # ---- the worker thread
-    def _take(self) -> list[Seq]:
-        with self._cv:
-            out = list(self._inbox)
-            self._inbox.clear()
-            return out
-
     def _run(self) -> None:
         while True:
             with self._cv:
@@ -246,9 +210,7 @@ class ModelWorker:
                 for s in active + self._take():
                     if not s.finish:
                         s.error, s.finish = exc, "error"
-                        with self._count:
-                            self.outstanding -= 1
-                        s.on_done(s)
+                        self._done(s)
             finally:
                 self.running = 0
 
@@ -265,10 +227,7 @@ class ModelWorker:
             s.text = self.lm.tokenizer.decode(
                 [t for t in s.ids if t not in self.stop_ids], skip_special_tokens=True
             )
-        with self._count:
-            self.tokens += len(s.ids)
-            self.outstanding -= 1
-        s.on_done(s)
+        self._done(s)
 
     def _intake(self, todo: list[Unit], pre: PrefillCache, held: list[Seq], active: list[Seq]) -> None:
         """1. New choices join ``todo``. A pinned prompt id asked with other tokens than a pending one waits

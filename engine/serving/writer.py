@@ -107,7 +107,7 @@ class StoreWriter:
     def _loop(self) -> None:
         last = 0.0  # when the last commit began
         while True:
-            if not self._wake.wait(LINGER_S):
+            if not self._closing.is_set() and not self._wake.wait(LINGER_S):
                 self._held.release()  # idle: the file is free for readers until the next batch
                 self._wake.wait()
             self._wake.clear()
@@ -121,11 +121,14 @@ class StoreWriter:
             if batch and not self._commit(batch, through):
                 with self._lock:
                     self._pending[:0] = batch  # again, before what came since
-                if not self._closing.wait(RETRY_S):
-                    self._wake.set()
-                    continue
+                if self._closing.wait(RETRY_S):
+                    return  # closing: what failed stays in the journal, for the next server on the run
+                self._wake.set()
+                continue
             if self._closing.is_set():
-                return
+                with self._lock:  # what arrived during the last commit is committed before the end
+                    if not self._pending:
+                        return
 
     def _commit(self, batch: list[Rows], through: int | None) -> bool:
         all_rows = Rows()
