@@ -12,8 +12,9 @@ nothing heavy; each name below is imported on first use, so the dashboard lists 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from engine.lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the names, for type checkers and readers; loaded on first use
     from engine.models.cache import (
@@ -92,14 +93,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The exported ``name``, importing its module on first use (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())  # PEP 562: imported on first use
 
 
 __all__ = [

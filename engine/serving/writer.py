@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine import config
+from engine.errors import UserError
 from engine.store import journal
 from engine.store.files import write_failure
 from engine.store.generations import GenerationRow, TraceRow
@@ -78,8 +79,8 @@ class StoreWriter:
         """Journal one request's rows (they survive a kill of the server from here on) for the next
         commit. Raises the store's failure while commits fail, or the journal's OSError (a full disk,
         as a UserError); then nothing of the request is kept."""
-        if self.failure is not None:
-            raise self.failure
+        if self.failure is not None:  # a new exception each time: re-raising one grows its traceback
+            raise UserError(f"the served run's last commit failed: {self.failure}")
         payload = encode_rows(rows.prompts, rows.generations, rows.served, rows.traces)
         with self._lock:
             try:
