@@ -110,3 +110,40 @@ def test_a_refused_distributed_run_leaves_nothing(tmp_path):
     with pytest.raises(UserError, match="not reachable"):
         _run(db, executor=Refusing())
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+SETTINGS = r"""
+import json, sys
+import duckdb
+from engine import store
+q = "SELECT current_setting('enable_progress_bar')"
+with store.transaction(sys.argv[1]) as con:
+    writer = con.execute(q).fetchone()[0]
+with store.reader(sys.argv[1]) as con:
+    reader = con.execute(q).fetchone()[0]
+with duckdb.connect(":memory:") as con:
+    raw = con.execute(q).fetchone()[0]
+print(json.dumps({"writer": writer, "reader": reader, "duckdb's default": raw}))
+"""
+
+
+def test_no_connection_of_the_store_draws_a_progress_bar(tmp_db):
+    """DuckDB draws a progress bar on stdout for any query slower than 2 s, by default when stdout is
+    a pipe (a child process: checked here, since pytest's capture turns it off): under load that
+    broke a JSON line of tests/test_store_concurrency.py's reader processes (` 66% ▕███ ▏ (~6
+    seconds remaining) {"loops": 71, ...}`) and would break `--json` output. Every connection the
+    store opens, reader or writer, turns it off."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run(
+        [sys.executable, "-c", SETTINGS, str(tmp_db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == {"writer": False, "reader": False, "duckdb's default": True}

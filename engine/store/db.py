@@ -145,7 +145,10 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
             if read_only:
                 _yield_to_writers(path, min(INTENT_MAX_WAIT_S, max(0.0, deadline - time.monotonic())))
             try:
+                # no progress bar: DuckDB prints one to stdout when a query runs longer than 2 s
+                # (a loaded machine), which would break `--json` output and our own messages
                 con = duckdb.connect(str(path), read_only=read_only)
+                con.execute("SET enable_progress_bar = false")  # a session option: not in config=
                 if _LOCK_LOG:  # bench/bench_concurrency.py: how long each connection waited
                     with open(_LOCK_LOG, "a") as f:
                         f.write(

@@ -51,7 +51,6 @@ def _prompts_sha256(con, dataset_id: str, run_id: str) -> tuple[str, int]:
 def design_rows(db: str | os.PathLike, run_id: str) -> DesignRows:
     """:class:`DesignRows` of ``run_id`` (UserError naming the known runs when it is not stored)."""
     with reader(db) as con:
-        con.execute("SET enable_progress_bar = false")  # stderr belongs to our own messages
         require_run(con, run_id)
         row = con.execute(
             """SELECT CAST(created_at AS VARCHAR), status, code_version, key_mode, host,

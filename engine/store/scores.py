@@ -115,7 +115,6 @@ def store_import(db: str | os.PathLike, rows: ImportRows) -> int:
     """
     pids, names = rows.prompts["prompt_id"].tolist(), rows.models["name"].tolist()
     with transaction(db) as con:
-        con.execute("SET enable_progress_bar = false")  # stderr belongs to our own messages
         con.execute(
             "DELETE FROM prompts WHERE dataset_id = ? AND list_contains(?, prompt_id)",
             [rows.dataset_id, pids],
