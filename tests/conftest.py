@@ -16,6 +16,16 @@ import pytest
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+# Triton's interpreter on a machine without an NVIDIA GPU, set before anything imports triton
+# (transformers' Llama import does): Triton decides compiled vs interpreted for its own reductions
+# (tl.max, tl.argmax) when it is imported, and tests/test_noise_kernel.py runs the fused kernels on
+# CPU in the interpreter. Without this, a worker that imported triton compiled re-ran each of those
+# tests in a child pytest (about 50 CPU-s of interpreter start-ups on two cores). The engine's
+# dispatch never sends CPU tensors to Triton, so no other test runs differently. An exported value
+# wins.
+if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0")):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("COUPLED_EVAL_SHARED", ROOT.parent / "shared"))
 ARTIFACTS = ROOT / "test-artifacts"
