@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as st
 
@@ -17,6 +18,7 @@ from engine.errors import UserError
 from engine.stats import gate as G
 from engine.stats.sequential import SequentialCS
 from engine.store import transaction
+from engine.store.db import insert_df
 from tests.conftest import ROOT
 
 
@@ -52,10 +54,8 @@ def _write_run(db, run, base, cand, order=None, seen=None, models=("base", "cand
             "INSERT INTO runs (run_id, dataset_id, config, status, n_units) VALUES (?, 'ds', ?, 'done', 0)",
             [run, json.dumps(cfg)],
         )
-        con.executemany(
-            "INSERT INTO scores (run_id, model, prompt_id, repeat, mode, rule, score) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+        cols = ["run_id", "model", "prompt_id", "repeat", "mode", "rule", "score"]
+        insert_df(con, "scores", pd.DataFrame(rows, columns=cols), cols)  # one statement, not a row each
     return ids
 
 
