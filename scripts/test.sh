@@ -52,7 +52,8 @@ export TEST_START_EPOCH=$(($(date +%s) - SECONDS + START))
 # its own process group (setsid), so that the trap stops its installs and tests with it
 setsid -w bash scripts/test_side_stages.sh > test-side-stages.log 2>&1 &
 SIDE_PID=$!
-trap 'kill -- -"$SIDE_PID" 2>/dev/null; kill $(jobs -p) 2>/dev/null || true' EXIT
+# (errexit holds inside a trap too: a kill of what already ended must not turn a pass into exit 1)
+trap '{ kill -- -"$SIDE_PID"; kill $(jobs -p); } 2>/dev/null || true' EXIT
 [ -z "$APT_PID" ] || wait "$APT_PID"
 
 stage "lint"
