@@ -22,30 +22,39 @@ if [ "${SKIP_VLLM:-0}" != 1 ]; then
   VLLM_PID=$!
 fi
 
+# finish NAME INSTALL_STATUS INSTALL_LOG INSTALLER TEST_COMMAND...: the stage's line, its tests run
+# only when its install succeeded
+finish() {
+  local name=$1 installed=$2 log=$3 installer=$4
+  shift 4
+  if [ "$installed" != 0 ]; then
+    tail -40 "$log"
+    report "$name stage" "FAILED: $installer (log above, whole in $log)"
+    FAILED+=("$name")
+  elif "$@"; then
+    report "$name stage" passed
+  else
+    report "$name stage" FAILED
+    FAILED+=("$name")
+  fi
+}
+
 if [ "${SKIP_CLIENTS:-0}" = 1 ]; then
   report "clients stage" "skipped (SKIP_CLIENTS=1)"
-elif ! REUSE_TORCH_FROM=.venv bash scripts/install_clients.sh > .venv-clients-install.log 2>&1; then
-  tail -40 .venv-clients-install.log
-  report "clients stage" "FAILED: scripts/install_clients.sh (log above, whole in .venv-clients-install.log)"
-  FAILED+=(clients)
-elif .venv/bin/python -m pytest tests/clients -q -p no:xdist; then
-  report "clients stage" passed
 else
-  report "clients stage" FAILED
-  FAILED+=(clients)
+  RC=0
+  REUSE_TORCH_FROM=.venv bash scripts/install_clients.sh > .venv-clients-install.log 2>&1 || RC=$?
+  finish clients "$RC" .venv-clients-install.log scripts/install_clients.sh \
+    .venv/bin/python -m pytest tests/clients -q -p no:xdist
 fi
 
 if [ -z "$VLLM_PID" ]; then
   report "vLLM stage" "skipped (SKIP_VLLM=1)"
-elif ! wait "$VLLM_PID"; then
-  tail -40 .venv-vllm-install.log
-  report "vLLM stage" "FAILED: scripts/install_vllm.sh (log above, whole in .venv-vllm-install.log)"
-  FAILED+=(vLLM)
-elif .venv-vllm/bin/python -m pytest tests/vllm -q -p no:xdist; then
-  report "vLLM stage" passed
 else
-  report "vLLM stage" FAILED
-  FAILED+=(vLLM)
+  RC=0
+  wait "$VLLM_PID" || RC=$?
+  finish vLLM "$RC" .venv-vllm-install.log scripts/install_vllm.sh \
+    .venv-vllm/bin/python -m pytest tests/vllm -q -p no:xdist
 fi
 
 [ ${#FAILED[@]} -eq 0 ] || { echo "failed: ${FAILED[*]}"; exit 1; }
