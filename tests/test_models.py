@@ -232,6 +232,46 @@ def test_cache_write_is_atomic(tmp_path, monkeypatch):
     assert not C._cache_valid(target, spec)
 
 
+def test_two_processes_needing_one_cache_at_once_convert_it_once(tmp_path, monkeypatch):
+    """Two loads of the same uncached model at once (here two threads: each opens the lock file
+    itself, so flock keeps them apart as it does two processes): the first converts, the second waits
+    on the lock and reads the cache the first wrote. Without the lock both would convert."""
+    import threading
+    import time
+
+    import transformers
+
+    monkeypatch.setenv("COUPLED_EVAL_CACHE", str(tmp_path / "cache"))
+    spec = _fake_spec(tmp_path)
+    model, tok = tiny_lm(seed=0)
+    started = []
+
+    def slow_model(*a, **k):  # a conversion that takes a while: the other load arrives meanwhile
+        started.append(threading.get_ident())
+        time.sleep(0.5)
+        return model
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", slow_model)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
+    before = C.CONVERSIONS["fake"]
+    paths, errors = [], []
+
+    def load():
+        try:
+            paths.append(C.ensure_cached(spec))
+        except Exception as exc:  # pragma: no cover - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert paths == [M.cache_dir("fake")] * 2 and C._cache_valid(paths[0], spec)
+    assert len(started) == 1 and C.CONVERSIONS["fake"] == before + 1  # converted once
+
+
 @pytest.mark.parametrize(
     "error",
     [

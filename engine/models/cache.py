@@ -3,7 +3,10 @@ folders under ``data/cache/models/<name>/`` (``$COUPLED_EVAL_CACHE`` replaces ``
 
 A cache is written into a temporary folder and renamed into place, so a killed conversion never
 leaves a half-written cache; a manifest (``coupled_eval.json``) records what was converted from what
-(source size and mtime: a changed source is reconverted).
+(source size and mtime: a changed source is reconverted). Processes that need the same cache at once
+(the dashboard's demo beside a CLI run, the replicas of a Ray run on one machine) convert it once: the
+others wait on a lock file beside it (``.<name>.lock``, an ``flock`` the system drops when its
+holder dies) and then read what the first wrote.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -178,6 +182,27 @@ def quiet_hub():
             hf_logging.enable_progress_bar()
 
 
+@contextlib.contextmanager
+def _conversion_lock(path: Path) -> Iterator[None]:
+    """Hold ``path``'s conversion lock (``.<name>.lock`` beside it) while converting: one process
+    converts, the others wait here. Best effort: where the lock cannot be taken (no ``fcntl``, a
+    folder that refuses the file) the conversion goes on unlocked and any write error is reported
+    by :func:`_write_cache` as before."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path.parent / f".{path.name}.lock", "a")  # noqa: SIM115 (held across the yield)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX)  # blocks while another process converts the same model
+        yield
+    finally:
+        f.close()  # closing the file releases the lock
+
+
 def ensure_cached(spec: ModelSpec) -> Path:
     """The local Hugging Face folder holding ``spec``'s float32 weights, converting first if needed
     (also for other backends, e.g. vLLM, that load the same weights from a folder).
@@ -185,13 +210,23 @@ def ensure_cached(spec: ModelSpec) -> Path:
     bf16 and bnb variants reuse the base cache (cast at load); :func:`is_cached` says beforehand
     whether a conversion will happen.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if spec.variant in ("bf16", "bnb-8bit", "bnb-4bit"):
         return ensure_cached(base_spec(spec))
     path = cache_dir(_cache_name(spec))
     if _cache_valid(path, spec):
         return path
+    with _conversion_lock(path):
+        if _cache_valid(path, spec):  # another process converted it while this one waited
+            return path
+        _convert(spec, path)
+    return path
+
+
+def _convert(spec: ModelSpec, path: Path) -> None:
+    """Convert ``spec`` into ``path`` (GGUF dequantized to float32, or a variant quantized from its
+    base's cache) and count it in :data:`CONVERSIONS`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     t0 = time.perf_counter()
     with quiet_hub():
         if spec.variant in ("base", "gguf"):  # GGUF -> dequantized float32 (transformers' reader)
@@ -211,7 +246,6 @@ def ensure_cached(spec: ModelSpec) -> Path:
             quantize_linear_weights(model, spec.variant)
         CONVERSIONS[spec.name] += 1
         _write_cache(path, spec, model, tok, time.perf_counter() - t0)
-    return path
 
 
 def _forget_gguf_quantizer(model) -> None:
