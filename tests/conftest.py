@@ -95,14 +95,20 @@ SERIAL_GROUPS = {
         "test_label_browser.py",
     },
 }
-# Modules that take minutes go first, so that the last unit of work started is a short one (longest
-# processing time first: the two workers then finish together). The browser group is first of all.
+# The units of work that take longest go first, longest first (longest processing time first: the
+# last unit started is then a short one and the two workers end together). Seconds on one worker of
+# two, the main suite alone on XEON-512 (docs/BENCHMARKS.md, "The test suite"): browser 555,
+# test_distributed 188, processes 102, test_race_live 72, test_models 53, test_race_models 50,
+# test_report 45, test_bench_smoke 40; every other module takes under 30 s and keeps its file order.
 HEAVY_FIRST = (
     "browser",
-    "processes",
-    "test_models.py",
     "test_distributed.py",
-    "test_report_sections.py",
+    "processes",
+    "test_race_live.py",
+    "test_models.py",
+    "test_race_models.py",
+    "test_report.py",
+    "test_bench_smoke.py",
 )
 
 
@@ -122,6 +128,11 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    # xdist otherwise reorders the units by their number of tests (--loadscope-reorder, its default),
+    # which put the browser group, a few long tests, in the middle of a worker's list: the units go
+    # in collection order, which pytest_collection_modifyitems sorts by HEAVY_FIRST
+    config.option.loadscopereorder = False
 
     class ModuleGroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

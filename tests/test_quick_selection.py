@@ -44,17 +44,19 @@ def test_two_workers_keep_a_module_whole_and_a_serial_group_on_one_worker(tmp_pa
     """`pytest -n 2 --dist loadgroup` (scripts/test.sh) with the project's conftest: every module runs
     whole on one worker, and the modules of a serial group (browser, processes) all on the same one.
     (xdist's own loadgroup marks a group by rewriting ``item._nodeid``, which pytest 9 ignores: this
-    fails if the project relied on it.)"""
-    from tests.conftest import SERIAL_GROUPS
+    fails if the project relied on it.) The serial groups, the longest units, start first, although
+    xdist by default starts the modules with the most tests first."""
+    from tests.conftest import SERIAL_GROUPS, xdist_group
 
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "__init__.py").write_text("")
     (tests / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
-    names = [*sorted(SERIAL_GROUPS["browser"])[:2], *sorted(SERIAL_GROUPS["processes"])[:2]]
-    names += ["test_one.py", "test_two.py", "test_three.py"]
-    for name in names:
-        (tests / name).write_text("".join(f"def test_{i}():\n    pass\n\n\n" for i in range(4)))
+    heavy = [*sorted(SERIAL_GROUPS["browser"])[:2], *sorted(SERIAL_GROUPS["processes"])[:2]]
+    names = ["test_one.py", "test_two.py", "test_three.py", *heavy]  # the heavy ones last on disk
+    for name in names:  # and with fewer tests: xdist's own order (most tests first) would run them last
+        n = 2 if name in heavy else 6
+        (tests / name).write_text("".join(f"def test_{i}():\n    pass\n\n\n" for i in range(n)))
     r = subprocess.run(
         [
             sys.executable,
@@ -75,13 +77,17 @@ def test_two_workers_keep_a_module_whole_and_a_serial_group_on_one_worker(tmp_pa
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     worker_of: dict[str, set[str]] = {}
+    first_of: dict[str, str] = {}  # each worker's first module
     for line in r.stdout.splitlines():
         if " PASSED tests/" in line:
             worker = line.split("]", 1)[0].lstrip("[")
             module = line.split(" PASSED tests/", 1)[1].split("::", 1)[0]
             worker_of.setdefault(module, set()).add(worker)
+            first_of.setdefault(worker, module)
     assert set(worker_of) == set(names), worker_of
     assert all(len(w) == 1 for w in worker_of.values()), worker_of  # each module whole
     for group in ("browser", "processes"):
         workers = set().union(*(worker_of[m] for m in names if m in SERIAL_GROUPS[group]))
         assert len(workers) == 1, (group, worker_of)  # a serial group on one worker
+    # the serial groups (conftest.HEAVY_FIRST) start first, one on each worker
+    assert {xdist_group(m) for m in first_of.values()} == {"browser", "processes"}, first_of
