@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import subprocess
@@ -30,22 +31,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
 
-# (kind, pattern of the command line), first match wins
+# (kind, pattern of the command line), first match wins: the specific ones first (a test's temporary
+# paths contain "pytest", Ray's command lines "node")
 KINDS = [
     ("chromium (Playwright, kaleido)", r"chrom"),
-    ("playwright driver (node)", r"\bnode\b"),
-    ("ray: raylet / gcs / agents", r"raylet|gcs_server|dashboard/agent|runtime_env/agent|ray::\w*Agent"),
-    ("ray: workers and replicas", r"default_worker\.py|^ray::"),
+    ("ray: workers and replicas", r"default_worker\.py|^ray::(?!\w*Agent)"),
+    ("ray: raylet, gcs, monitors, agents", r"raylet|gcs_server|site-packages/ray/|^ray::"),
+    ("playwright driver (node)", r"playwright/driver"),
     ("vLLM rank / engine processes", r"\.venv-vllm/bin/python .*multiprocessing"),
-    ("pytest: tests/vllm", r"pytest tests/vllm"),
-    ("pytest: tests/clients", r"pytest tests/clients"),
-    ("lm-eval / Inspect AI", r"lm_eval|inspect"),
-    ("pytest: main suite workers", r"exec\(eval\(sys\.stdin\.readline\(\)\)\)"),
-    ("pytest: main process and child pytests", r"pytest"),
-    ("streamlit servers", r"streamlit run"),
     ("engine {sub}", r"-m engine (?P<sub>[\w-]+)"),
-    ("mypy", r"mypy"),
-    ("pip", r"-m pip|/pip "),
+    ("streamlit servers", r"-m streamlit run"),
+    ("pytest: tests/vllm", r"-m pytest tests/vllm"),
+    ("pytest: tests/clients", r"-m pytest tests/clients"),
+    ("lm-eval / Inspect AI", r"lm_eval|inspect_ai|bin/inspect "),
+    ("pytest: main suite workers", r"exec\(eval\(sys\.stdin\.readline\(\)\)\)"),
+    ("pytest: main process and child pytests", r"-m pytest|bin/pytest"),
+    ("mypy", r"-m mypy"),
+    ("pip", r"-m pip|bin/pip"),
     ("ruff", r"ruff"),
     ("other python", r"python"),
 ]
@@ -110,12 +112,20 @@ def run(cmd: list[str], interval: float = 1.0) -> dict:
         k = kind_of(cmdline)
         by_kind[k] += cpu
         count[k] += 1
-    return {"rc": proc.returncode, "wall": wall, "busy": busy, "by_kind": by_kind, "count": count}
+    return {
+        "rc": proc.returncode,
+        "wall": wall,
+        "busy": busy,
+        "by_kind": by_kind,
+        "count": count,
+        "processes": list(seen.values()),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="a two-second python command instead")
+    ap.add_argument("--raw", help="also write each process (CPU-s, command line) as JSON lines here")
     ap.add_argument("cmd", nargs="*", help="the command (after --); default: bash scripts/test.sh")
     args = ap.parse_args()
     if sys.platform != "linux":
@@ -127,6 +137,10 @@ def main() -> None:
         cmd = args.cmd or ["bash", "scripts/test.sh"]
     r = run(cmd, interval=0.5 if args.smoke else 1.0)
     sampled = sum(r["by_kind"].values())
+    if args.raw:
+        with open(args.raw, "w") as f:
+            for cpu, cmdline in r["processes"]:
+                f.write(json.dumps([round(cpu, 2), cmdline]) + "\n")
     print(f"command: {' '.join(cmd)} (exit status {r['rc']})")
     cores = os.cpu_count() or 1
     print(
