@@ -232,10 +232,11 @@ def test_cache_write_is_atomic(tmp_path, monkeypatch):
     assert not C._cache_valid(target, spec)
 
 
-def test_two_processes_needing_one_cache_at_once_convert_it_once(tmp_path, monkeypatch):
+def test_two_processes_needing_one_cache_at_once_convert_it_once(tmp_path, monkeypatch, capsys):
     """Two loads of the same uncached model at once (here two threads: each opens the lock file
     itself, so flock keeps them apart as it does two processes): the first converts, the second waits
-    on the lock and reads the cache the first wrote. Without the lock both would convert."""
+    on the lock (saying so on stderr) and reads the cache the first wrote. Without the lock both
+    would convert."""
     import threading
     import time
 
@@ -270,6 +271,10 @@ def test_two_processes_needing_one_cache_at_once_convert_it_once(tmp_path, monke
     assert not errors, errors
     assert paths == [M.cache_dir("fake")] * 2 and C._cache_valid(paths[0], spec)
     assert len(started) == 1 and C.CONVERSIONS["fake"] == before + 1  # converted once
+    waited = [line for line in capsys.readouterr().err.splitlines() if line.startswith("waiting")]
+    assert waited == [
+        f"waiting for another process that converts fake (lock {M.cache_root() / '.fake.lock'})"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -185,9 +186,9 @@ def quiet_hub():
 @contextlib.contextmanager
 def _conversion_lock(path: Path) -> Iterator[None]:
     """Hold ``path``'s conversion lock (``.<name>.lock`` beside it) while converting: one process
-    converts, the others wait here. Best effort: where the lock cannot be taken (no ``fcntl``, a
-    folder that refuses the file) the conversion goes on unlocked and any write error is reported
-    by :func:`_write_cache` as before."""
+    converts, the others wait here (saying so on stderr). Best effort: where the lock cannot be
+    taken (no ``fcntl``, a folder that refuses the file) the conversion goes on unlocked and any
+    write error is reported by :func:`_write_cache` as before."""
     try:
         import fcntl
 
@@ -197,7 +198,15 @@ def _conversion_lock(path: Path) -> Iterator[None]:
         yield
         return
     try:
-        fcntl.flock(f, fcntl.LOCK_EX)  # blocks while another process converts the same model
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another process converts it: say why this one waits, then wait
+            print(
+                f"waiting for another process that converts {path.name} (lock {f.name})",
+                file=sys.stderr,
+                flush=True,
+            )
+            fcntl.flock(f, fcntl.LOCK_EX)
         yield
     finally:
         f.close()  # closing the file releases the lock
