@@ -312,3 +312,29 @@ def test_wal_permission_error_at_commit_is_one_clear_line(tmp_db):
     assert isinstance(
         info.value.__cause__, duckdb.IOException
     )  # the cause is kept, not the rollback's error
+
+
+def test_a_file_another_process_is_writing_is_not_called_damaged(tmp_db):
+    """The file check runs before DuckDB's lock, so it can catch another process mid-checkpoint (the
+    file cut short of a block for a moment: a second writer beside a generation under load was told
+    the database was truncated). A torn look that clears within the settling time is no problem; a
+    file that stays torn is still refused."""
+    import threading
+
+    from engine.store import files
+
+    with store.transaction(tmp_db) as con:
+        con.execute("INSERT INTO meta VALUES ('k', 'v')")
+    data = tmp_db.read_bytes()
+    alloc = files._block_alloc(tmp_db)
+    with open(tmp_db, "r+b") as f:  # the moment a writer has cut the file short of a whole block
+        f.truncate(len(data) - alloc // 2)
+    assert "truncated" in files._file_problem_once(tmp_db)
+    threading.Timer(0.1, tmp_db.write_bytes, [data]).start()  # ... and then finishes its write
+    assert files.file_problem(tmp_db) is None
+    with store.reader(tmp_db) as con:
+        assert con.execute("SELECT value FROM meta WHERE key = 'k'").fetchone()[0] == "v"
+    with open(tmp_db, "r+b") as f:  # torn for good (a truncated copy): refused, one line
+        f.truncate(len(data) - alloc // 2)
+    with pytest.raises(UserError, match="truncated"):
+        files.check_file(tmp_db)

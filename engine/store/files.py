@@ -32,10 +32,30 @@ def _describe_not_duckdb(head: bytes) -> str:
     return "is not a DuckDB database (no DuckDB header)"
 
 
-def file_problem(path: str | os.PathLike) -> str | None:
+SETTLE_S = 0.3  # how long a file that looks damaged is watched for a writer still at work on it
+
+
+def file_problem(path: str | os.PathLike, settle_s: float = SETTLE_S) -> str | None:
     """Why ``path`` (which exists) is not a healthy DuckDB file, in a few words; None when its header
-    and size agree. Reads 12 KiB: cheap enough for every connection."""
-    p = Path(path)
+    and size agree. Reads 12 KiB: cheap enough for every connection.
+
+    This runs before any connection, so without DuckDB's lock: another process may be writing the
+    file right then (a checkpoint extends it block by block and cuts trailing free blocks; a new
+    database is created empty), and for a moment it looks torn. A problem counts only when the file
+    stays the same for ``settle_s`` (re-read every 50 ms): a file that turns healthy, or keeps
+    changing, is a live one (DuckDB's own open then waits for its lock or reports what it finds)."""
+    problem = _file_problem_once(Path(path))
+    deadline = time.monotonic() + settle_s
+    while problem is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        again = _file_problem_once(Path(path))
+        if again != problem:  # healthy now, or still changing: a writer is at work
+            return None
+    return problem
+
+
+def _file_problem_once(p: Path) -> str | None:
+    """:func:`file_problem` for one read of the file (its header and size as they are now)."""
     if p.is_dir():
         return "is a directory, not a database file"
     try:
