@@ -44,11 +44,12 @@ def file_problem(path: str | os.PathLike, settle_s: float = SETTLE_S) -> str | N
     database is created empty), and for a moment it looks torn. A problem counts only when the file
     stays the same for ``settle_s`` (re-read every 50 ms): a file that turns healthy, or keeps
     changing, is a live one (DuckDB's own open then waits for its lock or reports what it finds)."""
-    problem = _file_problem_once(Path(path))
+    p = Path(path)
+    problem = _file_problem_once(p)
     deadline = time.monotonic() + settle_s
     while problem is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-        again = _file_problem_once(Path(path))
+        again = _file_problem_once(p)
         if again != problem:  # healthy now, or still changing: a writer is at work
             return None
     return problem
