@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from engine import generation as G
@@ -20,6 +21,8 @@ from engine import models, store
 from engine.cli import main
 from engine.commands._race import run_race
 from engine.errors import UserError
+from engine.generation.rounds import KeptBackends
+from engine.generation.run import local_executor
 from engine.stats.racing import race_scores
 from engine.stats.sequential import question_order
 from engine.tasks import datasets
@@ -102,10 +105,16 @@ def _gens(db):
     )
 
 
+REFERENCE_LOADS: list[int] = []  # the reference race's model loads (KeptBackends.loads)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, dataset):
     db = tmp_path_factory.mktemp("race") / "ref.duckdb"
-    return db, _race(db, dataset)
+    with KeptBackends() as kept:  # what run_race uses when given no executor, here to count its loads
+        res = _race(db, dataset, executor=kept)
+    REFERENCE_LOADS.append(kept.loads)
+    return db, res
 
 
 def test_the_race_stops_on_its_own_with_the_weak_model_out(reference):
@@ -136,6 +145,31 @@ def test_the_race_stops_on_its_own_with_the_weak_model_out(reference):
     assert (
         race.t == st.t and rounds == res.rounds and list(race.answered) == [answered[m] for m in "abc"]
     )
+
+
+def test_models_stay_loaded_between_rounds_and_the_rows_are_those_of_a_reload_each_round(
+    tmp_path, dataset, reference
+):
+    """The race's executor (engine.generation.rounds.KeptBackends) opens each model once for the whole
+    race; the plain executor, which opens every racing model again every round, stores the same rows;
+    so does KeptBackends on a device with no room to keep anything (each model freed after its round)."""
+    ref_db, ref = reference
+    per_round: list[int] = []
+
+    def plain(tasks, spec):  # the single-process executor, counting the models it opens
+        tasks = list(tasks)
+        per_round.append(len(tasks))
+        yield from local_executor(tasks, spec)
+
+    _race(tmp_path / "plain.duckdb", dataset, executor=plain)
+    with KeptBackends(headroom=float("inf")) as no_room:
+        _race(tmp_path / "no_room.duckdb", dataset, executor=no_room)
+        assert not no_room._kept
+    assert REFERENCE_LOADS == [3] and ref.rounds >= 3
+    assert len(per_round) == ref.rounds and no_room.loads == sum(per_round) > 3
+    ref_rows = _gens(ref_db)
+    for name in ("plain", "no_room"):
+        pd.testing.assert_frame_equal(_gens(tmp_path / f"{name}.duckdb"), ref_rows)
 
 
 def test_a_killed_race_resumes_to_the_same_race(tmp_path, dataset, reference):

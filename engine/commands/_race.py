@@ -14,12 +14,14 @@ with another goal, α or order is refused before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 from engine.analysis.race import RaceState
 from engine.errors import UserError
+from engine.generation.rounds import KeptBackends
 from engine.generation.run import RunPlan
 from engine.generation.types import ModelTask
 
@@ -192,22 +194,26 @@ def run_race(
     names = list(plan.names)
     races = {m: Race(len(names), len(order), goal, alpha) for m in plan.modes}
     start = planned = rounds = 0
-    for end in ends:
-        # ---- 1. the models still racing (per mode) generate this round's questions
-        want = frozenset((names[i], m) for m, r in races.items() if not r.done for i in r.active)
-        if not want:
-            break
-        planned += len(want) * (end - start) * repeats
-        rplan = replace(
-            plan, prompts={p: plan.prompts[p] for p in order[:end]}, want=want, planned=planned
-        )
-        drive(rplan, executor, progress_file=progress_file, show_bar=show_bar, after_chunk=_after_chunk)
-        # ---- 2. score inside the loop; 3. each mode's race takes the round and decides who leaves
-        scores = _round_scores(db, plan.run_id, score_rule, names, order[start:end])
-        for m, r in races.items():
-            if not r.done:
-                r.update(scores[m])
-        start, rounds = end, rounds + 1
+    # the models stay loaded between rounds while they fit (the plain executor reloaded each, each round)
+    with KeptBackends() if executor is None else contextlib.nullcontext(executor) as executor:
+        for end in ends:
+            # ---- 1. the models still racing (per mode) generate this round's questions
+            want = frozenset((names[i], m) for m, r in races.items() if not r.done for i in r.active)
+            if not want:
+                break
+            planned += len(want) * (end - start) * repeats
+            rplan = replace(
+                plan, prompts={p: plan.prompts[p] for p in order[:end]}, want=want, planned=planned
+            )
+            drive(
+                rplan, executor, progress_file=progress_file, show_bar=show_bar, after_chunk=_after_chunk
+            )
+            # ---- 2. score inside the loop; 3. each mode's race takes the round and decides who leaves
+            scores = _round_scores(db, plan.run_id, score_rule, names, order[start:end])
+            for m, r in races.items():
+                if not r.done:
+                    r.update(scores[m])
+            start, rounds = end, rounds + 1
     for r in races.values():
         r.finish("budget")
     from engine.store.runs import set_planned_units

@@ -18,6 +18,7 @@ alongside); ``mode_stop="each"`` runs each mode until its own rule holds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -201,6 +202,7 @@ def run_until(
     command, backend, tensor_parallel, dtype); ``resume=False`` refuses an existing run at round 1 only
     (later rounds continue the run this call started).
     """
+    from engine.generation.rounds import KeptBackends
     from engine.generation.run import drive, plan_run
 
     alpha = check_alpha(alpha)
@@ -236,24 +238,28 @@ def run_until(
     primary = "coupled" if "coupled" in plan.modes else plan.modes[0]
     active, ends, state = list(plan.modes), dict.fromkeys(plan.modes, 0), {}
     rounds = 0
-    for end in round_ends(N, round_size, stop.budget):
-        rounds += 1
-        rplan = replace(plan, prompts={p: plan.prompts[p] for p in order[:end]}, modes=tuple(active))
-        drive(rplan, executor, progress_file=progress_file, show_bar=show_bar, after_chunk=_after_chunk)
-        plan = replace(plan, resume=True)  # rounds 2.. continue the run this call started
-        for m in active:
-            ends[m] = end
-        _store_progress(plan, ends, score_rule)
-        for m in active:
-            state[m] = mode_progress(
-                db, plan.run_id, order, plan.names, m, score_rule, alpha, stop, end, N
+    # the models stay loaded between rounds while they fit (the plain executor reloaded each, each round)
+    with KeptBackends() if executor is None else contextlib.nullcontext(executor) as executor:
+        for end in round_ends(N, round_size, stop.budget):
+            rounds += 1
+            rplan = replace(plan, prompts={p: plan.prompts[p] for p in order[:end]}, modes=tuple(active))
+            drive(
+                rplan, executor, progress_file=progress_file, show_bar=show_bar, after_chunk=_after_chunk
             )
-        if mode_stop == "each":
-            active = [m for m in active if state[m].n_stop is None]
-        elif state[primary].n_stop is not None:
-            active = []
-        if not active:
-            break
+            plan = replace(plan, resume=True)  # rounds 2.. continue the run this call started
+            for m in active:
+                ends[m] = end
+            _store_progress(plan, ends, score_rule)
+            for m in active:
+                state[m] = mode_progress(
+                    db, plan.run_id, order, plan.names, m, score_rule, alpha, stop, end, N
+                )
+            if mode_stop == "each":
+                active = [m for m in active if state[m].n_stop is None]
+            elif state[primary].n_stop is not None:
+                active = []
+            if not active:
+                break
     return UntilResult(
         plan.run_id,
         N,

@@ -11,6 +11,8 @@
 * :mod:`.backends` -- backend names, pre-run checks, factories
 * :mod:`.run`      -- the resumable run: ``plan_run`` (checks, run id, units; writes nothing) then
   ``drive`` (run lock, records, chunks, end status)
+* :mod:`.rounds`   -- ``KeptBackends``: the single-process executor of a run made in rounds (a race,
+  ``--until``), which keeps the models loaded between rounds while they fit
 * :mod:`.lengths`  -- prompt length against the model's context
 * :mod:`.distributed` -- ``RayExecutor``: shards of whole prompts on Ray replicas, which never write
   the database; :mod:`.ray_cluster` (a local Ray cluster never outlives its driver)
