@@ -8,8 +8,9 @@ step records come back through the backend's TraceSink (only rank 0 writes). Che
     alternatives and Gumbel values; probabilities to float tolerance) on a tiny fp32 Llama; the same
     for TP = 1 with vLLM's engine core in its own process (VLLM_ENABLE_V1_MULTIPROCESSING=1), the
     other way the processor can end up outside our process;
-(b) a whole run on a Ray replica whose engine is split over 2 ranks equals the single-process
-    transformers run of the same settings (rows), and records tensor_parallel = 2.
+(b) a whole run on a Ray replica whose engine is split over 2 ranks, killed twice (the replica, then
+    one of its rank workers), equals the single-process transformers run of the same settings (rows),
+    and records tensor_parallel = 2.
 """
 
 from __future__ import annotations
@@ -83,60 +84,34 @@ def test_out_of_process_processor_equals_the_transformers_loop(
         np.testing.assert_allclose(np.array(v.top_probs), np.array(h.top_probs), rtol=1e-4, atol=1e-6)
 
 
-def test_run_on_a_ray_replica_with_tensor_parallel_2_equals_single_process(
+def test_a_tensor_parallel_run_on_a_ray_replica_survives_a_killed_replica_and_a_killed_rank(
     folder, tmp_path, monkeypatch
 ):
+    """One TP = 2 run on one Ray replica (one cluster, one transformers reference run), killed twice:
+    after the first stored shard the replica itself is SIGKILLed (the process that owns the vLLM engine
+    and its trace directory: Ray restarts it, the new engine, 2 ranks again, redoes the lost shards and
+    removes the killed backend's orphaned trace directory); after the restarted replica's first shard
+    one of its engine's rank workers is SIGKILLed (the engine dies, the backend says so, EngineDead,
+    the replica ends its process and Ray restarts it). The run ends ``done`` with the rows of the
+    single-process transformers run (24, none lost or duplicated), records tensor_parallel = 2 and as
+    many trace rows; the last replica's trace directory goes when the executor closes its backend.
+    (Three tests before, each with its own cluster and engines: the vLLM stage's slowest minutes.)"""
     pytest.importorskip("ray", reason="needs ray in the vLLM venv (scripts/install_vllm.sh installs it)")
+    import os
+    import signal
+    import tempfile
+    from pathlib import Path
+
     from engine.generation.distributed import RayConfig, RayExecutor
+    from engine.generation.vllm_traces import SINK_PREFIX
+    from engine.testing import descendants
 
     # eager engines in the replica too ($COUPLED_EVAL_VLLM_ARGS is forwarded to Ray replicas)
     monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
     ps = tuple(
-        datasets.Prompt(prompt_id=f"toy/{i}", user_prompt=f"Question {i}: " + "ab" * i + "?")
-        for i in range(4)
-    )
-    ds = datasets.Dataset("toy", "prompts", "memory", ps, "Be brief.")
-    db = tmp_path / "tp.duckdb"
-    cfg = GenConfig(temperature=1.0, max_new_tokens=6, batch_size=8, trace_top_k=3)
-    kw = dict(repeats=2, modes=["coupled", "independent"], seed=5, cfg=cfg, show_bar=False, device="cpu")
-    hf = run_generation(db, [str(folder)], ds, backend="hf", **kw)
-    with RayExecutor(RayConfig(workers=1, num_cpus=2)) as ex:
-        vl = run_generation(db, [str(folder)], ds, backend="vllm", tensor_parallel=2, executor=ex, **kw)
-        replica_pid = next(iter(ex.worker_info.values()))["pid"]
-    # the executor closed the replica's backend before ending it: its trace directory is gone
-    import tempfile
-    from pathlib import Path
-
-    from engine.generation.vllm_traces import SINK_PREFIX
-
-    assert not list(Path(tempfile.gettempdir()).glob(f"{SINK_PREFIX}{replica_pid}-*"))
-    runs = store.query_df(db, "SELECT run_id, config, status FROM runs").set_index("run_id")
-    assert runs.loc[vl, "status"] == "done"
-    c = json.loads(runs.loc[vl, "config"])
-    assert c["tensor_parallel"] == 2 and c["backends"][str(folder)]["tensor_parallel"] == 2
-    q = "SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3"
-    a, b = store.query_df(db, q, [hf]), store.query_df(db, q, [vl])
-    assert len(a) == len(b) == 16
-    assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
-    assert list(a["text"]) == list(b["text"])
-    t = store.query_df(db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY run_id").set_index(
-        "run_id"
-    )
-    assert t.loc[vl, "n"] == t.loc[hf, "n"] > 0
-
-
-def _run_with_a_kill(folder, tmp_path, monkeypatch, kill) -> tuple[dict, set[int]]:
-    """A TP = 2 run on one Ray replica with ``kill(ex, killed)`` called after the first stored
-    shard; checks that it ends ``done`` with the single-process transformers rows (24, none lost
-    or duplicated) and returns (what ``kill`` recorded, the replica pids of the later shards)."""
-    pytest.importorskip("ray", reason="needs ray in the vLLM venv (scripts/install_vllm.sh installs it)")
-    from engine.generation.distributed import RayConfig, RayExecutor
-
-    monkeypatch.setenv("COUPLED_EVAL_VLLM_ARGS", json.dumps(ENGINE_KWARGS))
-    ps = tuple(
         datasets.Prompt(prompt_id=f"k/{i}", user_prompt=f"Item {i}: " + "xy" * i + "?") for i in range(6)
     )
-    ds = datasets.Dataset("kill", "prompts", "memory", ps, None)
+    ds = datasets.Dataset("kill", "prompts", "memory", ps, "Be brief.")
     db = tmp_path / "kill.duckdb"
     cfg = GenConfig(temperature=1.0, max_new_tokens=5, batch_size=4, trace_top_k=2)
     kw = dict(repeats=2, modes=["coupled", "independent"], seed=3, cfg=cfg, show_bar=False, device="cpu")
@@ -144,10 +119,19 @@ def _run_with_a_kill(folder, tmp_path, monkeypatch, kill) -> tuple[dict, set[int
     ex = RayExecutor(RayConfig(workers=1, shard_units=4, num_cpus=2))
     killed: dict = {}
 
-    def kill_once(results):
-        if not killed:
-            killed["stored"] = store.table_counts(db)["generations"]
-            kill(ex, killed)
+    def replica_pid() -> int:
+        return next(iter(ex.worker_info.values()))["pid"]
+
+    def kill_twice(results):
+        if "replica" not in killed:  # 1. the replica, after the first stored shard
+            killed.update(replica=replica_pid(), stored=store.table_counts(db)["generations"])
+            os.kill(killed["replica"], signal.SIGKILL)
+        elif "rank" not in killed and replica_pid() != killed["replica"]:  # 2. a rank of the new one
+            pid = killed["restarted"] = replica_pid()
+            ranks = [p for p in descendants(pid) if "Worker_TP" in open(f"/proc/{p}/comm").read()]
+            assert len(ranks) == 2, ranks  # the replica's engine: 2 tensor-parallel rank processes
+            killed.update(rank=ranks[0], stored_at_rank=store.table_counts(db)["generations"])
+            os.kill(ranks[0], signal.SIGKILL)
 
     with ex:
         vl = run_generation(
@@ -157,56 +141,28 @@ def _run_with_a_kill(folder, tmp_path, monkeypatch, kill) -> tuple[dict, set[int
             backend="vllm",
             tensor_parallel=2,
             executor=ex,
-            _after_chunk=kill_once,
+            _after_chunk=kill_twice,
             **kw,
         )
-        after = {w["pid"] for w in ex.worker_info.values()}
-    assert (
-        killed and 0 < killed["stored"] - 24 < 24
-    )  # vLLM rows stored at the kill: after the first shard, before the last
+        last = replica_pid()
+    # both kills happened mid-run: vLLM rows stored at each, after the first shard, before the last
+    assert "rank" in killed, killed
+    assert 0 < killed["stored"] - 24 < killed["stored_at_rank"] - 24 < 24, killed
+    assert last not in (killed["replica"], killed["restarted"])  # the last shards: a third replica
+    # the SIGKILLed replica's orphaned trace directory was removed by the next backend, and the last
+    # replica's by the executor, which closed its backend before ending it
+    for pid in (killed["replica"], last):
+        assert not list(Path(tempfile.gettempdir()).glob(f"{SINK_PREFIX}{pid}-*")), pid
+    runs = store.query_df(db, "SELECT run_id, config, status FROM runs").set_index("run_id")
+    assert runs.loc[vl, "status"] == "done"
+    c = json.loads(runs.loc[vl, "config"])
+    assert c["tensor_parallel"] == 2 and c["backends"][str(folder)]["tensor_parallel"] == 2
     q = "SELECT mode, prompt_id, repeat, token_ids, text FROM generations WHERE run_id = ? ORDER BY 1, 2, 3"
     a, b = store.query_df(db, q, [hf]), store.query_df(db, q, [vl])
     assert len(a) == len(b) == 24  # nothing lost, nothing twice
     assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
-    assert store.query_df(db, "SELECT status FROM runs WHERE run_id = ?", [vl]).iloc[0, 0] == "done"
-    return killed, after
-
-
-def test_killed_tensor_parallel_replica_is_recovered(folder, tmp_path, monkeypatch):
-    """SIGKILL the Ray replica (the process that owns the vLLM engine and its trace directory) after
-    the first stored shard: Ray restarts it, the new engine (2 ranks again) redoes the lost shards,
-    and the run ends with the rows of the single-process transformers run, none duplicated; the
-    killed backend's orphaned trace directory is removed by the next one."""
-    import os
-    import signal
-    import tempfile
-    from pathlib import Path
-
-    from engine.generation.vllm_traces import SINK_PREFIX
-
-    def kill_replica(ex, killed):
-        killed["pid"] = ex.worker_info[sorted(ex.worker_info)[0]]["pid"]
-        os.kill(killed["pid"], signal.SIGKILL)
-
-    killed, _ = _run_with_a_kill(folder, tmp_path, monkeypatch, kill_replica)
-    assert not list(Path(tempfile.gettempdir()).glob(f"{SINK_PREFIX}{killed['pid']}-*"))
-
-
-def test_killed_rank_worker_is_recovered(folder, tmp_path, monkeypatch):
-    """SIGKILL one of vLLM's rank workers inside the Ray replica after the first stored shard: the
-    engine dies, the backend says so (EngineDead), the replica ends its process, Ray restarts it,
-    and the run ends with the single-process rows, none lost or duplicated."""
-    import os
-    import signal
-
-    from engine.testing import descendants
-
-    def kill_a_rank(ex, killed):
-        replica = next(iter(ex.worker_info.values()))["pid"]
-        ranks = [p for p in descendants(replica) if "Worker_TP" in open(f"/proc/{p}/comm").read()]
-        assert len(ranks) == 2, ranks  # the replica's engine: 2 tensor-parallel rank processes
-        killed.update(replica=replica, rank=ranks[0])
-        os.kill(ranks[0], signal.SIGKILL)
-
-    killed, after = _run_with_a_kill(folder, tmp_path, monkeypatch, kill_a_rank)
-    assert killed["replica"] not in after  # later shards came from the restarted replica
+    assert list(a["text"]) == list(b["text"])
+    t = store.query_df(db, "SELECT run_id, count(*) AS n FROM token_traces GROUP BY run_id").set_index(
+        "run_id"
+    )
+    assert t.loc[vl, "n"] == t.loc[hf, "n"] > 0
