@@ -33,10 +33,12 @@ p = Progress(units, kind="fake", path=args.get("--progress-file"), done=start, s
              min_interval_s=0.0)
 for i in range(start, units):
     time.sleep(sleep)
-    p.update(1, tokens=10)
     if state:  # atomic, like the engine's chunked commits
         open(state + ".tmp", "w").write(str(i + 1))
         os.replace(state + ".tmp", state)
+    # reported after its commit, as engine.generation.run.drive does: a unit the progress file counts
+    # is stored (the other order let a cancel land between the two and resume from one unit fewer)
+    p.update(1, tokens=10)
 if args.get("--fail") == "1":
     print("boom: failing on purpose", file=sys.stderr)
     sys.exit(3)
