@@ -5,7 +5,7 @@ import shlex
 
 import streamlit as st
 
-from dashboard import jobs_panel, navigation
+from dashboard import jobs_panel, navigation, refresh
 from dashboard import loaders as L
 from dashboard import summary_view as sv
 from dashboard import widgets as ui
@@ -155,7 +155,7 @@ def _summary(s) -> None:
 # button sits below it, outside: a button that the fragment re-renders while it is clicked loses the
 # click (its file is registered anew on every re-run); the fragment says which run it is for, and
 # re-runs the page when that changes.
-@st.fragment(run_every=2.0 if jobs_panel.any_job_running() else 10.0)
+@st.fragment(run_every=refresh.period(jobs_panel.any_job_running()))
 def _live() -> None:
     running = jobs_panel.any_job_running()
     demo_running = jobs_panel.demo_running()

@@ -10,7 +10,7 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import jobs
+from dashboard import jobs, refresh
 from dashboard.loaders import db_path
 from dashboard.widgets import fmt_seconds, md_code, md_escape
 from engine.errors import UserError
@@ -225,13 +225,14 @@ def stale_runs_notice(runs) -> None:
 def job_panel(kind: str | None = None, limit: int = 5, allow_control: bool = True) -> None:
     """Live list of recent jobs (of ``kind``): progress, tokens/s, ETA, cancel/resume.
 
-    Re-runs itself every second while a job runs (st.fragment), so the page stays responsive;
-    when the last running job finishes, the whole page reruns once to show the new data.
+    Re-runs itself every :data:`dashboard.refresh.LIVE_S` seconds while a job runs (st.fragment), so the
+    page stays responsive; when the last running job finishes, the whole page reruns once to show the
+    new data.
     """
     any_running = any(j.status == "running" for j in jobs.list_jobs(db_path(), kind=kind)[:limit])
 
     # Poll fast while something runs, slowly otherwise (a job started from another tab shows up).
-    @st.fragment(run_every=1.0 if any_running else 5.0)
+    @st.fragment(run_every=refresh.period(any_running))
     def _panel():
         all_jobs = jobs.list_jobs(db_path(), kind=kind)[:limit]
         running = any(j.status == "running" for j in all_jobs)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import jobs
+from dashboard import jobs, refresh
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine import config
@@ -145,7 +145,7 @@ def render_generate(names: list[str], datasets: list[str]) -> None:
     runs_df = L.runs()
     running = bool((runs_df.loc[runs_df["run_id"] == run, "status"] == "running").any())
 
-    @st.fragment(run_every=2.0 if running else None)
+    @st.fragment(run_every=refresh.LIVE_S if running else None)
     def _live():
         state = ui.safe(L.race_state, run)
         if state is None:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import jobs_panel
+from dashboard import jobs_panel, refresh
 from dashboard import loaders as L
 from dashboard import widgets as ui
 from engine.analysis.sequential_stop import TARGET_NOTE
 from engine.figures.sequential import sequential_cs_figure
-
-POLL_RUNNING_S, POLL_IDLE_S = 2.0, 10.0
 
 
 def _follow_new(runs: list[str]) -> None:
@@ -65,7 +63,7 @@ def _section() -> None:
 
 
 def render() -> None:
-    @st.fragment(run_every=POLL_RUNNING_S if jobs_panel.any_job_running() else POLL_IDLE_S)
+    @st.fragment(run_every=refresh.period(jobs_panel.any_job_running()))
     def _live() -> None:
         _section()
 

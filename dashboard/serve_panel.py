@@ -9,7 +9,7 @@ import shlex
 
 import streamlit as st
 
-from dashboard import jobs, jobs_panel
+from dashboard import jobs, jobs_panel, refresh
 from dashboard.loaders import db_path
 from engine.errors import UserError
 
@@ -147,7 +147,7 @@ def render(model_names: list[str]) -> None:
     servers = jobs.list_jobs(db_path(), kind=SERVE_KIND)[:3]
     running = any(j.status == "running" for j in servers)
 
-    @st.fragment(run_every=2.0 if running else None)
+    @st.fragment(run_every=refresh.LIVE_S if running else None)
     def _cards():
         for j in jobs.list_jobs(db_path(), kind=SERVE_KIND)[:3]:
             with st.container(border=True):
