@@ -169,8 +169,7 @@ def test_api_judge_winrates_ranksets(walk, page, artifacts_dir):
     with FakeOpenAI(key=KEY, models=("judge-1",), script=verdict) as srv:
         _open(page, walk, "generate", "Start generation")
         _expand(page, "Score, judge or cluster a stored run", "API (OpenAI-compatible)")
-        page.get_by_text("API (OpenAI-compatible)", exact=True).first.click()
-        _settle(page)
+        tb._pick(page, "API (OpenAI-compatible)", page.get_by_label("Base URL"))
         page.get_by_label("Base URL").fill(srv.url)
         page.get_by_label("Judge model (as the server names it)").fill("judge-1")
         page.get_by_label("Judge model (as the server names it)").press("Tab")
