@@ -172,6 +172,22 @@ def test_models_stay_loaded_between_rounds_and_the_rows_are_those_of_a_reload_ea
         pd.testing.assert_frame_equal(_gens(tmp_path / f"{name}.duckdb"), ref_rows)
 
 
+def test_a_kept_model_is_weighed_by_its_weights_against_its_own_device():
+    """What KeptBackends compares: the model's parameter bytes (float32 here: 4 a number) against the
+    free memory of the device the model is on (this machine: MemAvailable, at most its RAM)."""
+    import os
+
+    from engine.generation.hf import HFBackend
+    from engine.generation.rounds import _free_bytes, _weight_bytes
+
+    lm = models.from_objects("a", *tiny_lm(0))
+    b = HFBackend(lm)
+    assert _weight_bytes(b) == 4 * sum(p.numel() for p in lm.model.parameters()) > 0
+    assert _weight_bytes(object()) == 0  # nothing to weigh (e.g. a vLLM backend): never kept
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert str(b.device) == "cpu" and 0 < _free_bytes(b.device) <= ram
+
+
 def test_a_killed_race_resumes_to_the_same_race(tmp_path, dataset, reference):
     ref_db, ref = reference
     db = tmp_path / "killed.duckdb"

@@ -77,7 +77,9 @@ class KeptBackends:
             for chunk in b.generate(spec.prompts, t.units, spec.cfg, keys, spec.system_prompt):
                 yield ExecChunk(t.name, chunk, b.tokenizer)
             size = _weight_bytes(b)
-            if spec.backend == "hf" and size and _free_bytes(spec.device) >= self.headroom * size:
+            # the device the model is on (spec.device None = chosen when it loaded: CUDA when there is one)
+            where = getattr(b, "device", None) or spec.device
+            if spec.backend == "hf" and size and _free_bytes(where) >= self.headroom * size:
                 self._kept[key] = (b, keys)
             else:
                 b.close()
