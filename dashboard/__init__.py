@@ -8,6 +8,7 @@
 * :mod:`.jobs`       -- background jobs: every write runs as a detached ``python -m engine`` process (no
   Streamlit)
 * :mod:`.jobs_panel` -- starting jobs from forms and the live job panel
+* :mod:`.refresh`    -- how often the live views re-run (one period while a job runs, one otherwise)
 * :mod:`.uploads`    -- validating, saving and importing uploaded comparison files
 
 The dashboard only reads the database; importing this package does not import Streamlit.
