@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from engine.generation.run import free_memory, open_backend, token_keys
+from engine.generation.run import free_memory, open_task_backend, task_chunks, token_keys
 from engine.generation.types import ExecChunk, ModelTask, RunSpec
 
 
@@ -64,18 +64,10 @@ class KeptBackends:
             key = key_of[t.name]
             b, keys = self._kept.pop(key, (None, None))
             if b is None:
-                b = open_backend(
-                    t.model,
-                    device=spec.device,
-                    backend=spec.backend,
-                    tensor_parallel=spec.tensor_parallel,
-                    dtype=spec.dtype,
-                )
+                b = open_task_backend(t, spec)
                 self.loads += 1
                 keys = token_keys(b, spec.key_mode)
-            yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
-            for chunk in b.generate(spec.prompts, t.units, spec.cfg, keys, spec.system_prompt):
-                yield ExecChunk(t.name, chunk, b.tokenizer)
+            yield from task_chunks(b, t, spec, keys)
             size = _weight_bytes(b)
             # the device the model is on (spec.device None = chosen when it loaded: CUDA when there is one)
             where = getattr(b, "device", None) or spec.device

@@ -202,20 +202,31 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def open_task_backend(t: ModelTask, spec: RunSpec) -> Backend:
+    """The backend of one model's task, loaded in this process with the run's settings."""
+    return open_backend(
+        t.model,
+        device=spec.device,
+        backend=spec.backend,
+        tensor_parallel=spec.tensor_parallel,
+        dtype=spec.dtype,
+    )
+
+
+def task_chunks(b: Backend, t: ModelTask, spec: RunSpec, keys) -> Iterator[ExecChunk]:
+    """What an in-process executor hands the driver for one task on a loaded backend: the model's row
+    (an empty chunk with ``record``), then each generated chunk."""
+    yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
+    for chunk in b.generate(spec.prompts, t.units, spec.cfg, keys, spec.system_prompt):
+        yield ExecChunk(t.name, chunk, b.tokenizer)
+
+
 def local_executor(tasks: Sequence[ModelTask], spec: RunSpec) -> Iterator[ExecChunk]:
     """The single-process executor: each model loaded here in turn, one in memory at a time."""
     for t in tasks:
-        b = open_backend(
-            t.model,
-            device=spec.device,
-            backend=spec.backend,
-            tensor_parallel=spec.tensor_parallel,
-            dtype=spec.dtype,
-        )
-        yield ExecChunk(t.name, [], b.tokenizer, b.record(), describe=b.describe())
+        b = open_task_backend(t, spec)
         keys = token_keys(b, spec.key_mode)
-        for chunk in b.generate(spec.prompts, t.units, spec.cfg, keys, spec.system_prompt):
-            yield ExecChunk(t.name, chunk, b.tokenizer)
+        yield from task_chunks(b, t, spec, keys)
         b.close()
         del b, keys
         free_memory()
