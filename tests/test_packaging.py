@@ -37,6 +37,20 @@ def test_console_script_is_declared_and_points_at_the_cli():
     assert "-e ." in (ROOT / "scripts" / "install.sh").read_text()  # both README commands run install.sh
 
 
+def test_install_sh_refuses_an_unknown_option_before_it_touches_anything(tmp_path):
+    """scripts/install.sh takes dev or torch (scripts/test.sh's first step, before the side stages
+    start); anything else is one line naming the allowed options, before a venv is made or pip runs.
+    A copy of the script in an empty folder: were the option not refused first, it would create
+    .venv there."""
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "install.sh"
+    script.write_text((ROOT / "scripts" / "install.sh").read_text())
+    r = subprocess.run(["bash", str(script), "--quick"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "install.sh: unknown option --quick; allowed: dev, torch"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scripts"]
+
+
 def test_python_m_engine_works_from_another_folder(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COUPLED_EVAL_DB": str(tmp_path / "x.duckdb")}
     r = subprocess.run(
