@@ -13,9 +13,9 @@
 # Usage: scripts/install_clients.sh [--dry-run]
 #   CLIENTS_VENV=/path/to/venv scripts/install_clients.sh   (default .venv-clients at the project root)
 #   REUSE_TORCH_FROM=.venv    hard-link torch from that venv when it is the same build (scripts/test.sh)
-# Packages are not byte-compiled at install (--no-compile): of the ~140 packages only the modules the
-# clients import are ever run, and Python compiles those at their first import (installing with
-# compilation took 2.5x the CPU: docs/BENCHMARKS.md, "Real-client tests").
+# Packages are not byte-compiled at install (scripts/venv_lib.sh): of the ~140 packages only the
+# modules the clients import are ever run, and Python compiles those at their first import
+# (installing with compilation took 2.5x the CPU: docs/BENCHMARKS.md, "Real-client tests").
 # Then (from the project root): .venv/bin/python -m pytest tests/clients -q -p no:xdist
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,11 +35,10 @@ elif [ -n "${1:-}" ]; then
   exit 2
 fi
 
+source scripts/venv_lib.sh  # venv_install: uv where it can be had, else pip
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip)
-"${PIP[@]}" install -q --upgrade pip
 # REUSE_TORCH_FROM=.venv: when that venv holds the same torch build, hard-link its files here instead
-# of unpacking the wheel again (~750 MB); pip then sees torch installed. A later pip change in either
+# of unpacking the wheel again (~750 MB); the installer then sees torch installed. A later change in either
 # venv writes new files, never the shared ones (as scripts/install_vllm.sh does).
 if [ -n "${REUSE_TORCH_FROM:-}" ] && [ -x "$REUSE_TORCH_FROM/bin/python" ]; then
   HAVE=$("$REUSE_TORCH_FROM/bin/python" -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null || true)
@@ -54,8 +53,8 @@ if [ -n "${REUSE_TORCH_FROM:-}" ] && [ -x "$REUSE_TORCH_FROM/bin/python" ]; then
 fi
 # torch's CPU wheel first (an unpinned torch pulls gigabytes of CUDA packages), then the rest with
 # requirements.txt as constraints so that no resolution swaps torch or the main venv's pins.
-"${PIP[@]}" install -q --no-compile torch==2.13.0+cpu
-"${PIP[@]}" install -q --no-compile -c requirements.txt -c <(echo torch==2.13.0+cpu) "${PKGS[@]}"
+venv_install "$VENV" -q torch==2.13.0+cpu
+venv_install "$VENV" -q -c requirements.txt -c <(echo torch==2.13.0+cpu) "${PKGS[@]}"
 "$VENV/bin/python" - <<'PYEOF'
 import importlib.metadata as md
 import torch

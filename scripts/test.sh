@@ -23,14 +23,14 @@
 # command above is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The project's own modules byte-compiled once (about 1 CPU-s): pip compiles what it installs, but the
-# project is an editable install, and with PYTHONDONTWRITEBYTECODE=1 (as CI sets it) nothing writes
-# __pycache__ at import, so each of the suite's ~300 Python processes (CLI runs, Streamlit servers,
-# Ray replicas) compiled the engine from source again (0.3-0.4 CPU-s for the generate command's).
-compile_project() { .venv/bin/python -m compileall -q -j 0 app.py engine dashboard app_pages tests bench > /dev/null; }
+# Byte-code is written at first import (PYTHONDONTWRITEBYTECODE unset for this command and what it
+# starts): nothing is compiled at install (scripts/venv_lib.sh), and with PYTHONDONTWRITEBYTECODE=1
+# (as CI sets it) each of the suite's ~300 Python processes (CLI runs, Streamlit servers, Ray
+# replicas, vLLM ranks) compiled every module it imported from source again (about 7 CPU-s for
+# torch, transformers, Streamlit, pandas and Ray; 0.3-0.4 CPU-s for the engine's generate path).
+unset PYTHONDONTWRITEBYTECODE
 if [ "${1:-}" = --quick ]; then
   shift
-  compile_project
   .venv/bin/python -m ruff check .
   exec .venv/bin/python -m pytest --quick -q -n 2 --dist loadgroup "$@"
 fi
@@ -70,7 +70,6 @@ bash scripts/install.sh dev
 touch "$MAIN_VENV_READY"
 [ -z "$APT_PID" ] || wait "$APT_PID"
 
-compile_project
 stage "lint"
 .venv/bin/python -m ruff check .
 .venv/bin/python -m ruff format --check --quiet .
