@@ -47,7 +47,7 @@ KINDS = [
     ("pytest: main suite workers", r"exec\(eval\(sys\.stdin\.readline\(\)\)\)"),
     ("pytest: main process and child pytests", r"-m pytest|bin/pytest"),
     ("mypy", r"-m mypy"),
-    ("pip", r"-m pip|bin/pip"),
+    ("pip and uv (installs)", r"-m pip|bin/pip|bin/uv "),
     ("ruff", r"ruff"),
     ("other python", r"python"),
 ]

@@ -44,19 +44,29 @@ apt_install() {  # packages, only where missing and apt is usable (root); a fail
   ( (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@") >/dev/null 2>&1 \
       || echo "warning: could not install $*; the tests that need it will be skipped" >&2 )
 }
+# SYSTEM_PACKAGES_READY: a file per package appears there once apt is done with it (installed or
+# not); the suite starts without waiting for apt, and a test that needs one waits for its file
+# (tests/system_packages.py)
+export SYSTEM_PACKAGES_READY=.venv-system-packages
+rm -rf "$SYSTEM_PACKAGES_READY" && mkdir -p "$SYSTEM_PACKAGES_READY"
+SYSTEM_PACKAGES_READY=$PWD/$SYSTEM_PACKAGES_READY
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  # in the background: apt and pip's unpacking overlap
+  # in the background: apt, the installs into the venvs and the first tests overlap
   (
     command -v chromium >/dev/null 2>&1 || apt_install chromium chromium-driver
+    touch "$SYSTEM_PACKAGES_READY/chromium"
     # pdflatex and booktabs for the report's LaTeX tables (about 144 MB, 16 packages)
     command -v pdflatex >/dev/null 2>&1 \
       || apt_install --no-install-recommends texlive-latex-base texlive-latex-recommended
+    touch "$SYSTEM_PACKAGES_READY/pdflatex"
   ) &
   APT_PID=$!
+else
+  touch "$SYSTEM_PACKAGES_READY/chromium" "$SYSTEM_PACKAGES_READY/pdflatex"
 fi
 # torch first: the side stages' venvs hard-link it from .venv, so they start now and build beside the
-# rest of .venv (pip unpacks on one core; the other was idle for that minute and a half). Their
-# clients' tests run in .venv: they wait for MAIN_VENV_READY, written once .venv is whole.
+# rest of .venv. Their clients' tests run in .venv: they wait for MAIN_VENV_READY, written once .venv
+# is whole.
 bash scripts/install.sh torch
 export TEST_START_EPOCH=$(($(date +%s) - SECONDS + START))
 export MAIN_VENV_READY=.venv/.installed-by-test-sh
@@ -68,7 +78,6 @@ SIDE_PID=$!
 trap '{ kill -- -"$SIDE_PID"; kill $(jobs -p); } 2>/dev/null || true' EXIT
 bash scripts/install.sh dev
 touch "$MAIN_VENV_READY"
-[ -z "$APT_PID" ] || wait "$APT_PID"
 
 stage "lint"
 .venv/bin/python -m ruff check .
@@ -80,6 +89,7 @@ stage "main suite (mypy and the side stages run beside it)"
 MAIN_RC=0
 .venv/bin/python -m pytest -n 2 --dist loadgroup --ignore=tests/clients "$@" || MAIN_RC=$?
 stage "main suite ended (exit status $MAIN_RC)"
+[ -z "$APT_PID" ] || wait "$APT_PID"
 
 FAILED=()
 [ "$MAIN_RC" = 0 ] || FAILED+=("main suite")

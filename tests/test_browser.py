@@ -18,18 +18,14 @@ from pathlib import Path
 import pytest
 
 from dashboard import navigation
+from tests.system_packages import CHROMIUM, chromium_or_skip
 from tests.test_app import build_small_db
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
 PAGES = {p.key: p.url_path for p in navigation.PAGES}  # home = "" (the root URL)
 
-if not Path(CHROMIUM).exists():
-    pytest.skip(
-        f"needs Debian's chromium at {CHROMIUM}, which is not installed", allow_module_level=True
-    )
 playwright = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
 
 
@@ -104,9 +100,10 @@ def _serve(tmp: Path, db: Path):
 
 @pytest.fixture(scope="module")
 def browser():
+    chromium = chromium_or_skip()  # (apt may still be installing it: scripts/test.sh)
     with playwright.sync_playwright() as p:
         b = p.chromium.launch(
-            executable_path=CHROMIUM,
+            executable_path=chromium,
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         yield b

@@ -460,9 +460,12 @@ def test_smollm2_two_workers_match_one_worker_and_plain(ray_session, tmp_path):
     assert "workers" not in cfg_json  # the executor is not a result-determining setting
 
 
-def test_until_on_ray_workers_stops_where_the_single_process_run_stops(ray_session, folders, tmp_path):
-    """generate --until with Ray: each round's units are sharded over 2 replicas; the driver scores and
-    decides, so the rounds, the stop and the stored rows equal the single-process sequential run's."""
+def test_until_on_ray_workers_stops_where_the_single_process_run_stops(
+    ray_session, folders, plain, tmp_path
+):
+    """generate --until with Ray: each round's units are sharded over 2 replicas, the same two in every
+    round; the driver scores and decides, so the rounds, the stop and the stored rows equal the
+    single-process sequential run's."""
     from engine.commands._until import run_until
     from engine.stats.sequential import StopRule
 
@@ -494,6 +497,11 @@ def test_until_on_ray_workers_stops_where_the_single_process_run_stops(ray_sessi
     local = until(tmp_path / "local.duckdb")
     with RayExecutor(RayConfig(workers=2, shard_units=4)) as ex:
         dist = until(tmp_path / "ray.duckdb", ex)
+        assert ex.replicas_started == 2  # the second round ran on the first round's replicas
+        # other settings on the same executor: fresh replicas, and the plain run's rows
+        assert _run(tmp_path / "other.duckdb", folders, ex) == plain[0]
+        assert ex.replicas_started == 4
+    _assert_same_rows(tmp_path / "other.duckdb", plain[1])
     assert dist.to_dict()["modes"] == local.to_dict()["modes"] and dist.rounds == local.rounds == 2
     for db in ("local", "ray"):
         assert (

@@ -20,6 +20,7 @@ import pytest
 
 from engine import cli
 from tests.conftest import ROOT
+from tests.system_packages import CHROMIUM, chromium_or_skip, pdflatex
 from tests.test_app import build_small_db
 
 HARNESS = ROOT / "tests" / "data" / "harness"
@@ -212,7 +213,7 @@ def test_paper_tables_markdown_latex_csv(small, tmp_path, capsys):
         assert all(len(re.split(r"(?<!\\)&", r)) == len(spec) for r in rows if r.strip())
         assert not re.search(r"(?<!\\)[_%#]", body)
     assert re.search(r"0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]", tex) and "excludes 0" in tex
-    if shutil.which("pdflatex"):  # compile when a TeX engine is present
+    if pdflatex():  # compile when a TeX engine is present
         doc = tmp_path / "doc.tex"
         doc.write_text(
             "\\documentclass{article}\\usepackage{booktabs}\\begin{document}\n"
@@ -251,14 +252,11 @@ def test_report_file_name_says_what_it_is():
 
 # ------------------------------------------------------------------------------- in a real browser
 
-CHROMIUM = "/usr/bin/chromium"
-
 
 @pytest.mark.browser
 @pytest.mark.parametrize("kind", ["run", "harness", "set"])
 def test_the_report_draws_offline_in_chromium(reports, kind, small, capsys):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed")
+    chromium_or_skip()
     sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
     path = reports[kind]
     url = path.resolve().as_uri()
@@ -339,8 +337,7 @@ def test_home_and_benchmark_offer_the_report_named_after_run_models_and_date(sma
 @pytest.mark.browser
 def test_images_put_a_static_png_of_every_figure_in_noscript(reports):
     """--images: kaleido renders each figure once (one headless Chromium for all) for readers without JavaScript."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed")
+    chromium_or_skip()
     from engine.report.build import run_report
     from engine.report.render_html import report_html
 

@@ -12,7 +12,6 @@ import contextlib
 import csv
 import io
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -26,8 +25,8 @@ from engine.store import comparisons as SC
 from engine.store import runs as RS
 from engine.store.db import insert_df, transaction
 from engine.store.verdicts import VerdictRow, insert_verdicts
+from tests.system_packages import CHROMIUM, chromium_or_skip, pdflatex
 
-CHROMIUM = "/usr/bin/chromium"
 # a model name breaking out of an attribute, one closing the script element, a spreadsheet formula
 MODELS = [
     'x"><img/src/onerror=alert(1)>',
@@ -262,8 +261,9 @@ def test_no_csv_cell_of_the_report_runs_as_a_formula(hostile):
     assert "'" + MODELS[2] in cells and MODELS[2] in {csv_read_cell(c) for c in cells}
 
 
-@pytest.mark.skipif(not shutil.which("pdflatex"), reason="needs pdflatex (scripts/test.sh installs it)")
 def test_the_latex_tables_of_hostile_names_compile_with_pdflatex(hostile, tmp_path):
+    if not pdflatex():
+        pytest.skip("needs pdflatex (scripts/test.sh installs it)")
     tex = hostile["latex"].read_text()
     assert "Δ" not in tex and "中" not in tex and tex.isascii()
     doc = tmp_path / "doc.tex"
@@ -308,8 +308,7 @@ def test_no_data_string_reaches_the_page_unescaped(hostile):
 
 @pytest.mark.browser
 def test_the_hostile_report_is_inert_in_chromium_and_draws_every_figure(hostile):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed")
+    chromium_or_skip()
     sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
     url = hostile["html"].resolve().as_uri()
     dialogs, requested, errors = [], [], []

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,6 +17,7 @@ from engine.report.context import RunContext
 from engine.report.run_audit import judge_audit_section
 from engine.report.run_sequential import REPLAY_ORDERS, sequential_section
 from engine.store.db import insert_df, transaction
+from tests.system_packages import CHROMIUM, chromium_or_skip
 from tests.test_app import build_small_db
 from tests.test_judge_audit import RUN, make_db
 
@@ -186,10 +186,7 @@ def test_runs_without_them_have_neither_section(tmp_path):
 
 @pytest.mark.browser
 def test_the_audit_and_replay_figures_draw_offline_in_chromium(audit):
-    from tests.test_report import CHROMIUM
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"needs Debian's chromium at {CHROMIUM}, which is not installed")
+    chromium_or_skip()
     sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
     url = audit[1].resolve().as_uri()
     requested, errors = [], []

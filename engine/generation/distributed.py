@@ -22,6 +22,10 @@ token), never by batch layout, worker or time, so units can run anywhere, in any
   progress is never counted twice; the store ignores a row written twice anyway.
   A replica whose backend's engine died (:class:`~engine.generation.types.EngineDead`: one of
   vLLM's tensor-parallel rank workers was killed) ends its own process, so the same path applies.
+* Replicas live as long as the executor while the settings stay the same (the rounds of
+  ``--until`` or a race are calls with the same RunSpec): a round reuses the replicas of the round
+  before, with their imports and the model each holds, instead of starting and loading again;
+  other settings, an error or :meth:`RayExecutor.close` end them.
 * Resume: the run id does not depend on the executor or the number of workers; a rerun after a
   killed driver, worker or cluster generates only what is not stored.
 """
@@ -272,7 +276,9 @@ class RayExecutor:
         self.threads: int | None = None
         self.tensor_parallel = 1  # the run's (prepare)
         self.worker_info: dict[str, dict] = {}
-        self.actors: list = []
+        self.actors: list = []  # the replicas, kept between calls with the same settings
+        self._actors_for: tuple | None = None  # (RunSpec without prompts, device) they were made for
+        self.replicas_started = 0  # actors created, replacements included (what the tests count)
         self._record: Path | None = None  # the local cluster's record and watchdog (ray_cluster)
         self._watchdog: subprocess.Popen | None = None
         self._stdout: contextlib.AbstractContextManager | None = (
@@ -393,6 +399,7 @@ class RayExecutor:
     def _new_actor(self, i: int, spec: RunSpec, device):
         env = {k: v for k, v in os.environ.items() if k.startswith(_FORWARD_ENV)}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH")) if p)
+        self.replicas_started += 1
         actor = self.ray.remote(Replica).options(
             num_cpus=self.cpus_per_worker,
             num_gpus=self.gpus_per_worker,
@@ -415,7 +422,11 @@ class RayExecutor:
         # replicas get the settings once (small); each shard carries the texts of its own prompts
         spec_small = replace(spec, prompts={})
         n = min(cfg.workers, len(shards))
-        self.actors = [self._new_actor(i, spec_small, device) for i in range(n)]
+        if self._actors_for != (spec_small, device):  # other settings: fresh replicas
+            _release(ray, self.actors)
+            self.actors, self._actors_for = [], (spec_small, device)
+        while len(self.actors) < n:  # the first call, or more shards than the last call had
+            self.actors.append(self._new_actor(len(self.actors), spec_small, device))
         replaced: Counter[int] = Counter()
         attempts: Counter[str] = Counter()
         queue = deque(shards)
@@ -425,7 +436,7 @@ class RayExecutor:
         recorded: set[str] = set()
         try:
             while queue or inflight:
-                for i, a in enumerate(self.actors):
+                for i, a in enumerate(self.actors[:n]):
                     while queue and load[i] < cfg.queue_depth:
                         sh = queue.popleft()
                         texts = {
@@ -474,15 +485,16 @@ class RayExecutor:
                     out["worker"],
                     out["describe"] if first else None,
                 )
-        finally:
+        except BaseException:  # an error, or the consumer stopped early: no replica is reused
             _release(ray, self.actors)
-            self.actors = []
+            self.actors, self._actors_for = [], None
+            raise
 
     def close(self) -> None:
         try:
             if self.ray is not None:
                 _release(self.ray, self.actors)
-                self.actors = []
+                self.actors, self._actors_for = [], None
                 if self._owns_cluster:
                     self.ray.shutdown()
         finally:
