@@ -4,9 +4,9 @@
 #   venv_uninstall VENV PKGS...  `pip uninstall -y PKGS...` (a package that is not there is skipped)
 # Why uv: pip unpacks one wheel at a time and byte-compiles every module it installs; uv unpacks in
 # parallel and compiles nothing (Python compiles a module at its first import, and writes the
-# byte-code unless PYTHONDONTWRITEBYTECODE is set). .venv's install (torch and requirements-dev.txt,
-# from a warm cache) took 69 s with pip and 11 s with uv on the 2-core machine (docs/BENCHMARKS.md,
-# "The test suite"). uv (UV_PIN) is installed into VENV by pip; where it cannot be had (no index
+# byte-code unless PYTHONDONTWRITEBYTECODE is set). .venv from nothing, warm package cache, uv's own
+# cache empty: 69 s with pip, 24 s with uv on the 2-core machine (docs/BENCHMARKS.md, "The test
+# suite"). uv (UV_PIN) is installed into VENV by pip; where it cannot be had (no index
 # has it), pip does the work, as before. INSTALLER=pip forces pip.
 # uv does not read pip's configuration, so the settings that pick packages are handed over: pip's
 # find-links, index-url, extra-index-url and constraint (from `pip config list`, which also shows
