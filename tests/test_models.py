@@ -397,6 +397,56 @@ def test_models_command_json(smollm2, capsys):
 
 
 @pytest.mark.slow
+def test_the_converted_weights_are_the_gguf_tensors_dequantized(smollm2):
+    """Two implementations agree: the cache (transformers' GGUF loader, the file parsed once by
+    gguf_parsed_once) and gguf's own dequantization of the file's tensors, exactly. The embedding
+    and an MLP projection (attention projections are also permuted by the loader, which this
+    does not restate)."""
+    import gguf
+
+    tensors = {t.name: t for t in gguf.GGUFReader(M.smollm2_gguf_path()).tensors}
+    model = smollm2["base"].model.model
+    for name, weight in (
+        ("token_embd.weight", model.embed_tokens.weight),
+        ("blk.0.ffn_down.weight", model.layers[0].mlp.down_proj.weight),
+        ("blk.29.ffn_gate.weight", model.layers[29].mlp.gate_proj.weight),
+    ):
+        t = tensors[name]
+        want = torch.from_numpy(np.asarray(gguf.dequantize(t.data, t.tensor_type), dtype=np.float32))
+        assert torch.equal(weight.detach(), want), name
+
+
+def test_gguf_parsed_once_shares_readers_and_name_maps_inside_the_block_only(tmp_path):
+    """Inside the block one reader per file (and one name map per architecture and depth), outside
+    a fresh one each time; gguf's own names are back after the block, an error in it included."""
+    import gguf
+
+    from engine.models.cache import gguf_parsed_once
+
+    path = tmp_path / "t.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_tensor("blk.0.ffn_down.weight", np.arange(8, dtype=np.float32).reshape(2, 4))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)
+    with gguf_parsed_once() as readers:
+        a, b = gguf.GGUFReader(str(path)), gguf.GGUFReader(path)
+        assert a is b and len(readers) == 1 and isinstance(a, real_reader)
+        assert a.tensors[0].name == "blk.0.ffn_down.weight"
+        m = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert m is gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert m.get_name("model.layers.0.mlp.down_proj") == "blk.0.ffn_down"
+    assert gguf.GGUFReader is real_reader and gguf.get_tensor_name_map is real_map
+    with pytest.raises(RuntimeError), gguf_parsed_once():
+        raise RuntimeError("a failed load")
+    assert gguf.GGUFReader is real_reader and gguf.get_tensor_name_map is real_map
+
+
+@pytest.mark.slow
 def test_gguf_file_path_equals_registry_base_and_is_cached(smollm2):
     """Two routes to the same weights: the .gguf path (own cache) and the registry base."""
     gguf = M.smollm2_gguf_path()

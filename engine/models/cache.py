@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -241,10 +242,11 @@ def _convert(spec: ModelSpec, path: Path) -> None:
         if spec.variant in ("base", "gguf"):  # GGUF -> dequantized float32 (transformers' reader)
             src = Path(spec.source)
             try:
-                tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-                model = AutoModelForCausalLM.from_pretrained(
-                    str(src.parent), gguf_file=src.name, dtype=torch.float32
-                )
+                with gguf_parsed_once():
+                    tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+                    model = AutoModelForCausalLM.from_pretrained(
+                        str(src.parent), gguf_file=src.name, dtype=torch.float32
+                    )
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 raise UserError(f"could not load GGUF file {str(src)!r}: {exc}") from exc
             _forget_gguf_quantizer(model)
@@ -255,6 +257,38 @@ def _convert(spec: ModelSpec, path: Path) -> None:
             quantize_linear_weights(model, spec.variant)
         CONVERSIONS[spec.name] += 1
         _write_cache(path, spec, model, tok, time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def gguf_parsed_once() -> Iterator[dict]:
+    """Within the block, a GGUF file is parsed once and gguf's tensor-name map built once per
+    (architecture, layers); yields the parsed readers by (path, mode).
+
+    Why: transformers (5.23) parses the file three times for one model (its config, its tokenizer,
+    its weights; each parse reads SmolLM2's 49,152-entry vocabulary one numpy view at a time, about
+    4 s) and builds gguf's name map anew for each of the 397 tensors (5.5 s in all): 17 of the 29 s
+    of SmolLM2's conversion (docs/BENCHMARKS.md, "Model loading"). Both are read-only (a reader is a
+    memory map of the file), so handing out the same one is what a fresh one would give. transformers
+    imports both names from ``gguf`` inside its functions, so they are replaced there, for the block
+    only.
+    """
+    import gguf
+
+    real_reader, real_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+
+    def reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(real_name_map)
+    try:
+        yield readers
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_name_map
 
 
 def _forget_gguf_quantizer(model) -> None:
