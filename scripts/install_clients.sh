@@ -35,22 +35,9 @@ elif [ -n "${1:-}" ]; then
   exit 2
 fi
 
-source scripts/venv_lib.sh  # venv_install: uv where it can be had, else pip
+source scripts/venv_lib.sh  # venv_install (uv where it can be had, else pip), venv_reuse_torch
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-# REUSE_TORCH_FROM=.venv: when that venv holds the same torch build, hard-link its files here instead
-# of unpacking the wheel again (~750 MB); the installer then sees torch installed. A later change in either
-# venv writes new files, never the shared ones (as scripts/install_vllm.sh does).
-if [ -n "${REUSE_TORCH_FROM:-}" ] && [ -x "$REUSE_TORCH_FROM/bin/python" ]; then
-  HAVE=$("$REUSE_TORCH_FROM/bin/python" -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null || true)
-  SRC=$("$REUSE_TORCH_FROM/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  DST=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  if [ "$HAVE" = 2.13.0+cpu ] && [ ! -e "$DST/torch" ]; then
-    for d in torch functorch torchgen "torch-$HAVE.dist-info"; do
-      [ -e "$SRC/$d" ] && cp -al "$SRC/$d" "$DST/$d"
-    done
-    echo "torch $HAVE hard-linked from $REUSE_TORCH_FROM"
-  fi
-fi
+venv_reuse_torch "$VENV" 2.13.0+cpu  # REUSE_TORCH_FROM=.venv (scripts/test.sh)
 # torch's CPU wheel first (an unpinned torch pulls gigabytes of CUDA packages), then the rest with
 # requirements.txt as constraints so that no resolution swaps torch or the main venv's pins.
 venv_install "$VENV" -q torch==2.13.0+cpu

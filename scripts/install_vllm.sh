@@ -75,23 +75,10 @@ if [ "$FLAVOUR" = cuda ]; then
   fi
 fi
 
-source scripts/venv_lib.sh  # venv_install: uv where it can be had, else pip
+source scripts/venv_lib.sh  # venv_install (uv where it can be had, else pip), venv_reuse_torch
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 
-# REUSE_TORCH_FROM=.venv (scripts/test.sh): when that venv holds the same torch build, hard-link its
-# files here instead of unpacking the wheel again (~750 MB); the installer then sees torch installed
-# and only adds what is missing. A later change in either venv writes new files, never the shared ones.
-if [ -n "${REUSE_TORCH_FROM:-}" ] && [ -x "$REUSE_TORCH_FROM/bin/python" ]; then
-  HAVE=$("$REUSE_TORCH_FROM/bin/python" -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null || true)
-  SRC=$("$REUSE_TORCH_FROM/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  DST=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  if [ "$HAVE" = "${TORCH_PKG#torch==}" ] && [ ! -e "$DST/torch" ]; then
-    for d in torch functorch torchgen "torch-$HAVE.dist-info"; do
-      [ -e "$SRC/$d" ] && cp -al "$SRC/$d" "$DST/$d"
-    done
-    echo "torch $HAVE hard-linked from $REUSE_TORCH_FROM"
-  fi
-fi
+venv_reuse_torch "$VENV" "${TORCH_PKG#torch==}"  # REUSE_TORCH_FROM=.venv (scripts/test.sh)
 
 # torch first, and a constraint so that no later resolution swaps it (an unpinned torch pulls a
 # different build: gigabytes of nvidia-* packages on CPU, or a CPU build on a GPU machine).

@@ -47,9 +47,8 @@ apt_install() {  # packages, only where missing and apt is usable (root); a fail
 # SYSTEM_PACKAGES_READY: a file per package appears there once apt is done with it (installed or
 # not); the suite starts without waiting for apt, and a test that needs one waits for its file
 # (tests/system_packages.py)
-export SYSTEM_PACKAGES_READY=.venv-system-packages
+export SYSTEM_PACKAGES_READY=$PWD/.venv-system-packages
 rm -rf "$SYSTEM_PACKAGES_READY" && mkdir -p "$SYSTEM_PACKAGES_READY"
-SYSTEM_PACKAGES_READY=$PWD/$SYSTEM_PACKAGES_READY
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   # in the background: apt, the installs into the venvs and the first tests overlap
   (

@@ -20,7 +20,7 @@ import pytest
 
 from engine import cli
 from tests.conftest import ROOT
-from tests.system_packages import CHROMIUM, chromium_or_skip, pdflatex
+from tests.system_packages import chromium_or_skip, pdflatex
 from tests.test_app import build_small_db
 
 HARNESS = ROOT / "tests" / "data" / "harness"
@@ -256,14 +256,14 @@ def test_report_file_name_says_what_it_is():
 @pytest.mark.browser
 @pytest.mark.parametrize("kind", ["run", "harness", "set"])
 def test_the_report_draws_offline_in_chromium(reports, kind, small, capsys):
-    chromium_or_skip()
+    chromium = chromium_or_skip()
     sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
     path = reports[kind]
     url = path.resolve().as_uri()
     requested, errors, failed = [], [], []
     with sync.sync_playwright() as p:
         b = p.chromium.launch(
-            executable_path=CHROMIUM,
+            executable_path=chromium,
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         page = b.new_page(viewport={"width": 1200, "height": 1600})

@@ -25,7 +25,7 @@ from engine.store import comparisons as SC
 from engine.store import runs as RS
 from engine.store.db import insert_df, transaction
 from engine.store.verdicts import VerdictRow, insert_verdicts
-from tests.system_packages import CHROMIUM, chromium_or_skip, pdflatex
+from tests.system_packages import chromium_or_skip, pdflatex
 
 # a model name breaking out of an attribute, one closing the script element, a spreadsheet formula
 MODELS = [
@@ -308,13 +308,13 @@ def test_no_data_string_reaches_the_page_unescaped(hostile):
 
 @pytest.mark.browser
 def test_the_hostile_report_is_inert_in_chromium_and_draws_every_figure(hostile):
-    chromium_or_skip()
+    chromium = chromium_or_skip()
     sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
     url = hostile["html"].resolve().as_uri()
     dialogs, requested, errors = [], [], []
     with sync.sync_playwright() as p:
         b = p.chromium.launch(
-            executable_path=CHROMIUM,
+            executable_path=chromium,
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         page = b.new_page(viewport={"width": 1200, "height": 1600})

@@ -17,7 +17,7 @@ from engine.report.context import RunContext
 from engine.report.run_audit import judge_audit_section
 from engine.report.run_sequential import REPLAY_ORDERS, sequential_section
 from engine.store.db import insert_df, transaction
-from tests.system_packages import CHROMIUM, chromium_or_skip
+from tests.system_packages import chromium_or_skip
 from tests.test_app import build_small_db
 from tests.test_judge_audit import RUN, make_db
 
@@ -186,13 +186,13 @@ def test_runs_without_them_have_neither_section(tmp_path):
 
 @pytest.mark.browser
 def test_the_audit_and_replay_figures_draw_offline_in_chromium(audit):
-    chromium_or_skip()
+    chromium = chromium_or_skip()
     sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
     url = audit[1].resolve().as_uri()
     requested, errors = [], []
     with sync.sync_playwright() as p:
         b = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+            executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"]
         )
         page = b.new_page(viewport={"width": 1200, "height": 1600})
         page.route(

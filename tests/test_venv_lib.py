@@ -70,6 +70,7 @@ def test_uv_gets_pips_settings_with_the_variables_first(tmp_path):
         " --constraint=/etc/xdg/pip/constraints.txt -q -r requirements.txt"
     ]
     assert f"python -m pip install -q {_uv_pin()}" in calls  # uv itself came from pip, once
+    assert calls.count("python -m pip config list") == 1  # pip's settings read once per install
     assert not any(c.startswith("python -m pip install -q -r") for c in calls)  # pip did not install
 
 
