@@ -150,69 +150,67 @@ def test_plan_shards_keeps_prompts_whole_and_is_deterministic():
     ]  # a prompt alone > shard
 
 
-def test_two_workers_and_one_worker_give_the_single_process_rows(ray_session, folders, plain, tmp_path):
+def test_one_worker_gives_the_single_process_rows_bit_for_bit(ray_session, folders, plain, tmp_path):
+    """One worker, one shard per model, as many torch threads as here: the same batch layout and the
+    same matmul reduction split as the plain run, so the rows are bit-identical. (Two workers, other
+    batches: test_until_on_ray_workers_..., on the executor of its --until run.)"""
     run_ref, ref_db = plain
-    # one worker, one shard per model, as many torch threads as here: the same batch layout and
-    # the same matmul reduction split as the plain run -> bit-identical
     with RayExecutor(
         RayConfig(workers=1, shard_units=10_000, threads_per_worker=torch.get_num_threads())
     ) as ex:
         assert _run(tmp_path / "w1.duckdb", folders, ex) == run_ref  # the executor is not in the run id
     _assert_same_rows(tmp_path / "w1.duckdb", ref_db, exact_probs=True)
-    # two workers, shards of 2 prompts: other batches, the same tokens
-    prog = tmp_path / "p.json"
-    with RayExecutor(RayConfig(workers=2, shard_units=8)) as ex:
-        assert _run(tmp_path / "w2.duckdb", folders, ex, progress_file=prog) == run_ref
-        assert set(ex.worker_info) == {"w0", "w1"}
-    _assert_same_rows(tmp_path / "w2.duckdb", ref_db)
+
+
+def _assert_two_worker_run(db: Path, prog: Path, folders: list[str]) -> None:
+    """A run on two replicas: both returned shards, the progress file counted every unit once, and
+    the run records its models' folders and their backend (not the executor)."""
     p = read_progress(prog)
     assert p["done"] == p["total"] == 48 and sum(w["done"] for w in p["workers"].values()) == 48
     assert all(w["done"] > 0 and w["tokens"] > 0 for w in p["workers"].values())
-    models_rows = store.query_df(tmp_path / "w2.duckdb", "SELECT source FROM models ORDER BY ALL")[
-        "source"
-    ].tolist()
+    models_rows = store.query_df(db, "SELECT source FROM models ORDER BY ALL")["source"].tolist()
     assert models_rows == sorted(folders)
-    conf = json.loads(
-        store.query_df(tmp_path / "w2.duckdb", "SELECT CAST(config AS VARCHAR) AS c FROM runs").iloc[
-            0, 0
-        ]
-    )
+    conf = json.loads(store.query_df(db, "SELECT CAST(config AS VARCHAR) AS c FROM runs").iloc[0, 0])
     assert (
         sorted(conf["backends"]) == sorted(folders) and conf["backends"][folders[0]]["backend"] == "hf"
     )
 
 
-@pytest.mark.parametrize("how", ["os.kill", "ray.kill"])
-def test_killed_worker_is_recovered_nothing_lost_or_duplicated(
-    ray_session, folders, plain, tmp_path, how
-):
-    """os.kill: the replica process dies, Ray restarts it and retries its shards; ray.kill without
-    restart: the replica is gone for good, the driver replaces it and requeues its shards."""
+def test_killed_workers_are_recovered_nothing_lost_or_duplicated(ray_session, folders, plain, tmp_path):
+    """Both ways a replica is lost, one after the other in one run: after the first stored shard one
+    replica's process dies (os.kill: Ray restarts it and retries its shards); after the next shard
+    the replica that returned it is killed for good (ray.kill without restart: the driver replaces
+    it and requeues its shards). The rows are the plain run's, every unit is counted once, and no
+    shard comes back from a killed process. (One run instead of one per kind of loss: two
+    replicas fewer.)"""
     _, ref_db = plain
     db, prog = tmp_path / "k.duckdb", tmp_path / "p.json"
     ex = RayExecutor(RayConfig(workers=2, shard_units=4))
-    killed, after = {}, []
+    killed: list[dict] = []
+    after: list[int] = []
 
-    def kill_once(results):
+    def kill(results):
         after.append(len(results))
-        if killed:
+        if len(killed) == 2 or not ex.worker_info:  # (the second: once a shard came after the first)
             return
         w = sorted(ex.worker_info)[0]
-        killed.update(
-            worker=w, pid=ex.worker_info[w]["pid"], stored=store.table_counts(db)["generations"]
+        how = "os.kill" if not killed else "ray.kill"
+        killed.append(
+            dict(how=how, pid=ex.worker_info[w]["pid"], stored=store.table_counts(db)["generations"])
         )
         if how == "os.kill":
-            os.kill(killed["pid"], signal.SIGKILL)
+            os.kill(killed[-1]["pid"], signal.SIGKILL)
         else:
             ray.kill(ex.actors[int(w[1:])], no_restart=True)
         ex.worker_info.clear()  # from here on: who returned shards after the kill
 
     with ex:
-        _run(db, folders, ex, progress_file=prog, _after_chunk=kill_once)
-    assert killed and killed["stored"] < 48 and len(after) > 1  # killed mid-run, shards came after
-    assert killed["pid"] not in {
+        _run(db, folders, ex, progress_file=prog, _after_chunk=kill)
+    assert [k["how"] for k in killed] == ["os.kill", "ray.kill"], killed
+    assert 0 < killed[0]["stored"] < killed[1]["stored"] < 48 and len(after) > 2  # both mid-run
+    assert not {k["pid"] for k in killed} & {
         w["pid"] for w in ex.worker_info.values()
-    }  # later shards: live processes only
+    }  # the last shards: live processes only
     _assert_same_rows(db, ref_db)
     p = read_progress(prog)
     assert p["done"] == p["total"] == 48 == sum(w["done"] for w in p["workers"].values())  # counted once
@@ -465,7 +463,8 @@ def test_until_on_ray_workers_stops_where_the_single_process_run_stops(
 ):
     """generate --until with Ray: each round's units are sharded over 2 replicas, the same two in every
     round; the driver scores and decides, so the rounds, the stop and the stored rows equal the
-    single-process sequential run's."""
+    single-process sequential run's. A plain run with other settings on the same executor then starts
+    two fresh replicas and gives the single-process run's rows."""
     from engine.commands._until import run_until
     from engine.stats.sequential import StopRule
 
@@ -498,10 +497,13 @@ def test_until_on_ray_workers_stops_where_the_single_process_run_stops(
     with RayExecutor(RayConfig(workers=2, shard_units=4)) as ex:
         dist = until(tmp_path / "ray.duckdb", ex)
         assert ex.replicas_started == 2  # the second round ran on the first round's replicas
-        # other settings on the same executor: fresh replicas, and the plain run's rows
-        assert _run(tmp_path / "other.duckdb", folders, ex) == plain[0]
-        assert ex.replicas_started == 4
-    _assert_same_rows(tmp_path / "other.duckdb", plain[1])
+        # other settings on the same executor: fresh replicas, and the plain run's rows (two workers,
+        # shards of one prompt: other batches than the plain run's, the same tokens)
+        prog = tmp_path / "p.json"
+        assert _run(tmp_path / "w2.duckdb", folders, ex, progress_file=prog) == plain[0]
+        assert ex.replicas_started == 4 and set(ex.worker_info) == {"w0", "w1"}
+    _assert_same_rows(tmp_path / "w2.duckdb", plain[1])
+    _assert_two_worker_run(tmp_path / "w2.duckdb", prog, folders)
     assert dist.to_dict()["modes"] == local.to_dict()["modes"] and dist.rounds == local.rounds == 2
     for db in ("local", "ray"):
         assert (
