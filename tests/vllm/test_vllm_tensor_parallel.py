@@ -4,16 +4,13 @@ rank processes, one core each, bound by engine.generation.vllm_backend.cpu_threa
 The logits processor then runs in vLLM's rank processes, not in ours: the keys reach it and its
 step records come back through the backend's TraceSink (only rank 0 writes). Checked here:
 
-(a) TP = 1 with vLLM's engine core in its own process (VLLM_ENABLE_V1_MULTIPROCESSING=1), the
-    other way the processor can end up outside our process, against the transformers loop, unit by
-    unit (token ids, texts, trace alternatives and Gumbel values; probabilities to float tolerance)
-    on a tiny fp32 Llama;
-(b) a whole TP = 2 run on a Ray replica whose engine is split over 2 ranks, killed twice (the
-    replica, then one of its rank workers), equals the single-process transformers run of the same
-    settings: the same rows, and the same token traces (alternatives and Gumbel values exactly,
-    probabilities to float tolerance; one row per token, so only rank 0 wrote), and it records
-    tensor_parallel = 2. (This run also stands for the TP = 2 backend of (a), which was a third
-    engine with its own 2 ranks: about 25 CPU-s of the vLLM stage.)
+(a) the TP = 2 backend against the transformers loop, unit by unit (token ids, texts, trace
+    alternatives and Gumbel values; probabilities to float tolerance; one process wrote the traces)
+    on a tiny fp32 Llama; the same for TP = 1 with vLLM's engine core in its own process
+    (VLLM_ENABLE_V1_MULTIPROCESSING=1), the other way the processor can end up outside our process;
+(b) a whole run on a Ray replica whose engine is split over 2 ranks, killed twice (the replica, then
+    one of its rank workers), equals the single-process transformers run of the same settings (rows
+    and token traces), and records tensor_parallel = 2.
 """
 
 from __future__ import annotations
@@ -46,7 +43,7 @@ def folder(tmp_path_factory):
     return f
 
 
-@pytest.mark.parametrize("tp, engine_core_process", [(1, "1")])
+@pytest.mark.parametrize("tp, engine_core_process", [(2, "0"), (1, "1")])
 def test_out_of_process_processor_equals_the_transformers_loop(
     folder, monkeypatch, tp, engine_core_process
 ):
@@ -165,9 +162,8 @@ def test_a_tensor_parallel_run_on_a_ray_replica_survives_a_killed_replica_and_a_
     assert len(a) == len(b) == 24  # nothing lost, nothing twice
     assert [list(x) for x in a["token_ids"]] == [list(x) for x in b["token_ids"]]
     assert list(a["text"]) == list(b["text"])
-    # the token traces of the TP = 2 engine (written by rank 0 only: one row per token) against the
-    # transformers loop's: chosen and alternative ids and their Gumbel values exactly, probabilities
-    # to float tolerance
+    # the token traces of the TP = 2 engine against the transformers loop's: chosen and alternative
+    # ids and their Gumbel values exactly, probabilities to float tolerance
     q = (
         "SELECT mode, prompt_id, repeat, step, token_id, prob, top_ids, top_probs, top_gumbels "
         "FROM token_traces WHERE run_id = ? ORDER BY mode, prompt_id, repeat, step"
