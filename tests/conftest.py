@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -177,6 +178,23 @@ def _keep_the_main_module():
     yield
     if main is not None and sys.modules.get("__main__") is not main:
         sys.modules["__main__"] = main
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _component_manifests_scanned_once():
+    """Streamlit's AppTest scans every installed distribution for component manifests on its first
+    run (0.11 CPU-s, with about a hundred AppTests a suite run). The installed packages do not change
+    during a test session, so the first scan's result serves every AppTest. (Only where a test module
+    imported Streamlit's testing API: the side stages' suites never load Streamlit for it.)"""
+    if "streamlit.testing.v1" not in sys.modules:
+        yield
+        return
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = manifest_scanner.scan_component_manifests
+    manifest_scanner.scan_component_manifests = functools.cache(scan)
+    yield
+    manifest_scanner.scan_component_manifests = scan
 
 
 @pytest.hookimpl(trylast=True)

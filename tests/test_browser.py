@@ -110,12 +110,39 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser):
+def _new_tab(browser):
     ctx = browser.new_context(viewport={"width": 1400, "height": 2400}, accept_downloads=True)
-    pg = ctx.new_page()
+    return ctx.new_page()
+
+
+@pytest.fixture(scope="module")
+def tab(browser):
+    """The module's one browser tab, in a context of its own (cookies, downloads, cache)."""
+    holder = {"page": _new_tab(browser)}
+    yield holder
+    if not holder["page"].is_closed():
+        holder["page"].context.close()
+
+
+@pytest.fixture
+def page(browser, tab):
+    """The module's tab, for one test. Every test starts with a ``goto`` (a new Streamlit session, as
+    in a new tab); listeners it adds are removed after it. A new tab per test would cost Chromium a
+    renderer process and the app's scripts compiled again: a page load took 5.8-5.9 CPU-s in a new tab
+    and 2.4-2.9 in an open one (bench/bench_browser_load.py, docs/BENCHMARKS.md)."""
+    if tab["page"].is_closed():  # a test closed it (or its context: the chained-scoring test)
+        tab["page"] = _new_tab(browser)
+    pg, added = tab["page"], []
+
+    def on(event, handler):
+        added.append((event, handler))
+        type(pg).on(pg, event, handler)
+
+    pg.on = on
     yield pg
-    ctx.close()
+    del pg.on
+    for event, handler in added:
+        pg.remove_listener(event, handler)
 
 
 def _goto(page, server, name: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 # fixtures: the browser and a page (test_browser's), a dashboard on a database of our own
-from tests.test_browser import _goto, _no_exception, _serve, _shot, browser, page  # noqa: F401
+from tests.test_browser import _goto, _no_exception, _serve, _shot, browser, page, tab  # noqa: F401
 from tests.test_sequential_stop import make_sorted_run, mark_sorted_until
 
 pytestmark = pytest.mark.browser

@@ -21,6 +21,7 @@ from tests.test_browser import (  # noqa: F401
     browser,
     page,
     server,
+    tab,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

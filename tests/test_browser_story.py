@@ -35,7 +35,8 @@ from tests.test_browser_walk import _choose, _last_job
 from tests.test_hf_datasets import write_hub_folder
 
 pytestmark = pytest.mark.browser
-browser, page = tb.browser, tb.page  # the browser tests' fixtures: one Chromium, a fresh page per test
+# the browser tests' fixtures: one Chromium and one tab per module
+browser, tab, page = tb.browser, tb.tab, tb.page
 KEY = "sk-story-test-key"
 N = 40  # questions of the benchmark
 LETTERS = string.ascii_lowercase

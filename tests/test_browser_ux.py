@@ -20,6 +20,7 @@ from tests.test_browser import (  # noqa: F401
     browser,
     page,
     playwright,
+    tab,
 )
 
 pytestmark = pytest.mark.browser

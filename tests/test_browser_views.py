@@ -21,6 +21,7 @@ from tests.test_browser import (  # noqa: F401
     page,
     playwright,
     server,
+    tab,
 )
 
 pytestmark = pytest.mark.browser

@@ -37,7 +37,8 @@ def _charts(page, at_least: int = 0, exactly: int | None = None) -> None:
 
 
 pytestmark = pytest.mark.browser
-browser, page = tb.browser, tb.page  # the browser tests' fixtures: one Chromium, a fresh page per test
+# the browser tests' fixtures: one Chromium and one tab per module
+browser, tab, page = tb.browser, tb.tab, tb.page
 KEY = "sk-walk-test-key"
 HARNESS = ROOT / "tests" / "data" / "harness"
 

@@ -15,7 +15,7 @@ import pytest
 
 from engine.store import label_log as LL
 from engine.tasks import label_sets as S
-from tests.test_browser import _serve, _settle, browser, page  # noqa: F401  (fixtures)
+from tests.test_browser import _serve, _settle, browser, page, tab  # noqa: F401  (fixtures)
 from tests.test_labels import RUN, build_label_db
 
 pytestmark = pytest.mark.browser
