@@ -82,7 +82,7 @@ stage "lint"
 .venv/bin/python -m ruff check .
 .venv/bin/python -m ruff format --check --quiet .
 # mypy's cache in the user's cache folder, not the clone's: mypy validates each entry by size and hash,
-# so one cache serves every clone; a fresh clone with it warm checks in 4-6 CPU-s instead of 39-49
+# so one cache serves every clone; a fresh clone with it warm checks in 4-8 CPU-s instead of 39-49
 # (docs/BENCHMARKS.md, "The test suite"). MYPY_CACHE_DIR, when set, wins.
 MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/coupled-eval/mypy}" \
   .venv/bin/python -m mypy > test-mypy.log 2>&1 &

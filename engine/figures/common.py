@@ -31,12 +31,33 @@ PALETTE = [
 AGREE, DISAGREE, MISSING = "#b2f2bb", "#ffc9c9", "#e9ecef"
 
 
-LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50), font=dict(size=13))
+TEMPLATE = "plotly_white"
+LAYOUT = dict(margin=dict(l=60, r=20, t=50, b=50), font=dict(size=13))
 
 
 def layout(fig: go.Figure, title: str, **kw) -> go.Figure:
+    """Our title, margins and font, and the ``plotly_white`` template."""
     fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), **LAYOUT, **kw)
+    _set_template(fig, TEMPLATE)
     return fig
+
+
+def _set_template(fig: go.Figure, name: str) -> None:
+    """Store a copy of plotly's registered template ``name`` in the figure without validating it
+    again. Validation rebuilds the template's definition of every trace type: 12 of the 15 ms a small
+    figure took to build and serialise (1.8 ms without it; docs/BENCHMARKS.md, "Dashboard"), paid by
+    every chart of every page run. The registered template was validated when plotly built it, and
+    plotly assigns its own default template this way (``BaseFigure._initialize_layout_template``);
+    the figure is the same either way (tests/test_figures_template.py)."""
+    import plotly.io as pio
+
+    lay = fig.layout
+    validate = lay._validate
+    lay._validate = False  # the template's JSON (a deep copy) goes into the layout as it is
+    try:
+        lay.template = pio.templates[name]
+    finally:
+        lay._validate = validate
 
 
 def empty_figure(message: str) -> go.Figure:
