@@ -181,20 +181,41 @@ def _keep_the_main_module():
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _component_manifests_scanned_once():
-    """Streamlit's AppTest scans every installed distribution for component manifests on its first
-    run (0.11 CPU-s, with about a hundred AppTests a suite run). The installed packages do not change
-    during a test session, so the first scan's result serves every AppTest. (Only where a test module
-    imported Streamlit's testing API: the side stages' suites never load Streamlit for it.)"""
+def _apptest_overheads():
+    """Two costs of Streamlit's AppTest that are not the page's own work, taken out for the session
+    (only where a test module imported Streamlit's testing API: the side stages never do):
+
+    - its first run of an app scans every installed distribution for component manifests (0.11
+      CPU-s; about a hundred AppTests a run). The installed packages do not change during a session,
+      so the first scan's result serves them all.
+    - it waits for a script run by polling every millisecond whether the run's events so far include
+      the end, a scan of every event (one per element the page sent) a thousand times a second,
+      beside the script's own thread. The script thread ends right after that event, so joining it
+      is the same wait; a run past the timeout is stopped and raises as AppTest's own wait does.
+
+    Five AppTest modules alone: busy 64-65 CPU-s as Streamlit has it, 55-57 without the scans
+    (docs/BENCHMARKS.md, "The test suite")."""
     if "streamlit.testing.v1" not in sys.modules:
         yield
         return
     from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import local_script_runner as lsr
 
-    scan = manifest_scanner.scan_component_manifests
+    def wait_for_the_run(runner, timeout: float = 3) -> None:
+        thread = runner._script_thread
+        if thread is not None:
+            thread.join(timeout)
+        if runner.script_stopped():
+            return
+        runner.request_stop()
+        runner.join()
+        raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
+
+    scan, wait = manifest_scanner.scan_component_manifests, lsr.require_widgets_deltas
     manifest_scanner.scan_component_manifests = functools.cache(scan)
+    lsr.require_widgets_deltas = wait_for_the_run
     yield
-    manifest_scanner.scan_component_manifests = scan
+    manifest_scanner.scan_component_manifests, lsr.require_widgets_deltas = scan, wait
 
 
 @pytest.hookimpl(trylast=True)
