@@ -224,7 +224,7 @@ def label_count(db: str | os.PathLike, run: str) -> int:
     """How many human labels ``run`` has: the rows :func:`human_labels` reads, counted from the same
     :func:`label_sources` (cheap; the key on which pages refresh as labels arrive)."""
     src = label_sources(db, run)
-    stored = RL.run_label_count(db, run, exclude=src.samples)
+    stored = RL.set_label_count(db, [name for name, _ in src.sets])  # its sets read once, above
     return stored + sum(len(LL.label_rows(db, sid)) for sid in src.samples)
 
 

@@ -87,10 +87,9 @@ def set_label_rows(db: str | os.PathLike, name: str) -> pd.DataFrame:
     )
 
 
-def run_label_count(db: str | os.PathLike, run: str, exclude: tuple[str, ...] = ()) -> int:
-    """How many human labels the run's sets hold, leaving out the sets named in ``exclude`` (a cheap
-    cache key for pages that refresh as labels arrive)."""
-    names = [n for n, _ in run_label_sets(db, run) if n not in exclude]
+def set_label_count(db: str | os.PathLike, names: list[str]) -> int:
+    """How many human labels the stored sets ``names`` hold (a cheap cache key for pages that refresh
+    as labels arrive; 0 for no names, without opening the database)."""
     if not names:
         return 0
     with reader(db) as con:
