@@ -5,8 +5,8 @@ tests' page fixture (tests/test_browser.py) reuses one tab per module because of
 Starts ``streamlit run app.py`` on a small database (tests/test_app.py's), drives Debian's Chromium
 through Playwright, loads the Home, Benchmark, Win-rates and Rank-sets pages twice each (after one
 load not counted) and prints, per load, the CPU seconds of Chromium and Playwright's driver (the
-process tree under this script, reaped children included), of the Streamlit server, and the wall
-time. Modes:
+process tree under this script, reaped children included, less the server), of the Streamlit server
+(bench/bench_dashboard_watch.py's), and the wall time. Modes:
 
   new-tab        a new browser context and page per load (what a fresh page per test did)
   new-page       one context, a new page per load
@@ -22,18 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
+import signal
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _smoke import SMOKE_HELP  # noqa: E402
+from bench_dashboard_watch import CHROMIUM, _serve  # noqa: E402
 
 MODES = ("new-tab", "new-page", "open-tab")
 LOADS = ("home", "benchmark", "winrates", "ranksets")
@@ -59,31 +58,10 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def serve(db: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, COUPLED_EVAL_DB=str(db), HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
-    cmd += ["--server.headless", "true", "--server.address", "127.0.0.1"]
-    cmd += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
-            return proc, url
-        except OSError:
-            time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("streamlit did not start")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--mode", choices=MODES, default="new-tab")
-    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    ap.add_argument("--chromium", default=CHROMIUM)
     ap.add_argument("--json", action="store_true", help="one JSON line")
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
@@ -100,8 +78,7 @@ def main() -> None:
 
     paths = {p.key: p.url_path for p in navigation.PAGES}
     tmp = Path(tempfile.mkdtemp(prefix="bench_browser_load_"))
-    proc, url = serve(build_small_db(tmp / "b.duckdb"))
-    server = psutil.Process(proc.pid)
+    proc, url = _serve(build_small_db(tmp / "b.duckdb"), tmp / "streamlit.log")
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=args.chromium, args=ARGS)
@@ -129,16 +106,16 @@ def main() -> None:
 
             me = psutil.Process()
 
-            def browser_cpu() -> float:  # the tree under this script, less the script's own Python
-                return tree_cpu(me.pid) - sum(me.cpu_times()[:2])
+            def browser_cpu() -> float:  # the tree under this script less its own Python and the server
+                return tree_cpu(me.pid) - sum(me.cpu_times()[:2]) - tree_cpu(proc.pid)
 
             keys = ("home",) if args.smoke else LOADS * 2
             if not args.smoke:
                 load("benchmark")  # warm: the server's first run of a page and its caches
-            c0, s0, t0 = browser_cpu(), sum(server.cpu_times()[:2]), time.monotonic()
+            c0, s0, t0 = browser_cpu(), tree_cpu(proc.pid), time.monotonic()
             for key in keys:
                 load(key)
-            c1, s1 = browser_cpu(), sum(server.cpu_times()[:2])
+            c1, s1 = browser_cpu(), tree_cpu(proc.pid)
             row = {
                 "mode": args.mode,
                 "loads": len(keys),
@@ -148,7 +125,7 @@ def main() -> None:
             }
             browser.close()
     finally:
-        proc.terminate()
+        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
     if args.json:
         print(json.dumps(row))

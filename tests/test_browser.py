@@ -128,8 +128,8 @@ def tab(browser):
 def page(browser, tab):
     """The module's tab, for one test. Every test starts with a ``goto`` (a new Streamlit session, as
     in a new tab); listeners it adds are removed after it. A new tab per test would cost Chromium a
-    renderer process and the app's scripts compiled again: a page load took 5.8-5.9 CPU-s in a new tab
-    and 2.4-2.9 in an open one (bench/bench_browser_load.py, docs/BENCHMARKS.md)."""
+    renderer process and the app's scripts compiled again: a page load took Chromium 4.7-4.9 CPU-s
+    in a new tab and 1.8-2.0 in an open one (bench/bench_browser_load.py, docs/BENCHMARKS.md)."""
     if tab["page"].is_closed():  # a test closed it (or its context: the chained-scoring test)
         tab["page"] = _new_tab(browser)
     pg, added = tab["page"], []
