@@ -11,9 +11,12 @@ process tree under this script, reaped children included, less the server), of t
   new-tab        a new browser context and page per load (what a fresh page per test did)
   new-page       one context, a new page per load
   open-tab       one page, a ``goto`` per load (a new Streamlit session each time)
+  sidebar        one page, a click on the page's link in the app's sidebar per load (one Streamlit
+                 session throughout: the page's script runs again over the open connection)
 
   .venv/bin/python bench/bench_browser_load.py --mode new-tab
   .venv/bin/python bench/bench_browser_load.py --mode open-tab --json
+  .venv/bin/python bench/bench_browser_load.py --mode open-tab --arg=--disable-gpu-compositing
   .venv/bin/python bench/bench_browser_load.py --smoke    # one load of Home, nothing warmed
 """
 
@@ -34,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _smoke import SMOKE_HELP  # noqa: E402
 from bench_dashboard_watch import CHROMIUM, _serve  # noqa: E402
 
-MODES = ("new-tab", "new-page", "open-tab")
+MODES = ("new-tab", "new-page", "open-tab", "sidebar")
 LOADS = ("home", "benchmark", "winrates", "ranksets")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 VIEWPORT = {"width": 1400, "height": 2400}
@@ -62,6 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--mode", choices=MODES, default="new-tab")
     ap.add_argument("--chromium", default=CHROMIUM)
+    ap.add_argument("--arg", action="append", default=[], help="one more Chromium flag (repeatable)")
     ap.add_argument("--json", action="store_true", help="one JSON line")
     ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
@@ -81,7 +85,7 @@ def main() -> None:
     proc, url = _serve(build_small_db(tmp / "b.duckdb"), tmp / "streamlit.log")
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=args.chromium, args=ARGS)
+            browser = p.chromium.launch(executable_path=args.chromium, args=ARGS + args.arg)
             ctx = browser.new_context(viewport=VIEWPORT)
             tab = ctx.new_page()
 
@@ -93,8 +97,11 @@ def main() -> None:
                     pg = ctx.new_page()
                 else:
                     pg = tab
-                pg.goto(f"{url}/{paths[key]}")
-                pg.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+                if args.mode == "sidebar" and pg.url.startswith(url):
+                    pg.locator(f"[data-testid='stSidebarNav'] a[href='{url}/{paths[key]}']").click()
+                else:
+                    pg.goto(f"{url}/{paths[key]}")
+                    pg.wait_for_selector("[data-testid='stApp']", timeout=60_000)
                 _settle(pg)
                 if key != "home":
                     pg.locator(".js-plotly-plot >> visible=true").first.wait_for(timeout=90_000)
@@ -118,6 +125,7 @@ def main() -> None:
             c1, s1 = browser_cpu(), tree_cpu(proc.pid)
             row = {
                 "mode": args.mode,
+                "extra_args": args.arg,
                 "loads": len(keys),
                 "browser_cpu_s_per_load": round((c1 - c0) / len(keys), 2),
                 "server_cpu_s_per_load": round((s1 - s0) / len(keys), 2),

@@ -121,6 +121,19 @@ def xdist_group(path_name: str) -> str:
     return path_name
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the browser group's last test on this process (its fixtures torn down): close the one
+    Chromium its modules shared (tests/browser_session.py)."""
+    yield
+    if xdist_group(item.path.name) == "browser" and (
+        nextitem is None or xdist_group(nextitem.path.name) != "browser"
+    ):
+        shared = sys.modules.get("tests.browser_session")
+        if shared is not None:
+            shared.close_shared_browser()
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup``: xdist's scope scheduler with :func:`xdist_group` as the scope. (xdist 3.8's

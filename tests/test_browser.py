@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from dashboard import navigation
-from tests.system_packages import CHROMIUM, chromium_or_skip
+from tests import browser_session
+from tests.system_packages import CHROMIUM
 from tests.test_app import build_small_db
 
 pytestmark = pytest.mark.browser
@@ -27,6 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = {p.key: p.url_path for p in navigation.PAGES}  # home = "" (the root URL)
 
 playwright = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
+
+
+# the browser fixtures (one Chromium and tab for the browser group), here for the modules that import
+# them from this one
+browser, tab, page = browser_session.browser, browser_session.tab, browser_session.page
 
 
 def _free_port() -> int:
@@ -98,57 +104,42 @@ def _serve(tmp: Path, db: Path):
             jobs.cancel_job(j.job_id, db)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    chromium = chromium_or_skip()  # (apt may still be installing it: scripts/test.sh)
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=chromium,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield b
-        b.close()
-
-
-def _new_tab(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 2400}, accept_downloads=True)
-    return ctx.new_page()
-
-
-@pytest.fixture(scope="module")
-def tab(browser):
-    """The module's one browser tab, in a context of its own (cookies, downloads, cache)."""
-    holder = {"page": _new_tab(browser)}
-    yield holder
-    if not holder["page"].is_closed():
-        holder["page"].context.close()
-
-
-@pytest.fixture
-def page(browser, tab):
-    """The module's tab, for one test. Every test starts with a ``goto`` (a new Streamlit session, as
-    in a new tab); listeners it adds are removed after it. A new tab per test would cost Chromium a
-    renderer process and the app's scripts compiled again: a page load took Chromium 4.7-4.9 CPU-s
-    in a new tab and 1.8-2.0 in an open one (bench/bench_browser_load.py, docs/BENCHMARKS.md)."""
-    if tab["page"].is_closed():  # a test closed it (or its context: the chained-scoring test)
-        tab["page"] = _new_tab(browser)
-    pg, added = tab["page"], []
-
-    def on(event, handler):
-        added.append((event, handler))
-        type(pg).on(pg, event, handler)
-
-    pg.on = on
-    yield pg
-    del pg.on
-    for event, handler in added:
-        pg.remove_listener(event, handler)
-
-
-def _goto(page, server, name: str) -> None:
-    page.goto(f"{server['url']}/{PAGES[name]}")
-    page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+def _goto(page, server, name: str, reload: bool = False) -> None:
+    """Open page ``name`` of the dashboard at ``server``. A test's first page (the ``page`` fixture
+    forgets the last one), a page of another server and ``reload=True`` load the page's URL: a new
+    Streamlit session, as in a new tab. Any other page is opened through its link in the app's
+    sidebar, as a user moves between pages: the same session, the page's script run again over the
+    open connection, which costs Chromium about half what a page load does
+    (bench/bench_browser_load.py --mode sidebar / open-tab, docs/BENCHMARKS.md)."""
+    url = f"{server['url']}/{PAGES[name]}"
+    here = page.url.startswith(server["url"] + "/")
+    if reload or getattr(page, "_ce_app", None) != server["url"] or not here:
+        page.goto(url)
+        page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+        page._ce_app = server["url"]
+    else:
+        _sidebar_link(page, url)
     _settle(page)
+
+
+def _sidebar_link(page, url: str, tries: int = 3) -> None:
+    """Click the sidebar's link to ``url`` until the browser is there. The sidebar lists ten pages and
+    a "View N more" button; a click that lands while a re-run redraws the sidebar can be lost (as in
+    :func:`_pick`), and clicking a page's link again is harmless."""
+    nav = page.locator("[data-testid='stSidebarNav']")
+    link = nav.locator(f"a[href='{url}']").first
+    for i in range(tries):
+        nav.wait_for(timeout=60_000)
+        more = nav.locator("[data-testid='stSidebarNavViewButton']")
+        if not link.is_visible() and more.count() and "more" in more.first.inner_text():
+            more.first.click()
+        link.click(timeout=30_000)
+        try:
+            page.wait_for_url(url, timeout=20_000)
+            return
+        except playwright.TimeoutError:
+            if i == tries - 1:
+                raise
 
 
 def _settle(page, timeout_s: float = 90) -> None:

@@ -98,9 +98,9 @@ def _last_job(db, kind: str, timeout_s: float = 300) -> jobs.JobStatus:
     return st
 
 
-def _open(page, walk, name: str, text: str) -> None:
+def _open(page, walk, name: str, text: str, reload: bool = False) -> None:
     """Go to page ``name`` and wait until ``text`` shows (the script has run)."""
-    _goto(page, walk, name)
+    _goto(page, walk, name, reload=reload)
     page.get_by_text(text, exact=False).first.wait_for(timeout=90_000)
     _settle(page)
 
@@ -213,7 +213,9 @@ def test_harness_logs_upload_accuracy_ranks(walk, page, artifacts_dir):
         ),
     ]
     for name, model, files in uploads:
-        _open(page, walk, "upload", "Harness files")  # a fresh page: the uploader starts empty
+        _open(
+            page, walk, "upload", "Harness files", reload=True
+        )  # a fresh page: the uploader starts empty
         page.locator("input[type='file']").nth(1).set_input_files(files)
         page.get_by_text("Valid: ", exact=False).first.wait_for(timeout=60_000)
         page.get_by_text(model, exact=False).first.wait_for(

@@ -235,9 +235,13 @@ _KILL_CMD = [
 ]
 
 
-def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path):
+def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path, monkeypatch, capsys):
     """The CLI with --workers 2 (its own local Ray cluster) SIGKILLed after its first committed
-    shard; the same command rerun finishes with the rows of a plain single-process run."""
+    shard; the same command rerun (with --json) finishes with the rows of a plain single-process run.
+    In the rerun a replica is killed after its first stored shard (Ray restarts it and retries), and
+    Ray's driver prints raylet messages (a retried task's dead worker) on stdout from a thread: while
+    a RayExecutor is connected they go to stderr, so `generate --json` prints only JSON. (One rerun
+    checks both: a Ray run with its replicas fewer than a test each.)"""
     ref_db, db, prog = tmp_path / "ref.duckdb", tmp_path / "k.duckdb", tmp_path / "p.json"
     base = _KILL_CMD + ["--models", *folders]
     assert cli_main(base + ["--db", str(ref_db)]) == 0
@@ -305,24 +309,24 @@ def test_killed_driver_resumes_with_the_same_rows(ray_session, folders, tmp_path
         "GROUP BY g.model, g.prompt_id, g.repeat, g.mode",
     )
     assert (per_gen["n_tokens"] == per_gen["n"]).all()  # each shard is all-or-nothing
-    # the same command again (this process's Ray session): resumes the same run
-    assert cli_main(base + ["--db", str(db), "--workers", "2", "--shard-size", "4"]) == 0
+    # the same command again (this process's Ray session), --json: resumes the same run
+    executors, killed = _kill_a_replica_after_the_first_shard(monkeypatch)
+    capsys.readouterr()
+    resume = base + ["--db", str(db), "--workers", "2", "--shard-size", "4", "--json"]
+    assert cli_main(resume) == 0
+    cap = capsys.readouterr()
+    res = json.loads(cap.out)  # stdout is exactly our JSON
+    assert killed and (res["status"], res["units"]) == ("done", 32)
+    assert "MARKER" in cap.err and "MARKER" not in cap.out
+    assert executors[0]._stdout is None  # stdout restored on close
     _assert_same_rows(db, ref_db)
     assert store.table_counts(db)["generations"] == 32
 
 
-def _title(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def test_json_stdout_stays_json_when_a_replica_is_killed(
-    ray_session, folders, tmp_path, monkeypatch, capsys
-):
-    """Ray's driver prints raylet messages (a retried task's dead worker) on stdout from a thread;
-    while a RayExecutor is connected they go to stderr, so `generate --json` prints only JSON."""
+def _kill_a_replica_after_the_first_shard(monkeypatch) -> tuple[list, list]:
+    """Patch the driver so that, after its first stored shard, one replica's process is SIGKILLed and
+    a raylet message is printed the way Ray's error listener thread prints it; returns the executors
+    prepared and the pids killed (filled as the run goes)."""
     from ray._private.worker import print_to_stdstream
 
     import engine.generation.run as R
@@ -347,19 +351,14 @@ def test_json_stdout_stays_json_when_a_replica_is_killed(
 
     monkeypatch.setattr(RayExecutor, "prepare", record_executor)
     monkeypatch.setattr(R, "_write_chunk", write_then_kill)
-    db = tmp_path / "j.duckdb"
-    assert (
-        cli_main(
-            _KILL_CMD
-            + ["--models", *folders, "--db", str(db), "--workers", "2", "--shard-size", "4", "--json"]
-        )
-        == 0
-    )
-    cap = capsys.readouterr()
-    res = json.loads(cap.out)  # stdout is exactly our JSON
-    assert killed and (res["status"], res["units"]) == ("done", 32)
-    assert "MARKER" in cap.err and "MARKER" not in cap.out
-    assert executors[0]._stdout is None  # stdout restored on close
+    return executors, killed
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _free_port() -> int:
