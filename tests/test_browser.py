@@ -123,9 +123,10 @@ def _goto(page, server, name: str, reload: bool = False) -> None:
 
 
 def _sidebar_link(page, url: str, tries: int = 3) -> None:
-    """Click the sidebar's link to ``url`` until the browser is there. The sidebar lists ten pages and
-    a "View N more" button; a click that lands while a re-run redraws the sidebar can be lost (as in
-    :func:`_pick`), and clicking a page's link again is harmless."""
+    """Click the sidebar's link to ``url`` until the browser is there. Streamlit may fold a long list
+    of pages behind a "View N more" button, which is opened first; a click that lands while a re-run
+    redraws the sidebar can be lost (as in :func:`_pick`), and clicking a page's link again is
+    harmless."""
     nav = page.locator("[data-testid='stSidebarNav']")
     link = nav.locator(f"a[href='{url}']").first
     for i in range(tries):
