@@ -35,11 +35,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _smoke import SMOKE_HELP  # noqa: E402
-from bench_dashboard_watch import CHROMIUM, _serve  # noqa: E402
+from bench_dashboard_watch import _serve  # noqa: E402
+
+from tests.system_packages import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
 MODES = ("new-tab", "new-page", "open-tab", "sidebar")
 LOADS = ("home", "benchmark", "winrates", "ranksets")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 VIEWPORT = {"width": 1400, "height": 2400}
 
 
@@ -78,14 +79,14 @@ def main() -> None:
 
     from dashboard import navigation
     from tests.test_app import build_small_db
-    from tests.test_browser import _settle
+    from tests.test_browser import _settle, _sidebar_link
 
     paths = {p.key: p.url_path for p in navigation.PAGES}
     tmp = Path(tempfile.mkdtemp(prefix="bench_browser_load_"))
     proc, url = _serve(build_small_db(tmp / "b.duckdb"), tmp / "streamlit.log")
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=args.chromium, args=ARGS + args.arg)
+            browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS + args.arg)
             ctx = browser.new_context(viewport=VIEWPORT)
             tab = ctx.new_page()
 
@@ -98,7 +99,7 @@ def main() -> None:
                 else:
                     pg = tab
                 if args.mode == "sidebar" and pg.url.startswith(url):
-                    pg.locator(f"[data-testid='stSidebarNav'] a[href='{url}/{paths[key]}']").click()
+                    _sidebar_link(pg, f"{url}/{paths[key]}")  # as the browser tests open a page
                 else:
                     pg.goto(f"{url}/{paths[key]}")
                     pg.wait_for_selector("[data-testid='stApp']", timeout=60_000)

@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _smoke import SMOKE_HELP  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
+from tests.system_packages import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+
 JOB_ARGS = [
     "generate",
     "--models",
@@ -125,7 +126,7 @@ def measure(page: str, seconds: float, with_job: bool) -> dict:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(
                 executable_path=CHROMIUM,
-                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+                args=CHROMIUM_ARGS,
             )
             ctx = browser.new_context(viewport={"width": 1400, "height": 2400})
             pg = ctx.new_page()

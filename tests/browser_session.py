@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.system_packages import chromium_or_skip
+from tests.system_packages import CHROMIUM_ARGS, chromium_or_skip
 
 playwright = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
 
@@ -26,7 +26,7 @@ def browser():
         _SHARED["driver"] = driver
         _SHARED["browser"] = driver.chromium.launch(
             executable_path=chromium,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            args=CHROMIUM_ARGS,
         )
     return _SHARED["browser"]
 
@@ -60,7 +60,7 @@ def tab(browser):
 
 @pytest.fixture
 def page(browser, tab):
-    """The module's tab, for one test. Every test starts with a ``goto`` (a new Streamlit session, as
+    """The browser group's tab, for one test. Every test starts with a ``goto`` (a new Streamlit session, as
     in a new tab); listeners it adds are removed after it. A new tab per test would cost Chromium a
     renderer process and the app's scripts compiled again: a page load took Chromium 4.7-4.9 CPU-s
     in a new tab and 1.8-2.0 in an open one (bench/bench_browser_load.py, docs/BENCHMARKS.md)."""

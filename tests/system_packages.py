@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
+# the flags every test and bench launches it with (headless, as root in CI, no GPU, no update pings)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 WAIT_S = 900  # apt's install of both (chromium ~100 MB, texlive ~144 MB) takes a minute or two
 
 

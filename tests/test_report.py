@@ -20,7 +20,7 @@ import pytest
 
 from engine import cli
 from tests.conftest import ROOT
-from tests.system_packages import chromium_or_skip, pdflatex
+from tests.system_packages import CHROMIUM_ARGS, chromium_or_skip, pdflatex
 from tests.test_app import build_small_db
 
 HARNESS = ROOT / "tests" / "data" / "harness"
@@ -264,7 +264,7 @@ def test_the_report_draws_offline_in_chromium(reports, kind, small, capsys):
     with sync.sync_playwright() as p:
         b = p.chromium.launch(
             executable_path=chromium,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            args=CHROMIUM_ARGS,
         )
         page = b.new_page(viewport={"width": 1200, "height": 1600})
 

@@ -25,7 +25,7 @@ from engine.store import comparisons as SC
 from engine.store import runs as RS
 from engine.store.db import insert_df, transaction
 from engine.store.verdicts import VerdictRow, insert_verdicts
-from tests.system_packages import chromium_or_skip, pdflatex
+from tests.system_packages import CHROMIUM_ARGS, chromium_or_skip, pdflatex
 
 # a model name breaking out of an attribute, one closing the script element, a spreadsheet formula
 MODELS = [
@@ -315,7 +315,7 @@ def test_the_hostile_report_is_inert_in_chromium_and_draws_every_figure(hostile)
     with sync.sync_playwright() as p:
         b = p.chromium.launch(
             executable_path=chromium,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            args=CHROMIUM_ARGS,
         )
         page = b.new_page(viewport={"width": 1200, "height": 1600})
 
