@@ -143,15 +143,36 @@ def _sidebar_link(page, url: str, tries: int = 3) -> None:
                 raise
 
 
-def _settle(page, timeout_s: float = 90) -> None:
-    """Wait until the script run finished (no 'running' status widget) and charts are drawn."""
-    page.wait_for_timeout(800)
+# True when the app is idle: Streamlit's own run state on the app's root (what Streamlit's end-to-end
+# tests wait on: 'running' or 'rerunRequested' while a script or fragment run is on), its connection
+# up, and every chart on the page drawn (Plotly draws after the run, into its container)
+_APP_IDLE_JS = """() => {
+  const app = document.querySelector("[data-testid='stApp']");
+  if (!app || app.dataset.testScriptState !== 'notRunning'
+      || app.dataset.testConnectionState !== 'CONNECTED') return false;
+  return [...document.querySelectorAll("[data-testid='stPlotlyChart']")]
+    .every((c) => c.querySelector('.main-svg'));
+}"""
+SETTLE_QUIET_S = 0.6
+
+
+def _settle(page, timeout_s: float = 90, quiet_s: float = SETTLE_QUIET_S) -> None:
+    """Wait until the app has been idle (:data:`_APP_IDLE_JS`: no script run, connected, charts drawn)
+    for ``quiet_s`` without a break, at most ``timeout_s``. The quiet time is for the re-run that a
+    click or key asks for: the app's state shows it only once the server has started it, one round
+    trip later. (Streamlit's status widget, which this once watched between fixed waits of 0.8 and
+    0.7 s, shows only after a run has lasted a while.)"""
     deadline = time.monotonic() + timeout_s
+    idle_since = None
     while time.monotonic() < deadline:
-        if page.locator("[data-testid='stStatusWidget']").count() == 0:
-            break
-        page.wait_for_timeout(300)
-    page.wait_for_timeout(700)
+        now = time.monotonic()
+        if page.evaluate(_APP_IDLE_JS):
+            idle_since = now if idle_since is None else idle_since
+            if now - idle_since >= quiet_s:
+                return
+        else:
+            idle_since = None
+        page.wait_for_timeout(100)
 
 
 def _pick(page, option: str, shows, tries: int = 3) -> None:
