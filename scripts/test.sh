@@ -2,13 +2,14 @@
 # The README's test command (what .ci/run calls): install into .venv (with the test tools and, where
 # apt is usable, Debian's chromium for the browser tests and pdflatex for the report's LaTeX tables),
 # lint (ruff check, ruff format --check), type-check (mypy; settings in pyproject.toml) and the whole
-# test suite, in three parts that run at the same time, so that both cores stay busy
+# test suite, in three parts that overlap, so that both cores stay busy
 # (the main suite alone leaves about a third of the CPU idle while its tests wait on servers, browsers
 # and child processes: docs/BENCHMARKS.md, "The test suite"):
 #   the main suite   `pytest -n 2 --dist loadgroup` on tests/ (arguments go to this pytest);
 #                    tests/conftest.py keeps every module on one worker and runs the modules that
 #                    spawn and kill processes, and those that drive Chromium, one after the other
-#   mypy             beside it (its output is printed when the suite ends)
+#   mypy             once the side stages or the main suite are done (its output is printed when the
+#                    suite ends)
 #   the side stages  scripts/test_side_stages.sh (started as soon as .venv has torch, beside the rest
 #                    of .venv's install): builds .venv-clients and .venv-vllm, runs
 #                    tests/clients (lm-eval and Inspect AI against `engine serve`), then tests/vllm
@@ -84,13 +85,23 @@ stage "lint"
 # mypy's cache in the user's cache folder, not the clone's: mypy validates each entry by size and hash,
 # so one cache serves every clone; a fresh clone with it warm checks in 4-8 CPU-s instead of 39-49
 # (docs/BENCHMARKS.md, "The test suite"). MYPY_CACHE_DIR, when set, wins.
-MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/coupled-eval/mypy}" \
-  .venv/bin/python -m mypy > test-mypy.log 2>&1 &
+# It starts once the side stages are done or the main suite is, whichever is first: until then the
+# two cores are busy, and after it the main suite alone leaves part of them idle while its tests wait
+# on servers, browsers and child processes, which mypy then takes (docs/BENCHMARKS.md, "The test
+# suite").
+MAIN_DONE=.venv/.main-suite-done
+rm -f "$MAIN_DONE"
+(
+  while kill -0 "$SIDE_PID" 2>/dev/null && [ ! -e "$MAIN_DONE" ]; do sleep 2; done
+  MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/coupled-eval/mypy}" \
+    exec .venv/bin/python -m mypy > test-mypy.log 2>&1
+) &
 MYPY_PID=$!
 
-stage "main suite (mypy and the side stages run beside it)"
+stage "main suite (the side stages run beside it, then mypy)"
 MAIN_RC=0
 .venv/bin/python -m pytest -n 2 --dist loadgroup --ignore=tests/clients "$@" || MAIN_RC=$?
+touch "$MAIN_DONE"
 stage "main suite ended (exit status $MAIN_RC)"
 [ -z "$APT_PID" ] || wait "$APT_PID"
 
