@@ -8,7 +8,8 @@ runs the command and reads /proc every second: every process that started after 
 CPU (user + system) at its last sample and its command line, summed by kind (test workers, Chromium,
 Ray, Streamlit servers, each ``engine`` subcommand, vLLM's rank processes, pip, ...). It also prints
 the machine's busy CPU over the run (/proc/stat), which counts everything: the sampled total is a
-little below it (a process's last second, and processes shorter than a second, are not sampled).
+little below it (a process's last second, and processes shorter than a second, are not sampled); and
+the same minute by minute, which shows where the command left cores idle.
 Linux only; run it on a machine with nothing else busy.
 
   .venv/bin/python bench/bench_test_suite.py                       # bash scripts/test.sh
@@ -100,12 +101,22 @@ def run(cmd: list[str], interval: float = 1.0) -> dict:
     )
     seen: dict = {}
     t0, b0 = time.time(), busy_ticks()
+    marks = [(t0, b0)]  # (time, busy ticks) at each minute of the run: where the machine idled
     proc = subprocess.Popen(cmd, cwd=ROOT)
     while proc.poll() is None:
         sample(t0 - 1, seen, boot)
         time.sleep(interval)
+        if time.time() - marks[-1][0] >= 60:
+            marks.append((time.time(), busy_ticks()))
     sample(t0 - 1, seen, boot)
     wall, busy = time.time() - t0, (busy_ticks() - b0) / TICK
+    marks.append((time.time(), busy_ticks()))
+    cores = os.cpu_count() or 1
+    minutes = [
+        (b1 - b0_) / TICK / ((t1 - t0_) * cores)
+        for (t0_, b0_), (t1, b1) in zip(marks, marks[1:])
+        if t1 - t0_ > 1
+    ]
     by_kind: collections.Counter[str] = collections.Counter()
     count: collections.Counter[str] = collections.Counter()
     for cpu, cmdline in seen.values():
@@ -116,6 +127,7 @@ def run(cmd: list[str], interval: float = 1.0) -> dict:
         "rc": proc.returncode,
         "wall": wall,
         "busy": busy,
+        "minutes": minutes,
         "by_kind": by_kind,
         "count": count,
         "processes": list(seen.values()),
@@ -148,6 +160,7 @@ def main() -> None:
         f"({r['busy'] / r['wall'] / cores:.0%} of {cores} cores); sampled {sampled:.0f} CPU-s "
         f"in {sum(r['count'].values())} processes"
     )
+    print("the machine busy, minute by minute: " + " ".join(f"{m:.0%}" for m in r["minutes"]))
     print(f"{'CPU-s':>8} {'share':>6} {'procs':>6}  kind")
     for k, v in r["by_kind"].most_common():
         print(f"{v:8.0f} {v / max(sampled, 1e-9):6.1%} {r['count'][k]:6d}  {k}")
