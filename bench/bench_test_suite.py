@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
+CORES = os.cpu_count() or 1
 
 # (kind, pattern of the command line), first match wins: the specific ones first (a test's temporary
 # paths contain "pytest", Ray's command lines "node")
@@ -109,13 +110,10 @@ def run(cmd: list[str], interval: float = 1.0) -> dict:
         if time.time() - marks[-1][0] >= 60:
             marks.append((time.time(), busy_ticks()))
     sample(t0 - 1, seen, boot)
-    wall, busy = time.time() - t0, (busy_ticks() - b0) / TICK
     marks.append((time.time(), busy_ticks()))
-    cores = os.cpu_count() or 1
-    minutes = [
-        (b1 - b0_) / TICK / ((t1 - t0_) * cores)
-        for (t0_, b0_), (t1, b1) in zip(marks, marks[1:])
-        if t1 - t0_ > 1
+    wall, busy = marks[-1][0] - t0, (marks[-1][1] - b0) / TICK
+    minutes = [  # the busy share of each minute (the last one shorter; a last second is left out)
+        (b - a) / TICK / ((u - t) * CORES) for (t, a), (u, b) in zip(marks, marks[1:]) if u - t > 1
     ]
     by_kind: collections.Counter[str] = collections.Counter()
     count: collections.Counter[str] = collections.Counter()
@@ -154,10 +152,9 @@ def main() -> None:
             for cpu, cmdline in r["processes"]:
                 f.write(json.dumps([round(cpu, 2), cmdline]) + "\n")
     print(f"command: {' '.join(cmd)} (exit status {r['rc']})")
-    cores = os.cpu_count() or 1
     print(
         f"wall {r['wall']:.0f} s ({r['wall'] / 60:.1f} min); machine busy {r['busy']:.0f} CPU-s "
-        f"({r['busy'] / r['wall'] / cores:.0%} of {cores} cores); sampled {sampled:.0f} CPU-s "
+        f"({r['busy'] / r['wall'] / CORES:.0%} of {CORES} cores); sampled {sampled:.0f} CPU-s "
         f"in {sum(r['count'].values())} processes"
     )
     print("the machine busy, minute by minute: " + " ".join(f"{m:.0%}" for m in r["minutes"]))
