@@ -152,7 +152,7 @@ def wild_maxt_draws(
     Returns:
         (D, k, k) draws (0 where s*_ij = 0).
     """
-    Ubar, E, lams, us, cs = None, [], [], [], []
+    Ubar, E, lams, UC = None, [], [], []
     for lam, Y, N in sources:
         c = N.sum(axis=0)
         if np.any(c == 0):
@@ -162,22 +162,30 @@ def wild_maxt_draws(
         Ubar = lam * u / c if Ubar is None else Ubar + lam * u / c
         E.append(N / c)
         lams.append(lam)
-        us.append(u)
-        cs.append(c)
+        UC.append(u / c)
     assert Ubar is not None, "wild_maxt_draws needs at least one source"
     C, k = Ubar.shape
+    S = len(lams)
+    # Why not re-form the residuals: U*_b = v_b Ubar - sum_s lam_s delta_bs En_s is (b, C, k) and
+    # U*_b^T U*_b a batched small matmul. Expanded with v_bc^2 = 1, Sigma*_b is a constant, the draws'
+    # linear terms and a (S, S, k, k) quadratic form: two GEMMs over the prompts (v @ ...), ~4x faster.
+    G0 = Ubar.T @ Ubar  # (k, k) sum_c v_bc^2 Ubar_c Ubar_c^T
+    X = np.stack([Ubar[:, :, None] * En[:, None, :] for En in E], 1).reshape(C, S * k * k)  # (C, S k k)
+    Es = np.stack(E)  # (S, C, k)
+    H = np.einsum("sci,tcj->stij", Es, Es)  # (S, S, k, k) sum_c En_s,ci En_t,cj
+    UCs = np.stack(UC, 1).reshape(C, S * k)  # (C, S k)
+    lam_s = np.asarray(lams, float)[None, :, None]  # (1, S, 1)
     out = np.empty((n_draws, k, k))
-    step = max(1, chunk_elems // (C * k))
+    step = max(1, chunk_elems // (k * max(C, S * k)))
     for s in range(0, n_draws, step):
         b = min(step, n_draws - s)
         v = rng.integers(0, 2, size=(b, C)) * 2.0 - 1.0  # (b, C) Rademacher
-        dtheta = np.zeros((b, k))  # theta* - theta_hat
-        Ustar = v[:, :, None] * Ubar[None]  # (b, C, k) per-prompt influence of the draw
-        for lam, u, c, En in zip(lams, us, cs, E):
-            delta = (v @ u) / c  # (b, k) e*_s - e_s
-            dtheta += lam * delta
-            Ustar -= lam * delta[:, None, :] * En[None]  # residuals about the re-estimated e*_s
-        sig = Ustar.transpose(0, 2, 1) @ Ustar  # (b, k, k): batched matmul (einsum here was ~50x slower)
+        ld = lam_s * (v @ UCs).reshape(b, S, k)  # (b, S, k) lam_s (e*_s - e_s)
+        dtheta = ld.sum(1)  # (b, k) theta* - theta_hat
+        A = (v @ X).reshape(b, S, k, k)  # sum_c v_bc Ubar_ci En_s,cj
+        cross = np.einsum("bsij,bsj->bij", A, ld)  # (b, k, k)
+        quad = np.einsum("bsi,btj,stij->bij", ld, ld, H)  # (b, k, k)
+        sig = G0[None] - cross - cross.transpose(0, 2, 1) + quad  # (b, k, k) = U*_b^T U*_b
         d = np.diagonal(sig, axis1=1, axis2=2)
         sc = np.sqrt(np.maximum(d[:, :, None] + d[:, None, :] - 2 * sig, 0.0))  # (b, k, k)
         gap = dtheta[:, :, None] - dtheta[:, None, :]
