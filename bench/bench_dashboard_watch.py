@@ -112,8 +112,9 @@ def _serve(db: Path, log: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"streamlit did not start: {log.read_text()[-2000:]}")
 
 
-def measure(page: str, seconds: float, with_job: bool) -> dict:
-    """The CPU seconds of the server and of server + browser while ``page`` is open for ``seconds``."""
+def measure(page: str, seconds: float, with_job: bool, settle: float = 8.0) -> dict:
+    """The CPU seconds of the server and of server + browser while ``page`` is open for ``seconds``,
+    after ``settle`` seconds for its first runs to end."""
     from playwright.sync_api import sync_playwright
 
     from dashboard import jobs
@@ -132,7 +133,7 @@ def measure(page: str, seconds: float, with_job: bool) -> dict:
             pg = ctx.new_page()
             pg.goto(f"{url}/{'' if page == 'home' else page}")
             pg.wait_for_selector("[data-testid='stApp']", timeout=120_000)
-            time.sleep(8)
+            time.sleep(settle)
             if with_job:
                 jobs.start_job(JOB_ARGS + ["--db", str(tmp / "job.duckdb")], kind="generate", db=db)
                 time.sleep(5)  # the job has started; the views poll at their running period
@@ -170,9 +171,10 @@ def main() -> None:
     if not Path(CHROMIUM).exists():
         print(f"bench_dashboard_watch: needs Chromium at {CHROMIUM}; nothing measured")
         return
-    if a.smoke:  # the idle Home for 2 s: no model, no job
-        a.page, a.seconds, a.no_job = "home", 2.0, True
-    r = measure(a.page, a.seconds, not a.no_job)
+    settle = 8.0
+    if a.smoke:  # the idle Home for 2 s after 1 s: no model, no job
+        a.page, a.seconds, a.no_job, settle = "home", 2.0, True, 1.0
+    r = measure(a.page, a.seconds, not a.no_job, settle)
     if a.json:
         print(json.dumps(r))
     else:

@@ -101,10 +101,18 @@ SERIAL_GROUPS = {
 # two, the main suite alone on XEON-512 (docs/BENCHMARKS.md, "The test suite"): browser 555,
 # test_distributed 188, processes 102, test_race_live 72, test_models 53, test_race_models 50,
 # test_report 45, test_bench_smoke 40; every other module takes under 30 s and keeps its file order.
+# Right after the first three, the short modules that mostly wait (on sleeping fake jobs, killed
+# and restarted processes, retry back-offs: 5-10 s of their 10-16 s each, the main suite alone on
+# EPYC-512): early on, the side stages' installs and tests use the cores they leave idle; at the end
+# of the run nothing else would (docs/BENCHMARKS.md, "The test suite").
 HEAVY_FIRST = (
     "browser",
     "test_distributed.py",
     "processes",
+    "test_jobs.py",
+    "test_judge_hardening.py",
+    "test_judge_api.py",
+    "test_serve_process.py",
     "test_race_live.py",
     "test_models.py",
     "test_race_models.py",

@@ -19,6 +19,17 @@ from engine.store import db as dbmod
 V1_SQL = Path(__file__).parent / "data" / "schema_v1.sql"
 
 
+@pytest.fixture(autouse=True)
+def _short_settling_time(monkeypatch):
+    """A damaged file here stays damaged, and no other process writes it: every check settles after
+    one re-read (50 ms) instead of watching the file for the default 0.3 s, which the 56 damaged-file
+    cases would wait in turn (14 s idle). The settling itself, with a writer at work on the file:
+    test_a_file_another_process_is_writing_is_not_called_damaged (its own settle_s)."""
+    from engine.store import files
+
+    monkeypatch.setattr(files, "SETTLE_S", 0.05)
+
+
 def _digest(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
 

@@ -35,7 +35,7 @@ def _describe_not_duckdb(head: bytes) -> str:
 SETTLE_S = 0.3  # how long a file that looks damaged is watched for a writer still at work on it
 
 
-def file_problem(path: str | os.PathLike, settle_s: float = SETTLE_S) -> str | None:
+def file_problem(path: str | os.PathLike, settle_s: float | None = None) -> str | None:
     """Why ``path`` (which exists) is not a healthy DuckDB file, in a few words; None when its header
     and size agree. Reads 12 KiB: cheap enough for every connection.
 
@@ -43,10 +43,11 @@ def file_problem(path: str | os.PathLike, settle_s: float = SETTLE_S) -> str | N
     file right then (a checkpoint extends it block by block and cuts trailing free blocks; a new
     database is created empty), and for a moment it looks torn. A problem counts only when the file
     stays the same for ``settle_s`` (re-read every 50 ms): a file that turns healthy, or keeps
-    changing, is a live one (DuckDB's own open then waits for its lock or reports what it finds)."""
+    changing, is a live one (DuckDB's own open then waits for its lock or reports what it finds).
+    ``settle_s``: None = :data:`SETTLE_S`, read at the call."""
     p = Path(path)
     problem = _file_problem_once(p)
-    deadline = time.monotonic() + settle_s
+    deadline = time.monotonic() + (SETTLE_S if settle_s is None else settle_s)
     while problem is not None and time.monotonic() < deadline:
         time.sleep(0.05)
         again = _file_problem_once(p)
