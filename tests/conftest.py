@@ -102,7 +102,7 @@ SERIAL_GROUPS = {
 # test_distributed 188, processes 102, test_race_live 72, test_models 53, test_race_models 50,
 # test_report 45, test_bench_smoke 40; every other module takes under 30 s and keeps its file order.
 # Right after the first three, the short modules that mostly wait (on sleeping fake jobs, killed
-# and restarted processes, retry back-offs: 5-10 s of their 10-16 s each, the main suite alone on
+# and restarted processes, retry back-offs: 3-9 s idle of their 11-19 s each, the main suite alone on
 # EPYC-512): early on, the side stages' installs and tests use the cores they leave idle; at the end
 # of the run nothing else would (docs/BENCHMARKS.md, "The test suite").
 HEAVY_FIRST = (
