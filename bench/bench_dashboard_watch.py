@@ -51,6 +51,7 @@ JOB_ARGS = [
 
 
 TICK = os.sysconf("SC_CLK_TCK")
+FIRST_RUNS_S = 8.0  # after the first page load, before the measured window: the page's first runs end
 
 
 def _procs() -> dict[int, tuple[int, float, str]]:
@@ -112,7 +113,7 @@ def _serve(db: Path, log: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"streamlit did not start: {log.read_text()[-2000:]}")
 
 
-def measure(page: str, seconds: float, with_job: bool, settle: float = 8.0) -> dict:
+def measure(page: str, seconds: float, with_job: bool, settle: float = FIRST_RUNS_S) -> dict:
     """The CPU seconds of the server and of server + browser while ``page`` is open for ``seconds``,
     after ``settle`` seconds for its first runs to end."""
     from playwright.sync_api import sync_playwright
@@ -171,7 +172,7 @@ def main() -> None:
     if not Path(CHROMIUM).exists():
         print(f"bench_dashboard_watch: needs Chromium at {CHROMIUM}; nothing measured")
         return
-    settle = 8.0
+    settle = FIRST_RUNS_S
     if a.smoke:  # the idle Home for 2 s after 1 s: no model, no job
         a.page, a.seconds, a.no_job, settle = "home", 2.0, True, 1.0
     r = measure(a.page, a.seconds, not a.no_job, settle)
